@@ -1,0 +1,127 @@
+"""Interfaces of scorers and actuators, and the registries that hold them.
+
+Granularity of a score:
+
+* ``token``    -> [B, T] tensor
+* ``response`` -> [B] tensor
+* ``group``    -> [G] tensor (broadcast to responses where an actuator works per response)
+* ``domain``   -> [D] tensor, produced by a *stateful* scorer that observes every step
+
+Actuators declare the granularities they accept (`accepts`); a strategy whose scorer does not
+fit its actuator is rejected when it is built. Components that need prompt groups set
+``group_based = True`` and are rejected under a non-group advantage estimator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from torch import Tensor
+
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import Component, param
+from dataflex_rl.core.registry import Registry
+
+GRANULARITIES = ("token", "response", "group", "domain")
+
+
+@dataclass
+class Scorer(Component):
+    """Signals -> one score per token, response, group or domain."""
+
+    kind: ClassVar[str] = "scorer"
+    granularity: ClassVar[str] = "response"
+    #: optional `RolloutBatch` fields this scorer reads ("advantages", "old_log_probs", ...)
+    requires: ClassVar[tuple[str, ...]] = ()
+    group_based: ClassVar[bool] = False
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        """Score every unit of the batch; inactive rows may hold any finite value."""
+        raise NotImplementedError
+
+
+@dataclass
+class DomainScorer(Scorer):
+    """A per-domain signal accumulated over a window of **steps** (stateful)."""
+
+    granularity: ClassVar[str] = "domain"
+
+    def observe(self, batch: RolloutBatch) -> None:
+        """Record this step's batch."""
+        raise NotImplementedError
+
+    def values(self, num_domains: int) -> tuple[Tensor, Tensor]:
+        """([D] float signal, [D] bool: the domain has data in the window)."""
+        raise NotImplementedError
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        return self.values(batch.num_domains)[0]
+
+
+@dataclass
+class Selector(Component):
+    """Scores -> keep mask over responses."""
+
+    kind: ClassVar[str] = "selector"
+    default_scorer: ClassVar[str | None] = None
+    accepts: ClassVar[frozenset[str]] = frozenset({"response", "group"})
+    group_based: ClassVar[bool] = False
+    #: paper defaults of the selection options, overridable in the spec
+    recompute_advantages_default: ClassVar[bool] = False
+    renormalize_default: ClassVar[bool] = True
+
+    def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
+        """[B] bool keep mask. Inactive rows are dropped afterwards whatever this returns."""
+        raise NotImplementedError
+
+
+@dataclass
+class Reweighter(Component):
+    """Scores -> non-negative raw weights; the strategy normalizes them to mean 1."""
+
+    kind: ClassVar[str] = "reweighter"
+    default_scorer: ClassVar[str | None] = None
+    accepts: ClassVar[frozenset[str]] = frozenset({"response", "group"})
+    #: "response" -> [B] weights; "token" -> [B, T] weights
+    level: ClassVar[str] = "response"
+    group_based: ClassVar[bool] = False
+
+    def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        """Raw weights (finite, >= 0) at ``level``; ``norm_mask`` marks the normalization set."""
+        raise NotImplementedError
+
+
+@dataclass
+class Mixer(Component):
+    """A per-domain signal -> domain proportions (before the floor is applied)."""
+
+    kind: ClassVar[str] = "mixer"
+    default_scorer: ClassVar[str | None] = None
+    accepts: ClassVar[frozenset[str]] = frozenset({"domain"})
+    #: whether a domain scorer must feed it (``static`` needs none)
+    needs_signal: ClassVar[bool] = True
+    floor: float = param(0.05, "minimum proportion of every domain, still true after "
+                               "renormalization (D * floor must be <= 1)", ge=0.0, lt=1.0)
+
+    def initial(self, prior: Tensor, domains: tuple[str, ...]) -> Tensor:
+        """[D] proportions before the first update (default: the prior)."""
+        return prior
+
+    def raw_proportions(self, values: Tensor | None, observed: Tensor | None,
+                        drawn: Tensor, prior: Tensor) -> Tensor:
+        """[D] non-negative scores summing to 1 (the floor is mixed in by the strategy).
+
+        Args:
+            values: [D] the signal (None when ``needs_signal`` is False).
+            observed: [D] bool, the domain has data in the signal's window.
+            drawn: [D] int64 responses drawn from each domain so far.
+            prior: [D] the proportions before the first update.
+        """
+        raise NotImplementedError
+
+
+SCORERS: Registry[type[Scorer]] = Registry("scorer", Scorer)
+SELECTORS: Registry[type[Selector]] = Registry("selector", Selector)
+REWEIGHTERS: Registry[type[Reweighter]] = Registry("reweighter", Reweighter)
+MIXERS: Registry[type[Mixer]] = Registry("mixer", Mixer)

@@ -1,0 +1,261 @@
+"""`RolloutBatch`: the data contract between hosts (engine, verl) and strategies.
+
+B responses, T response tokens (right-padded), G prompt groups, D domains. A batch is a frozen,
+validated view; group statistics are computed on demand with vectorized segment ops and cached.
+
+Rows that never take part in anything:
+
+* padding rows (``is_padding``), which hosts add to balance batches;
+* rows whose reward is NaN or infinite (a broken verifier): they are treated exactly like padding
+  (never kept, weight 0, not counted in group statistics) and counted in the metric
+  ``dataflex/invalid_reward_responses``. The remaining *active* rows are ``active_mask``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.segment import (
+    lexsort,
+    rank_in_segment,
+    segment_count,
+    segment_min,
+    segment_sum,
+)
+
+#: Absolute advantage below which a response counts as carrying no learning signal.
+ZERO_ADVANTAGE_EPS = 1e-8
+
+
+class BatchError(ValueError):
+    """A `RolloutBatch` field has the wrong shape, dtype or content."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise BatchError(msg)
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutBatch:
+    """One training batch as strategies see it.
+
+    Args:
+        rewards: [B] float outcome reward per response (NaN/inf allowed, see module doc).
+        response_mask: [B, T] bool, valid response tokens.
+        group_ids: [B] int64, dense prompt-group ids ``0..G-1``.
+        domain_ids: [B] int64, dense domain ids ``0..D-1``; ``None`` means one domain.
+        domains: names of the D domains, in id order.
+        advantages: [B, T] float token advantages, after the host's advantage computation.
+        old_log_probs: [B, T] float log-prob of each sampled token under the sampling policy.
+        prompt_keys: B stable prompt identities (str or int) for per-prompt histories.
+        is_padding: [B] bool, padding rows; ``None`` means no padding.
+        step: global training step.
+    """
+
+    rewards: Tensor
+    response_mask: Tensor
+    group_ids: Tensor
+    domain_ids: Tensor | None = None
+    domains: tuple[str, ...] = ("default",)
+    advantages: Tensor | None = None
+    old_log_probs: Tensor | None = None
+    prompt_keys: tuple | None = None
+    is_padding: Tensor | None = None
+    step: int = 0
+    _num_groups: int = field(default=-1, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        r, m, g = self.rewards, self.response_mask, self.group_ids
+        _check(isinstance(r, Tensor) and r.dim() == 1, "rewards must be a 1-D tensor [B]")
+        _check(r.is_floating_point(), f"rewards must be float, got {r.dtype}")
+        B = r.shape[0]
+        _check(isinstance(m, Tensor) and m.dim() == 2 and m.shape[0] == B,
+               f"response_mask must be [B, T] with B={B}, got {tuple(getattr(m, 'shape', ()))}")
+        if m.dtype != torch.bool:
+            _check(not m.is_floating_point() or bool(((m == 0) | (m == 1)).all()),
+                   "response_mask must be bool or 0/1")
+            set_(self, "response_mask", m.bool())
+        _check(isinstance(g, Tensor) and g.dim() == 1 and g.shape[0] == B,
+               f"group_ids must be [B] with B={B}")
+        _check(g.dtype == torch.int64, f"group_ids must be int64, got {g.dtype}")
+        G = int(g.max()) + 1 if B else 0
+        _check(B == 0 or int(g.min()) >= 0, "group_ids must be >= 0")
+        _check(B == 0 or bool((torch.bincount(g, minlength=G) > 0).all()),
+               "group_ids must be dense 0..G-1 (factorize your uids first)")
+        set_(self, "_num_groups", G)
+        domains = tuple(self.domains)
+        _check(len(domains) > 0 and len(set(domains)) == len(domains),
+               f"domains must be non-empty and unique, got {domains}")
+        set_(self, "domains", domains)
+        if self.domain_ids is None:
+            _check(len(domains) == 1, "domain_ids is required when there is more than one domain")
+            set_(self, "domain_ids", torch.zeros(B, dtype=torch.int64, device=r.device))
+        d = self.domain_ids
+        _check(d.dim() == 1 and d.shape[0] == B and d.dtype == torch.int64,
+               "domain_ids must be int64 [B]")
+        _check(B == 0 or (int(d.min()) >= 0 and int(d.max()) < len(domains)),
+               f"domain_ids must lie in 0..{len(domains) - 1}")
+        for name in ("advantages", "old_log_probs"):
+            t = getattr(self, name)
+            if t is not None:
+                _check(t.shape == m.shape, f"{name} must have shape {tuple(m.shape)}, got {tuple(t.shape)}")
+                _check(t.is_floating_point(), f"{name} must be float")
+        if self.is_padding is None:
+            set_(self, "is_padding", torch.zeros(B, dtype=torch.bool, device=r.device))
+        p = self.is_padding
+        _check(p.shape == (B,) and p.dtype == torch.bool, "is_padding must be bool [B]")
+        if self.prompt_keys is not None:
+            keys = tuple(self.prompt_keys)
+            _check(len(keys) == B, f"prompt_keys must have B={B} entries, got {len(keys)}")
+            set_(self, "prompt_keys", keys)
+        _check(isinstance(self.step, int) and self.step >= 0, "step must be an int >= 0")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def batch_size(self) -> int:
+        """B, the number of rows (padding included)."""
+        return int(self.rewards.shape[0])
+
+    @property
+    def num_groups(self) -> int:
+        """G."""
+        return self._num_groups
+
+    @property
+    def num_domains(self) -> int:
+        """D."""
+        return len(self.domains)
+
+    def replace(self, **changes) -> "RolloutBatch":
+        """A copy with some fields replaced (validated again)."""
+        changes.setdefault("_num_groups", -1)
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ masks
+    @cached_property
+    def invalid_reward_mask(self) -> Tensor:
+        """[B] bool: non-padding rows whose reward is NaN or infinite."""
+        return ~self.is_padding & ~torch.isfinite(self.rewards)
+
+    @cached_property
+    def active_mask(self) -> Tensor:
+        """[B] bool: rows that take part (not padding, finite reward)."""
+        return ~self.is_padding & torch.isfinite(self.rewards)
+
+    @cached_property
+    def clean_rewards(self) -> Tensor:
+        """[B] rewards with inactive rows set to 0 (safe for arithmetic)."""
+        return torch.where(self.active_mask, self.rewards, torch.zeros_like(self.rewards))
+
+    @cached_property
+    def token_mask(self) -> Tensor:
+        """[B, T] bool: valid tokens of active rows."""
+        return self.response_mask & self.active_mask[:, None]
+
+    @cached_property
+    def response_length(self) -> Tensor:
+        """[B] int64 number of valid response tokens."""
+        return self.response_mask.sum(1)
+
+    @cached_property
+    def advantage_per_response(self) -> Tensor:
+        """[B] mean token advantage over valid tokens (0 where none or inactive)."""
+        _check(self.advantages is not None, "this needs 'advantages', which the batch lacks")
+        mask = self.token_mask
+        adv = torch.where(mask, self.advantages, torch.zeros_like(self.advantages))
+        n = mask.sum(1).clamp(min=1)
+        return adv.sum(1) / n
+
+    @cached_property
+    def informative_mask(self) -> Tensor:
+        """[B] bool: active rows with a learning signal.
+
+        With advantages: |mean token advantage| > eps. Without: the row's group has two
+        different rewards.
+        """
+        if self.advantages is not None:
+            return self.active_mask & (self.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
+        return self.active_mask & (self.group_std > 0)[self.group_ids]
+
+    # ------------------------------------------------------------------ group statistics
+    @cached_property
+    def group_size(self) -> Tensor:
+        """[G] int64 number of active responses per group."""
+        return segment_count(self.active_mask, self.group_ids, self.num_groups)
+
+    def group_successes(self, threshold: float = 0.5) -> Tensor:
+        """[G] int64 number of active responses with reward > ``threshold``."""
+        ok = self.active_mask & (self.clean_rewards > threshold)
+        return segment_count(ok, self.group_ids, self.num_groups)
+
+    @cached_property
+    def group_mean(self) -> Tensor:
+        """[G] mean reward over active responses (0 for empty groups)."""
+        s = segment_sum(self.clean_rewards, self.group_ids, self.num_groups)
+        return s / self.group_size.clamp(min=1).to(s.dtype)
+
+    @cached_property
+    def group_std(self) -> Tensor:
+        """[G] unbiased reward std over active responses (0 for groups of size < 2).
+
+        Unbiased (n-1) like ``torch.std`` and verl's GRPO advantage.
+        """
+        dev = torch.where(self.active_mask, self.clean_rewards - self.group_mean[self.group_ids],
+                          torch.zeros_like(self.clean_rewards))
+        ss = segment_sum(dev * dev, self.group_ids, self.num_groups)
+        n = self.group_size.to(ss.dtype)
+        var = torch.where(n > 1, ss / (n - 1).clamp(min=1), torch.zeros_like(ss))
+        return var.sqrt()
+
+    @cached_property
+    def rank_in_group(self) -> Tensor:
+        """[B] int64 rank of each reward in its group, ascending (0 = lowest), ties by index.
+
+        Inactive rows are ranked after every active row of their group.
+        """
+        key = torch.where(self.active_mask, self.clean_rewards,
+                          torch.full_like(self.clean_rewards, float("inf")))
+        inactive_last = (~self.active_mask).to(torch.int8)
+        order = lexsort(key, inactive_last, self.group_ids)
+        return rank_in_segment(order, self.group_ids, self.num_groups)
+
+    @cached_property
+    def group_domain(self) -> Tensor:
+        """[G] int64 domain of each group (of its first row)."""
+        idx = torch.arange(self.batch_size, device=self.group_ids.device)
+        first = segment_min(idx, self.group_ids, self.num_groups, empty=0)
+        return self.domain_ids[first]
+
+
+def from_lists(
+    rewards: Sequence[float],
+    group_ids: Sequence[int],
+    lengths: Sequence[int] | None = None,
+    *,
+    advantages: Sequence[float] | None = None,
+    **kwargs,
+) -> RolloutBatch:
+    """Build a small batch from Python lists (tests, docs, examples).
+
+    ``lengths`` gives each response's token count (default 4); ``advantages`` gives one
+    advantage per response, broadcast over its tokens.
+    """
+    r = torch.tensor(rewards, dtype=torch.float32)
+    B = r.shape[0]
+    lens = torch.tensor(lengths if lengths is not None else [4] * B, dtype=torch.int64)
+    T = int(lens.max()) if B else 1
+    mask = torch.arange(max(T, 1))[None, :] < lens[:, None]
+    adv = None
+    if advantages is not None:
+        adv = torch.tensor(advantages, dtype=torch.float32)[:, None] * mask
+    return RolloutBatch(rewards=r, response_mask=mask,
+                        group_ids=torch.tensor(group_ids, dtype=torch.int64).reshape(B),
+                        advantages=adv, **kwargs)

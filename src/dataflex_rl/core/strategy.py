@@ -1,0 +1,410 @@
+"""`Strategy`: the composition of select / reweight / mix / prerollout, one decision per step.
+
+Order inside a training step (DESIGN §5)::
+
+    prerollout (filter_prompts) -> mix (proportions) -> generation -> reward -> advantages
+        -> select -> reweight -> loss                 (decide)
+
+Hosts call `Strategy.filter_prompts` before generation, draw the next batch with
+`Strategy.proportions`, and call `Strategy.decide` after advantages. The `Decision` says, per
+token, how much each counts; the host multiplies ``weights_per_token`` into its per-token policy
+loss and, when ``renormalize`` is set, averages over ``loss_mask`` instead of the response mask.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.base import (
+    MIXERS,
+    REWEIGHTERS,
+    SCORERS,
+    SELECTORS,
+    DomainScorer,
+    Mixer,
+    Reweighter,
+    Scorer,
+    Selector,
+)
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import Component
+from dataflex_rl.core.registry import ConfigError, Registry
+from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy
+
+#: advantage estimators that normalize rewards within prompt groups (verl names)
+GROUP_ESTIMATORS = frozenset({
+    "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "opo", "gpg",
+    "drgrpo", "reinforce_plus_plus_baseline", "optimal_token_baseline", "gdpo",
+})
+#: advantage estimators with no group structure
+NON_GROUP_ESTIMATORS = frozenset({"gae", "reinforce_plus_plus", "remax"})
+
+
+class StrategyWarning(UserWarning):
+    """Something unusual but defined happened in a step (e.g. every response was dropped)."""
+
+
+def _registry_for(mechanism: str) -> Registry:
+    from dataflex_rl.prerollout.base import SKIP_POLICIES
+
+    return {"select": SELECTORS, "reweight": REWEIGHTERS, "mix": MIXERS,
+            "prerollout": SKIP_POLICIES}[mechanism]
+
+
+def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, Component]:
+    """Build a mechanism's scorer and actuator; check names, params and granularity fit."""
+    act_cls = _registry_for(spec.mechanism).get(spec.actuator.name)
+    actuator = act_cls.from_config(spec.actuator.params, f"{where}.actuator")
+    needs_signal = getattr(act_cls, "needs_signal", True)
+    scorer_ref = spec.scorer
+    if scorer_ref is None and needs_signal and getattr(act_cls, "default_scorer", None):
+        scorer_ref = type(spec.actuator)(act_cls.default_scorer, {})
+    scorer = None
+    if scorer_ref is not None:
+        if not needs_signal:
+            raise ConfigError(f"{where}.scorer: {spec.actuator.name!r} takes no scorer")
+        sc_cls = SCORERS.get(scorer_ref.name)
+        scorer = sc_cls.from_config(scorer_ref.params, f"{where}.scorer")
+        accepts = getattr(act_cls, "accepts", frozenset())
+        if sc_cls.granularity not in accepts:
+            raise ConfigError(
+                f"{where}: scorer {scorer_ref.name!r} gives {sc_cls.granularity}-level scores, "
+                f"but {spec.mechanism} actuator {spec.actuator.name!r} accepts "
+                f"{', '.join(sorted(accepts))}-level scores")
+    elif needs_signal:
+        raise ConfigError(f"{where}: actuator {spec.actuator.name!r} needs a 'scorer'")
+    return scorer, actuator
+
+
+def _due(step: int, warmup: int, every: int) -> bool:
+    return step >= warmup and (step - warmup) % every == 0
+
+
+def broadcast_scores(scores: Tensor, granularity: str, batch: RolloutBatch) -> Tensor:
+    """Group scores [G] -> response scores [B]; other levels unchanged."""
+    return scores[batch.group_ids] if granularity == "group" else scores
+
+
+def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
+                    eps: float = 1e-6) -> Tensor:
+    """GRPO advantages [B, T] re-centred on the kept responses of each group.
+
+    A_i = (r_i - mean_kept) / (std_kept + eps) (unbiased std, as verl), broadcast over valid
+    tokens; 0 for dropped rows and for groups with fewer than two kept responses.
+    """
+    from dataflex_rl.core.segment import segment_count, segment_sum
+
+    G = batch.num_groups
+    k = keep & batch.active_mask
+    r = torch.where(k, batch.clean_rewards, torch.zeros_like(batch.clean_rewards))
+    n = segment_count(k, batch.group_ids, G).to(r.dtype)
+    mean = segment_sum(r, batch.group_ids, G) / n.clamp(min=1)
+    dev = torch.where(k, r - mean[batch.group_ids], torch.zeros_like(r))
+    var = segment_sum(dev * dev, batch.group_ids, G) / (n - 1).clamp(min=1)
+    adv = dev / (var.sqrt()[batch.group_ids] + eps) if norm_by_std else dev
+    adv = torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
+    return adv[:, None] * batch.response_mask.to(adv.dtype)
+
+
+@dataclass
+class Decision:
+    """What a strategy decided for one batch.
+
+    Attributes:
+        keep_mask: [B] bool, responses that take part in the update.
+        weights_per_token: [B, T] float >= 0; 0 for dropped, padding and invalid rows and
+            for padding tokens. Multiply into the per-token policy loss.
+        loss_mask: [B, T] bool, valid tokens of kept rows.
+        renormalize: average the loss over ``loss_mask`` (True) or the original mask.
+        advantages: [B, T] recomputed advantages, or None to keep the host's.
+        proportions: [D] domain proportions for the next batches when an update was due.
+        metrics: ``dataflex/...`` scalars.
+    """
+
+    keep_mask: Tensor
+    weights_per_token: Tensor
+    loss_mask: Tensor
+    renormalize: bool = False
+    advantages: Tensor | None = None
+    proportions: Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def weights_per_response(self) -> Tensor:
+        """[B] mean token weight over each row's valid tokens (0 for rows with none)."""
+        m = self.loss_mask
+        n = m.sum(1)
+        return torch.where(n > 0, (self.weights_per_token * m).sum(1) / n.clamp(min=1), 0.0)
+
+
+class Strategy:
+    """A composed data strategy, bound to a host's domains and advantage estimator.
+
+    Args:
+        spec: preset name, YAML path, mapping or `StrategySpec`.
+        domains: domain names in id order (needed when ``mix`` is enabled).
+        advantage_estimator: the host's estimator; group-based components need a group one.
+        available_fields: optional `RolloutBatch` fields the host provides; a scorer that
+            needs another is rejected here rather than mid-run.
+        norm_adv_by_std: whether recomputed advantages divide by the group std (GRPO) or not
+            (Dr. GRPO).
+    """
+
+    def __init__(self, spec: Any = "baseline", *, domains: Sequence[str] | None = None,
+                 advantage_estimator: str = "grpo",
+                 available_fields: Sequence[str] | None = None,
+                 norm_adv_by_std: bool = True) -> None:
+        self.spec: StrategySpec = parse_strategy(spec)
+        if advantage_estimator not in GROUP_ESTIMATORS | NON_GROUP_ESTIMATORS:
+            raise ConfigError(
+                f"advantage_estimator: unknown {advantage_estimator!r}. Group estimators: "
+                f"{', '.join(sorted(GROUP_ESTIMATORS))}; others: "
+                f"{', '.join(sorted(NON_GROUP_ESTIMATORS))}")
+        self.advantage_estimator = advantage_estimator
+        self.norm_adv_by_std = norm_adv_by_std
+        self.domains = tuple(domains) if domains is not None else None
+        self.parts: dict[str, tuple[Scorer | None, Component]] = {}
+        for mech, mspec in self.spec.mechanisms().items():
+            where = f"{self.spec.name}.{mech}"
+            scorer, actuator = resolve_mechanism(mspec, where)
+            self._check_host_fit(mech, mspec, scorer, actuator, available_fields, where)
+            self.parts[mech] = (scorer, actuator)
+        self._steps_observed = 0
+        self._drawn: Tensor | None = None
+        self._proportions: Tensor | None = None
+        self._signal: Tensor | None = None
+        self._history = None
+        if "mix" in self.parts:
+            if self.domains is None:
+                raise ConfigError(f"{self.spec.name}.mix: the host must give the domain names")
+            mixer = self.parts["mix"][1]
+            self._initial = mixer.initial(self._prior(), self.domains)
+            self._proportions = apply_floor(self._initial, mixer.floor)
+            self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
+        if "prerollout" in self.parts:
+            from dataflex_rl.prerollout.history import PromptHistory
+
+            self._history = PromptHistory(self.spec.prerollout.options["history_size"])
+
+    # ------------------------------------------------------------------ build-time checks
+    def _check_host_fit(self, mech, mspec, scorer, actuator, available, where) -> None:
+        group_parts = [type(c).__name__ for c in (scorer, actuator)
+                       if c is not None and getattr(c, "group_based", False)]
+        if mech == "select" and self._opt("select", "recompute_advantages", actuator, mspec):
+            group_parts.append("recompute_advantages")
+        if group_parts and self.advantage_estimator in NON_GROUP_ESTIMATORS:
+            raise ConfigError(
+                f"{where}: {', '.join(group_parts)} needs prompt groups, but the advantage "
+                f"estimator {self.advantage_estimator!r} has none. Use a group estimator "
+                f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer")
+        if available is not None and scorer is not None:
+            missing = [f for f in scorer.requires if f not in set(available)]
+            if missing:
+                raise ConfigError(f"{where}.scorer: {type(scorer).__name__} needs "
+                                  f"{', '.join(missing)}, which this host does not provide")
+        if isinstance(actuator, Mixer) and self.domains is not None:
+            D = len(self.domains)
+            if actuator.floor * D > 1 + 1e-12:
+                raise ConfigError(f"{where}.actuator.floor: {actuator.floor} * {D} domains "
+                                  f"> 1; use floor <= {1 / D:.4f}")
+
+    @staticmethod
+    def _opt(mech: str, key: str, actuator: Component, mspec: MechanismSpec) -> bool:
+        value = mspec.options.get(key)
+        if value is None:
+            value = getattr(type(actuator), f"{key}_default", False)
+        return bool(value)
+
+    def _prior(self) -> Tensor:
+        D = len(self.domains)
+        prior = self.spec.mix.options.get("prior")
+        return normalize_proportions(prior, self.domains, f"{self.spec.name}.mix.prior") \
+            if prior is not None else torch.full((D,), 1.0 / D, dtype=torch.float64)
+
+    # ------------------------------------------------------------------ before generation
+    @property
+    def signal(self) -> Tensor | None:
+        """[D] the mixing signal at the last update (None before it or without ``mix``)."""
+        return None if self._signal is None else self._signal.clone()
+
+    @property
+    def proportions(self) -> Tensor | None:
+        """[D] current target domain proportions (None without ``mix``)."""
+        return None if self._proportions is None else self._proportions.clone()
+
+    def filter_prompts(self, prompt_keys: Sequence, step: int,
+                       generator: torch.Generator | None = None) -> tuple[Tensor, dict]:
+        """Pre-rollout: which candidate prompts to generate. Returns ([N] bool keep, metrics)."""
+        n = len(prompt_keys)
+        if "prerollout" not in self.parts:
+            return torch.ones(n, dtype=torch.bool), {}
+        mspec = self.spec.prerollout
+        if not _due(step, mspec.warmup_steps, mspec.every):
+            return torch.ones(n, dtype=torch.bool), {"dataflex/prerollout/active": 0.0}
+        policy = self.parts["prerollout"][1]
+        keep, metrics = policy.filter(self._history, list(prompt_keys), step, generator)
+        metrics["dataflex/prerollout/active"] = 1.0
+        return keep, metrics
+
+    # ------------------------------------------------------------------ after advantages
+    def decide(self, batch: RolloutBatch) -> Decision:
+        """Select and reweight this batch; update mixing signals and prompt histories."""
+        t0 = time.perf_counter()
+        metrics: dict[str, float] = {}
+        active = batch.active_mask
+        keep = active.clone()
+        advantages = None
+        renormalize = False
+        work = batch
+        if "select" in self.parts:
+            keep, advantages, renormalize = self._select(batch, metrics)
+            if advantages is not None:
+                work = batch.replace(advantages=advantages)
+        w_resp = keep.to(torch.float32)
+        w_tok = None
+        if "reweight" in self.parts:
+            w_resp, w_tok = self._reweight(work, keep, metrics)
+        token_mask = batch.token_mask & keep[:, None]
+        weights = w_resp[:, None].expand_as(token_mask).to(torch.float32)
+        if w_tok is not None:
+            weights = weights * w_tok
+        weights = torch.where(token_mask, weights, torch.zeros_like(weights))
+        proportions = None
+        if "mix" in self.parts:
+            proportions = self._mix(batch, metrics)
+        if self._history is not None:
+            self.parts["prerollout"][1].observe(batch, self._history)
+            self._history.update(batch)
+        decision = Decision(keep, weights, token_mask, renormalize, advantages, proportions,
+                            metrics)
+        from dataflex_rl.metrics import step_metrics
+
+        metrics.update(step_metrics(batch, decision, self))
+        metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
+        return decision
+
+    def _select(self, batch: RolloutBatch, metrics: dict) -> tuple[Tensor, Tensor | None, bool]:
+        mspec = self.spec.select
+        scorer, selector = self.parts["select"]
+        if not _due(batch.step, mspec.warmup_steps, mspec.every):
+            metrics["dataflex/select/active"] = 0.0
+            return batch.active_mask.clone(), None, False
+        metrics["dataflex/select/active"] = 1.0
+        scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
+        keep = selector.select(scores, batch) & batch.active_mask
+        recompute = self._opt("select", "recompute_advantages", selector, mspec)
+        renormalize = self._opt("select", "renormalize", selector, mspec)
+        metrics["dataflex/select/recompute_advantages"] = float(recompute)
+        metrics["dataflex/select/renormalize"] = float(renormalize)
+        adv = grpo_advantages(batch, keep, self.norm_adv_by_std) if recompute else None
+        if batch.batch_size and not bool(keep.any()) and bool(batch.active_mask.any()):
+            warnings.warn(f"step {batch.step}: {self.spec.name} dropped every response; "
+                          "this step's update is empty (all weights 0)", StrategyWarning,
+                          stacklevel=3)
+        return keep, adv, renormalize
+
+    def _reweight(self, batch: RolloutBatch, keep: Tensor,
+                  metrics: dict) -> tuple[Tensor, Tensor | None]:
+        mspec = self.spec.reweight
+        scorer, rw = self.parts["reweight"]
+        w_resp = keep.to(torch.float32)
+        if not _due(batch.step, mspec.warmup_steps, mspec.every):
+            metrics["dataflex/reweight/active"] = 0.0
+            return w_resp, None
+        metrics["dataflex/reweight/active"] = 1.0
+        informative = mspec.options["normalize"] == "informative"
+        metrics["dataflex/reweight/normalize_informative"] = float(informative)
+        norm_set = keep & (batch.informative_mask if informative else batch.active_mask)
+        metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
+        scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
+        raw = rw.raw_weights(scores, batch, norm_set).to(torch.float32)
+        if rw.level == "token":
+            tok_set = norm_set[:, None] & batch.response_mask
+            mean = (raw * tok_set).sum() / tok_set.sum().clamp(min=1)
+            w = raw / mean if float(mean) > 0 else torch.ones_like(raw)
+            return w_resp, torch.where(tok_set, w, torch.ones_like(w))
+        mean = (raw * norm_set).sum() / norm_set.sum().clamp(min=1)
+        w = raw / mean if float(mean) > 0 else torch.ones_like(raw)
+        return torch.where(norm_set, w, torch.ones_like(w)) * keep, None
+
+    def _mix(self, batch: RolloutBatch, metrics: dict) -> Tensor | None:
+        mspec = self.spec.mix
+        scorer, mixer = self.parts["mix"]
+        D = len(self.domains)
+        if batch.domains != self.domains:
+            raise ValueError(f"batch domains {batch.domains} differ from the strategy's "
+                             f"{self.domains}")
+        if scorer is not None:
+            scorer.observe(batch)
+        self._drawn += torch.bincount(batch.domain_ids[batch.active_mask], minlength=D)
+        self._steps_observed += 1
+        if not _due(self._steps_observed, max(mspec.warmup_steps, 1), mspec.every):
+            metrics["dataflex/mix/updated"] = 0.0
+            return None
+        values, observed = scorer.values(D) if scorer is not None else (None, None)
+        raw = mixer.raw_proportions(values, observed, self._drawn.clone(), self._initial)
+        self._proportions = apply_floor(raw, mixer.floor)
+        self._signal = values
+        metrics["dataflex/mix/updated"] = 1.0
+        return self._proportions.clone()
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly (component states and mixing state)."""
+        return {
+            "spec": self.spec.to_dict(),
+            "components": {m: {"scorer": s.state_dict() if s is not None else {},
+                               "actuator": a.state_dict()} for m, (s, a) in self.parts.items()},
+            "steps_observed": self._steps_observed,
+            "drawn": None if self._drawn is None else self._drawn.clone(),
+            "proportions": None if self._proportions is None else self._proportions.clone(),
+            "signal": None if self._signal is None else self._signal.clone(),
+            "history": None if self._history is None else self._history.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` output; the spec must be the same."""
+        if state["spec"] != self.spec.to_dict():
+            raise ValueError(f"checkpoint was saved with strategy {state['spec']}, "
+                             f"not {self.spec.to_dict()}")
+        for m, (s, a) in self.parts.items():
+            if s is not None:
+                s.load_state_dict(state["components"][m]["scorer"])
+            a.load_state_dict(state["components"][m]["actuator"])
+        self._steps_observed = int(state["steps_observed"])
+        for key in ("drawn", "proportions", "signal"):
+            v = state[key]
+            setattr(self, f"_{key}", None if v is None else v.clone())
+        if self._history is not None:
+            self._history.load_state_dict(state["history"])
+
+
+def apply_floor(raw: Tensor, floor: float) -> Tensor:
+    """Mix a floor into proportions: p = floor + (1 - D floor) raw; every p >= floor, sum 1."""
+    raw = raw.to(torch.float64).clamp(min=0)
+    total = raw.sum()
+    D = raw.shape[0]
+    raw = raw / total if float(total) > 0 else torch.full_like(raw, 1.0 / D)
+    return floor + (1.0 - D * floor) * raw
+
+
+def normalize_proportions(value: list | dict, domains: Sequence[str], where: str) -> Tensor:
+    """A list (domain order) or mapping of non-negative numbers -> [D] proportions summing to 1."""
+    D = len(domains)
+    if isinstance(value, dict):
+        unknown = [k for k in value if k not in domains]
+        if unknown:
+            raise ConfigError(f"{where}: unknown domain(s) {unknown}; domains: {list(domains)}")
+        value = [float(value.get(d, 0.0)) for d in domains]
+    if len(value) != D:
+        raise ConfigError(f"{where}: needs {D} values (domains {list(domains)}), got {len(value)}")
+    t = torch.tensor(value, dtype=torch.float64)
+    if float(t.sum()) <= 0 or bool((t < 0).any()):
+        raise ConfigError(f"{where}: proportions must be >= 0 with a positive sum, got {value}")
+    return t / t.sum()

@@ -1,0 +1,1 @@
+"""Embedded GRPO engine: policy, sampler, loss, warm start, trainer loop, checkpoints."""

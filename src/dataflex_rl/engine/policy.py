@@ -1,0 +1,174 @@
+"""The policy: the built-in tiny Llama-style preset, saved checkpoints, or any local HF causal LM.
+
+``load_policy("tiny")`` gives the shipped warm-started checkpoint (``engine/assets/tiny``);
+``load_policy(DIR)`` a checkpoint written by `save_policy` (or by ``dataflex-rl bootstrap``), or
+any local Hugging Face causal-LM directory. `build_tiny_policy` makes a fresh, seeded one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.engine.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer
+
+#: where the shipped warm-started tiny checkpoint lives
+ASSETS_DIR = Path(__file__).parent / "assets"
+TINY_NAME = "tiny"
+
+#: architecture of the tiny preset (≈0.9M parameters with a ~60-character vocabulary)
+TINY_ARCH: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+}
+
+
+@dataclass
+class Policy:
+    """A causal LM, its tokenizer and where it came from.
+
+    Args:
+        model: a ``transformers`` causal LM (``LlamaForCausalLM`` for the tiny preset).
+        tokenizer: a `CharTokenizer` or `HFTokenizer`.
+        source: what was loaded ("tiny", a path, or "tiny-init(seed=…)").
+    """
+
+    model: torch.nn.Module
+    tokenizer: CharTokenizer | HFTokenizer
+    source: str
+
+    @property
+    def num_parameters(self) -> int:
+        """Number of parameters (tied weights counted once)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def tiny_config(vocab_size: int, **overrides: Any):
+    """``LlamaConfig`` of the tiny preset for ``vocab_size`` tokens (``overrides`` win)."""
+    from transformers import LlamaConfig
+
+    unknown = [k for k in overrides if k not in TINY_ARCH]
+    if unknown:
+        raise ValueError(f"tiny_config: unknown architecture key(s) {unknown}; "
+                         f"valid: {', '.join(TINY_ARCH)}")
+    arch = {**TINY_ARCH, **overrides}
+    return LlamaConfig(vocab_size=vocab_size, pad_token_id=CharTokenizer.pad_id,
+                       bos_token_id=CharTokenizer.bos_id, eos_token_id=CharTokenizer.eos_id,
+                       attention_bias=False, mlp_bias=False, hidden_act="silu", **arch)
+
+
+def build_tiny_policy(tokenizer: CharTokenizer, seed: int, **arch: Any) -> Policy:
+    """A freshly initialized tiny policy; same seed and tokenizer -> same parameters.
+
+    The global torch RNG is left untouched (the init runs inside ``fork_rng``).
+    """
+    from transformers import LlamaForCausalLM
+
+    config = tiny_config(tokenizer.vocab_size, **arch)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    return Policy(model, tokenizer, f"tiny-init(seed={seed})")
+
+
+def save_policy(policy: Policy, directory: str | Path) -> Path:
+    """Write the model (``save_pretrained``, safetensors) and tokenizer into ``directory``."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(str(out))
+    policy.tokenizer.save(out)
+    return out
+
+
+def load_policy(spec: str | Path = TINY_NAME) -> Policy:
+    """Load a policy by name or path.
+
+    Args:
+        spec: ``"tiny"`` (the shipped warm-started checkpoint), a directory written by
+            `save_policy`/``bootstrap`` (has ``char_tokenizer.json``), or a local Hugging Face
+            causal-LM directory (loaded with its own tokenizer, no network access).
+
+    Raises:
+        FileNotFoundError: the path does not exist or holds no model.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = ASSETS_DIR / TINY_NAME if str(spec) == TINY_NAME else Path(spec)
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"policy {str(spec)!r}: no such directory. Use 'tiny', a checkpoint written by "
+            "'dataflex-rl bootstrap', or a local Hugging Face model directory")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"policy {str(spec)!r}: {path} has no config.json, so it is "
+                                "not a model directory")
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                 dtype=torch.float32) \
+        if _accepts_dtype() else AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, torch_dtype=torch.float32)
+    model.eval()
+    if (path / TOKENIZER_FILE).is_file():
+        tokenizer: CharTokenizer | HFTokenizer = CharTokenizer.load(path)
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
+    return Policy(model, tokenizer, str(spec))
+
+
+def _accepts_dtype() -> bool:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0]) >= 5
+
+
+def parameter_hash(model: torch.nn.Module) -> str:
+    """sha256 over every parameter and buffer: names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    state = model.state_dict()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """Name of the KV-cache argument of ``model.forward``: ``past_key_values`` or ``cache``.
+
+    transformers 4.x and 5.x (through 5.10) use ``past_key_values``; later versions may
+    rename it to ``cache``. Both are handled.
+    """
+    params = inspect.signature(model.forward).parameters
+    return "past_key_values" if "past_key_values" in params else "cache"
+
+
+def forward(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
+            position_ids: Tensor, cache: Any = None, use_cache: bool = False,
+            cache_arg: str = "past_key_values"):
+    """Call ``model`` with the right cache keyword; returns ``(logits, cache)``.
+
+    Args:
+        input_ids: [N, L] int64.
+        attention_mask: [N, P + L] 0/1, past and present tokens.
+        position_ids: [N, L] int64.
+    """
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=use_cache, **{cache_arg: cache})
+    new_cache = getattr(out, "past_key_values", None)
+    if new_cache is None:
+        new_cache = getattr(out, "cache", None)
+    return out.logits, new_cache

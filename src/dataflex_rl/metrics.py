@@ -1,0 +1,71 @@
+"""What every step records under ``dataflex/`` (DESIGN §6).
+
+All values are plain floats, so any logger (JSONL, TensorBoard, verl's tracking) takes them.
+Fractions with an empty denominator are 0.0 (an empty batch keeps nothing), never NaN.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from dataflex_rl.core.segment import segment_count
+
+if TYPE_CHECKING:
+    from dataflex_rl.core.batch import RolloutBatch
+    from dataflex_rl.core.strategy import Decision, Strategy
+
+PREFIX = "dataflex/"
+
+
+def _frac(num: torch.Tensor | int, den: torch.Tensor | int) -> float:
+    den = float(den)
+    return float(num) / den if den > 0 else 0.0
+
+
+def step_metrics(batch: "RolloutBatch", decision: "Decision", strategy: "Strategy") -> dict:
+    """Kept fractions, weight statistics, zero-advantage share and per-domain figures."""
+    m: dict[str, float] = {}
+    active, keep = batch.active_mask, decision.keep_mask
+    G = batch.num_groups
+    n_active = int(active.sum())
+    n_keep = int(keep.sum())
+    m["dataflex/responses"] = float(n_active)
+    m["dataflex/padding_responses"] = float(batch.is_padding.sum())
+    m["dataflex/invalid_reward_responses"] = float(batch.invalid_reward_mask.sum())
+    m["dataflex/kept_response_fraction"] = _frac(n_keep, n_active)
+    groups_active = segment_count(active, batch.group_ids, G) > 0
+    groups_kept = segment_count(keep, batch.group_ids, G) > 0
+    m["dataflex/kept_group_fraction"] = _frac(groups_kept.sum(), groups_active.sum())
+    m["dataflex/kept_token_fraction"] = _frac(decision.loss_mask.sum(), batch.token_mask.sum())
+    m["dataflex/all_dropped"] = float(n_active > 0 and n_keep == 0)
+    informative = segment_count(batch.informative_mask, batch.group_ids, G) > 0
+    m["dataflex/zero_advantage_group_fraction"] = _frac((groups_active & ~informative).sum(),
+                                                        groups_active.sum())
+    w = decision.weights_per_response[keep].to(torch.float64)
+    if w.numel():
+        m["dataflex/weight_mean"] = float(w.mean())
+        m["dataflex/weight_std"] = float(w.std(unbiased=False))
+        m["dataflex/weight_min"] = float(w.min())
+        m["dataflex/weight_max"] = float(w.max())
+        sq = float((w * w).sum())
+        ess = float(w.sum()) ** 2 / sq if sq > 0 else 0.0
+    else:
+        for k in ("mean", "std", "min", "max"):
+            m[f"dataflex/weight_{k}"] = 0.0
+        ess = 0.0
+    m["dataflex/weight_ess"] = ess
+    m["dataflex/weight_ess_fraction"] = _frac(ess, n_keep)
+    if strategy.domains is not None and batch.batch_size:
+        D = batch.num_domains
+        counts = torch.bincount(batch.group_domain[groups_active], minlength=D)
+        target = strategy.proportions
+        signal = strategy.signal
+        for d, name in enumerate(batch.domains):
+            m[f"dataflex/domain/{name}/actual"] = _frac(counts[d], counts.sum())
+            if target is not None:
+                m[f"dataflex/domain/{name}/target"] = float(target[d])
+            if signal is not None:
+                m[f"dataflex/domain/{name}/signal"] = float(signal[d])
+    return m

@@ -1,0 +1,147 @@
+"""Proportional domain sampler: draw the next batch's prompts to match domain proportions."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+
+def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = None) -> Tensor:
+    """Integer counts summing to ``n`` that follow ``proportions`` (largest-remainder method).
+
+    Each domain gets floor(p_d n); the remaining units go to the largest fractional parts
+    (ties: lower domain index). With ``capacity``, no domain gets more than it has: the
+    shortfall is re-allocated over the other domains in proportion, repeatedly.
+
+    Args:
+        proportions: [D] non-negative, positive sum.
+        n: total to allocate.
+        capacity: [D] int64 maximum per domain (None: unlimited).
+
+    Returns:
+        [D] int64 counts. Their sum is ``min(n, capacity.sum())``.
+
+    Raises:
+        ValueError: negative or all-zero proportions, or n < 0.
+    """
+    p = proportions.to(torch.float64)
+    if n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all()):
+        raise ValueError(f"need n >= 0 and finite proportions >= 0, got n={n}, p={p.tolist()}")
+    D = p.shape[0]
+    cap = capacity.to(torch.int64) if capacity is not None else torch.full((D,), n, dtype=torch.int64)
+    counts = torch.zeros(D, dtype=torch.int64)
+    remaining = min(n, int(cap.sum()))
+    open_ = cap > 0
+    while remaining > 0:   # at most D rounds: each round fills a domain or finishes
+        w = torch.where(open_, p, torch.zeros_like(p))
+        if float(w.sum()) <= 0:
+            w = open_.to(torch.float64)   # all open domains have p=0: spread evenly
+        quota = w / w.sum() * remaining
+        base = torch.floor(quota).to(torch.int64)
+        left = remaining - int(base.sum())
+        frac = torch.where(open_, quota - base, torch.full_like(quota, -1.0))
+        order = torch.sort(-frac, stable=True).indices
+        extra = torch.zeros(D, dtype=torch.int64)
+        extra[order[:left]] = 1
+        add = torch.minimum(base + extra, cap - counts)
+        counts += add
+        remaining -= int(add.sum())
+        open_ = counts < cap
+    return counts
+
+
+class DomainSampler:
+    """Draws prompt indices per domain, without replacement within an epoch of each pool.
+
+    Each domain's pool is visited in a seeded random order; when it runs out, a new epoch
+    starts with a fresh order (``cycle=True``) or the domain is exhausted and its share goes
+    to the others (``cycle=False``). The state is a few integers per domain.
+
+    Args:
+        pool_sizes: number of prompts available in each domain.
+        domains: domain names, in id order.
+        seed: seed of every per-domain order.
+        cycle: start a new epoch when a pool runs out.
+    """
+
+    def __init__(self, pool_sizes: Sequence[int], domains: Sequence[str], seed: int = 0,
+                 cycle: bool = True) -> None:
+        if len(pool_sizes) != len(domains):
+            raise ValueError(f"{len(pool_sizes)} pool sizes for {len(domains)} domains")
+        self.pool_sizes = [int(s) for s in pool_sizes]
+        self.domains = tuple(domains)
+        self.seed = int(seed)
+        self.cycle = cycle
+        D = len(self.domains)
+        self._cursor = [0] * D
+        self._epoch = [0] * D
+
+    def _order(self, d: int) -> Tensor:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + d * 7919 + self._epoch[d])
+        return torch.randperm(self.pool_sizes[d], generator=g)
+
+    def available(self) -> Tensor:
+        """[D] prompts left in each domain's current epoch (pool size when cycling)."""
+        left = [s - c for s, c in zip(self.pool_sizes, self._cursor)]
+        if self.cycle:
+            left = [s if s > 0 else 0 for s in self.pool_sizes]
+        return torch.tensor(left, dtype=torch.int64)
+
+    def _capacity(self, n: int) -> Tensor:
+        if self.cycle:
+            return torch.tensor([n if s > 0 else 0 for s in self.pool_sizes], dtype=torch.int64)
+        return self.available()
+
+    def sample(self, proportions: Tensor, n: int) -> tuple[list[tuple[int, int]], dict]:
+        """Draw ``n`` prompts following ``proportions``.
+
+        Returns:
+            ([(domain_idx, item_idx)] grouped by domain, metrics with target and actual
+            proportions and prompts available per domain).
+
+        Raises:
+            RuntimeError: every domain is exhausted (``cycle=False``).
+        """
+        counts = largest_remainder(proportions, n, self._capacity(n))
+        if int(counts.sum()) < n and n > 0:
+            if int(counts.sum()) == 0:
+                raise RuntimeError(f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})")
+        out: list[tuple[int, int]] = []
+        for d, c in enumerate(counts.tolist()):   # loop over domains (D is small)
+            while c > 0:
+                order = self._order(d)
+                take = min(c, self.pool_sizes[d] - self._cursor[d])
+                idx = order[self._cursor[d]:self._cursor[d] + take].tolist()
+                out.extend((d, i) for i in idx)
+                self._cursor[d] += take
+                c -= take
+                if self._cursor[d] >= self.pool_sizes[d] and self.cycle:
+                    self._cursor[d] = 0
+                    self._epoch[d] += 1
+                elif take == 0:
+                    break
+        total = max(int(counts.sum()), 1)
+        p = proportions.to(torch.float64)
+        p = p / p.sum()
+        metrics: dict[str, float] = {}
+        avail = self.available()
+        for d, name in enumerate(self.domains):
+            metrics[f"dataflex/domain/{name}/sampler_target"] = float(p[d])
+            metrics[f"dataflex/domain/{name}/sampled"] = float(counts[d]) / total
+            metrics[f"dataflex/domain/{name}/prompts_available"] = float(avail[d])
+        metrics["dataflex/sampler/shortfall"] = float(n - int(counts.sum()))
+        return out, metrics
+
+    def state_dict(self) -> dict:
+        return {"cursor": list(self._cursor), "epoch": list(self._epoch), "seed": self.seed,
+                "pool_sizes": list(self.pool_sizes)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if list(state["pool_sizes"]) != self.pool_sizes:
+            raise ValueError(f"sampler state is for pools {state['pool_sizes']}, "
+                             f"not {self.pool_sizes}")
+        self._cursor = list(state["cursor"])
+        self._epoch = list(state["epoch"])
+        self.seed = int(state["seed"])

@@ -1,0 +1,1 @@
+"""Pre-rollout: skip candidate prompts whose history says they will not teach anything."""

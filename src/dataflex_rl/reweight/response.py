@@ -1,0 +1,66 @@
+"""Response-level reweighters. The strategy normalizes their raw weights to mean 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.base import REWEIGHTERS, Reweighter
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import param
+from dataflex_rl.core.registry import ConfigError
+
+
+@REWEIGHTERS.register("softmax")
+@dataclass
+class Softmax(Reweighter):
+    """w = softmax(score / T) * N over the normalization set (mean 1 there)."""
+
+    default_scorer: ClassVar[str | None] = "advantage_magnitude"
+    temperature: float = param(1.0, "softmax temperature; large -> uniform weights", gt=0.0)
+
+    def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        s = scores.to(torch.float64) / self.temperature
+        top = s[norm_mask].max() if bool(norm_mask.any()) else torch.tensor(0.0, dtype=s.dtype)
+        return torch.exp(torch.where(norm_mask, s - top, torch.zeros_like(s)))
+
+
+@REWEIGHTERS.register("per")
+@dataclass
+class Priority(Reweighter):
+    """w = (|score| + eps) ** alpha, normalized to mean 1 (prioritized replay)."""
+
+    default_scorer: ClassVar[str | None] = "advantage_magnitude"
+    paper: ClassVar[str] = "Schaul et al. 2016, Prioritized Experience Replay"
+    alpha: float = param(0.6, "priority exponent; 0 gives uniform weights", ge=0.0)
+    eps: float = param(0.01, "added to |score| so no informative response gets weight 0", gt=0.0)
+
+    def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        return (scores.to(torch.float64).abs() + self.eps) ** self.alpha
+
+
+@REWEIGHTERS.register("band_weight")
+@dataclass
+class BandWeight(Reweighter):
+    """Weight ``inside`` for scores in [low, high], 1 outside, then mean 1.
+
+    With ``solve_rate``: responses of groups of medium difficulty count more (diffband).
+    """
+
+    default_scorer: ClassVar[str | None] = "solve_rate"
+    low: float = param(0.2, "lower bound of the band (inclusive)")
+    high: float = param(0.8, "upper bound of the band (inclusive)")
+    inside: float = param(2.0, "raw weight inside the band (outside: 1)", ge=0.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.low > self.high:
+            raise ConfigError(f"BandWeight.low: must be <= high ({self.high}), got {self.low}")
+
+    def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        s = scores.to(torch.float64)
+        inside = (s >= self.low) & (s <= self.high)
+        return torch.where(inside, torch.full_like(s, self.inside), torch.ones_like(s))

@@ -1,0 +1,30 @@
+"""Token-level reweighters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from torch import Tensor
+
+from dataflex_rl.core.base import REWEIGHTERS, Reweighter
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import param
+
+
+@REWEIGHTERS.register("ar")
+@dataclass
+class ProbabilityAware(Reweighter):
+    """Token weights w_t = alpha * p_t + (1 - alpha), mean 1 over the set's valid tokens.
+
+    p_t = exp(old_log_prob_t) (scorer ``token_prob``): tokens the sampler found unlikely count
+    less, which damps the high-variance updates they cause.
+    """
+
+    accepts: ClassVar[frozenset[str]] = frozenset({"token"})
+    level: ClassVar[str] = "token"
+    default_scorer: ClassVar[str | None] = "token_prob"
+    alpha: float = param(0.5, "mixing weight of the token probability", ge=0.0, le=1.0)
+
+    def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        return self.alpha * scores + (1.0 - self.alpha)

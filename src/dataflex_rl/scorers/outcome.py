@@ -1,0 +1,66 @@
+"""Scorers of outcomes: reward, solve rate, length, efficiency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.base import SCORERS, Scorer
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import param
+
+
+@SCORERS.register("reward")
+@dataclass
+class Reward(Scorer):
+    """Outcome reward of each response (0 for padding and non-finite rewards)."""
+
+    granularity: ClassVar[str] = "response"
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        return batch.clean_rewards
+
+
+@SCORERS.register("solve_rate")
+@dataclass
+class SolveRate(Scorer):
+    """Per group: fraction of responses with reward > threshold, from integer counts (float64).
+
+    ``k / n`` in float64 equals the literal of the same fraction (0.4 == 2/5), so band bounds
+    given as decimals compare exactly.
+    """
+
+    granularity: ClassVar[str] = "group"
+    group_based: ClassVar[bool] = True
+    paper: ClassVar[str] = "Yu et al. 2025, DAPO; Bae et al. 2025, online difficulty filtering"
+    threshold: float = param(0.5, "a response is correct when its reward is above this")
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        k = batch.group_successes(self.threshold).to(torch.float64)
+        return k / batch.group_size.clamp(min=1).to(torch.float64)
+
+
+@SCORERS.register("response_length")
+@dataclass
+class ResponseLength(Scorer):
+    """Number of valid response tokens."""
+
+    granularity: ClassVar[str] = "response"
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        return batch.response_length.to(torch.float32)
+
+
+@SCORERS.register("efficiency")
+@dataclass
+class Efficiency(Scorer):
+    """Reward per token: reward / max(length, 1) (GFPO's token efficiency)."""
+
+    granularity: ClassVar[str] = "response"
+    paper: ClassVar[str] = "Shrivastava et al. 2025, GFPO: Sample More to Think Less"
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        return batch.clean_rewards / batch.response_length.clamp(min=1).to(torch.float32)

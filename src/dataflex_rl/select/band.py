@@ -1,0 +1,42 @@
+"""Keep responses (or whole groups) whose score lies in a band."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.base import SELECTORS, Selector
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import param
+from dataflex_rl.core.registry import ConfigError
+
+
+@SELECTORS.register("band")
+@dataclass
+class Band(Selector):
+    """Keep responses whose score lies between ``low`` and ``high``.
+
+    With the group scorer ``solve_rate`` this is difficulty filtering: exclusive bounds
+    (0.2, 0.8) with G=5 keep exactly the groups with 2 or 3 correct answers, dropping the
+    all-wrong, all-right and nearly-so groups that carry little GRPO signal.
+    """
+
+    default_scorer: ClassVar[str | None] = "solve_rate"
+    paper: ClassVar[str] = "Yu et al. 2025, DAPO (dynamic sampling); Bae et al. 2025"
+    low: float = param(0.2, "lower bound of the kept band")
+    high: float = param(0.8, "upper bound of the kept band")
+    inclusive: bool = param(False, "keep scores equal to a bound (default: bounds excluded)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.low > self.high:
+            raise ConfigError(f"Band.low: must be <= high ({self.high}), got {self.low}")
+
+    def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
+        s = scores.to(torch.float64)
+        if self.inclusive:
+            return (s >= self.low) & (s <= self.high)
+        return (s > self.low) & (s < self.high)

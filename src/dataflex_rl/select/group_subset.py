@@ -1,0 +1,109 @@
+"""Per-group subset selection: PODS max-variance down-sampling and GFPO filtering.
+
+Both keep n = round_half_up(keep_fraction * size) responses of each group (at least 2, at most
+the group's size): GRPO advantages need two responses to compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.base import SELECTORS, Selector
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.component import param
+from dataflex_rl.core.segment import lexsort, rank_in_segment, round_half_up
+
+
+def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> Tensor:
+    """[G] int64 responses to keep per group: round-half-up(f * size) clamped to [min, size]."""
+    size = batch.group_size
+    n = round_half_up(keep_fraction * size.to(torch.float64)).to(torch.int64)
+    return torch.minimum(n.clamp(min=minimum), size)
+
+
+@SELECTORS.register("max_variance")
+@dataclass
+class MaxVariance(Selector):
+    """Per group, the subset of n responses whose rewards have the largest variance.
+
+    The optimum is always the a lowest plus the (n - a) highest rewards for some a, so every a
+    is scored at once from prefix sums of the group's sorted rewards; ties go to the smallest
+    a. The scores must be rewards (scorer ``reward``).
+    """
+
+    accepts: ClassVar[frozenset[str]] = frozenset({"response"})
+    group_based: ClassVar[bool] = True
+    default_scorer: ClassVar[str | None] = "reward"
+    recompute_advantages_default: ClassVar[bool] = True
+    paper: ClassVar[str] = "Xu et al. 2025, PODS: Not All Rollouts are Useful"
+    keep_fraction: float = param(0.5, "fraction of each group kept", gt=0.0, le=1.0)
+
+    def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
+        G, B = batch.num_groups, batch.batch_size
+        if B == 0:
+            return torch.zeros(0, dtype=torch.bool)
+        active = batch.active_mask
+        s = torch.where(active, scores.to(torch.float64), torch.zeros(B, dtype=torch.float64))
+        inactive_last = (~active).to(torch.int8)
+        order = lexsort(s, inactive_last, batch.group_ids)   # ascending within group
+        rank = rank_in_segment(order, batch.group_ids, G)
+        size = batch.group_size
+        k = keep_counts(batch, self.keep_fraction)
+        S = int(size.max()) if G else 0
+        sorted_r = torch.zeros(G, S + 1, dtype=torch.float64)
+        ok = active & (rank < S)
+        sorted_r[batch.group_ids[ok], rank[ok] + 1] = s[ok]       # column 0 stays 0
+        P = sorted_r.cumsum(1)                                     # P[:, j] = sum of j lowest
+        Q = (sorted_r ** 2).cumsum(1)
+        a = torch.arange(S + 1, dtype=torch.int64)[None, :]        # [1, S+1]
+        hi_start = (size[:, None] - (k[:, None] - a)).clamp(min=0, max=S)
+        lo = a.clamp(max=S).expand(G, -1)
+        sum_ = P.gather(1, lo) + P.gather(1, size[:, None]) - P.gather(1, hi_start)
+        sq = Q.gather(1, lo) + Q.gather(1, size[:, None]) - Q.gather(1, hi_start)
+        kf = k[:, None].clamp(min=1).to(torch.float64)
+        var = sq / kf - (sum_ / kf) ** 2
+        valid = (a <= k[:, None]) & (hi_start >= lo)
+        var = torch.where(valid, var, torch.full_like(var, -1.0))
+        best = var.max(1, keepdim=True).values
+        tol = 1e-12 * (1.0 + best.abs())
+        a_star = ((var >= best - tol) & valid).to(torch.int64).argmax(1)   # first (smallest) a
+        low_keep = rank < a_star[batch.group_ids]
+        high_from = size[batch.group_ids] - (k - a_star)[batch.group_ids]
+        high_keep = (rank >= high_from) & (rank < size[batch.group_ids])
+        return (low_keep | high_keep) & active
+
+
+@SELECTORS.register("gfpo")
+@dataclass
+class GroupFilter(Selector):
+    """Per group, the n responses with the highest score (GFPO).
+
+    With scorer ``efficiency`` (reward per token) this is GFPO's token-efficiency filter; with
+    ``response_length`` and ``largest: false`` it keeps the shortest responses. Ties go to the
+    higher reward, then the shorter response, then the lower index.
+    """
+
+    accepts: ClassVar[frozenset[str]] = frozenset({"response"})
+    group_based: ClassVar[bool] = True
+    default_scorer: ClassVar[str | None] = "efficiency"
+    recompute_advantages_default: ClassVar[bool] = True
+    paper: ClassVar[str] = "Shrivastava et al. 2025, GFPO: Sample More to Think Less"
+    keep_fraction: float = param(0.5, "fraction of each group kept", gt=0.0, le=1.0)
+    largest: bool = param(True, "keep the highest scores (false: the lowest)")
+
+    def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
+        G, B = batch.num_groups, batch.batch_size
+        if B == 0:
+            return torch.zeros(0, dtype=torch.bool)
+        active = batch.active_mask
+        s = scores.to(torch.float64)
+        s = torch.where(active, -s if self.largest else s, torch.zeros_like(s))
+        order = lexsort(batch.response_length, -batch.clean_rewards.to(torch.float64), s,
+                        (~active).to(torch.int8), batch.group_ids)
+        rank = rank_in_segment(order, batch.group_ids, G)
+        k = keep_counts(batch, self.keep_fraction)
+        return (rank < k[batch.group_ids]) & active
