@@ -17,7 +17,9 @@ from dataflex_rl.prerollout.history import PromptHistory
 @SKIP_POLICIES.register("greso")
 @dataclass
 class Greso(SkipPolicy):
-    """Skip a prompt whose last ``streak`` groups were all-correct (easy) or all-wrong (hard),
+    """Skip prompts whose recent groups were all-correct or all-wrong, with adaptive exploration.
+
+    A prompt whose last ``streak`` groups were all-correct (easy) or all-wrong (hard) is skipped
     with probability 1 - p, where the exploration probability p adapts per kind.
 
     After each step, p_easy falls by ``adapt_step`` when the share of all-correct groups that

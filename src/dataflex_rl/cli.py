@@ -1,0 +1,77 @@
+"""The ``dataflex-rl`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = """\
+dataflex-rl: data strategies for RLVR/GRPO (select, reweight, mix, prerollout) as
+configurable parts of one unchanged training loop.
+
+  dataflex-rl list                 presets and components, one line each
+  dataflex-rl describe difffilter  parameters, defaults, ranges, signals, paper
+"""
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from dataflex_rl.describe import REGISTRIES, one_line
+    from dataflex_rl.presets import PRESETS
+
+    rows = [("preset", n) for n in PRESETS]
+    for kind, reg in REGISTRIES.items():
+        rows += [(kind, n) for n in reg.names()]
+    if args.kind:
+        rows = [r for r in rows if r[0].replace(" ", "_") == args.kind]
+    width = max(len(n) for _, n in rows)
+    for kind, name in rows:
+        print(f"{kind:<12} {name:<{width}}  {one_line(kind, name)}")
+    return 0
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    from dataflex_rl.describe import describe
+
+    print(describe(args.name), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dataflex-rl", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("list", help="list presets and components, one line each")
+    p.add_argument("--kind", choices=["preset", "scorer", "selector", "reweighter", "mixer",
+                                      "skip_policy"], help="only this kind")
+    p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("describe", help="describe a preset or component: parameters with "
+                                        "defaults and ranges, signals needed, granularity, paper")
+    p.add_argument("name", help="a preset or component name (see 'dataflex-rl list')")
+    p.set_defaults(func=_cmd_describe)
+    try:
+        from dataflex_rl.engine import cli as engine_cli
+    except ImportError:
+        engine_cli = None
+    if engine_cli is not None and hasattr(engine_cli, "register_commands"):
+        engine_cli.register_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import dataflex_rl  # noqa: F401  (registers components)
+    from dataflex_rl.core.registry import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"dataflex-rl: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""GRPO pieces: response log-probs, group-normalized advantages, the clipped policy loss, KL.
+
+Semantics follow verl's defaults so a strategy behaves the same under both hosts:
+
+* advantages: ``(r - mean_group) / (std_group + eps)`` with the unbiased std (verl
+  ``compute_grpo_outcome_advantage``); a group of one response gets mean 0 and std 1.
+* policy loss: verl's ``vanilla`` loss (PPO clip with dual clip for negative advantages), with
+  per-token weights multiplied into the per-token losses before aggregation, as verl does with
+  ``rollout_is_weights``.
+* aggregation: ``token-mean`` over a mask.
+* KL: ``low_var_kl`` (the k3 estimator), clamped to [-10, 10].
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.engine.sampler import positions
+
+
+def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor,
+                       response_ids: Tensor, response_mask: Tensor,
+                       temperature: float = 1.0) -> Tensor:
+    """Log-prob of every response token under ``model`` (with grad when enabled).
+
+    Args:
+        prompt_ids: [B, P] left-padded prompt ids, one row per response.
+        prompt_mask: [B, P] bool.
+        response_ids: [B, T] right-padded response ids.
+        response_mask: [B, T] bool.
+        temperature: logits are divided by it (as the sampler did); ``<= 0`` means 1.
+
+    Returns:
+        [B, T] float32 log-probs; 0 where ``response_mask`` is False.
+    """
+    P = prompt_ids.shape[1]
+    ids = torch.cat([prompt_ids, response_ids], 1)
+    mask = torch.cat([prompt_mask, response_mask], 1)
+    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask),
+                   use_cache=False).logits
+    logits = logits[:, P - 1:-1].float()
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, -1).gather(2, response_ids[..., None]).squeeze(2)
+    return torch.where(response_mask, logp, torch.zeros_like(logp))
+
+
+def grpo_advantages(rewards: Tensor, group_ids: Tensor, eps: float = 1e-6,
+                    norm_by_std: bool = True) -> Tensor:
+    """Group-normalized outcome advantages, one per response.
+
+    Args:
+        rewards: [B] float.
+        group_ids: [B] int64 dense group ids 0..G-1.
+        eps: added to the std.
+        norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
+
+    Returns:
+        [B] advantages ``(r - mean_g) / (std_g + eps)``; a group of size 1 uses mean 0, std 1
+        (verl's convention).
+    """
+    G = int(group_ids.max()) + 1 if group_ids.numel() else 0
+    r = rewards.to(torch.float32)
+    n = torch.zeros(G, dtype=torch.float32).index_add_(0, group_ids, torch.ones_like(r))
+    mean = torch.zeros(G, dtype=torch.float32).index_add_(0, group_ids, r) / n.clamp(min=1)
+    dev = r - mean[group_ids]
+    var = torch.zeros(G, dtype=torch.float32).index_add_(0, group_ids, dev * dev) \
+        / (n - 1).clamp(min=1)
+    single = n[group_ids] < 2
+    mean_b = torch.where(single, torch.zeros_like(r), mean[group_ids])
+    std_b = torch.where(single, torch.ones_like(r), var.sqrt()[group_ids])
+    out = r - mean_b
+    return out / (std_b + eps) if norm_by_std else out
+
+
+def masked_token_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """``token-mean`` aggregation: sum of ``values`` over ``mask`` / number of mask tokens.
+
+    Args:
+        values: [B, T] float.
+        mask: [B, T] bool. An empty mask gives 0 (with a graph, so ``backward`` works).
+    """
+    m = mask.to(values.dtype)
+    return (values * m).sum() / m.sum().clamp(min=1.0)
+
+
+def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, mask: Tensor,
+                weights: Tensor | None = None, clip_low: float = 0.2, clip_high: float = 0.2,
+                clip_ratio_c: float = 3.0) -> tuple[Tensor, dict[str, float]]:
+    """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
+
+    Per token: ``ratio = exp(logp - old_logp)``;
+    ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, and for ``A < 0`` also
+    ``min(l, -A clip_ratio_c)`` (dual clip); then ``l *= weights``; the loss is the token-mean
+    of ``l`` over ``mask``.
+
+    Args:
+        log_probs: [B, T] current log-probs (with grad).
+        old_log_probs: [B, T] sampling log-probs.
+        advantages: [B, T].
+        mask: [B, T] bool, tokens averaged over (the denominator of token-mean).
+        weights: [B, T] per-token weights (``Decision.weights_per_token``) or None.
+        clip_low, clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
+        clip_ratio_c: dual-clip bound for negative advantages (> 1).
+
+    Returns:
+        (scalar loss, metrics: clip fraction, dual-clip fraction, approx KL to the sampler).
+    """
+    log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss1 = torch.maximum(unclipped, clipped)
+    loss_dual = torch.minimum(loss1, -advantages * clip_ratio_c)
+    per_token = torch.where(advantages < 0, loss_dual, loss1)
+    if weights is not None:
+        per_token = per_token * weights
+    loss = masked_token_mean(per_token, mask)
+    with torch.no_grad():
+        metrics = {
+            "clip_fraction": float(masked_token_mean((clipped > unclipped).float(), mask)),
+            "dual_clip_fraction": float(masked_token_mean(
+                ((loss1 > loss_dual) & (advantages < 0)).float(), mask)),
+            "approx_kl_to_sampler": float(masked_token_mean(-log_ratio, mask)),
+        }
+    return loss, metrics
+
+
+def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """Per-token k3 KL estimate ``exp(ref - logp) - (ref - logp) - 1``, clamped to [-10, 10].
+
+    Schulman's low-variance estimator (verl ``low_var_kl``); >= 0, 0 where the two agree.
+    """
+    d = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
+    return (d.exp() - d - 1.0).clamp(-10.0, 10.0)
