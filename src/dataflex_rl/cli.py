@@ -30,8 +30,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    from dataflex_rl.describe import describe
+    from dataflex_rl.describe import describe, write_docs
 
+    if args.all:
+        files = write_docs(args.out)
+        print(f"wrote {len(files)} pages to {args.out}")
+        return 0
+    if not args.name:
+        raise SystemExit("dataflex-rl describe: give a NAME (or --all --out DIR)")
     print(describe(args.name), end="")
     return 0
 
@@ -46,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_list)
     p = sub.add_parser("describe", help="describe a preset or component: parameters with "
                                         "defaults and ranges, signals needed, granularity, paper")
-    p.add_argument("name", help="a preset or component name (see 'dataflex-rl list')")
+    p.add_argument("name", nargs="?", help="a preset or component name (see 'dataflex-rl list')")
+    p.add_argument("--all", action="store_true", help="write one page per name (the docs)")
+    p.add_argument("--out", default="docs/components", help="folder for --all")
     p.set_defaults(func=_cmd_describe)
     try:
         from dataflex_rl.engine import cli as engine_cli
