@@ -34,6 +34,7 @@ def step_metrics(batch: "RolloutBatch", decision: "Decision", strategy: "Strateg
     m["dataflex/responses"] = float(n_active)
     m["dataflex/padding_responses"] = float(batch.is_padding.sum())
     m["dataflex/invalid_reward_responses"] = float(batch.invalid_reward_mask.sum())
+    m["dataflex/invalid_responses"] = float(batch.invalid_mask.sum())
     m["dataflex/kept_response_fraction"] = _frac(n_keep, n_active)
     groups_active = segment_count(active, batch.group_ids, G) > 0
     groups_kept = segment_count(keep, batch.group_ids, G) > 0

@@ -6,9 +6,11 @@ validated view; group statistics are computed on demand with vectorized segment 
 Rows that never take part in anything:
 
 * padding rows (``is_padding``), which hosts add to balance batches;
-* rows whose reward is NaN or infinite (a broken verifier): they are treated exactly like padding
-  (never kept, weight 0, not counted in group statistics) and counted in the metric
-  ``dataflex/invalid_reward_responses``. The remaining *active* rows are ``active_mask``.
+* rows whose reward is NaN or infinite (a broken verifier), or whose advantages or old
+  log-probs are non-finite on a valid token: they are treated exactly like padding (never
+  kept, weight 0, not counted in group statistics) and counted in the metrics
+  ``dataflex/invalid_responses`` (and ``dataflex/invalid_reward_responses`` for rewards).
+  The remaining *active* rows are ``active_mask``.
 """
 
 from __future__ import annotations
@@ -146,9 +148,19 @@ class RolloutBatch:
         return ~self.is_padding & ~torch.isfinite(self.rewards)
 
     @cached_property
+    def invalid_mask(self) -> Tensor:
+        """[B] bool: non-padding rows with a non-finite reward, or a non-finite advantage or
+        old log-prob on a valid token. Such rows are treated exactly like padding."""
+        bad = ~torch.isfinite(self.rewards)
+        for t in (self.advantages, self.old_log_probs):
+            if t is not None:
+                bad = bad | (self.response_mask & ~torch.isfinite(t)).any(1)
+        return ~self.is_padding & bad
+
+    @cached_property
     def active_mask(self) -> Tensor:
-        """[B] bool: rows that take part (not padding, finite reward)."""
-        return ~self.is_padding & torch.isfinite(self.rewards)
+        """[B] bool: rows that take part (not padding, not invalid)."""
+        return ~self.is_padding & ~self.invalid_mask
 
     @cached_property
     def clean_rewards(self) -> Tensor:
