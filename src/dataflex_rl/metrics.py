@@ -39,7 +39,8 @@ def step_metrics(batch: "RolloutBatch", decision: "Decision", strategy: "Strateg
     groups_active = segment_count(active, batch.group_ids, G) > 0
     groups_kept = segment_count(keep, batch.group_ids, G) > 0
     m["dataflex/kept_group_fraction"] = _frac(groups_kept.sum(), groups_active.sum())
-    m["dataflex/kept_token_fraction"] = _frac(decision.loss_mask.sum(), batch.token_mask.sum())
+    n_tok = batch.response_length
+    m["dataflex/kept_token_fraction"] = _frac(n_tok[keep].sum(), n_tok[active].sum())
     m["dataflex/all_dropped"] = float(n_active > 0 and n_keep == 0)
     informative = segment_count(batch.informative_mask, batch.group_ids, G) > 0
     m["dataflex/zero_advantage_group_fraction"] = _frac((groups_active & ~informative).sum(),

@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.rowops import TokenBlocks
 from dataflex_rl.core.segment import (
     lexsort,
     rank_in_segment,
@@ -82,8 +83,7 @@ class RolloutBatch:
         _check(isinstance(m, Tensor) and m.dim() == 2 and m.shape[0] == B,
                f"response_mask must be [B, T] with B={B}, got {tuple(getattr(m, 'shape', ()))}")
         if m.dtype != torch.bool:
-            _check(not m.is_floating_point() or bool(((m == 0) | (m == 1)).all()),
-                   "response_mask must be bool or 0/1")
+            _check(bool(((m == 0) | (m == 1)).all()), "response_mask must be bool or 0/1")
             set_(self, "response_mask", m.bool())
         _check(isinstance(g, Tensor) and g.dim() == 1 and g.shape[0] == B,
                f"group_ids must be [B] with B={B}")
@@ -137,9 +137,15 @@ class RolloutBatch:
         return len(self.domains)
 
     def replace(self, **changes) -> "RolloutBatch":
-        """A copy with some fields replaced (validated again)."""
+        """A copy with some fields replaced (validated again).
+
+        The mask summary (`token_blocks`) carries over when ``response_mask`` is unchanged.
+        """
         changes.setdefault("_num_groups", -1)
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        if "response_mask" not in changes and "token_blocks" in self.__dict__:
+            new.__dict__["token_blocks"] = self.token_blocks
+        return new
 
     # ------------------------------------------------------------------ masks
     @cached_property
@@ -152,10 +158,23 @@ class RolloutBatch:
         """[B] bool: non-padding rows with a non-finite reward, or a non-finite advantage or
         old log-prob on a valid token. Such rows are treated exactly like padding."""
         bad = ~torch.isfinite(self.rewards)
-        for t in (self.advantages, self.old_log_probs):
-            if t is not None:
-                bad = bad | (self.response_mask & ~torch.isfinite(t)).any(1)
+        if self.advantages is not None:
+            bad = bad | self.token_blocks.nonfinite_rows(self.advantages,
+                                                         row_sums=self._advantage_row_sums)
+        if self.old_log_probs is not None:
+            bad = bad | self.token_blocks.nonfinite_rows(self.old_log_probs)
         return ~self.is_padding & bad
+
+    @cached_property
+    def token_blocks(self) -> TokenBlocks:
+        """Block summary of ``response_mask`` for fast per-row token reductions."""
+        return TokenBlocks(self.response_mask)
+
+    @cached_property
+    def _advantage_row_sums(self) -> Tensor:
+        """[B] sum of the advantages over each row's valid tokens (one pass, shared by the
+        validity check and `advantage_per_response`)."""
+        return self.token_blocks.row_sums(self.advantages)
 
     @cached_property
     def active_mask(self) -> Tensor:
@@ -175,16 +194,15 @@ class RolloutBatch:
     @cached_property
     def response_length(self) -> Tensor:
         """[B] int64 number of valid response tokens."""
-        return self.response_mask.sum(1)
+        return self.token_blocks.row_counts
 
     @cached_property
     def advantage_per_response(self) -> Tensor:
         """[B] mean token advantage over valid tokens (0 where none or inactive)."""
         _check(self.advantages is not None, "this needs 'advantages', which the batch lacks")
-        mask = self.token_mask
-        adv = torch.where(mask, self.advantages, torch.zeros_like(self.advantages))
-        n = mask.sum(1).clamp(min=1)
-        return adv.sum(1) / n
+        s = self._advantage_row_sums
+        mean = s / self.response_length.clamp(min=1)
+        return torch.where(self.active_mask, mean, 0.0)
 
     @cached_property
     def informative_mask(self) -> Tensor:

@@ -127,7 +127,13 @@ class Component:
         hints = typing.get_type_hints(cls)
         for key, value in cfg.items():
             check_value(value, hints[key], dict(fields[key].metadata), f"{where}.{key}")
-        return cls(**cfg)
+        try:
+            return cls(**cfg)
+        except ConfigError as e:  # cross-field checks say "Cls.key: ..."; name the key path
+            msg = str(e)
+            prefix = f"{cls.__name__}."
+            raise ConfigError(f"{where}.{msg[len(prefix):]}" if msg.startswith(prefix)
+                              else f"{where}: {msg}") from None
 
     @classmethod
     def parameters(cls) -> list[dict]:

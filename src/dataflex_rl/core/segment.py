@@ -24,15 +24,21 @@ def segment_count(mask: Tensor, segment_ids: Tensor, num_segments: int) -> Tenso
 
 
 def segment_max(values: Tensor, segment_ids: Tensor, num_segments: int, empty: float) -> Tensor:
-    """Max of ``values`` per segment; ``empty`` for segments with no element."""
+    """Max of ``values`` per segment; ``empty`` for segments with no element.
+
+    ``empty`` never takes part in the reduction of a non-empty segment.
+    """
     out = torch.full((num_segments,), empty, dtype=values.dtype, device=values.device)
-    return out.scatter_reduce_(0, segment_ids, values, reduce="amax", include_self=True)
+    return out.scatter_reduce_(0, segment_ids, values, reduce="amax", include_self=False)
 
 
 def segment_min(values: Tensor, segment_ids: Tensor, num_segments: int, empty: float) -> Tensor:
-    """Min of ``values`` per segment; ``empty`` for segments with no element."""
+    """Min of ``values`` per segment; ``empty`` for segments with no element.
+
+    ``empty`` never takes part in the reduction of a non-empty segment.
+    """
     out = torch.full((num_segments,), empty, dtype=values.dtype, device=values.device)
-    return out.scatter_reduce_(0, segment_ids, values, reduce="amin", include_self=True)
+    return out.scatter_reduce_(0, segment_ids, values, reduce="amin", include_self=False)
 
 
 def lexsort(*keys: Tensor) -> Tensor:
@@ -72,5 +78,9 @@ def rank_in_segment(sort_order: Tensor, segment_ids: Tensor, num_segments: int) 
 
 
 def round_half_up(x: Tensor) -> Tensor:
-    """Round half up (2.5 -> 3), unlike torch.round's half-to-even."""
-    return torch.floor(x + 0.5)
+    """Round half up (2.5 -> 3), unlike torch.round's half-to-even.
+
+    Values within a relative 1e-9 below a half count as the half: ``keep_fraction * size`` such
+    as 0.7 * 45 is 31.499999999999996 in binary floating point but means 31.5, so it gives 32.
+    """
+    return torch.floor(x + 0.5 + 1e-9 * x.abs().clamp(min=1.0))

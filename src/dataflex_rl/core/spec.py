@@ -165,7 +165,8 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
     valid_keys = ["preset", "scorer", "actuator", *options_schema]
     for key in value:
         if key not in valid_keys:
-            raise ConfigError(f"{where}.{key}: unknown key.{suggest(str(key), valid_keys)} "
+            raise ConfigError(f"{where}.{key}: unknown key."
+                              f"{suggest(str(key), [*valid_keys, *ALIASES.get(mechanism, {})])} "
                               f"Valid keys of {mechanism}: {', '.join(valid_keys)}")
     preset_name = value.get("preset")
     base: MechanismSpec | None = None

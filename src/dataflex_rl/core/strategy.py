@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Sequence
 
 import torch
@@ -98,6 +99,13 @@ def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
     A_i = (r_i - mean_kept) / (std_kept + eps) (unbiased std, as verl), broadcast over valid
     tokens; 0 for dropped rows and for groups with fewer than two kept responses.
     """
+    adv = grpo_advantages_per_response(batch, keep, norm_by_std, eps)
+    return adv[:, None] * batch.response_mask.to(adv.dtype)
+
+
+def grpo_advantages_per_response(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
+                                 eps: float = 1e-6) -> Tensor:
+    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens)."""
     from dataflex_rl.core.segment import segment_count, segment_sum
 
     G = batch.num_groups
@@ -108,39 +116,57 @@ def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
     dev = torch.where(k, r - mean[batch.group_ids], torch.zeros_like(r))
     var = segment_sum(dev * dev, batch.group_ids, G) / (n - 1).clamp(min=1)
     adv = dev / (var.sqrt()[batch.group_ids] + eps) if norm_by_std else dev
-    adv = torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
-    return adv[:, None] * batch.response_mask.to(adv.dtype)
+    return torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
 
 
-@dataclass
+@dataclass(eq=False)
 class Decision:
     """What a strategy decided for one batch.
 
+    A decision is held per response; its [B, T] views (``weights_per_token``, ``loss_mask``,
+    ``advantages``) are built on first access and cached, so a host pays for a [B, T] buffer
+    only when it reads one (at 8k x 4k tokens each costs more than the whole decision).
+
     Attributes:
         keep_mask: [B] bool, responses that take part in the update.
-        weights_per_token: [B, T] float >= 0; 0 for dropped, padding and invalid rows and
-            for padding tokens. Multiply into the per-token policy loss.
-        loss_mask: [B, T] bool, valid tokens of kept rows.
+        weights_per_response: [B] float32, mean token weight over each row's valid tokens
+            (0 for dropped, padding and invalid rows and for rows without tokens).
+        response_mask: [B, T] bool, the batch's valid tokens (not copied).
         renormalize: average the loss over ``loss_mask`` (True) or the original mask.
-        advantages: [B, T] recomputed advantages, or None to keep the host's.
+        advantages_per_response: [B] recomputed advantages, or None to keep the host's.
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
+        token_weights: [B, T] the final per-token weights when a token-level reweighter
+            made them (then ``weights_per_token`` returns this tensor), else None.
     """
 
     keep_mask: Tensor
-    weights_per_token: Tensor
-    loss_mask: Tensor
+    weights_per_response: Tensor
+    response_mask: Tensor = field(repr=False)
     renormalize: bool = False
-    advantages: Tensor | None = None
+    advantages_per_response: Tensor | None = None
     proportions: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    token_weights: Tensor | None = field(default=None, repr=False)
 
-    @property
-    def weights_per_response(self) -> Tensor:
-        """[B] mean token weight over each row's valid tokens (0 for rows with none)."""
-        m = self.loss_mask
-        n = m.sum(1)
-        return torch.where(n > 0, (self.weights_per_token * m).sum(1) / n.clamp(min=1), 0.0)
+    @cached_property
+    def loss_mask(self) -> Tensor:
+        """[B, T] bool, valid tokens of kept rows."""
+        return self.response_mask & self.keep_mask[:, None]
+
+    @cached_property
+    def weights_per_token(self) -> Tensor:
+        """[B, T] float32 >= 0; 0 for dropped, padding and invalid rows and for padding
+        tokens. Multiply into the per-token policy loss."""
+        if self.token_weights is not None:
+            return self.token_weights
+        return torch.where(self.loss_mask, self.weights_per_response[:, None], 0.0)
+
+    @cached_property
+    def advantages(self) -> Tensor | None:
+        """[B, T] recomputed advantages (0 on padding tokens), or None to keep the host's."""
+        a = self.advantages_per_response
+        return None if a is None else a[:, None] * self.response_mask.to(a.dtype)
 
 
 class Strategy:
@@ -184,7 +210,11 @@ class Strategy:
             if self.domains is None:
                 raise ConfigError(f"{self.spec.name}.mix: the host must give the domain names")
             mixer = self.parts["mix"][1]
-            self._initial = mixer.initial(self._prior(), self.domains)
+            prior = self._prior()
+            try:
+                self._initial = mixer.initial(prior, self.domains)
+            except ConfigError as e:   # e.g. static proportions that do not fit the domains
+                raise ConfigError(f"{self.spec.name}.mix.actuator: {e}") from None
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
         if "prerollout" in self.parts:
@@ -195,7 +225,8 @@ class Strategy:
     # ------------------------------------------------------------------ build-time checks
     def _check_host_fit(self, mech, mspec, scorer, actuator, available, where) -> None:
         group_parts = [type(c).__name__ for c in (scorer, actuator)
-                       if c is not None and getattr(c, "group_based", False)]
+                       if c is not None and (getattr(c, "group_based", False)
+                                             or getattr(c, "granularity", None) == "group")]
         if mech == "select" and self._opt("select", "recompute_advantages", actuator, mspec):
             group_parts.append("recompute_advantages")
         if group_parts and self.advantage_estimator in NON_GROUP_ESTIMATORS:
@@ -264,25 +295,22 @@ class Strategy:
         work = batch
         if "select" in self.parts:
             keep, advantages, renormalize = self._select(batch, metrics)
-            if advantages is not None:
-                work = batch.replace(advantages=advantages)
-        w_resp = keep.to(torch.float32)
+            if advantages is not None and "reweight" in self.parts:
+                work = batch.replace(advantages=advantages[:, None]
+                                     * batch.response_mask.to(advantages.dtype))
+        has_tokens = batch.response_length > 0
+        w_resp = (keep & has_tokens).to(torch.float32)
         w_tok = None
         if "reweight" in self.parts:
             w_resp, w_tok = self._reweight(work, keep, metrics)
-        token_mask = batch.token_mask & keep[:, None]
-        weights = w_resp[:, None].expand_as(token_mask).to(torch.float32)
-        if w_tok is not None:
-            weights = weights * w_tok
-        weights = torch.where(token_mask, weights, torch.zeros_like(weights))
         proportions = None
         if "mix" in self.parts:
             proportions = self._mix(batch, metrics)
         if self._history is not None:
             self.parts["prerollout"][1].observe(batch, self._history)
             self._history.update(batch)
-        decision = Decision(keep, weights, token_mask, renormalize, advantages, proportions,
-                            metrics)
+        decision = Decision(keep, w_resp, batch.response_mask, renormalize, advantages,
+                            proportions, metrics, w_tok)
         from dataflex_rl.metrics import step_metrics
 
         metrics.update(step_metrics(batch, decision, self))
@@ -302,7 +330,8 @@ class Strategy:
         renormalize = self._opt("select", "renormalize", selector, mspec)
         metrics["dataflex/select/recompute_advantages"] = float(recompute)
         metrics["dataflex/select/renormalize"] = float(renormalize)
-        adv = grpo_advantages(batch, keep, self.norm_adv_by_std) if recompute else None
+        adv = grpo_advantages_per_response(batch, keep, self.norm_adv_by_std) \
+            if recompute else None
         if batch.batch_size and not bool(keep.any()) and bool(batch.active_mask.any()):
             warnings.warn(f"step {batch.step}: {self.spec.name} dropped every response; "
                           "this step's update is empty (all weights 0)", StrategyWarning,
@@ -311,27 +340,59 @@ class Strategy:
 
     def _reweight(self, batch: RolloutBatch, keep: Tensor,
                   metrics: dict) -> tuple[Tensor, Tensor | None]:
+        """([B] weights per response, [B, T] final token weights or None).
+
+        Weights have mean 1 over the normalization set (per token for token-level
+        reweighters) and are 1 for the other kept rows, 0 for dropped rows and rows without
+        valid tokens.
+        """
         mspec = self.spec.reweight
         scorer, rw = self.parts["reweight"]
-        w_resp = keep.to(torch.float32)
+        n_tok = batch.response_length
+        kept = keep & (n_tok > 0)
         if not _due(batch.step, mspec.warmup_steps, mspec.every):
             metrics["dataflex/reweight/active"] = 0.0
-            return w_resp, None
+            return kept.to(torch.float32), None
         metrics["dataflex/reweight/active"] = 1.0
         informative = mspec.options["normalize"] == "informative"
         metrics["dataflex/reweight/normalize_informative"] = float(informative)
         norm_set = keep & (batch.informative_mask if informative else batch.active_mask)
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
         scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
-        raw = rw.raw_weights(scores, batch, norm_set).to(torch.float32)
+        raw = rw.raw_weights(scores, batch, norm_set)
         if rw.level == "token":
-            tok_set = norm_set[:, None] & batch.response_mask
-            mean = (raw * tok_set).sum() / tok_set.sum().clamp(min=1)
-            w = raw / mean if float(mean) > 0 else torch.ones_like(raw)
-            return w_resp, torch.where(tok_set, w, torch.ones_like(w))
+            return self._token_weights(batch, raw.to(torch.float32), kept, norm_set)
+        raw = raw.to(torch.float64)   # normalize first: raw weights may overflow float32
         mean = (raw * norm_set).sum() / norm_set.sum().clamp(min=1)
+        if float(mean) <= 0 and bool(norm_set.any()):
+            _warn_zero_mean(batch.step, self.spec.name)
         w = raw / mean if float(mean) > 0 else torch.ones_like(raw)
-        return torch.where(norm_set, w, torch.ones_like(w)) * keep, None
+        return (torch.where(norm_set, w, torch.ones_like(w)) * kept).to(torch.float32), None
+
+    @staticmethod
+    def _token_weights(batch: RolloutBatch, raw: Tensor, kept: Tensor,
+                       norm_set: Tensor) -> tuple[Tensor, Tensor]:
+        """Token-level raw weights [B, T] -> (weights per response, final token weights).
+
+        Mean 1 over the valid tokens of ``norm_set`` rows: w = raw / mean there, 1 on the
+        valid tokens of other kept rows, 0 elsewhere. Per-row sums of ``raw`` give the mean and
+        the per-response weights; the [B, T] result is one fused multiply-add and one mask.
+        """
+        row_sum = batch.token_blocks.row_sums(raw)                   # [B] over valid tokens
+        n_tok = batch.response_length
+        total = torch.where(norm_set, row_sum, 0.0).sum()
+        count = torch.where(norm_set, n_tok, 0).sum().clamp(min=1)
+        mean = float(total / count)
+        if mean <= 0 and bool(norm_set.any()):
+            _warn_zero_mean(batch.step, "token weights")
+        use = norm_set & (mean > 0)
+        scale = torch.where(use, 1.0 / mean if mean > 0 else 0.0, 0.0).to(torch.float32)
+        offset = (kept & ~use).to(torch.float32)
+        weights = torch.addcmul(offset[:, None], raw, scale[:, None])
+        torch.where(batch.response_mask, weights, torch.zeros((), dtype=weights.dtype),
+                    out=weights)
+        per_response = torch.where(use, row_sum * scale / n_tok.clamp(min=1), offset)
+        return per_response.to(torch.float32), weights
 
     def _mix(self, batch: RolloutBatch, metrics: dict) -> Tensor | None:
         mspec = self.spec.mix
@@ -344,7 +405,7 @@ class Strategy:
             scorer.observe(batch)
         self._drawn += torch.bincount(batch.domain_ids[batch.active_mask], minlength=D)
         self._steps_observed += 1
-        if not _due(self._steps_observed, max(mspec.warmup_steps, 1), mspec.every):
+        if not _due(self._steps_observed, mspec.warmup_steps, mspec.every):
             metrics["dataflex/mix/updated"] = 0.0
             return None
         values, observed = scorer.values(D) if scorer is not None else (None, None)
@@ -383,6 +444,11 @@ class Strategy:
             setattr(self, f"_{key}", None if v is None else v.clone())
         if self._history is not None:
             self._history.load_state_dict(state["history"])
+
+
+def _warn_zero_mean(step: int, who: str) -> None:
+    warnings.warn(f"step {step}: {who}: every raw weight in the normalization set is 0; "
+                  "weights left at 1 (mean 1 cannot be reached)", StrategyWarning, stacklevel=4)
 
 
 def apply_floor(raw: Tensor, floor: float) -> Tensor:

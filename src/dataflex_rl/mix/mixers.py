@@ -71,7 +71,8 @@ class RewardGap(Mixer):
 class UCB(Mixer):
     """p = softmax((value_d + c sqrt(2 ln N / n_d)) / T), UCB1 over domains.
 
-    n_d: responses drawn from domain d so far (at least 1), N = sum of n_d.
+    n_d: responses drawn from domain d so far, N = sum of n_d. A domain never drawn counts
+    as drawn once in its bonus (largest, but finite, so the floor and softmax still apply).
     """
 
     default_scorer: ClassVar[str | None] = "domain_advantage_magnitude"
@@ -81,7 +82,7 @@ class UCB(Mixer):
 
     def raw_proportions(self, values, observed, drawn, prior) -> Tensor:
         n = drawn.to(torch.float64).clamp(min=1)
-        N = n.sum()
+        N = drawn.to(torch.float64).sum().clamp(min=1)
         bonus = self.c * torch.sqrt(2.0 * torch.log(N) / n)
         v = fill_unobserved(values, observed) if bool(observed.any()) else torch.zeros_like(n)
         return softmax(v + bonus, self.temperature)

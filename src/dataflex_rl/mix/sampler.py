@@ -27,8 +27,10 @@ def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = Non
         ValueError: negative or all-zero proportions, or n < 0.
     """
     p = proportions.to(torch.float64)
-    if n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all()):
-        raise ValueError(f"need n >= 0 and finite proportions >= 0, got n={n}, p={p.tolist()}")
+    if (n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all())
+            or not float(p.sum()) > 0):
+        raise ValueError(f"need n >= 0 and finite proportions >= 0 with a positive sum, "
+                         f"got n={n}, p={p.tolist()}")
     D = p.shape[0]
     cap = capacity.to(torch.int64) if capacity is not None else torch.full((D,), n, dtype=torch.int64)
     counts = torch.zeros(D, dtype=torch.int64)

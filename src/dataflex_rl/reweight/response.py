@@ -61,6 +61,8 @@ class BandWeight(Reweighter):
             raise ConfigError(f"BandWeight.low: must be <= high ({self.high}), got {self.low}")
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        s = scores.to(torch.float64)
+        # compare in the scores' own precision (see Band.select)
+        s = scores if scores.is_floating_point() else scores.to(torch.float64)
         inside = (s >= self.low) & (s <= self.high)
+        s = s.to(torch.float64)
         return torch.where(inside, torch.full_like(s, self.inside), torch.ones_like(s))

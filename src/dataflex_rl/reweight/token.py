@@ -27,4 +27,4 @@ class ProbabilityAware(Reweighter):
     alpha: float = param(0.5, "mixing weight of the token probability", ge=0.0, le=1.0)
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        return self.alpha * scores + (1.0 - self.alpha)
+        return scores.mul(self.alpha).add_(1.0 - self.alpha)

@@ -61,7 +61,10 @@ class WindowedDomainScorer(DomainScorer):
         return self._sums.sum(0) / n.clamp(min=1), n > 0
 
     def state_dict(self) -> dict:
-        return {"n": self._n, "sums": self._sums, "counts": self._counts, "x": self._x}
+        """A snapshot (copies): later observations do not change a saved state."""
+        return {"n": self._n, **{k: None if v is None else v.clone()
+                                 for k, v in (("sums", self._sums), ("counts", self._counts),
+                                              ("x", self._x))}}
 
     def load_state_dict(self, state: dict) -> None:
         self._n = int(state["n"])

@@ -23,9 +23,9 @@ class AdvantageMagnitude(Scorer):
     def score(self, batch: RolloutBatch) -> Tensor:
         if batch.advantages is None:
             raise ValueError("advantage_magnitude needs 'advantages' in the batch")
-        mask = batch.token_mask
-        a = torch.where(mask, batch.advantages.abs(), torch.zeros_like(batch.advantages))
-        return a.sum(1) / mask.sum(1).clamp(min=1)
+        total = batch.token_blocks.row_sums(batch.advantages, absolute=True)
+        mean = total / batch.response_length.clamp(min=1)
+        return torch.where(batch.active_mask, mean, 0.0)
 
 
 @SCORERS.register("token_prob")
@@ -39,5 +39,10 @@ class TokenProb(Scorer):
     def score(self, batch: RolloutBatch) -> Tensor:
         if batch.old_log_probs is None:
             raise ValueError("token_prob needs 'old_log_probs' in the batch")
-        p = batch.old_log_probs.clamp(max=0).exp()
-        return torch.where(batch.token_mask, p, torch.zeros_like(p))
+        # one [B, T] buffer: -inf off the mask (exp -> 0), clamped and exponentiated in place
+        p = torch.where(batch.response_mask, batch.old_log_probs, float("-inf"))
+        p.clamp_(max=0).exp_()
+        inactive = ~batch.active_mask
+        if bool(inactive.any()):
+            p[inactive] = 0.0
+        return p

@@ -36,7 +36,8 @@ class Band(Selector):
             raise ConfigError(f"Band.low: must be <= high ({self.high}), got {self.low}")
 
     def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
-        s = scores.to(torch.float64)
+        # compare in the scores' own precision: a float32 reward 0.2 equals the bound 0.2
+        s = scores if scores.is_floating_point() else scores.to(torch.float64)
         if self.inclusive:
             return (s >= self.low) & (s <= self.high)
         return (s > self.low) & (s < self.high)

@@ -42,7 +42,8 @@ class TopFraction(Selector):
         return self._top(scores.to(torch.float64), active)
 
     def _top(self, score: Tensor, eligible: Tensor) -> Tensor:
-        k = int(round_half_up(torch.tensor(self.fraction * int(eligible.sum()))))
+        k = int(round_half_up(torch.tensor(self.fraction * int(eligible.sum()),
+                                                dtype=torch.float64)))
         # descending by score, eligible first, ties by index (stable sorts)
         key = torch.where(eligible, -score, torch.full_like(score, float("inf")))
         order = lexsort(key, (~eligible).to(torch.int8))

@@ -1,0 +1,161 @@
+"""Per-row reductions of [B, T] token tensors under a mask, without [B, T] temporaries.
+
+Strategies read per-token fields (advantages, old log-probs) only to reduce them per response:
+mean advantage, mean |advantage|, "has a non-finite value on a valid token". The obvious
+``torch.where(mask, x, 0).sum(1)`` allocates [B, T] temporaries, and at 8k x 4k tokens a fresh
+[B, T] buffer costs more than the reduction itself (its pages are faulted in anew each time);
+``mask.sum(1)`` on a bool tensor is ~10x slower than a float sum.
+
+`TokenBlocks` summarizes the mask once per block of ``K`` tokens: a block is *full* (every
+token valid), *empty*, or *mixed*. A masked row sum is then one plain block-sum pass over the
+values (full blocks taken as they are, empty ones ignored) plus an exact ``where`` over the
+mixed blocks, gathered (one per right-padded row; any mask works, holes included). Values on
+invalid tokens never enter a result, NaN included. Sums agree with
+``torch.where(mask, x, 0).sum(1)`` up to float rounding (the summation order differs).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: largest block: a block's count must fit in one byte (see `_block_counts`)
+MAX_BLOCK = 248
+#: elements per chunk when a pass needs an elementwise temporary (|x|): 1 MiB of float32
+_CHUNK_ELEMS = 1 << 18
+
+
+def block_size(T: int) -> int:
+    """Tokens per block for rows of T tokens: the largest multiple of 8 that divides T and is at
+    most `MAX_BLOCK`, so blocks tile the row exactly (128 when T is not a multiple of 8: the
+    last T % 128 columns are then handled exactly as a tail)."""
+    if T % 8:
+        return 128
+    words = T // 8
+    return 8 * max(d for d in range(1, MAX_BLOCK // 8 + 1) if words % d == 0)
+
+
+def _block_counts(mask: Tensor, nb: int, K: int) -> Tensor:
+    """[B, nb] int64 number of True in each block of K columns (the first nb * K columns).
+
+    Fast path: a bool is one byte holding 0 or 1, so viewing 8 bools as one int64 and summing
+    the block's K / 8 words adds the bools byte lane by byte lane (each lane <= K / 8, no
+    carry); folding the 8 lanes into the low byte then gives the count (<= K <= 248, no carry).
+    """
+    B, T = mask.shape
+    if nb == 0:
+        return torch.zeros(B, 0, dtype=torch.int64, device=mask.device)
+    if mask.is_contiguous() and T % 8 == 0 and mask.storage_offset() % 8 == 0:
+        words = mask.view(torch.int64)[:, : nb * K // 8]
+        s = words.reshape(B, nb, K // 8).sum(2)
+        s.add_(s >> 32)
+        s.add_(s >> 16)
+        s.add_(s >> 8)
+        return s.bitwise_and_(0xFF)
+    return mask[:, : nb * K].reshape(B, nb, K).sum(2)
+
+
+class TokenBlocks:
+    """Block summary of a [B, T] bool token mask, for fast masked per-row reductions.
+
+    Args:
+        mask: [B, T] bool.
+        block: tokens per block, a multiple of 8 up to `MAX_BLOCK` (default `block_size`).
+
+    Attributes:
+        row_counts: [B] int64 number of valid tokens per row.
+    """
+
+    def __init__(self, mask: Tensor, block: int | None = None) -> None:
+        if mask.dtype != torch.bool or mask.dim() != 2:
+            raise ValueError("TokenBlocks needs a [B, T] bool mask")
+        B, T = mask.shape
+        K = block_size(T) if block is None else block
+        if K % 8 or not 8 <= K <= MAX_BLOCK:
+            raise ValueError(f"block must be a multiple of 8 in [8, {MAX_BLOCK}], got {K}")
+        self.mask, self.K, self.nb = mask, K, T // K
+        counts = _block_counts(mask, self.nb, K)                      # [B, nb]
+        self.not_full = counts != K
+        mixed = ((counts > 0) & self.not_full).view(-1).nonzero().squeeze(1)
+        self.mixed_rows = torch.div(mixed, max(self.nb, 1), rounding_mode="floor")
+        self.mixed_cols = mixed - self.mixed_rows * self.nb
+        self.mixed_invalid = ~self._gather(mask)                      # [M, K] bool
+        self.tail = self.nb * K < T                                   # columns after the blocks
+        row_counts = counts.sum(1)
+        if self.tail:
+            row_counts = row_counts + mask[:, self.nb * K:].sum(1)
+        self.row_counts = row_counts
+
+    def _blocks(self, x: Tensor) -> Tensor:
+        """[B, nb, K] view (or copy, for odd strides) of the first nb * K columns."""
+        return x[:, : self.nb * self.K].reshape(x.shape[0], self.nb, self.K)
+
+    def _gather(self, x: Tensor) -> Tensor:
+        """[M, K] the mixed blocks of ``x``."""
+        if self.nb * self.K == x.shape[1] and x.is_contiguous():
+            flat = self.mixed_rows * self.nb + self.mixed_cols
+            return x.view(-1, self.K).index_select(0, flat)
+        return self._blocks(x)[self.mixed_rows, self.mixed_cols]
+
+    def row_sums(self, values: Tensor, absolute: bool = False) -> Tensor:
+        """[B] sum over each row's valid tokens of ``values`` (of ``|values|`` if ``absolute``).
+
+        Args:
+            values: [B, T] float, same shape as the mask.
+            absolute: sum absolute values.
+
+        Returns:
+            [B] in ``values.dtype``; 0 for rows without valid tokens.
+        """
+        if values.shape != self.mask.shape:
+            raise ValueError(f"values {tuple(values.shape)} do not match the mask "
+                             f"{tuple(self.mask.shape)}")
+        if self.nb:
+            v3 = self._blocks(values)
+            bs = self._abs_block_sums(v3) if absolute else v3.sum(2)
+            out = bs.masked_fill_(self.not_full, 0.0).sum(1)
+            if self.mixed_rows.numel():
+                part = self._gather(values)                                  # a copy: ours
+                part = part.abs_() if absolute else part
+                out.index_add_(0, self.mixed_rows, part.masked_fill_(self.mixed_invalid, 0.0).sum(1))
+        else:
+            out = torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
+        if self.tail:
+            v = values[:, self.nb * self.K:]
+            v = v.abs() if absolute else v
+            out = out + torch.where(self.mask[:, self.nb * self.K:], v, 0.0).sum(1)
+        return out
+
+    def _abs_block_sums(self, v3: Tensor) -> Tensor:
+        """[B, nb] block sums of |v3|, a chunk of rows at a time (the |.| buffer stays cached)."""
+        B, nb, K = v3.shape
+        rows = max(1, _CHUNK_ELEMS // max(nb * K, 1))
+        if rows >= B:
+            return v3.abs().sum(2)
+        out = torch.empty(B, nb, dtype=v3.dtype, device=v3.device)
+        buf = torch.empty(rows, nb, K, dtype=v3.dtype, device=v3.device)
+        for i in range(0, B, rows):
+            j = min(i + rows, B)
+            b = buf[: j - i]
+            torch.abs(v3[i:j], out=b)
+            torch.sum(b, 2, out=out[i:j])
+        return out
+
+    def nonfinite_rows(self, values: Tensor, row_sums: Tensor | None = None) -> Tensor:
+        """[B] bool: rows with a NaN or infinite value on a valid token.
+
+        A sum with a non-finite term is non-finite, so only rows whose masked sum is not finite
+        (a bad value, or a rare overflow) are checked token by token.
+
+        Args:
+            values: [B, T] float.
+            row_sums: ``row_sums(values)`` when already computed.
+        """
+        s = self.row_sums(values) if row_sums is None else row_sums
+        suspect = ~torch.isfinite(s)
+        if not bool(suspect.any()):
+            return suspect
+        rows = suspect.nonzero().squeeze(1)
+        out = torch.zeros_like(suspect)
+        out[rows] = (self.mask[rows] & ~torch.isfinite(values[rows])).any(1)
+        return out

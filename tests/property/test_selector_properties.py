@@ -1,0 +1,147 @@
+"""Selectors equal plain-loop oracles; padding is never kept; permuting groups permutes."""
+
+import itertools
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dataflex_rl  # noqa: F401
+from dataflex_rl.scorers.outcome import Efficiency, Reward, ResponseLength, SolveRate
+from dataflex_rl.scorers.policy import AdvantageMagnitude
+from dataflex_rl.select.band import Band
+from dataflex_rl.select.group_subset import GroupFilter, MaxVariance
+from dataflex_rl.select.top_fraction import TopFraction
+from tests.property import oracles
+from tests.strategies import permute_groups, rollout_batches
+
+FRACTIONS = st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.6, 0.7, 0.75, 1.0])
+
+
+def _keep(selector, scorer, b):
+    s = scorer.score(b)
+    if scorer.granularity == "group":
+        s = s[b.group_ids]
+    keep = selector.select(s, b)
+    assert keep.shape == (b.batch_size,) and keep.dtype == torch.bool
+    return keep & b.active_mask, s
+
+
+def _members(b):
+    rs = oracles.rows(b)
+    return rs, [[i for i, r in enumerate(rs) if r["g"] == g and oracles.active(r)]
+                for g in range(b.num_groups)]
+
+
+@given(rollout_batches(reward_kind="binary"), st.sampled_from([(0.2, 0.8), (0.0, 0.5),
+                                                               (0.25, 0.75), (0.4, 0.6)]),
+       st.booleans())
+def test_band_on_solve_rate_equals_the_loop_oracle(b, bounds, inclusive):
+    low, high = bounds
+    keep, _ = _keep(Band(low=low, high=high, inclusive=inclusive), SolveRate(), b)
+    rs, members = _members(b)
+    expected = [False] * b.batch_size
+    for g, act in enumerate(members):
+        if not act:
+            continue
+        rate = sum(rs[i]["r"] > 0.5 for i in act) / len(act)
+        inside = low <= rate <= high if inclusive else low < rate < high
+        for i in act:
+            expected[i] = inside
+    assert keep.tolist() == expected
+
+
+@given(rollout_batches(max_group_size=7), FRACTIONS)
+def test_max_variance_subset_equals_brute_force(b, fraction):
+    keep, _ = _keep(MaxVariance(keep_fraction=fraction), Reward(), b)
+    rs, members = _members(b)
+    kept_rows = set(torch.nonzero(keep).flatten().tolist())
+    assert kept_rows <= {i for act in members for i in act}
+    for act in members:
+        if not act:
+            continue
+        k = oracles.keep_count(fraction, len(act))
+        kept = [i for i in act if i in kept_rows]
+        assert len(kept) == k
+        vals = [rs[i]["r"] for i in act]
+        best = max(oracles.pvariance(c) for c in itertools.combinations(vals, k))
+        got = oracles.pvariance([rs[i]["r"] for i in kept])
+        assert got >= best - 1e-9 * (1 + best)
+
+
+@given(rollout_batches(), FRACTIONS, st.sampled_from(["efficiency", "short", "long"]))
+def test_gfpo_equals_sorting_each_group_with_the_tie_break(b, fraction, metric):
+    scorer = Efficiency() if metric == "efficiency" else ResponseLength()
+    largest = metric != "short"
+    keep, s = _keep(GroupFilter(keep_fraction=fraction, largest=largest), scorer, b)
+    rs, members = _members(b)
+    s = s.tolist()
+    expected = [False] * b.batch_size
+    for act in members:
+        # best score first, then higher reward, then shorter, then lower index
+        order = sorted(act, key=lambda i: (-s[i] if largest else s[i], -rs[i]["r"],
+                                           rs[i]["length"], i))
+        for i in order[:oracles.keep_count(fraction, len(act))]:
+            expected[i] = True
+    assert keep.tolist() == expected
+
+
+@given(rollout_batches(), FRACTIONS)
+def test_top_fraction_of_responses_equals_the_loop_oracle(b, fraction):
+    keep, s = _keep(TopFraction(fraction=fraction), AdvantageMagnitude(), b)
+    rs = oracles.rows(b)
+    s = s.tolist()
+    eligible = [i for i, r in enumerate(rs) if oracles.active(r)]
+    k = oracles.round_half_up_exact(fraction, len(eligible))
+    chosen = set(sorted(eligible, key=lambda i: (-s[i], i))[:k])
+    assert keep.tolist() == [i in chosen for i in range(b.batch_size)]
+
+
+@given(rollout_batches(), FRACTIONS)
+def test_top_fraction_by_group_equals_the_loop_oracle(b, fraction):
+    keep, s = _keep(TopFraction(fraction=fraction, by_group=True), AdvantageMagnitude(), b)
+    rs, members = _members(b)
+    s = s.tolist()
+    groups = [g for g, act in enumerate(members) if act]
+    mean = {g: sum(s[i] for i in members[g]) / len(members[g]) for g in groups}
+    k = oracles.round_half_up_exact(fraction, len(groups))
+    kept_groups = {int(b.group_ids[i]) for i in torch.nonzero(keep).flatten().tolist()}
+    assert len(kept_groups) == k
+    for g in kept_groups:                       # whole groups, their active rows only
+        assert [bool(keep[i]) for i in members[g]] == [True] * len(members[g])
+    dropped = [g for g in groups if g not in kept_groups]
+    if kept_groups and dropped:                 # ranked by mean score (float tolerance)
+        assert min(mean[g] for g in kept_groups) >= max(mean[g] for g in dropped) - 1e-9
+    means = sorted(mean.values())
+    if all(b2 - a > 1e-9 for a, b2 in zip(means, means[1:])):   # no near-ties: exact set
+        assert kept_groups == set(sorted(groups, key=lambda g: (-mean[g], g))[:k])
+
+
+SELECTORS = {
+    "band": (Band(), SolveRate()),
+    "max_variance": (MaxVariance(), Reward()),
+    "gfpo": (GroupFilter(), Efficiency()),
+    "gfpo_short": (GroupFilter(largest=False), ResponseLength()),
+}
+
+
+@given(rollout_batches(), st.sampled_from(sorted(SELECTORS)), st.data())
+def test_permuting_groups_permutes_the_keep_mask(b, name, data):
+    selector, scorer = SELECTORS[name]
+    perm = data.draw(st.permutations(range(b.num_groups)))
+    pb, rows = permute_groups(b, perm)
+    assert torch.equal(_keep(selector, scorer, pb)[0], _keep(selector, scorer, b)[0][rows])
+
+
+@given(rollout_batches(), st.booleans(), FRACTIONS, st.data())
+def test_permuting_groups_permutes_top_fraction_without_ties(b, by_group, fraction, data):
+    # ties go by global index, which moves when rows move: use distinct scores (by_group: one
+    # distinct score per group, so the group means are distinct too)
+    n = b.num_groups if by_group else b.batch_size
+    distinct = torch.tensor(data.draw(st.permutations(range(n))), dtype=torch.float64)
+    scores = distinct[b.group_ids] if by_group else distinct
+    perm = data.draw(st.permutations(range(b.num_groups)))
+    pb, rows = permute_groups(b, perm)
+    sel = TopFraction(fraction=fraction, by_group=by_group)
+    assert torch.equal(sel.select(scores[rows], pb) & pb.active_mask,
+                       (sel.select(scores, b) & b.active_mask)[rows])

@@ -1,0 +1,132 @@
+"""Pre-rollout: prompt history and GRESO-style skipping."""
+
+import pytest
+import torch
+
+import dataflex_rl  # noqa: F401
+from dataflex_rl import Strategy
+from dataflex_rl.core.batch import from_lists
+from dataflex_rl.prerollout.greso import Greso
+from dataflex_rl.prerollout.history import PromptHistory
+
+NAN = float("nan")
+
+
+def _batch(groups, step=0, lengths=None):
+    """``groups``: {prompt_key: [rewards]} -> one group per prompt, in order."""
+    rewards, gids, keys = [], [], []
+    for g, (key, rs) in enumerate(groups.items()):
+        rewards += rs
+        gids += [g] * len(rs)
+        keys += [key] * len(rs)
+    return from_lists(rewards, gids, lengths, prompt_keys=tuple(keys), step=step)
+
+
+def test_history_records_one_outcome_per_group_under_its_own_key():
+    h = PromptHistory(size=2)
+    # "x": 1 of 2 correct, 8 tokens; "y": all correct (zero variance); "z": all wrong
+    h.update(_batch({"x": [1.0, 0.0], "y": [1.0, 1.0], "z": [0.0, 0.0, 0.0]}, step=3))
+    assert h.get("x") == [(3, 0.5, False, 8)]
+    assert h.get("y") == [(3, 1.0, True, 8)]
+    assert h.get("z") == [(3, 0.0, True, 12)]
+    assert h.get("never") == [] and len(h) == 3
+
+
+def test_history_interleaved_rows_and_inactive_rows():
+    # rows of two prompts interleaved; "b"'s NaN row is not counted; "c" is only padding
+    b = from_lists([1.0, 0.0, NAN, 1.0, 1.0, 0.5], [0, 1, 1, 0, 1, 2], [2, 3, 4, 5, 6, 7],
+                   prompt_keys=("a", "b", "b", "a", "b", "c"), step=1,
+                   is_padding=torch.tensor([False] * 5 + [True]))
+    h = PromptHistory()
+    h.update(b)
+    assert h.get("a") == [(1, 1.0, True, 7)]
+    assert h.get("b") == [(1, 0.5, False, 9)]
+    assert h.get("c") == []
+
+
+def test_history_is_bounded_and_round_trips():
+    h = PromptHistory(size=2)
+    for step in range(4):
+        h.update(_batch({"x": [float(step % 2), 0.0]}, step=step))
+    assert [o[0] for o in h.get("x")] == [2, 3]
+    h2 = PromptHistory(size=2)
+    h2.load_state_dict(h.state_dict())
+    assert h2.get("x") == h.get("x")
+    h2.update(_batch({"x": [1.0, 1.0]}, step=4))
+    assert [o[0] for o in h2.get("x")] == [3, 4] and [o[0] for o in h.get("x")] == [2, 3]
+
+
+def test_history_without_prompt_keys_records_nothing():
+    h = PromptHistory()
+    h.update(from_lists([1.0, 0.0], [0, 0]))
+    assert len(h) == 0
+
+
+# ---------------------------------------------------------------- greso
+def _history(**groups):
+    h = PromptHistory()
+    h.update(_batch(groups))
+    return h
+
+
+def test_greso_skips_only_zero_variance_prompts():
+    h = _history(easy=[1.0, 1.0], hard=[0.0, 0.0], mixed=[1.0, 0.0])
+    keys = ["easy", "hard", "mixed", "new"]
+    # explore_prob 0: every skippable prompt is skipped; mixed and unseen prompts never are
+    keep, m = Greso(explore_prob=0.0, min_explore=0.0).filter(h, keys, 0, torch.Generator())
+    assert keep.tolist() == [False, False, True, True]
+    assert m["dataflex/prerollout/skipped"] == 2.0
+    assert m["dataflex/prerollout/skipped_easy"] == 1.0
+    assert m["dataflex/prerollout/skipped_hard"] == 1.0
+    assert m["dataflex/prerollout/tokens_saved_est"] == 16.0      # 2 groups x 2 x 4 tokens
+    # explore_prob 1: nothing is skipped
+    keep, _ = Greso(explore_prob=1.0).filter(h, keys, 0, torch.Generator())
+    assert keep.tolist() == [True] * 4
+
+
+def test_greso_explores_with_the_given_probability_deterministically():
+    h = _history(**{f"p{i}": [1.0, 1.0] for i in range(2000)})
+    keys = [f"p{i}" for i in range(2000)]
+    g = Greso(explore_prob=0.3)
+    keep1, _ = g.filter(h, keys, 0, torch.Generator().manual_seed(7))
+    keep2, _ = g.filter(h, keys, 0, torch.Generator().manual_seed(7))
+    assert torch.equal(keep1, keep2)
+    assert abs(float(keep1.float().mean()) - 0.3) < 0.05     # ~N(0.3, 0.01)
+
+
+def test_greso_streak_needs_that_many_zero_variance_outcomes():
+    h = _history(x=[1.0, 1.0])
+    g = Greso(streak=2, explore_prob=0.0, min_explore=0.0)
+    assert g.filter(h, ["x"], 0, None)[0].tolist() == [True]       # one outcome only
+    h.update(_batch({"x": [1.0, 1.0]}, step=1))
+    assert g.filter(h, ["x"], 1, None)[0].tolist() == [False]
+    h.update(_batch({"x": [0.0, 0.0]}, step=2))                     # easy then hard: no streak
+    assert g.filter(h, ["x"], 2, None)[0].tolist() == [True]
+
+
+def test_greso_adapts_exploration_and_round_trips():
+    g = Greso(explore_prob=0.5, adapt_step=0.1, target_zero_variance=0.5, min_explore=0.25)
+    # 2 of 4 groups all-correct (share .5 > .25) -> p_easy falls; no all-wrong -> p_hard rises
+    b = _batch({"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0]})
+    g.observe(b, PromptHistory())
+    assert g.state_dict() == {"p": {"easy": pytest.approx(0.4), "hard": pytest.approx(0.6)}}
+    for _ in range(5):
+        g.observe(b, PromptHistory())
+    assert g.state_dict()["p"]["easy"] == 0.25                       # never below min_explore
+    assert g.state_dict()["p"]["hard"] == 1.0                        # never above 1
+    g2 = Greso(explore_prob=0.5, adapt_step=0.1, target_zero_variance=0.5, min_explore=0.25)
+    g2.load_state_dict(g.state_dict())
+    assert g2.state_dict() == g.state_dict()
+
+
+def test_strategy_filter_prompts_schedule_and_history():
+    s = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
+                                              "min_explore": 0.0, "adapt_step": 0.0},
+                                 "warmup_steps": 1}})
+    s.decide(_batch({"easy": [1.0, 1.0], "mixed": [1.0, 0.0]}, step=0))
+    keys = ["easy", "mixed"]
+    keep, m = s.filter_prompts(keys, step=0)                  # still warming up
+    assert keep.tolist() == [True, True] and m["dataflex/prerollout/active"] == 0.0
+    keep, m = s.filter_prompts(keys, step=1, generator=torch.Generator().manual_seed(0))
+    assert keep.tolist() == [False, True] and m["dataflex/prerollout/active"] == 1.0
+    assert Strategy("baseline").filter_prompts(keys, 5)[0].tolist() == [True, True]
