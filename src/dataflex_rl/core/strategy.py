@@ -41,7 +41,8 @@ from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy
 #: advantage estimators that normalize rewards within prompt groups (verl names)
 GROUP_ESTIMATORS = frozenset({
     "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "opo", "gpg",
-    "drgrpo", "reinforce_plus_plus_baseline", "optimal_token_baseline", "gdpo",
+    "reinforce_plus_plus_baseline", "optimal_token_baseline", "tir_optimal_token_baseline",
+    "gdpo",
 })
 #: advantage estimators with no group structure
 NON_GROUP_ESTIMATORS = frozenset({"gae", "reinforce_plus_plus", "remax"})
@@ -359,9 +360,17 @@ class Strategy:
         norm_set = keep & (batch.informative_mask if informative else batch.active_mask)
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
         scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
-        raw = rw.raw_weights(scores, batch, norm_set)
+        owned = rw.in_place
+        if owned:  # compute into a tensor this strategy owns (token level: no [B, T] copy)
+            if not scorer.returns_new:
+                scores = scores.clone()
+            raw = rw.raw_weights_(scores, batch, norm_set)
+        else:
+            raw = rw.raw_weights(scores, batch, norm_set)
         if rw.level == "token":
-            return self._token_weights(batch, raw.to(torch.float32), kept, norm_set)
+            if raw.dtype != torch.float32:
+                raw, owned = raw.to(torch.float32), True
+            return self._token_weights(batch, raw, kept, norm_set, owned)
         raw = raw.to(torch.float64)   # normalize first: raw weights may overflow float32
         mean = (raw * norm_set).sum() / norm_set.sum().clamp(min=1)
         if float(mean) <= 0 and bool(norm_set.any()):
@@ -370,15 +379,17 @@ class Strategy:
         return (torch.where(norm_set, w, torch.ones_like(w)) * kept).to(torch.float32), None
 
     @staticmethod
-    def _token_weights(batch: RolloutBatch, raw: Tensor, kept: Tensor,
-                       norm_set: Tensor) -> tuple[Tensor, Tensor]:
+    def _token_weights(batch: RolloutBatch, raw: Tensor, kept: Tensor, norm_set: Tensor,
+                       owned: bool) -> tuple[Tensor, Tensor]:
         """Token-level raw weights [B, T] -> (weights per response, final token weights).
 
         Mean 1 over the valid tokens of ``norm_set`` rows: w = raw / mean there, 1 on the
         valid tokens of other kept rows, 0 elsewhere. Per-row sums of ``raw`` give the mean and
-        the per-response weights; the [B, T] result is one fused multiply-add and one mask.
+        the per-response weights; the [B, T] result is one multiply-add per row and one mask,
+        written into ``raw`` when the strategy ``owned`` it.
         """
-        row_sum = batch.token_blocks.row_sums(raw)                   # [B] over valid tokens
+        blocks = batch.token_blocks
+        row_sum = blocks.row_sums(raw)                                  # [B] over valid tokens
         n_tok = batch.response_length
         total = torch.where(norm_set, row_sum, 0.0).sum()
         count = torch.where(norm_set, n_tok, 0).sum().clamp(min=1)
@@ -388,9 +399,9 @@ class Strategy:
         use = norm_set & (mean > 0)
         scale = torch.where(use, 1.0 / mean if mean > 0 else 0.0, 0.0).to(torch.float32)
         offset = (kept & ~use).to(torch.float32)
-        weights = torch.addcmul(offset[:, None], raw, scale[:, None])
-        torch.where(batch.response_mask, weights, torch.zeros((), dtype=weights.dtype),
-                    out=weights)
+        weights = raw if owned else torch.empty_like(raw)
+        torch.addcmul(offset[:, None], raw, scale[:, None], out=weights)
+        blocks.fill_invalid_(weights, 0.0)
         per_response = torch.where(use, row_sum * scale / n_tok.clamp(min=1), offset)
         return per_response.to(torch.float32), weights
 

@@ -1,0 +1,1 @@
+"""Hosts: the training frameworks strategies plug into (verl)."""

@@ -1,0 +1,245 @@
+"""The ``dataflex`` trainer mode: verl 0.9.x's sync PPO trainer with a data strategy in the loop.
+
+One step of verl's v1 sync pipeline, with what this class adds (DESIGN §5)::
+
+    prepare_step -> _next_train_batch      [prerollout + mix: exactly train_batch_size rows]
+    replay_buffer.sample -> _balance_batch -> old/ref log-probs
+    _compute_advantage: verl's advantages  [then select / reweight: strategy.decide]
+    _update_actor (rollout_is_weights, masks and advantages as written back)
+    _save_checkpoint / _load_checkpoint    [strategy and intake state]
+
+Registered under ``trainer.v1.trainer_mode=dataflex`` by `dataflex_rl.hosts.verl.plugin`;
+verl treats any mode other than ``"sync"`` as async, so the mode is switched to ``"sync"``
+before the replay buffer is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+from verl.utils.dataset.rl_dataset import collate_fn
+from verl.workers.utils.padding import response_to_nested
+
+from dataflex_rl.hosts.verl.batch import build_batch, writeback
+from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config, uses_intake
+from dataflex_rl.hosts.verl.intake import Intake, domain_column
+
+logger = logging.getLogger("dataflex_rl.hosts.verl")
+
+TRAINER_MODE = "dataflex"
+#: written next to verl's ``data.pt`` in every ``global_step_N`` folder
+STATE_FILE = "dataflex_state.pt"
+#: verl settings the strategy checks read
+_VIEW_KEYS = ("trainer.use_v1", "algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo",
+              "actor_rollout_ref.actor.policy_loss.loss_mode")
+
+
+def host_view(config: DictConfig) -> dict:
+    """The few verl settings the checks read, as plain nested dicts."""
+    view: dict = {}
+    for dotted in _VIEW_KEYS:
+        value = OmegaConf.select(config, dotted, default=None)
+        if value is None:
+            continue
+        node = view
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return view
+
+
+def read_row_domains(dataset, key: str) -> list[str]:
+    """The domain of every training row (columnar fast path for verl's RLHFDataset)."""
+    frame = getattr(dataset, "dataframe", None)
+    names = getattr(frame, "column_names", None)
+    if names is not None:
+        wanted = {key.partition(".")[0], "data_source"} & set(names)
+        values, used = domain_column(None, {c: frame[c] for c in wanted}, key)
+    else:
+        logger.warning("dataflex: %s has no columnar dataframe; reading %d rows one by one",
+                       type(dataset).__name__, len(dataset))
+        values, used = domain_column([dataset[i] for i in range(len(dataset))], None, key)
+    if used != key:
+        logger.warning("dataflex: the training set has no %r column; domains come from %r",
+                       key, used)
+    return values
+
+
+@register_trainer(TRAINER_MODE)
+class DataflexTrainer(PPOTrainerSync):
+    """verl's sync trainer plus a dataflex `Strategy` (configured in the ``dataflex`` block).
+
+    The strategy is checked before anything starts (unknown names, a group scorer under a
+    non-group estimator, ``loss_mode=bypass_mode``, ...), then built for real once the
+    training set is loaded, because mixing needs its domains.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        block = config.get("dataflex", None)
+        block = OmegaConf.to_container(block, resolve=True) if block is not None else None
+        self.dataflex = parse_host_config(block)
+        self._view = host_view(config)
+        build_strategy(self.dataflex, self._view, None, early=True)   # fail before workers start
+        self.strategy = None
+        self.intake: Intake | None = None
+        self._prompts: dict[str, tuple[int, int, int]] = {}   # uid -> (row, domain, step)
+        self._pending_metrics: dict[str, float] = {}
+        super().__init__(config)
+
+    # ------------------------------------------------------------------ set-up
+    def _build_replay_buffer(self):
+        self.trainer_mode = "sync"   # verl tests == "sync" in five places
+        buffer = super()._build_replay_buffer()
+        if self.dataflex.poll_interval is not None and hasattr(buffer, "poll_interval"):
+            buffer.poll_interval = self.dataflex.poll_interval
+        return buffer
+
+    def _init_dataloader(self) -> None:
+        super()._init_dataloader()
+        probe = build_strategy(self.dataflex, self._view, None, early=True)
+        domains = None
+        if uses_intake(probe):
+            row_domains = read_row_domains(self.train_dataset, self.dataflex.domain_key)
+            domains = tuple(self.dataflex.domains or sorted(set(row_domains)))
+            d = self.dataflex
+            self.intake = Intake(row_domains, domains, d.proportions, d.seed,
+                                 d.candidate_factor, d.max_draw_rounds)
+        self.strategy = build_strategy(self.dataflex, self._view, domains)
+        logger.info("dataflex: strategy %r (%s)%s", self.strategy.spec.name,
+                       ", ".join(self.strategy.parts) or "no mechanism",
+                       f"; intake over domains {list(domains)}" if domains else "")
+
+    # ------------------------------------------------------------------ intake
+    def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
+        if self.intake is None:
+            return super()._next_train_batch(num_prompts)
+        n = num_prompts or self.config.data.train_batch_size
+        step = self._strategy_step()
+        rows, doms, metrics = self.intake.draw(n, self.strategy, step)
+        batch_dict = collate_fn([self.train_dataset[r] for r in rows])
+        uids = [str(uuid.uuid4()) for _ in rows]
+        batch_dict["uid"] = np.array(uids, dtype=object)
+        self._prompts.update((u, (r, d, step)) for u, r, d in zip(uids, rows, doms))
+        for key, value in metrics.items():   # refills (DAPO) add to this step's counts
+            counted = key.startswith("dataflex/prerollout/") and key.rsplit("/", 1)[1] in (
+                "skipped", "skipped_easy", "skipped_hard", "tokens_saved_est", "forced")
+            self._pending_metrics[key] = value + (self._pending_metrics.get(key, 0.0)
+                                                  if counted else 0.0)
+        batch = tu.get_tensordict(batch_dict)
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        return batch
+
+    def _strategy_step(self) -> int:
+        """Strategy steps count from 0 like the engine's; verl's global steps from 1."""
+        return max(int(self.global_steps) - 1, 0)
+
+    # ------------------------------------------------------------------ select / reweight
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch = super()._compute_advantage(batch, metrics)
+        t0 = time.perf_counter()
+        batch = self._apply_strategy(batch, metrics)
+        metrics.update(self._pending_metrics)
+        self._pending_metrics = {}
+        metrics["dataflex/host_time_ms"] = (time.perf_counter() - t0) * 1e3
+        return batch
+
+    def _apply_strategy(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """Read the batch, decide, write weights/masks/advantages back; return the new meta."""
+        present = set(batch.fields or ())
+        optional = [f for f in ("old_log_probs", "rollout_is_weights") if f in present]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "response_mask", "loss_mask", "rm_scores",
+                                              "advantages", *optional])
+        nested_mask = data["response_mask"]
+        uids = [str(u) for u in data["uid"]]
+        dense = data.exclude("uid").to_padded_tensor()
+        step = self._strategy_step()
+        rb, sessions = build_batch(
+            keys=batch.keys, uids=uids,
+            is_padding=[bool(t.get("is_padding", False)) for t in batch.tags],
+            rm_scores=dense["rm_scores"], response_mask=dense["response_mask"],
+            advantages=dense["advantages"], old_log_probs=dense.get("old_log_probs", None),
+            step=step,
+            domains=self.intake.domains if self.intake is not None else None,
+            domain_of_uid=(lambda u: self._submitted(u)[1]) if self.intake is not None else None,
+            prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None)
+        decision = self.strategy.decide(rb)
+        metrics.update(decision.metrics)
+        self._forget_prompts(step)
+        if "select" not in self.strategy.parts and "reweight" not in self.strategy.parts:
+            return batch
+        wb = writeback(decision, rb, sessions, response_mask=dense["response_mask"],
+                       loss_mask=dense["loss_mask"], advantages=dense["advantages"],
+                       existing_weights=dense.get("rollout_is_weights", None))
+        metrics["dataflex/composed_rollout_is_weights"] = float("rollout_is_weights" in present)
+        fields = {k: response_to_nested(v, nested_mask) for k, v in wb.fields().items()}
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                               fields=TensorDict(fields, batch_size=len(batch)))
+
+    def _submitted(self, uid: str) -> tuple[int, int, int]:
+        """(dataset row, domain id, step) recorded when the intake submitted ``uid``."""
+        try:
+            return self._prompts[uid]
+        except KeyError:
+            raise KeyError(f"dataflex: prompt {uid!r} was not submitted by the dataflex intake "
+                           "(was it generated by another path?)") from None
+
+    def _forget_prompts(self, step: int) -> None:
+        """Drop intake records older than the previous step (e.g. groups DAPO evicted)."""
+        self._prompts = {u: v for u, v in self._prompts.items() if v[2] >= step - 1}
+
+    # ------------------------------------------------------------------ checkpoints
+    def dataflex_state_dict(self) -> dict:
+        return {"format": 1, "strategy": self.strategy.state_dict(),
+                "intake": None if self.intake is None else self.intake.state_dict()}
+
+    def load_dataflex_state_dict(self, state: dict) -> None:
+        self.strategy.load_state_dict(state["strategy"])
+        if self.intake is not None:
+            if state.get("intake") is None:
+                raise ValueError("dataflex: the checkpoint has no intake state, but the "
+                                 "strategy mixes or pre-filters")
+            self.intake.load_state_dict(state["intake"])
+
+    def _save_checkpoint(self) -> None:
+        folder = os.path.join(self.config.trainer.default_local_dir,
+                              f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        torch.save(self.dataflex_state_dict(), os.path.join(folder, STATE_FILE))
+        super()._save_checkpoint()   # writes latest_checkpointed_iteration.txt last
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if self.global_steps <= 0:
+            return
+        folder = self._resumed_folder()
+        path = os.path.join(folder, STATE_FILE) if folder else None
+        if path is None or not os.path.exists(path):
+            logger.warning("dataflex: resuming at step %d without %s in %s; the strategy "
+                           "starts fresh", self.global_steps, STATE_FILE, folder)
+            return
+        self.load_dataflex_state_dict(torch.load(path, weights_only=False))
+        logger.info("dataflex: restored strategy state from %s", path)
+
+    def _resumed_folder(self) -> str | None:
+        """The ``global_step_N`` folder verl's `_load_checkpoint` resumed from."""
+        t = self.config.trainer
+        if t.resume_mode == "auto":
+            return find_latest_ckpt_path(os.path.abspath(t.default_local_dir))
+        if t.resume_mode == "resume_path" and t.resume_from_path:
+            return os.path.abspath(t.resume_from_path)
+        return None

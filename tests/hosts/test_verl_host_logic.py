@@ -1,0 +1,275 @@
+"""The verl host's logic that needs no verl: config checks, intake, batch adapter, write-back.
+
+These run in any venv; the tests that drive real verl are in the other ``test_verl_*`` files.
+"""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.strategy import Strategy
+from dataflex_rl.hosts.verl.batch import build_batch, sessions_of, writeback
+from dataflex_rl.hosts.verl.config import build_strategy, config_table, parse_host_config
+from dataflex_rl.hosts.verl.intake import Intake, domain_column
+
+
+def verl_view(estimator="grpo", loss_mode="vanilla", use_v1=True):
+    return {"trainer": {"use_v1": use_v1}, "algorithm": {"adv_estimator": estimator},
+            "actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": loss_mode}}}}
+
+
+# ---------------------------------------------------------------------- config
+def test_unknown_key_names_it_and_suggests():
+    with pytest.raises(ConfigError, match=r"dataflex\.stratgy: unknown key\. Did you mean "
+                                          r"'strategy'\?"):
+        parse_host_config({"stratgy": "difffilter"})
+
+
+def test_out_of_range_value_names_the_key():
+    with pytest.raises(ConfigError, match=r"dataflex\.candidate_factor: must be >= 1"):
+        parse_host_config({"candidate_factor": 0.5})
+
+
+def test_missing_block_runs_baseline(caplog):
+    cfg = parse_host_config(None)
+    assert cfg.strategy == "baseline"
+    assert "without a 'dataflex' block" in caplog.text
+
+
+def test_unknown_preset_is_the_engines_error():
+    host = parse_host_config({"strategy": "difffiltr"})
+    with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
+        build_strategy(host, verl_view(), None, early=True)
+
+
+def test_group_scorer_rejected_for_non_group_estimator():
+    host = parse_host_config({"strategy": "difffilter"})
+    with pytest.raises(ConfigError, match="needs prompt groups.*'gae'"):
+        build_strategy(host, verl_view(estimator="gae"), None, early=True)
+
+
+def test_bypass_mode_rejected_for_select_and_reweight_only():
+    for preset in ("difffilter", "softmax"):
+        host = parse_host_config({"strategy": preset})
+        with pytest.raises(ConfigError, match="bypass_mode' ignores rollout_is_weights"):
+            build_strategy(host, verl_view(loss_mode="bypass_mode"), None, early=True)
+    # mixing acts before generation: any loss is fine
+    host = parse_host_config({"strategy": "reward_gap"})
+    build_strategy(host, verl_view(loss_mode="bypass_mode"), None, early=True)
+
+
+def test_recompute_advantages_needs_grpo():
+    host = parse_host_config({"strategy": "maxvar"})   # recomputes by default (PODS)
+    with pytest.raises(ConfigError, match="recompute_advantages.*'rloo'"):
+        build_strategy(host, verl_view(estimator="rloo"), None, early=True)
+    build_strategy(host, verl_view(estimator="grpo"), None, early=True)
+    off = parse_host_config({"strategy": {"select": {"preset": "maxvar",
+                                                     "recompute_advantages": False}}})
+    build_strategy(off, verl_view(estimator="rloo"), None, early=True)
+
+
+def test_static_proportions_only_for_prerollout_without_mix():
+    for spec in ("reward_gap", "difffilter"):
+        host = parse_host_config({"strategy": spec, "proportions": [1, 1, 1]})
+        with pytest.raises(ConfigError, match="dataflex.proportions: only used"):
+            build_strategy(host, verl_view(), None, early=True)
+    host = parse_host_config({"strategy": {"prerollout": {"actuator": "greso"}},
+                              "proportions": {"math": 2, "logic": 1}})
+    build_strategy(host, verl_view(), None, early=True)
+
+
+def test_v0_trainer_rejected():
+    with pytest.raises(ConfigError, match="trainer.use_v1"):
+        build_strategy(parse_host_config({}), verl_view(use_v1=False), None, early=True)
+
+
+def test_docs_list_the_block_as_declared():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "hosts" / "verl.md").read_text()
+    assert config_table() in page, "docs/hosts/verl.md: paste config_table() into the table"
+
+
+# ---------------------------------------------------------------------- domains and intake
+def test_domain_column_fallback_and_nested():
+    rows = [{"data_source": "gsm8k", "extra_info": {"domain": "math"}},
+            {"data_source": "kk", "extra_info": {"domain": "logic"}}]
+    assert domain_column(rows, None, "domain") == (["gsm8k", "kk"], "data_source")
+    assert domain_column(rows, None, "extra_info.domain") == (["math", "logic"],
+                                                              "extra_info.domain")
+    cols = {"domain": ["a", "b", "a"], "data_source": ["x", "x", "x"]}
+    assert domain_column(None, cols, "domain") == (["a", "b", "a"], "domain")
+    with pytest.raises(ValueError, match="neither 'topic' nor 'data_source'"):
+        domain_column([{"q": 1}], None, "topic")
+    with pytest.raises(ValueError, match="1 training rows have no 'domain'"):
+        domain_column([{"domain": "a"}, {"x": 1}], None, "domain")
+
+
+def _static_strategy(prior):
+    return Strategy({"mix": {"actuator": {"name": "static", "floor": 0.0}, "prior": prior}},
+                    domains=("a", "b", "c"))
+
+
+def test_intake_follows_proportions_exactly():
+    row_domains = ["a"] * 10 + ["b"] * 10 + ["c"] * 10
+    intake = Intake(row_domains, ("a", "b", "c"), seed=1)
+    # prior 0.5/0.3/0.2 of n=7: floors 3, 2, 1 (sum 6); the largest remainder (0.5 of a) gets 1
+    rows, doms, m = intake.draw(7, _static_strategy([0.5, 0.3, 0.2]), step=0)
+    assert len(rows) == 7 and sorted(doms) == [0, 0, 0, 0, 1, 1, 2]
+    assert all(row_domains[r] == "abc"[d] for r, d in zip(rows, doms))
+    assert m["dataflex/domain/a/intake_target"] == pytest.approx(0.5)
+    assert m["dataflex/domain/a/submitted"] == pytest.approx(4 / 7)
+
+
+def test_intake_without_mix_uses_dataset_proportions():
+    intake = Intake(["a"] * 30 + ["b"] * 10, ("a", "b"), seed=0)
+    strategy = Strategy({"prerollout": {"actuator": "greso"}})
+    rows, doms, _ = intake.draw(8, strategy, step=0)
+    assert sorted(doms) == [0] * 6 + [1] * 2
+
+
+def _history_all_solved(strategy, rows, step=0):
+    """One step in which every row gave an all-correct group of 2 (so GRESO may skip them)."""
+    from dataflex_rl.core.batch import from_lists
+
+    n = len(rows)
+    batch = from_lists([1.0] * 2 * n, [g for g in range(n) for _ in range(2)],
+                       prompt_keys=tuple(r for r in rows for _ in range(2)), step=step)
+    strategy.decide(batch)
+
+
+def test_prerollout_skips_and_still_submits_exactly_n():
+    intake = Intake(["a"] * 40, ("a",), seed=3, candidate_factor=2.0)
+    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
+                                                     "min_explore": 0.0}}})
+    easy = list(range(20))   # rows 0..19 were solved every time: always skipped
+    _history_all_solved(strategy, easy)
+    rows, _, m = intake.draw(10, strategy, step=1)
+    assert len(rows) == 10 and not set(rows) & set(easy)
+    assert m["dataflex/prerollout/skipped"] > 0 and m["dataflex/prerollout/forced"] == 0
+
+
+def test_prerollout_fills_with_skipped_when_rounds_run_out():
+    intake = Intake(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
+    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
+                                                     "min_explore": 0.0}}})
+    _history_all_solved(strategy, list(range(6)))   # everything is skippable
+    rows, _, m = intake.draw(4, strategy, step=1)
+    assert len(rows) == 4
+    assert m["dataflex/prerollout/forced"] == 4 and m["dataflex/prerollout/rounds"] == 2
+
+
+def test_intake_state_round_trip():
+    a = Intake(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
+    s = Strategy({"mix": {"actuator": {"name": "static", "floor": 0.0}}}, domains=("a", "b"))
+    a.draw(6, s, 0)
+    state = a.state_dict()
+    b = Intake(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
+    b.load_state_dict(state)
+    assert a.draw(6, s, 1)[0] == b.draw(6, s, 1)[0]
+
+
+def test_unlisted_domain_is_an_error():
+    with pytest.raises(ValueError, match=r"domains \['c'\] that are not listed"):
+        Intake(["a", "c"], ("a", "b"))
+
+
+# ---------------------------------------------------------------------- batch and write-back
+def _trajectories(rewards, lengths, uids, keys=None, padding=None, adv=None):
+    B = len(rewards)
+    T = max(lengths)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    rm = torch.zeros(B, T)
+    for i, (r, n) in enumerate(zip(rewards, lengths)):
+        if n:
+            rm[i, n - 1] = r
+    keys = keys or [f"{u}_{i}_0" for i, u in enumerate(uids)]
+    adv = torch.tensor(adv if adv is not None else [0.0] * B)[:, None] * mask
+    return dict(keys=keys, uids=uids, is_padding=padding or [False] * B, rm_scores=rm,
+                response_mask=mask, advantages=adv, old_log_probs=None, step=0)
+
+
+def test_difffilter_weights_masks_and_composition():
+    # two groups of 4: u0 all correct (solve rate 1, outside (0.2, 0.8)), u1 half correct
+    t = _trajectories([1, 1, 1, 1, 1, 0, 1, 0], [2, 3, 2, 3, 2, 3, 2, 3],
+                      ["u0"] * 4 + ["u1"] * 4, adv=[0, 0, 0, 0, 0.87, -0.87, 0.87, -0.87])
+    batch, sessions = build_batch(**t)
+    decision = Strategy("difffilter").decide(batch)
+    existing = torch.full_like(t["rm_scores"], 0.5)   # verl's rollout-correction weights
+    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
+                   loss_mask=t["response_mask"].clone(), advantages=t["advantages"],
+                   existing_weights=existing)
+    w = wb.rollout_is_weights
+    assert w[:4].abs().sum() == 0                             # dropped group: weight 0
+    assert torch.equal(w[4:], 0.5 * t["response_mask"][4:].float())   # kept: 1 x 0.5
+    # renormalize (difffilter's default): dropped rows leave the token-mean denominator too
+    assert wb.response_mask[:4].sum() == 0 and wb.loss_mask[:4].sum() == 0
+    assert torch.equal(wb.response_mask[4:], t["response_mask"][4:])
+    assert wb.advantages is None
+
+
+def test_multi_output_sessions_follow_their_final_output():
+    # session u0_0 has outputs 0 and 1 (final); the group u0 has sessions 0 and 1
+    keys = ["u0_0_0", "u0_0_1", "u0_1_0", "u1_0_0", "u1_1_0"]
+    t = _trajectories([0, 1, 0, 1, 1], [2, 2, 2, 2, 2], ["u0", "u0", "u0", "u1", "u1"],
+                      keys=keys, adv=[0.7, 0.7, -0.7, 0, 0])
+    s = sessions_of(keys)
+    assert s.final_rows.tolist() == [1, 2, 3, 4] and s.session_of_row.tolist() == [0, 0, 1, 2, 3]
+    batch, sessions = build_batch(**t)
+    assert batch.batch_size == 4 and batch.rewards.tolist() == [1, 0, 1, 1]
+    decision = Strategy("difffilter").decide(batch)   # u0: 1 of 2 solved -> kept; u1 dropped
+    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
+                   loss_mask=t["response_mask"], advantages=t["advantages"],
+                   existing_weights=None)
+    assert wb.rollout_is_weights.sum(1).tolist() == [2, 2, 2, 0, 0]
+
+
+def test_invalid_and_padding_rows_get_nothing():
+    t = _trajectories([1, float("nan"), 1, 0, 0], [2, 2, 2, 2, 1],
+                      ["u0", "u0", "u1", "u1", "pad"], padding=[False] * 4 + [True],
+                      adv=[0.7, -0.7, 0.7, -0.7, 0])
+    t["response_mask"][4] = 0   # verl's padding rows have all-zero masks
+    batch, sessions = build_batch(**t)
+    decision = Strategy("softmax").decide(batch)
+    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
+                   loss_mask=t["response_mask"], advantages=t["advantages"],
+                   existing_weights=None)
+    w = wb.rollout_is_weights.sum(1)
+    assert w[1] == 0 and w[4] == 0 and bool((w[[0, 2, 3]] > 0).all())
+    # the NaN row is removed like padding: masks and advantage 0, so the loss stays finite
+    assert wb.response_mask[1].sum() == 0 and wb.loss_mask[1].sum() == 0
+    assert wb.advantages[1].abs().sum() == 0 and torch.isfinite(wb.advantages).all()
+    assert wb.returns is None   # only recomputed GRPO advantages touch returns
+    assert decision.metrics["dataflex/invalid_reward_responses"] == 1
+    assert decision.metrics["dataflex/padding_responses"] == 1
+
+
+def test_recomputed_advantages_are_written_with_returns():
+    # one group of 4, rewards 1, 1, 0, 0; maxvar keeps 2 (one 1 and one 0): A = +-0.7071
+    t = _trajectories([1, 1, 0, 0], [2, 2, 2, 2], ["u"] * 4, adv=[0.87, 0.87, -0.87, -0.87])
+    batch, sessions = build_batch(**t)
+    decision = Strategy("maxvar").decide(batch)
+    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
+                   loss_mask=t["response_mask"], advantages=t["advantages"],
+                   existing_weights=None)
+    kept = decision.keep_mask
+    assert int(kept.sum()) == 2
+    a = wb.advantages[:, 0]
+    # kept pair (1, 0): mean 0.5, unbiased std 0.7071 -> A = +-0.5 / 0.7071 = +-0.7071
+    assert sorted(a[kept].tolist()) == pytest.approx([-0.5 / math.sqrt(0.5),
+                                                       0.5 / math.sqrt(0.5)], abs=1e-4)
+    assert a[~kept].abs().sum() == 0
+    assert torch.equal(wb.fields()["returns"], wb.advantages)
+
+
+def test_everything_dropped_keeps_masks_so_the_loss_is_zero_not_nan():
+    t = _trajectories([1, 1, 0, 0], [2, 3, 2, 3], ["u0", "u0", "u1", "u1"])
+    batch, sessions = build_batch(**t)
+    with pytest.warns(UserWarning, match="dropped every response"):
+        decision = Strategy("difffilter").decide(batch)   # solve rates 1 and 0: all dropped
+    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
+                   loss_mask=t["response_mask"], advantages=t["advantages"],
+                   existing_weights=None)
+    assert wb.rollout_is_weights.abs().sum() == 0
+    assert wb.response_mask is None and wb.loss_mask is None

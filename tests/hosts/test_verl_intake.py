@@ -1,0 +1,114 @@
+"""mix / prerollout at intake: verl's own dataset and collate path, ``_next_train_batch``.
+
+No Ray: intake happens on the driver before prompts are submitted for generation.
+"""
+
+import pytest
+
+pytest.importorskip("verl")
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from dataflex_rl.core.batch import from_lists  # noqa: E402
+from tests.hosts.verl_helpers import dataflex_trainer  # noqa: E402
+
+# torchdata's StatefulDataLoader calls a deprecated torch API
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+DOMAINS = {"math": 12, "logic": 6, "science": 6}
+
+
+def write_dataset(path, with_domain=True):
+    rows = []
+    for name, count in DOMAINS.items():
+        for i in range(count):
+            row = {"prompt": [{"role": "user", "content": f"{name} question {i}"}],
+                   "data_source": f"src_{name}",
+                   "reward_model": {"style": "rule", "ground_truth": str(i)},
+                   "extra_info": {"index": i, "split": "train"}}
+            if with_domain:
+                row["domain"] = name
+            rows.append(row)
+    pd.DataFrame(rows).to_parquet(path)
+    return str(path)
+
+
+def intake_trainer(tmp_path, strategy_overrides, with_domain=True, batch_size=6):
+    data = write_dataset(tmp_path / "train.parquet", with_domain)
+    trainer = dataflex_trainer(
+        f"data.train_files={data}", f"data.val_files={data}",
+        f"data.train_batch_size={batch_size}", "data.dataloader_num_workers=0",
+        *strategy_overrides, build=False)
+    trainer.tokenizer = trainer.processor = None   # filter_overlong_prompts is off
+    trainer.global_steps = 1
+    trainer._init_dataloader()
+    return trainer
+
+
+def static(prior):
+    return ["+dataflex.strategy.mix.actuator.name=static",
+            "+dataflex.strategy.mix.actuator.floor=0.0",
+            f"+dataflex.strategy.mix.prior={prior}"]
+
+
+def test_mixing_decides_which_prompts_are_submitted(tmp_path):
+    trainer = intake_trainer(tmp_path, static("{math:0.5,logic:0.5,science:0.0}"))
+    assert trainer.intake.domains == ("logic", "math", "science")
+    batch = trainer._next_train_batch()
+    assert len(batch) == 6 and len(set(batch["uid"])) == 6
+    assert sorted(batch["domain"]) == ["logic"] * 3 + ["math"] * 3
+    assert int(batch["global_steps"]) == 1 and "raw_prompt" in batch.keys()
+    m = trainer._pending_metrics
+    assert m["dataflex/domain/science/intake_target"] == 0.0
+    assert m["dataflex/domain/logic/submitted"] == pytest.approx(0.5)
+    # every submitted uid is remembered with its row and domain for the decide step
+    assert set(trainer._prompts) == set(batch["uid"])
+    # refills (DAPO, failed groups) go through the same path, with their own count
+    assert len(trainer._next_train_batch(2)) == 2
+
+
+def test_without_a_domain_column_domains_come_from_data_source(tmp_path, caplog):
+    trainer = intake_trainer(tmp_path, ["+dataflex.strategy=reward_gap"], with_domain=False)
+    assert trainer.intake.domains == ("src_logic", "src_math", "src_science")
+    assert "no 'domain' column; domains come from 'data_source'" in caplog.text
+    batch = trainer._next_train_batch()
+    # reward_gap starts from the uniform prior: 2 + 2 + 2
+    assert sorted(batch["data_source"]) == ["src_logic"] * 2 + ["src_math"] * 2 + \
+        ["src_science"] * 2
+
+
+def test_prerollout_skips_prompts_whose_groups_were_all_solved(tmp_path):
+    greso = ["+dataflex.strategy.prerollout.actuator.name=greso",
+             "+dataflex.strategy.prerollout.actuator.explore_prob=0.0",
+             "+dataflex.strategy.prerollout.actuator.min_explore=0.0"]
+    trainer = intake_trainer(tmp_path, greso, batch_size=4)
+    first = trainer._next_train_batch()
+    rows = [trainer._prompts[u][0] for u in first["uid"]]
+    # those 4 prompts were solved by all of their 2 samples at step 0
+    keys = tuple(r for r in rows for _ in range(2))
+    trainer.strategy.decide(from_lists([1.0] * 8, [g for g in range(4) for _ in range(2)],
+                                       prompt_keys=keys, step=0))
+    trainer.global_steps = 2
+    later = [trainer._prompts[u][0] for _ in range(5) for u in trainer._next_train_batch()["uid"]]
+    assert len(later) == 20 and not set(later) & set(rows)
+    assert trainer._pending_metrics["dataflex/prerollout/active"] == 1.0
+
+
+def test_intake_and_strategy_state_round_trip(tmp_path):
+    spec = ["+dataflex.strategy=reward_gap"]
+    a = intake_trainer(tmp_path, spec)
+    a._next_train_batch()
+    path = tmp_path / "dataflex_state.pt"
+    torch.save(a.dataflex_state_dict(), path)
+    b = intake_trainer(tmp_path, spec)
+    b.load_dataflex_state_dict(torch.load(path, weights_only=False))
+    rows_a = [a._prompts[u][0] for u in a._next_train_batch()["uid"]]
+    rows_b = [b._prompts[u][0] for u in b._next_train_batch()["uid"]]
+    assert rows_a == rows_b
+
+
+def test_select_only_strategy_leaves_verls_dataloader_alone(tmp_path):
+    trainer = intake_trainer(tmp_path, ["+dataflex.strategy=difffilter"])
+    assert trainer.intake is None
+    batch = trainer._next_train_batch()   # verl's own StatefulDataLoader
+    assert len(batch) == 6 and trainer._prompts == {}
