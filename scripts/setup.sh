@@ -9,6 +9,6 @@ fi
 stamp=.venv/.dataflex-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints/cpu.txt -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[engine,dev]"
+  .venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[engine,tasks,dev]"
   touch "$stamp"
 fi
