@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# slow tests (re-running the warm-start bootstrap) are part of the test command
+export DATAFLEX_RUN_SLOW="${DATAFLEX_RUN_SLOW:-1}"
 .venv/bin/python -m pytest -q "$@"
 # the verl host against real verl 0.9.1, in its own venv (DATAFLEX_SKIP_VERL=1 skips it)
 if [ $# -eq 0 ] && [ "${DATAFLEX_SKIP_VERL:-0}" != 1 ]; then

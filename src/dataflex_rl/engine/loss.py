@@ -74,20 +74,25 @@ def grpo_advantages(rewards: Tensor, group_ids: Tensor, eps: float = 1e-6,
     return out / (std_b + eps) if norm_by_std else out
 
 
-def masked_token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """``token-mean`` aggregation: sum of ``values`` over ``mask`` / number of mask tokens.
+def masked_token_mean(values: Tensor, mask: Tensor, num_tokens: Tensor | int | None = None
+                      ) -> Tensor:
+    """``token-mean`` aggregation: sum of ``values`` over ``mask`` / number of tokens.
 
     Args:
         values: [B, T] float.
         mask: [B, T] bool. An empty mask gives 0 (with a graph, so ``backward`` works).
+        num_tokens: the denominator when ``values`` holds only some rows of the batch (the
+            batch's mask token count); default ``mask.sum()``.
     """
     m = mask.to(values.dtype)
-    return (values * m).sum() / m.sum().clamp(min=1.0)
+    den = m.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=values.dtype)
+    return (values * m).sum() / den.clamp(min=1.0)
 
 
 def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, mask: Tensor,
                 weights: Tensor | None = None, clip_low: float = 0.2, clip_high: float = 0.2,
-                clip_ratio_c: float = 3.0) -> tuple[Tensor, dict[str, float]]:
+                clip_ratio_c: float = 3.0, num_tokens: Tensor | int | None = None
+                ) -> tuple[Tensor, dict[str, float]]:
     """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
 
     Per token: ``ratio = exp(logp - old_logp)``;
@@ -103,6 +108,8 @@ def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, ma
         weights: [B, T] per-token weights (``Decision.weights_per_token``) or None.
         clip_low, clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
         clip_ratio_c: dual-clip bound for negative advantages (> 1).
+        num_tokens: token-mean denominator when these rows are a subset of the batch
+            (default ``mask.sum()``).
 
     Returns:
         (scalar loss, metrics: clip fraction, dual-clip fraction, approx KL to the sampler).
@@ -116,7 +123,7 @@ def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, ma
     per_token = torch.where(advantages < 0, loss_dual, loss1)
     if weights is not None:
         per_token = per_token * weights
-    loss = masked_token_mean(per_token, mask)
+    loss = masked_token_mean(per_token, mask, num_tokens)
     with torch.no_grad():
         metrics = {
             "clip_fraction": float(masked_token_mean((clipped > unclipped).float(), mask)),

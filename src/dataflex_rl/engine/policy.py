@@ -7,6 +7,7 @@ any local Hugging Face causal-LM directory. `build_tiny_policy` makes a fresh, s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 from dataclasses import dataclass
@@ -89,7 +90,8 @@ def save_policy(policy: Policy, directory: str | Path) -> Path:
     """Write the model (``save_pretrained``, safetensors) and tokenizer into ``directory``."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(str(out))
+    with _quiet_transformers():
+        policy.model.save_pretrained(str(out))
     policy.tokenizer.save(out)
     return out
 
@@ -115,10 +117,10 @@ def load_policy(spec: str | Path = TINY_NAME) -> Policy:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"policy {str(spec)!r}: {path} has no config.json, so it is "
                                 "not a model directory")
-    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                 dtype=torch.float32) \
-        if _accepts_dtype() else AutoModelForCausalLM.from_pretrained(
-            str(path), local_files_only=True, torch_dtype=torch.float32)
+    dtype_kw = "dtype" if _accepts_dtype() else "torch_dtype"
+    with _quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                     **{dtype_kw: torch.float32})
     model.eval()
     if (path / TOKENIZER_FILE).is_file():
         tokenizer: CharTokenizer | HFTokenizer = CharTokenizer.load(path)
@@ -127,6 +129,20 @@ def load_policy(spec: str | Path = TINY_NAME) -> Policy:
 
         tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
     return Policy(model, tokenizer, str(spec))
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """No transformers progress bars inside the block (the previous setting is restored)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def _accepts_dtype() -> bool:
@@ -154,6 +170,20 @@ def cache_argument(model: torch.nn.Module) -> str:
     """
     params = inspect.signature(model.forward).parameters
     return "past_key_values" if "past_key_values" in params else "cache"
+
+
+def new_cache(model: torch.nn.Module) -> Any:
+    """An empty ``DynamicCache`` for ``model``.
+
+    Passing it explicitly makes transformers 4.x return a cache object (not the legacy tuple
+    it returns when given ``None``), so the sampler can repeat it per group on 4.x and 5.x.
+    """
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # transformers 4.x: no config argument
+        return DynamicCache()
 
 
 def forward(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,

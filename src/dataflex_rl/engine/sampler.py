@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from dataflex_rl.engine.policy import cache_argument, forward
+from dataflex_rl.engine.policy import cache_argument, forward, new_cache
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,8 @@ def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], grou
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)
     N, G = prompt_ids.shape[0], group_size
     pos = positions(prompt_mask)
-    logits, cache = forward(model, prompt_ids, prompt_mask.long(), pos, use_cache=True,
-                            cache_arg=cache_arg)
+    logits, cache = forward(model, prompt_ids, prompt_mask.long(), pos, cache=new_cache(model),
+                            use_cache=True, cache_arg=cache_arg)
     # one prefill per prompt; the cache and the next-token logits are shared by its G samples
     cache.batch_repeat_interleave(G)
     last = logits[:, -1, :].repeat_interleave(G, 0)

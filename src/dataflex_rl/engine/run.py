@@ -1,0 +1,178 @@
+"""A full engine run: the GRPO loop with evaluation, metrics files, checkpoints and plots.
+
+Outputs under ``out_dir``: ``config.json``, ``metrics.jsonl`` (one line per training step,
+``"kind": "train"``, and one per evaluation, ``"kind": "eval"``), ``checkpoint.pt``,
+``summary.json``, ``plots/*.png`` and, when asked, TensorBoard events under ``tb/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.engine.checkpoint import load_checkpoint, save_checkpoint
+from dataflex_rl.engine.config import EngineConfig
+from dataflex_rl.engine.trainer import GRPOTrainer
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+def strategy_label(spec: Any) -> str:
+    """A short name for a strategy spec (preset name, file stem or inline ``name``)."""
+    if isinstance(spec, dict):
+        return str(spec.get("name", "custom"))
+    s = str(spec)
+    return Path(s).stem if s.endswith((".yaml", ".yml")) else s
+
+
+def default_out_dir(spec: Any, seed: int) -> Path:
+    """``runs/<strategy>-s<seed>``."""
+    return Path("runs") / f"{strategy_label(spec)}-s{seed}"
+
+
+class MetricsWriter:
+    """Appends JSON lines to ``metrics.jsonl`` and, when asked, TensorBoard scalars."""
+
+    def __init__(self, out_dir: Path, tensorboard: bool) -> None:
+        self.path = out_dir / METRICS_FILE
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ConfigError("log.tensorboard: true needs the 'tensorboard' package "
+                                  f"(pip install tensorboard): {e}") from e
+            self.tb = SummaryWriter(str(out_dir / "tb"))
+
+    def truncate(self, step: int) -> None:
+        """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step)."""
+        if not self.path.is_file():
+            return
+        keep = [line for line in self.path.read_text().splitlines() if line.strip() and (
+            lambda r: r["step"] < step or (r["kind"] == "eval" and r["step"] <= step))(
+                json.loads(line))]
+        self.path.write_text("".join(line + "\n" for line in keep))
+
+    def write(self, kind: str, step: int, metrics: dict[str, float]) -> None:
+        record = {"kind": kind, **metrics, "step": step}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:
+    """All records of a run's ``metrics.jsonl``."""
+    path = Path(out_dir) / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
+                 steps: int | None = None, out_dir: str | Path | None = None,
+                 resume: bool = False, progress: bool | None = None,
+                 trainer: GRPOTrainer | None = None) -> dict[str, Any]:
+    """Train, evaluate, checkpoint and plot one run.
+
+    Args:
+        config: the `EngineConfig`.
+        strategy: overrides ``config.strategy`` (preset name, YAML path, mapping, `Strategy`).
+        seed: overrides ``config.seed``.
+        steps: overrides ``config.steps`` (the total, also when resuming).
+        out_dir: overrides ``config.out`` (default ``runs/<strategy>-s<seed>``).
+        resume: continue from ``out_dir/checkpoint.pt``; the result is the same as an
+            uninterrupted run.
+        progress: overrides ``config.log.progress``.
+        trainer: a prebuilt trainer (tests); the other arguments still apply.
+
+    Returns:
+        The summary (also written to ``summary.json``): strategy, seed, steps, final and initial
+        held-out accuracy, parameter hash, timings.
+    """
+    spec = config.strategy if strategy is None else strategy
+    seed = config.seed if seed is None else seed
+    total = config.steps if steps is None else steps
+    out = Path(out_dir or config.out or default_out_dir(spec, seed))
+    if not resume and (out / METRICS_FILE).exists():
+        raise ConfigError(f"{out}: a run already exists here; use --resume to continue it "
+                          "or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    writer = MetricsWriter(out, config.log.tensorboard)   # fails fast without tensorboard
+    tr = trainer or GRPOTrainer(config, spec, seed=seed)
+    if resume:
+        tr.load_state_dict(load_checkpoint(out))
+        writer.truncate(tr.step)
+    (out / "config.json").write_text(json.dumps(
+        {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed,
+         "steps": total}, indent=1, default=str))
+    evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
+    if not evals:
+        evals.append(_evaluate(tr, writer))
+    step_times = _loop(tr, writer, total, evals, progress, out)
+    if not evals or evals[-1]["step"] != tr.step:
+        evals.append(_evaluate(tr, writer))
+    save_checkpoint(out, tr.state_dict())
+    writer.close()
+    summary = {"strategy": strategy_label(spec), "spec": tr.strategy.spec.to_dict(),
+               "seed": seed, "steps": tr.step, "out_dir": str(out),
+               "parameter_sha256": tr.parameter_hash(),
+               "initial_eval": _strip(evals[0]), "final_eval": _strip(evals[-1]),
+               "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
+               "wall_seconds": time.perf_counter() - t0}
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+    if config.log.plots:
+        from dataflex_rl.engine.plots import plot_run
+
+        plot_run(out)
+    return summary
+
+
+def _strip(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k.startswith("eval/")}
+
+
+def _evaluate(tr: GRPOTrainer, writer: MetricsWriter) -> dict:
+    t = time.perf_counter()
+    metrics = tr.evaluate()
+    metrics["time/eval_s"] = time.perf_counter() - t
+    writer.write("eval", tr.step, metrics)
+    return {"kind": "eval", "step": tr.step, **metrics}
+
+
+def _loop(tr: GRPOTrainer, writer: MetricsWriter, total: int, evals: list, progress,
+          out: Path) -> list[float]:
+    cfg = tr.config
+    show = cfg.log.progress if progress is None else progress
+    bar = None
+    if show and tr.step < total:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=tr.step, desc=f"train {tr.strategy.spec.name}",
+                   unit="step")
+    times = []
+    while tr.step < total:
+        metrics = tr.train_step()
+        times.append(metrics["time/step_s"])
+        writer.write("train", metrics.pop("step"), metrics)
+        if cfg.eval.every and tr.step % cfg.eval.every == 0 and tr.step < total:
+            evals.append(_evaluate(tr, writer))
+        if cfg.log.checkpoint_every and tr.step % cfg.log.checkpoint_every == 0:
+            save_checkpoint(out, tr.state_dict())
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics.get('train/reward', 0.0):.2f}",
+                            acc=f"{evals[-1].get('eval/mean/greedy', 0.0):.2f}")
+    if bar is not None:
+        bar.close()
+    return times

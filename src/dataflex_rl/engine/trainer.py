@@ -1,0 +1,326 @@
+"""The embedded GRPO loop. One step, top to bottom (DESIGN §5)::
+
+    prerollout (strategy.filter_prompts) -> mix (DomainSampler at strategy.proportions)
+      -> generation (G samples per prompt, shared prefill) -> reward (verifiers)
+      -> GRPO advantages -> RolloutBatch -> strategy.decide (select, reweight, mix signals)
+      -> clipped policy loss with the decision's weights and mask -> AdamW, gradient clipping
+
+Each mechanism acts for real: prerollout changes which prompts are generated, mix changes which
+domains are sampled, select removes responses from the loss (weight 0, and from the denominator
+when ``renormalize``), reweight scales their per-token losses.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.strategy import Strategy, normalize_proportions
+from dataflex_rl.engine.config import EngineConfig, default_difficulty
+from dataflex_rl.engine.evaluation import evaluate
+from dataflex_rl.engine.loss import grpo_advantages, kl_k3, masked_token_mean, policy_loss, \
+    response_log_probs
+from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
+from dataflex_rl.engine.sampler import Rollout, sample_groups
+from dataflex_rl.engine.taskio import build_tasks, domain_names, score, taskset_charset
+
+#: RolloutBatch fields the engine fills
+ENGINE_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
+                 "old_log_probs", "prompt_keys", "is_padding", "step")
+
+
+def tasks_from_config(config: EngineConfig):
+    """The `TaskSet` described by ``config.tasks``."""
+    t = config.tasks
+    difficulty = default_difficulty(t.domains) if t.difficulty is None else t.difficulty
+    return build_tasks(t.domains, t.seed, train_size=t.train_size, eval_size=t.eval_size,
+                       eval_seed=t.eval_seed, difficulty=difficulty)
+
+
+def derive_seed(seed: int, stream: str) -> int:
+    """An independent 31-bit seed for one named randomness stream of a run."""
+    digest = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & ((1 << 31) - 1)
+
+
+class GRPOTrainer:
+    """GRPO on one CPU process with a data strategy in the loop.
+
+    Args:
+        config: the run's `EngineConfig`.
+        strategy: a `Strategy`, or anything `Strategy` accepts (preset name, YAML path, mapping).
+        seed: seed of generation, data order and prerollout randomness (overrides
+            ``config.seed`` when given).
+        taskset: a prebuilt task set (default: built from ``config.tasks``).
+        policy: a preloaded `Policy` (default: ``load_policy(config.policy)``).
+    """
+
+    def __init__(self, config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
+                 taskset=None, policy: Policy | None = None) -> None:
+        from dataflex_rl.mix.sampler import DomainSampler
+
+        torch.set_num_threads(config.threads)
+        self.config = config
+        self.seed = config.seed if seed is None else seed
+        self.taskset = taskset if taskset is not None else tasks_from_config(config)
+        self.domains = domain_names(self.taskset)
+        self.policy = policy if policy is not None else load_policy(config.policy)
+        self._check_vocabulary()
+        g = config.grpo
+        self.ref_model = None
+        if g.kl_coef > 0:
+            self.ref_model = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        spec = config.strategy if strategy is None else strategy
+        self.strategy = spec if isinstance(spec, Strategy) else Strategy(
+            spec, domains=self.domains, advantage_estimator="grpo",
+            available_fields=ENGINE_FIELDS, norm_adv_by_std=g.norm_adv_by_std)
+        pools = [len(self.taskset.train[d]) for d in self.domains]
+        self.sampler = DomainSampler(pools, self.domains, seed=derive_seed(self.seed, "data"))
+        D = len(self.domains)
+        self.static_proportions = normalize_proportions(
+            config.tasks.proportions, self.domains, "tasks.proportions") \
+            if config.tasks.proportions is not None else torch.full((D,), 1.0 / D,
+                                                                     dtype=torch.float64)
+        self.gen_rollout = torch.Generator().manual_seed(derive_seed(self.seed, "rollout"))
+        self.gen_prerollout = torch.Generator().manual_seed(derive_seed(self.seed, "prerollout"))
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr,
+                                           betas=tuple(o.betas), weight_decay=o.weight_decay)
+        self.step = 0
+        self._warned: set[type] = set()
+
+    def _check_vocabulary(self) -> None:
+        tok = self.policy.tokenizer
+        if hasattr(tok, "chars"):
+            missing = sorted(set(taskset_charset(self.taskset)) - set(tok.chars))
+            if missing:
+                raise ConfigError(
+                    f"policy {self.policy.source!r}: its character vocabulary lacks {missing} "
+                    f"used by domains {list(self.domains)}; bootstrap a policy for these "
+                    "domains ('dataflex-rl bootstrap')")
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, float]:
+        """Run one GRPO step; returns its metrics (``step`` is the step just taken)."""
+        t0 = time.perf_counter()
+        step = self.step
+        problems, domain_idx, metrics = self._draw_prompts(step)
+        metrics["step"] = step
+        if not problems:
+            metrics.update({"engine/empty_step": 1.0, "time/step_s": time.perf_counter() - t0})
+            self.step += 1
+            return metrics
+        rollout, rewards, t_gen, t_rew = self._rollout(problems)
+        G = self.config.grpo.group_size
+        batch = self._batch(rollout, rewards, problems, domain_idx, step)
+        t1 = time.perf_counter()
+        decision = self._decide(batch, metrics)
+        t_strat = time.perf_counter() - t1
+        metrics.update(decision.metrics)
+        advantages = decision.advantages if decision.advantages is not None \
+            else batch.advantages
+        mask = decision.loss_mask if decision.renormalize else rollout.response_mask
+        t2 = time.perf_counter()
+        metrics.update(self._update(rollout, advantages, decision.weights_per_token, mask,
+                                    decision.loss_mask, step))
+        metrics.update(self._reward_metrics(rewards, domain_idx, G, rollout))
+        metrics.update({"time/generate_s": t_gen, "time/reward_s": t_rew,
+                        "time/strategy_s": t_strat, "time/update_s": time.perf_counter() - t2,
+                        "time/step_s": time.perf_counter() - t0})
+        self.step += 1
+        return metrics
+
+    def _decide(self, batch: RolloutBatch, metrics: dict[str, float]):
+        """``strategy.decide``; its warnings are counted per step and shown once per run."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            decision = self.strategy.decide(batch)
+        metrics["engine/strategy_warnings"] = float(len(caught))
+        for w in caught:
+            if w.category not in self._warned:
+                self._warned.add(w.category)
+                warnings.warn(f"{w.message} (shown once per run; counted in the metric "
+                              "engine/strategy_warnings)", w.category, stacklevel=3)
+        return decision
+
+    def _draw_prompts(self, step: int) -> tuple[list, list[int], dict[str, float]]:
+        """Prerollout and mix: the problems to generate this step and their domain ids."""
+        from dataflex_rl.mix.sampler import largest_remainder
+
+        props = self.strategy.proportions
+        props = self.static_proportions if props is None else props
+        n = self.config.grpo.prompts_per_step
+        has_pre = "prerollout" in self.strategy.parts
+        factor = self.config.tasks.candidate_factor if has_pre else 1.0
+        drawn, metrics = self.sampler.sample(props, int(round(n * factor)))
+        cands = [self.taskset.train[self.domains[d]][i] for d, i in drawn]
+        keep, pre_metrics = self.strategy.filter_prompts([p.key for p in cands], step,
+                                                         self.gen_prerollout)
+        metrics.update(pre_metrics)
+        keep_list = keep.tolist()
+        if factor > 1.0:
+            # take, per domain, the first kept candidates up to the domain's share of n
+            quota = largest_remainder(props, n).tolist()
+            for j, (d, _) in enumerate(drawn):
+                keep_list[j] = keep_list[j] and quota[d] > 0
+                quota[d] -= int(keep_list[j])
+        chosen = [j for j, k in enumerate(keep_list) if k]
+        metrics["engine/prompts_generated"] = float(len(chosen))
+        metrics["engine/prompts_skipped"] = float(len(drawn) - len(chosen))
+        return [cands[j] for j in chosen], [drawn[j][0] for j in chosen], metrics
+
+    def _rollout(self, problems: list) -> tuple[Rollout, torch.Tensor, float, float]:
+        """Generate G responses per problem and score them."""
+        g = self.config.grpo
+        tok = self.policy.tokenizer
+        t0 = time.perf_counter()
+        ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
+        rollout = sample_groups(self.policy.model, ids, g.group_size, g.max_new_tokens,
+                                eos_id=tok.eos_id, pad_id=tok.pad_id, temperature=g.temperature,
+                                generator=self.gen_rollout)
+        t1 = time.perf_counter()
+        texts = [tok.decode(row) for row in rollout.response_ids.tolist()]
+        per_row = [problems[i] for i in rollout.prompt_index.tolist()]
+        rewards = score(self.taskset, per_row, texts)
+        return rollout, rewards, t1 - t0, time.perf_counter() - t1
+
+    def _batch(self, rollout: Rollout, rewards: torch.Tensor, problems: list,
+               domain_idx: list[int], step: int) -> RolloutBatch:
+        g = self.config.grpo
+        group_ids = rollout.prompt_index
+        adv = grpo_advantages(rewards, group_ids, g.adv_eps, g.norm_adv_by_std)
+        mask = rollout.response_mask
+        return RolloutBatch(
+            rewards=rewards, response_mask=mask, group_ids=group_ids,
+            domain_ids=torch.tensor(domain_idx, dtype=torch.int64)[group_ids],
+            domains=self.domains, advantages=adv[:, None] * mask,
+            old_log_probs=rollout.old_log_probs,
+            prompt_keys=tuple(problems[i].key for i in group_ids.tolist()), step=step)
+
+    def _update(self, rollout: Rollout, advantages: torch.Tensor, weights: torch.Tensor,
+                mask: torch.Tensor, kept_mask: torch.Tensor, step: int) -> dict[str, float]:
+        """Policy-gradient update on the rows that can have a gradient.
+
+        Rows whose weighted advantage is 0 on every token give no policy gradient, so they are
+        left out of the forward pass (they still count in the token-mean denominator, as in
+        verl). With a KL term, every kept row takes part.
+        """
+        g, o = self.config.grpo, self.config.optim
+        signal = (advantages * weights != 0) & mask
+        rows = signal.any(1) | (kept_mask.any(1) if self.ref_model is not None else False)
+        num_tokens = mask.sum()
+        lr = o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
+        out = {"engine/rows_in_loss_fraction": float(rows.float().mean()),
+               "engine/loss_tokens": float(num_tokens), "optim/lr": lr,
+               "engine/empty_update": float(not bool(rows.any()))}
+        if not bool(rows.any()):
+            # nothing can have a gradient: no optimizer step (AdamW would still move the
+            # parameters through its moments)
+            out.update({"loss/policy": 0.0, "loss/total": 0.0, "optim/grad_norm": 0.0})
+            return out
+        idx = rows.nonzero().squeeze(1)
+        T = int(rollout.response_mask[idx].sum(1).max())
+        sub = {"resp": rollout.response_ids[idx, :T], "rmask": rollout.response_mask[idx, :T],
+               "old": rollout.old_log_probs[idx, :T], "adv": advantages[idx, :T],
+               "w": weights[idx, :T], "mask": mask[idx, :T], "kept": kept_mask[idx, :T]}
+        pidx = rollout.prompt_index[idx]
+        p_ids, p_mask = rollout.prompt_ids[pidx], rollout.prompt_mask[pidx]
+        ref_logp = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logp = response_log_probs(self.ref_model, p_ids, p_mask, sub["resp"],
+                                              sub["rmask"], g.temperature)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.policy.model.train()
+        for _ in range(g.ppo_epochs):
+            logp = response_log_probs(self.policy.model, p_ids, p_mask, sub["resp"],
+                                      sub["rmask"], g.temperature)
+            loss, pg = policy_loss(logp, sub["old"], sub["adv"], sub["mask"], sub["w"],
+                                   g.clip_low, g.clip_high, g.clip_ratio_c, num_tokens=num_tokens)
+            total = loss
+            if ref_logp is not None:
+                kl = masked_token_mean(kl_k3(logp, ref_logp), sub["kept"],
+                                       num_tokens=kept_mask.sum())
+                total = loss + g.kl_coef * kl
+                out["loss/kl"] = float(kl.detach())
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(),
+                                                  o.grad_clip if o.grad_clip > 0 else float("inf"))
+            self.optimizer.step()
+        self.policy.model.eval()
+        out.update({"loss/policy": float(loss.detach()), "loss/total": float(total.detach()),
+                    "optim/grad_norm": float(norm),
+                    **{f"loss/{k}": v for k, v in pg.items()}})
+        return out
+
+    def _reward_metrics(self, rewards: torch.Tensor, domain_idx: list[int], G: int,
+                        rollout: Rollout) -> dict[str, float]:
+        d_rows = torch.tensor(domain_idx, dtype=torch.int64).repeat_interleave(G)
+        D = len(self.domains)
+        n = torch.bincount(d_rows, minlength=D)
+        s = torch.zeros(D).index_add_(0, d_rows, rewards)
+        out = {"train/reward": float(rewards.mean()),
+               "train/response_length": float(rollout.response_mask.sum(1).float().mean()),
+               "train/truncated_fraction": float((~rollout.finished).float().mean()),
+               "engine/tokens_generated": float(rollout.num_tokens)}
+        for d, name in enumerate(self.domains):
+            if int(n[d]):
+                out[f"train/{name}/reward"] = float(s[d] / n[d])
+        return out
+
+    # ------------------------------------------------------------------ evaluation and state
+    def evaluate(self) -> dict[str, float]:
+        """Held-out accuracy per domain, greedy and sampled (its own fixed seed)."""
+        e = self.config.eval
+        return evaluate(self.policy, self.taskset, per_domain=e.per_domain, samples=e.samples,
+                        temperature=e.temperature, max_new_tokens=self.config.grpo.max_new_tokens,
+                        seed=derive_seed(self.seed, "eval"))
+
+    def parameter_hash(self) -> str:
+        """sha256 of the current policy parameters."""
+        return parameter_hash(self.policy.model)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: model, optimizer, strategy, sampler, RNGs."""
+        from dataflex_rl.engine.checkpoint import global_rng_state
+
+        return {"step": self.step, "seed": self.seed, "config": self.config.to_dict(),
+                "model": self.policy.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(),
+                "rng": {"rollout": self.gen_rollout.get_state(),
+                        "prerollout": self.gen_prerollout.get_state(),
+                        "global": global_rng_state()},
+                "parameter_sha256": self.parameter_hash()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict` output (same config, strategy and seed)."""
+        from dataflex_rl.engine.checkpoint import set_global_rng_state
+
+        if state["seed"] != self.seed:
+            raise ValueError(f"checkpoint has seed {state['seed']}, this run {self.seed}")
+        # settings that change the trajectory must match (steps, outputs and logging may not)
+        free = {"steps", "out", "log", "strategy", "strategies", "seed", "eval"}
+        now = self.config.to_dict()
+        changed = sorted(k for k in now if k not in free and now[k] != state["config"].get(k))
+        if changed:
+            raise ValueError(f"cannot resume: the config differs from the checkpoint's in "
+                             f"{', '.join(changed)}")
+        self.policy.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_state_dict(state["strategy"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.gen_rollout.set_state(state["rng"]["rollout"])
+        self.gen_prerollout.set_state(state["rng"]["prerollout"])
+        set_global_rng_state(state["rng"]["global"])
+        self.step = int(state["step"])
+        if self.parameter_hash() != state["parameter_sha256"]:
+            raise ValueError("checkpoint parameters do not match their recorded hash")

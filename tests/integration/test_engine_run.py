@@ -1,0 +1,137 @@
+"""Engine runs end to end: determinism, exact resume, output files, clear errors, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.engine.config import load_config
+from dataflex_rl.engine.policy import load_policy, parameter_hash
+from dataflex_rl.engine.run import read_metrics, run_training
+
+ROOT = Path(__file__).resolve().parents[2]
+EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
+
+BASE = {"policy": "tiny", "steps": 4, "threads": 1,
+        "grpo": {"prompts_per_step": 6, "group_size": 4},
+        "tasks": {"train_size": 60},
+        "eval": {"per_domain": 8, "samples": 1, "every": 2},
+        "log": {"progress": False, "plots": False, "checkpoint_every": 2}}
+
+
+def config(**top):
+    return load_config({**BASE, **top})
+
+
+def test_same_seed_same_hash_other_seed_other_hash(tmp_path):
+    a = run_training(config(), "maxvar", seed=3, steps=3, out_dir=tmp_path / "a")
+    b = run_training(config(), "maxvar", seed=3, steps=3, out_dir=tmp_path / "b")
+    c = run_training(config(), "maxvar", seed=4, steps=3, out_dir=tmp_path / "c")
+    assert a["parameter_sha256"] == b["parameter_sha256"]
+    assert a["parameter_sha256"] != c["parameter_sha256"]
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time") and  # noqa: E731
+                         k != "dataflex/time_ms"} for r in rs]
+    assert strip(read_metrics(tmp_path / "a")) == strip(read_metrics(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("strategy", ["baseline", EVERYTHING],
+                         ids=["baseline", "everything"])
+def test_resume_gives_the_uninterrupted_hash(tmp_path, strategy):
+    full = run_training(config(), strategy, seed=1, steps=5, out_dir=tmp_path / "full")
+    run_training(config(), strategy, seed=1, steps=2, out_dir=tmp_path / "cut")
+    resumed = run_training(config(), strategy, seed=1, steps=5, out_dir=tmp_path / "cut",
+                           resume=True)
+    assert resumed["parameter_sha256"] == full["parameter_sha256"]
+    # and training did move the parameters, so the equality is not trivial
+    assert full["parameter_sha256"] != parameter_hash(load_policy("tiny").model)
+    train = [r for r in read_metrics(tmp_path / "cut") if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [0, 1, 2, 3, 4]
+
+
+def test_outputs_metrics_plots_and_summary(tmp_path):
+    cfg = config(log={**BASE["log"], "plots": True})
+    s = run_training(cfg, "softmax", seed=0, steps=2, out_dir=tmp_path)
+    records = read_metrics(tmp_path)
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2]
+    for key in ("loss/policy", "train/reward", "dataflex/kept_response_fraction",
+                "dataflex/weight_ess", "dataflex/domain/math/sampled", "time/step_s"):
+        assert key in train[0], key
+    for d in ("math", "logic", "science"):
+        assert 0.0 <= s["final_eval"][f"eval/{d}/greedy"] <= 1.0
+        assert f"eval/{d}/sampled" in s["final_eval"]
+    for name in ("accuracy", "domains", "kept", "weights"):
+        assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
+    assert (tmp_path / "checkpoint.pt").is_file()
+
+
+def test_existing_run_needs_resume(tmp_path):
+    run_training(config(), "baseline", steps=1, out_dir=tmp_path)
+    with pytest.raises(ConfigError, match="--resume"):
+        run_training(config(), "baseline", steps=1, out_dir=tmp_path)
+
+
+def test_resume_without_checkpoint_is_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        run_training(config(), "baseline", steps=1, out_dir=tmp_path, resume=True)
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"stpes": 3}, r"config\.stpes: unknown key\. Did you mean 'steps'"),
+    ({"grpo": {"group_size": 1}}, r"config\.grpo\.group_size: must be >= 2"),
+    ({"grpo": {"temperature": "hot"}}, r"config\.grpo\.temperature: expected float"),
+    ({"optim": {"lr": 1e-3, "betas": [0.9]}}, r"optim\.betas"),
+    ({"tasks": {"domains": ["math", "math"]}}, r"tasks\.domains"),
+    ({"eval": "often"}, r"config\.eval: expected a mapping"),
+])
+def test_invalid_configs_name_the_key(data, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(data)
+
+
+def test_missing_files_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: [1,\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        run_training(config(policy=str(tmp_path / "nomodel")), "baseline", steps=1,
+                     out_dir=tmp_path / "o")
+    with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
+        run_training(config(), "difffliter", steps=1, out_dir=tmp_path / "p")
+
+
+def test_cli_train_and_errors(tmp_path, capsys):
+    from dataflex_rl.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("policy: tiny\nsteps: 1\ngrpo: {prompts_per_step: 4, group_size: 2}\n"
+                   "tasks: {train_size: 30}\neval: {per_domain: 4, samples: 0}\n"
+                   "log: {plots: false, progress: false}\n")
+    assert main(["train", str(cfg), "--strategy", "topk", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "topk" in out and "parameter sha256" in out
+    cfg.write_text("polcy: tiny\n")
+    assert main(["train", str(cfg)]) == 2
+    assert "polcy: unknown key" in capsys.readouterr().err
+    assert main(["train", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_tensorboard_is_written_or_clearly_missing(tmp_path):
+    cfg = config(log={**BASE["log"], "tensorboard": True})
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="pip install tensorboard"):
+            run_training(cfg, "baseline", steps=1, out_dir=tmp_path)
+        return
+    run_training(cfg, "baseline", steps=1, out_dir=tmp_path)
+    assert any((tmp_path / "tb").iterdir())

@@ -1,0 +1,64 @@
+"""Supervised warm start: example encoding, determinism, and reproducing the shipped checkpoint.
+
+The full re-run of ``bootstrap`` takes a few CPU-minutes: it is marked ``slow`` and runs only
+with ``DATAFLEX_RUN_SLOW=1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dataflex_rl.engine.policy import ASSETS_DIR, build_tiny_policy, parameter_hash
+from dataflex_rl.engine.warmstart import encode_examples, lr_at, read_manifest, warm_start
+
+from .conftest import SMALL_ARCH
+
+slow = pytest.mark.skipif(os.environ.get("DATAFLEX_RUN_SLOW") != "1",
+                          reason="slow: set DATAFLEX_RUN_SLOW=1")
+
+
+def test_encode_examples_label_positions(char_tokenizer):
+    tok = char_tokenizer
+    ids, attn, label = encode_examples(tok, ["1+2=", "3?"], ["3", "ab"])
+    # row 0: [bos] 1 + 2 = 3 [eos] -> 7 tokens; loss at the positions that predict "3" and EOS
+    assert ids[0].tolist() == [tok.bos_id, *tok.encode("1+2=3"), tok.eos_id]
+    assert label[0].nonzero().squeeze(1).tolist() == [4, 5]
+    # row 1: [bos] 3 ? a b [eos] [pad] -> predicts a, b, EOS from positions 2, 3, 4
+    assert attn[1].tolist() == [True] * 6 + [False]
+    assert label[1].nonzero().squeeze(1).tolist() == [2, 3, 4]
+
+
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    assert lr_at(0, 100, 1.0) == pytest.approx(0.2)     # warm-up of 5 steps: 1/5
+    assert lr_at(4, 100, 1.0) == pytest.approx(1.0)
+    assert lr_at(99, 100, 1.0) == pytest.approx(0.1, abs=1e-3)
+
+
+def test_first_steps_are_deterministic_and_learn(char_tokenizer):
+    prompts = [f"{a}+{b}=" for a in range(5) for b in range(5)]
+    answers = [str(a + b) for a in range(5) for b in range(5)]
+
+    def run():
+        p = build_tiny_policy(char_tokenizer, seed=0, **SMALL_ARCH)
+        losses = warm_start(p, prompts, answers, steps=12, batch_size=8, lr=3e-3,
+                            weight_decay=0.0, seed=5)
+        return parameter_hash(p.model), losses
+
+    (h1, l1), (h2, l2) = run(), run()
+    assert h1 == h2 and l1 == l2
+    assert l1[-1] < l1[0]
+
+
+@slow
+@pytest.mark.slow
+def test_bootstrap_reproduces_the_shipped_checkpoint(tmp_path):
+    from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap
+
+    shipped = read_manifest(ASSETS_DIR / "tiny")
+    args = BootstrapArgs(**{k: tuple(v) if isinstance(v, list) else v
+                            for k, v in shipped["bootstrap_args"].items()})
+    manifest = bootstrap(tmp_path, args)
+    assert manifest["parameter_sha256"] == shipped["parameter_sha256"]
+    assert manifest["heldout_greedy_accuracy"] == shipped["heldout_greedy_accuracy"]
