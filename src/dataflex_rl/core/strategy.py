@@ -261,6 +261,11 @@ class Strategy:
 
     # ------------------------------------------------------------------ before generation
     @property
+    def history(self):
+        """The pre-rollout `PromptHistory` (None without ``prerollout``); read-only use."""
+        return self._history
+
+    @property
     def signal(self) -> Tensor | None:
         """[D] the mixing signal at the last update (None before it or without ``mix``)."""
         return None if self._signal is None else self._signal.clone()

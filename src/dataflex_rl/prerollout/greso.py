@@ -26,6 +26,20 @@ class Greso(SkipPolicy):
     got through exceeds ``target_zero_variance / 2`` and rises otherwise (same for p_hard):
     skipping tightens while zero-signal groups still slip through and relaxes when they don't,
     so forgetting and progress are still seen.
+
+    Metrics of ``filter``: ``skipped`` (candidates not to generate, also split ``_easy`` /
+    ``_hard``) and ``tokens_saved_est``, the sum over skipped prompts of the mean response
+    tokens of their remembered groups (`PromptHistory.mean_tokens`, not just the last group).
+
+    Keeping the batch full is the host's job, not an option of this policy: the embedded
+    engine draws ``tasks.candidate_factor`` x prompts_per_step candidates and generates, per
+    domain, the first kept ones up to the domain's quota (1.0: skipped prompts are simply not
+    generated, so the batch shrinks); verl's intake draws further rounds of candidates until
+    exactly ``train_batch_size`` prompts are kept. The engine reports per step ``skipped``
+    (prompts of the plain batch that were not generated), ``replacements`` (generated prompts
+    drawn in their place), ``tokens_saved_est`` (over those skipped prompts),
+    ``seconds_saved_est`` (tokens saved x this step's generation seconds per generated token)
+    and ``zero_variance_through`` (share of generated groups whose rewards were all equal).
     """
 
     paper: ClassVar[str] = ("Zheng et al. 2025, Act Only When It Pays: Efficient RL for LLM "
@@ -66,7 +80,7 @@ class Greso(SkipPolicy):
             if kind is not None and float(u[i]) >= self._p[kind]:
                 keep[i] = False
                 skipped[kind] += 1
-                saved += outcomes[-1][3]
+                saved += sum(o[3] for o in outcomes) / len(outcomes)
         return keep, {
             "dataflex/prerollout/skipped": float(n - int(keep.sum())),
             "dataflex/prerollout/skipped_easy": float(skipped["easy"]),

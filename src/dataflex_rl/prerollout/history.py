@@ -46,6 +46,13 @@ class PromptHistory:
         """Outcomes of ``key``, oldest first (empty if never seen)."""
         return list(self._data.get(key, ()))
 
+    def mean_tokens(self, key) -> float | None:
+        """Mean response tokens of ``key``'s remembered groups (None if never seen)."""
+        outcomes = self._data.get(key)
+        if not outcomes:
+            return None
+        return sum(o[3] for o in outcomes) / len(outcomes)
+
     def __len__(self) -> int:
         return len(self._data)
 

@@ -130,3 +130,23 @@ def test_strategy_filter_prompts_schedule_and_history():
     keep, m = s.filter_prompts(keys, step=1, generator=torch.Generator().manual_seed(0))
     assert keep.tolist() == [False, True] and m["dataflex/prerollout/active"] == 1.0
     assert Strategy("baseline").filter_prompts(keys, 5)[0].tolist() == [True, True]
+
+
+def test_history_mean_tokens_is_over_every_remembered_group():
+    h = PromptHistory(size=2)
+    h.update(_batch({"x": [1.0, 1.0]}, lengths=[1, 2]))              # 3 tokens (dropped later)
+    h.update(_batch({"x": [1.0, 1.0]}, step=1, lengths=[4, 6]))      # 10 tokens
+    h.update(_batch({"x": [1.0, 1.0]}, step=2, lengths=[10, 20]))    # 30 tokens
+    assert h.mean_tokens("x") == 20.0                                 # (10 + 30) / 2
+    assert h.mean_tokens("never") is None
+
+
+def test_greso_tokens_saved_uses_the_mean_of_the_prompts_history():
+    h = PromptHistory(size=4)
+    h.update(_batch({"e": [1.0, 1.0], "m": [1.0, 0.0]}, lengths=[3, 3, 5, 5]))      # e: 6
+    h.update(_batch({"e": [1.0, 1.0], "m": [1.0, 0.0]}, step=1, lengths=[5, 5, 5, 5]))  # e: 10
+    h.update(_batch({"e": [1.0, 1.0]}, step=2, lengths=[1, 1]))                       # e: 2
+    keep, m = Greso(explore_prob=0.0, min_explore=0.0).filter(h, ["e", "m"], 3, None)
+    assert keep.tolist() == [False, True]
+    # mean of e's 3 groups (6 + 10 + 2) / 3 = 6, not the last group's 2
+    assert m["dataflex/prerollout/tokens_saved_est"] == 6.0

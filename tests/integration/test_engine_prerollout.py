@@ -1,0 +1,92 @@
+"""Pre-rollout accounting in the embedded engine, with hand-set prompt histories.
+
+Histories are written before the step, so which prompts are skippable and how many tokens each
+one's groups used is known: skipped, replacements and tokens saved follow by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from dataflex_rl.core.batch import from_lists
+from dataflex_rl.engine.config import load_config
+from dataflex_rl.engine.trainer import GRPOTrainer
+
+GRESO = {"name": "skip", "prerollout": {"actuator": {
+    "name": "greso", "explore_prob": 0.0, "min_explore": 0.0, "adapt_step": 0.0}}}
+P = "dataflex/prerollout/"
+
+
+def _trainer(train_size: int, factor: float) -> GRPOTrainer:
+    cfg = load_config({"policy": "tiny", "threads": 1,
+                       "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
+                       "tasks": {"domains": ["math"], "train_size": train_size,
+                                 "candidate_factor": factor},
+                       "eval": {"per_domain": 4, "samples": 1},
+                       "log": {"progress": False, "plots": False, "checkpoint_every": 0}})
+    return GRPOTrainer(cfg, GRESO, seed=0)
+
+
+def _remember(tr: GRPOTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
+    """One group of ``key`` with these rewards and per-response token counts."""
+    tr.strategy._history.update(from_lists(rewards, [0] * len(rewards), tokens,
+                                           prompt_keys=(key,) * len(rewards), step=step))
+
+
+def _candidates(tr: GRPOTrainer, n: int) -> list:
+    """The keys the trainer's sampler will draw next, in order (from a copy of it)."""
+    sampler = copy.deepcopy(tr.sampler)
+    drawn, _ = sampler.sample(torch.ones(1, dtype=torch.float64), n)
+    return [tr.taskset.train["math"][i].key for _, i in drawn]
+
+
+def test_skipped_and_tokens_saved_without_replacement():
+    tr = _trainer(train_size=4, factor=1.0)
+    keys = _candidates(tr, 4)
+    # keys[0] all-correct twice: 8 then 24 tokens -> mean 16; keys[1] all-wrong once: 6 tokens
+    _remember(tr, keys[0], [1.0, 1.0], [4, 4])
+    _remember(tr, keys[0], [1.0, 1.0], [12, 12], step=1)
+    _remember(tr, keys[1], [0.0, 0.0, 0.0], [2, 2, 2])
+    _remember(tr, keys[2], [1.0, 0.0], [50, 50])          # mixed: never skipped
+    m = tr.train_step()                                     # keys[3] was never seen
+    assert m[P + "active"] == 1.0
+    assert m[P + "skipped"] == 2.0 and m["engine/prompts_generated"] == 2.0
+    assert m[P + "replacements"] == 0.0
+    assert m[P + "tokens_saved_est"] == 16.0 + 6.0
+    # seconds: tokens saved x this step's generation seconds per generated token
+    assert m[P + "seconds_saved_est"] == pytest.approx(
+        22.0 * m["time/generate_s"] / m["engine/tokens_generated"])
+    assert 0.0 <= m[P + "zero_variance_through"] <= 1.0
+
+
+def test_replacements_keep_the_batch_full():
+    tr = _trainer(train_size=8, factor=2.0)
+    keys = _candidates(tr, 8)        # the first 4 are the plain batch, the rest replacements
+    _remember(tr, keys[1], [1.0, 1.0], [3, 5])            # 8 tokens
+    _remember(tr, keys[3], [0.0, 0.0], [10, 10])          # 20 tokens
+    _remember(tr, keys[5], [1.0, 1.0], [1, 1])            # a skipped spare: saves nothing
+    m = tr.train_step()
+    assert m["engine/prompts_generated"] == 4.0            # full: keys 0, 2, 4, 6
+    assert m[P + "skipped"] == 2.0                         # keys 1 and 3 of the plain batch
+    assert m[P + "candidates_skipped"] == 3.0
+    assert m[P + "replacements"] == 2.0                    # keys 4 and 6
+    assert m[P + "tokens_saved_est"] == 28.0
+
+
+def test_zero_variance_through_is_the_share_of_generated_zero_variance_groups():
+    tr = _trainer(train_size=4, factor=1.0)
+    seen = {}
+    orig = tr._batch
+
+    def spy(*args, **kwargs):
+        b = orig(*args, **kwargs)
+        seen["share"] = float((b.group_std == 0).float().mean())
+        return b
+
+    tr._batch = spy
+    m = tr.train_step()
+    assert m[P + "zero_variance_through"] == seen["share"]
+    assert m[P + "skipped"] == 0.0 and m[P + "tokens_saved_est"] == 0.0
