@@ -11,6 +11,9 @@ configurable parts of one unchanged training loop.
 
   dataflex-rl list                 presets and components, one line each
   dataflex-rl describe difffilter  parameters, defaults, ranges, signals, paper
+  dataflex-rl train examples/quickstart.yaml            GRPO on the embedded CPU engine
+  dataflex-rl compare configs/experiments/quick.yaml    strategies x seeds, paired statistics
+  dataflex-rl report --from-csv results.csv             the same statistics for external results
 """
 
 
@@ -62,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         engine_cli = None
     if engine_cli is not None and hasattr(engine_cli, "register_commands"):
         engine_cli.register_commands(sub)
+    from dataflex_rl.harness.cli import register_commands as register_harness
+
+    register_harness(sub)
     return parser
 
 

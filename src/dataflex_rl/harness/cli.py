@@ -1,0 +1,124 @@
+"""``dataflex-rl compare`` and ``dataflex-rl report``: ``register_commands(subparsers)``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+COMPARE_HELP = """\
+Run an experiment: every strategy × every seed on the embedded engine, paired by seed (same
+initial policy, same evaluation problems, same prompt stream where the strategy allows), in
+parallel worker processes; then write report.md (tables and generated sentences), results.csv
+(one row per run × domain × checkpoint), statistics.csv and plots/ under --out.
+Resumable: run the same command again and finished runs are skipped, interrupted runs continue
+from their checkpoint. A failed run is reported with its error; the others go on.
+Example: dataflex-rl compare configs/experiments/quick.yaml --workers 2"""
+
+REPORT_HELP = """\
+The statistics and report of 'compare' for results produced elsewhere (e.g. verl campaigns on
+GPUs). The CSV needs the columns method, seed, benchmark, score; optional: domain (groups
+benchmarks) and step (checkpoint; the last is the final score). Runs of different methods
+with the same seed label are paired.
+Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campaign_report"""
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from dataflex_rl.harness.compare import run_compare
+    from dataflex_rl.harness.experiment import load_experiment
+    from dataflex_rl.harness.runner import plan
+
+    exp = load_experiment(args.experiment)
+    out = Path(args.out or Path("runs") / "compare" / exp.name)
+    if args.dry_run:
+        for r in plan(exp, out):
+            print(f"{r.method:<14} seed {r.seed:<4} -> {r.out_dir}")
+        return 0
+    res = run_compare(exp, out, workers=args.workers, progress=not args.no_progress,
+                      plots=not args.no_plots)
+    _print_summary(res.analysis, out)
+    ex = res.execution
+    print(f"{res.runs} runs: {len(ex.done)} finished ({ex.skipped} skipped as already done), "
+          f"{len(ex.failed)} failed; wall {ex.wall_seconds / 60:.1f} min")
+    for f in ex.failed:
+        print(f"  FAILED {f['method']} seed {f['seed']}: {f['error']}", file=sys.stderr)
+    return 1 if ex.failed else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.harness.analysis import StatsOptions
+    from dataflex_rl.harness.report import ReportInputs, write_report
+    from dataflex_rl.harness.results import read_proportions_csv, read_results_csv
+
+    rows = read_results_csv(args.from_csv)
+    methods = list(dict.fromkeys(r.method for r in rows))
+    baseline = args.baseline or ("baseline" if "baseline" in methods else methods[0])
+    if baseline not in methods:
+        raise ConfigError(f"--baseline {baseline!r}: not a method of {args.from_csv}; "
+                          f"methods: {', '.join(methods)}")
+    csv_path = Path(args.from_csv)
+    out = Path(args.out or csv_path.parent / f"{csv_path.stem}_report")
+    props = read_proportions_csv(args.proportions) if args.proportions else []
+    options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot,
+                           seed=args.seed)
+    a = write_report(rows, out, ReportInputs(
+        title=args.title or f"Comparison: {csv_path.name}", baseline=baseline, options=options,
+        setup=[f"results: `{csv_path}` ({len(rows)} rows)"], proportions=props,
+        plots=not args.no_plots))
+    _print_summary(a, out)
+    return 0
+
+
+def _print_summary(analysis, out: Path) -> None:
+    if analysis is None:
+        print(f"no statistics (the baseline has no finished run); see {out / 'report.md'}")
+        return
+    from dataflex_rl.harness.narrative import Fmt, headline
+
+    s = analysis.primary
+    fmt = Fmt(100.0, "points") if all(0 <= m.mean <= 1 for m in s.methods if m.n) \
+        else Fmt(1.0, "")
+    print(" ".join(headline(analysis, fmt)))
+    print(f"\n{'method':<16}{'mean':>8}{'delta':>8}  {'corrected CI':<18}{'p(Holm)':>8}  verdict")
+    for m in s.methods:
+        c = next((c for c in s.comparisons if c.method == m.method), None)
+        tail = "  (baseline)" if c is None else (
+            f"{fmt.value(c.delta, True):>8}  {fmt.interval(*c.corrected_ci, True):<18}"
+            f"{c.p_holm:>8.3f}  {c.verdict}")
+        print(f"{m.method:<16}{fmt.value(m.mean):>8}{tail}")
+    print(f"\nreport: {out / 'report.md'}")
+
+
+def register_commands(subparsers) -> None:
+    """Add ``compare`` and ``report`` to the ``dataflex-rl`` sub-command parsers."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = subparsers.add_parser("compare", help="run strategies × seeds (paired) and report "
+                              "paired statistics", description=COMPARE_HELP, formatter_class=fmt)
+    p.add_argument("experiment", help="experiment YAML (e.g. configs/experiments/quick.yaml)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes (default: one per core)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default runs/compare/<experiment name>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.set_defaults(func=_cmd_compare)
+
+    p = subparsers.add_parser("report", help="paired statistics and report.md from a CSV of "
+                              "external results", description=REPORT_HELP, formatter_class=fmt)
+    p.add_argument("--from-csv", required=True, metavar="FILE",
+                   help="CSV with columns method, seed, benchmark, score[, domain, step]")
+    p.add_argument("--baseline", default=None, metavar="METHOD",
+                   help="reference method (default 'baseline' if present, else the first)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default <FILE stem>_report next to FILE)")
+    p.add_argument("--proportions", default=None, metavar="FILE",
+                   help="optional proportions.csv (method, seed, step, domain, target, actual)")
+    p.add_argument("--title", default=None, help="report title")
+    p.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (Holm)")
+    p.add_argument("--power", type=float, default=0.8, help="power of the MDE")
+    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.set_defaults(func=_cmd_report)

@@ -1,0 +1,247 @@
+"""Experiment files: strategies × seeds on one engine configuration and budget.
+
+An experiment file (``configs/experiments/quick.yaml``)::
+
+    name: quick
+    # preset names, strategy YAML paths (relative to this file) or {label, strategy}
+    strategies: [baseline, difffilter]
+    # a list of seeds, or a count n (seeds 0..n-1)
+    seeds: 2
+    # EngineConfig keys (policy, threads, tasks, optim, grpo, log) except the ones below
+    engine: {policy: tiny}
+    budget: {steps: 20, prompts_per_step: 16, samples_per_prompt: 8}
+    evaluation: {metric: greedy, every: 10, per_domain: 100, samples: 0}
+    statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
+
+Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError, suggest
+from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
+from dataflex_rl.engine.config import EngineConfig, from_dict, opt
+from dataflex_rl.harness.analysis import StatsOptions
+
+#: engine keys the experiment owns elsewhere: key -> where to set it
+OWNED = {"strategy": "strategies", "strategies": "strategies", "seed": "seeds",
+         "steps": "budget.steps", "out": "--out", "eval": "evaluation",
+         "grpo.prompts_per_step": "budget.prompts_per_step",
+         "grpo.group_size": "budget.samples_per_prompt"}
+
+
+@dataclass
+class Budget:
+    """Training budget of every run."""
+
+    steps: int = opt(100, "GRPO steps per run", ge=0)
+    prompts_per_step: int = opt(16, "prompts (groups) per step", ge=1)
+    samples_per_prompt: int = opt(8, "G: sampled responses per prompt", ge=2)
+
+
+@dataclass
+class Evaluation:
+    """Held-out evaluation of every run (the same problems for every strategy and seed)."""
+
+    metric: str = opt("greedy", "accuracy compared: greedy (temperature 0) or sampled "
+                                "(mean over 'samples' responses at temperature 1)",
+                      choices=("greedy", "sampled"))
+    every: int = opt(25, "evaluate every N steps, and at the start and the end (0: start and "
+                         "end only); each checkpoint is a row of results.csv", ge=0)
+    per_domain: int = opt(200, "held-out problems per domain", ge=1)
+    samples: int = opt(0, "sampled responses per problem for the sampled accuracy (0: greedy "
+                          "only, faster)", ge=0)
+
+
+@dataclass
+class Statistics:
+    """Options of the paired statistics."""
+
+    alpha: float = opt(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
+    power: float = opt(0.8, "power of the minimum detectable effect", gt=0.0, lt=1.0)
+    n_boot: int = opt(10_000, "bootstrap resamples", ge=100)
+    n_perm: int = opt(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
+    seed: int = opt(0, "seed of the bootstrap and random sign flips", ge=0)
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    """One strategy of the matrix: its label and its fully expanded spec."""
+
+    label: str
+    spec: StrategySpec
+
+    def to_dict(self) -> dict:
+        """The spec as a plain mapping named by the label (what each worker rebuilds)."""
+        return {**self.spec.to_dict(), "name": self.label}
+
+    @property
+    def mixes(self) -> bool:
+        return self.spec.mix is not None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment file."""
+
+    name: str
+    strategies: tuple[StrategyEntry, ...]
+    baseline: str
+    seeds: tuple[int, ...]
+    engine: dict = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    statistics: Statistics = field(default_factory=Statistics)
+    description: str = ""
+    path: str | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        return [s.label for s in self.strategies]
+
+    def stats_options(self) -> StatsOptions:
+        s = self.statistics
+        return StatsOptions(alpha=s.alpha, power=s.power, n_boot=s.n_boot, n_perm=s.n_perm,
+                            seed=s.seed)
+
+    def engine_config(self) -> EngineConfig:
+        """The `EngineConfig` shared by every run (strategy and seed are set per run)."""
+        data = copy.deepcopy(self.engine)
+        b, e = self.budget, self.evaluation
+        data["steps"] = b.steps
+        data.setdefault("grpo", {}).update(prompts_per_step=b.prompts_per_step,
+                                           group_size=b.samples_per_prompt)
+        data["eval"] = {"every": e.every, "per_domain": e.per_domain, "samples": e.samples}
+        log = data.setdefault("log", {})
+        log.setdefault("progress", False)
+        log.setdefault("plots", False)
+        return from_dict(EngineConfig, data, f"{self.path or self.name}.engine")
+
+
+TOP_KEYS = ("name", "description", "strategies", "baseline", "seeds", "engine", "budget",
+            "evaluation", "statistics")
+
+
+def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
+    if isinstance(value, dict) and "label" in value:
+        extra = [k for k in value if k not in ("label", "strategy")]
+        if extra:
+            raise ConfigError(f"{where}.{extra[0]}: unknown key. A strategy entry is a preset "
+                              "name, a YAML path, or a mapping with 'label' and 'strategy'")
+        label, source = value["label"], value.get("strategy", value["label"])
+        if not isinstance(label, str) or not label:
+            raise ConfigError(f"{where}.label: expected a non-empty str")
+    elif isinstance(value, str):
+        label, source = (Path(value).stem if value.endswith((".yaml", ".yml")) else value), value
+    else:
+        raise ConfigError(f"{where}: expected a preset name, a strategy YAML path or a mapping "
+                          f"{{label, strategy}}, got {type(value).__name__}")
+    if isinstance(source, str) and source.endswith((".yaml", ".yml")) and base is not None \
+            and not Path(source).is_absolute() and (base / source).is_file():
+        source = str(base / source)
+    return StrategyEntry(label, parse_strategy(source, where))
+
+
+def _seeds(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ConfigError(f"{where}: a seed count must be >= 1, got {value}")
+        return tuple(range(value))
+    if isinstance(value, list) and value and all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
+        if len(set(value)) != len(value):
+            raise ConfigError(f"{where}: seeds repeat: {value}")
+        return tuple(value)
+    raise ConfigError(f"{where}: expected a count (int >= 1) or a non-empty list of distinct "
+                      f"ints >= 0, got {value!r}")
+
+
+def _check_engine(engine: Any, where: str) -> dict:
+    if engine is None:
+        return {}
+    if not isinstance(engine, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(engine).__name__}")
+    for key, home in OWNED.items():
+        head, _, tail = key.partition(".")
+        if head in engine and (not tail or (isinstance(engine[head], dict)
+                                            and tail in engine[head])):
+            raise ConfigError(f"{where}.{key}: set by the experiment, not the engine section; "
+                              f"use {home}")
+    return copy.deepcopy(engine)
+
+
+def parse_experiment(data: Any, where: str = "experiment", base: Path | None = None
+                     ) -> Experiment:
+    """Validate an experiment mapping.
+
+    Args:
+        data: the parsed YAML.
+        where: name used in error messages (the file path).
+        base: directory against which relative strategy paths and ``engine.policy`` resolve.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: the top level must be a mapping with keys "
+                          f"{', '.join(TOP_KEYS)}")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key.{suggest(str(key), list(TOP_KEYS))} "
+                              f"Valid keys: {', '.join(TOP_KEYS)}")
+    for key in ("name", "strategies", "seeds"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+    name, description = data["name"], data.get("description", "")
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ConfigError(f"{where}.name: expected a non-empty str without '/', got {name!r}")
+    if not isinstance(description, str):
+        raise ConfigError(f"{where}.description: expected str")
+    raw = data["strategies"]
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}.strategies: expected a non-empty list")
+    entries = tuple(_strategy_entry(v, f"{where}.strategies[{i}]", base)
+                    for i, v in enumerate(raw))
+    labels = [e.label for e in entries]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise ConfigError(f"{where}.strategies: labels repeat: {', '.join(dupes)} (give "
+                          "{label, strategy} entries to tell them apart)")
+    bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
+    if bad:
+        raise ConfigError(f"{where}.strategies: label {bad[0]!r} cannot name a folder")
+    baseline = data.get("baseline", "baseline" if "baseline" in labels else labels[0])
+    if baseline not in labels:
+        raise ConfigError(f"{where}.baseline: {baseline!r} is not one of the strategies."
+                          f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}")
+    engine = _check_engine(data.get("engine"), f"{where}.engine")
+    policy = engine.get("policy")
+    if isinstance(policy, str) and base is not None and policy != "tiny" \
+            and not Path(policy).is_absolute() and (base / policy).exists():
+        engine["policy"] = str(base / policy)
+    exp = Experiment(
+        name=name, description=description, strategies=entries, baseline=baseline,
+        seeds=_seeds(data["seeds"], f"{where}.seeds"), engine=engine,
+        budget=from_dict(Budget, data.get("budget"), f"{where}.budget"),
+        evaluation=from_dict(Evaluation, data.get("evaluation"), f"{where}.evaluation"),
+        statistics=from_dict(Statistics, data.get("statistics"), f"{where}.statistics"),
+        path=where)
+    if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
+        raise ConfigError(f"{where}.evaluation.samples: metric 'sampled' needs samples >= 1")
+    exp.engine_config()  # validates the engine section now, not in a worker
+    return exp
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment YAML file.
+
+    Raises:
+        ConfigError: missing or malformed file, or an invalid key (named).
+    """
+    p = Path(path)
+    return parse_experiment(load_yaml(p), str(path), p.resolve().parent)

@@ -1,0 +1,166 @@
+"""Sentences generated from the numbers of an `Analysis` (no hand-written claims)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dataflex_rl.harness import stats
+from dataflex_rl.harness.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE, Analysis, \
+    SummaryResult
+
+
+class Fmt:
+    """Formats scores: accuracies in [0, 1] are shown as points (×100)."""
+
+    def __init__(self, scale: float, unit: str) -> None:
+        self.scale, self.unit = scale, unit
+
+    @classmethod
+    def for_scores(cls, scores) -> "Fmt":
+        a = np.asarray(list(scores), dtype=float)
+        if a.size and np.all((a >= 0) & (a <= 1)):
+            return cls(100.0, "points")
+        return cls(1.0, "")
+
+    def value(self, v: float, signed: bool = False) -> str:
+        if not math.isfinite(v):
+            return "n/a"
+        digits = 1 if self.scale == 100.0 else 3
+        x = round(v * self.scale, digits) + 0.0  # no "-0.0"
+        return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+    def interval(self, lo: float, hi: float, signed: bool = False) -> str:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return "n/a"
+        return f"[{self.value(lo, signed)}, {self.value(hi, signed)}]"
+
+    def amount(self, v: float, signed: bool = False) -> str:
+        """``1.2 points`` (or a plain number for other scales)."""
+        return f"{self.value(v, signed)} {self.unit}".rstrip()
+
+
+def pvalue(p: float) -> str:
+    if not math.isfinite(p):
+        return "n/a"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def pooled_sd(summary: SummaryResult) -> float:
+    """Root mean square of the SDs of paired differences over methods (NaN if none).
+
+    A method whose every run equals the baseline's (SD exactly 0, e.g. a static uniform mix
+    that draws the baseline's prompt stream) says nothing about the noise and is left out.
+    """
+    sds = [c.sd_diff for c in summary.comparisons if math.isfinite(c.sd_diff) and c.sd_diff > 0]
+    return math.sqrt(float(np.mean(np.square(sds)))) if sds else math.nan
+
+
+def headline(a: Analysis, fmt: Fmt) -> list[str]:
+    """The opening paragraph: verdict counts, the largest gain against the MDE, power."""
+    s = a.primary
+    n = len(a.seeds)
+    m = len(s.comparisons)
+    counts = {v: sum(c.verdict == v for c in s.comparisons) for v in (BETTER, WORSE, NO_DIFF,
+                                                                        TOO_FEW)}
+    where = "the average" if len(a.summaries) > 1 else f"'{s.name}'"
+    out = [f"Against **{a.baseline}** on {where}, with {n} paired seed(s) and Holm's correction "
+           f"over {m} method(s) at α = {a.options.alpha:g}: **{counts[BETTER]} better, "
+           f"{counts[WORSE]} worse, {counts[NO_DIFF]} no detectable difference**"
+           + (f", {counts[TOO_FEW]} with too few paired seeds." if counts[TOO_FEW] else ".")]
+    tested = [c for c in s.comparisons if math.isfinite(c.delta)]
+    if tested:
+        best = max(tested, key=lambda c: c.delta)
+        worst = min(tested, key=lambda c: c.delta)
+        mde = stats.mde_paired(pooled_sd(s), n, a.options.alpha, a.options.power)
+        out.append(f"Observed differences range from {fmt.value(worst.delta, True)} "
+                   f"({worst.method}) to {fmt.value(best.delta, True)} ({best.method}); "
+                   f"the minimum detectable effect at {n} seeds is about {fmt.amount(mde)} "
+                   f"(α = {a.options.alpha:g}, power {a.options.power:g}, pooled SD of paired "
+                   f"differences {fmt.amount(pooled_sd(s))}).")
+    out.extend(power_sentences(a, fmt))
+    return out
+
+
+def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
+    """What the seed count allows: the floor of the exact test and seeds needed."""
+    n = len(a.seeds)
+    m = max(1, len(a.primary.comparisons))
+    alpha = a.options.alpha
+    out = []
+    floor = stats.min_pvalue(n)
+    need_one = math.ceil(math.log2(2 / alpha))
+    need_all = math.ceil(math.log2(2 * m / alpha))
+    if floor > alpha / m:
+        need = f"at least {need_one} seeds" + (
+            f" for one comparison and {need_all} for the best of {m} under Holm's correction"
+            if m > 1 else "")
+        out.append(f"With {n} seeds the exact sign-flip test cannot give p below {floor:.3g}, so "
+                   f"no method can be declared better or worse, whatever the numbers: that "
+                   f"needs {need}.")
+    sd = pooled_sd(a.primary)
+    target = 0.01 if fmt.scale == 100.0 else None
+    if target is not None and math.isfinite(sd) and sd > 0:
+        k = stats.seeds_needed(sd, target, alpha, a.options.power)
+        caveat = f" (from an SD estimated on only {n} seeds, itself uncertain)" if n < 5 else ""
+        out.append(f"Detecting a 1-point difference with power {a.options.power:g} would take "
+                   + (f"about {k} seeds" if k else "more than 10,000 seeds") + caveat + ".")
+    return out
+
+
+def verdict_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
+    """One sentence per method of summary ``s`` with a detectable difference, or whose plain
+    95% interval excludes zero while the corrected test does not."""
+    out = []
+    for c in s.comparisons:
+        if c.verdict in (BETTER, WORSE):
+            out.append(f"**{c.method}** is {c.verdict} than {a.baseline} on '{s.name}': "
+                       f"{fmt.amount(c.delta, signed=True)} (corrected "
+                       f"{100 * (1 - c.level):.1f}% interval "
+                       f"{fmt.interval(*c.corrected_ci, signed=True)}, Holm p = "
+                       f"{pvalue(c.p_holm)}).")
+        elif c.verdict == NO_DIFF and (c.ci[0] > 0 or c.ci[1] < 0):
+            out.append(f"{c.method} on '{s.name}': the uncorrected 95% bootstrap interval "
+                       f"{fmt.interval(*c.ci, signed=True)} excludes zero, but the "
+                       f"corrected test does not (Holm p = {pvalue(c.p_holm)}, corrected "
+                       f"interval {fmt.interval(*c.corrected_ci, signed=True)}): not a "
+                       "detectable difference.")
+    if not out:
+        out.append(f"No method differs detectably from {a.baseline} on '{s.name}'.")
+    return out
+
+
+def sign_changes(a: Analysis) -> list[str]:
+    """Methods detectably better under one summary and worse under another."""
+    out = []
+    for method in a.methods[1:]:
+        verdicts = {s.name: next(c.verdict for c in s.comparisons if c.method == method)
+                    for s in a.summaries}
+        kinds = {v for v in verdicts.values() if v in (BETTER, WORSE)}
+        if len(kinds) == 2:
+            parts = ", ".join(f"{v} on '{k}'" for k, v in verdicts.items() if v in kinds)
+            out.append(f"{method} is {parts}: the summary used decides the sign.")
+    return out
+
+
+def ranking_sentences(a: Analysis) -> list[str]:
+    """Which method leads under each summary, and Kendall's tau against the average."""
+    if len(a.summaries) < 2 or len(a.methods) < 2:
+        return []
+    best = {s.name: max(s.methods, key=lambda m: m.mean if math.isfinite(m.mean) else -1e300)
+            for s in a.summaries}
+    avg = a.primary.name
+    out = [f"The highest mean on '{avg}' is {best[avg].method}; per summary: "
+           + ", ".join(f"{k} → {v.method}" for k, v in best.items() if k != avg) + "."]
+    k = len(a.summaries) - 1
+    taus = [(s.name, a.tau[i, k]) for i, s in enumerate(a.summaries[:-1])]
+    out.append("Kendall's tau between each summary's ranking and the average ranking "
+               "(1 = same order, 0 = unrelated, -1 = reversed): "
+               + ", ".join(f"{n} {t:.2f}" if math.isfinite(t) else f"{n} n/a" for n, t in taus)
+               + ".")
+    low = [n for n, t in taus if math.isfinite(t) and t < 0.5]
+    if low:
+        out.append("The ranking changes substantially (tau < 0.5) on: " + ", ".join(low)
+                   + "; a method's place depends on the summary chosen.")
+    return out

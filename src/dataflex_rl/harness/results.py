@@ -1,0 +1,167 @@
+"""Result rows and ``results.csv``: one row per run × benchmark × checkpoint.
+
+Columns: ``method, seed, benchmark, domain, step, score`` and, from the embedded engine,
+``greedy`` and ``sampled`` (both accuracies; ``score`` is the one the experiment compares).
+Reading needs only ``method, seed, benchmark, score``; ``domain`` (groups benchmarks) and
+``step`` (checkpoint; the last one is the final score) are optional and other columns are
+ignored, so external results (e.g. verl campaigns) and the harness's own file read the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dataflex_rl.core.registry import ConfigError
+
+REQUIRED = ("method", "seed", "benchmark", "score")
+COLUMNS = ("method", "seed", "benchmark", "domain", "step", "score")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One score of one run on one benchmark at one checkpoint.
+
+    Args:
+        method: strategy label.
+        seed: seed label (runs of different methods with the same label are paired).
+        benchmark: what was measured (the engine: a domain's held-out set).
+        score: the value compared (higher is better).
+        domain: the domain the benchmark belongs to ("" means the benchmark is its own domain).
+        step: training step of the checkpoint (None: only a final score).
+        extra: other numeric columns (written, not analyzed).
+    """
+
+    method: str
+    seed: str
+    benchmark: str
+    score: float
+    domain: str = ""
+    step: int | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+def seed_sort_key(seed: str) -> tuple:
+    """Numeric seeds in numeric order, before any non-numeric label."""
+    return (0, int(seed), "") if seed.lstrip("-").isdigit() else (1, 0, seed)
+
+
+def final_scores(rows: list[Row]) -> dict[tuple[str, str, str], float]:
+    """(method, seed, benchmark) -> score at the run's last checkpoint.
+
+    Raises:
+        ConfigError: two rows for the same run, benchmark and step.
+    """
+    best: dict[tuple[str, str, str], Row] = {}
+    seen: set[tuple] = set()
+    for r in rows:
+        key = (r.method, r.seed, r.benchmark)
+        if key + (r.step,) in seen:
+            raise ConfigError(f"duplicate result: method={r.method} seed={r.seed} "
+                              f"benchmark={r.benchmark} step={r.step}")
+        seen.add(key + (r.step,))
+        cur = best.get(key)
+        if cur is None or (r.step if r.step is not None else -1) > (
+                cur.step if cur.step is not None else -1):
+            best[key] = r
+    return {k: r.score for k, r in best.items()}
+
+
+def read_results_csv(path: str | Path) -> list[Row]:
+    """Rows of a results CSV (the harness's own ``results.csv`` or external results).
+
+    Raises:
+        ConfigError: missing file or column, or a bad value (names the line and column).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{path}: no such file")
+    with p.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; a results CSV "
+                              f"needs {', '.join(REQUIRED)} (optional: domain, step); "
+                              f"found {', '.join(header) or 'no header'}")
+        reader.fieldnames = header
+        rows = [_parse_row(raw, f"{path}:{reader.line_num}") for raw in reader]
+    if not rows:
+        raise ConfigError(f"{path}: no result rows")
+    return rows
+
+
+def _parse_row(raw: dict, where: str) -> Row:
+    values = {k: (v or "").strip() for k, v in raw.items() if k is not None}
+    for col in ("method", "seed", "benchmark"):
+        if not values[col]:
+            raise ConfigError(f"{where}: empty {col!r}")
+    score = _number(values["score"], where, "score")
+    step = None
+    if values.get("step"):
+        try:
+            step = int(float(values["step"]))
+        except ValueError:
+            raise ConfigError(f"{where}: step {values['step']!r} is not an integer") from None
+    extra = {}
+    for k, v in values.items():
+        if k not in COLUMNS and v:
+            try:
+                extra[k] = float(v)
+            except ValueError:
+                pass
+    return Row(values["method"], values["seed"], values["benchmark"], score,
+               values.get("domain", ""), step, extra)
+
+
+def _number(text: str, where: str, col: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {col} {text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise ConfigError(f"{where}: {col} is {text!r}; drop the row instead")
+    return v
+
+
+def write_results_csv(rows: list[Row], path: str | Path) -> Path:
+    """Write rows (extra columns after the standard ones, sorted by name)."""
+    extras = sorted({k for r in rows for k in r.extra})
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*COLUMNS, *extras])
+        for r in rows:
+            w.writerow([r.method, r.seed, r.benchmark, r.domain,
+                        "" if r.step is None else r.step, repr(float(r.score)),
+                        *(repr(float(r.extra[k])) if k in r.extra else "" for k in extras)])
+    return p
+
+
+#: columns of ``proportions.csv`` (mixers' domain proportions per step)
+PROPORTION_COLUMNS = ("method", "seed", "step", "domain", "target", "actual")
+
+
+def write_proportions_csv(rows: list[dict], path: str | Path) -> Path:
+    """Write ``proportions.csv``: per mixer run, step and domain the target and sampled share."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(PROPORTION_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return p
+
+
+def read_proportions_csv(path: str | Path) -> list[dict]:
+    """Rows of ``proportions.csv`` (numbers parsed; a missing ``actual`` is NaN)."""
+    out = []
+    with Path(path).open(newline="") as f:
+        for r in csv.DictReader(f):
+            out.append({"method": r["method"], "seed": r["seed"], "step": int(r["step"]),
+                        "domain": r["domain"], "target": float(r["target"] or "nan"),
+                        "actual": float(r["actual"] or "nan")})
+    return out

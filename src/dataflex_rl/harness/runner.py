@@ -1,0 +1,391 @@
+"""Run an experiment's matrix strategies × seeds in worker processes, resumably.
+
+Pairing: run (strategy, seed s) gets ``seed=s`` and otherwise the same `EngineConfig`, so for
+one seed every strategy starts from the same policy, is evaluated on the same held-out problems
+and (unless it mixes domains or skips prompts) draws the same prompt stream: the engine derives
+each randomness stream from the seed alone. The report checks the first half of this claim:
+the step-0 evaluation must be identical across strategies for each seed.
+
+Layout under the output folder::
+
+    runs/<label>/seed<s>/   run.json (fingerprint), the engine's run (metrics.jsonl,
+                            checkpoint.pt, ...), then done.json (written last, atomically)
+                            or error.json
+    experiment.json         the resolved experiment
+    results.csv, proportions.csv, statistics.csv, report.md, plots/
+
+A run with ``done.json`` is skipped; one with a checkpoint made with the same configuration
+(``run.json`` holds its fingerprint) resumes from it; anything else starts over. A failing run
+writes its traceback to ``error.json``, is reported, and the others go on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+
+DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
+DEFAULT_TRAIN_FN = "dataflex_rl.engine.run:run_training"
+CHECKPOINT_FILE, METRICS_FILE = "checkpoint.pt", "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the matrix, self-contained and picklable (what a worker receives).
+
+    Args:
+        method: strategy label.
+        seed: the pairing seed.
+        strategy: the expanded strategy spec (a mapping).
+        config: the `EngineConfig` as a mapping.
+        steps: GRPO steps.
+        out_dir: the run's folder.
+        train_fn: ``"module:attr"`` of the training function (``run_training``'s signature).
+        mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
+    """
+
+    method: str
+    seed: int
+    strategy: dict
+    config: dict
+    steps: int
+    out_dir: str
+    train_fn: str = DEFAULT_TRAIN_FN
+    mixes: bool = False
+
+    @property
+    def identity(self) -> dict:
+        """Everything that determines the run's result (as plain JSON data)."""
+        return json.loads(json.dumps({"strategy": self.strategy, "config": self.config,
+                                      "seed": self.seed, "steps": self.steps}, default=str))
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of `identity`."""
+        blob = json.dumps(self.identity, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> list[RunSpec]:
+    """The runs of ``experiment``, seed-major (every strategy of seed 0 first, so paired
+    results arrive early)."""
+    config = experiment.engine_config().to_dict()
+    root = Path(out_dir) / "runs"
+    return [RunSpec(e.label, s, e.to_dict(), config, experiment.budget.steps,
+                    str(root / e.label / f"seed{s}"), train_fn, e.mixes)
+            for s in experiment.seeds for e in experiment.strategies]
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def read_records(out_dir: Path, domains: list[str], mixes: bool) -> tuple[list, list]:
+    """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
+
+    Returns:
+        ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``,
+        proportions are ``{"step", "domain", "target", "actual"}``.
+    """
+    evals, props = [], []
+    for line in (out_dir / METRICS_FILE).read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if r.get("kind") == "eval":
+            evals.append({"step": r["step"], **{k[len("eval/"):]: v for k, v in r.items()
+                                                if k.startswith("eval/")}})
+        elif mixes and r.get("kind") == "train":
+            for d in domains:
+                target = r.get(f"dataflex/domain/{d}/sampler_target")
+                if target is not None:
+                    props.append({"step": r["step"], "domain": d, "target": target,
+                                  "actual": r.get(f"dataflex/domain/{d}/sampled")})
+    return evals, props
+
+
+def _quiet_libraries() -> None:
+    """No per-run progress bars from transformers in workers (one overall bar is shown)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
+def _warning_summary(caught: list) -> list[str]:
+    """Distinct warning messages with their counts (digits folded, so 'step 3: ...' and
+    'step 7: ...' count as one), at most 10."""
+    counts: dict[str, int] = {}
+    for w in caught:
+        key = f"{w.category.__name__}: " + re.sub(r"\d+", "N", str(w.message))
+        counts[key] = counts.get(key, 0) + 1
+    return [f"{n}× {k}" for k, n in list(counts.items())[:10]]
+
+
+def execute_run(run: RunSpec) -> dict:
+    """Train one run in this process; never raises (a failure is returned and written).
+
+    Warnings raised during the run are counted into ``done.json`` instead of being printed
+    over the progress bar.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        return _execute_run(run, caught)
+
+
+def _execute_run(run: RunSpec, caught: list) -> dict:
+    from dataflex_rl.core.registry import import_object
+    from dataflex_rl.engine.config import EngineConfig, from_dict
+
+    out = Path(run.out_dir)
+    t0 = time.perf_counter()
+    try:
+        _quiet_libraries()
+        resume = (out / CHECKPOINT_FILE).is_file() and _started_as(out) == run.fingerprint
+        if out.exists() and not resume:
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ERROR_FILE).unlink(missing_ok=True)
+        _write_json_atomic(out / RUN_FILE, {"fingerprint": run.fingerprint,
+                                            "method": run.method, "seed": run.seed,
+                                            "identity": run.identity})
+        train = import_object(run.train_fn, "train_fn")
+        config = from_dict(EngineConfig, run.config)
+        summary = train(config, run.strategy, seed=run.seed, steps=run.steps, out_dir=str(out),
+                        resume=resume, progress=False)
+        evals, props = read_records(out, list(config.tasks.domains), run.mixes)
+        if not evals:
+            raise RuntimeError(f"{out / METRICS_FILE}: the run wrote no evaluation")
+        done = {"status": "done", "method": run.method, "seed": run.seed,
+                "fingerprint": run.fingerprint, "identity": run.identity, "resumed": resume,
+                "wall_seconds": time.perf_counter() - t0, "evals": evals, "proportions": props,
+                "warnings": _warning_summary(caught), "summary": summary}
+        _write_json_atomic(out / DONE_FILE, done)
+        return done
+    except Exception as e:  # noqa: BLE001  (reported, and the other runs go on)
+        failed = {"status": "failed", "method": run.method, "seed": run.seed,
+                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                  "wall_seconds": time.perf_counter() - t0}
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            _write_json_atomic(out / ERROR_FILE, failed)
+        except OSError:
+            pass
+        return failed
+
+
+def _started_as(out: Path) -> str | None:
+    """Fingerprint the unfinished run in ``out`` was started with (None: unknown)."""
+    try:
+        return json.loads((out / RUN_FILE).read_text()).get("fingerprint")
+    except (OSError, ValueError):
+        return None
+
+
+def load_done(run: RunSpec) -> dict | None:
+    """The run's ``done.json`` if it finished with this configuration.
+
+    Raises:
+        ConfigError: it finished with a different configuration.
+    """
+    path = Path(run.out_dir) / DONE_FILE
+    if not path.is_file():
+        return None
+    done = json.loads(path.read_text())
+    if done.get("fingerprint") != run.fingerprint:
+        changed = differences(done["identity"], run.identity) if "identity" in done else []
+        raise ConfigError(
+            f"{run.out_dir}: finished with a different configuration"
+            + (f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
+               if changed else "") + "; choose another --out, or delete this folder to rerun it")
+    return done
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON-like mappings."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [prefix.rstrip(".") or "(all)"]
+
+
+def _train_lines(path: Path) -> int:
+    try:
+        return path.read_text().count('"kind": "train"')
+    except OSError:
+        return 0
+
+
+@dataclass
+class Execution:
+    """What happened to the matrix: results per run (done and failed), counts, timing."""
+
+    results: list[dict] = field(default_factory=list)
+    skipped: int = 0
+    wall_seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.results if r["status"] == "failed"]
+
+    @property
+    def done(self) -> list[dict]:
+        return [r for r in self.results if r["status"] == "done"]
+
+
+def default_workers() -> int:
+    """One worker per core available to this process."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = True
+            ) -> Execution:
+    """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped).
+
+    Failures are collected, never raised; Ctrl-C cancels the pending runs (they resume later).
+    """
+    t0 = time.perf_counter()
+    ex = Execution()
+    todo = []
+    for run in runs:
+        done = load_done(run)
+        if done is not None:
+            ex.results.append(done)
+            ex.skipped += 1
+        else:
+            todo.append(run)
+    if todo:
+        workers = max(1, min(workers or default_workers(), len(todo)))
+        with _Progress(runs, len(runs) - len(todo), workers, progress) as bar:
+            results = _run_shared(todo, workers, bar)
+            # a worker process that died (killed, out of memory) breaks the whole pool and
+            # fails every run still in it: retry those once, each in a process of its own, so
+            # a run that kills its process again takes no other run with it
+            retry = [r for r in todo if (r.method, r.seed) in {
+                (x["method"], x["seed"]) for x in results if x.get("broken_pool")}]
+            if retry:
+                results = [x for x in results if not x.get("broken_pool")]
+                results += _run_isolated(retry, workers, bar)
+        ex.results += results
+    order = {(r.method, r.seed): i for i, r in enumerate(runs)}
+    ex.results.sort(key=lambda r: order[(r["method"], r["seed"])])
+    ex.wall_seconds = time.perf_counter() - t0
+    return ex
+
+
+class _Progress:
+    """One overall bar in steps, fed by the runs' ``metrics.jsonl`` files."""
+
+    def __init__(self, runs: list[RunSpec], finished: int, workers: int, show: bool) -> None:
+        self.steps = max(1, max(r.steps for r in runs))
+        self.runs, self.base = runs, finished * self.steps
+        self.bar = None
+        self.results: list[dict] = []
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.steps * len(runs), initial=self.base, unit="step",
+                            dynamic_ncols=True,
+                            desc=f"compare ({len(runs)} runs, {workers} workers)")
+        self.todo = [r for r in runs if not (Path(r.out_dir) / DONE_FILE).is_file()]
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.refresh()
+            self.bar.close()
+
+    def add(self, result: dict) -> None:
+        self.results.append(result)
+
+    def refresh(self) -> None:
+        if self.bar is None:
+            return
+        n = self.base + sum(min(self.steps, _train_lines(Path(r.out_dir) / METRICS_FILE))
+                            for r in self.todo)
+        self.bar.update(max(0, min(n, self.bar.total) - self.bar.n))
+        self.bar.set_postfix(done=sum(r["status"] == "done" for r in self.results),
+                             failed=sum(r["status"] == "failed" for r in self.results))
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(max_workers=workers,
+                                  mp_context=multiprocessing.get_context("spawn"))
+
+
+def _run_shared(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]:
+    """Every run in one pool of ``workers`` processes (imports are paid once per worker)."""
+    results: list[dict] = []
+    pool = _pool(workers)
+    try:
+        futures = {pool.submit(execute_run, r): r for r in todo}
+        pending = set(futures)
+        while pending:
+            finished, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                results.append(_outcome(fut, futures[fut]))
+                bar.add(results[-1])
+            bar.refresh()
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    return results
+
+
+def _run_isolated(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]:
+    """Each run in a fresh one-process pool, at most ``workers`` at a time."""
+    results: list[dict] = []
+    queue, active = list(todo), {}
+    try:
+        while queue or active:
+            while queue and len(active) < workers:
+                run = queue.pop(0)
+                pool = _pool(1)
+                active[pool.submit(execute_run, run)] = (run, pool)
+            finished, _ = cf.wait(set(active), timeout=1.0, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                run, pool = active.pop(fut)
+                results.append(_outcome(fut, run))
+                bar.add(results[-1])
+                pool.shutdown(wait=True)
+            bar.refresh()
+    finally:
+        for _, pool in active.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+    return results
+
+
+def _outcome(fut: cf.Future, run: RunSpec) -> dict:
+    """A finished future's result, or a failure record when its worker process died."""
+    try:
+        return fut.result()
+    except Exception as e:  # noqa: BLE001  (e.g. BrokenProcessPool: a worker was killed)
+        return {"status": "failed", "method": run.method, "seed": run.seed,
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": "".join(traceback.format_exception(e)), "wall_seconds": 0.0,
+                "broken_pool": isinstance(e, cf.process.BrokenProcessPool)}

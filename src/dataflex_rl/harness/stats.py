@@ -1,0 +1,223 @@
+"""Paired statistics over seeds: confidence intervals, tests, corrections, power, rankings.
+
+Every function is pure (numpy and scipy only); randomness comes from a ``numpy.random.Generator``
+passed in. Shapes: ``values`` and ``diffs`` are ``[n]`` (one entry per seed); nothing loops over
+bootstrap resamples or sign flips in Python.
+
+Definitions used by the harness (docs/harness.md repeats them):
+
+- **mean CI** (`t_interval`): mean ± t_{1-α/2, n-1} · s / √n, s the sample SD (ddof 1).
+- **paired bootstrap** (`bootstrap_interval`): resample the n paired differences with
+  replacement, percentile interval of the resampled means.
+- **permutation p-value** (`sign_flip_pvalue`): under H0 (no difference) each paired
+  difference is symmetric around 0, so its sign is exchangeable. Statistic |mean(d)|; two-sided.
+  For n ≤ 16 all 2^n sign patterns are enumerated (exact, deterministic); the smallest
+  attainable p is then 2 / 2^n. Above 16, random sign flips with p = (1 + hits) / (1 + draws).
+- **Holm** (`holm`): Holm (1979) step-down over m methods. Adjusted
+  p_(i) = min(1, max_{j ≤ i} (m - j + 1) p_(j)) (monotone). The per-method corrected level is
+  α_(i) = α / (m - i + 1) with i the method's rank by raw p (ties take the smallest rank, the
+  strictest level); the harness reports the bootstrap interval at level 1 - α_(i).
+- **MDE** (`mde_paired`): the smallest true mean difference a paired test at level α detects
+  with probability ``power``: (t_{1-α/2, n-1} + t_{power, n-1}) · s_d / √n, s_d the SD of the
+  paired differences. It is the usual approximation to the noncentral-t power of the paired
+  t-test and tends to (1.96 + 0.84) · s_d / √n for many seeds.
+- **Kendall's tau** (`kendall_tau`): tau-b, ties corrected, as ``scipy.stats.kendalltau``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as sps
+
+#: n at or below which the sign-flip test enumerates all 2^n patterns
+EXACT_MAX_N = 16
+
+
+def _as_1d(x, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-d array, got shape {a.shape}")
+    return a
+
+
+def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
+    """Mean and t-based (1 - alpha) confidence interval.
+
+    Args:
+        values: [n] one value per seed (NaNs are an error: drop missing seeds first).
+        alpha: 1 - confidence level.
+
+    Returns:
+        ``(mean, low, high)``; the bounds are NaN when n < 2.
+    """
+    x = _as_1d(values, "values")
+    n = x.size
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    half = float(sps.t.ppf(1 - alpha / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return mean, mean - half, mean + half
+
+
+def bootstrap_means(diffs, rng: np.random.Generator, n_boot: int = 10_000) -> np.ndarray:
+    """[n_boot] means of resamples (with replacement) of the paired differences."""
+    d = _as_1d(diffs, "diffs")
+    if d.size == 0:
+        raise ValueError("diffs: empty")
+    idx = rng.integers(0, d.size, size=(n_boot, d.size))
+    return d[idx].mean(axis=1)
+
+
+def bootstrap_interval(diffs, rng: np.random.Generator, alpha=0.05, n_boot: int = 10_000
+                       ) -> np.ndarray:
+    """Paired-bootstrap percentile interval(s) of the mean difference.
+
+    Args:
+        diffs: [n] paired differences (method - baseline), one per seed.
+        rng: the random generator.
+        alpha: a level or an array of K levels (the same resamples serve all of them).
+        n_boot: resamples.
+
+    Returns:
+        ``[2]`` (low, high) for a scalar ``alpha``, else ``[K, 2]``.
+    """
+    a = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
+    means = bootstrap_means(diffs, rng, n_boot)
+    q = np.quantile(means, np.concatenate([a / 2, 1 - a / 2]))
+    out = np.stack([q[:a.size], q[a.size:]], axis=1)
+    return out[0] if np.ndim(alpha) == 0 else out
+
+
+def sign_patterns(n: int) -> np.ndarray:
+    """[2^n, n] every ±1 sign pattern (row k holds the bits of k)."""
+    bits = (np.arange(2 ** n, dtype=np.int64)[:, None] >> np.arange(n)) & 1
+    return (1 - 2 * bits).astype(np.float64)
+
+
+def sign_flip_pvalue(diffs, rng: np.random.Generator | None = None, n_perm: int = 10_000,
+                     exact_max_n: int = EXACT_MAX_N) -> float:
+    """Two-sided paired permutation (sign-flip) p-value of the mean difference.
+
+    Args:
+        diffs: [n] paired differences.
+        rng: needed only when n > ``exact_max_n`` (random sign flips).
+        n_perm: random sign patterns drawn when n > ``exact_max_n``.
+        exact_max_n: enumerate all 2^n patterns up to this n.
+
+    Returns:
+        The p-value; NaN when n == 0. All-zero differences give 1.
+    """
+    d = _as_1d(diffs, "diffs")
+    n = d.size
+    if n == 0:
+        return math.nan
+    observed = abs(d.mean())
+    # a flipped mean equal to the observed one up to rounding counts as "as extreme"
+    tol = 1e-12 * max(1.0, float(np.abs(d).max()))
+    if n <= exact_max_n:
+        flipped = np.abs(sign_patterns(n) @ d) / n
+        return float(np.mean(flipped >= observed - tol))
+    if rng is None:
+        raise ValueError(f"sign_flip_pvalue: n={n} > {exact_max_n} needs an rng")
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_perm, n))
+    hits = int(np.sum(np.abs(signs @ d) / n >= observed - tol))
+    return (1 + hits) / (1 + n_perm)
+
+
+def min_pvalue(n: int) -> float:
+    """Smallest two-sided p-value the exact sign-flip test can reach with n pairs (2 / 2^n)."""
+    return min(1.0, 2.0 / 2 ** n) if n > 0 else 1.0
+
+
+def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Holm step-down correction over m hypotheses.
+
+    Args:
+        pvalues: [m] raw p-values; NaN entries (not tested) are left out of m and stay NaN.
+        alpha: family-wise error rate.
+
+    Returns:
+        ``(adjusted, level)``, both [m] in input order: the monotone Holm-adjusted p-values and
+        each hypothesis's step-down level α / (m - i + 1) (i its rank; ties share the smallest
+        rank). A hypothesis is rejected by Holm iff ``adjusted <= alpha``.
+    """
+    p = _as_1d(pvalues, "pvalues")
+    adjusted = np.full_like(p, np.nan)
+    level = np.full_like(p, np.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    m = ok.size
+    if m == 0:
+        return adjusted, level
+    order = ok[np.argsort(p[ok], kind="stable")]
+    ps = p[order]
+    factors = m - np.arange(m)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(factors * ps))
+    first_rank = np.searchsorted(ps, ps, side="left")  # ties -> smallest rank
+    level[order] = alpha / (m - first_rank)
+    return adjusted, level
+
+
+def mde_paired(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Minimum detectable mean difference of a paired two-sided test.
+
+    (t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n; NaN when n < 2 or sd is NaN.
+    """
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    df = n - 1
+    return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd / math.sqrt(n))
+
+
+def seeds_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0.8,
+                 max_n: int = 10_000) -> int | None:
+    """Fewest seeds whose MDE is at most ``effect`` and whose exact sign-flip test can reach
+    ``alpha`` (2 / 2^n ≤ alpha); None beyond ``max_n`` or for a NaN ``sd``."""
+    if not math.isfinite(sd) or effect <= 0:
+        return None
+    n = max(2, math.ceil(math.log2(2 / alpha)))
+    while n <= max_n:
+        if mde_paired(sd, n, alpha, power) <= effect:
+            return n
+        n += 1 if n < 64 else n // 8
+    return None
+
+
+def kendall_tau(x, y) -> float:
+    """Kendall's tau-b between two scorings of the same items (ties corrected).
+
+    Args:
+        x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks).
+
+    Returns:
+        tau-b in [-1, 1]; NaN when k < 2 or one side is constant.
+    """
+    a, b = _as_1d(x, "x"), _as_1d(y, "y")
+    if a.size != b.size:
+        raise ValueError(f"kendall_tau: sizes differ ({a.size} vs {b.size})")
+    iu = np.triu_indices(a.size, k=1)
+    sa, sb = _pair_signs(a)[iu], _pair_signs(b)[iu]
+    denom = math.sqrt(float(np.sum(sa != 0)) * float(np.sum(sb != 0)))
+    return float(np.sum(sa * sb) / denom) if denom > 0 else math.nan
+
+
+def _pair_signs(v: np.ndarray) -> np.ndarray:
+    """[k, k] sign(v_i - v_j), with differences within rounding error (1e-12 relative) as
+    ties: a mean of 0.5 and 0.1 and a mean of 0.4 and 0.2 are the same score."""
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, neither larger nor a tie
+        diff = v[:, None] - v[None, :]
+    finite = v[np.isfinite(v)]
+    tol = 1e-12 * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
+    return np.where(np.abs(np.nan_to_num(diff, nan=np.inf)) <= tol, 0.0,
+                    np.nan_to_num(np.sign(diff)))
+
+
+def ranks(values) -> np.ndarray:
+    """Competition ranks, 1 = largest value (ties, up to rounding, share the best rank; NaN
+    ranks last)."""
+    v = _as_1d(values, "values")
+    filled = np.where(np.isnan(v), -np.inf, v)
+    return 1 + np.sum(_pair_signs(filled) < 0, axis=1)
