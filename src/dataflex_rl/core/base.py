@@ -35,6 +35,9 @@ class Scorer(Component):
     #: optional `RolloutBatch` fields this scorer reads ("advantages", "old_log_probs", ...)
     requires: ClassVar[tuple[str, ...]] = ()
     group_based: ClassVar[bool] = False
+    #: `score` returns a new tensor on every call, which the caller may overwrite (lets a
+    #: strategy turn [B, T] token scores into weights in place instead of copying them)
+    returns_new: ClassVar[bool] = False
 
     def score(self, batch: RolloutBatch) -> Tensor:
         """Score every unit of the batch; inactive rows may hold any finite value."""
@@ -86,9 +89,18 @@ class Reweighter(Component):
     #: "response" -> [B] weights; "token" -> [B, T] weights
     level: ClassVar[str] = "response"
     group_based: ClassVar[bool] = False
+    #: the class implements `raw_weights_`, which overwrites its scores argument
+    in_place: ClassVar[bool] = False
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
         """Raw weights (finite, >= 0) at ``level``; ``norm_mask`` marks the normalization set."""
+        raise NotImplementedError
+
+    def raw_weights_(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        """`raw_weights` computed into ``scores`` (which the caller owns) and returned.
+
+        Only called when ``in_place`` is True; saves a [B, T] buffer for token-level weights.
+        """
         raise NotImplementedError
 
 

@@ -38,21 +38,32 @@ def block_size(T: int) -> int:
 def _block_counts(mask: Tensor, nb: int, K: int) -> Tensor:
     """[B, nb] int64 number of True in each block of K columns (the first nb * K columns).
 
-    Fast path: a bool is one byte holding 0 or 1, so viewing 8 bools as one int64 and summing
-    the block's K / 8 words adds the bools byte lane by byte lane (each lane <= K / 8, no
-    carry); folding the 8 lanes into the low byte then gives the count (<= K <= 248, no carry).
+    Fast path: a bool is one byte holding 0 or 1, so viewing 4 bools as one int32 and summing
+    the block's K / 4 words adds the bools byte lane by byte lane (each lane <= K / 4 < 128,
+    no carry, no sign); folding the 4 lanes into the low byte then gives the count
+    (<= K <= 248, no carry). ~2x faster than summing the bools, ~10x than ``mask.sum``.
     """
     B, T = mask.shape
     if nb == 0:
         return torch.zeros(B, 0, dtype=torch.int64, device=mask.device)
-    if mask.is_contiguous() and T % 8 == 0 and mask.storage_offset() % 8 == 0:
-        words = mask.view(torch.int64)[:, : nb * K // 8]
-        s = words.reshape(B, nb, K // 8).sum(2)
-        s.add_(s >> 32)
-        s.add_(s >> 16)
+    if mask.is_contiguous() and T % 4 == 0 and mask.storage_offset() % 4 == 0:
+        words = mask.view(torch.int32)[:, : nb * K // 4]
+        s = words.reshape(B, nb, K // 4).sum(2, dtype=torch.int32)
+        s = s + (s >> 16)
         s.add_(s >> 8)
         return s.bitwise_and_(0xFF)
     return mask[:, : nb * K].reshape(B, nb, K).sum(2)
+
+
+def _block_sums(v3: Tensor) -> Tensor:
+    """[B, nb] sums of the last dim of ``v3`` [B, nb, K]: a matrix-vector product with ones when
+    the blocks are contiguous rows (as fast as a flat sum; a reduction over a short last dim is
+    ~20% slower)."""
+    B, nb, K = v3.shape
+    if v3.dtype in (torch.float32, torch.float64) and v3.is_contiguous() and B * nb:
+        ones = torch.ones(K, dtype=v3.dtype, device=v3.device)
+        return torch.mv(v3.view(B * nb, K), ones).view(B, nb)
+    return v3.sum(2)
 
 
 class TokenBlocks:
@@ -76,6 +87,7 @@ class TokenBlocks:
         self.mask, self.K, self.nb = mask, K, T // K
         counts = _block_counts(mask, self.nb, K)                      # [B, nb]
         self.not_full = counts != K
+        self.empty = counts == 0
         mixed = ((counts > 0) & self.not_full).view(-1).nonzero().squeeze(1)
         self.mixed_rows = torch.div(mixed, max(self.nb, 1), rounding_mode="floor")
         self.mixed_cols = mixed - self.mixed_rows * self.nb
@@ -112,12 +124,13 @@ class TokenBlocks:
                              f"{tuple(self.mask.shape)}")
         if self.nb:
             v3 = self._blocks(values)
-            bs = self._abs_block_sums(v3) if absolute else v3.sum(2)
+            bs = self._abs_block_sums(v3) if absolute else _block_sums(v3)
             out = bs.masked_fill_(self.not_full, 0.0).sum(1)
             if self.mixed_rows.numel():
                 part = self._gather(values)                                  # a copy: ours
                 part = part.abs_() if absolute else part
-                out.index_add_(0, self.mixed_rows, part.masked_fill_(self.mixed_invalid, 0.0).sum(1))
+                part.masked_fill_(self.mixed_invalid, 0.0)
+                out.index_add_(0, self.mixed_rows, part.sum(1))
         else:
             out = torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
         if self.tail:
@@ -125,6 +138,26 @@ class TokenBlocks:
             v = v.abs() if absolute else v
             out = out + torch.where(self.mask[:, self.nb * self.K:], v, 0.0).sum(1)
         return out
+
+    def fill_invalid_(self, x: Tensor, value: float = 0.0) -> Tensor:
+        """Set ``x`` [B, T] to ``value`` on invalid tokens, in place (block by block: no [B, T]
+        mask temporary). Returns ``x``."""
+        if x.shape != self.mask.shape:
+            raise ValueError(f"x {tuple(x.shape)} does not match the mask {tuple(self.mask.shape)}")
+        if not x.is_contiguous():
+            return x.masked_fill_(~self.mask, value)
+        if self.nb:
+            self._blocks(x).masked_fill_(self.empty[:, :, None], value)
+            if self.mixed_rows.numel():
+                part = self._gather(x).masked_fill_(self.mixed_invalid, value)
+                if self.nb * self.K == x.shape[1]:
+                    flat = self.mixed_rows * self.nb + self.mixed_cols
+                    x.view(-1, self.K).index_copy_(0, flat, part)
+                else:
+                    self._blocks(x)[self.mixed_rows, self.mixed_cols] = part
+        if self.tail:
+            x[:, self.nb * self.K:].masked_fill_(~self.mask[:, self.nb * self.K:], value)
+        return x
 
     def _abs_block_sums(self, v3: Tensor) -> Tensor:
         """[B, nb] block sums of |v3|, a chunk of rows at a time (the |.| buffer stays cached)."""
@@ -138,7 +171,7 @@ class TokenBlocks:
             j = min(i + rows, B)
             b = buf[: j - i]
             torch.abs(v3[i:j], out=b)
-            torch.sum(b, 2, out=out[i:j])
+            out[i:j] = _block_sums(b)
         return out
 
     def nonfinite_rows(self, values: Tensor, row_sums: Tensor | None = None) -> Tensor:

@@ -35,13 +35,15 @@ class TokenProb(Scorer):
 
     granularity: ClassVar[str] = "token"
     requires: ClassVar[tuple[str, ...]] = ("old_log_probs",)
+    returns_new: ClassVar[bool] = True
 
     def score(self, batch: RolloutBatch) -> Tensor:
         if batch.old_log_probs is None:
             raise ValueError("token_prob needs 'old_log_probs' in the batch")
-        # one [B, T] buffer: -inf off the mask (exp -> 0), clamped and exponentiated in place
-        p = torch.where(batch.response_mask, batch.old_log_probs, float("-inf"))
-        p.clamp_(max=0).exp_()
+        # one new [B, T] buffer: exp(min(x, 0)) = min(exp(x), 1); then padding tokens and
+        # inactive rows to 0, in place
+        p = torch.exp(batch.old_log_probs).clamp_(max=1.0)
+        batch.token_blocks.fill_invalid_(p, 0.0)
         inactive = ~batch.active_mask
         if bool(inactive.any()):
             p[inactive] = 0.0

@@ -1,0 +1,91 @@
+"""`TokenBlocks`: block-wise masked row reductions == the plain masked ops they replace."""
+
+import pytest
+import torch
+
+from dataflex_rl.core.rowops import TokenBlocks, block_size
+
+
+def _masks(seed: int):
+    """Right-padded, holed and degenerate masks, with odd widths and row offsets."""
+    g = torch.Generator().manual_seed(seed)
+    for B, T in [(0, 16), (3, 0), (1, 1), (5, 7), (6, 64), (9, 300), (7, 1000), (4, 1030)]:
+        lengths = torch.randint(0, T + 1, (B,), generator=g)
+        yield torch.arange(T)[None, :] < lengths[:, None]
+        yield torch.rand(B, T, generator=g) < torch.rand(B, 1, generator=g)
+        yield torch.ones(B, T, dtype=torch.bool)
+        yield torch.zeros(B, T, dtype=torch.bool)
+        if B > 1:  # a view that starts one row in (storage offset)
+            yield (torch.arange(T)[None, :] < lengths[:, None])[1:]
+
+
+def _values(mask: torch.Tensor, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(mask.shape, generator=g)
+    x[~mask] = float("nan")                  # invalid tokens must never leak into a result
+    return x
+
+
+@pytest.mark.parametrize("block", [None, 8, 128, 248])
+def test_counts_and_row_sums_match_the_plain_masked_ops(block):
+    for i, mask in enumerate(_masks(0)):
+        tb = TokenBlocks(mask, block)
+        assert torch.equal(tb.row_counts, mask.sum(1))
+        x = _values(mask, i)
+        plain = torch.where(mask, x, 0.0)
+        torch.testing.assert_close(tb.row_sums(x), plain.sum(1), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(tb.row_sums(x, absolute=True), plain.abs().sum(1),
+                                   rtol=1e-5, atol=1e-4)
+
+
+def test_absolute_sums_in_chunks_match():
+    g = torch.Generator().manual_seed(1)
+    mask = torch.arange(512)[None, :] < torch.randint(0, 513, (3000,), generator=g)[:, None]
+    x = _values(mask, 2)
+    torch.testing.assert_close(TokenBlocks(mask).row_sums(x, absolute=True),
+                               torch.where(mask, x.abs(), 0.0).sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_nonfinite_rows_look_only_at_valid_tokens():
+    for i, mask in enumerate(_masks(3)):
+        tb = TokenBlocks(mask)
+        x = _values(mask, i)                  # NaN on every invalid token: ignored
+        if mask.any():
+            flat = mask.nonzero()
+            for k, bad in enumerate((float("nan"), float("inf"), float("-inf"))):
+                r, c = flat[(7 * k) % len(flat)]
+                x[r, c] = bad
+        assert torch.equal(tb.nonfinite_rows(x), (mask & ~torch.isfinite(x)).any(1))
+
+
+def test_an_overflowing_sum_is_not_a_non_finite_value():
+    mask = torch.ones(2, 256, dtype=torch.bool)
+    x = torch.full((2, 256), 3e38)           # finite values whose float32 sum overflows
+    assert not TokenBlocks(mask).nonfinite_rows(x).any()
+
+
+def test_fill_invalid_sets_exactly_the_invalid_tokens():
+    for i, mask in enumerate(_masks(4)):
+        x = _values(mask, i)
+        y = TokenBlocks(mask).fill_invalid_(x.clone(), 0.0)
+        assert torch.equal(y, torch.where(mask, x, 0.0))
+        z = x.t().contiguous().t()            # non-contiguous: the plain path
+        TokenBlocks(mask).fill_invalid_(z, -1.0)
+        assert torch.equal(z, torch.where(mask, x, -1.0))
+
+
+def test_block_size_tiles_the_row():
+    assert block_size(4096) == 128 and block_size(1000) == 200 and block_size(8) == 8
+    assert block_size(1030) == 128           # not a multiple of 8: a tail
+    for T in range(8, 2000, 8):
+        K = block_size(T)
+        assert T % K == 0 and K % 8 == 0 and K <= 248
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError, match="bool"):
+        TokenBlocks(torch.ones(2, 8))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        TokenBlocks(torch.ones(2, 8, dtype=torch.bool), block=12)
+    with pytest.raises(ValueError, match="do not match"):
+        TokenBlocks(torch.ones(2, 8, dtype=torch.bool)).row_sums(torch.ones(2, 9))
