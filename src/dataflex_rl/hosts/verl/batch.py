@@ -148,10 +148,11 @@ def writeback(decision: Decision, batch: RolloutBatch, sessions: Sessions, *,
     mask = response_mask.bool()
     s = sessions.session_of_row
     if sessions.identity:
-        weights = decision.weights_per_token.clone()
-        kept = decision.loss_mask.clone()
-        invalid = batch.invalid_mask.clone()
-        new_adv = None if decision.advantages is None else decision.advantages.clone()
+        # read-only below: every result is a new tensor (torch.where / multiply)
+        weights = decision.weights_per_token
+        kept = decision.loss_mask
+        invalid = batch.invalid_mask
+        new_adv = decision.advantages
     else:
         sel = sessions.final_rows
         weights = decision.weights_per_response[s][:, None] * mask
@@ -161,8 +162,7 @@ def writeback(decision: Decision, batch: RolloutBatch, sessions: Sessions, *,
         invalid = batch.invalid_mask[s]
         new_adv = None
         if decision.advantages is not None:
-            per_resp = _row_mean(decision.advantages, decision.loss_mask)
-            new_adv = per_resp[s][:, None] * mask
+            new_adv = decision.advantages_per_response[s][:, None] * mask
             new_adv[sel] = decision.advantages
     weights = torch.where(kept, weights, torch.zeros_like(weights)).to(torch.float32)
     if existing_weights is not None:
@@ -181,9 +181,3 @@ def writeback(decision: Decision, batch: RolloutBatch, sessions: Sessions, *,
         out["returns"] = out["advantages"]   # as verl's GRPO sets them (critics need GAE)
     return Writeback(**out)
 
-
-def _row_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """[B] mean of ``values`` over each row's ``mask`` (0 where empty)."""
-    n = mask.sum(1)
-    mean = (values * mask).sum(1) / n.clamp(min=1)
-    return torch.where(n > 0, mean, torch.zeros_like(mean))
