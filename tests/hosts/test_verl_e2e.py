@@ -122,9 +122,16 @@ def test_mixing_changes_which_prompts_are_sampled(mix_runs):
     assert steps[1]["dataflex/domain/math/intake_target"] == pytest.approx(0.75, abs=1e-3)
     assert steps[1]["dataflex/domain/math/actual"] == pytest.approx(0.75)
     # both logic prompts came back all-correct at step 1: skipped at step 2, until the
-    # rounds ran out and one was used to keep the batch at train_batch_size
-    assert steps[1]["dataflex/prerollout/skipped"] > 0
+    # rounds ran out and the plain batch's logic prompt was used to keep the batch at
+    # train_batch_size (so, against the plain batch, nothing was skipped)
+    assert steps[1]["dataflex/prerollout/candidates_skipped"] > 0
     assert steps[1]["dataflex/prerollout/forced"] == 1.0
+    assert steps[1]["dataflex/prerollout/skipped"] == 0.0
+    assert steps[1]["dataflex/prerollout/replacements"] == 0.0
+    assert steps[1]["dataflex/prerollout/seconds_saved_est"] == 0.0
+    # logic groups are all-correct, math groups 1 of 4: 2 of 4 groups, then 1 of 4
+    assert steps[0]["dataflex/prerollout/zero_variance_through"] == 0.5
+    assert steps[1]["dataflex/prerollout/zero_variance_through"] == 0.25
 
 
 def test_strategy_state_survives_a_resume(mix_runs):
@@ -138,5 +145,5 @@ def test_strategy_state_survives_a_resume(mix_runs):
     assert math_share == pytest.approx(0.75, abs=1e-3)
     # a fresh strategy would start from the uniform prior and an empty prompt history
     assert resumed[0]["dataflex/domain/math/intake_target"] == pytest.approx(math_share)
-    assert resumed[0]["dataflex/prerollout/skipped"] > 0
+    assert resumed[0]["dataflex/prerollout/candidates_skipped"] > 0
     assert sorted(submitted(record)[3]) == ["logic", "math", "math", "math"]

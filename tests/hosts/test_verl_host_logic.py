@@ -160,6 +160,55 @@ def test_prerollout_fills_with_skipped_when_rounds_run_out():
     assert m["dataflex/prerollout/forced"] == 4 and m["dataflex/prerollout/rounds"] == 2
 
 
+def _next_candidates(intake, quota, n):
+    """The rows the intake's sampler will draw next, in order (from a copy of it)."""
+    import copy
+
+    drawn, _ = copy.deepcopy(intake.sampler).sample(torch.tensor(quota, dtype=torch.float64), n)
+    return [intake.pools[d][i] for d, i in drawn]
+
+
+def _remember(strategy, row, rewards, tokens, step=0):
+    from dataflex_rl.core.batch import from_lists
+
+    strategy.history.update(from_lists(rewards, [0] * len(rewards), tokens,
+                                       prompt_keys=(row,) * len(rewards), step=step))
+
+
+def test_prerollout_accounting_against_the_plain_batch_by_hand():
+    intake = Intake(["a"] * 40, ("a",), seed=5, candidate_factor=2.0)
+    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
+                                                     "min_explore": 0.0}}})
+    c = _next_candidates(intake, [1.0], 8)   # round 1: c[0..3] plain batch, c[4..7] spares
+    _remember(strategy, c[1], [1.0, 1.0], [3, 5])       # skipped, 8 tokens
+    _remember(strategy, c[3], [0.0, 0.0], [10, 10])     # skipped, 20 tokens
+    _remember(strategy, c[5], [1.0, 1.0], [1, 1])       # a skipped spare saves nothing
+    _remember(strategy, c[2], [1.0, 0.0], [50, 50])     # mixed: generated
+    rows, _, m = intake.draw(4, strategy, step=1)
+    assert rows == [c[0], c[2], c[4], c[6]]
+    assert m["dataflex/prerollout/skipped"] == 2.0
+    assert m["dataflex/prerollout/replacements"] == 2.0
+    assert m["dataflex/prerollout/candidates_skipped"] == 3.0
+    assert m["dataflex/prerollout/skipped_easy"] == 2.0
+    assert m["dataflex/prerollout/skipped_hard"] == 1.0
+    assert m["dataflex/prerollout/tokens_saved_est"] == 28.0
+    assert m["dataflex/prerollout/forced"] == 0.0 and m["dataflex/prerollout/rounds"] == 1.0
+
+
+def test_forced_prompts_of_the_plain_batch_are_not_counted_as_skipped():
+    intake = Intake(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
+    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
+                                                     "min_explore": 0.0}}})
+    plain = _next_candidates(intake, [1.0], 4)
+    _history_all_solved(strategy, list(range(6)))   # everything is skippable
+    rows, _, m = intake.draw(4, strategy, step=1)
+    # two rounds of 4 skipped candidates; the first 4 (the plain batch) fill the batch
+    assert rows == plain
+    assert m["dataflex/prerollout/candidates_skipped"] == 8.0
+    assert m["dataflex/prerollout/skipped"] == 0.0 and m["dataflex/prerollout/replacements"] == 0.0
+    assert m["dataflex/prerollout/tokens_saved_est"] == 0.0
+
+
 def test_intake_state_round_trip():
     a = Intake(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
     s = Strategy({"mix": {"actuator": {"name": "static", "floor": 0.0}}}, domains=("a", "b"))

@@ -132,13 +132,10 @@ class GRPOTrainer:
                                     decision.loss_mask, step))
         metrics.update(self._reward_metrics(rewards, domain_idx, G, rollout))
         if "prerollout" in self.strategy.parts:
-            present = batch.group_size > 0
-            metrics["dataflex/prerollout/zero_variance_through"] = float(
-                ((batch.group_std == 0) & present).sum()) / max(int(present.sum()), 1)
-            if "dataflex/prerollout/tokens_saved_est" in metrics:
-                per_token = t_gen / max(float(rollout.num_tokens), 1.0)
-                metrics["dataflex/prerollout/seconds_saved_est"] = \
-                    metrics["dataflex/prerollout/tokens_saved_est"] * per_token
+            from dataflex_rl.prerollout.accounting import generation_metrics
+
+            metrics.update(generation_metrics(
+                batch, metrics.get("dataflex/prerollout/tokens_saved_est"), t_gen))
         metrics.update({"time/generate_s": t_gen, "time/reward_s": t_rew,
                         "time/strategy_s": t_strat, "time/update_s": time.perf_counter() - t2,
                         "time/step_s": time.perf_counter() - t0})
@@ -161,6 +158,7 @@ class GRPOTrainer:
     def _draw_prompts(self, step: int) -> tuple[list, list[int], dict[str, float]]:
         """Prerollout and mix: the problems to generate this step and their domain ids."""
         from dataflex_rl.mix.sampler import largest_remainder
+        from dataflex_rl.prerollout.accounting import first_per_domain, intake_metrics
 
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
@@ -169,48 +167,28 @@ class GRPOTrainer:
         factor = self.config.tasks.candidate_factor if has_pre else 1.0
         drawn, metrics = self.sampler.sample(props, int(round(n * factor)))
         cands = [self.taskset.train[self.domains[d]][i] for d, i in drawn]
-        keep, pre_metrics = self.strategy.filter_prompts([p.key for p in cands], step,
-                                                         self.gen_prerollout)
+        keys = [p.key for p in cands]
+        keep, pre_metrics = self.strategy.filter_prompts(keys, step, self.gen_prerollout)
         metrics.update(pre_metrics)
-        keep_list = keep.tolist()
-        plain = [True] * len(drawn)   # candidates of the batch drawn without prerollout
+        dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
         if factor > 1.0:
-            # take, per domain, the first kept candidates up to the domain's share of n
-            quota = largest_remainder(props, n).tolist()
-            left = list(quota)
-            for j, (d, _) in enumerate(drawn):
-                plain[j] = left[d] > 0
-                left[d] -= 1
-                keep_list[j] = keep_list[j] and quota[d] > 0
-                quota[d] -= int(keep_list[j])
-        chosen = [j for j, k in enumerate(keep_list) if k]
+            # the plain batch: per domain, the first candidates up to the domain's share of
+            # n; generated: per domain, the first *kept* candidates up to that share
+            quota = largest_remainder(props, n)
+            plain = first_per_domain(dom, torch.ones_like(keep), quota)
+            generated = first_per_domain(dom, keep, quota)
+        else:
+            plain, generated = torch.ones_like(keep), keep
+        chosen = generated.nonzero().squeeze(1).tolist()
         metrics["engine/prompts_generated"] = float(len(chosen))
         metrics["engine/prompts_skipped"] = float(len(drawn) - len(chosen))
         if metrics.get("dataflex/prerollout/active"):
-            self._prerollout_accounting(cands, keep.tolist(), keep_list, plain, metrics)
+            # the policy's own count covers every candidate; the step's counts cover the
+            # plain batch (see dataflex_rl.prerollout.accounting)
+            metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
+                "dataflex/prerollout/skipped", float((~keep).sum()))
+            metrics.update(intake_metrics(self.strategy.history, keys, plain, generated))
         return [cands[j] for j in chosen], [drawn[j][0] for j in chosen], metrics
-
-    def _prerollout_accounting(self, cands: list, keep: list[bool], chosen: list[bool],
-                               plain: list[bool], metrics: dict[str, float]) -> None:
-        """Skipped prompts of the plain batch, replacements, estimated tokens saved.
-
-        ``skipped`` counts prompts of the plain batch (the first prompts_per_step candidates,
-        per domain quota) that the skip policy dropped; ``replacements`` the generated prompts
-        from outside it; ``tokens_saved_est`` the mean remembered response tokens of each
-        skipped prompt (`PromptHistory.mean_tokens`). Seconds saved are added after generation.
-        """
-        history = self.strategy.history
-        skipped = [j for j, p in enumerate(plain) if p and not keep[j]]
-        saved = 0.0
-        for j in skipped:
-            est = history.mean_tokens(cands[j].key) if history is not None else None
-            saved += est or 0.0
-        metrics["dataflex/prerollout/candidates_skipped"] = \
-            metrics.get("dataflex/prerollout/skipped", float(len(keep) - sum(keep)))
-        metrics["dataflex/prerollout/skipped"] = float(len(skipped))
-        metrics["dataflex/prerollout/replacements"] = float(
-            sum(1 for c, p in zip(chosen, plain) if c and not p))
-        metrics["dataflex/prerollout/tokens_saved_est"] = saved
 
     def _rollout(self, problems: list) -> tuple[Rollout, torch.Tensor, float, float]:
         """Generate G responses per problem and score them."""

@@ -19,35 +19,44 @@ from dataflex_rl.prerollout.history import PromptHistory
 class Greso(SkipPolicy):
     """Skip prompts whose recent groups were all-correct or all-wrong, with adaptive exploration.
 
-    A prompt whose last ``streak`` groups were all-correct (easy) or all-wrong (hard) is skipped
-    with probability 1 - p, where the exploration probability p adapts per kind.
+    A prompt is *skippable* when its ``run`` most recent outcomes (``run >= streak``) were
+    all zero-variance groups of one kind: all-correct (easy) or all-wrong (hard). It is still
+    generated with probability ``p ** run`` (``compound``, the default) or ``p``, where the
+    exploration probability p adapts per kind: a prompt that keeps giving no signal is
+    generated less and less often, while one that gave none once is still generated with
+    probability p, so forgetting and progress are seen. ``run`` is capped by the prompt
+    history's ``history_size``; prompts never seen are always generated.
 
     After each step, p_easy falls by ``adapt_step`` when the share of all-correct groups that
-    got through exceeds ``target_zero_variance / 2`` and rises otherwise (same for p_hard):
-    skipping tightens while zero-signal groups still slip through and relaxes when they don't,
-    so forgetting and progress are still seen.
+    got through exceeds ``target_zero_variance / 2`` and rises otherwise (same for p_hard),
+    within [``min_explore``, 1]: skipping tightens while zero-signal groups still slip
+    through and relaxes when they don't.
 
     Metrics of ``filter``: ``skipped`` (candidates not to generate, also split ``_easy`` /
     ``_hard``) and ``tokens_saved_est``, the sum over skipped prompts of the mean response
-    tokens of their remembered groups (`PromptHistory.mean_tokens`, not just the last group).
+    tokens of their remembered groups (not just the last group).
 
     Keeping the batch full is the host's job, not an option of this policy: the embedded
     engine draws ``tasks.candidate_factor`` x prompts_per_step candidates and generates, per
     domain, the first kept ones up to the domain's quota (1.0: skipped prompts are simply not
     generated, so the batch shrinks); verl's intake draws further rounds of candidates until
-    exactly ``train_batch_size`` prompts are kept. The engine reports per step ``skipped``
-    (prompts of the plain batch that were not generated), ``replacements`` (generated prompts
-    drawn in their place), ``tokens_saved_est`` (over those skipped prompts),
-    ``seconds_saved_est`` (tokens saved x this step's generation seconds per generated token)
-    and ``zero_variance_through`` (share of generated groups whose rewards were all equal).
+    exactly ``train_batch_size`` prompts are kept (``dataflex.candidate_factor``). Both hosts
+    report per step (`dataflex_rl.prerollout.accounting`): ``skipped`` (prompts of the plain
+    batch, the one drawn without pre-rollout, that were not generated), ``replacements``
+    (generated prompts drawn in their place), ``tokens_saved_est`` (over those skipped
+    prompts), ``seconds_saved_est`` (tokens saved x this step's generation seconds per
+    generated token) and ``zero_variance_through`` (share of generated groups whose rewards
+    were all equal).
     """
 
     paper: ClassVar[str] = ("Zheng et al. 2025, Act Only When It Pays: Efficient RL for LLM "
                             "Reasoning via Selective Rollouts (GRESO)")
     streak: int = param(1, "consecutive zero-variance outcomes that make a prompt skippable",
                         ge=1)
-    explore_prob: float = param(0.5, "initial probability of generating a skippable prompt",
+    explore_prob: float = param(0.5, "initial exploration probability p of each kind",
                                 ge=0.0, le=1.0)
+    compound: bool = param(True, "generate a skippable prompt with probability p ** run "
+                           "(run: its consecutive zero-variance outcomes); false: p")
     target_zero_variance: float = param(0.25, "share of zero-variance groups aimed for",
                                         ge=0.0, le=1.0)
     adapt_step: float = param(0.01, "change of the exploration probability per step", ge=0.0)
@@ -57,34 +66,35 @@ class Greso(SkipPolicy):
         super().__post_init__()
         self._p = {"easy": self.explore_prob, "hard": self.explore_prob}
 
-    def _kind(self, outcomes: list) -> str | None:
-        recent = outcomes[-self.streak:]
-        if len(recent) < self.streak or not all(o[2] for o in recent):
-            return None
-        if all(o[1] >= 1.0 for o in recent):
-            return "easy"
-        if all(o[1] <= 0.0 for o in recent):
-            return "hard"
-        return None
+    def runs(self, history: PromptHistory, keys: list) -> tuple[Tensor, Tensor, Tensor]:
+        """Per candidate: ([N] easy run, [N] hard run, [N] mean tokens of its history).
+
+        A run is the number of most recent consecutive zero-variance outcomes of that kind
+        (at most one of the two is non-zero).
+        """
+        o = history.outcomes(keys)
+        zero = o.zero & o.valid
+        easy = (zero & (o.solve >= 1.0)).flip(1).to(torch.int64).cumprod(1).sum(1)
+        hard = (zero & (o.solve <= 0.0)).flip(1).to(torch.int64).cumprod(1).sum(1)
+        return easy, hard, o.mean_tokens()
 
     def filter(self, history: PromptHistory, keys: list, step: int,
                generator: torch.Generator | None) -> tuple[Tensor, dict]:
         n = len(keys)
         u = torch.rand(n, generator=generator, dtype=torch.float64)
-        keep = torch.ones(n, dtype=torch.bool)
-        saved = 0
-        skipped = {"easy": 0, "hard": 0}
-        for i, key in enumerate(keys):   # dict look-ups per candidate prompt
-            outcomes = history.get(key)
-            kind = self._kind(outcomes) if outcomes else None
-            if kind is not None and float(u[i]) >= self._p[kind]:
-                keep[i] = False
-                skipped[kind] += 1
-                saved += sum(o[3] for o in outcomes) / len(outcomes)
+        easy_run, hard_run, mean_tokens = self.runs(history, keys)
+        is_easy = easy_run >= self.streak
+        is_hard = hard_run >= self.streak
+        p = torch.where(is_easy, self._p["easy"], self._p["hard"]).to(torch.float64)
+        if self.compound:
+            p = p ** torch.maximum(easy_run, hard_run).to(torch.float64)
+        skip = (is_easy | is_hard) & (u >= p)
+        keep = ~skip
+        saved = torch.where(skip, mean_tokens, torch.zeros_like(mean_tokens)).sum()
         return keep, {
-            "dataflex/prerollout/skipped": float(n - int(keep.sum())),
-            "dataflex/prerollout/skipped_easy": float(skipped["easy"]),
-            "dataflex/prerollout/skipped_hard": float(skipped["hard"]),
+            "dataflex/prerollout/skipped": float(skip.sum()),
+            "dataflex/prerollout/skipped_easy": float((skip & is_easy).sum()),
+            "dataflex/prerollout/skipped_hard": float((skip & is_hard).sum()),
             "dataflex/prerollout/tokens_saved_est": float(saved),
             "dataflex/prerollout/explore_prob_easy": self._p["easy"],
             "dataflex/prerollout/explore_prob_hard": self._p["hard"],

@@ -150,3 +150,51 @@ def test_greso_tokens_saved_uses_the_mean_of_the_prompts_history():
     assert keep.tolist() == [False, True]
     # mean of e's 3 groups (6 + 10 + 2) / 3 = 6, not the last group's 2
     assert m["dataflex/prerollout/tokens_saved_est"] == 6.0
+
+
+def test_greso_compound_exploration_falls_with_the_run_length():
+    # 3000 prompts with one all-correct outcome, 3000 with three in a row
+    h = PromptHistory(size=4)
+    one = {f"o{i}": [1.0, 1.0] for i in range(3000)}
+    three = {f"t{i}": [1.0, 1.0] for i in range(3000)}
+    h.update(_batch({**one, **three}, step=0))
+    h.update(_batch(three, step=1))
+    h.update(_batch(three, step=2))
+    keep, _ = Greso(explore_prob=0.5).filter(h, list(one) + list(three), 3,
+                                             torch.Generator().manual_seed(0))
+    # generated with probability 0.5 and 0.5 ** 3 = 0.125 (sd ~0.009 and ~0.006)
+    assert abs(float(keep[:3000].float().mean()) - 0.5) < 0.04
+    assert abs(float(keep[3000:].float().mean()) - 0.125) < 0.03
+    flat, _ = Greso(explore_prob=0.5, compound=False).filter(h, list(three), 3,
+                                                            torch.Generator().manual_seed(0))
+    assert abs(float(flat.float().mean()) - 0.5) < 0.04
+
+
+def test_greso_run_counts_only_the_latest_kind():
+    h = PromptHistory(size=4)
+    for step, rs in enumerate([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]):
+        h.update(_batch({"x": rs, "y": rs if step < 2 else [1.0, 0.0]}, step=step))
+    easy, hard, tokens = Greso().runs(h, ["x", "y", "new"])
+    assert easy.tolist() == [0, 0, 0] and hard.tolist() == [2, 0, 0]   # y ends mixed
+    assert tokens[:2].tolist() == [8.0, 8.0] and torch.isnan(tokens[2])
+
+
+def test_history_keeps_every_group_of_a_prompt_seen_twice_in_one_batch():
+    b = from_lists([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0, 0, 1, 1, 2, 2],
+                   prompt_keys=("x", "x", "y", "y", "x", "x"), step=7)
+    h = PromptHistory(size=4)
+    h.update(b)
+    assert h.get("x") == [(7, 1.0, True, 8), (7, 0.0, True, 8)]      # group order
+    assert h.get("y") == [(7, 0.5, False, 8)]
+
+
+def test_history_grows_past_its_first_capacity_and_loads_the_old_format():
+    h = PromptHistory(size=2)
+    h.update(_batch({i: [1.0, 0.0] for i in range(200)}, step=1))       # int keys, as in verl
+    assert len(h) == 200 and h.get(199) == [(1, 0.5, False, 8)]
+    old = {"size": 2, "data": {"x": [(1, 1.0, True, 6), (2, 0.0, True, 4)]}}  # format 1
+    h2 = PromptHistory()
+    h2.load_state_dict(old)
+    assert h2.get("x") == [(1, 1.0, True, 6), (2, 0.0, True, 4)] and h2.size == 2
+    with pytest.raises(ValueError, match="history_size must be >= 1"):
+        PromptHistory(0)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import torch
+from torch import Tensor
 
 from dataflex_rl.core.strategy import Strategy, normalize_proportions
 from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
+from dataflex_rl.prerollout.accounting import first_per_domain, intake_metrics, plain_batch
 
 
 def _lookup(row: Any, dotted: str) -> Any:
@@ -101,53 +103,28 @@ class Intake:
     def draw(self, n: int, strategy: Strategy, step: int) -> tuple[list[int], list[int], dict]:
         """``n`` rows for step ``step``: (rows, their domain ids, metrics).
 
-        The per-domain quota comes from ``strategy.proportions`` (or the static proportions);
-        with pre-rollout, candidates are drawn per domain until its quota is filled by kept
-        ones, for at most ``max_rounds`` rounds; then skipped candidates fill the rest.
+        The per-domain quota comes from ``strategy.proportions`` (or the static proportions).
+        With pre-rollout, each round draws ``candidate_factor`` x the missing rows per domain
+        and takes, per domain, the first kept candidates; after ``max_rounds`` rounds,
+        skipped candidates fill what is still missing (``forced``). The plain batch is the
+        first round's first ``quota`` candidates per domain, the rows drawn without
+        pre-rollout; skipped / replacements / tokens_saved_est are counted against it
+        (`dataflex_rl.prerollout.accounting`); ``candidates_skipped``, ``skipped_easy`` and
+        ``skipped_hard`` count every candidate the policy skipped, over all rounds.
         """
         props = strategy.proportions
         props = self.static if props is None else props
+        D = len(self.domains)
         capacity = torch.tensor([n if p else 0 for p in self.pools], dtype=torch.int64)
         quota = largest_remainder(props, n, capacity)
-        rows: list[int] = []
-        dom: list[int] = []
-        skipped_pool: list[tuple[int, int]] = []
         metrics: dict[str, float] = {}
-        pre = "prerollout" in strategy.parts
-        factor = self.candidate_factor if pre else 1.0
-        rounds = 0
-        while int(quota.sum()) > 0 and rounds < (self.max_rounds if pre else 1):
-            rounds += 1
-            want = int(torch.ceil(quota.to(torch.float64) * factor).sum())
-            drawn, _ = self.sampler.sample(quota.to(torch.float64), want)
-            keys = [self.pools[d][i] for d, i in drawn]
-            keep, pre_metrics = strategy.filter_prompts(keys, step, self.generator)
-            for k, v in pre_metrics.items():   # sum counts over rounds, keep the last rates
-                metrics[k] = metrics.get(k, 0.0) + v if "skipped" in k or "saved" in k else v
-            for (d, _), row, ok in zip(drawn, keys, keep.tolist()):
-                if ok and quota[d] > 0:
-                    rows.append(row)
-                    dom.append(d)
-                    quota[d] -= 1
-                elif not ok:
-                    skipped_pool.append((d, row))
-        forced = 0
-        for d, row in skipped_pool:   # rounds ran out: skipped candidates fill the quota
-            if quota[d] > 0:
-                rows.append(row)
-                dom.append(d)
-                quota[d] -= 1
-                forced += 1
-        if int(quota.sum()) > 0:   # only possible when nothing was skipped: plain draws
+        if "prerollout" not in strategy.parts:
             drawn, _ = self.sampler.sample(quota.to(torch.float64), int(quota.sum()))
-            rows += [self.pools[d][i] for d, i in drawn]
-            dom += [d for d, _ in drawn]
-        if pre:
-            metrics["dataflex/prerollout/skipped"] = metrics.get("dataflex/prerollout/skipped",
-                                                                 0.0) - forced
-            metrics["dataflex/prerollout/forced"] = float(forced)
-            metrics["dataflex/prerollout/rounds"] = float(rounds)
-        counts = torch.bincount(torch.tensor(dom, dtype=torch.int64), minlength=len(self.domains))
+            rows = [self.pools[d][i] for d, i in drawn]
+            dom = [d for d, _ in drawn]
+        else:
+            rows, dom = self._draw_filtered(quota, strategy, step, metrics)
+        counts = torch.bincount(torch.tensor(dom, dtype=torch.int64), minlength=D)
         target = props.to(torch.float64) / props.sum()
         available = self.sampler.available()
         for d, name in enumerate(self.domains):
@@ -155,6 +132,56 @@ class Intake:
             metrics[f"dataflex/domain/{name}/submitted"] = float(counts[d]) / max(n, 1)
             metrics[f"dataflex/domain/{name}/prompts_available"] = float(available[d])
         return rows, dom, metrics
+
+    def _draw_filtered(self, quota: Tensor, strategy: Strategy, step: int,
+                       metrics: dict) -> tuple[list[int], list[int]]:
+        """Rounds of candidates until ``quota`` is filled by kept ones (see `draw`)."""
+        D = len(self.domains)
+        left = quota.clone()
+        keys: list[int] = []
+        doms, kept, generated, plain = [], [], [], []
+        rounds = 0
+        policy_counts = ("skipped", "skipped_easy", "skipped_hard")
+        while int(left.sum()) > 0 and rounds < self.max_rounds:
+            rounds += 1
+            want = int(torch.ceil(left.to(torch.float64) * self.candidate_factor).sum())
+            drawn, _ = self.sampler.sample(left.to(torch.float64), want)
+            r_keys = [self.pools[d][i] for d, i in drawn]
+            r_dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
+            keep, pre = strategy.filter_prompts(r_keys, step, self.generator)
+            for k, v in pre.items():   # policy counts add up over rounds; rates: the last
+                name = k.rsplit("/", 1)[1]
+                metrics[k] = metrics.get(k, 0.0) + v if name in policy_counts else v
+            take = first_per_domain(r_dom, keep, left)
+            plain.append(plain_batch(r_dom, quota) if rounds == 1
+                         else torch.zeros_like(keep))
+            left -= torch.bincount(r_dom[take], minlength=D)
+            keys += r_keys
+            doms.append(r_dom)
+            kept.append(keep)
+            generated.append(take)
+        dom = torch.cat(doms) if doms else torch.zeros(0, dtype=torch.int64)
+        gen = torch.cat(generated) if generated else torch.zeros(0, dtype=torch.bool)
+        skipped = ~torch.cat(kept) if kept else torch.zeros(0, dtype=torch.bool)
+        forced = first_per_domain(dom, skipped, left)   # rounds ran out
+        left -= torch.bincount(dom[forced], minlength=D)
+        gen |= forced
+        idx = gen.nonzero().squeeze(1).tolist()
+        rows = [keys[i] for i in idx]
+        out_dom = dom[gen].tolist()
+        if int(left.sum()) > 0:   # only when the policy skipped nothing more: plain draws
+            drawn, _ = self.sampler.sample(left.to(torch.float64), int(left.sum()))
+            rows += [self.pools[d][i] for d, i in drawn]
+            out_dom += [d for d, _ in drawn]
+        if "dataflex/prerollout/skipped" in metrics:
+            metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
+                "dataflex/prerollout/skipped")
+        if metrics.get("dataflex/prerollout/active"):
+            metrics.update(intake_metrics(strategy.history, keys,
+                                          torch.cat(plain) if plain else gen, gen))
+        metrics["dataflex/prerollout/forced"] = float(forced.sum())
+        metrics["dataflex/prerollout/rounds"] = float(rounds)
+        return rows, out_dom
 
     def state_dict(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}

@@ -36,6 +36,7 @@ from verl.workers.utils.padding import response_to_nested
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config, uses_intake
 from dataflex_rl.hosts.verl.intake import Intake, domain_column
+from dataflex_rl.prerollout.accounting import generation_metrics
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -98,6 +99,7 @@ class DataflexTrainer(PPOTrainerSync):
         self.intake: Intake | None = None
         self._prompts: dict[str, tuple[int, int, int]] = {}   # uid -> (row, domain, step)
         self._pending_metrics: dict[str, float] = {}
+        self._gen_mark: tuple[int, float] = (-1, 0.0)   # (global step, gen seconds so far)
         super().__init__(config)
 
     # ------------------------------------------------------------------ set-up
@@ -136,7 +138,8 @@ class DataflexTrainer(PPOTrainerSync):
         self._prompts.update((u, (r, d, step)) for u, r, d in zip(uids, rows, doms))
         for key, value in metrics.items():   # refills (DAPO) add to this step's counts
             counted = key.startswith("dataflex/prerollout/") and key.rsplit("/", 1)[1] in (
-                "skipped", "skipped_easy", "skipped_hard", "tokens_saved_est", "forced")
+                "skipped", "skipped_easy", "skipped_hard", "candidates_skipped",
+                "replacements", "tokens_saved_est", "forced", "rounds")
             self._pending_metrics[key] = value + (self._pending_metrics.get(key, 0.0)
                                                   if counted else 0.0)
         batch = tu.get_tensordict(batch_dict)
@@ -179,6 +182,10 @@ class DataflexTrainer(PPOTrainerSync):
             prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None)
         decision = self.strategy.decide(rb)
         metrics.update(decision.metrics)
+        if "prerollout" in self.strategy.parts:
+            metrics.update(generation_metrics(
+                rb, self._pending_metrics.get("dataflex/prerollout/tokens_saved_est"),
+                self._generation_seconds()))
         self._forget_prompts(step)
         if "select" not in self.strategy.parts and "reweight" not in self.strategy.parts:
             return batch
@@ -189,6 +196,21 @@ class DataflexTrainer(PPOTrainerSync):
         fields = {k: response_to_nested(v, nested_mask) for k, v in wb.fields().items()}
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                                fields=TensorDict(fields, batch_size=len(batch)))
+
+    def _generation_seconds(self) -> float | None:
+        """Seconds verl's ``gen`` timer spent on this batch (None outside `fit`).
+
+        verl accumulates ``timing_raw["gen"]`` over the local updates of one step
+        (``parameter_sync_step`` > 1), so the part since the previous batch of the same
+        step is taken.
+        """
+        timing = getattr(self, "timing_raw", None)
+        if not timing or "gen" not in timing:
+            return None
+        total = float(timing["gen"])
+        step, before = self._gen_mark
+        self._gen_mark = (self.global_steps, total)
+        return total - before if step == self.global_steps else total
 
     def _submitted(self, uid: str) -> tuple[int, int, int]:
         """(dataset row, domain id, step) recorded when the intake submitted ``uid``."""

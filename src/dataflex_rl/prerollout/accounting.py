@@ -1,0 +1,89 @@
+"""What pre-rollout skipping saved: one definition for every host.
+
+The *plain batch* is what the host would have generated without pre-rollout: per domain, the
+first ``quota`` candidates in draw order. With skipping, some of those are not generated
+(``skipped``) and later candidates take their place (``replacements``). Tokens saved are
+estimated from each skipped prompt's own history (mean response tokens of its remembered
+groups); seconds saved convert them at this step's generation seconds per generated token.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.batch import RolloutBatch
+
+PREFIX = "dataflex/prerollout/"
+
+
+def first_per_domain(domain_ids: Tensor, eligible: Tensor, quota: Tensor) -> Tensor:
+    """[N] bool: per domain, the first ``quota[d]`` eligible candidates in order.
+
+    Args:
+        domain_ids: [N] int64 domain of each candidate, in draw order.
+        eligible: [N] bool candidates that may be taken.
+        quota: [D] int64 how many to take per domain.
+    """
+    if domain_ids.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    D = quota.shape[0]
+    onehot = torch.nn.functional.one_hot(domain_ids, D) * eligible[:, None].to(torch.int64)
+    rank = onehot.cumsum(0).gather(1, domain_ids[:, None]).squeeze(1) - 1
+    return eligible & (rank < quota[domain_ids])
+
+
+def plain_batch(domain_ids: Tensor, quota: Tensor) -> Tensor:
+    """[N] bool: the candidates the host would generate without pre-rollout."""
+    return first_per_domain(domain_ids, torch.ones_like(domain_ids, dtype=torch.bool), quota)
+
+
+def intake_metrics(history, keys: Sequence, plain: Tensor, generated: Tensor) -> dict:
+    """Per-step counts for candidates ``keys``.
+
+    Args:
+        history: the strategy's `PromptHistory` (None: no token estimate).
+        keys: prompt keys of all candidates drawn this step.
+        plain: [N] bool the plain batch (`plain_batch`).
+        generated: [N] bool the candidates sent to generation.
+
+    Returns:
+        ``skipped`` (plain, not generated), ``replacements`` (generated, not plain),
+        ``tokens_saved_est`` (sum over skipped prompts of their mean remembered tokens).
+    """
+    skipped = plain & ~generated
+    saved = 0.0
+    if history is not None and bool(skipped.any()):
+        idx = skipped.nonzero().squeeze(1).tolist()
+        est = history.outcomes([keys[i] for i in idx]).mean_tokens()
+        saved = float(torch.nan_to_num(est, nan=0.0).sum())
+    return {PREFIX + "skipped": float(skipped.sum()),
+            PREFIX + "replacements": float((generated & ~plain).sum()),
+            PREFIX + "tokens_saved_est": saved}
+
+
+def generation_metrics(batch: RolloutBatch, tokens_saved: float | None,
+                       generate_seconds: float | None) -> dict:
+    """After generation: the share of generated groups with zero variance, seconds saved.
+
+    Args:
+        batch: this step's batch (its groups are the generated prompts).
+        tokens_saved: this step's ``tokens_saved_est`` (None: not known).
+        generate_seconds: wall seconds this step spent generating (None: not measured).
+
+    Returns:
+        ``zero_variance_through`` (groups whose active rewards were all equal / groups with an
+        active response; 0 for an empty batch) and, when both inputs are known,
+        ``seconds_saved_est`` = tokens_saved x generate_seconds / generated response tokens.
+    """
+    present = batch.group_size > 0
+    n = int(present.sum())
+    out = {PREFIX + "zero_variance_through":
+           float(((batch.group_std == 0) & present).sum()) / n if n else 0.0}
+    if tokens_saved is not None and generate_seconds is not None:
+        generated = float((batch.response_length * ~batch.is_padding).sum())
+        out[PREFIX + "seconds_saved_est"] = (tokens_saved * generate_seconds / generated
+                                             if generated > 0 else 0.0)
+    return out
