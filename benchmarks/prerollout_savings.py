@@ -1,24 +1,27 @@
-"""Does pre-rollout skipping save generation? Post-hoc difffilter vs GRESO + difffilter.
+"""Does pre-rollout skipping save generation? Post-hoc difffilter vs skipping + difffilter.
 
 Both arms train the shipped tiny policy on the embedded engine with paired seeds (same seed:
 same warm start, same task pools, same evaluation prompts) until they have the same number of
 *effective* groups (groups whose rewards were not all equal, i.e. non-zero GRPO advantage):
 
 - ``difffilter``: every drawn prompt is generated; zero-signal groups are dropped post hoc.
-- ``greso+difffilter``: GRESO skips prompts whose recent groups were all-correct or all-wrong
-  before generation; ``tasks.candidate_factor`` draws replacement prompts to keep the batch full.
+- ``<policy>+difffilter``: a skip policy (``greso`` by default, or ``thompson``) drops
+  prompts before generation from their history; ``tasks.candidate_factor`` draws replacement
+  prompts to keep the batch full.
 
-Reported per seed: generated tokens per effective group (and their ratio, greso / baseline),
-steps, generation seconds, skipped prompts, replacements, the share of generated groups
-with zero variance, and held-out greedy accuracy (start -> end); the paired accuracy deltas get
-the harness's statistics (`dataflex_rl.harness.stats`: t interval, exact sign-flip p-value).
-The training pools are small (``--train-size`` prompts per domain) so that prompts recur and
-have a history; with thousands of prompts and few steps nothing is ever skipped.
+Reported per seed: generated tokens per effective group (and their ratio, skipping /
+baseline), steps, generation seconds, skipped prompts, replacements, the share of generated
+groups with zero variance, and held-out greedy accuracy (start -> end); the paired accuracy
+deltas get the harness's statistics (`dataflex_rl.harness.stats`: t interval, paired
+bootstrap, exact sign-flip p-value, minimum detectable difference). The training pools are
+bounded (``--train-size`` prompts per domain) so that prompts recur over several epochs, as in
+real RLVR runs; with thousands of prompts and few steps nothing is ever skipped. Smaller pools
+recur more and save more, but there GRPO itself loses held-out accuracy (overfitting).
 
-    .venv/bin/python benchmarks/prerollout_savings.py [--seeds 0 1 2] [--effective 240]
-        [--train-size 24] [--factor 2.0] [--workers 2]
+    .venv/bin/python benchmarks/prerollout_savings.py [--seeds 0 1 2 3 4 5] [--effective 1920]
+        [--train-size 200] [--factor 2.0] [--policy greso|thompson] [--workers 2]
 
-A benchmark, not a test (default: about 1.5 minutes wall on 2 cores).
+A benchmark, not a test (default: about 5 minutes wall on 2 cores).
 """
 
 from __future__ import annotations
@@ -28,8 +31,23 @@ import multiprocessing as mp
 import time
 
 BASELINE = {"name": "difffilter", "select": {"preset": "difffilter"}}
-GRESO = {"name": "greso+difffilter", "select": {"preset": "difffilter"},
-         "prerollout": {"actuator": {"name": "greso"}, "history_size": 4}}
+
+
+def _skip_arm(args) -> dict:
+    """The pre-rollout arm: difffilter plus the chosen skip policy."""
+    if args.policy == "greso":
+        actuator = {"name": "greso", "compound": not args.flat}
+        if args.explore is not None:
+            actuator.update(explore_prob=args.explore, min_explore=min(args.explore, 0.05))
+        if args.target is not None:
+            actuator["target_zero_variance"] = args.target
+        if args.adapt_step is not None:
+            actuator["adapt_step"] = args.adapt_step
+    else:
+        actuator = {"name": "thompson", "low": args.band[0], "high": args.band[1],
+                    "discount": args.discount}
+    return {"name": f"{args.policy}+difffilter", "select": {"preset": "difffilter"},
+            "prerollout": {"actuator": actuator, "history_size": args.history}}
 
 
 def _config(args, factor: float):
@@ -43,6 +61,43 @@ def _config(args, factor: float):
         "log": {"progress": False, "plots": False, "checkpoint_every": 0}})
 
 
+def _track_visits(tr) -> dict:
+    """Count, as the run goes, tokens of groups by first visit / revisit and zero variance.
+
+    From the baseline arm this gives a ceiling for any history-based skipper: it can only
+    avoid zero-variance groups of prompts seen before, so tokens per effective group can fall
+    at most to (tokens - revisit zero-variance tokens) / tokens of the baseline's (were the
+    training trajectory unchanged).
+    """
+    import torch
+
+    from dataflex_rl.core.segment import segment_sum
+
+    seen: set = set()
+    out = {"first_tokens": 0.0, "first_zero_tokens": 0.0, "revisit_tokens": 0.0,
+           "revisit_zero_tokens": 0.0}
+    decide = tr.strategy.decide
+
+    def counting_decide(batch):
+        G = batch.num_groups
+        tokens = segment_sum(batch.response_length.to(torch.float64), batch.group_ids, G)
+        zero = (batch.group_std == 0).tolist()
+        first_row = {}
+        for row, g in enumerate(batch.group_ids.tolist()):   # instrumentation, 16 groups
+            first_row.setdefault(g, row)
+        for g, row in first_row.items():
+            key = batch.prompt_keys[row]
+            kind = "revisit" if key in seen else "first"
+            out[f"{kind}_tokens"] += float(tokens[g])
+            if zero[g]:
+                out[f"{kind}_zero_tokens"] += float(tokens[g])
+            seen.add(key)
+        return decide(batch)
+
+    tr.strategy.decide = counting_decide
+    return out
+
+
 def _one(job: tuple) -> dict:
     arm, seed, args = job
     import torch
@@ -50,11 +105,10 @@ def _one(job: tuple) -> dict:
     from dataflex_rl.engine.trainer import GRPOTrainer
 
     torch.set_num_threads(1)
-    greso = {**GRESO, "prerollout": {**GRESO["prerollout"], "actuator": {
-        "name": "greso", "explore_prob": args.explore, "min_explore": min(args.explore, 0.05),
-        "adapt_step": args.adapt_step}}}
-    strategy, factor = (BASELINE, 1.0) if arm == "difffilter" else (greso, args.factor)
+    strategy, factor = (BASELINE, 1.0) if arm == "difffilter" else (_skip_arm(args),
+                                                                     args.factor)
     tr = GRPOTrainer(_config(args, factor), strategy, seed=seed)
+    visits = _track_visits(tr)
     initial = tr.evaluate()["eval/mean/greedy"]
     t0 = time.perf_counter()
     effective = tokens = gen_s = skipped = replacements = saved = 0.0
@@ -77,7 +131,7 @@ def _one(job: tuple) -> dict:
             "generate_s": gen_s, "skipped": skipped, "replacements": replacements,
             "tokens_saved_est": saved,
             "zero_variance_share": sum(zv_through) / max(len(zv_through), 1),
-            "initial_accuracy": initial, "accuracy": ev["eval/mean/greedy"],
+            "initial_accuracy": initial, "accuracy": ev["eval/mean/greedy"], **visits,
             "wall_s": time.perf_counter() - t0}
 
 
@@ -87,51 +141,88 @@ def main() -> None:
     from dataflex_rl.harness import stats
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--effective", type=int, default=240,
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
+    ap.add_argument("--effective", type=int, default=1920,
                     help="effective (non-zero-advantage) groups each run trains on")
-    ap.add_argument("--train-size", type=int, default=24, help="training prompts per domain")
+    ap.add_argument("--train-size", type=int, default=200, help="training prompts per domain")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--factor", type=float, default=2.0,
                     help="candidate_factor of the greso arm (1.0: no replacements)")
-    ap.add_argument("--explore", type=float, default=0.1,
-                    help="greso's initial exploration probability")
-    ap.add_argument("--adapt-step", type=float, default=0.01,
-                    help="greso's change of the exploration probability per step")
+    ap.add_argument("--explore", type=float, default=None,
+                    help="greso's initial exploration probability (default: greso's)")
+    ap.add_argument("--adapt-step", type=float, default=None,
+                    help="greso's change of the exploration probability per step "
+                         "(default: greso's)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="greso's target_zero_variance (default: greso's)")
+    ap.add_argument("--flat", action="store_true",
+                    help="greso compound=false: explore with p, not p ** run")
+    ap.add_argument("--policy", choices=("greso", "thompson"), default="greso",
+                    help="the skip policy of the pre-rollout arm")
+    ap.add_argument("--band", type=float, nargs=2, default=(0.1, 0.9),
+                    help="thompson's low and high")
+    ap.add_argument("--discount", type=float, default=1.0, help="thompson's discount")
+    ap.add_argument("--history", type=int, default=4, help="prerollout history_size")
     ap.add_argument("--eval-per-domain", type=int, default=100)
-    ap.add_argument("--max-steps", type=int, default=400)
+    ap.add_argument("--max-steps", type=int, default=600)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    jobs = [(arm, s, args) for s in args.seeds for arm in ("difffilter", "greso+difffilter")]
+    skip = f"{args.policy}+difffilter"
+    arms = ("difffilter", skip)
+    jobs = [(arm, s, args) for s in args.seeds for arm in arms]
     with mp.get_context("spawn").Pool(args.workers) as pool:
         runs = pool.map(_one, jobs)
     by = {(r["arm"], r["seed"]): r for r in runs}
+    if args.policy == "greso":
+        knobs = (f"explore_prob {args.explore or 'default'}, adapt_step "
+                 f"{args.adapt_step or 'default'}, target_zero_variance "
+                 f"{args.target or 'default'}{', flat' if args.flat else ''}")
+    else:
+        knobs = f"band {args.band[0]}..{args.band[1]}, discount {args.discount}"
     print(f"until {args.effective} effective groups; {args.prompts} prompts x G={args.group_size}"
-          f" per step; pool {args.train_size}/domain; greso candidate_factor {args.factor}, "
-          f"explore_prob {args.explore}, adapt_step {args.adapt_step}")
-    print(f"{'seed':>4} {'arm':>17} {'steps':>5} {'eff':>4} {'tokens':>7} {'tok/eff':>7} "
+          f" per step; pool {args.train_size}/domain; {args.policy} arm: candidate_factor "
+          f"{args.factor}, history {args.history}, {knobs}")
+    print(f"{'seed':>4} {'arm':>20} {'steps':>5} {'eff':>4} {'tokens':>7} {'tok/eff':>7} "
           f"{'gen s':>6} {'skip':>5} {'repl':>5} {'zv share':>8} {'acc':>13}")
     for r in runs:
-        print(f"{r['seed']:>4} {r['arm']:>17} {r['steps']:>5} {r['effective']:>4.0f} "
+        print(f"{r['seed']:>4} {r['arm']:>20} {r['steps']:>5} {r['effective']:>4.0f} "
               f"{r['tokens']:>7.0f} {r['tokens_per_effective']:>7.2f} {r['generate_s']:>6.1f} "
               f"{r['skipped']:>5.0f} {r['replacements']:>5.0f} {r['zero_variance_share']:>8.3f} "
               f"{r['initial_accuracy']:>6.3f}->{r['accuracy']:.3f}")
-    ratio = np.array([by["greso+difffilter", s]["tokens_per_effective"]
+    ratio = np.array([by[skip, s]["tokens_per_effective"]
                       / by["difffilter", s]["tokens_per_effective"] for s in args.seeds])
-    acc = np.array([by["greso+difffilter", s]["accuracy"] - by["difffilter", s]["accuracy"]
+    acc = np.array([by[skip, s]["accuracy"] - by["difffilter", s]["accuracy"]
                     for s in args.seeds])
     r_mean, r_lo, r_hi = stats.t_interval(ratio)
     a_mean, a_lo, a_hi = stats.t_interval(acc)
     p = stats.sign_flip_pvalue(acc)
-    print(f"tokens per effective group, greso / baseline: {r_mean:.3f} "
+    print(f"tokens per effective group, {args.policy} / baseline: {r_mean:.3f} "
           f"(95% t CI {r_lo:.3f}..{r_hi:.3f}; per seed {np.round(ratio, 3).tolist()}) -> "
           f"{(1 - r_mean) * 100:.1f}% fewer (target >= 30%)")
-    print(f"held-out greedy accuracy, greso - baseline: {a_mean:+.3f} "
-          f"(95% t CI {a_lo:+.3f}..{a_hi:+.3f}, sign-flip p={p:.3f}; "
-          f"per seed {np.round(acc, 3).tolist()}; min detectable p with "
-          f"{len(acc)} seeds = {stats.min_pvalue(len(acc)):.3f})")
+    b_lo, b_hi = stats.bootstrap_interval(acc, np.random.default_rng(0))
+    moved = {arm: float(np.mean([by[arm, s]["accuracy"] - by[arm, s]["initial_accuracy"]
+                                 for s in args.seeds])) for arm in arms}
+    print(f"held-out greedy accuracy, {args.policy} - baseline: {a_mean:+.3f} "
+          f"(95% t CI {a_lo:+.3f}..{a_hi:+.3f}, paired bootstrap {b_lo:+.3f}..{b_hi:+.3f}, "
+          f"sign-flip p={p:.3f}; per seed {np.round(acc, 3).tolist()}; smallest possible p "
+          f"with {len(acc)} seeds = {stats.min_pvalue(len(acc)):.3f}; minimum detectable "
+          f"difference {stats.mde_paired(float(np.std(acc, ddof=1)), len(acc)):.3f})")
+    print("accuracy change from the shared start, mean over seeds: "
+          + ", ".join(f"{arm} {v:+.3f}" for arm, v in moved.items()))
+    base = [by["difffilter", s] for s in args.seeds]
+    ceiling = np.array([b["revisit_zero_tokens"] / b["tokens"] for b in base])
+    first = np.array([b["first_zero_tokens"] / b["tokens"] for b in base])
+    print(f"baseline tokens spent on zero-variance groups: revisits {ceiling.mean():.3f}, "
+          f"first visits {first.mean():.3f} -> a history-based skipper saves at most "
+          f"{ceiling.mean() * 100:.1f}% of tokens per effective group here "
+          f"({args.policy} reached {(1 - r_mean) / ceiling.mean() * 100:.0f}% of that)")
+    gen = np.array([by[skip, s]["generate_s"] / by[skip, s]["effective"]
+                    / (by["difffilter", s]["generate_s"] / by["difffilter", s]["effective"])
+                    for s in args.seeds])
+    print(f"generation seconds per effective group, {args.policy} / baseline: {gen.mean():.3f} "
+          f"(per seed {np.round(gen, 3).tolist()})")
     print(f"wall {time.perf_counter() - t0:.0f}s")
 
 

@@ -10,8 +10,9 @@ from torch import Tensor
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.segment import segment_min, segment_sum
 
-_FIELDS = ("step", "solve", "zero", "tokens")
-_DTYPES = {"step": torch.int64, "solve": torch.float64, "zero": torch.bool, "tokens": torch.int64}
+_FIELDS = ("step", "solve", "zero", "tokens", "responses")
+_DTYPES = {"step": torch.int64, "solve": torch.float64, "zero": torch.bool, "tokens": torch.int64,
+           "responses": torch.int64}
 
 
 class Outcomes(NamedTuple):
@@ -25,6 +26,7 @@ class Outcomes(NamedTuple):
     solve: Tensor
     zero: Tensor
     tokens: Tensor
+    responses: Tensor
     count: Tensor
 
     @property
@@ -45,7 +47,7 @@ class PromptHistory:
     Each outcome is ``(step, solve_rate, zero_variance, tokens)``: the training step, the
     group's fraction of responses with reward > 0.5, whether all its rewards were equal (no
     GRPO signal), and the group's total response tokens (used to estimate what skipping
-    saves). Prompts are identified by their stable keys (str or int); each gets a row of
+    saves); `outcomes` also gives each group's number of responses (``responses``). Prompts are identified by their stable keys (str or int); each gets a row of
     [size] tensors, so reading the outcomes of thousands of candidates is one gather.
     """
 
@@ -82,7 +84,7 @@ class PromptHistory:
         if row is None:
             return []
         n = int(self._count[row])
-        cols = [self._data[f][row, self.size - n:].tolist() for f in _FIELDS]
+        cols = [self._data[f][row, self.size - n:].tolist() for f in _FIELDS[:4]]
         return [(int(s), float(v), bool(z), int(t)) for s, v, z, t in zip(*cols)]
 
     def mean_tokens(self, key) -> float | None:
@@ -117,7 +119,7 @@ class PromptHistory:
         slots = self._assign([keys[r] for r in first[groups].tolist()])
         values = {"step": torch.full((len(groups),), int(batch.step), dtype=torch.int64),
                   "solve": solve[groups], "zero": zero[groups],
-                  "tokens": tokens[groups].to(torch.int64)}
+                  "tokens": tokens[groups].to(torch.int64), "responses": size[groups]}
         # a prompt may own several groups: write them in layers of distinct prompts
         order = torch.sort(slots, stable=True).indices
         s = slots[order]
@@ -169,11 +171,12 @@ class PromptHistory:
         if "data" in state and "keys" not in state:   # format 1: {key: [outcome, ...]}
             self.__init__(int(state["size"]))
             for key, outcomes in state["data"].items():
-                for step, solve, zero, tokens in outcomes:
+                for step, solve, zero, tokens in outcomes:   # group sizes were not kept
                     row = int(self._assign([key])[0])
                     self._append(torch.tensor([row]), {
                         "step": torch.tensor([step]), "solve": torch.tensor([solve]),
-                        "zero": torch.tensor([bool(zero)]), "tokens": torch.tensor([tokens])})
+                        "zero": torch.tensor([bool(zero)]), "tokens": torch.tensor([tokens]),
+                        "responses": torch.tensor([0])})
             return
         self.size = int(state["size"])
         self._keys = list(state["keys"])

@@ -198,3 +198,47 @@ def test_history_grows_past_its_first_capacity_and_loads_the_old_format():
     assert h2.get("x") == [(1, 1.0, True, 6), (2, 0.0, True, 4)] and h2.size == 2
     with pytest.raises(ValueError, match="history_size must be >= 1"):
         PromptHistory(0)
+
+
+# ---------------------------------------------------------------- thompson
+def _groups_of_8(h, key, successes, step=0):
+    h.update(_batch({key: [1.0] * successes + [0.0] * (8 - successes)}, step=step))
+
+
+def test_thompson_posterior_counts_responses_with_discount():
+    from dataflex_rl.prerollout.thompson import ThompsonBand
+
+    h = PromptHistory(size=4)
+    _groups_of_8(h, "x", 6)
+    _groups_of_8(h, "x", 8, step=1)
+    a, b, n = ThompsonBand(discount=0.5).posterior(h, ["x", "new"])
+    # newest group weight 1, the one before 0.5: a = 1 + 0.5*6 + 8, b = 1 + 0.5*2 + 0
+    assert a.tolist() == [12.0, 1.0] and b.tolist() == [2.0, 1.0] and n.tolist() == [2, 0]
+
+
+def test_thompson_skips_by_the_drawn_solve_rate():
+    from dataflex_rl.prerollout.thompson import ThompsonBand
+
+    h = PromptHistory(size=4)
+    for step in range(4):   # 1000 prompts always solved, 1000 solved half the time
+        h.update(_batch({**{f"e{i}": [1.0] * 8 for i in range(1000)},
+                         **{f"m{i}": [1.0, 0.0] * 4 for i in range(1000)}}, step=step))
+    keys = [f"e{i}" for i in range(1000)] + [f"m{i}" for i in range(1000)] + ["new"]
+    policy = ThompsonBand(low=0.1, high=0.9)
+    keep, m = policy.filter(h, keys, 4, torch.Generator().manual_seed(1))
+    # Beta(33, 1): P(theta > 0.9) = 1 - 0.9**33 = 0.969; Beta(17, 17) stays inside the band
+    assert abs(float((~keep[:1000]).float().mean()) - (1 - 0.9 ** 33)) < 0.02
+    assert bool(keep[1000:].all())                     # the mixed ones and the unseen prompt
+    assert m["dataflex/prerollout/skipped_easy"] == float((~keep).sum())
+    assert m["dataflex/prerollout/skipped_hard"] == 0.0
+    assert m["dataflex/prerollout/tokens_saved_est"] == 32.0 * float((~keep).sum())
+    again, _ = policy.filter(h, keys, 4, torch.Generator().manual_seed(1))
+    assert torch.equal(keep, again)
+
+
+def test_thompson_band_must_be_ordered():
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.prerollout.thompson import ThompsonBand
+
+    with pytest.raises(ConfigError, match="need low < high"):
+        ThompsonBand(low=0.6, high=0.4)
