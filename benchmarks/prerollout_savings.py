@@ -218,6 +218,10 @@ def main() -> None:
           f"first visits {first.mean():.3f} -> a history-based skipper saves at most "
           f"{ceiling.mean() * 100:.1f}% of tokens per effective group here "
           f"({args.policy} reached {(1 - r_mean) / ceiling.mean() * 100:.0f}% of that)")
+    left = np.array([by[skip, s]["revisit_zero_tokens"] / by[skip, s]["tokens"]
+                     for s in args.seeds])
+    print(f"{args.policy} arm: share of its tokens still spent on zero-variance revisits "
+          f"{left.mean():.3f} (baseline {ceiling.mean():.3f})")
     gen = np.array([by[skip, s]["generate_s"] / by[skip, s]["effective"]
                     / (by["difffilter", s]["generate_s"] / by["difffilter", s]["effective"])
                     for s in args.seeds])

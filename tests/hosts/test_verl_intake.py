@@ -112,3 +112,19 @@ def test_select_only_strategy_leaves_verls_dataloader_alone(tmp_path):
     assert trainer.intake is None
     batch = trainer._next_train_batch()   # verl's own StatefulDataLoader
     assert len(batch) == 6 and trainer._prompts == {}
+
+
+def test_generation_seconds_are_this_batchs_share_of_verls_gen_timer():
+    from types import SimpleNamespace
+
+    from dataflex_rl.hosts.verl.trainer import DataflexTrainer
+
+    t = SimpleNamespace(timing_raw={}, _gen_mark=(-1, 0.0), global_steps=3)
+    seconds = DataflexTrainer._generation_seconds
+    assert seconds(t) is None                          # outside fit: no gen timer
+    t.timing_raw = {"gen": 5.0}
+    assert seconds(t) == 5.0                           # first batch of step 3
+    t.timing_raw["gen"] = 7.5                          # parameter_sync_step > 1: accumulated
+    assert seconds(t) == 2.5
+    t.global_steps, t.timing_raw = 4, {"gen": 4.0}     # a new step starts a new timer
+    assert seconds(t) == 4.0
