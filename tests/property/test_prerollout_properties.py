@@ -28,6 +28,13 @@ def _batch(groups, step):
     return from_lists(rewards, gids, lengths, prompt_keys=tuple(keys), step=step)
 
 
+def _history(steps, size):
+    h = PromptHistory(size)
+    for step, groups in enumerate(steps):
+        h.update(_batch(groups, step))
+    return h
+
+
 def _oracle_history(steps, size):
     """{key: [outcome, ...]} kept by a plain loop, one outcome per group in order."""
     out: dict = {}
@@ -42,9 +49,7 @@ def _oracle_history(steps, size):
 @given(st.lists(GROUPS, min_size=1, max_size=6), st.integers(1, 4))
 @settings(max_examples=150)
 def test_history_equals_a_plain_loop_and_round_trips(steps, size):
-    h = PromptHistory(size)
-    for step, groups in enumerate(steps):
-        h.update(_batch(groups, step))
+    h = _history(steps, size)
     oracle = _oracle_history(steps, size)
     for key in "abcdefgh":
         assert h.get(key) == oracle.get(key, [])
@@ -67,9 +72,7 @@ def _oracle_run(outcomes, kind):
 @given(st.lists(GROUPS, min_size=1, max_size=6), st.integers(1, 4))
 @settings(max_examples=150)
 def test_greso_runs_equal_a_plain_loop(steps, size):
-    h = PromptHistory(size)
-    for step, groups in enumerate(steps):
-        h.update(_batch(groups, step))
+    h = _history(steps, size)
     keys = list("abcdefghz")
     easy, hard, _ = Greso().runs(h, keys)
     assert easy.tolist() == [_oracle_run(h.get(k), "easy") for k in keys]
