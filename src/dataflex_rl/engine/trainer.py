@@ -158,7 +158,11 @@ class GRPOTrainer:
     def _draw_prompts(self, step: int) -> tuple[list, list[int], dict[str, float]]:
         """Prerollout and mix: the problems to generate this step and their domain ids."""
         from dataflex_rl.mix.sampler import largest_remainder
-        from dataflex_rl.prerollout.accounting import first_per_domain, intake_metrics
+        from dataflex_rl.prerollout.accounting import (
+            first_per_domain,
+            intake_metrics,
+            plain_batch,
+        )
 
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
@@ -175,7 +179,7 @@ class GRPOTrainer:
             # the plain batch: per domain, the first candidates up to the domain's share of
             # n; generated: per domain, the first *kept* candidates up to that share
             quota = largest_remainder(props, n)
-            plain = first_per_domain(dom, torch.ones_like(keep), quota)
+            plain = plain_batch(dom, quota)
             generated = first_per_domain(dom, keep, quota)
         else:
             plain, generated = torch.ones_like(keep), keep
