@@ -214,7 +214,7 @@ def main() -> None:
     print(f"held-out greedy accuracy, {args.policy} - baseline: {a_mean:+.3f} "
           f"(95% t CI {a_lo:+.3f}..{a_hi:+.3f}, paired bootstrap {b_lo:+.3f}..{b_hi:+.3f}, "
           f"sign-flip p={p:.3f}; per seed {np.round(acc, 3).tolist()}; smallest possible p "
-          f"with {len(acc)} seeds = {stats.min_pvalue(len(acc)):.3f}; minimum detectable "
+          f"with {len(acc)} seeds = {stats.min_pvalue(len(acc)):.2g}; minimum detectable "
           f"difference {stats.mde_paired(float(np.std(acc, ddof=1)), len(acc)):.3f})")
     print("accuracy change from the shared start, mean over seeds: "
           + ", ".join(f"{arm} {v:+.3f}" for arm, v in moved.items()))
