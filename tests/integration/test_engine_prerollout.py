@@ -20,11 +20,11 @@ GRESO = {"name": "skip", "prerollout": {"actuator": {
 P = "dataflex/prerollout/"
 
 
-def _trainer(train_size: int, factor: float) -> GRPOTrainer:
+def _trainer(train_size: int, factor: float, rounds: int = 8) -> GRPOTrainer:
     cfg = load_config({"policy": "tiny", "threads": 1,
                        "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
                        "tasks": {"domains": ["math"], "train_size": train_size,
-                                 "candidate_factor": factor},
+                                 "candidate_factor": factor, "max_draw_rounds": rounds},
                        "eval": {"per_domain": 4, "samples": 1},
                        "log": {"progress": False, "plots": False, "checkpoint_every": 0}})
     return GRPOTrainer(cfg, GRESO, seed=0)
@@ -44,7 +44,7 @@ def _candidates(tr: GRPOTrainer, n: int) -> list:
 
 
 def test_skipped_and_tokens_saved_without_replacement():
-    tr = _trainer(train_size=4, factor=1.0)
+    tr = _trainer(train_size=4, factor=1.0, rounds=1)   # one round: the batch stays short
     keys = _candidates(tr, 4)
     # keys[0] all-correct twice: 8 then 24 tokens -> mean 16; keys[1] all-wrong once: 6 tokens
     _remember(tr, keys[0], [1.0, 1.0], [4, 4])
@@ -74,6 +74,18 @@ def test_replacements_keep_the_batch_full():
     assert m[P + "candidates_skipped"] == 3.0
     assert m[P + "replacements"] == 2.0                    # keys 4 and 6
     assert m[P + "tokens_saved_est"] == 28.0
+
+
+def test_a_second_round_replaces_the_skipped_prompts():
+    tr = _trainer(train_size=8, factor=1.0)
+    keys = _candidates(tr, 8)        # round 1 draws keys 0-3, round 2 the 2 missing: 4, 5
+    _remember(tr, keys[1], [1.0, 1.0], [3, 5])            # 8 tokens
+    _remember(tr, keys[3], [0.0, 0.0], [10, 10])          # 20 tokens
+    m = tr.train_step()
+    assert m["engine/prompts_generated"] == 4.0 and m[P + "rounds"] == 2.0
+    assert m[P + "candidates"] == 6.0 and m["engine/prompts_skipped"] == 2.0
+    assert m[P + "skipped"] == 2.0 and m[P + "replacements"] == 2.0
+    assert m[P + "tokens_saved_est"] == 28.0 and m[P + "forced"] == 0.0
 
 
 def test_zero_variance_through_is_the_share_of_generated_zero_variance_groups():

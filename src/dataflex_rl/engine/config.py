@@ -54,8 +54,10 @@ class TasksConfig:
     proportions: list[float] | dict[str, float] | None = opt(
         None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0)
     candidate_factor: float = opt(
-        1.0, "with prerollout: candidates drawn per batch slot before skipping (1.0: skipped "
-             "prompts are simply not generated)", ge=1.0)
+        1.0, "with prerollout: candidates drawn per missing prompt in each round", ge=1.0)
+    max_draw_rounds: int = opt(
+        8, "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
+           "keeps (1: one round, skipped prompts leave the batch short)", ge=1)
 
 
 @dataclass

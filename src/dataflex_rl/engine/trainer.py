@@ -156,43 +156,41 @@ class GRPOTrainer:
         return decision
 
     def _draw_prompts(self, step: int) -> tuple[list, list[int], dict[str, float]]:
-        """Prerollout and mix: the problems to generate this step and their domain ids."""
+        """Prerollout and mix: the problems to generate this step and their domain ids.
+
+        Without pre-rollout, the domain sampler draws ``prompts_per_step`` prompts at the
+        strategy's proportions. With it, `draw_with_skipping` draws rounds of
+        ``candidate_factor`` x the missing prompts per domain until the skip policy has kept
+        enough, for at most ``max_draw_rounds`` rounds (then the batch stays short).
+        """
         from dataflex_rl.mix.sampler import largest_remainder
-        from dataflex_rl.prerollout.accounting import (
-            first_per_domain,
-            intake_metrics,
-            plain_batch,
-        )
+        from dataflex_rl.prerollout.draw import draw_with_skipping
 
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
         n = self.config.grpo.prompts_per_step
-        has_pre = "prerollout" in self.strategy.parts
-        factor = self.config.tasks.candidate_factor if has_pre else 1.0
-        drawn, metrics = self.sampler.sample(props, int(round(n * factor)))
-        cands = [self.taskset.train[self.domains[d]][i] for d, i in drawn]
-        keys = [p.key for p in cands]
-        keep, pre_metrics = self.strategy.filter_prompts(keys, step, self.gen_prerollout)
-        metrics.update(pre_metrics)
-        dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
-        if factor > 1.0:
-            # the plain batch: per domain, the first candidates up to the domain's share of
-            # n; generated: per domain, the first *kept* candidates up to that share
-            quota = largest_remainder(props, n)
-            plain = plain_batch(dom, quota)
-            generated = first_per_domain(dom, keep, quota)
+        if "prerollout" not in self.strategy.parts:
+            drawn, metrics = self.sampler.sample(props, n)
         else:
-            plain, generated = torch.ones_like(keep), keep
-        chosen = generated.nonzero().squeeze(1).tolist()
-        metrics["engine/prompts_generated"] = float(len(chosen))
-        metrics["engine/prompts_skipped"] = float(len(drawn) - len(chosen))
-        if metrics.get("dataflex/prerollout/active"):
-            # the policy's own count covers every candidate; the step's counts cover the
-            # plain batch (see dataflex_rl.prerollout.accounting)
-            metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
-                "dataflex/prerollout/skipped", float((~keep).sum()))
-            metrics.update(intake_metrics(self.strategy.history, keys, plain, generated))
-        return [cands[j] for j in chosen], [drawn[j][0] for j in chosen], metrics
+            t = self.config.tasks
+            quota = largest_remainder(props, n)
+            drawn, _, metrics = draw_with_skipping(
+                self.sampler, lambda d, i: self.taskset.train[self.domains[d]][i].key, quota,
+                self.strategy, step, self.gen_prerollout, t.candidate_factor,
+                t.max_draw_rounds, fill_with_skipped=False)
+            counts = torch.bincount(torch.tensor([d for d, _ in drawn], dtype=torch.int64),
+                                    minlength=len(self.domains))
+            target = props.to(torch.float64) / props.sum()
+            available = self.sampler.available()
+            for d, name in enumerate(self.domains):
+                metrics[f"dataflex/domain/{name}/sampler_target"] = float(target[d])
+                metrics[f"dataflex/domain/{name}/sampled"] = float(counts[d]) / max(len(drawn), 1)
+                metrics[f"dataflex/domain/{name}/prompts_available"] = float(available[d])
+            metrics["dataflex/sampler/shortfall"] = float(n - len(drawn))
+            metrics["engine/prompts_skipped"] = metrics["dataflex/prerollout/candidates"] - len(drawn)
+        metrics["engine/prompts_generated"] = float(len(drawn))
+        problems = [self.taskset.train[self.domains[d]][i] for d, i in drawn]
+        return problems, [d for d, _ in drawn], metrics
 
     def _rollout(self, problems: list) -> tuple[Rollout, torch.Tensor, float, float]:
         """Generate G responses per problem and score them."""

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from dataflex_rl.core.strategy import Strategy, normalize_proportions
 from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
-from dataflex_rl.prerollout.accounting import first_per_domain, intake_metrics, plain_batch
+from dataflex_rl.prerollout.draw import draw_with_skipping
 
 
 def _lookup(row: Any, dotted: str) -> Any:
@@ -136,52 +136,17 @@ class Intake:
     def _draw_filtered(self, quota: Tensor, strategy: Strategy, step: int,
                        metrics: dict) -> tuple[list[int], list[int]]:
         """Rounds of candidates until ``quota`` is filled by kept ones (see `draw`)."""
-        D = len(self.domains)
-        left = quota.clone()
-        keys: list[int] = []
-        doms, kept, generated, plain = [], [], [], []
-        rounds = 0
-        policy_counts = ("skipped", "skipped_easy", "skipped_hard")
-        while int(left.sum()) > 0 and rounds < self.max_rounds:
-            rounds += 1
-            want = int(torch.ceil(left.to(torch.float64) * self.candidate_factor).sum())
-            drawn, _ = self.sampler.sample(left.to(torch.float64), want)
-            r_keys = [self.pools[d][i] for d, i in drawn]
-            r_dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
-            keep, pre = strategy.filter_prompts(r_keys, step, self.generator)
-            for k, v in pre.items():   # policy counts add up over rounds; rates: the last
-                name = k.rsplit("/", 1)[1]
-                metrics[k] = metrics.get(k, 0.0) + v if name in policy_counts else v
-            take = first_per_domain(r_dom, keep, left)
-            plain.append(plain_batch(r_dom, quota) if rounds == 1
-                         else torch.zeros_like(keep))
-            left -= torch.bincount(r_dom[take], minlength=D)
-            keys += r_keys
-            doms.append(r_dom)
-            kept.append(keep)
-            generated.append(take)
-        dom = torch.cat(doms) if doms else torch.zeros(0, dtype=torch.int64)
-        gen = torch.cat(generated) if generated else torch.zeros(0, dtype=torch.bool)
-        skipped = ~torch.cat(kept) if kept else torch.zeros(0, dtype=torch.bool)
-        forced = first_per_domain(dom, skipped, left)   # rounds ran out
-        left -= torch.bincount(dom[forced], minlength=D)
-        gen |= forced
-        idx = gen.nonzero().squeeze(1).tolist()
-        rows = [keys[i] for i in idx]
-        out_dom = dom[gen].tolist()
+        chosen, left, pre = draw_with_skipping(
+            self.sampler, lambda d, i: self.pools[d][i], quota, strategy, step, self.generator,
+            self.candidate_factor, self.max_rounds, fill_with_skipped=True)
+        metrics.update(pre)
+        rows = [self.pools[d][i] for d, i in chosen]
+        dom = [d for d, _ in chosen]
         if int(left.sum()) > 0:   # only when the policy skipped nothing more: plain draws
             drawn, _ = self.sampler.sample(left.to(torch.float64), int(left.sum()))
             rows += [self.pools[d][i] for d, i in drawn]
-            out_dom += [d for d, _ in drawn]
-        if "dataflex/prerollout/skipped" in metrics:
-            metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
-                "dataflex/prerollout/skipped")
-        if metrics.get("dataflex/prerollout/active"):
-            metrics.update(intake_metrics(strategy.history, keys,
-                                          torch.cat(plain) if plain else gen, gen))
-        metrics["dataflex/prerollout/forced"] = float(forced.sum())
-        metrics["dataflex/prerollout/rounds"] = float(rounds)
-        return rows, out_dom
+            dom += [d for d, _ in drawn]
+        return rows, dom
 
     def state_dict(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}

@@ -1,0 +1,91 @@
+"""Drawing prompts with pre-rollout skipping: candidate rounds until every quota is filled.
+
+Both hosts draw their batch through `draw_with_skipping`, so "keep the batch full" means the
+same thing in the embedded engine and at verl's intake.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Hashable
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.mix.sampler import DomainSampler
+from dataflex_rl.prerollout.accounting import first_per_domain, intake_metrics, plain_batch
+
+_POLICY_COUNTS = ("skipped", "skipped_easy", "skipped_hard")
+
+
+def draw_with_skipping(sampler: DomainSampler, key_of: Callable[[int, int], Hashable],
+                       quota: Tensor, strategy, step: int, generator: torch.Generator | None,
+                       candidate_factor: float, max_rounds: int, fill_with_skipped: bool
+                       ) -> tuple[list[tuple[int, int]], Tensor, dict[str, float]]:
+    """Draw candidates in rounds and keep, per domain, the first ones the strategy generates.
+
+    Each round draws ``candidate_factor`` x the still-missing prompts of every domain and
+    takes, per domain, the first candidates the skip policy keeps, until every quota is
+    filled or ``max_rounds`` rounds ran. Then, with ``fill_with_skipped``, skipped candidates
+    fill what is missing (``forced``; verl needs an exact count), else the batch stays short.
+
+    Args:
+        sampler: draws (domain, item) pairs at given proportions.
+        key_of: the prompt key of a drawn (domain, item).
+        quota: [D] int64 prompts wanted per domain.
+        strategy: the `Strategy` (its ``filter_prompts`` and ``history``).
+        step: the strategy step.
+        generator: randomness of the skip policy.
+        candidate_factor: candidates per missing prompt in each round (>= 1).
+        max_rounds: candidate rounds at most (>= 1).
+        fill_with_skipped: fill the rest with skipped candidates when rounds run out.
+
+    Returns:
+        (chosen (domain, item) pairs in draw order, [D] still missing, metrics): the
+        plain-batch counts of `intake_metrics` (when the policy is active),
+        ``candidates`` (drawn over all rounds), ``candidates_skipped`` / ``skipped_easy`` /
+        ``skipped_hard`` (what the policy skipped, all rounds), ``forced`` and ``rounds``.
+    """
+    D = quota.shape[0]
+    left = quota.to(torch.int64).clone()
+    items: list[tuple[int, int]] = []
+    keys: list = []
+    doms, kept, taken, plain = [], [], [], []
+    metrics: dict[str, float] = {}
+    rounds = 0
+    while int(left.sum()) > 0 and rounds < max_rounds:
+        rounds += 1
+        want = int(torch.ceil(left.to(torch.float64) * candidate_factor).sum())
+        drawn, _ = sampler.sample(left.to(torch.float64), want)
+        if not drawn:
+            break
+        r_keys = [key_of(d, i) for d, i in drawn]
+        r_dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
+        keep, pre = strategy.filter_prompts(r_keys, step, generator)
+        for k, v in pre.items():   # policy counts add up over rounds; rates: the last one
+            metrics[k] = metrics.get(k, 0.0) + v if k.rsplit("/", 1)[1] in _POLICY_COUNTS else v
+        take = first_per_domain(r_dom, keep, left)
+        plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
+        left -= torch.bincount(r_dom[take], minlength=D)
+        items += drawn
+        keys += r_keys
+        doms.append(r_dom)
+        kept.append(keep)
+        taken.append(take)
+    none = torch.zeros(0, dtype=torch.bool)
+    dom = torch.cat(doms) if doms else torch.zeros(0, dtype=torch.int64)
+    generated = torch.cat(taken) if taken else none
+    forced = (first_per_domain(dom, ~torch.cat(kept), left) if fill_with_skipped and kept
+              else torch.zeros_like(generated))
+    left -= torch.bincount(dom[forced], minlength=D)
+    generated = generated | forced
+    if "dataflex/prerollout/skipped" in metrics:
+        metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
+            "dataflex/prerollout/skipped")
+    if metrics.get("dataflex/prerollout/active"):
+        metrics.update(intake_metrics(strategy.history, keys,
+                                      torch.cat(plain) if plain else none, generated))
+    metrics["dataflex/prerollout/candidates"] = float(len(items))
+    metrics["dataflex/prerollout/forced"] = float(forced.sum())
+    metrics["dataflex/prerollout/rounds"] = float(rounds)
+    chosen = [items[i] for i in generated.nonzero().squeeze(1).tolist()]
+    return chosen, left, metrics
