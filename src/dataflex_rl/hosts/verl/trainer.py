@@ -138,7 +138,7 @@ class DataflexTrainer(PPOTrainerSync):
         self._prompts.update((u, (r, d, step)) for u, r, d in zip(uids, rows, doms))
         for key, value in metrics.items():   # refills (DAPO) add to this step's counts
             counted = key.startswith("dataflex/prerollout/") and key.rsplit("/", 1)[1] in (
-                "skipped", "skipped_easy", "skipped_hard", "candidates_skipped",
+                "skipped", "skipped_easy", "skipped_hard", "candidates", "candidates_skipped",
                 "replacements", "tokens_saved_est", "forced", "rounds")
             self._pending_metrics[key] = value + (self._pending_metrics.get(key, 0.0)
                                                   if counted else 0.0)
