@@ -36,17 +36,15 @@ class Greso(SkipPolicy):
     ``_hard``) and ``tokens_saved_est``, the sum over skipped prompts of the mean response
     tokens of their remembered groups (not just the last group).
 
-    Keeping the batch full is the host's job, not an option of this policy: the embedded
-    engine draws ``tasks.candidate_factor`` x prompts_per_step candidates and generates, per
-    domain, the first kept ones up to the domain's quota (1.0: skipped prompts are simply not
-    generated, so the batch shrinks); verl's intake draws further rounds of candidates until
-    exactly ``train_batch_size`` prompts are kept (``dataflex.candidate_factor``). Both hosts
-    report per step (`dataflex_rl.prerollout.accounting`): ``skipped`` (prompts of the plain
-    batch, the one drawn without pre-rollout, that were not generated), ``replacements``
-    (generated prompts drawn in their place), ``tokens_saved_est`` (over those skipped
-    prompts), ``seconds_saved_est`` (tokens saved x this step's generation seconds per
-    generated token) and ``zero_variance_through`` (share of generated groups whose rewards
-    were all equal).
+    Keeping the batch full is the host's job, not an option of this policy: both hosts draw
+    rounds of ``candidate_factor`` x the missing prompts per domain until enough are kept, for
+    at most ``max_draw_rounds`` rounds (`dataflex_rl.prerollout.draw`; engine ``tasks.*``,
+    verl ``dataflex.*``). Both report per step (`dataflex_rl.prerollout.accounting`):
+    ``skipped`` (prompts of the plain batch, the one drawn without pre-rollout, that were not
+    generated), ``replacements`` (generated prompts drawn in their place),
+    ``tokens_saved_est`` (over those skipped prompts), ``seconds_saved_est`` (tokens saved x
+    this step's generation seconds per generated token) and ``zero_variance_through`` (share
+    of generated groups whose rewards were all equal).
     """
 
     paper: ClassVar[str] = ("Zheng et al. 2025, Act Only When It Pays: Efficient RL for LLM "
