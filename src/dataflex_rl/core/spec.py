@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -238,6 +238,16 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
     parts = {m: parse_mechanism(m, value[m], f"{where}.{m}")
              for m in MECHANISMS if value.get(m) is not None}
     return StrategySpec(name=name, description=description, **parts)
+
+
+def get_path(tree: Any, dotted: str, default: Any = None) -> Any:
+    """``tree["a"]["b"]`` for ``dotted`` "a.b" (mappings only); ``default`` where a part is missing."""
+    node = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
 
 
 def load_yaml(path: str | Path) -> Any:

@@ -12,7 +12,7 @@ from torch import Tensor
 from dataflex_rl.core.component import param
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.prerollout.base import SKIP_POLICIES, SkipPolicy
-from dataflex_rl.prerollout.history import PromptHistory
+from dataflex_rl.prerollout.history import Outcomes, PromptHistory
 
 
 @SKIP_POLICIES.register("thompson")
@@ -55,7 +55,9 @@ class ThompsonBand(SkipPolicy):
 
     def posterior(self, history: PromptHistory, keys: list) -> tuple[Tensor, Tensor, Tensor]:
         """Per candidate: ([N] alpha, [N] beta, [N] count of remembered groups)."""
-        o = history.outcomes(keys)
+        return self._posterior(history.outcomes(keys))
+
+    def _posterior(self, o: Outcomes) -> tuple[Tensor, Tensor, Tensor]:
         H = o.step.shape[1]
         age = torch.arange(H - 1, -1, -1, dtype=torch.float64)
         w = (self.discount ** age) * o.valid            # [N, H], newest weight 1
@@ -69,17 +71,17 @@ class ThompsonBand(SkipPolicy):
                generator: torch.Generator | None) -> tuple[Tensor, dict]:
         n = len(keys)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-        alpha, beta, count = self.posterior(history, keys)
+        o = history.outcomes(keys)
+        alpha, beta, count = self._posterior(o)
         theta = torch.from_numpy(np.random.default_rng(seed).beta(alpha.numpy(), beta.numpy()))
         seen = count > 0 if self.keep_unseen else torch.ones(n, dtype=torch.bool)
         easy = seen & (theta > self.high)
         hard = seen & (theta < self.low)
         skip = easy | hard
-        mean_tokens = history.outcomes([keys[i] for i in skip.nonzero().squeeze(1).tolist()]
-                                       ).mean_tokens() if bool(skip.any()) else torch.zeros(0)
+        saved = torch.nan_to_num(o.mean_tokens())[skip].sum()
         return ~skip, {
             "dataflex/prerollout/skipped": float(skip.sum()),
             "dataflex/prerollout/skipped_easy": float(easy.sum()),
             "dataflex/prerollout/skipped_hard": float(hard.sum()),
-            "dataflex/prerollout/tokens_saved_est": float(torch.nan_to_num(mean_tokens).sum()),
+            "dataflex/prerollout/tokens_saved_est": float(saved),
         }

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from dataflex_rl.core.registry import ConfigError, import_object
+from dataflex_rl.core.spec import get_path
 from dataflex_rl.tasks.base import Domain, Problem, TaskSet, exact_match
 
 log = logging.getLogger(__name__)
@@ -90,15 +91,6 @@ def _read_parquet(p: Path) -> list[dict[str, Any]]:
     return pq.read_table(p).to_pylist()
 
 
-def _get(row: Mapping[str, Any], column: str) -> Any:
-    obj: Any = row
-    for part in column.split("."):
-        if not isinstance(obj, Mapping) or part not in obj:
-            return _MISSING
-        obj = obj[part]
-    return obj
-
-
 def _prompt_text(value: Any, where: str) -> tuple[str, list | None]:
     value = _plain(value)
     if isinstance(value, str):
@@ -137,16 +129,16 @@ def load_problems(path: str | Path, domain_column: str = "domain", *,
     seen: dict[str, set[str]] = {}
     duplicates = 0
     for i, row in enumerate(rows):
-        domain = _get(row, domain_column)
+        domain = get_path(row, domain_column, _MISSING)
         if domain is _MISSING or domain is None:
             domain = row.get("data_source")
         if domain is None:
             raise ConfigError(f"{where}: row {i} has neither the domain column "
                               f"{domain_column!r} nor 'data_source'")
-        raw_prompt = _get(row, prompt_column)
+        raw_prompt = get_path(row, prompt_column, _MISSING)
         if raw_prompt is _MISSING:
             raise ConfigError(f"{where}: row {i} has no prompt column {prompt_column!r}")
-        truth = _get(row, answer_column)
+        truth = get_path(row, answer_column, _MISSING)
         if truth is _MISSING or truth is None:
             raise ConfigError(f"{where}: row {i} has no answer column {answer_column!r}")
         domain = str(domain)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import StrategySpec, parse_strategy
+from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
 from dataflex_rl.core.strategy import GROUP_ESTIMATORS, Strategy
 from dataflex_rl.engine.config import from_dict, opt
 
@@ -55,15 +55,6 @@ class VerlHostConfig:
                                             "verl's default, 2 s)", gt=0.0)
 
 
-def _get(tree: Mapping, dotted: str, default: Any = None) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
 def parse_host_config(block: Any) -> VerlHostConfig:
     """Validate the ``dataflex`` block (a mapping, or None for defaults)."""
     if block is None:
@@ -97,8 +88,8 @@ def build_strategy(host: VerlHostConfig, config: Mapping, domains: tuple[str, ..
         domains: domain names of the intake (None without mix/prerollout).
         early: check before the training set is read: placeholder domains stand in.
     """
-    estimator = str(_get(config, "algorithm.adv_estimator", "gae"))
-    norm_by_std = bool(_get(config, "algorithm.norm_adv_by_std_in_grpo", True))
+    estimator = str(get_path(config, "algorithm.adv_estimator", "gae"))
+    norm_by_std = bool(get_path(config, "algorithm.norm_adv_by_std_in_grpo", True))
     spec = parse_strategy(host.strategy, where="dataflex.strategy")
     if early and domains is None:
         domains = _placeholder_domains(host, spec)
@@ -134,11 +125,11 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
             estimator whose advantages are not GRPO's.
     """
     name = strategy.spec.name
-    if not _get(config, "trainer.use_v1", True):
+    if not get_path(config, "trainer.use_v1", True):
         raise ConfigError("trainer.use_v1: the 'dataflex' trainer mode is a v1 trainer; set "
                           "trainer.use_v1=true")
     acts_on_loss = "select" in strategy.parts or "reweight" in strategy.parts
-    loss_mode = str(_get(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
+    loss_mode = str(get_path(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
     if acts_on_loss and loss_mode == "bypass_mode":
         raise ConfigError(
             f"actor_rollout_ref.actor.policy_loss.loss_mode: 'bypass_mode' ignores "
@@ -148,7 +139,7 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
         logger.warning("dataflex: policy loss %r is not one of verl 0.9.1's losses known to "
                        "apply rollout_is_weights (%s); make sure it does, or strategy %r has "
                        "no effect", loss_mode, ", ".join(sorted(WEIGHTED_LOSSES)), name)
-    estimator = str(_get(config, "algorithm.adv_estimator", "gae"))
+    estimator = str(get_path(config, "algorithm.adv_estimator", "gae"))
     if resolved_option(strategy, "recompute_advantages") and estimator not in GRPO_LIKE:
         where = f"{name}.select.recompute_advantages"
         hint = ("" if estimator in GROUP_ESTIMATORS else

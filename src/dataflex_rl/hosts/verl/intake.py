@@ -14,18 +14,10 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy, normalize_proportions
 from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
 from dataflex_rl.prerollout.draw import draw_with_skipping
-
-
-def _lookup(row: Any, dotted: str) -> Any:
-    node = row
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence] | None,
@@ -50,8 +42,8 @@ def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence
             if top not in columns:
                 return None
             values = list(columns[top])
-            return values if not rest else [_lookup(v, rest) for v in values]
-        return [_lookup(r, name) for r in rows]
+            return values if not rest else [get_path(v, rest) for v in values]
+        return [get_path(r, name) for r in rows]
 
     for name in (key, fallback):
         values = read(name)
