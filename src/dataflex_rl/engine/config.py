@@ -84,7 +84,8 @@ class GRPOConfig:
 class OptimConfig:
     """AdamW and gradient clipping."""
 
-    lr: float = opt(3e-5, "AdamW learning rate (the tiny policy degrades above ~5e-5)", gt=0.0)
+    lr: float = opt(3e-5, "AdamW learning rate (0: the parameters never move, the 'no update' "
+                          "control)", ge=0.0)
     weight_decay: float = opt(0.0, "AdamW weight decay", ge=0.0)
     betas: list[float] = opt([0.9, 0.999], "AdamW betas", ge=0.0, lt=1.0)
     grad_clip: float = opt(1.0, "max global gradient norm (0: no clipping)", ge=0.0)
@@ -124,6 +125,9 @@ class EngineConfig:
     strategies: list[str] = opt([], "strategies run side by side by 'dataflex-rl train' (preset "
                                     "names or YAML paths); empty: just 'strategy'")
     seed: int = opt(0, "seed of sampling, data order and prerollout randomness", ge=0)
+    noise_stream: int = opt(0, "sampling-noise stream: two runs of one seed and stream share "
+                               "their sampling noise (common random numbers); another stream "
+                               "gives independent noise (the A/A control)", ge=0)
     steps: int = opt(100, "GRPO steps", ge=0)
     out: str | None = opt(None, "output directory (default runs/<strategy>-s<seed>)")
     threads: int = opt(1, "torch CPU threads (1 is fastest for the tiny model; run processes "
