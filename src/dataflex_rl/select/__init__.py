@@ -1,3 +1,8 @@
 """Selectors: which responses take part in the update."""
 
-from dataflex_rl.select import band, group_subset, top_fraction  # noqa: F401  (registers)
+from dataflex_rl.select import (  # noqa: F401  (registers)
+    band,
+    group_subset,
+    random_groups,
+    top_fraction,
+)
