@@ -11,21 +11,33 @@ Holm-adjusted permutation p-value is at most alpha **and** the corrected bootstr
 "no detectable difference". The interval alone is not enough: with few seeds the percentile
 bootstrap is too narrow (with 3 seeds it is about the range of the 3 deltas), while the exact
 sign-flip test cannot go below 2 / 2^n.
+
+**Controls** (``controls={label: "same" | "worse"}``): arms with a known answer (an A/A copy of
+the baseline must come out "no detectable difference", a planted harm "worse"). They are compared
+against the baseline like any method but form their own Holm family per summary, so adding them
+does not weaken the real comparisons, and they stay out of the rankings.
+
+**MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
+family's size and the observed SD of its paired differences: the smallest true difference this
+rule calls "better" with probability ``power``.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from dataflex_rl.harness import stats
+from dataflex_rl.harness import power, stats
 from dataflex_rl.harness.results import Row, final_scores, seed_sort_key
 
 BETTER, WORSE, NO_DIFF, TOO_FEW = ("better", "worse", "no detectable difference",
                                    "not enough paired seeds")
+#: a control's required outcome -> the verdict it must get
+CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
 
 
 @dataclass(frozen=True)
@@ -72,8 +84,20 @@ class Comparison:
     corrected_ci: tuple[float, float] = (math.nan, math.nan)
     p: float = math.nan
     p_holm: float = math.nan
+    #: simulated MDE of the verdict rule at n_pairs seeds in this comparison's Holm family
     mde: float = math.nan
     verdict: str = TOO_FEW
+    #: Pearson correlation across paired seeds of the method's and the baseline's scores
+    corr: float = math.nan
+    #: a control's required outcome ("same" or "worse"); "" for a real method
+    control: str = ""
+
+    @property
+    def control_passed(self) -> bool | None:
+        """Whether a control got its required verdict; None when untested or not a control."""
+        if not self.control or self.verdict == TOO_FEW:
+            return None
+        return self.verdict == CONTROL_KINDS[self.control]
 
 
 @dataclass
@@ -84,9 +108,17 @@ class SummaryResult:
     kind: str  # "benchmark", "domain" or "average"
     methods: list[MethodStats]
     comparisons: list[Comparison]
+    #: control arms: their means and comparisons (their own Holm family)
+    control_methods: list[MethodStats] = field(default_factory=list)
+    controls: list[Comparison] = field(default_factory=list)
 
     def mean_of(self, method: str) -> float:
         return next(m.mean for m in self.methods if m.method == method)
+
+    def pair_counts(self) -> tuple[int, int]:
+        """(min, max) paired seeds over the real comparisons ((0, 0) without any)."""
+        ns = [c.n_pairs for c in self.comparisons]
+        return (min(ns), max(ns)) if ns else (0, 0)
 
 
 @dataclass
@@ -101,6 +133,8 @@ class Analysis:
     tau: np.ndarray
     options: StatsOptions
     notes: list[str] = field(default_factory=list)
+    #: control label -> required outcome ("same" or "worse"); not in ``methods``
+    controls: dict[str, str] = field(default_factory=dict)
 
     def summary(self, name: str) -> SummaryResult:
         return next(s for s in self.summaries if s.name == name)
@@ -164,6 +198,13 @@ def _method_stats(method: str, x: np.ndarray, alpha: float) -> MethodStats:
     return MethodStats(method, int(x.size), mean, low, high, sd)
 
 
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of two [n] arrays; NaN when n < 3 or either is constant."""
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(np.corrcoef(x, y)[0, 1])
+
+
 def _compare(summary: str, method: str, x: np.ndarray, base: np.ndarray,
              options: StatsOptions) -> tuple[Comparison, np.ndarray | None]:
     paired = np.isfinite(x) & np.isfinite(base)
@@ -176,8 +217,8 @@ def _compare(summary: str, method: str, x: np.ndarray, base: np.ndarray,
         return c, None
     rng = _rng(options, summary, method)
     c.sd_diff = float(d.std(ddof=1))
+    c.corr = pearson(x[paired], base[paired])
     c.p = stats.sign_flip_pvalue(d, rng, options.n_perm)
-    c.mde = stats.mde_paired(c.sd_diff, d.size, options.alpha, options.power)
     return c, stats.bootstrap_means(d, rng, options.n_boot)
 
 
@@ -186,26 +227,15 @@ def _interval(means: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray,
-                    baseline: str, options: StatsOptions) -> SummaryResult:
-    """Means, paired comparisons against ``baseline``, Holm over the other methods.
-
-    Args:
-        name: summary name (seeds the bootstrap with the method name).
-        kind: "benchmark", "domain" or "average".
-        methods: [M] method names, rows of ``matrix``.
-        matrix: [M, S] final scores, NaN where missing.
-        baseline: the reference method.
-        options: `StatsOptions`.
-    """
-    b = methods.index(baseline)
-    ms = [_method_stats(m, matrix[i], options.alpha) for i, m in enumerate(methods)]
+def _family(name: str, labels: list[str], rows: np.ndarray, base: np.ndarray,
+            options: StatsOptions) -> list[Comparison]:
+    """Paired comparisons of ``labels`` ([K, S] ``rows``) against ``base`` [S], one Holm
+    family: p-values, corrected intervals, verdicts and simulated MDEs."""
     comps, boots = [], []
-    for i, m in enumerate(methods):
-        if i != b:
-            c, means = _compare(name, m, matrix[i], matrix[b], options)
-            comps.append(c)
-            boots.append(means)
+    for m, x in zip(labels, rows):
+        c, means = _compare(name, m, x, base, options)
+        comps.append(c)
+        boots.append(means)
     adjusted, level = stats.holm([c.p for c in comps], options.alpha)
     for c, means, p_adj, lev in zip(comps, boots, adjusted, level):
         if means is None:
@@ -213,32 +243,85 @@ def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray
         c.p_holm, c.level = float(p_adj), float(lev)
         c.ci = _interval(means, options.alpha)
         c.corrected_ci = _interval(means, c.level)
+        c.mde = power.simulated_mde(c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha,
+                                    power=options.power)
         c.verdict = NO_DIFF
         if c.p_holm <= options.alpha and c.corrected_ci[0] > 0:
             c.verdict = BETTER
         elif c.p_holm <= options.alpha and c.corrected_ci[1] < 0:
             c.verdict = WORSE
-    return SummaryResult(name, kind, ms, comps)
+    return comps
 
 
-def analyze(rows: list[Row], baseline: str, options: StatsOptions | None = None) -> Analysis:
+def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray,
+                    baseline: str, options: StatsOptions,
+                    controls: Mapping[str, str] | None = None) -> SummaryResult:
+    """Means, paired comparisons against ``baseline``, Holm over the other methods.
+
+    Args:
+        name: summary name (seeds the bootstrap with the method name).
+        kind: "benchmark", "domain" or "average".
+        methods: [M] method names, rows of ``matrix`` (controls included).
+        matrix: [M, S] final scores, NaN where missing.
+        baseline: the reference method.
+        options: `StatsOptions`.
+        controls: control label -> required outcome; they form their own Holm family.
+    """
+    controls = dict(controls or {})
+    b = methods.index(baseline)
+    real = [i for i, m in enumerate(methods) if i != b and m not in controls]
+    ctrl = [i for i, m in enumerate(methods) if m in controls]
+    stats_of = [_method_stats(m, matrix[i], options.alpha) for i, m in enumerate(methods)]
+    comps = _family(name, [methods[i] for i in real], matrix[real], matrix[b], options)
+    ctrl_comps = _family(name, [methods[i] for i in ctrl], matrix[ctrl], matrix[b], options)
+    for c in ctrl_comps:
+        c.control = controls[c.method]
+    return SummaryResult(name, kind, [stats_of[i] for i in range(len(methods)) if i not in ctrl],
+                         comps, [stats_of[i] for i in ctrl], ctrl_comps)
+
+
+def _check_controls(controls: Mapping[str, str], methods: list[str], baseline: str) -> None:
+    for label, kind in controls.items():
+        if kind not in CONTROL_KINDS:
+            raise ValueError(f"control {label!r}: required outcome {kind!r}, expected one of "
+                             f"{', '.join(CONTROL_KINDS)}")
+        if label == baseline:
+            raise ValueError(f"control {label!r} is the baseline")
+        if label not in methods:
+            raise ValueError(f"control {label!r} has no results; methods: {', '.join(methods)}")
+
+
+def analyze(rows: list[Row], baseline: str, options: StatsOptions | None = None,
+            controls: Mapping[str, str] | None = None) -> Analysis:
     """The full comparison of every method against ``baseline`` under every summary.
 
+    Args:
+        rows: result rows.
+        baseline: the reference method.
+        options: `StatsOptions`.
+        controls: method label -> required outcome, "same" (A/A: must be "no detectable
+            difference") or "worse" (a planted harm). Controls form their own Holm family and
+            are left out of ``Analysis.methods`` and the rankings.
+
     Raises:
-        ValueError: no rows, or ``baseline`` has no rows.
+        ValueError: no rows, ``baseline`` has no rows, or a bad control.
     """
     options = options or StatsOptions()
+    controls = dict(controls or {})
     if not rows:
         raise ValueError("no results to analyze")
     methods, seeds, matrices, notes = score_matrices(rows)
     if baseline not in methods:
         raise ValueError(f"baseline {baseline!r} has no results; methods: {', '.join(methods)}")
+    _check_controls(controls, methods, baseline)
     methods = [baseline] + [m for m in methods if m != baseline]
     summaries = []
     first_seen = list(dict.fromkeys(r.method for r in rows))
     perm = [first_seen.index(m) for m in methods]
     for name, (kind, x) in matrices.items():
-        summaries.append(analyze_summary(name, kind, methods, x[perm], baseline, options))
+        summaries.append(analyze_summary(name, kind, methods, x[perm], baseline, options,
+                                         controls))
+    methods = [m for m in methods if m not in controls]
     means = np.array([[s.mean_of(m) for m in methods] for s in summaries])
     k = len(summaries)
     tau = np.full((k, k), np.nan)
@@ -246,4 +329,4 @@ def analyze(rows: list[Row], baseline: str, options: StatsOptions | None = None)
         for j in range(k):
             ok = np.isfinite(means[i]) & np.isfinite(means[j])
             tau[i, j] = stats.kendall_tau(means[i][ok], means[j][ok])
-    return Analysis(baseline, methods, seeds, summaries, tau, options, notes)
+    return Analysis(baseline, methods, seeds, summaries, tau, options, notes, controls)
