@@ -13,7 +13,12 @@ parallel worker processes; then write report.md (tables and generated sentences)
 (one row per run × domain × checkpoint), statistics.csv and plots/ under --out.
 Resumable: run the same command again and finished runs are skipped, interrupted runs continue
 from their checkpoint. A failed run is reported with its error; the others go on.
-Example: dataflex-rl compare configs/experiments/quick.yaml --workers 2"""
+Controls (--control, or the experiment's 'controls' key) add arms whose outcome is known: aa
+(the baseline under another noise stream: must be no different), no_update, half_lr and
+drop_half (planted harms: must be worse). See docs/controls.md.
+--until-decided adds seeds in rounds until every comparison is decided by an anytime-valid rule
+(better, worse, or equivalent within --margin), at most --max-seeds.
+Example: dataflex-rl compare configs/experiments/quick.yaml --workers 2 --control drop_half"""
 
 REPORT_HELP = """\
 The statistics and report of 'compare' for results produced elsewhere (e.g. verl campaigns on
@@ -28,14 +33,31 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from dataflex_rl.harness.experiment import load_experiment
     from dataflex_rl.harness.runner import plan
 
-    exp = load_experiment(args.experiment)
+    from dataflex_rl.core.registry import ConfigError
+
+    exp = load_experiment(args.experiment, args.control or ())
     out = Path(args.out or Path("runs") / "compare" / exp.name)
+    if not args.until_decided and (args.max_seeds, args.round, args.margin) != (None,) * 3:
+        raise ConfigError("--max-seeds, --round and --margin go with --until-decided")
+    if args.until_decided and args.max_seeds is None:
+        raise ConfigError("--until-decided needs --max-seeds N (the most seeds to run)")
     if args.dry_run:
         for r in plan(exp, out):
-            print(f"{r.method:<14} seed {r.seed:<4} -> {r.out_dir}")
+            extra = f"  engine {r.engine_overrides}" if r.engine_overrides else ""
+            print(f"{r.method:<18} seed {r.seed:<4} -> {r.out_dir}{extra}")
         return 0
-    res = run_compare(exp, out, workers=args.workers, progress=not args.no_progress,
-                      plots=not args.no_plots)
+    if args.until_decided:
+        from dataflex_rl.harness.until_decided import run_until_decided
+
+        res, seq = run_until_decided(
+            exp, out, max_seeds=args.max_seeds, round_size=args.round or 2,
+            margin=0.02 if args.margin is None else args.margin, workers=args.workers,
+            progress=not args.no_progress, plots=not args.no_plots)
+        print(f"stopped: {seq.stopped} after {len(seq.seeds)} seeds"
+              + (f" (a fixed-n design needs {seq.fixed_n})" if seq.fixed_n else ""))
+    else:
+        res = run_compare(exp, out, workers=args.workers, progress=not args.no_progress,
+                          plots=not args.no_plots)
     _print_summary(res.analysis, out)
     ex = res.execution
     print(f"{res.runs} runs: {len(ex.done)} finished ({ex.skipped} skipped as already done), "
@@ -80,13 +102,13 @@ def _print_summary(analysis, out: Path) -> None:
     fmt = Fmt(100.0, "points") if all(0 <= m.mean <= 1 for m in s.methods if m.n) \
         else Fmt(1.0, "")
     print(" ".join(headline(analysis, fmt)))
-    print(f"\n{'method':<16}{'mean':>8}{'delta':>8}  {'corrected CI':<18}{'p(Holm)':>8}  verdict")
+    print(f"\n{'method':<20}{'mean':>8}{'delta':>8}  {'corrected CI':<18}{'p(Holm)':>8}  verdict")
     for m in s.methods:
         c = next((c for c in s.comparisons if c.method == m.method), None)
         tail = "  (baseline)" if c is None else (
             f"{fmt.value(c.delta, True):>8}  {fmt.interval(*c.corrected_ci, True):<18}"
             f"{c.p_holm:>8.3f}  {c.verdict}")
-        print(f"{m.method:<16}{fmt.value(m.mean):>8}{tail}")
+        print(f"{m.method:<20}{fmt.value(m.mean):>8}{tail}")
     print(f"\nreport: {out / 'report.md'}")
 
 
@@ -103,6 +125,19 @@ def register_commands(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument("--control", action="append", metavar="NAME",
+                   help="add a control arm (repeatable): aa (must be no different), no_update, "
+                        "half_lr, drop_half (must be worse); see docs/controls.md")
+    p.add_argument("--until-decided", action="store_true",
+                   help="add seeds in rounds until every comparison is decided (anytime-valid "
+                        "rule at the experiment's alpha); needs --max-seeds")
+    p.add_argument("--max-seeds", type=int, default=None, metavar="N",
+                   help="with --until-decided: stop at N seeds")
+    p.add_argument("--round", type=int, default=None, metavar="K",
+                   help="with --until-decided: seeds added per round (default 2)")
+    p.add_argument("--margin", type=float, default=None, metavar="M",
+                   help="with --until-decided: equivalence margin in score units (default "
+                        "0.02, i.e. 2 points of accuracy)")
     p.set_defaults(func=_cmd_compare)
 
     p = subparsers.add_parser("report", help="paired statistics and report.md from a CSV of "

@@ -12,6 +12,8 @@ An experiment file (``configs/experiments/quick.yaml``)::
     budget: {steps: 20, prompts_per_step: 16, samples_per_prompt: 8}
     evaluation: {metric: greedy, every: 10, per_domain: 100, samples: 0}
     statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
+    # optional control arms (harness/controls.py): aa, no_update, half_lr, drop_half
+    controls: [aa, {drop_half: {fraction: 0.5}}]
 
 Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
 """
@@ -19,6 +21,7 @@ Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.engine.config import EngineConfig, from_dict, opt
 from dataflex_rl.harness.analysis import StatsOptions
+from dataflex_rl.harness.controls import Control, merge_overrides, parse_controls
 
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {"strategy": "strategies", "strategies": "strategies", "seed": "seeds",
@@ -71,10 +75,15 @@ class Statistics:
 
 @dataclass(frozen=True)
 class StrategyEntry:
-    """One strategy of the matrix: its label and its fully expanded spec."""
+    """One strategy of the matrix: its label, its fully expanded spec and, for a control arm,
+    its engine overrides and the control's name."""
 
     label: str
     spec: StrategySpec
+    #: engine settings of this arm only, merged into the experiment's (e.g. {"optim": {"lr": 0}})
+    engine: dict = field(default_factory=dict)
+    #: the control this arm is (harness/controls.py), None for the experiment's strategies
+    control: str | None = None
 
     def to_dict(self) -> dict:
         """The spec as a plain mapping named by the label (what each worker rebuilds)."""
@@ -99,19 +108,27 @@ class Experiment:
     statistics: Statistics = field(default_factory=Statistics)
     description: str = ""
     path: str | None = None
+    #: the requested controls; their arms are the last entries of ``strategies``
+    controls: tuple[Control, ...] = ()
 
     @property
     def labels(self) -> list[str]:
         return [s.label for s in self.strategies]
+
+    @property
+    def control_outcomes(self) -> dict[str, str]:
+        """Control arm label -> the outcome it must have: "same" or "worse"."""
+        return {c.label: c.outcome for c in self.controls}
 
     def stats_options(self) -> StatsOptions:
         s = self.statistics
         return StatsOptions(alpha=s.alpha, power=s.power, n_boot=s.n_boot, n_perm=s.n_perm,
                             seed=s.seed)
 
-    def engine_config(self) -> EngineConfig:
-        """The `EngineConfig` shared by every run (strategy and seed are set per run)."""
-        data = copy.deepcopy(self.engine)
+    def engine_config(self, overrides: dict | None = None) -> EngineConfig:
+        """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
+        control arm's ``overrides`` merged in."""
+        data = merge_overrides(self.engine, overrides or {})
         b, e = self.budget, self.evaluation
         data["steps"] = b.steps
         data.setdefault("grpo", {}).update(prompts_per_step=b.prompts_per_step,
@@ -124,7 +141,7 @@ class Experiment:
 
 
 TOP_KEYS = ("name", "description", "strategies", "baseline", "seeds", "engine", "budget",
-            "evaluation", "statistics")
+            "evaluation", "statistics", "controls")
 
 
 def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
@@ -175,14 +192,16 @@ def _check_engine(engine: Any, where: str) -> dict:
     return copy.deepcopy(engine)
 
 
-def parse_experiment(data: Any, where: str = "experiment", base: Path | None = None
-                     ) -> Experiment:
+def parse_experiment(data: Any, where: str = "experiment", base: Path | None = None,
+                     controls: tuple[str, ...] | list[str] = ()) -> Experiment:
     """Validate an experiment mapping.
 
     Args:
         data: the parsed YAML.
         where: name used in error messages (the file path).
         base: directory against which relative strategy paths and ``engine.policy`` resolve.
+        controls: names of controls added from the command line (``--control``); one the file
+            already lists is not added twice.
 
     Raises:
         ConfigError: naming the key.
@@ -234,14 +253,40 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(f"{where}.evaluation.samples: metric 'sampled' needs samples >= 1")
     exp.engine_config()  # validates the engine section now, not in a worker
+    return _with_controls(exp, data.get("controls"), list(controls), where)
+
+
+def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) -> Experiment:
+    """The experiment with its control arms appended to ``strategies``."""
+    parsed = list(parse_controls(value, f"{where}.controls"))
+    for name in extra:
+        if not any(c.name == name for c in parsed):
+            parsed += parse_controls({name: None}, "--control")
+    if not parsed:
+        return exp
+    base = next(s for s in exp.strategies if s.label == exp.baseline)
+    engine = exp.engine_config()
+    arms = []
+    for c in parsed:
+        at = f"{where}.controls.{c.name}"
+        if c.label in exp.labels:
+            raise ConfigError(f"{at}: its arm's label {c.label!r} is already a strategy label; "
+                              "rename that strategy")
+        spec, overrides = c.arm(base.spec, engine, at)
+        arms.append(StrategyEntry(c.label, spec, overrides, c.name))
+    exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms),
+                              controls=tuple(parsed))
+    for arm in arms:  # validates each arm's engine settings now, not in a worker
+        exp.engine_config(arm.engine)
     return exp
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment YAML file.
+def load_experiment(path: str | Path, controls: tuple[str, ...] | list[str] = ()
+                    ) -> Experiment:
+    """Read and validate an experiment YAML file (``controls``: names added to its own).
 
     Raises:
         ConfigError: missing or malformed file, or an invalid key (named).
     """
     p = Path(path)
-    return parse_experiment(load_yaml(p), str(path), p.resolve().parent)
+    return parse_experiment(load_yaml(p), str(path), p.resolve().parent, controls)

@@ -50,11 +50,14 @@ class RunSpec:
         method: strategy label.
         seed: the pairing seed.
         strategy: the expanded strategy spec (a mapping).
-        config: the `EngineConfig` as a mapping.
+        config: the `EngineConfig` as a mapping (a control arm's engine overrides merged in).
         steps: GRPO steps.
         out_dir: the run's folder.
         train_fn: ``"module:attr"`` of the training function (``run_training``'s signature).
         mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
+        engine_overrides: the arm's own engine settings, already merged into ``config`` (a
+            control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
+            beyond ``config``.
     """
 
     method: str
@@ -65,6 +68,7 @@ class RunSpec:
     out_dir: str
     train_fn: str = DEFAULT_TRAIN_FN
     mixes: bool = False
+    engine_overrides: dict = field(default_factory=dict)
 
     @property
     def identity(self) -> dict:
@@ -81,11 +85,14 @@ class RunSpec:
 
 def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> list[RunSpec]:
     """The runs of ``experiment``, seed-major (every strategy of seed 0 first, so paired
-    results arrive early)."""
+    results arrive early). A control arm's engine overrides are merged into its config, so its
+    fingerprint differs from the baseline's."""
     config = experiment.engine_config().to_dict()
+    configs = {e.label: experiment.engine_config(e.engine).to_dict() if e.engine else config
+               for e in experiment.strategies}
     root = Path(out_dir) / "runs"
-    return [RunSpec(e.label, s, e.to_dict(), config, experiment.budget.steps,
-                    str(root / e.label / f"seed{s}"), train_fn, e.mixes)
+    return [RunSpec(e.label, s, e.to_dict(), configs[e.label], experiment.budget.steps,
+                    str(root / e.label / f"seed{s}"), train_fn, e.mixes, dict(e.engine))
             for s in experiment.seeds for e in experiment.strategies]
 
 
@@ -164,6 +171,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         (out / ERROR_FILE).unlink(missing_ok=True)
         _write_json_atomic(out / RUN_FILE, {"fingerprint": run.fingerprint,
                                             "method": run.method, "seed": run.seed,
+                                            "engine_overrides": run.engine_overrides,
                                             "identity": run.identity})
         train = import_object(run.train_fn, "train_fn")
         config = from_dict(EngineConfig, run.config)
