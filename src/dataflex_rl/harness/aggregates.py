@@ -1,0 +1,125 @@
+"""Aggregates over runs × tasks with stratified-bootstrap intervals (the conventions of
+Agarwal et al., "Deep RL at the edge of the statistical precipice", NeurIPS 2021).
+
+- **IQM**: interquartile mean of all run × task scores of a method (the mean of the middle
+  50%, ``scipy.stats.trim_mean(…, 0.25)``): robust to one outlying run, less noisy than the
+  median.
+- **probability of improvement** P(X > Y): per task, the chance that a random run of method X
+  scores above a random run of Y (ties count half: the Mann–Whitney U / (n_x n_y)), averaged
+  over tasks. Unpaired: it ignores the seed pairing that the paired deltas use.
+- **performance profile**: for each threshold τ, the fraction of run × task scores above τ.
+
+Intervals: stratified bootstrap — resample the runs with replacement *within each task*
+(independently per task, and per method), percentile interval. Written here with numpy rather
+than depending on ``rliable`` (docs/harness.md: its dependencies weigh ~170 MB and its pinned
+``arch`` fails to import with pandas 3); the definitions follow the paper.
+
+Shapes: ``scores`` is [R, T], R runs (seeds) × T tasks (benchmarks), no NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+
+def iqm(scores: np.ndarray, axis: tuple[int, ...] | None = None) -> np.ndarray:
+    """Interquartile mean over ``axis`` (all entries by default)."""
+    x = np.asarray(scores, dtype=np.float64)
+    if axis is None:
+        return sps.trim_mean(x.ravel(), 0.25)
+    lead = [i for i in range(x.ndim) if i not in axis]
+    x = np.moveaxis(x, lead, range(len(lead))).reshape(*[x.shape[i] for i in lead], -1)
+    return sps.trim_mean(x, 0.25, axis=-1)
+
+
+def stratified_resamples(scores: np.ndarray, rng: np.random.Generator, n_boot: int
+                         ) -> np.ndarray:
+    """[n_boot, R, T] resamples of the runs, drawn independently within each task column."""
+    x = np.asarray(scores, dtype=np.float64)
+    r, t = x.shape
+    idx = rng.integers(0, r, size=(n_boot, r, t))
+    return x[idx, np.arange(t)]
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) + ½ P(X = Y), averaged over tasks.
+
+    Args:
+        x: [..., Rx, T] runs of method X (leading axes: e.g. bootstrap resamples).
+        y: [..., Ry, T] runs of method Y.
+
+    Returns:
+        [...] the probability.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    diff = x[..., :, None, :] - y[..., None, :, :]  # [..., Rx, Ry, T]
+    per_task = np.mean((diff > 0) + 0.5 * (diff == 0), axis=(-3, -2))
+    return per_task.mean(axis=-1)
+
+
+def performance_profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """[..., K] fraction of run × task scores above each of the K thresholds.
+
+    Args:
+        scores: [..., R, T].
+        taus: [K] thresholds.
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    return np.mean(x[..., None] > np.asarray(taus), axis=(-3, -2))
+
+
+@dataclass
+class MethodAggregate:
+    """One method's aggregates with 95% stratified-bootstrap intervals.
+
+    ``poi`` is P(method > baseline); NaN for the baseline itself.
+    """
+
+    method: str
+    runs: int
+    tasks: int
+    iqm: float
+    iqm_ci: tuple[float, float]
+    poi: float
+    poi_ci: tuple[float, float]
+    profile: np.ndarray
+    profile_ci: np.ndarray  # [2, K]
+
+
+def _ci(samples: np.ndarray, alpha: float) -> tuple[float, float]:
+    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def aggregate(scores: dict[str, np.ndarray], baseline: str, taus: np.ndarray,
+              rng: np.random.Generator, n_boot: int = 2000, alpha: float = 0.05
+              ) -> list[MethodAggregate]:
+    """IQM, probability of improvement over ``baseline`` and performance profile per method.
+
+    Args:
+        scores: method -> [R, T] final scores (rows: runs with every task; the same T tasks in
+            the same order for every method).
+        baseline: the reference of the probability of improvement.
+        taus: [K] thresholds of the profiles.
+        rng: random generator of the bootstrap.
+        n_boot: stratified-bootstrap resamples.
+        alpha: 1 − confidence of the intervals.
+    """
+    boots = {m: stratified_resamples(x, rng, n_boot) for m, x in scores.items()}
+    base, base_boot = scores[baseline], boots[baseline]
+    out = []
+    for m, x in scores.items():
+        b = boots[m]
+        poi, poi_ci = np.nan, (np.nan, np.nan)
+        if m != baseline:
+            poi = float(probability_of_improvement(x, base))
+            poi_ci = _ci(probability_of_improvement(b, base_boot), alpha)
+        prof_b = performance_profile(b, taus)
+        out.append(MethodAggregate(
+            m, x.shape[0], x.shape[1], float(iqm(x)), _ci(iqm(b, axis=(1, 2)), alpha), poi,
+            poi_ci, performance_profile(x, taus),
+            np.quantile(prof_b, [alpha / 2, 1 - alpha / 2], axis=0)))
+    return out
