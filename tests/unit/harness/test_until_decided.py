@@ -179,3 +179,12 @@ def test_cli_until_decided(tmp_path, monkeypatch, capsys):
     assert "round 1, 2 seeds: difffilter better (n=2)" in out
     assert "stopped: every comparison decided after 2 seeds (a fixed-n design needs 9)" in out
     assert json.loads((tmp_path / "o" / "sequential.json").read_text())["margin"] == 0.01
+
+
+def test_the_real_rule_fits_the_loop():
+    rule = until_decided.default_rule()
+    v = until_decided._verdicts(rule, {"x": np.full(8, -0.1) + np.linspace(0, 0.01, 8),
+                                       "y": np.zeros(0)}, 0.05, 0.02)
+    assert set(v) == {"x", "y"} and v["y"] == {"verdict": "undecided", "n": 0, "low": -1.0,
+                                               "high": 1.0}
+    assert v["x"]["n"] == 8 and v["x"]["verdict"] == "worse" and v["x"]["high"] < 0
