@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dataflex_rl.harness import stats
+from dataflex_rl.harness import power, stats
 from dataflex_rl.harness.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE, Analysis, \
     SummaryResult
 
@@ -57,55 +57,106 @@ def pooled_sd(summary: SummaryResult) -> float:
     return math.sqrt(float(np.mean(np.square(sds)))) if sds else math.nan
 
 
+def paired_seeds(s: SummaryResult) -> str:
+    """"8" or "6–8": paired seeds of the real comparisons (seeds both runs have)."""
+    lo, hi = s.pair_counts()
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def family_mde(a: Analysis, s: SummaryResult) -> float:
+    """Simulated MDE of the verdict rule at the fewest paired seeds of ``s``, for its Holm
+    family of real comparisons, at the pooled SD of paired differences."""
+    n, _ = s.pair_counts()
+    return power.simulated_mde(pooled_sd(s), n, m=max(1, len(s.comparisons)),
+                               alpha=a.options.alpha, power=a.options.power)
+
+
+def _mde_text(mde: float, fmt: Fmt) -> str:
+    return "none (no verdict is possible)" if math.isinf(mde) else f"{fmt.amount(mde)}"
+
+
 def headline(a: Analysis, fmt: Fmt) -> list[str]:
     """The opening paragraph: verdict counts, the largest gain against the MDE, power."""
     s = a.primary
-    n = len(a.seeds)
     m = len(s.comparisons)
     counts = {v: sum(c.verdict == v for c in s.comparisons) for v in (BETTER, WORSE, NO_DIFF,
                                                                         TOO_FEW)}
     where = "the average" if len(a.summaries) > 1 else f"'{s.name}'"
-    out = [f"Against **{a.baseline}** on {where}, with {n} paired seed(s) and Holm's correction "
-           f"over {m} method(s) at α = {a.options.alpha:g}: **{counts[BETTER]} better, "
-           f"{counts[WORSE]} worse, {counts[NO_DIFF]} no detectable difference**"
+    out = [f"Against **{a.baseline}** on {where}, with {paired_seeds(s)} paired seed(s) and "
+           f"Holm's correction over {m} method(s) at α = {a.options.alpha:g}: "
+           f"**{counts[BETTER]} better, {counts[WORSE]} worse, {counts[NO_DIFF]} no detectable "
+           "difference**"
            + (f", {counts[TOO_FEW]} with too few paired seeds." if counts[TOO_FEW] else ".")]
     tested = [c for c in s.comparisons if math.isfinite(c.delta)]
     if tested:
         best = max(tested, key=lambda c: c.delta)
         worst = min(tested, key=lambda c: c.delta)
-        mde = stats.mde_paired(pooled_sd(s), n, a.options.alpha, a.options.power)
+        n, _ = s.pair_counts()
         out.append(f"Observed differences range from {fmt.value(worst.delta, True)} "
                    f"({worst.method}) to {fmt.value(best.delta, True)} ({best.method}); "
-                   f"the minimum detectable effect at {n} seeds is about {fmt.amount(mde)} "
-                   f"(α = {a.options.alpha:g}, power {a.options.power:g}, pooled SD of paired "
-                   f"differences {fmt.amount(pooled_sd(s))}).")
+                   f"the minimum detectable effect at {n} paired seeds is "
+                   f"{_mde_text(family_mde(a, s), fmt)} (simulated verdict rule, α = "
+                   f"{a.options.alpha:g}, power {a.options.power:g}, Holm over {max(1, m)}, "
+                   f"pooled SD of paired differences {fmt.amount(pooled_sd(s))}).")
     out.extend(power_sentences(a, fmt))
     return out
 
 
 def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
-    """What the seed count allows: the floor of the exact test and seeds needed."""
-    n = len(a.seeds)
+    """What the seed count allows: the floor of the exact test and seeds needed (simulated)."""
+    n, _ = a.primary.pair_counts()
     m = max(1, len(a.primary.comparisons))
     alpha = a.options.alpha
     out = []
     floor = stats.min_pvalue(n)
-    need_one = math.ceil(math.log2(2 / alpha))
-    need_all = math.ceil(math.log2(2 * m / alpha))
     if floor > alpha / m:
-        need = f"at least {need_one} seeds" + (
-            f" for one comparison and {need_all} for the best of {m} under Holm's correction"
-            if m > 1 else "")
-        out.append(f"With {n} seeds the exact sign-flip test cannot give p below {floor:.3g}, so "
-                   f"no method can be declared better or worse, whatever the numbers: that "
-                   f"needs {need}.")
+        need = f"at least {power.min_seeds(1, alpha)} paired seeds" + (
+            f" for one comparison and {power.min_seeds(m, alpha)} for the best of {m} under "
+            "Holm's correction" if m > 1 else "")
+        out.append(f"With {n} paired seeds the exact sign-flip test cannot give p below "
+                   f"{floor:.3g}, so no method can be declared better or worse, whatever the "
+                   f"numbers: that needs {need}.")
     sd = pooled_sd(a.primary)
     target = 0.01 if fmt.scale == 100.0 else None
     if target is not None and math.isfinite(sd) and sd > 0:
-        k = stats.seeds_needed(sd, target, alpha, a.options.power)
+        k = power.simulated_seeds_needed(sd, target, m=m, alpha=alpha, power=a.options.power)
         caveat = f" (from an SD estimated on only {n} seeds, itself uncertain)" if n < 5 else ""
-        out.append(f"Detecting a 1-point difference with power {a.options.power:g} would take "
-                   + (f"about {k} seeds" if k else "more than 10,000 seeds") + caveat + ".")
+        out.append(f"Detecting a 1-point difference with power {a.options.power:g} among {m} "
+                   "comparison(s) would take "
+                   + (f"about {k} paired seeds" if k else "more than 64 paired seeds")
+                   + f" (simulated verdict rule){caveat}.")
+    return out
+
+
+def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
+    """How sensitive the instrument was in this experiment (before any ranking): noise, MDE
+    at this seed count, the controls' outcomes, the pairing correlation."""
+    s = a.primary
+    n, _ = s.pair_counts()
+    m = max(1, len(s.comparisons))
+    out = [f"paired seeds: {paired_seeds(s)} (seeds with both the baseline's and the method's "
+           f"run) on '{s.name}'",
+           f"noise: pooled SD of paired differences {fmt.amount(pooled_sd(s))}"
+           + "".join(f"; {c.method} (control) {fmt.amount(c.sd_diff)}" for c in s.controls
+                     if c.control == "same" and math.isfinite(c.sd_diff)),
+           f"minimum detectable effect at {n} paired seeds, Holm over {m}: "
+           f"{_mde_text(family_mde(a, s), fmt)} (power {a.options.power:g}, simulated with "
+           "the exact verdict rule; `dataflex_rl.harness.power`)"]
+    corr = [c for c in s.comparisons + s.controls if math.isfinite(c.corr)]
+    if corr:
+        out.append("pairing correlation (Pearson, method vs baseline across seeds): "
+                   + ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
+                   + " — near 0 or negative: pairing by seed removes little noise")
+    for c in s.controls:
+        want = "no detectable difference" if c.control == "same" else "worse"
+        state = {True: "**passed**", False: "**FAILED**", None: "not checked"}[
+            c.control_passed]
+        out.append(f"control {c.method} (must be {want}): {c.verdict}, "
+                   f"{fmt.amount(c.delta, signed=True)}, Holm p = {pvalue(c.p_holm)} over "
+                   f"{len(s.controls)} control(s) — {state}")
+    if not s.controls:
+        out.append("no control arms: the report cannot show that this instrument finds a "
+                   "planted harm or stays quiet on an A/A copy")
     return out
 
 

@@ -1,6 +1,9 @@
 """Plots of a comparison (matplotlib, Agg canvas; pyplot's global state is never touched).
 
-- `forest_plot`: paired deltas against the baseline, 95% and corrected intervals, ±MDE band.
+- `forest_plot`: paired deltas against the baseline, 95% and corrected intervals, ±MDE band
+  (the simulated MDE of the verdict rule).
+- `performance_profiles`: fraction of run × benchmark scores above each threshold, 95%
+  stratified-bootstrap bands.
 - `learning_curves`: mean held-out score over seeds per method and checkpoint (± SE).
 - `proportion_traces`: mixers' target and sampled domain proportions per step.
 """
@@ -13,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dataflex_rl.harness import stats
+from dataflex_rl.harness import aggregates
 from dataflex_rl.harness.analysis import BETTER, WORSE, Analysis
-from dataflex_rl.harness.narrative import Fmt, pooled_sd
+from dataflex_rl.harness.narrative import Fmt, family_mde
 from dataflex_rl.harness.results import Row
 
 COLORS = {BETTER: "tab:green", WORSE: "tab:red"}
@@ -39,10 +42,10 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     fig, axes = _figure(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6)
     y = np.arange(len(methods))[::-1]
     for ax, s in zip(axes[0], summaries):
-        mde = stats.mde_paired(pooled_sd(s), len(a.seeds), a.options.alpha, a.options.power)
+        mde = family_mde(a, s)
         if math.isfinite(mde):
             ax.axvspan(-mde * fmt.scale, mde * fmt.scale, color="0.9", zorder=0,
-                       label=f"±MDE ({len(a.seeds)} seeds)")
+                       label=f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)")
         ax.axvline(0, color="0.4", lw=0.8)
         for yi, c in zip(y, s.comparisons):
             color = COLORS.get(c.verdict, "0.3")
@@ -128,6 +131,27 @@ def proportion_traces(rows: list[dict], path: str | Path) -> Path | None:
     fig.suptitle("mixers: target proportion (solid) and sampled share (dotted), mean over seeds",
                  fontsize=9)
     axes[0][0].legend(fontsize=7, frameon=False)
+    return _save(fig, path)
+
+
+def performance_profiles(scores: dict[str, np.ndarray], path: str | Path, fmt: Fmt,
+                         n_boot: int = 1000) -> Path:
+    """One curve per method (``scores``: method -> [R, T]) with its stratified-bootstrap band."""
+    allv = np.concatenate([x.ravel() for x in scores.values()])
+    taus = np.linspace(allv.min(), allv.max(), 41)
+    rng = np.random.default_rng(0)
+    fig, axes = _figure(1)
+    ax = axes[0][0]
+    for k, (m, x) in enumerate(scores.items()):
+        band = aggregates.performance_profile(aggregates.stratified_resamples(x, rng, n_boot),
+                                              taus)
+        lo, hi = np.quantile(band, [0.025, 0.975], axis=0)
+        line, = ax.plot(taus * fmt.scale, aggregates.performance_profile(x, taus), lw=1.2,
+                        label=m, color=f"C{k % 10}", ls=("-", "--", ":")[k // 10 % 3])
+        ax.fill_between(taus * fmt.scale, lo, hi, color=line.get_color(), alpha=0.12)
+    ax.set_xlabel("score τ" + (f" ({fmt.unit})" if fmt.unit else ""))
+    ax.set_ylabel("fraction of runs × benchmarks > τ")
+    ax.legend(fontsize=6, frameon=False)
     return _save(fig, path)
 
 

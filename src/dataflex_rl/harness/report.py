@@ -13,8 +13,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dataflex_rl.harness import narrative, plots
-from dataflex_rl.harness.analysis import Analysis, StatsOptions, SummaryResult, analyze
+import numpy as np
+
+from dataflex_rl.harness import aggregates, narrative, plots
+from dataflex_rl.harness.analysis import Analysis, StatsOptions, SummaryResult, analyze, \
+    score_matrices
 from dataflex_rl.harness.narrative import Fmt, pvalue
 from dataflex_rl.harness.results import Row
 
@@ -29,8 +32,19 @@ DEFINITIONS = """\
   raw p among the m methods (Holm's per-step level; ties take the smaller rank).
 - **verdict**: "better"/"worse" only when p (Holm) ≤ α **and** the corrected interval excludes
   zero; otherwise "no detectable difference".
-- **MDE**: minimum detectable effect of a paired test at α = {alpha:g} with power {power:g},
-  (t(1−α/2, n−1) + t(power, n−1))·s_d/√n, s_d the SD of the paired differences.
+- **MDE**: the smallest true mean difference that this verdict rule (exact sign-flip test,
+  Holm over the comparison's family, corrected bootstrap interval) calls "better" with
+  probability {power:g} at α = {alpha:g}, simulated at the comparison's paired seeds and observed
+  SD of paired differences s_d, the other comparisons of the family taken as null;
+  "inf" when the seed count allows no verdict.
+- **r**: Pearson correlation across paired seeds between the method's and the baseline's
+  final scores (how much pairing by seed removes).
+- **controls**: arms with a known answer, compared against the baseline in a Holm family of
+  their own (they do not weaken the real comparisons) and left out of rankings and aggregates.
+- **IQM**, **P(>baseline)**, **profile**: interquartile mean of the run × benchmark scores,
+  probability that a random run beats a random baseline run on a benchmark (averaged over
+  benchmarks; unpaired), fraction of run × benchmark scores above a threshold; 95% stratified
+  bootstrap (runs resampled within each benchmark) (Agarwal et al. 2021).
 - **average**: per run, the mean over domains (each domain weighs the same) or over benchmarks
   when no domains are given; Kendall's tau-b compares the method rankings of two summaries.
 """
@@ -58,6 +72,8 @@ class ReportInputs:
         failures: runs that failed.
         proportions: rows of ``proportions.csv`` (mixers), for the trace plot.
         plots: write PNG plots.
+        controls: method label -> required outcome, "same" (A/A: must be "no detectable
+            difference") or "worse" (a planted harm); see `analysis.analyze`.
     """
 
     title: str
@@ -67,25 +83,64 @@ class ReportInputs:
     failures: list[Failure] = field(default_factory=list)
     proportions: list[dict] = field(default_factory=list)
     plots: bool = True
+    controls: dict[str, str] = field(default_factory=dict)
 
 
 def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
     unit = f" ({fmt.unit})" if fmt.unit else ""
     lines = [f"| method | n | mean{unit} [95% CI] | Δ{unit} [95% CI] | corrected CI (level) "
-             "| p | p (Holm) | MDE | verdict |",
-             "|---|---:|---|---|---|---:|---:|---:|---|"]
-    comps = {c.method: c for c in s.comparisons}
-    for m in s.methods:
+             "| p | p (Holm) | MDE | r | verdict |",
+             "|---|---:|---|---|---|---:|---:|---:|---:|---|"]
+    comps = {c.method: c for c in s.comparisons + s.controls}
+    for m in s.methods + s.control_methods:
         head = f"| {m.method} | {m.n} | {fmt.value(m.mean)} {fmt.interval(m.low, m.high)} "
         c = comps.get(m.method)
         if c is None:
-            lines.append(head + "| (baseline) | | | | | |")
+            lines.append(head + "| (baseline) | | | | | | |")
             continue
         level = f" ({100 * (1 - c.level):.1f}%)" if math.isfinite(c.level) else ""
+        mde = "inf" if math.isinf(c.mde) else fmt.value(c.mde)
+        r = f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a"
+        verdict = f"{c.verdict} (control: {c.control})" if c.control else c.verdict
         lines.append(head + f"| {fmt.value(c.delta, True)} {fmt.interval(*c.ci, True)} "
                      f"| {fmt.interval(*c.corrected_ci, True)}{level} | {pvalue(c.p)} "
-                     f"| {pvalue(c.p_holm)} | {fmt.value(c.mde)} | {c.verdict} |")
+                     f"| {pvalue(c.p_holm)} | {mde} | {r} | {verdict} |")
     return lines
+
+
+def _aggregate_table(a: Analysis, rows: list[Row], fmt: Fmt) -> list[str]:
+    """IQM and probability of improvement over runs × benchmarks (real methods only)."""
+    scores = aggregate_scores(a, rows)
+    if len(scores) < 2 or a.baseline not in scores:
+        return []
+    taus = np.linspace(0, 1, 21) if fmt.scale == 100.0 else np.quantile(
+        np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21))
+    aggs = aggregates.aggregate(scores, a.baseline, taus, np.random.default_rng(a.options.seed),
+                                n_boot=2000, alpha=0.05)
+    unit = f" ({fmt.unit})" if fmt.unit else ""
+    lines = [f"| method | runs × benchmarks | IQM{unit} [95% CI] | P(> {a.baseline}) [95% CI] |",
+             "|---|---:|---|---|"]
+    for g in aggs:
+        poi = "—" if g.method == a.baseline else (
+            f"{g.poi:.2f} [{g.poi_ci[0]:.2f}, {g.poi_ci[1]:.2f}]")
+        lines.append(f"| {g.method} | {g.runs} × {g.tasks} | {fmt.value(g.iqm)} "
+                     f"{fmt.interval(*g.iqm_ci)} | {poi} |")
+    return lines
+
+
+def aggregate_scores(a: Analysis, rows: list[Row]) -> dict[str, np.ndarray]:
+    """method -> [R, T] final scores over benchmarks, runs with every benchmark only; controls
+    left out."""
+    _, seeds, mats, _ = score_matrices(rows)
+    methods = list(dict.fromkeys(r.method for r in rows))
+    bench = [x for kind, x in mats.values() if kind == "benchmark"]
+    out = {}
+    for m in a.methods:
+        x = np.stack([b[methods.index(m)] for b in bench], axis=1)  # [S, T]
+        x = x[np.all(np.isfinite(x), axis=1)]
+        if x.shape[0] >= 2:
+            out[m] = x
+    return out
 
 
 def _ranking_table(a: Analysis) -> list[str]:
@@ -105,11 +160,16 @@ def _ranking_table(a: Analysis) -> list[str]:
 
 
 def render_markdown(a: Analysis, inputs: ReportInputs, fmt: Fmt, plot_files: dict[str, Path],
-                    out_dir: Path) -> str:
+                    out_dir: Path, rows: list[Row] | None = None) -> str:
     """The text of ``report.md``."""
     o = a.options
     md = [f"# {inputs.title}", "", " ".join(narrative.headline(a, fmt)), ""]
-    md += ["## Setup", "", f"- baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}",
+    md += ["## Sensitivity of this instrument", "",
+           *(f"- {t}" for t in narrative.sensitivity_lines(a, fmt)), ""]
+    rows = rows or []
+    md += ["## Setup", "", f"- baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}"
+           + (f"; controls: {', '.join(f'{k} ({v})' for k, v in a.controls.items())}"
+              if a.controls else ""),
            f"- seeds ({len(a.seeds)}): {', '.join(a.seeds)}",
            *(f"- {line}" for line in inputs.setup), *(f"- note: {n}" for n in a.notes)]
     if inputs.failures:
@@ -119,6 +179,12 @@ def render_markdown(a: Analysis, inputs: ReportInputs, fmt: Fmt, plot_files: dic
            *(f"- {t}" for t in narrative.verdict_sentences(a, a.primary, fmt)), ""]
     if "forest" in plot_files:
         md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
+    agg = _aggregate_table(a, rows, fmt)
+    if agg:
+        md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
+        if "profiles" in plot_files:
+            md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})",
+                   ""]
     if len(a.summaries) > 1:
         md += ["## Per benchmark / domain", ""]
         for s in a.summaries[:-1]:
@@ -148,17 +214,19 @@ def write_statistics_csv(a: Analysis, path: Path) -> Path:
     """One row per summary × method with every number of the tables."""
     cols = ["summary", "kind", "method", "n", "mean", "ci_low", "ci_high", "n_pairs", "delta",
             "delta_ci_low", "delta_ci_high", "corrected_level", "corrected_ci_low",
-            "corrected_ci_high", "p", "p_holm", "sd_diff", "mde", "verdict"]
+            "corrected_ci_high", "p", "p_holm", "sd_diff", "mde", "corr", "verdict", "control",
+            "control_passed"]
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for s in a.summaries:
-            comps = {c.method: c for c in s.comparisons}
-            for m in s.methods:
+            comps = {c.method: c for c in s.comparisons + s.controls}
+            for m in s.methods + s.control_methods:
                 c = comps.get(m.method)
-                tail = ["", "", "", "", "", "", "", "", "", "", "", "baseline"] if c is None else [
+                tail = [""] * 13 + ["baseline", "", ""] if c is None else [
                     c.n_pairs, c.delta, *c.ci, 1 - c.level if math.isfinite(c.level) else "",
-                    *c.corrected_ci, c.p, c.p_holm, c.sd_diff, c.mde, c.verdict]
+                    *c.corrected_ci, c.p, c.p_holm, c.sd_diff, c.mde, c.corr, c.verdict,
+                    c.control, "" if c.control_passed is None else c.control_passed]
                 w.writerow([s.name, s.kind, m.method, m.n, m.mean, m.low, m.high, *tail])
     return path
 
@@ -171,7 +239,7 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    a = analyze(rows, inputs.baseline, inputs.options)
+    a = analyze(rows, inputs.baseline, inputs.options, controls=inputs.controls)
     fmt = Fmt.for_scores(r.score for r in rows)
     files: dict[str, Path] = {}
     if inputs.plots and importlib.util.find_spec("matplotlib") is None:
@@ -185,6 +253,10 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
         props = plots.proportion_traces(inputs.proportions, out / "plots" / "proportions.png")
         if props is not None:
             files["proportions"] = props
+        scores = aggregate_scores(a, rows)
+        if len(scores) >= 2:
+            files["profiles"] = plots.performance_profiles(scores, out / "plots" /
+                                                           "profiles.png", fmt)
     write_statistics_csv(a, out / "statistics.csv")
-    (out / "report.md").write_text(render_markdown(a, inputs, fmt, files, out))
+    (out / "report.md").write_text(render_markdown(a, inputs, fmt, files, out, rows))
     return a
