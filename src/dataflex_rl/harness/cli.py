@@ -103,11 +103,16 @@ def _print_summary(analysis, out: Path) -> None:
         else Fmt(1.0, "")
     print(" ".join(headline(analysis, fmt)))
     print(f"\n{'method':<20}{'mean':>8}{'delta':>8}  {'corrected CI':<18}{'p(Holm)':>8}  verdict")
-    for m in s.methods:
-        c = next((c for c in s.comparisons if c.method == m.method), None)
+    comps = {c.method: c for c in s.comparisons + s.controls}
+    for m in s.methods + s.control_methods:
+        c = comps.get(m.method)
         tail = "  (baseline)" if c is None else (
             f"{fmt.value(c.delta, True):>8}  {fmt.interval(*c.corrected_ci, True):<18}"
             f"{c.p_holm:>8.3f}  {c.verdict}")
+        if c is not None and c.control:
+            passed = c.control_passed
+            tail += f"  [control, must be {c.control}: " + (
+                "untested]" if passed is None else "as required]" if passed else "FAILED]")
         print(f"{m.method:<20}{fmt.value(m.mean):>8}{tail}")
     print(f"\nreport: {out / 'report.md'}")
 
