@@ -52,7 +52,13 @@ statistics: {n_boot: 500}
     assert any(done("baseline", s)["summary"]["parameter_sha256"] != initial for s in (0, 1))
     report = (out / "report.md").read_text()
     assert "pairing check passed" in report
-    for label in ("aa_control", "no_update_control"):
-        assert label in report
+    section = report[report.index("## Sensitivity of this instrument"):report.index("## Setup")]
+    # 2 seeds: no verdict is possible, and the report says the controls were not tested
+    assert "control aa_control (must be no detectable difference)" in section
+    assert "control no_update_control (must be worse)" in section
+    assert "control `no_update_control` (no_update, must be worse)" in report   # setup line
+    assert json.loads((out / "experiment.json").read_text())["controls"] == {
+        "aa_control": "same", "no_update_control": "worse"}
     printed = capsys.readouterr().out
     assert "6 runs: 6 finished" in printed
+    assert "no_update_control" in printed and "[control, must be worse: " in printed

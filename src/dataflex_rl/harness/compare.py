@@ -75,11 +75,20 @@ def setup_lines(exp: Experiment, execution: Execution, runs: int) -> list[str]:
         pairing_check(execution),
         "prompt stream: identical per seed for strategies without mix or prerollout"
         + (f"; {', '.join(mixers)} change which prompts are drawn" if mixers else ""),
+        *_control_lines(exp),
         *_warning_lines(execution),
         f"compute: {runs} runs ({execution.skipped} already finished), "
         f"{len(execution.failed)} failed; this invocation {execution.wall_seconds / 60:.1f} "
         f"min wall, run time {cpu / 60:.1f} min summed over runs",
     ]
+
+
+def _control_lines(exp: Experiment) -> list[str]:
+    """One line per control arm: what it is and the outcome it must have."""
+    arms = {s.label: s for s in exp.strategies}
+    return [f"control `{c.label}` ({c.name}, must be {c.outcome}): {c.kind.summary}"
+            + (f"; engine {arms[c.label].engine}" if arms[c.label].engine else "")
+            for c in exp.controls]
 
 
 def _warning_lines(execution: Execution) -> list[str]:
@@ -115,6 +124,8 @@ def run_compare(exp: Experiment, out_dir: str | Path | None = None, workers: int
     (out / "experiment.json").write_text(json.dumps(
         {"name": exp.name, "path": exp.path, "baseline": exp.baseline, "seeds": exp.seeds,
          "strategies": {s.label: s.to_dict() for s in exp.strategies},
+         "controls": exp.control_outcomes,
+         "engine_overrides": {s.label: s.engine for s in exp.strategies if s.engine},
          "engine": runs[0].config, "budget": asdict(exp.budget),
          "evaluation": asdict(exp.evaluation), "statistics": asdict(exp.statistics)},
         indent=1, default=str))
@@ -133,7 +144,9 @@ def run_compare(exp: Experiment, out_dir: str | Path | None = None, workers: int
         inputs = ReportInputs(title=f"Comparison: {exp.name}", baseline=exp.baseline,
                               options=exp.stats_options(),
                               setup=setup_lines(exp, execution, len(runs)), failures=failures,
-                              proportions=props, plots=plots)
+                              proportions=props, plots=plots,
+                              controls={k: v for k, v in exp.control_outcomes.items()
+                                        if k in methods})
         analysis = write_report(rows, out, inputs)
     else:
         (out / "report.md").write_text(
