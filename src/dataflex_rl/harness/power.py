@@ -211,3 +211,24 @@ def simulated_seeds_needed(sd: float, effect: float, *, m: int = 1, alpha: float
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
+
+
+def _main() -> None:  # python -m dataflex_rl.harness.power: the figures of docs/harness.md
+    print("MDE in units of the paired SD (simulated verdict rule, alpha 0.05, power 0.8) and "
+          "the power the t formula's MDE really has")
+    print(f"{'n':>3} {'m':>3} {'t-MDE':>7} {'power@t-MDE':>12} {'sim MDE':>8}")
+    for m in (1, 3, 12):
+        for n in (6, 8, 9, 12, 16, 20, 24):
+            t_mde = stats.mde_paired(1.0, n)
+            print(f"{n:>3} {m:>3} {t_mde:>7.3f} {simulate_power(t_mde, 1.0, n, m=m):>12.2f} "
+                  f"{simulated_mde(1.0, n, m=m):>8.3f}")
+    sd = 0.011  # paper13's pooled SD of paired differences on the average (3 seeds)
+    for m in (1, 12):
+        print(f"sd {sd}, effect 0.01, m {m}: power at 12 seeds "
+              f"{simulate_power(0.01, sd, 12, m=m):.2f}, at 20 "
+              f"{simulate_power(0.01, sd, 20, m=m):.2f}; seeds needed "
+              f"{simulated_seeds_needed(sd, 0.01, m=m)}")
+
+
+if __name__ == "__main__":
+    _main()

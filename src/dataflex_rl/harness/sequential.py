@@ -205,3 +205,20 @@ def simulate_sequential(effect: float, sd: float, *, m: int = 1, alpha: float = 
         "fixed_n": simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power)
         if effect > 0 else None,
     }
+
+
+def _main() -> None:  # python -m dataflex_rl.harness.sequential: figures of docs/harness.md
+    print("rounds of 2 seeds from 3, at most 24, alpha 0.05, margin 0.01, 2000 experiments")
+    print(f"{'sd':>5} {'effect':>6} {'m':>3} {'error':>6} {'better':>6} {'decided':>7} "
+          f"{'mean n':>6} {'median':>6} {'fixed n (power 0.8)':>19}")
+    for sd, effect, m in [(0.02, 0.0, 1), (0.02, 0.0, 3), (0.02, 0.0, 12), (0.01, 0.02, 1),
+                          (0.02, 0.02, 1), (0.02, 0.05, 3), (0.03, 0.05, 3), (0.02, 0.05, 12),
+                          (0.03, 0.10, 12), (0.01, 0.02, 12)]:
+        r = simulate_sequential(effect, sd, m=m, margin=0.01, reps=2000)
+        print(f"{sd:>5} {effect:>6} {m:>3} {r['error_rate']:>6.3f} {r['better_rate']:>6.2f} "
+              f"{r['decided_rate']:>7.2f} {r['mean_seeds']:>6.1f} {r['median_seeds']:>6.0f} "
+              f"{str(r['fixed_n']):>19}")
+
+
+if __name__ == "__main__":
+    _main()

@@ -17,7 +17,9 @@ Definitions used by the harness (docs/harness.md repeats them):
   p_(i) = min(1, max_{j ≤ i} (m - j + 1) p_(j)) (monotone). The per-method corrected level is
   α_(i) = α / (m - i + 1) with i the method's rank by raw p (ties take the smallest rank, the
   strictest level); the harness reports the bootstrap interval at level 1 - α_(i).
-- **MDE** (`mde_paired`): the smallest true mean difference a paired test at level α detects
+- **MDE, t approximation** (`mde_paired`, `seeds_needed`; not used by reports, which simulate
+  the real verdict rule in `harness.power`): the smallest true mean difference a paired t-test
+  at level α detects
   with probability ``power``: (t_{1-α/2, n-1} + t_{power, n-1}) · s_d / √n, s_d the SD of the
   paired differences. It is the usual approximation to the noncentral-t power of the paired
   t-test and tends to (1.96 + 0.84) · s_d / √n for many seeds.
@@ -162,7 +164,8 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mde_paired(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Minimum detectable mean difference of a paired two-sided test.
+    """Minimum detectable mean difference of a paired two-sided *t-test* (the t approximation;
+    the harness's own rule is coarser and Holm-corrected: see `power.simulated_mde`).
 
     (t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n; NaN when n < 2 or sd is NaN.
     """
@@ -174,7 +177,8 @@ def mde_paired(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> fl
 
 def seeds_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0.8,
                  max_n: int = 10_000) -> int | None:
-    """Fewest seeds whose MDE is at most ``effect`` and whose exact sign-flip test can reach
+    """t approximation (see `power.simulated_seeds_needed` for the verdict rule's own figure):
+    fewest seeds whose t MDE is at most ``effect`` and whose exact sign-flip test can reach
     ``alpha`` (2 / 2^n ≤ alpha); None beyond ``max_n`` or for a NaN ``sd``."""
     if not math.isfinite(sd) or effect <= 0:
         return None
