@@ -113,7 +113,7 @@ def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
         need = f"at least {power.min_seeds(1, alpha)} paired seeds" + (
             f" for one comparison and {power.min_seeds(m, alpha)} for the best of {m} under "
             "Holm's correction" if m > 1 else "")
-        out.append(f"With {n} paired seeds the exact sign-flip test cannot give p below "
+        out.append(f"With {n} seeds the exact sign-flip test cannot give p below "
                    f"{floor:.3g}, so no method can be declared better or worse, whatever the "
                    f"numbers: that needs {need}.")
     sd = pooled_sd(a.primary)

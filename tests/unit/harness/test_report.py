@@ -51,7 +51,7 @@ def test_three_seeds_say_no_verdict_is_possible(tmp_path):
     write_report(constant_gain_rows(3), tmp_path, ReportInputs("t", "baseline", plots=False))
     text = (tmp_path / "report.md").read_text()
     assert "**0 better, 0 worse, 1 no detectable difference**" in text
-    assert "With 3 paired seeds the exact sign-flip test cannot give p below 0.25" in text
+    assert "With 3 seeds the exact sign-flip test cannot give p below 0.25" in text
     assert "excludes zero, but the corrected test does not" in text
     assert not (tmp_path / "plots").exists()
 
