@@ -5,11 +5,15 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflex_rl import Strategy
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.strategy import StrategyWarning
 from dataflex_rl.select.random_groups import RandomGroups, group_uniforms, key_hash, mix32
+from tests.property import oracles
+from tests.strategies import rollout_batches
 
 # groups a, b, c, d of two responses; a and d have two different rewards (informative),
 # b is all-correct and c all-wrong (no signal)
@@ -113,3 +117,22 @@ def test_in_a_strategy_the_loss_keeps_the_full_denominator():
         warnings.simplefilter("error", StrategyWarning)   # groups without signal stay
         Strategy({"select": {"actuator": {"name": "random_groups", "fraction": 1.0}}}).decide(
             batch())
+
+
+@settings(max_examples=60, deadline=None)
+@given(rollout_batches(), st.sampled_from([0.0, 0.3, 0.5, 1.0]), st.integers(0, 3))
+def test_vectorized_equals_the_loop_oracle(b, fraction, salt):
+    keep = RandomGroups(fraction=fraction, salt=salt).select(b.clean_rewards, b)
+    rs = oracles.rows(b)
+    expected = [False] * b.batch_size
+    for g in range(b.num_groups):
+        act = [i for i, r in enumerate(rs) if r["g"] == g and oracles.active(r)]
+        if not act:
+            continue
+        first = min(i for i, r in enumerate(rs) if r["g"] == g)
+        k = key_hash(b.prompt_keys[first]) if b.prompt_keys is not None else mix32(g)
+        u = mix32(k ^ mix32((b.step & 0xFFFFFFFF) ^ mix32(salt))) / 2 ** 32
+        informative = len({rs[i]["r"] for i in act}) > 1
+        for i in act:
+            expected[i] = not (informative and u < fraction)
+    assert keep.tolist() == expected
