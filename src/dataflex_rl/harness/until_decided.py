@@ -242,6 +242,9 @@ def section(seq: Sequential) -> str:
         lines.append(f"A fixed-n design for a {seq.margin * pts:g}-point difference at the "
                      f"pooled SD ({seq.pooled_sd * pts:.2f} points) needs more than 64 seeds "
                      "(or could not be computed).")
+    else:
+        lines.append("No fixed-n comparison: the paired differences have no spread yet "
+                     "(fewer than two, or all equal).")
     lines.append("Intervals: the rule's anytime-valid interval of the mean difference, in "
                  "points, at each round.")
     return "\n".join(lines) + "\n"
