@@ -78,6 +78,11 @@ class GRPOConfig:
     norm_adv_by_std: bool = opt(True, "divide advantages by the group std (False: Dr. GRPO)")
     ppo_epochs: int = opt(1, "gradient steps on each batch (the ratio clip matters when > 1)",
                           ge=1)
+    loss_agg: str = opt("token-mean",
+                        "token-mean denominator: 'token-mean' counts every response token of "
+                        "the batch (verl's default), 'informative-token-mean' only the tokens "
+                        "of responses that carry a gradient (non-zero weighted advantage)",
+                        choices=("token-mean", "informative-token-mean"))
 
 
 @dataclass

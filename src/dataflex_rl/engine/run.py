@@ -107,7 +107,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
         raise ConfigError(f"{out}: a run already exists here; use --resume to continue it "
                           "or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     writer = MetricsWriter(out, config.log.tensorboard)   # fails fast without tensorboard
     tr = trainer or GRPOTrainer(config, spec, seed=seed)
     if resume:
@@ -129,7 +129,8 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
                "parameter_sha256": tr.parameter_hash(),
                "initial_eval": _strip(evals[0]), "final_eval": _strip(evals[-1]),
                "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
-               "wall_seconds": time.perf_counter() - t0}
+               "wall_seconds": time.perf_counter() - t0,
+               "cpu_seconds": time.process_time() - c0}
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
     if config.log.plots:
         from dataflex_rl.engine.plots import plot_run

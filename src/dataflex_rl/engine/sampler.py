@@ -2,8 +2,10 @@
 
 HF ``generate`` with ``num_return_sequences=G`` copies each prompt G times before the prefill;
 here every prompt is run once, its KV cache and last logits are repeated G times, and the G
-continuations are decoded together. All randomness comes from one ``torch.Generator``, so the
-same generator state gives bit-identical responses.
+continuations are decoded together. Randomness comes either from per-row noise keys
+(`dataflex_rl.engine.noise`: the token at each position is a pure function of the row's key, so
+paired runs share their sampling noise) or from one ``torch.Generator``; either way the same
+inputs give bit-identical responses.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from dataflex_rl.engine.noise import inverse_cdf_draw, uniforms
 from dataflex_rl.engine.policy import cache_argument, forward, new_cache
 
 
@@ -73,22 +76,30 @@ def positions(mask: Tensor) -> Tensor:
     return (mask.long().cumsum(1) - 1).clamp(min=0)
 
 
-def _draw(logits: Tensor, temperature: float, generator: torch.Generator | None
-          ) -> tuple[Tensor, Tensor]:
-    """Sampled (or greedy) token [R] and its log-prob [R] under the sampling distribution."""
+def _draw(logits: Tensor, temperature: float, generator: torch.Generator | None,
+          noise_keys: Tensor | None = None, position: int = 0) -> tuple[Tensor, Tensor]:
+    """Sampled (or greedy) token [R] and its log-prob [R] under the sampling distribution.
+
+    With ``noise_keys`` [R] the token is drawn by inverting the CDF at the keyed uniform of
+    each row at ``position``; otherwise from ``generator``.
+    """
     if temperature <= 0:
         logp = torch.log_softmax(logits.float(), -1)
         tok = logp.argmax(-1)
     else:
         logp = torch.log_softmax(logits.float() / temperature, -1)
-        tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+        if noise_keys is not None:
+            tok = inverse_cdf_draw(logp, uniforms(noise_keys, position))
+        else:
+            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
     return tok, logp.gather(1, tok[:, None]).squeeze(1)
 
 
 @torch.no_grad()
 def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], group_size: int,
                   max_new_tokens: int, *, eos_id: int, pad_id: int, temperature: float = 1.0,
-                  generator: torch.Generator | None = None) -> Rollout:
+                  generator: torch.Generator | None = None,
+                  noise_keys: Tensor | None = None) -> Rollout:
     """Sample ``group_size`` responses for every prompt.
 
     Args:
@@ -99,13 +110,19 @@ def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], grou
         eos_id: generation of a row stops after it emits this id.
         pad_id: fills prompts on the left and responses after EOS.
         temperature: sampling temperature; ``<= 0`` means greedy.
-        generator: source of all randomness (seed it for reproducible samples).
+        generator: source of all randomness (seed it for reproducible samples) when
+            ``noise_keys`` is None.
+        noise_keys: [N * G] int64 per-row keys (`noise.row_keys`): token ``t`` of row ``b`` is
+            drawn from the uniform keyed by ``(noise_keys[b], t)`` (common random numbers).
 
     Returns:
         A `Rollout` with B = N * G rows, grouped by prompt.
     """
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError("sample_groups: group_size and max_new_tokens must be >= 1")
+    if noise_keys is not None and noise_keys.shape != (len(prompts) * group_size,):
+        raise ValueError(f"sample_groups: noise_keys must have shape [{len(prompts) * group_size}]"
+                         f" (one per row), got {tuple(noise_keys.shape)}")
     was_training = model.training
     model.eval()
     cache_arg = cache_argument(model)
@@ -123,7 +140,7 @@ def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], grou
     done = torch.zeros(B, dtype=torch.bool)
     toks, logps, valid = [], [], []
     for _ in range(max_new_tokens):
-        tok, logp = _draw(last, temperature, generator)
+        tok, logp = _draw(last, temperature, generator, noise_keys, len(toks))
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         toks.append(tok)
         logps.append(torch.where(done, torch.zeros_like(logp), logp))

@@ -27,6 +27,7 @@ from dataflex_rl.engine.config import EngineConfig, default_difficulty
 from dataflex_rl.engine.evaluation import evaluate
 from dataflex_rl.engine.loss import grpo_advantages, kl_k3, masked_token_mean, policy_loss, \
     response_log_probs
+from dataflex_rl.engine.noise import row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.engine.sampler import Rollout, sample_groups
 from dataflex_rl.engine.taskio import build_tasks, domain_names, score, taskset_charset
@@ -88,7 +89,9 @@ class GRPOTrainer:
             config.tasks.proportions, self.domains, "tasks.proportions") \
             if config.tasks.proportions is not None else torch.full((D,), 1.0 / D,
                                                                      dtype=torch.float64)
-        self.gen_rollout = torch.Generator().manual_seed(derive_seed(self.seed, "rollout"))
+        # sampling noise is keyed by (seed, noise stream, step, prompt, sample): common random
+        # numbers across strategies run with one seed (engine/noise.py)
+        self.noise_base = derive_seed(self.seed, f"rollout:{config.noise_stream}")
         self.gen_prerollout = torch.Generator().manual_seed(derive_seed(self.seed, "prerollout"))
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr,
@@ -117,7 +120,7 @@ class GRPOTrainer:
             metrics.update({"engine/empty_step": 1.0, "time/step_s": time.perf_counter() - t0})
             self.step += 1
             return metrics
-        rollout, rewards, t_gen, t_rew = self._rollout(problems)
+        rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         G = self.config.grpo.group_size
         batch = self._batch(rollout, rewards, problems, domain_idx, step)
         t1 = time.perf_counter()
@@ -192,15 +195,16 @@ class GRPOTrainer:
         problems = [self.taskset.train[self.domains[d]][i] for d, i in drawn]
         return problems, [d for d, _ in drawn], metrics
 
-    def _rollout(self, problems: list) -> tuple[Rollout, torch.Tensor, float, float]:
-        """Generate G responses per problem and score them."""
+    def _rollout(self, problems: list, step: int) -> tuple[Rollout, torch.Tensor, float, float]:
+        """Generate G responses per problem (keyed noise) and score them."""
         g = self.config.grpo
         tok = self.policy.tokenizer
         t0 = time.perf_counter()
         ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
+        keys = row_keys(self.noise_base, step, [p.key for p in problems], g.group_size)
         rollout = sample_groups(self.policy.model, ids, g.group_size, g.max_new_tokens,
                                 eos_id=tok.eos_id, pad_id=tok.pad_id, temperature=g.temperature,
-                                generator=self.gen_rollout)
+                                noise_keys=keys)
         t1 = time.perf_counter()
         texts = [tok.decode(row) for row in rollout.response_ids.tolist()]
         per_row = [problems[i] for i in rollout.prompt_index.tolist()]
@@ -225,13 +229,15 @@ class GRPOTrainer:
         """Policy-gradient update on the rows that can have a gradient.
 
         Rows whose weighted advantage is 0 on every token give no policy gradient, so they are
-        left out of the forward pass (they still count in the token-mean denominator, as in
-        verl). With a KL term, every kept row takes part.
+        left out of the forward pass. With ``loss_agg: token-mean`` they still count in the
+        token-mean denominator (as in verl); with ``informative-token-mean`` only the tokens
+        of rows with a gradient do. With a KL term, every kept row takes part.
         """
         g, o = self.config.grpo, self.config.optim
         signal = (advantages * weights != 0) & mask
-        rows = signal.any(1) | (kept_mask.any(1) if self.ref_model is not None else False)
-        num_tokens = mask.sum()
+        informative = signal.any(1)
+        rows = informative | (kept_mask.any(1) if self.ref_model is not None else False)
+        num_tokens = mask.sum() if g.loss_agg == "token-mean" else mask[informative].sum()
         lr = o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
         out = {"engine/rows_in_loss_fraction": float(rows.float().mean()),
                "engine/loss_tokens": float(num_tokens), "optim/lr": lr,
@@ -299,7 +305,7 @@ class GRPOTrainer:
         e = self.config.eval
         return evaluate(self.policy, self.taskset, per_domain=e.per_domain, samples=e.samples,
                         temperature=e.temperature, max_new_tokens=self.config.grpo.max_new_tokens,
-                        seed=derive_seed(self.seed, "eval"))
+                        seed=derive_seed(self.seed, f"eval:{self.config.noise_stream}"))
 
     def parameter_hash(self) -> str:
         """sha256 of the current policy parameters."""
@@ -312,8 +318,7 @@ class GRPOTrainer:
         return {"step": self.step, "seed": self.seed, "config": self.config.to_dict(),
                 "model": self.policy.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(),
-                "rng": {"rollout": self.gen_rollout.get_state(),
-                        "prerollout": self.gen_prerollout.get_state(),
+                "rng": {"prerollout": self.gen_prerollout.get_state(),
                         "global": global_rng_state()},
                 "parameter_sha256": self.parameter_hash()}
 
@@ -334,7 +339,6 @@ class GRPOTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.strategy.load_state_dict(state["strategy"])
         self.sampler.load_state_dict(state["sampler"])
-        self.gen_rollout.set_state(state["rng"]["rollout"])
         self.gen_prerollout.set_state(state["rng"]["prerollout"])
         set_global_rng_state(state["rng"]["global"])
         self.step = int(state["step"])

@@ -37,7 +37,7 @@ def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
     tr = make_trainer(tasks)
     model = tr.policy.model
     problems, _, _ = tr._draw_prompts(0)
-    rollout, _, _, _ = tr._rollout(problems)
+    rollout, _, _, _ = tr._rollout(problems, 0)
     B = rollout.response_ids.shape[0]
     adv = torch.zeros(B, rollout.response_ids.shape[1])
     adv[::3] = 1.0     # only every third row has a signal
