@@ -14,8 +14,10 @@ sign-flip test cannot go below 2 / 2^n.
 
 **Controls** (``controls={label: "same" | "worse"}``): arms with a known answer (an A/A copy of
 the baseline must come out "no detectable difference", a planted harm "worse"). They are compared
-against the baseline like any method but form their own Holm family per summary, so adding them
-does not weaken the real comparisons, and they stay out of the rankings.
+against the baseline like any method but each control is tested on its own (a family of one, not
+part of the real methods' Holm family), so adding them does not weaken the real comparisons and
+an A/A arm does not hide a harm; they stay out of the rankings. A control whose seed count cannot
+reach a verdict (2 / 2^n > α) is "untested", not failed.
 
 **MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
 family's size and the observed SD of its paired differences: the smallest true difference this
@@ -94,8 +96,11 @@ class Comparison:
 
     @property
     def control_passed(self) -> bool | None:
-        """Whether a control got its required verdict; None when untested or not a control."""
+        """Whether a control got its required verdict; None when not a control or untested
+        (too few paired seeds, or too few for the exact test to reach the level: 2 / 2^n)."""
         if not self.control or self.verdict == TOO_FEW:
+            return None
+        if self.control == "worse" and not stats.min_pvalue(self.n_pairs) <= self.level:
             return None
         return self.verdict == CONTROL_KINDS[self.control]
 
@@ -108,7 +113,7 @@ class SummaryResult:
     kind: str  # "benchmark", "domain" or "average"
     methods: list[MethodStats]
     comparisons: list[Comparison]
-    #: control arms: their means and comparisons (their own Holm family)
+    #: control arms: their means and comparisons (each a family of one)
     control_methods: list[MethodStats] = field(default_factory=list)
     controls: list[Comparison] = field(default_factory=list)
 
@@ -265,7 +270,7 @@ def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray
         matrix: [M, S] final scores, NaN where missing.
         baseline: the reference method.
         options: `StatsOptions`.
-        controls: control label -> required outcome; they form their own Holm family.
+        controls: control label -> required outcome; each is tested on its own.
     """
     controls = dict(controls or {})
     b = methods.index(baseline)
@@ -273,7 +278,10 @@ def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray
     ctrl = [i for i, m in enumerate(methods) if m in controls]
     stats_of = [_method_stats(m, matrix[i], options.alpha) for i, m in enumerate(methods)]
     comps = _family(name, [methods[i] for i in real], matrix[real], matrix[b], options)
-    ctrl_comps = _family(name, [methods[i] for i in ctrl], matrix[ctrl], matrix[b], options)
+    # each control is its own check of the instrument (a family of one): an A/A copy must show
+    # the false-positive rate of a single test, a harm the power of a single test; pooling
+    # them would make a harm undetectable whenever an A/A arm is added (Holm doubles its p)
+    ctrl_comps = [_family(name, [methods[i]], matrix[[i]], matrix[b], options)[0] for i in ctrl]
     for c in ctrl_comps:
         c.control = controls[c.method]
     return SummaryResult(name, kind, [stats_of[i] for i in range(len(methods)) if i not in ctrl],
@@ -300,8 +308,8 @@ def analyze(rows: list[Row], baseline: str, options: StatsOptions | None = None,
         baseline: the reference method.
         options: `StatsOptions`.
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
-            difference") or "worse" (a planted harm). Controls form their own Holm family and
-            are left out of ``Analysis.methods`` and the rankings.
+            difference") or "worse" (a planted harm). Each control is tested on its own (a family
+            of one) and they are left out of ``Analysis.methods`` and the rankings.
 
     Raises:
         ValueError: no rows, ``baseline`` has no rows, or a bad control.

@@ -39,8 +39,8 @@ DEFINITIONS = """\
   "inf" when the seed count allows no verdict.
 - **r**: Pearson correlation across paired seeds between the method's and the baseline's
   final scores (how much pairing by seed removes).
-- **controls**: arms with a known answer, compared against the baseline in a Holm family of
-  their own (they do not weaken the real comparisons) and left out of rankings and aggregates.
+- **controls**: arms with a known answer, each tested on its own against the baseline
+  (outside the real methods' Holm family, so they do not weaken the real comparisons) and left out of rankings and aggregates.
 - **IQM**, **P(>baseline)**, **profile**: interquartile mean of the run × benchmark scores,
   probability that a random run beats a random baseline run on a benchmark (averaged over
   benchmarks; unpaired), fraction of run × benchmark scores above a threshold; 95% stratified

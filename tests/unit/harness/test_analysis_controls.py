@@ -33,9 +33,9 @@ def test_controls_do_not_weaken_the_real_family():
     assert [c.method for c in both.primary.comparisons] == ["up"]
     assert (c2.p_holm, c2.level, c2.corrected_ci) == (c1.p_holm, c1.level, c1.corrected_ci)
     assert c2.p_holm == pytest.approx(2 / 256)
-    # the controls: a family of 2; harm has all 8 deltas negative, p = 2/256, Holm x2
+    # the controls: each a family of one; harm has all 8 deltas negative, p = 2/256, Holm x1
     ctrl = {c.method: c for c in both.primary.controls}
-    assert ctrl["harm"].p_holm == pytest.approx(2 * 2 / 256)
+    assert ctrl["harm"].p_holm == pytest.approx(2 / 256) and ctrl["harm"].level == 0.05
     assert (ctrl["aa"].verdict, ctrl["harm"].verdict) == (NO_DIFF, WORSE)
     assert ctrl["aa"].control_passed and ctrl["harm"].control_passed
     assert c2.control_passed is None
@@ -83,3 +83,19 @@ def test_pairing_correlation():
     assert pearson(x, y) == pytest.approx(-0.4)
     # fewer than 3 pairs or a constant side: undefined
     assert math.isnan(pearson(x[:2], y[:2])) and math.isnan(pearson(x, np.ones(4)))
+
+
+def test_a_harm_is_detectable_at_six_seeds_beside_an_aa_control():
+    # 6 seeds, harm 2 points below the baseline on every seed: exact p = 2/64 = 0.031 <= 0.05;
+    # pooled with the A/A arm in one Holm family it would be 0.0625 and never "worse"
+    base = [0.50, 0.52, 0.48, 0.51, 0.49, 0.50]
+    table = {"baseline": base, "aa": [b + d for b, d in zip(base, [.01, -.01, .02, -.02, 0, .01])],
+             "harm": [b - 0.02 - 0.001 * i for i, b in enumerate(base)]}
+    a = analyze(rows_from(table), "baseline", OPTS, controls={"aa": "same", "harm": "worse"})
+    ctrl = {c.method: c for c in a.primary.controls}
+    assert ctrl["harm"].p == pytest.approx(2 / 64) and ctrl["harm"].verdict == WORSE
+    assert ctrl["harm"].control_passed and ctrl["aa"].control_passed
+    # at 5 seeds the exact test cannot reach 0.05 (2/32): the harm control is untested
+    five = analyze(rows_from({k: v[:5] for k, v in table.items()}), "baseline", OPTS,
+                   controls={"aa": "same", "harm": "worse"})
+    assert {c.method: c for c in five.primary.controls}["harm"].control_passed is None
