@@ -4,22 +4,16 @@ The policy is a small untrained model built here (seconds), so the test checks t
 pairing, files, statistics, resume — not learning.
 """
 
-import argparse
 import csv
 import json
 
 import pytest
 
-from dataflex_rl.harness.cli import register_commands
+from tests.harness_cli import run_cli
 
 pytest.importorskip("transformers")
 
 
-def run_cli(argv):
-    parser = argparse.ArgumentParser(prog="dataflex-rl")
-    register_commands(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 @pytest.fixture(scope="module")

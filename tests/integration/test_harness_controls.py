@@ -1,21 +1,15 @@
 """``dataflex-rl compare --control`` on the real engine: the no-update arm never moves its
 parameters, the A/A arm is paired with the baseline, the report lists the controls."""
 
-import argparse
 import json
 
 import pytest
 
-from dataflex_rl.harness.cli import register_commands
+from tests.harness_cli import run_cli
 
 pytest.importorskip("transformers")
 
 
-def run_cli(argv):
-    parser = argparse.ArgumentParser(prog="dataflex-rl")
-    register_commands(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 def test_controls_on_the_real_engine(tmp_path, capsys):

@@ -1,0 +1,14 @@
+"""Run a harness subcommand (``compare``, ``report``) in-process, as the CLI would."""
+
+from __future__ import annotations
+
+import argparse
+
+from dataflex_rl.harness.cli import register_commands
+
+
+def run_cli(argv):
+    parser = argparse.ArgumentParser(prog="dataflex-rl")
+    register_commands(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
