@@ -98,6 +98,11 @@ def bootstrap_main(args: argparse.Namespace) -> int:
         same = shipped["parameter_sha256"] == manifest["parameter_sha256"]
         print("matches the shipped checkpoint" if same else
               f"DIFFERS from the shipped checkpoint ({shipped['parameter_sha256'][:16]})")
+        if not same and shipped.get("cpu_capability") != manifest["cpu_capability"]:
+            print(f"(the shipped checkpoint was built on CPU capability "
+                  f"{shipped.get('cpu_capability')!r}, this machine has "
+                  f"{manifest['cpu_capability']!r}: float reductions differ, so the hash "
+                  "reproduces only on the same capability)")
         return 0 if same else 1
     return 0
 

@@ -43,11 +43,17 @@ class TasksConfig:
     """Which tasks, and how prompts are drawn when the strategy has no ``mix``."""
 
     domains: list[str] = opt(["math", "logic", "science"], "task domains, in id order")
-    seed: int = opt(0, "seed of the training pools", ge=0)
+    seed: int = opt(0, "seed of the task stream: which prompts are drawn (one de-duplicated "
+                       "stream per domain, split at random into held-out, training and "
+                       "warm-start prompts)", ge=0)
     train_size: int = opt(2000, "training prompts per domain", ge=1)
     eval_size: int = opt(200, "held-out prompts per domain (never in a training pool)", ge=1)
-    eval_seed: int = opt(0, "seed of the held-out sets (keep it fixed across runs and the "
-                            "warm start, so held-out prompts stay unseen)", ge=0)
+    eval_seed: int = opt(0, "seed of the random split of the drawn prompts into held-out, "
+                            "training and warm-start prompts (the held-out set depends on it, "
+                            "seed and all three sizes)", ge=0)
+    warm_size: int = opt(0, "held-out-from-GRPO warm-start split per domain; must match the "
+                            "policy's bootstrap so the eval and training splits are the ones "
+                            "the policy was warm-started beside", ge=0)
     difficulty: dict[str, Any] | None = opt(
         None, "per domain: a level number or knobs (null: math 1, logic 3, science 2, the "
               "levels the shipped tiny policy was warm-started on)")

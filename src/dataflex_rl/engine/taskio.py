@@ -42,25 +42,21 @@ def train_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
     return prompts, answers, groups
 
 
-def warm_pairs(taskset, per_domain: int, seed: int) -> tuple[list[str], list[str], list[int]]:
-    """Warm-start (prompt, answer, domain index) triples drawn fresh from the generators,
-    disjoint from the held-out sets *and* the GRPO training pools (so GRPO's prompts are new
-    to the policy).
+def warm_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
+    """Warm-start (prompt, answer, domain index) triples, domain by domain.
 
-    Args:
-        per_domain: problems per domain (fewer when a domain runs out of distinct prompts);
-            0 means "train on the GRPO pools themselves".
-        seed: generator seed of the warm-start problems.
+    A domain's triples are its warm split (``taskset.warm``: drawn from the same
+    de-duplicated stream as the held-out set and the GRPO pool, disjoint from both, so GRPO's
+    prompts are new to the policy); a domain with an empty warm split (``warm_size`` 0, or a
+    task set loaded from files) gives its training pool instead.
     """
-    if per_domain == 0:
-        return train_pairs(taskset)
     prompts, answers, groups = [], [], []
+    warm = getattr(taskset, "warm", {})
     for i, d in enumerate(taskset.domains):
-        for p in taskset.sample_train(d, per_domain, seed, disjoint_from_pool=True,
-                                      allow_fewer=True):
-            prompts.append(p.prompt)
-            answers.append(p.answer)
-            groups.append(i)
+        problems = warm.get(d) or taskset.train[d]
+        prompts.extend(p.prompt for p in problems)
+        answers.extend(p.answer for p in problems)
+        groups.extend([i] * len(problems))
     return prompts, answers, groups
 
 

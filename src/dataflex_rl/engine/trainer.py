@@ -31,6 +31,7 @@ from dataflex_rl.engine.noise import row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.engine.sampler import Rollout, sample_groups
 from dataflex_rl.engine.taskio import build_tasks, domain_names, score, taskset_charset
+from dataflex_rl.engine.warmstart import policy_manifest, split_differences
 
 #: RolloutBatch fields the engine fills
 ENGINE_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
@@ -38,11 +39,15 @@ ENGINE_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advanta
 
 
 def tasks_from_config(config: EngineConfig):
-    """The `TaskSet` described by ``config.tasks``."""
+    """The `TaskSet` described by ``config.tasks``.
+
+    Raises:
+        ConfigError: a domain's settings have too few distinct prompts for the splits.
+    """
     t = config.tasks
     difficulty = default_difficulty(t.domains) if t.difficulty is None else t.difficulty
     return build_tasks(t.domains, t.seed, train_size=t.train_size, eval_size=t.eval_size,
-                       eval_seed=t.eval_seed, difficulty=difficulty)
+                       eval_seed=t.eval_seed, difficulty=difficulty, warm_size=t.warm_size)
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -61,6 +66,10 @@ class GRPOTrainer:
             ``config.seed`` when given).
         taskset: a prebuilt task set (default: built from ``config.tasks``).
         policy: a preloaded `Policy` (default: ``load_policy(config.policy)``).
+
+    Warns:
+        UserWarning: the policy's bootstrap MANIFEST records another task split than
+            ``config.tasks`` (held-out prompts may have been seen in its warm start).
     """
 
     def __init__(self, config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
@@ -74,6 +83,7 @@ class GRPOTrainer:
         self.domains = domain_names(self.taskset)
         self.policy = policy if policy is not None else load_policy(config.policy)
         self._check_vocabulary()
+        self._check_bootstrap_split()
         g = config.grpo
         self.ref_model = None
         if g.kl_coef > 0:
@@ -108,6 +118,24 @@ class GRPOTrainer:
                     f"policy {self.policy.source!r}: its character vocabulary lacks {missing} "
                     f"used by domains {list(self.domains)}; bootstrap a policy for these "
                     "domains ('dataflex-rl bootstrap')")
+
+    def _check_bootstrap_split(self) -> None:
+        """Warn when the policy was warm-started beside another task split than ``tasks``.
+
+        The held-out, training and warm-start splits depend on every ``tasks`` setting in
+        `TASK_SPLIT_KEYS`; with other values, held-out prompts may be warm-start prompts.
+        """
+        manifest = policy_manifest(self.policy.source)
+        if manifest is None:
+            return
+        differ = split_differences(manifest, self.config.tasks)
+        if differ:
+            what = "; ".join(f"tasks.{k}: {ours!r} (bootstrap: {theirs!r})"
+                             for k, (ours, theirs) in differ.items())
+            warnings.warn(f"policy {self.policy.source!r} was warm-started beside another task "
+                          f"split: {what}. Held-out prompts may have been seen in the warm "
+                          "start; set these tasks settings to the bootstrap's (its "
+                          "MANIFEST.json, bootstrap_args)", UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:

@@ -2,12 +2,14 @@
 
 The warm start teaches the format (prompt -> answer, EOS) and part of the skill, so GRPO starts
 from a partially competent policy (roughly 20-70% per domain). It is deterministic: the same
-arguments give the same parameter hash on the same software stack.
+arguments give the same parameter hash on the same software stack and CPU capability (SIMD
+width; float reductions differ across them).
 """
 
 from __future__ import annotations
 
 import json
+import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -16,7 +18,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from dataflex_rl.engine.policy import Policy, build_tiny_policy, parameter_hash, save_policy
+from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME, Policy, build_tiny_policy, \
+    parameter_hash, save_policy
 from dataflex_rl.engine.tokenizer import CharTokenizer
 
 MANIFEST_FILE = "MANIFEST.json"
@@ -33,14 +36,18 @@ class BootstrapArgs:
         lr: peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay to 10%).
         weight_decay: AdamW weight decay.
         domains: task domains.
-        task_seed: seed of the training pools.
-        train_size: training problems per domain.
+        task_seed: seed of the task stream (the engine's ``tasks.seed``).
+        train_size: GRPO training problems per domain (the engine's ``tasks.train_size``).
         eval_size: held-out problems per domain (excluded from training; reported accuracy).
-        eval_seed: seed of the held-out sets (the engine's ``tasks.eval_seed``).
+        eval_seed: seed of the split into held-out, training and warm-start problems (the
+            engine's ``tasks.eval_seed``).
         difficulty: per-domain difficulty (None: the engine's default levels).
-        warm_size: warm-start problems per domain, drawn fresh from the generators and
-            disjoint from the GRPO pools and held-out sets (0: train on the GRPO pools).
-        warm_seed: generator seed of the warm-start problems.
+        warm_size: warm-start problems per domain: the warm split of the one de-duplicated
+            task stream, disjoint from the GRPO pools and held-out sets (0: train on the GRPO
+            pools). The engine's ``tasks.warm_size`` must equal it.
+
+    The task-split arguments (`TASK_SPLIT_KEYS`) must equal the engine's ``tasks`` settings
+    of a run that starts from the checkpoint: the splits depend on all of them.
     """
 
     seed: int = 0
@@ -55,7 +62,12 @@ class BootstrapArgs:
     eval_seed: int = 0
     difficulty: dict[str, Any] | None = None
     warm_size: int = 20000
-    warm_seed: int = 777
+
+
+#: `BootstrapArgs` field -> engine ``tasks`` key, for the arguments that fix the task split
+TASK_SPLIT_KEYS = {"domains": "domains", "task_seed": "seed", "train_size": "train_size",
+                   "eval_size": "eval_size", "eval_seed": "eval_seed",
+                   "difficulty": "difficulty", "warm_size": "warm_size"}
 
 
 def encode_examples(tokenizer: CharTokenizer, prompts: list[str], answers: list[str]
@@ -148,8 +160,13 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
         progress: show a progress bar.
 
     Returns:
-        The MANIFEST: parameter sha256, arguments, held-out greedy accuracy per domain,
-        number of parameters, software versions, wall time.
+        The MANIFEST: parameter sha256, arguments, split sizes, warm-start examples per
+        domain, held-out greedy accuracy per domain, number of parameters, software versions,
+        CPU capability and machine, wall time.
+
+    Raises:
+        ConfigError: the task settings have too few distinct prompts for the splits (see
+            ``build_taskset``).
     """
     import transformers
 
@@ -163,10 +180,10 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
         args = replace(args, difficulty=default_difficulty(args.domains))
     taskset = build_tasks(args.domains, args.task_seed, train_size=args.train_size,
                           eval_size=args.eval_size, eval_seed=args.eval_seed,
-                          difficulty=args.difficulty)
+                          difficulty=args.difficulty, warm_size=args.warm_size)
     tokenizer = CharTokenizer.from_charset(taskset_charset(taskset))
     policy = build_tiny_policy(tokenizer, args.seed)
-    prompts, answers, groups = warm_pairs(taskset, args.warm_size, args.warm_seed)
+    prompts, answers, groups = warm_pairs(taskset)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -189,6 +206,10 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
         "heldout_greedy_accuracy": {d: round(acc[f"eval/{d}/greedy"], 4) for d in args.domains},
         "num_parameters": policy.num_parameters,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        # float reductions differ across SIMD widths: the hash reproduces only on the same
+        # CPU capability
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -201,3 +222,46 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no MANIFEST (not a bootstrapped checkpoint)")
     return json.loads(path.read_text())
+
+
+def policy_manifest(source: str) -> dict[str, Any] | None:
+    """The MANIFEST of the policy loaded from ``source`` (a `Policy.source`), or None.
+
+    Args:
+        source: ``"tiny"`` (the shipped checkpoint) or a directory; anything else (a freshly
+            built policy, a Hugging Face model without a MANIFEST) gives None.
+    """
+    directory = ASSETS_DIR / TINY_NAME if source == TINY_NAME else Path(source)
+    if not (directory / MANIFEST_FILE).is_file():
+        return None
+    return read_manifest(directory)
+
+
+def split_differences(manifest: dict[str, Any], tasks: Any) -> dict[str, tuple[Any, Any]]:
+    """The task-split settings in which an engine run differs from a policy's bootstrap.
+
+    Args:
+        manifest: a bootstrap MANIFEST (its ``bootstrap_args``).
+        tasks: the run's ``tasks`` settings (a ``TasksConfig``); a null difficulty means the
+            engine's default levels, as in ``bootstrap``.
+
+    Returns:
+        ``tasks`` key -> (the run's value, the bootstrap's value), for each differing key.
+    """
+    from dataflex_rl.engine.config import default_difficulty
+
+    boot = manifest.get("bootstrap_args", {})
+    out = {}
+    for boot_key, key in TASK_SPLIT_KEYS.items():
+        ours, theirs = getattr(tasks, key), boot.get(boot_key)
+        if key == "difficulty":
+            ours = default_difficulty(tasks.domains) if ours is None else ours
+            theirs = default_difficulty(boot.get("domains", ())) if theirs is None else theirs
+        if _plain(ours) != _plain(theirs):
+            out[key] = (ours, theirs)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would store it (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(value))

@@ -5,9 +5,12 @@ puzzles / boolean formulas), ``science`` (physics laws and unit conversions), an
 ``rg_arithmetic`` (reasoning-gym's ``basic_arithmetic``, needs ``reasoning-gym``).
 
     from dataflex_rl.tasks import build_taskset
-    tasks = build_taskset(("math", "logic"), train_size=2000, difficulty={"math": 3})
+    tasks = build_taskset(("math", "logic"), train_size=1000, difficulty={"math": 4})
     p = tasks.eval["math"][0]
     tasks.verify(p, p.answer)  # 1.0
+
+Each domain's held-out set, training pool and (optional, ``warm_size``) warm-start split are a
+random split of one de-duplicated generator stream (see `build_taskset`).
 """
 
 from dataflex_rl.tasks.base import (

@@ -91,5 +91,10 @@ class MathDomain(Domain):
         expr = str(numbers[0]) + "".join(op + str(x) for op, x in zip(ops, numbers[1:]))
         return expr + "=", str(value)
 
+    def task_type(self, prompt: str) -> str:
+        """``"<n>-term"`` by operand count, ``"<n>-term-mul"`` when the prompt has a ``*``."""
+        terms = 1 + sum(prompt.count(op) for op in _OPS)
+        return f"{terms}-term" + ("-mul" if "*" in prompt else "")
+
     def charset(self) -> str:
         return "".join(sorted(set("0123456789=-" + self.ops)))

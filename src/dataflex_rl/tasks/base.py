@@ -1,8 +1,10 @@
 """Problems, task domains, task sets and the domain registry.
 
 A `Domain` is one procedurally generated task family with an exact 0/1 verifier. A `TaskSet`
-holds, per domain, a pool of training candidates and a held-out evaluation set whose prompts
-never occur in the training pool. `build_taskset` makes one from registered domain names.
+holds, per domain, a held-out evaluation set, a pool of training candidates and a warm-start
+split, pairwise disjoint. `build_taskset` makes one from registered domain names: it draws one
+de-duplicated stream of prompts per domain and splits it at random, so every split has the same
+mix of task types.
 
 Difficulty: every built-in domain has numbered ``LEVELS`` (presets of its knobs) and accepts
 each knob as a keyword that overrides the level. ``build_taskset(difficulty=...)`` maps a domain
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import logging
 import random
 import re
 from abc import ABC, abstractmethod
@@ -22,7 +23,6 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from dataflex_rl.core.registry import ConfigError, Registry, UnknownNameError, suggest
 
-log = logging.getLogger(__name__)
 _INT = re.compile(r"[+-]?\d+")
 
 
@@ -81,11 +81,56 @@ def _prompts(items: Iterable[Problem | str]) -> set[str]:
     return {p.prompt if isinstance(p, Problem) else str(p) for p in items}
 
 
+@dataclass(frozen=True)
+class Draw:
+    """Distinct problems collected from a generator stream, with per-type tallies.
+
+    Args:
+        problems: the distinct problems, in stream order.
+        draws: per task type, how many draws of the stream had that type (repeats included).
+        kept: per task type, how many of those draws were new prompts (kept in ``problems``).
+    """
+
+    problems: list[Problem]
+    draws: dict[str, int]
+    kept: dict[str, int]
+
+    def keep_rate(self, task_type: str | None = None) -> float:
+        """Kept / drawn for ``task_type`` (``None``: all types); 1.0 before any draw."""
+        if task_type is None:
+            n, k = sum(self.draws.values()), sum(self.kept.values())
+        else:
+            n, k = self.draws.get(task_type, 0), self.kept.get(task_type, 0)
+        return k / n if n else 1.0
+
+    def saturated_types(self, factor: float = 0.9, min_repeats: int = 5
+                        ) -> list[tuple[str, float]]:
+        """Task types whose prompts ran short: (type, keep rate), lowest rate first.
+
+        A type is saturated when its keep rate is below ``factor`` times the overall keep rate
+        and it repeated a prompt at least ``min_repeats`` times. Its problems are then rarer
+        among the distinct prompts than among the generator's draws: the collection is skewed
+        toward the other types.
+
+        Args:
+            factor: tolerated ratio of a type's keep rate to the overall one.
+            min_repeats: fewest repeats of a type before it can be called saturated (a few
+                repeats of a large type are chance, not saturation).
+        """
+        overall = self.keep_rate()
+        out = [(t, self.keep_rate(t)) for t in self.draws
+               if self.draws[t] - self.kept.get(t, 0) >= min_repeats
+               and self.keep_rate(t) < factor * overall]
+        return sorted(out, key=lambda tr: (tr[1], tr[0]))
+
+
 class Domain(ABC):
     """One task family: a deterministic generator, an exact 0/1 verifier and a character set.
 
     Subclasses set ``name``, ``LEVELS`` (level number -> knob values) and ``DEFAULT_LEVEL``,
-    implement `sample`, `charset`, and call `resolve` in ``__init__``.
+    implement `sample`, `charset`, and call `resolve` in ``__init__``. A domain whose prompts
+    come in distinct kinds (term counts, puzzle forms, ...) overrides `task_type`, so
+    `build_taskset` can check that no kind runs out of distinct prompts.
     """
 
     name: ClassVar[str] = ""
@@ -123,9 +168,33 @@ class Domain(ABC):
     def charset(self) -> str:
         """Every character this domain's prompts and answers can use (sorted, no duplicates)."""
 
+    def task_type(self, prompt: str) -> str:
+        """The kind of problem ``prompt`` is (default: one kind, the domain's name).
+
+        `build_taskset` tallies draws and distinct prompts per type to detect a kind that runs
+        out of distinct prompts before the others.
+
+        Args:
+            prompt: a prompt this domain generated.
+        """
+        return self.name
+
     def make(self, prompt: str, answer: str, **extra: Any) -> Problem:
         """A `Problem` of this domain with the standard key ``"<name>:<prompt>"``."""
         return Problem(f"{self.name}:{prompt}", self.name, prompt, answer, extra)
+
+    def stream(self, seed: int, n: int) -> Iterator[tuple[str, str] | tuple[str, str, dict]]:
+        """The generator stream of ``seed``: ``(prompt, answer)`` or ``(prompt, answer,
+        extra)`` draws, prompts possibly repeating, deterministic given ``seed`` and the
+        settings.
+
+        Args:
+            seed: generator seed.
+            n: how many distinct problems the caller wants (a stream may size itself on it;
+                the default one is endless).
+        """
+        rng = random.Random(f"{self.name}:{seed}")
+        return (self.sample(rng) for _ in itertools.count())
 
     def generate(self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (),
                  allow_fewer: bool = False) -> list[Problem]:
@@ -146,17 +215,33 @@ class Domain(ABC):
             ConfigError: the settings have too few distinct prompts for ``n`` (unless
                 ``allow_fewer``).
         """
-        rng = random.Random(f"{self.name}:{seed}")
-        return self._collect((self.sample(rng) for _ in itertools.count()), n, exclude,
-                             allow_fewer)
+        return self.draw(n, seed, exclude=exclude, allow_fewer=allow_fewer).problems
 
-    def _collect(self, draws: Iterator[tuple[str, str, dict]] | Iterator[tuple[str, str]],
-                 n: int, exclude: Iterable[Problem | str], allow_fewer: bool) -> list[Problem]:
+    def draw(self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (),
+             allow_fewer: bool = False) -> Draw:
+        """`generate`, with the per-type tallies of the draws it took (see `Draw`).
+
+        Args:
+            n: number of problems.
+            seed: generator seed.
+            exclude: problems or prompts that must not be returned; drawing one counts as a
+                repeat.
+            allow_fewer: return fewer than ``n`` problems instead of raising when the settings
+                run out of distinct prompts.
+
+        Raises:
+            ConfigError: the settings have too few distinct prompts for ``n`` (unless
+                ``allow_fewer``).
+        """
         seen = _prompts(exclude)
         out: list[Problem] = []
+        draws: dict[str, int] = {}
+        kept: dict[str, int] = {}
         misses = 0
         budget = self.ATTEMPTS_PER_PROBLEM * n + 1000 if n > 0 else 0
-        for prompt, answer, *extra in itertools.islice(draws, budget):
+        for prompt, answer, *extra in itertools.islice(self.stream(seed, n), budget):
+            kind = self.task_type(prompt)
+            draws[kind] = draws.get(kind, 0) + 1
             if prompt in seen:
                 misses += 1
                 if misses >= self.MAX_MISSES:
@@ -164,13 +249,14 @@ class Domain(ABC):
                 continue
             misses = 0
             seen.add(prompt)
+            kept[kind] = kept.get(kind, 0) + 1
             out.append(self.make(prompt, answer, **(extra[0] if extra else {})))
             if len(out) >= n:
                 break
         if len(out) < n and not allow_fewer:
             raise ConfigError(f"{self.name} ({self.settings}): found only {len(out)} distinct "
                               f"prompts for n={n}; ask for fewer or raise the difficulty")
-        return out
+        return Draw(out, draws, kept)
 
     def verify(self, problem: Problem, response: str | None) -> float:
         """1.0 if ``response`` (the text generated after the prompt) is correct, else 0.0."""
@@ -221,38 +307,51 @@ def make_domain(name: str, difficulty: int | Mapping[str, Any] | None = None) ->
     return cls(**kwargs)
 
 
+_SPLIT_NAMES = {"eval": "eval", "train": "training", "warm": "warm-start"}
+
+
 @dataclass
 class TaskSet:
-    """Training pools and held-out evaluation sets, per domain.
+    """Held-out evaluation sets, training pools and warm-start splits, per domain.
 
     Args:
         domains: domain names, in id order.
         train: per-domain pools of training candidates.
-        eval: per-domain held-out problems; no eval prompt occurs in the same domain's pool.
-        handlers: the `Domain` object of each name (used by `verify` and `sample_train`);
-            a missing one is built from `DOMAINS` at its default difficulty.
+        eval: per-domain held-out problems.
+        handlers: the `Domain` object of each name (used by `verify`); a missing one is built
+            from `DOMAINS` at its default difficulty.
+        warm: per-domain warm-start problems (supervised training of the initial policy,
+            never GRPO); a domain without one gets an empty list.
+
+    Within a domain, no prompt occurs in two of eval, train and warm.
 
     Raises:
-        ConfigError: pools and domains disagree, or an eval prompt is also a training prompt.
+        ConfigError: pools and domains disagree, or two splits of a domain share a prompt.
     """
 
     domains: tuple[str, ...]
     train: dict[str, list[Problem]]
     eval: dict[str, list[Problem]]
     handlers: dict[str, Domain] = field(default_factory=dict, repr=False)
+    warm: dict[str, list[Problem]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.domains = tuple(self.domains)
-        for split, pools in (("train", self.train), ("eval", self.eval)):
+        splits = (("train", self.train), ("eval", self.eval), ("warm", self.warm))
+        for split, pools in splits:
             extra = set(pools) - set(self.domains)
             if extra:
                 raise ConfigError(f"TaskSet.{split} has domains {sorted(extra)} not in "
                                   f"domains {list(self.domains)}")
+        self.warm = {d: list(self.warm.get(d, ())) for d in self.domains}
         for d in self.domains:
-            shared = _prompts(self.train.get(d, ())) & _prompts(self.eval.get(d, ()))
-            if shared:
-                raise ConfigError(f"TaskSet: {len(shared)} eval prompts of domain {d!r} are "
-                                  f"also training prompts, e.g. {sorted(shared)[0]!r}")
+            prompts = {split: _prompts(pools.get(d, ())) for split, pools in splits}
+            for a, b in (("eval", "train"), ("eval", "warm"), ("train", "warm")):
+                shared = prompts[a] & prompts[b]
+                if shared:
+                    raise ConfigError(f"TaskSet: {len(shared)} {_SPLIT_NAMES[a]} prompts of "
+                                      f"domain {d!r} are also {_SPLIT_NAMES[b]} prompts, "
+                                      f"e.g. {sorted(shared)[0]!r}")
 
     def handler(self, domain: str) -> Domain:
         """The `Domain` object that verifies and generates problems of ``domain``."""
@@ -282,36 +381,17 @@ class TaskSet:
             handler = self.handlers.get(d)
             if handler is not None and hasattr(handler, "charset"):
                 chars.update(handler.charset())
-        for pools in (self.train, self.eval):
+        for pools in (self.train, self.eval, self.warm):
             for problems in pools.values():
                 for p in problems:
                     chars.update(p.prompt)
                     chars.update(p.answer)
         return "".join(sorted(chars))
 
-    def sample_train(self, domain: str, n: int, seed: int, *, disjoint_from_pool: bool = False,
-                     allow_fewer: bool = False) -> list[Problem]:
-        """``n`` freshly generated training problems of ``domain``, never an eval prompt.
-
-        Use it for supervised warm-start data drawn "from the generators". With the seed that
-        built the pool (and ``disjoint_from_pool=False``) it returns the pool's first ``n``.
-
-        Args:
-            domain: the domain.
-            n: number of problems.
-            seed: generator seed.
-            disjoint_from_pool: also avoid every prompt of the training pool, so accuracy on
-                the pool is not inflated by memorizing warm-start data.
-            allow_fewer: return fewer when the domain runs out of distinct prompts.
-        """
-        exclude = list(self.eval.get(domain, ()))
-        if disjoint_from_pool:
-            exclude += self.train.get(domain, [])
-        return self.handler(domain).generate(n, seed, exclude=exclude, allow_fewer=allow_fewer)
-
     def summary(self) -> dict[str, dict[str, Any]]:
-        """Per domain: pool and eval sizes and the domain's settings (for logs)."""
+        """Per domain: pool, eval and warm sizes and the domain's settings (for logs)."""
         return {d: {"train": len(self.train.get(d, ())), "eval": len(self.eval.get(d, ())),
+                    "warm": len(self.warm.get(d, ())),
                     "settings": dict(getattr(self.handlers.get(d), "settings", {}))}
                 for d in self.domains}
 
@@ -338,26 +418,45 @@ def build_taskset(domains: Sequence[str | Domain] = ("math", "logic", "science")
                   train_size: int | Mapping[str, int] = 2000,
                   eval_size: int | Mapping[str, int] = 200, seed: int = 0,
                   difficulty: Mapping[str, int | Mapping[str, Any]] | None = None, *,
-                  eval_seed: int | None = None) -> TaskSet:
-    """Generate training pools and disjoint held-out evaluation sets.
+                  eval_seed: int | None = None,
+                  warm_size: int | Mapping[str, int] = 0) -> TaskSet:
+    """Draw one de-duplicated prompt stream per domain and split it at random.
 
-    The evaluation set of each domain is drawn first (seed ``-1 - eval_seed``), then the
-    training pool (seed ``seed``) excluding every evaluation prompt. A domain whose settings
-    have fewer distinct prompts than ``train_size`` gets a smaller pool (with a warning); its
-    evaluation set must be full.
+    Per domain, the first ``eval_size + train_size + warm_size`` distinct prompts of the
+    generator stream of ``seed`` are shuffled and cut into the held-out evaluation set, the
+    training pool and the warm-start split (in that order). The three are pairwise disjoint
+    and, being a random split of one set, have the same mix of task types up to sampling
+    noise.
+
+    What each seed controls:
+
+    * ``seed`` picks *which* prompts are drawn (the union of the three splits). That union has
+      the prefix property: a larger total contains every prompt of a smaller one.
+    * ``eval_seed`` picks *which split* each drawn prompt goes to (the shuffle).
+
+    So the evaluation set is fixed by ``seed``, ``eval_seed``, the domain settings *and all
+    three sizes*: changing ``train_size`` or ``warm_size`` reshuffles the splits. A policy
+    warm-started on the warm split of one task set has never seen the evaluation prompts of
+    a task set built with the same arguments, and may have seen those of any other.
+
+    A domain whose settings run out of distinct prompts of one task type (see
+    `Domain.task_type`) before the others would give a stream skewed toward the other types;
+    that is an error, as is running out of distinct prompts altogether.
 
     Args:
         domains: registered domain names (or `Domain` objects), in id order.
         train_size: training pool size, for all domains or per domain.
         eval_size: evaluation set size, for all domains or per domain.
-        seed: seed of the training pools.
+        seed: seed of the generator stream (which prompts are drawn).
         difficulty: per domain name, a level number or a mapping of knobs (see `make_domain`).
-        eval_seed: seed of the evaluation sets; ``None`` uses ``seed``. Fix it to keep one
-            evaluation set across training seeds.
+        eval_seed: seed of the shuffle that assigns drawn prompts to the splits; ``None``
+            uses ``seed``.
+        warm_size: warm-start split size, for all domains or per domain (0: none).
 
     Raises:
-        ConfigError: duplicate or unknown domains, unknown difficulty keys, bad sizes, or a
-            difficulty with too few distinct prompts for the evaluation set.
+        ConfigError: duplicate or unknown domains, unknown difficulty keys, bad sizes, a
+            domain with too few distinct prompts for ``eval + train + warm``, or a task type
+            that runs out of distinct prompts before the others (named, with its keep rate).
     """
     handlers: dict[str, Domain] = {}
     for d in domains:
@@ -382,12 +481,34 @@ def build_taskset(domains: Sequence[str | Domain] = ("math", "logic", "science")
                               f"set its difficulty when constructing it")
     train_n = _per_domain(train_size, names, "train_size")
     eval_n = _per_domain(eval_size, names, "eval_size")
+    warm_n = _per_domain(warm_size, names, "warm_size")
     eseed = seed if eval_seed is None else eval_seed
-    train, evals = {}, {}
+    train, evals, warm = {}, {}, {}
     for name, h in handlers.items():
-        evals[name] = h.generate(eval_n[name], -1 - eseed)
-        train[name] = h.generate(train_n[name], seed, exclude=evals[name], allow_fewer=True)
-        if len(train[name]) < train_n[name]:
-            log.warning("domain %r at %s has only %d distinct training prompts (asked for %d)",
-                        name, h.settings, len(train[name]), train_n[name])
-    return TaskSet(names, train, evals, handlers)
+        e, t, w = eval_n[name], train_n[name], warm_n[name]
+        problems = _draw_checked(h, e + t + w, seed)
+        random.Random(f"split:{name}:{eseed}").shuffle(problems)
+        evals[name], train[name], warm[name] = (problems[:e], problems[e:e + t],
+                                                problems[e + t:])
+    return TaskSet(names, train, evals, handlers, warm)
+
+
+def _draw_checked(domain: Domain, n: int, seed: int) -> list[Problem]:
+    """``n`` distinct problems of ``domain``'s stream, or an error naming what ran short."""
+    drawn = domain.draw(n, seed, allow_fewer=True)
+    saturated = drawn.saturated_types()
+    if saturated:
+        kind, rate = saturated[0]
+        repeats = drawn.draws[kind] - drawn.kept.get(kind, 0)
+        others = "".join(f"; also {t!r} ({r:.1%})" for t, r in saturated[1:])
+        raise ConfigError(
+            f"{domain.name} ({domain.settings}): task type {kind!r} keeps only {rate:.1%} of "
+            f"its draws as new prompts ({repeats} repeats in {drawn.draws[kind]} draws; all "
+            f"types: {drawn.keep_rate():.1%}{others}); the level has too few distinct prompts "
+            f"of type {kind!r} for eval+train+warm = {n}, so the splits would under-represent "
+            f"it. Lower the sizes or raise the difficulty")
+    if len(drawn.problems) < n:
+        raise ConfigError(f"{domain.name} ({domain.settings}): found only "
+                          f"{len(drawn.problems)} distinct prompts for eval+train+warm = {n}; "
+                          f"lower the sizes or raise the difficulty")
+    return drawn.problems

@@ -163,6 +163,13 @@ class LogicDomain(Domain):
             if len(text) < MAX_PROMPT:
                 return text + "=", "T" if value else "F"
 
+    def task_type(self, prompt: str) -> str:
+        """The form of the puzzle: ``"bool"`` (ends with ``=``), ``"order"`` (has ``<`` or
+        ``>``) or ``"horn"``."""
+        if prompt.endswith("="):
+            return "bool"
+        return "order" if "<" in prompt or ">" in prompt else "horn"
+
     def charset(self) -> str:
         chars: set[str] = set()
         if "order" in self.forms:

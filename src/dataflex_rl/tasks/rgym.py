@@ -12,13 +12,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import random
+import re
 from abc import abstractmethod
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar, Iterator
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.tasks.base import Domain, Problem, exact_match
 
 MAX_PROMPT = 24
+_INT = re.compile(r"\d+")
 
 
 def _reasoning_gym() -> Any:
@@ -62,13 +64,16 @@ class ReasoningGymDomain(Domain):
         rg = _reasoning_gym()
         return rg.create_dataset(self.dataset, seed=seed, size=size, **self.rg_config)
 
-    def generate(self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (),
-                 allow_fewer: bool = False) -> list[Problem]:
-        """Like `Domain.generate`, from entries 0, 1, ... of a dataset seeded from ``seed``.
+    def stream(self, seed: int, n: int) -> Iterator[tuple[str, str, dict]]:
+        """Entries 0, 1, ... of a dataset seeded from ``seed``, as short prompts.
 
         reasoning-gym seeds entry ``i`` with ``seed + i``, so nearby seeds would share entries;
-        the dataset seed is a hash of (domain, ``seed``) instead. Entries whose short prompt is
-        longer than ``MAX_PROMPT`` are skipped.
+        the dataset seed is a hash of (domain, ``seed``) instead. The dataset holds
+        ``ATTEMPTS_PER_PROBLEM * n + 1000`` entries; those whose short prompt is longer than
+        ``MAX_PROMPT`` are skipped.
+
+        Raises:
+            ConfigError: reasoning-gym is not installed.
         """
         base = int.from_bytes(hashlib.sha256(f"{self.name}:{seed}".encode()).digest()[:6], "big")
         limit = self.ATTEMPTS_PER_PROBLEM * n + 1000
@@ -81,7 +86,7 @@ class ReasoningGymDomain(Domain):
                 if len(prompt) <= MAX_PROMPT:
                     yield prompt, self.short_answer(entry), {"rg_entry": entry}
 
-        return self._collect(draws(), n, exclude, allow_fewer)
+        return draws()
 
     def verify(self, problem: Problem, response: str | None) -> float:
         """reasoning-gym's ``score_answer`` on the stripped response, forced to 0/1.
@@ -151,6 +156,10 @@ class ReasoningGymArithmetic(ReasoningGymDomain):
 
     def short_prompt(self, entry: dict[str, Any]) -> str:
         return "".join(str(entry["metadata"]["expression"]).split()) + "="
+
+    def task_type(self, prompt: str) -> str:
+        """``"<n>-term"``: the number of integer literals in the expression."""
+        return f"{len(_INT.findall(prompt))}-term"
 
     def charset(self) -> str:
         extra = "()" if self.rg_config["allow_parentheses"] else ""

@@ -82,6 +82,10 @@ class ScienceDomain(Domain):
             return f"{x * factor}{small}=?{big}", str(x)
         return f"{x}{big}=?{small}", str(x * factor)
 
+    def task_type(self, prompt: str) -> str:
+        """The kind: ``"unit"`` (``"3km=?m"``, the only prompts with a ``?``) or ``"law"``."""
+        return "unit" if "?" in prompt else "law"
+
     def charset(self) -> str:
         chars = set("0123456789=")
         if "law" in self.kinds:

@@ -75,3 +75,15 @@ def test_default_yaml_lists_exactly_the_defaults():
     text = (ROOT / "configs" / "engine" / "default.yaml").read_text()
     for key, _, _ in field_docs():
         assert f"{key.split('.')[-1]}:" in text, key
+
+
+def test_tasks_warm_size_is_validated_and_reaches_the_task_set():
+    from dataflex_rl.engine.trainer import tasks_from_config
+
+    assert load_config().tasks.warm_size == 0
+    with pytest.raises(ConfigError, match=r"tasks\.warm_size"):
+        load_config({"tasks": {"warm_size": -1}})
+    cfg = load_config({"tasks": {"domains": ["logic"], "train_size": 30, "eval_size": 5,
+                                 "warm_size": 12, "difficulty": {"logic": 3}}})
+    ts = tasks_from_config(cfg)
+    assert [len(ts.eval["logic"]), len(ts.train["logic"]), len(ts.warm["logic"])] == [5, 30, 12]

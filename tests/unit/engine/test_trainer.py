@@ -110,3 +110,29 @@ def test_load_state_dict_rejects_a_changed_config(tasks):
     other = make_trainer(tasks, optim={"lr": 1e-3})
     with pytest.raises(ValueError, match="differs from the checkpoint's in optim"):
         other.load_state_dict(state)
+
+
+def test_warns_when_the_policy_was_warm_started_beside_another_split(tasks, tmp_path):
+    import dataclasses
+    import json
+    import warnings
+
+    from dataflex_rl.engine.config import default_difficulty
+
+    config = load_config({"tasks": {"train_size": 30, "eval_size": 5}})
+    t = config.tasks
+    boot = {"domains": list(t.domains), "task_seed": t.seed, "train_size": t.train_size,
+            "eval_size": t.eval_size, "eval_seed": t.eval_seed,
+            "difficulty": default_difficulty(t.domains), "warm_size": t.warm_size, "seed": 3}
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"bootstrap_args": boot}))
+    small = build_tiny_policy(CharTokenizer.from_charset(tasks.charset()), 0, **SMALL_ARCH)
+    policy = dataclasses.replace(small, source=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same split (and a null difficulty): no warning
+        GRPOTrainer(config, "baseline", taskset=tasks, policy=policy)
+    boot.update(warm_size=1000, eval_seed=4)
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"bootstrap_args": boot}))
+    with pytest.warns(UserWarning, match=r"tasks\.eval_seed: 0 \(bootstrap: 4\); "
+                                         r"tasks\.warm_size: 0 \(bootstrap: 1000\)") as rec:
+        GRPOTrainer(config, "baseline", taskset=tasks, policy=policy)
+    assert len(rec) == 1 and "Held-out prompts may have been seen" in str(rec[0].message)

@@ -1,7 +1,8 @@
 """Supervised warm start: example encoding, determinism, and reproducing the shipped checkpoint.
 
 The full re-run of ``bootstrap`` takes a few CPU-minutes: it is marked ``slow`` and runs only
-with ``DATAFLEX_RUN_SLOW=1``.
+with ``DATAFLEX_RUN_SLOW=1``. Its parameter hash is compared only on the CPU capability the
+shipped checkpoint was built on; elsewhere its held-out accuracies are.
 """
 
 from __future__ import annotations
@@ -51,14 +52,52 @@ def test_first_steps_are_deterministic_and_learn(char_tokenizer):
     assert l1[-1] < l1[0]
 
 
+def test_bootstrap_warm_starts_on_the_warm_split_and_records_the_cpu(tmp_path):
+    import platform
+
+    import torch
+
+    from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap
+
+    args = BootstrapArgs(steps=2, batch_size=4, domains=("math", "logic"), train_size=10,
+                         eval_size=4, warm_size=6,
+                         difficulty={"math": {"level": 4, "ops": "+-"}, "logic": 3})
+    manifest = bootstrap(tmp_path, args)
+    assert manifest["warm_examples"] == {"math": 6, "logic": 6}
+    assert manifest["tasks"]["math"]["warm"] == 6 and manifest["tasks"]["logic"]["eval"] == 4
+    assert manifest["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert manifest["machine"] == platform.machine()
+    assert "warm_seed" not in manifest["bootstrap_args"]
+    assert read_manifest(tmp_path) == manifest
+
+
 @slow
 @pytest.mark.slow
 def test_bootstrap_reproduces_the_shipped_checkpoint(tmp_path):
+    import dataclasses
+
+    import torch
+
     from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap
 
     shipped = read_manifest(ASSETS_DIR / "tiny")
+    known = {f.name for f in dataclasses.fields(BootstrapArgs)}
+    stale = sorted(set(shipped["bootstrap_args"]) - known)
+    assert not stale, (f"the shipped MANIFEST records bootstrap arguments {stale} that "
+                       "BootstrapArgs no longer has: re-bootstrap the shipped checkpoint")
     args = BootstrapArgs(**{k: tuple(v) if isinstance(v, list) else v
                             for k, v in shipped["bootstrap_args"].items()})
     manifest = bootstrap(tmp_path, args)
-    assert manifest["parameter_sha256"] == shipped["parameter_sha256"]
-    assert manifest["heldout_greedy_accuracy"] == shipped["heldout_greedy_accuracy"]
+    if shipped.get("cpu_capability") == torch.backends.cpu.get_cpu_capability():
+        assert manifest["parameter_sha256"] == shipped["parameter_sha256"]
+        assert manifest["heldout_greedy_accuracy"] == shipped["heldout_greedy_accuracy"]
+        return
+    # float reductions differ across SIMD widths, so a 1,600-step run diverges: on another
+    # CPU capability only the quality is compared
+    for d, acc in shipped["heldout_greedy_accuracy"].items():
+        got = manifest["heldout_greedy_accuracy"][d]
+        assert abs(got - acc) <= 0.06, (
+            f"{d}: held-out greedy accuracy {got} vs the shipped {acc} (more than 0.06 apart; "
+            f"the parameter hash is not compared because the shipped checkpoint was built on "
+            f"CPU capability {shipped.get('cpu_capability')!r}, this machine has "
+            f"{torch.backends.cpu.get_cpu_capability()!r})")

@@ -17,6 +17,24 @@ from dataflex_rl.tasks import (
     make_domain,
 )
 from dataflex_rl.tasks.arithmetic import MathDomain
+from dataflex_rl.tasks.base import Draw
+
+#: explicit settings with room for thousands of distinct prompts of every task type
+ROOMY = {"math": {"level": 4, "ops": "+-"}, "logic": {"level": 3, "form": "order+horn"},
+         "science": {"kinds": ("law",), "max_value": 40}}
+#: math with operands 0-3: only 32 distinct 2-term prompts beside 256 3-term ones
+FEW_TWO_TERM = {"math": {"max_operand": 3, "min_terms": 2, "max_terms": 3, "ops": "+-",
+                         "allow_negative": True}}
+#: tests that use the domains' default levels at sizes where a task type saturates (issue 11:
+#: new default levels are being chosen); they pass again once the defaults have room
+saturating_defaults = pytest.mark.xfail(
+    raises=ConfigError, strict=False,
+    reason="issue 11: a default level saturates a task type at these sizes (pending new "
+           "default levels)")
+
+
+def _prompts(problems):
+    return {p.prompt for p in problems}
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -73,6 +91,7 @@ def test_make_domain_errors_name_the_key():
         make_domain("math", "hard")  # type: ignore[arg-type]
 
 
+@saturating_defaults
 def test_build_taskset_shapes_and_disjointness():
     ts = build_taskset(train_size=300, eval_size=50, seed=3)
     assert ts.domains == ("math", "logic", "science")
@@ -85,18 +104,109 @@ def test_build_taskset_shapes_and_disjointness():
         assert all(p.domain == d and p.key == f"{d}:{p.prompt}" for p in ts.train[d])
 
 
+def test_splits_are_disjoint_and_of_the_requested_sizes():
+    ts = build_taskset(train_size=300, eval_size=50, seed=3, difficulty=ROOMY,
+                       warm_size={"math": 200, "logic": 100, "science": 0})
+    assert ts.domains == ("math", "logic", "science")
+    for d in ts.domains:
+        warm_n = {"math": 200, "logic": 100, "science": 0}[d]
+        train, evals, warm = (_prompts(ts.train[d]), _prompts(ts.eval[d]),
+                              _prompts(ts.warm[d]))
+        assert (len(ts.train[d]), len(ts.eval[d]), len(ts.warm[d])) == (300, 50, warm_n)
+        assert (len(train), len(evals), len(warm)) == (300, 50, warm_n)
+        assert not train & evals and not train & warm and not evals & warm
+        assert all(p.domain == d and p.key == f"{d}:{p.prompt}"
+                   for p in ts.train[d] + ts.eval[d] + ts.warm[d])
+    assert ts.summary()["math"] == {"train": 300, "eval": 50, "warm": 200,
+                                    "settings": ts.handler("math").settings}
+
+
 def test_build_taskset_is_deterministic_and_seeded():
-    a = build_taskset(train_size=100, eval_size=20, seed=1)
-    b = build_taskset(train_size=100, eval_size=20, seed=1)
-    c = build_taskset(train_size=100, eval_size=20, seed=2)
-    assert a.train == b.train and a.eval == b.eval
+    def build(**kw):
+        return build_taskset(train_size=100, eval_size=20, warm_size=30, difficulty=ROOMY,
+                             **{"seed": 1, **kw})
+
+    a, b = build(), build()
+    assert (a.train, a.eval, a.warm) == (b.train, b.eval, b.warm)
+    c = build(seed=2)
     assert a.train["math"] != c.train["math"] and a.eval["math"] != c.eval["math"]
 
 
-def test_fixed_eval_seed_keeps_eval_set_across_training_seeds():
-    a = build_taskset(train_size=100, eval_size=20, seed=1, eval_seed=7)
-    b = build_taskset(train_size=100, eval_size=20, seed=2, eval_seed=7)
-    assert a.eval == b.eval and a.train != b.train
+def _union(ts, d):
+    return _prompts(ts.eval[d]) | _prompts(ts.train[d]) | _prompts(ts.warm[d])
+
+
+def test_seed_draws_the_prompts_and_eval_seed_splits_them():
+    # seed picks which prompts are drawn; eval_seed only reassigns them to the splits
+    a = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=7,
+                      difficulty=ROOMY)
+    b = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=8,
+                      difficulty=ROOMY)
+    c = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, difficulty=ROOMY,
+                      eval_seed=None)
+    for d in a.domains:
+        assert _union(a, d) == _union(b, d) == _union(c, d)
+        assert _union(a, d) == _prompts(a.handler(d).generate(150, 1))
+        assert a.eval[d] != b.eval[d] and a.eval[d] != c.eval[d]
+    same = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=1,
+                         difficulty=ROOMY)
+    assert same.eval == c.eval  # eval_seed None means seed
+
+
+def test_union_has_the_prefix_property_but_sizes_reshuffle_the_splits():
+    small = build_taskset(train_size=100, eval_size=20, warm_size=0, difficulty=ROOMY)
+    large = build_taskset(train_size=100, eval_size=20, warm_size=80, difficulty=ROOMY)
+    for d in small.domains:
+        assert _union(small, d) < _union(large, d)
+        # the held-out set is a random part of the whole draw, so it depends on every size:
+        # a policy warm-started beside one split has seen held-out prompts of another
+        assert small.eval[d] != large.eval[d]
+
+
+def test_every_task_type_has_the_same_share_in_every_split():
+    ts = build_taskset(("logic",), train_size=1000, eval_size=1000, warm_size=1000,
+                       difficulty={"logic": ROOMY["logic"]})
+    h = ts.handler("logic")
+
+    def share(problems):
+        return sum(h.task_type(p.prompt) == "order" for p in problems) / len(problems)
+
+    overall = share(ts.eval["logic"] + ts.train["logic"] + ts.warm["logic"])
+    assert 0.45 < overall < 0.55
+    # a random split of 3,000 prompts: a third's share has sd sqrt(.25/1000 * 2/3) = 0.013
+    for split in (ts.eval, ts.train, ts.warm):
+        assert abs(share(split["logic"]) - overall) < 0.05
+
+
+def test_a_saturating_task_type_is_an_error_naming_it():
+    with pytest.raises(ConfigError) as err:
+        build_taskset(("math",), train_size=100, eval_size=20, warm_size=30,
+                      difficulty=FEW_TWO_TERM)
+    msg = str(err.value)
+    assert "task type '2-term'" in msg and "'max_operand': 3" in msg
+    assert "too few distinct prompts of type '2-term' for eval+train+warm = 150" in msg
+    assert "keeps only" in msg and "Lower the sizes or raise the difficulty" in msg
+    # a few prompts are fine: 2-term prompts are not yet repeated much
+    ts = build_taskset(("math",), train_size=8, eval_size=4, difficulty=FEW_TWO_TERM)
+    assert len(ts.train["math"]) == 8
+
+
+def test_roomy_settings_raise_no_error_at_large_sizes():
+    ts = build_taskset(train_size=2000, eval_size=200, warm_size=800, difficulty=ROOMY)
+    assert all(len(ts.warm[d]) == 800 for d in ts.domains)
+
+
+def test_draw_saturated_types_hand_worked():
+    # overall keep rate 106/110 = 0.964, threshold 0.9 * 0.964 = 0.867
+    few = Draw([], draws={"a": 100, "b": 10}, kept={"a": 100, "b": 6})
+    assert few.keep_rate("b") == pytest.approx(0.6) and few.saturated_types() == []  # 4 repeats
+    # 5 repeats: b keeps 6/11 = 0.545 < 0.9 * 106/111
+    many = Draw([], draws={"a": 100, "b": 11}, kept={"a": 100, "b": 6})
+    assert many.saturated_types() == [("b", pytest.approx(6 / 11))]
+    # a type kept at nearly the overall rate is fine however many repeats it has
+    even = Draw([], draws={"a": 1000, "b": 1000}, kept={"a": 800, "b": 760})
+    assert even.saturated_types() == []
+    assert Draw([], {}, {}).keep_rate() == 1.0
 
 
 def test_build_taskset_per_domain_sizes_and_difficulty():
@@ -128,21 +238,46 @@ def test_build_taskset_accepts_domain_objects():
         build_taskset((MathDomain(),), train_size=10, eval_size=5, difficulty={"math": 2})
 
 
-def test_small_space_shrinks_the_pool_but_eval_must_be_full(caplog):
-    d = {"math": {"level": 1, "max_terms": 2, "ops": "+"}}  # 100 distinct prompts
-    ts = build_taskset(("math",), train_size=500, eval_size=20, difficulty=d)
-    assert len(ts.eval["math"]) == 20 and len(ts.train["math"]) == 80
-    assert "only 80 distinct training prompts" in caplog.text
-    with pytest.raises(ConfigError, match="found only 100 distinct prompts for n=200"):
-        build_taskset(("math",), train_size=5, eval_size=200, difficulty=d)
+def test_a_stream_out_of_prompts_is_an_error():
+    d = {"math": {"level": 1, "max_terms": 2, "ops": "+"}}  # 100 distinct prompts, one type
+    ts = build_taskset(("math",), train_size=70, eval_size=20, warm_size=10, difficulty=d)
+    assert _union(ts, "math") == _prompts(MathDomain(level=1, max_terms=2, ops="+")
+                                          .generate(100, 0))
+    with pytest.raises(ConfigError,
+                       match="found only 100 distinct prompts for eval.train.warm = 520"):
+        build_taskset(("math",), train_size=500, eval_size=20, difficulty=d)
+
+
+@settings(max_examples=25, deadline=None)
+@given(e=st.integers(0, 30), t=st.integers(0, 30), w=st.integers(0, 30),
+       seed=st.integers(0, 10**6), eval_seed=st.integers(0, 10**6))
+def test_property_splits_partition_the_first_distinct_prompts(e, t, w, seed, eval_seed):
+    ts = build_taskset(("logic",), train_size=t, eval_size=e, warm_size=w, seed=seed,
+                       eval_seed=eval_seed, difficulty={"logic": ROOMY["logic"]})
+    splits = [ts.eval["logic"], ts.train["logic"], ts.warm["logic"]]
+    assert [len(s) for s in splits] == [e, t, w]
+    first = ts.handler("logic").generate(e + t + w, seed)
+    assert sorted(p.prompt for s in splits for p in s) == sorted(p.prompt for p in first)
 
 
 def test_taskset_rejects_shared_prompts():
     p = Problem("math:1+1=", "math", "1+1=", "2")
-    with pytest.raises(ConfigError, match="also training prompts"):
+    with pytest.raises(ConfigError, match="eval prompts of domain 'math' are also training"):
         TaskSet(("math",), {"math": [p]}, {"math": [p]})
+    with pytest.raises(ConfigError, match="eval prompts of domain 'math' are also warm-start"):
+        TaskSet(("math",), {"math": []}, {"math": [p]}, warm={"math": [p]})
+    with pytest.raises(ConfigError, match="training prompts of domain 'math' are also warm"):
+        TaskSet(("math",), {"math": [p]}, {"math": []}, warm={"math": [p]})
     with pytest.raises(ConfigError, match="not in domains"):
         TaskSet(("math",), {"logic": []}, {})
+    with pytest.raises(ConfigError, match="TaskSet.warm has domains"):
+        TaskSet(("math",), {"math": []}, {}, warm={"logic": []})
+
+
+def test_taskset_without_warm_split_has_empty_ones():
+    ts = TaskSet(("math", "logic"), {"math": [], "logic": []}, {"math": [], "logic": []})
+    assert ts.warm == {"math": [], "logic": []}
+    assert build_taskset(("math",), train_size=5, eval_size=5).warm == {"math": []}
 
 
 def test_taskset_verify_dispatch_and_unknown_domain():
@@ -156,23 +291,10 @@ def test_taskset_verify_dispatch_and_unknown_domain():
         ts.verify_many([p], [])
 
 
-def test_sample_train_never_returns_eval_prompts():
-    ts = build_taskset(("science",), train_size=50, eval_size=100, seed=0)
-    fresh = ts.sample_train("science", 1000, seed=99)
-    assert not {p.prompt for p in fresh} & {p.prompt for p in ts.eval["science"]}
-    assert ts.sample_train("science", 50, seed=0) == ts.train["science"]
-    warm = ts.sample_train("science", 500, seed=0, disjoint_from_pool=True)
-    assert not {p.prompt for p in warm} & {p.prompt for p in ts.train["science"] + ts.eval[
-        "science"]}
-    with pytest.raises(ConfigError, match="found only"):
-        ts.sample_train("science", 10**5, seed=1)
-    assert 0 < len(ts.sample_train("science", 10**5, seed=1, allow_fewer=True)) < 10**5
-
-
 def test_taskset_charset_covers_everything():
-    ts = build_taskset(train_size=200, eval_size=50)
+    ts = build_taskset(train_size=200, eval_size=50, warm_size=50, difficulty=ROOMY)
     cs = set(ts.charset())
-    for pools in (ts.train, ts.eval):
+    for pools in (ts.train, ts.eval, ts.warm):
         for problems in pools.values():
             for p in problems:
                 assert set(p.prompt + p.answer) <= cs

@@ -267,3 +267,39 @@ def test_property_answer_verifies_and_perturbation_fails(name, level, seed, junk
         assert d.verify(p, f"  {p.answer}\n") == 1.0
         assert d.verify(p, p.answer + junk) == 0.0
         assert d.verify(p, p.answer[:-1]) == 0.0
+
+
+@pytest.mark.parametrize("prompt,expected", [
+    ("37+48=", "2-term"), ("3-4+5=", "3-term"), ("3*4=", "2-term-mul"),
+    ("10-2*3+4=", "4-term-mul"),
+])
+def test_math_task_type_hand_worked(prompt, expected):
+    assert MathDomain().task_type(prompt) == expected
+
+
+def test_math_task_type_counts_the_operands():
+    d = MathDomain(level=4)
+    types = set()
+    for p in d.generate(400, 0):
+        operands = re.findall(r"\d+", p.prompt)  # operands are never negative
+        expected = f"{len(operands)}-term" + ("-mul" if "*" in p.prompt else "")
+        assert d.task_type(p.prompt) == expected
+        types.add(expected)
+    assert types == {f"{n}-term{m}" for n in (2, 3, 4) for m in ("", "-mul")}
+
+
+@pytest.mark.parametrize("form", ["order", "horn", "bool"])
+def test_logic_task_type_is_the_form_it_was_drawn_from(form):
+    for level in (1, 2, 3):
+        d = LogicDomain(level=level, form=form)
+        assert {d.task_type(p.prompt) for p in d.generate(200, level)} == {form}
+    mixed = LogicDomain(form="order+horn+bool")
+    assert {mixed.task_type(p.prompt) for p in mixed.generate(200, 0)} == {"order", "horn",
+                                                                           "bool"}
+
+
+@pytest.mark.parametrize("kind", ["law", "unit"])
+def test_science_task_type_is_the_kind_it_was_drawn_from(kind):
+    for level in (1, 2, 3):
+        d = ScienceDomain(level=level, kinds=(kind,))
+        assert {d.task_type(p.prompt) for p in d.generate(60, level)} == {kind}

@@ -73,3 +73,11 @@ def test_levels_change_operators():
     assert any("*" in p.prompt for p in hard)
     with pytest.raises(ConfigError, match="operators"):
         make_domain("rg_arithmetic", {"operators": "+/"})
+
+
+def test_task_type_counts_the_operands(rg_tasks):
+    d = rg_tasks.handler("rg_arithmetic")
+    assert d.task_type("-7-(35+2)=") == "3-term"
+    types = {d.task_type(p.prompt) for p in rg_tasks.train["rg_arithmetic"]}
+    assert types == {"2-term", "3-term"}  # level 2: 2-3 operands
+    assert rg_tasks.warm == {"rg_arithmetic": []}
