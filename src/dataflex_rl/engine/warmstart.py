@@ -116,12 +116,15 @@ def lr_at(step: int, total: int, peak: float) -> float:
 def warm_start(policy: Policy, prompts: list[str], answers: list[str], *, steps: int,
                batch_size: int, lr: float, weight_decay: float, seed: int,
                groups: list[int] | None = None,
-               callback: Callable[[int, float], None] | None = None) -> list[float]:
+               callback: Callable[[int, float], None] | None = None,
+               schedule: Callable[[int], float] | None = None) -> list[float]:
     """Train ``policy`` in place on prompt -> answer pairs; returns the loss per step.
 
     Args:
         groups: a group id per example (its domain); every group is drawn equally often,
             whatever its size. None: examples are drawn uniformly.
+        schedule: step -> factor of ``lr`` (as torch's ``LambdaLR``; ``lambda step: 1.0`` is
+            a constant ``lr``). None: `lr_at`, linear warm-up then cosine decay to 10%.
 
     Batches are drawn with replacement by a generator seeded with ``seed``.
     """
@@ -135,7 +138,7 @@ def warm_start(policy: Policy, prompts: list[str], answers: list[str], *, steps:
     losses = []
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr)
+            group["lr"] = lr_at(step, steps, lr) if schedule is None else lr * schedule(step)
         idx = torch.multinomial(draw_weights, batch_size, replacement=True, generator=gen)
         width = int(attn[idx].sum(1).max())
         loss = supervised_loss(model, ids[idx, :width], attn[idx, :width], label[idx, :width])

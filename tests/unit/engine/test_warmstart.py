@@ -52,6 +52,15 @@ def test_first_steps_are_deterministic_and_learn(char_tokenizer):
     assert l1[-1] < l1[0]
 
 
+def test_schedule_gives_a_factor_of_lr_per_step(char_tokenizer):
+    p, steps_seen = build_tiny_policy(char_tokenizer, seed=0, **SMALL_ARCH), []
+    before = parameter_hash(p.model)
+    # factor 0 at every step: lr 0, so AdamW (decoupled decay lr * wd = 0) leaves p as it was
+    warm_start(p, ["1+2="], ["3"], steps=3, batch_size=2, lr=1e-2, weight_decay=0.01, seed=0,
+               schedule=lambda step: steps_seen.append(step) or 0.0)
+    assert steps_seen == [0, 1, 2] and parameter_hash(p.model) == before
+
+
 def test_bootstrap_warm_starts_on_the_warm_split_and_records_the_cpu(tmp_path):
     import platform
 
