@@ -22,7 +22,7 @@ from dataflex_rl.core.spec import load_yaml
 
 #: difficulty levels of the engine's default task set; the shipped tiny policy was warm-started
 #: on them (used for the domains that have one when ``tasks.difficulty`` is null)
-DEFAULT_DIFFICULTY: Mapping[str, int] = MappingProxyType({"math": 1, "logic": 3, "science": 2})
+DEFAULT_DIFFICULTY: Mapping[str, int] = MappingProxyType({"math": 5, "logic": 3, "science": 4})
 
 
 def default_difficulty(domains: Sequence[str]) -> dict[str, int]:
@@ -55,7 +55,7 @@ class TasksConfig:
                             "policy's bootstrap so the eval and training splits are the ones "
                             "the policy was warm-started beside", ge=0)
     difficulty: dict[str, Any] | None = opt(
-        None, "per domain: a level number or knobs (null: math 1, logic 3, science 2, the "
+        None, "per domain: a level number or knobs (null: math 5, logic 3, science 4, the "
               "levels the shipped tiny policy was warm-started on)")
     proportions: list[float] | dict[str, float] | None = opt(
         None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0)
@@ -72,7 +72,7 @@ class GRPOConfig:
 
     prompts_per_step: int = opt(16, "prompts per step (groups)", ge=1)
     group_size: int = opt(8, "G: samples per prompt", ge=2)
-    max_new_tokens: int = opt(12, "response budget in tokens (EOS included)", ge=1)
+    max_new_tokens: int = opt(10, "response budget in tokens (EOS included)", ge=1)
     temperature: float = opt(1.0, "sampling temperature (also divides the training logits)",
                              gt=0.0)
     clip_low: float = opt(0.2, "ratio clip: lower bound is 1 - clip_low", ge=0.0, lt=1.0)
@@ -84,7 +84,7 @@ class GRPOConfig:
     norm_adv_by_std: bool = opt(True, "divide advantages by the group std (False: Dr. GRPO)")
     ppo_epochs: int = opt(1, "gradient steps on each batch (the ratio clip matters when > 1)",
                           ge=1)
-    loss_agg: str = opt("token-mean",
+    loss_agg: str = opt("informative-token-mean",
                         "token-mean denominator: 'token-mean' counts every response token of "
                         "the batch (verl's default), 'informative-token-mean' only the tokens "
                         "of responses that carry a gradient (non-zero weighted advantage)",
@@ -93,12 +93,17 @@ class GRPOConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW and gradient clipping."""
+    """Optimizer (AdamW or SGD) and gradient clipping."""
 
-    lr: float = opt(3e-5, "AdamW learning rate (0: the parameters never move, the 'no update' "
+    lr: float = opt(0.02, "learning rate (0: the parameters never move, the 'no update' "
                           "control)", ge=0.0)
-    weight_decay: float = opt(0.0, "AdamW weight decay", ge=0.0)
+    name: str = opt("sgd", "optimizer: 'adamw', or 'sgd' (plain SGD on the clipped gradient; "
+                           "with the tiny policy it learns more per step than AdamW before "
+                           "gradient noise erodes what the warm start taught)",
+                    choices=("adamw", "sgd"))
+    weight_decay: float = opt(0.0, "weight decay (decoupled for AdamW, L2 for SGD)", ge=0.0)
     betas: list[float] = opt([0.9, 0.999], "AdamW betas", ge=0.0, lt=1.0)
+    momentum: float = opt(0.0, "SGD momentum (sgd only)", ge=0.0, lt=1.0)
     grad_clip: float = opt(1.0, "max global gradient norm (0: no clipping)", ge=0.0)
     warmup_steps: int = opt(10, "linear learning-rate warm-up steps", ge=0)
 
@@ -107,7 +112,7 @@ class OptimConfig:
 class EvalConfig:
     """Held-out evaluation per domain."""
 
-    every: int = opt(25, "evaluate every N steps (and at the start and the end; 0: only "
+    every: int = opt(50, "evaluate every N steps (and at the start and the end; 0: only "
                          "start and end)", ge=0)
     per_domain: int = opt(200, "held-out problems per domain", ge=1)
     samples: int = opt(4, "sampled responses per problem for the sampled accuracy (0: greedy "
@@ -136,10 +141,11 @@ class EngineConfig:
     strategies: list[str] = opt([], "strategies run side by side by 'dataflex-rl train' (preset "
                                     "names or YAML paths); empty: just 'strategy'")
     seed: int = opt(0, "seed of sampling, data order and prerollout randomness", ge=0)
-    noise_stream: int = opt(0, "sampling-noise stream: two runs of one seed and stream share "
-                               "their sampling noise (common random numbers); another stream "
-                               "gives independent noise (the A/A control)", ge=0)
-    steps: int = opt(100, "GRPO steps", ge=0)
+    noise_stream: int = opt(0, "rollout sampling-noise stream: two runs of one seed and stream "
+                               "share their sampling noise (common random numbers); another "
+                               "stream gives independent rollouts (the A/A control); held-out "
+                               "evaluation noise is keyed by the seed alone", ge=0)
+    steps: int = opt(200, "GRPO steps", ge=0)
     out: str | None = opt(None, "output directory (default runs/<strategy>-s<seed>)")
     threads: int = opt(1, "torch CPU threads (1 is fastest for the tiny model; run processes "
                           "in parallel instead)", ge=1)

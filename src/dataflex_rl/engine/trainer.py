@@ -104,8 +104,11 @@ class GRPOTrainer:
         self.noise_base = derive_seed(self.seed, f"rollout:{config.noise_stream}")
         self.gen_prerollout = torch.Generator().manual_seed(derive_seed(self.seed, "prerollout"))
         o = config.optim
-        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr,
-                                           betas=tuple(o.betas), weight_decay=o.weight_decay)
+        params = self.policy.model.parameters()
+        self.optimizer = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum,
+                                         weight_decay=o.weight_decay) if o.name == "sgd" \
+            else torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas),
+                                   weight_decay=o.weight_decay)
         self.step = 0
         self._warned: set[type] = set()
 
@@ -329,11 +332,16 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ evaluation and state
     def evaluate(self) -> dict[str, float]:
-        """Held-out accuracy per domain, greedy and sampled (its own fixed seed)."""
+        """Held-out accuracy per domain, greedy and sampled.
+
+        The sampled accuracy's noise is keyed by the seed alone, not by ``noise_stream``: the
+        held-out measurement is the instrument every arm of a seed shares (an A/A arm differs
+        from its baseline in training noise only, as two strategies do).
+        """
         e = self.config.eval
         return evaluate(self.policy, self.taskset, per_domain=e.per_domain, samples=e.samples,
                         temperature=e.temperature, max_new_tokens=self.config.grpo.max_new_tokens,
-                        seed=derive_seed(self.seed, f"eval:{self.config.noise_stream}"))
+                        seed=derive_seed(self.seed, "eval"))
 
     def parameter_hash(self) -> str:
         """sha256 of the current policy parameters."""

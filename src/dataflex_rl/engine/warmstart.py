@@ -51,7 +51,7 @@ class BootstrapArgs:
     """
 
     seed: int = 0
-    steps: int = 1600
+    steps: int = 150
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -61,7 +61,7 @@ class BootstrapArgs:
     eval_size: int = 200
     eval_seed: int = 0
     difficulty: dict[str, Any] | None = None
-    warm_size: int = 20000
+    warm_size: int = 0
 
 
 #: `BootstrapArgs` field -> engine ``tasks`` key, for the arguments that fix the task split

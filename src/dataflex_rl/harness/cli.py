@@ -18,7 +18,7 @@ Controls (--control, or the experiment's 'controls' key) add arms whose outcome 
 drop_half (planted harms: must be worse). See docs/controls.md.
 --until-decided adds seeds in rounds until every comparison is decided by an anytime-valid rule
 (better, worse, or equivalent within --margin), at most --max-seeds.
-Example: dataflex-rl compare configs/experiments/quick.yaml --workers 2 --control drop_half"""
+Example: dataflex-rl compare configs/experiments/quick.yaml --seeds 6 --control no_update"""
 
 REPORT_HELP = """\
 The statistics and report of 'compare' for results produced elsewhere (e.g. verl campaigns on
@@ -35,10 +35,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     from dataflex_rl.core.registry import ConfigError
 
-    exp = load_experiment(args.experiment, args.control or ())
+    exp = load_experiment(args.experiment, args.control or (), seeds=args.seeds)
     out = Path(args.out or Path("runs") / "compare" / exp.name)
     if not args.until_decided and (args.max_seeds, args.round, args.margin) != (None,) * 3:
         raise ConfigError("--max-seeds, --round and --margin go with --until-decided")
+    if args.until_decided and args.seeds is not None:
+        raise ConfigError("--seeds and --until-decided exclude each other (--until-decided "
+                          "adds seeds itself, up to --max-seeds)")
     if args.until_decided and args.max_seeds is None:
         raise ConfigError("--until-decided needs --max-seeds N (the most seeds to run)")
     if args.dry_run:
@@ -130,6 +133,9 @@ def register_commands(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="run seeds 0..N-1 instead of the experiment's 'seeds' (finished runs "
+                        "of the first seeds are reused)")
     p.add_argument("--control", action="append", metavar="NAME",
                    help="add a control arm (repeatable): aa (must be no different), no_update, "
                         "half_lr, drop_half (must be worse); see docs/controls.md")

@@ -281,12 +281,22 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
     return exp
 
 
-def load_experiment(path: str | Path, controls: tuple[str, ...] | list[str] = ()
-                    ) -> Experiment:
-    """Read and validate an experiment YAML file (``controls``: names added to its own).
+def load_experiment(path: str | Path, controls: tuple[str, ...] | list[str] = (),
+                    seeds: int | None = None) -> Experiment:
+    """Read and validate an experiment YAML file.
+
+    Args:
+        controls: control names added to the file's own.
+        seeds: run seeds ``0..seeds-1`` instead of the file's ``seeds`` (``compare --seeds``).
 
     Raises:
         ConfigError: missing or malformed file, or an invalid key (named).
     """
     p = Path(path)
-    return parse_experiment(load_yaml(p), str(path), p.resolve().parent, controls)
+    data = load_yaml(p)
+    if seeds is not None:
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+            raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
+        if isinstance(data, dict):
+            data = {**data, "seeds": seeds}
+    return parse_experiment(data, str(path), p.resolve().parent, controls)

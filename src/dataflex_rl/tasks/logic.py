@@ -64,7 +64,7 @@ class LogicDomain(Domain):
     """Ordering puzzles, implication chaining and/or boolean formulas.
 
     Args:
-        level: preset of the knobs below (1 easiest .. 3; default 2).
+        level: preset of the knobs below (1 easiest .. 3; default 3).
         form: ``"order"``, ``"horn"``, ``"bool"``, or several joined by ``+``.
         min_vars: fewest letters in an ordering puzzle (>= 2).
         max_vars: most letters in an ordering puzzle (<= 7, and <= ``len(letters)``).
@@ -85,6 +85,8 @@ class LogicDomain(Domain):
     """
 
     name = "logic"
+    #: the engine's default level (engine.config.DEFAULT_DIFFICULTY)
+    DEFAULT_LEVEL = 3
     LEVELS = {
         1: dict(form="horn", min_vars=3, max_vars=3, letters="abcdefgh", min_hops=1,
                 max_hops=2, distractors=1, min_depth=1, max_depth=2),

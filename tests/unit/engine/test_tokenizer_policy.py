@@ -80,5 +80,7 @@ def test_shipped_tiny_matches_its_manifest():
     manifest = read_manifest(ASSETS_DIR / "tiny")
     policy = load_policy("tiny")
     assert parameter_hash(policy.model) == manifest["parameter_sha256"]
+    # every domain is learned but not solved: greedy accuracy leaves room, and the engine's
+    # primary metric (mean accuracy over samples at temperature 1) leaves much more
     for acc in manifest["heldout_greedy_accuracy"].values():
-        assert 0.15 <= acc <= 0.75
+        assert 0.15 <= acc <= 0.85

@@ -136,3 +136,15 @@ def test_warns_when_the_policy_was_warm_started_beside_another_split(tasks, tmp_
                                          r"tasks\.warm_size: 0 \(bootstrap: 1000\)") as rec:
         GRPOTrainer(config, "baseline", taskset=tasks, policy=policy)
     assert len(rec) == 1 and "Held-out prompts may have been seen" in str(rec[0].message)
+
+
+def test_optimizer_is_chosen_by_name_with_its_settings(tasks):
+    sgd = make_trainer(tasks, optim={"name": "sgd", "lr": 0.05, "momentum": 0.5})
+    assert type(sgd.optimizer) is torch.optim.SGD
+    group = sgd.optimizer.param_groups[0]
+    assert group["lr"] == 0.05 and group["momentum"] == 0.5
+    adam = make_trainer(tasks, optim={"name": "adamw", "lr": 1e-4, "betas": [0.8, 0.99]})
+    assert type(adam.optimizer) is torch.optim.AdamW
+    assert adam.optimizer.param_groups[0]["betas"] == (0.8, 0.99)
+    with pytest.raises(Exception, match="optim.name"):
+        load_config({"optim": {"name": "adam"}})

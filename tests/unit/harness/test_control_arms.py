@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.harness.cli import register_commands
 from dataflex_rl.harness.compare import run_compare
 from dataflex_rl.harness.experiment import parse_experiment
@@ -58,7 +59,8 @@ def test_controls_become_labelled_arms_with_required_outcomes(value):
     arms = {s.label: s for s in e.strategies}
     assert arms["aa_control"].engine == {"noise_stream": 1}
     assert arms["no_update_control"].engine == {"optim": {"lr": 0.0}}
-    assert arms["half_lr_control"].engine == {"optim": {"lr": 1.5e-5}}   # default lr 3e-5
+    # half the engine's default learning rate
+    assert arms["half_lr_control"].engine == {"optim": {"lr": EngineConfig().optim.lr / 2}}
     assert arms["drop_half_control"].engine == {}
     select = arms["drop_half_control"].to_dict()["select"]
     assert select["actuator"] == {"name": "random_groups", "fraction": 0.5, "salt": 0}
@@ -152,7 +154,7 @@ def test_arms_have_their_own_config_and_fingerprint(tmp_path):
     assert aa.identity["config"]["noise_stream"] == 1 and aa.engine_overrides == {
         "noise_stream": 1}
     assert by[("no_update_control", 1)].config["optim"]["lr"] == 0.0
-    assert by[("half_lr_control", 1)].config["optim"]["lr"] == 1.5e-5
+    assert by[("half_lr_control", 1)].config["optim"]["lr"] == EngineConfig().optim.lr / 2
     assert by[("drop_half_control", 0)].config == base.config
 
 
@@ -169,7 +171,8 @@ def test_workers_get_the_arms_engine_and_adding_a_control_reuses_finished_runs(t
     def seen(label):
         return json.loads((tmp_path / "runs" / label / "seed1" / "seen.json").read_text())
 
-    assert seen("aa_control") == {"lr": 3e-5, "noise_stream": 1, "select": None}
+    assert seen("aa_control") == {"lr": EngineConfig().optim.lr, "noise_stream": 1,
+                                  "select": None}
     assert seen("no_update_control")["lr"] == 0.0
     assert seen("drop_half_control")["select"]["actuator"]["name"] == "random_groups"
     run = json.loads((tmp_path / "runs" / "no_update_control" / "seed0" / "run.json")
@@ -187,7 +190,7 @@ def test_cli_control_flag_and_dry_run(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 8
     assert lines[2].split()[:3] == ["half_lr_control", "seed", "0"]
-    assert lines[2].endswith("engine {'optim': {'lr': 1.5e-05}}")
+    assert lines[2].endswith(f"engine {{'optim': {{'lr': {EngineConfig().optim.lr / 2}}}}}")
     with pytest.raises(ConfigError, match="--until-decided needs --max-seeds"):
         run_cli(["compare", str(path), "--until-decided"])
     with pytest.raises(ConfigError, match="go with --until-decided"):

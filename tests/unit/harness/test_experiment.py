@@ -77,3 +77,12 @@ def test_strategy_entries_labels_and_files(tmp_path):
 def test_engine_config_defaults_keep_workers_quiet():
     cfg = parse_experiment(MINIMAL).engine_config()
     assert cfg.log.progress is False and cfg.log.plots is False
+
+
+def test_seeds_override_runs_seeds_0_to_n_minus_1():
+    quick = ROOT / "configs" / "experiments" / "quick.yaml"
+    assert load_experiment(quick).seeds == (0, 1)
+    assert load_experiment(quick, ["aa"], seeds=6).seeds == tuple(range(6))
+    for bad in (0, -2, True, 2.5):
+        with pytest.raises(ConfigError, match="--seeds: must be an integer >= 1"):
+            load_experiment(quick, seeds=bad)

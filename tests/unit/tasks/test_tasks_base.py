@@ -23,14 +23,8 @@ from dataflex_rl.tasks.base import Draw
 ROOMY = {"math": {"level": 4, "ops": "+-"}, "logic": {"level": 3, "form": "order+horn"},
          "science": {"kinds": ("law",), "max_value": 40}}
 #: math with operands 0-3: only 32 distinct 2-term prompts beside 256 3-term ones
-FEW_TWO_TERM = {"math": {"max_operand": 3, "min_terms": 2, "max_terms": 3, "ops": "+-",
-                         "allow_negative": True}}
-#: tests that use the domains' default levels at sizes where a task type saturates (issue 11:
-#: new default levels are being chosen); they pass again once the defaults have room
-saturating_defaults = pytest.mark.xfail(
-    raises=ConfigError, strict=False,
-    reason="issue 11: a default level saturates a task type at these sizes (pending new "
-           "default levels)")
+FEW_TWO_TERM = {"math": {"form": "expr", "max_operand": 3, "min_terms": 2, "max_terms": 3,
+                         "ops": "+-", "allow_negative": True}}
 
 
 def _prompts(problems):
@@ -72,7 +66,8 @@ def test_registry_has_default_domains():
 
 
 def test_make_domain_forms():
-    assert make_domain("math").settings["level"] == 2
+    assert make_domain("math").settings["level"] == 5          # the engine's default
+    assert make_domain("math").settings["form"] == "sort"
     assert make_domain("math", 3).settings["ops"] == "+-*"
     d = make_domain("math", {"level": 1, "max_operand": 50})
     assert d.settings["level"] == 1 and d.max_operand == 50 and d.ops == "+-"
@@ -91,7 +86,6 @@ def test_make_domain_errors_name_the_key():
         make_domain("math", "hard")  # type: ignore[arg-type]
 
 
-@saturating_defaults
 def test_build_taskset_shapes_and_disjointness():
     ts = build_taskset(train_size=300, eval_size=50, seed=3)
     assert ts.domains == ("math", "logic", "science")

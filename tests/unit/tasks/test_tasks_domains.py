@@ -204,7 +204,8 @@ def test_charset_covers_and_lengths_fit_a_char_model(name, level):
     assert cs == "".join(sorted(set(cs)))
     for p in d.generate(400, 1, allow_fewer=True):
         assert set(p.prompt) | set(p.answer) <= set(cs), p
-        assert len(p.prompt) <= 24 and 1 <= len(p.answer) <= 8, p
+        # answers fit the engine's default response budget (10 tokens, EOS included)
+        assert len(p.prompt) <= 24 and 1 <= len(p.answer) <= 9, p
 
 
 def test_exclude_is_respected():
@@ -232,12 +233,13 @@ def test_difficulty_knob_changes_the_distribution():
     assert mean_len("science", 1, lambda p: int(p.answer)) < mean_len(
         "science", 3, lambda p: int(p.answer))
     ops = {c for p in MathDomain(level=3).generate(300, 0) for c in p.prompt}
-    assert "*" in ops and "*" not in {c for p in MathDomain().generate(300, 0) for c in p.prompt}
-    terms = [len(re.split(r"[-+*]", p.prompt[:-1])) for p in MathDomain(min_terms=4,
+    assert "*" in ops and "*" not in {c for p in MathDomain(2).generate(300, 0)
+                                      for c in p.prompt}
+    terms = [len(re.split(r"[-+*]", p.prompt[:-1])) for p in MathDomain(2, min_terms=4,
                                                                          max_terms=4)
              .generate(50, 0)]
     assert set(terms) == {4}
-    operands = [int(x) for p in MathDomain(max_operand=5, ops="+").generate(50, 0)
+    operands = [int(x) for p in MathDomain(2, max_operand=5, ops="+").generate(50, 0)
                 for x in p.prompt[:-1].split("+")]
     assert max(operands) == 5 and min(operands) == 0
 
@@ -249,8 +251,10 @@ def test_difficulty_knob_changes_the_distribution():
     ("logic", {"max_vars": 8}, "max_vars"), ("logic", {"max_depth": 5}, "max_depth"),
     ("logic", {"form": "order+order"}, "form"), ("logic", {"max_hops": 5}, "max_hops"),
     ("logic", {"distractors": 4}, "distractors"), ("logic", {"letters": "abc"}, "letters"),
-    ("science", {"kinds": ("law", "chem")}, "kinds"), ("science", {"max_value": 100},
-                                                       "max_value"),
+    ("science", {"kinds": ("law", "chem")}, "kinds"),
+    ("science", {"level": 2, "max_value": 100}, "max_value"),
+    ("science", {"max_value": 1000}, "max_value"), ("science", {"units": "imperial"}, "units"),
+    ("math", {"form": "roman"}, "form"), ("math", {"max_terms": 13}, "max_terms"),
 ])
 def test_bad_knobs_raise(name, kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -303,3 +307,32 @@ def test_science_task_type_is_the_kind_it_was_drawn_from(kind):
     for level in (1, 2, 3):
         d = ScienceDomain(level=level, kinds=(kind,))
         assert {d.task_type(p.prompt) for p in d.generate(60, level)} == {kind}
+
+
+def test_math_sort_answers_are_the_prompt_digits_in_ascending_order():
+    d = MathDomain(5)
+    assert d.settings["form"] == "sort"
+    problems = d.generate(300, 3)
+    for p in problems:
+        assert p.prompt.startswith("sort") and p.prompt.endswith("=")
+        digits = p.prompt[len("sort"):-1]
+        assert digits.isdigit() and 8 <= len(digits) <= 9
+        assert p.answer == "".join(sorted(digits)) and d.task_type(p.prompt) == "sort"
+    assert {len(p.answer) for p in problems} == {8, 9}
+    # hand-worked: leading zeros are kept (the answer is a digit string, not a number)
+    assert d.verify(d.make("sort30210=", "00123"), "00123") == 1.0
+
+
+def test_metric_units_convert_by_powers_of_ten_in_both_directions():
+    power = {"km": 3, "m": 0, "cm": -2, "mm": -3, "kg": 3, "g": 0, "mg": -3, "L": 0, "mL": -3}
+    d = ScienceDomain(4)
+    pairs = set()
+    for p in d.generate(2000, 0):
+        x, a, b = re.fullmatch(r"(\d+)([a-zA-Z]+)=\?([a-zA-Z]+)", p.prompt).groups()
+        # x a = answer b, scaled by 10^3 so every exponent is >= 0
+        assert int(x) * 10 ** (power[a] + 3) == int(p.answer) * 10 ** (power[b] + 3), p
+        assert 1 <= int(x if power[a] > power[b] else p.answer) <= 999
+        pairs.add((a, b))
+    # 10 pairs of units of one dimension, each asked both ways
+    assert len(pairs) == 20 and ("km", "mm") in pairs and ("mm", "km") in pairs
+    assert d.verify(d.make("37km=?cm", "3700000"), "3700000") == 1.0
