@@ -17,17 +17,21 @@ Each row has ``domain`` (the column the ``dataflex`` block reads by default), ``
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 from pathlib import Path
 
 INSTRUCTION = "Think step by step, then give the final answer as \\boxed{{{what}}}."
 LOGIC_HELP = {
-    "order": "Each clue 'x>y' says x is larger than y. List the letters from smallest to "
-             "largest, with no spaces.",
-    "horn": "Each rule 'x->y' says that x implies y. Answer yes or no.",
+    "order": "Each clue 'x<y' or 'y>x' says x comes before y. List the letters in order, "
+             "with no spaces.",
+    "horn": "The first letter is true; each rule 'x-y' says that if x is true, y is true. "
+            "List every true letter in alphabetical order, with no spaces.",
     "bool": "Evaluate the boolean formula (1 = true, 0 = false). Answer 1 or 0.",
 }
-
+#: generator levels for a language model: arithmetic with 3-4 operands up to 99, the hardest
+#: implication chains, metric unit conversions (each has room for thousands of distinct prompts)
+LEVELS = {"math": {"level": 4, "min_terms": 3}, "logic": 3, "science": 4}
 
 def row(domain: str, source: str, question: str, answer: str, answer_type: str,
         what: str, index: int, split: str) -> dict:
@@ -67,20 +71,24 @@ def sciq(split: str, n: int, seed: int) -> list[dict]:
     return out
 
 
-def generated(domain: str, split: str, n: int, seed: int) -> list[dict]:
-    """dataflex-rl's procedural problems (exact answers), worded for a language model."""
+@functools.lru_cache(maxsize=None)
+def _taskset(domain: str, n_train: int, n_test: int, seed: int):
+    """One split of one de-duplicated stream: train and test never share a prompt."""
     from dataflex_rl.tasks import build_taskset
 
-    level = {"math": 3, "logic": 3, "science": 3}[domain]
-    tasks = build_taskset((domain,), train_size=n, eval_size=n, seed=seed,
-                          difficulty={domain: level})
+    return build_taskset((domain,), train_size=n_train, eval_size=n_test, seed=seed,
+                         difficulty={domain: LEVELS[domain]})
+
+
+def generated(domain: str, split: str, sizes: tuple[int, int], seed: int) -> list[dict]:
+    """dataflex-rl's procedural problems (exact answers), worded for a language model."""
+    tasks = _taskset(domain, *sizes, seed)
     problems = tasks.train[domain] if split == "train" else tasks.eval[domain]
+    handler = tasks.handler(domain)
     out = []
-    for i, p in enumerate(problems[:n]):
+    for i, p in enumerate(problems):
         if domain == "logic":
-            form = "order" if ("<" in p.prompt or ">" in p.prompt) and "->" not in p.prompt \
-                else ("horn" if "->" in p.prompt else "bool")
-            question = f"{LOGIC_HELP[form]}\n{p.prompt}"
+            question = f"{LOGIC_HELP[handler.task_type(p.prompt)]}\n{p.prompt}"
             answer_type, what = "exact", "answer"
         else:
             verb = "Compute" if domain == "math" else "Convert the units"
@@ -91,10 +99,13 @@ def generated(domain: str, split: str, n: int, seed: int) -> list[dict]:
     return out
 
 
-def build(split: str, n: int, seed: int, offline: bool) -> list[dict]:
+def build(split: str, sizes: tuple[int, int], seed: int, offline: bool) -> list[dict]:
+    """Rows of ``split``; ``sizes`` = (train, test) problems per domain."""
     if offline:
-        return [r for d in ("math", "logic", "science") for r in generated(d, split, n, seed)]
-    return gsm8k(split, n, seed) + generated("logic", split, n, seed) + sciq(split, n, seed)
+        return [r for d in ("math", "logic", "science")
+                for r in generated(d, split, sizes, seed)]
+    n = sizes[0] if split == "train" else sizes[1]
+    return gsm8k(split, n, seed) + generated("logic", split, sizes, seed) + sciq(split, n, seed)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,8 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     import pandas as pd
 
     args.out.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", args.train_per_domain), ("test", args.test_per_domain)):
-        rows = build(split, n, args.seed, args.offline)
+    sizes = (args.train_per_domain, args.test_per_domain)
+    for split in ("train", "test"):
+        rows = build(split, sizes, args.seed, args.offline)
         pd.DataFrame(rows).to_parquet(args.out / f"{split}.parquet")
         counts = pd.Series([r["domain"] for r in rows]).value_counts().to_dict()
         print(f"{args.out / f'{split}.parquet'}: {len(rows)} rows {counts}")
