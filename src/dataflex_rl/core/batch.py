@@ -29,7 +29,7 @@ from dataflex_rl.core.segment import (
     rank_in_segment,
     segment_count,
     segment_min,
-    segment_sum,
+    segment_moments,
 )
 
 #: Absolute advantage below which a response counts as carrying no learning signal.
@@ -209,7 +209,7 @@ class RolloutBatch:
         """[B] bool: active rows with a learning signal.
 
         With advantages: |mean token advantage| > eps. Without: the row's group has two
-        different rewards.
+        different rewards (``group_std > 0``, exact: see `segment_moments`).
         """
         if self.advantages is not None:
             return self.active_mask & (self.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
@@ -227,23 +227,27 @@ class RolloutBatch:
         return segment_count(ok, self.group_ids, self.num_groups)
 
     @cached_property
+    def _group_moments(self) -> tuple[Tensor, Tensor]:
+        mean, std, _ = segment_moments(self.rewards, self.group_ids, self.num_groups,
+                                       self.active_mask)
+        return mean, std
+
+    @property
     def group_mean(self) -> Tensor:
-        """[G] mean reward over active responses (0 for empty groups)."""
-        s = segment_sum(self.clean_rewards, self.group_ids, self.num_groups)
-        return s / self.group_size.clamp(min=1).to(s.dtype)
+        """[G] float64 mean reward over active responses (0 for empty groups).
 
-    @cached_property
-    def group_std(self) -> Tensor:
-        """[G] unbiased reward std over active responses (0 for groups of size < 2).
-
-        Unbiased (n-1) like ``torch.std`` and verl's GRPO advantage.
+        Computed by `segment_moments` (float64; exactly the common value for a constant group).
         """
-        dev = torch.where(self.active_mask, self.clean_rewards - self.group_mean[self.group_ids],
-                          torch.zeros_like(self.clean_rewards))
-        ss = segment_sum(dev * dev, self.group_ids, self.num_groups)
-        n = self.group_size.to(ss.dtype)
-        var = torch.where(n > 1, ss / (n - 1).clamp(min=1), torch.zeros_like(ss))
-        return var.sqrt()
+        return self._group_moments[0]
+
+    @property
+    def group_std(self) -> Tensor:
+        """[G] float64 unbiased reward std over active responses (0 for groups of size < 2).
+
+        Unbiased (n-1) like ``torch.std`` and verl's GRPO advantage. Exactly 0 if and only if
+        the group's active rewards are all equal (the rule of `segment_moments`).
+        """
+        return self._group_moments[1]
 
     @cached_property
     def rank_in_group(self) -> Tensor:

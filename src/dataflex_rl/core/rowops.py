@@ -109,12 +109,15 @@ class TokenBlocks:
             return x.view(-1, self.K).index_select(0, flat)
         return self._blocks(x)[self.mixed_rows, self.mixed_cols]
 
-    def row_sums(self, values: Tensor, absolute: bool = False) -> Tensor:
+    def row_sums(self, values: Tensor, absolute: bool = False,
+                 center: Tensor | None = None) -> Tensor:
         """[B] sum over each row's valid tokens of ``values`` (of ``|values|`` if ``absolute``).
 
         Args:
             values: [B, T] float, same shape as the mask.
             absolute: sum absolute values.
+            center: optional [B] value subtracted from each (absolute) token value of its row
+                before summing (see `row_means`).
 
         Returns:
             [B] in ``values.dtype``; 0 for rows without valid tokens.
@@ -122,13 +125,19 @@ class TokenBlocks:
         if values.shape != self.mask.shape:
             raise ValueError(f"values {tuple(values.shape)} do not match the mask "
                              f"{tuple(self.mask.shape)}")
+        c = None if center is None else center.to(values.dtype)[:, None]
         if self.nb:
             v3 = self._blocks(values)
-            bs = self._abs_block_sums(v3) if absolute else _block_sums(v3)
+            if absolute or c is not None:
+                bs = self._shifted_block_sums(v3, absolute, None if c is None else c[:, :, None])
+            else:
+                bs = _block_sums(v3)
             out = bs.masked_fill_(self.not_full, 0.0).sum(1)
             if self.mixed_rows.numel():
                 part = self._gather(values)                                  # a copy: ours
                 part = part.abs_() if absolute else part
+                if c is not None:
+                    part.sub_(c[self.mixed_rows])
                 part.masked_fill_(self.mixed_invalid, 0.0)
                 out.index_add_(0, self.mixed_rows, part.sum(1))
         else:
@@ -136,8 +145,41 @@ class TokenBlocks:
         if self.tail:
             v = values[:, self.nb * self.K:]
             v = v.abs() if absolute else v
+            v = v - c if c is not None else v
             out = out + torch.where(self.mask[:, self.nb * self.K:], v, 0.0).sum(1)
         return out
+
+    def row_means(self, values: Tensor, absolute: bool = False) -> Tensor:
+        """[B] float64 mean over each row's valid tokens of ``values`` (``|values|``); 0 for
+        rows without valid tokens.
+
+        Summed as deviations from the row's first valid token c: mean = c + sum(x - c) / n.
+        A row whose valid tokens are all equal therefore gets exactly that value (a float32
+        sum of n equal values does not divide back to it, so ties would be broken by
+        rounding), at the cost of the plain float32 pass. Rows whose float32 sum overflows
+        (|x| near 3.4e38) are summed again in float64: finite tokens give a finite mean.
+        """
+        B, T = values.shape
+        n = self.row_counts
+        col = torch.zeros_like(n)
+        if T:
+            lacking = (~self.mask[:, 0] & (n > 0)).nonzero().squeeze(1)
+            if lacking.numel():                   # rows with a hole at column 0 (rare)
+                col[lacking] = self.mask[lacking].to(torch.uint8).argmax(1)
+            c = values[torch.arange(B, device=values.device), col]
+        else:
+            c = torch.zeros(B, dtype=values.dtype, device=values.device)
+        c = c.abs() if absolute else c
+        c = torch.where(n > 0, c, torch.zeros_like(c))
+        s = self.row_sums(values, absolute, center=c)
+        bad = (~torch.isfinite(s) & torch.isfinite(c)).nonzero().squeeze(1)
+        s = s.to(torch.float64)
+        if bad.numel():                           # overflow: those rows again in float64
+            v = values[bad].to(torch.float64)
+            v = v.abs() if absolute else v
+            v = v - c[bad].to(torch.float64)[:, None]
+            s[bad] = v.masked_fill_(~self.mask[bad], 0.0).sum(1)
+        return c.to(torch.float64) + s / n.clamp(min=1).to(torch.float64)
 
     def fill_invalid_(self, x: Tensor, value: float = 0.0) -> Tensor:
         """Set ``x`` [B, T] to ``value`` on invalid tokens, in place (block by block: no [B, T]
@@ -159,18 +201,25 @@ class TokenBlocks:
             x[:, self.nb * self.K:].masked_fill_(~self.mask[:, self.nb * self.K:], value)
         return x
 
-    def _abs_block_sums(self, v3: Tensor) -> Tensor:
-        """[B, nb] block sums of |v3|, a chunk of rows at a time (the |.| buffer stays cached)."""
+    def _shifted_block_sums(self, v3: Tensor, absolute: bool, c3: Tensor | None) -> Tensor:
+        """[B, nb] block sums of |v3| (or v3) minus ``c3`` [B, 1, 1], a chunk of rows at a
+        time (the elementwise buffer stays cached)."""
         B, nb, K = v3.shape
         rows = max(1, _CHUNK_ELEMS // max(nb * K, 1))
         if rows >= B:
-            return v3.abs().sum(2)
+            t = v3.abs() if absolute else v3.clone()
+            return _block_sums(t.sub_(c3) if c3 is not None else t)
         out = torch.empty(B, nb, dtype=v3.dtype, device=v3.device)
         buf = torch.empty(rows, nb, K, dtype=v3.dtype, device=v3.device)
         for i in range(0, B, rows):
             j = min(i + rows, B)
             b = buf[: j - i]
-            torch.abs(v3[i:j], out=b)
+            if absolute:
+                torch.abs(v3[i:j], out=b)
+            else:
+                b.copy_(v3[i:j])
+            if c3 is not None:
+                b.sub_(c3[i:j])
             out[i:j] = _block_sums(b)
         return out
 

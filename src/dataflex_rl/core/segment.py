@@ -41,6 +41,43 @@ def segment_min(values: Tensor, segment_ids: Tensor, num_segments: int, empty: f
     return out.scatter_reduce_(0, segment_ids, values, reduce="amin", include_self=False)
 
 
+def segment_moments(values: Tensor, segment_ids: Tensor, num_segments: int,
+                    mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-segment mean and unbiased std of ``values`` over ``mask``, and each deviation.
+
+    **The one rule for group statistics in this package.** Every group statistic (mean, std,
+    "zero variance", re-centred advantages) is computed here, in float64, on values shifted by
+    their segment's minimum. A segment whose masked values are all exactly equal (min == max)
+    therefore has mean exactly equal to that value, every deviation exactly 0 and std exactly
+    0, whatever the value and the segment size (float32 arithmetic gave 16 rewards of 0.7 a
+    std of ~3e-8 and advantages of +-0.056). "Zero variance" / "not informative" means
+    ``std == 0``, i.e. min == max; segments with fewer than two masked values also have std 0.
+    Float32-range inputs (|x| up to 3.4e38) give finite results.
+
+    Args:
+        values: [N] float (any float dtype; computed in float64).
+        segment_ids: [N] dense segment ids.
+        num_segments: S.
+        mask: [N] bool, the elements that count (others get deviation 0).
+
+    Returns:
+        (mean [S] float64 (0 for empty segments), std [S] float64 unbiased (n - 1) like
+        ``torch.std`` (0 for segments of size < 2), dev [N] float64 ``x - mean`` of the
+        element's segment (0 where ``mask`` is False)).
+    """
+    x = torch.where(mask, values.to(torch.float64), torch.zeros((), dtype=torch.float64))
+    lo = segment_min(torch.where(mask, x, torch.full_like(x, float("inf"))), segment_ids,
+                     num_segments, empty=0.0)
+    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))      # empty: 0
+    shifted = torch.where(mask, x - lo[segment_ids], torch.zeros_like(x))
+    n = segment_count(mask, segment_ids, num_segments).to(torch.float64)
+    shifted_mean = segment_sum(shifted, segment_ids, num_segments) / n.clamp(min=1)
+    dev = torch.where(mask, shifted - shifted_mean[segment_ids], torch.zeros_like(x))
+    ss = segment_sum(dev * dev, segment_ids, num_segments)
+    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), torch.zeros_like(ss))
+    return lo + shifted_mean, var.sqrt(), dev
+
+
 def lexsort(*keys: Tensor) -> Tensor:
     """Indices that sort by the keys, the **last** key primary (numpy's convention).
 

@@ -106,18 +106,22 @@ def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
 
 def grpo_advantages_per_response(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
                                  eps: float = 1e-6) -> Tensor:
-    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens)."""
-    from dataflex_rl.core.segment import segment_count, segment_sum
+    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens).
 
-    G = batch.num_groups
+    Group statistics follow `segment_moments` (float64): a group whose kept rewards are all
+    equal gets advantages exactly 0. The result is in the rewards' dtype, clamped to its finite
+    range.
+    """
+    from dataflex_rl.core.segment import segment_moments
+
     k = keep & batch.active_mask
-    r = torch.where(k, batch.clean_rewards, torch.zeros_like(batch.clean_rewards))
-    n = segment_count(k, batch.group_ids, G).to(r.dtype)
-    mean = segment_sum(r, batch.group_ids, G) / n.clamp(min=1)
-    dev = torch.where(k, r - mean[batch.group_ids], torch.zeros_like(r))
-    var = segment_sum(dev * dev, batch.group_ids, G) / (n - 1).clamp(min=1)
-    adv = dev / (var.sqrt()[batch.group_ids] + eps) if norm_by_std else dev
-    return torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
+    _, std, dev = segment_moments(batch.rewards, batch.group_ids, batch.num_groups, k)
+    adv = dev / (std[batch.group_ids] + eps) if norm_by_std else dev
+    n = torch.bincount(batch.group_ids[k], minlength=batch.num_groups)
+    adv = torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
+    dtype = batch.rewards.dtype
+    big = torch.finfo(dtype).max
+    return adv.clamp(-big, big).to(dtype)
 
 
 @dataclass(eq=False)
@@ -291,8 +295,14 @@ class Strategy:
 
     # ------------------------------------------------------------------ after advantages
     def decide(self, batch: RolloutBatch) -> Decision:
-        """Select and reweight this batch; update mixing signals and prompt histories."""
+        """Select and reweight this batch; update mixing signals and prompt histories.
+
+        A decision never carries gradients: inputs that require grad (rewards, advantages,
+        old log-probs) are detached here, once, so every weight, mask and advantage of the
+        `Decision` has ``requires_grad`` False and no ``grad_fn``.
+        """
         t0 = time.perf_counter()
+        batch = detach_batch(batch)
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
@@ -460,6 +470,14 @@ class Strategy:
             setattr(self, f"_{key}", None if v is None else v.clone())
         if self._history is not None:
             self._history.load_state_dict(state["history"])
+
+
+def detach_batch(batch: RolloutBatch) -> RolloutBatch:
+    """``batch`` with its float fields detached from autograd (the same object when none
+    requires grad)."""
+    changes = {name: t.detach() for name in ("rewards", "advantages", "old_log_probs")
+               if (t := getattr(batch, name)) is not None and t.requires_grad}
+    return batch.replace(**changes) if changes else batch
 
 
 def _warn_zero_mean(step: int, who: str) -> None:

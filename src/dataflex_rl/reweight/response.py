@@ -23,7 +23,8 @@ class Softmax(Reweighter):
     temperature: float = param(1.0, "softmax temperature; large -> uniform weights", gt=0.0)
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        s = scores.to(torch.float64) / self.temperature
+        big = torch.finfo(torch.float64).max
+        s = (scores.to(torch.float64) / self.temperature).clamp(-big, big)   # finite: no inf - inf
         top = s[norm_mask].max() if bool(norm_mask.any()) else torch.tensor(0.0, dtype=s.dtype)
         return torch.exp(torch.where(norm_mask, s - top, torch.zeros_like(s)))
 
@@ -31,7 +32,13 @@ class Softmax(Reweighter):
 @REWEIGHTERS.register("per")
 @dataclass
 class Priority(Reweighter):
-    """w = (|score| + eps) ** alpha, normalized to mean 1 (prioritized replay)."""
+    """w = (|score| + eps) ** alpha, normalized to mean 1 (prioritized replay).
+
+    Computed in log space relative to the largest priority of the normalization set,
+    exp(alpha * (log(|s| + eps) - max log(|s| + eps))), which equals the formula up to the
+    factor the mean-1 normalization removes: finite for any finite score and alpha (|A| of
+    3e38 gave NaN as inf / inf).
+    """
 
     default_scorer: ClassVar[str | None] = "advantage_magnitude"
     paper: ClassVar[str] = "Schaul et al. 2016, Prioritized Experience Replay"
@@ -39,7 +46,9 @@ class Priority(Reweighter):
     eps: float = param(0.01, "added to |score| so no informative response gets weight 0", gt=0.0)
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        return (scores.to(torch.float64).abs() + self.eps) ** self.alpha
+        log_p = torch.log(scores.to(torch.float64).abs() + self.eps)
+        top = log_p[norm_mask].max() if bool(norm_mask.any()) else torch.zeros((), dtype=log_p.dtype)
+        return torch.exp(torch.where(norm_mask, self.alpha * (log_p - top), torch.zeros_like(log_p)))
 
 
 @REWEIGHTERS.register("band_weight")

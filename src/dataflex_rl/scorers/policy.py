@@ -15,7 +15,12 @@ from dataflex_rl.core.batch import RolloutBatch
 @SCORERS.register("advantage_magnitude")
 @dataclass
 class AdvantageMagnitude(Scorer):
-    """|advantage| of each response: mean |A_t| over its valid tokens (0 if none)."""
+    """|advantage| of each response: mean |A_t| over its valid tokens (0 if none).
+
+    Float64, from `TokenBlocks.row_means`: responses whose tokens all carry the same |A| get
+    exactly that value, so equal |A| ties exactly (rankings break it by index, not by float32
+    rounding), and |A| up to 3.4e38 stays finite.
+    """
 
     granularity: ClassVar[str] = "response"
     requires: ClassVar[tuple[str, ...]] = ("advantages",)
@@ -23,8 +28,7 @@ class AdvantageMagnitude(Scorer):
     def score(self, batch: RolloutBatch) -> Tensor:
         if batch.advantages is None:
             raise ValueError("advantage_magnitude needs 'advantages' in the batch")
-        total = batch.token_blocks.row_sums(batch.advantages, absolute=True)
-        mean = total / batch.response_length.clamp(min=1)
+        mean = batch.token_blocks.row_means(batch.advantages, absolute=True)
         return torch.where(batch.active_mask, mean, 0.0)
 
 

@@ -15,7 +15,7 @@ from torch import Tensor
 from dataflex_rl.core.base import SELECTORS, Selector
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import param
-from dataflex_rl.core.segment import lexsort, rank_in_segment, round_half_up
+from dataflex_rl.core.segment import lexsort, rank_in_segment, round_half_up, segment_min
 
 
 def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> Tensor:
@@ -48,6 +48,12 @@ class MaxVariance(Selector):
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
         s = torch.where(active, scores.to(torch.float64), torch.zeros(B, dtype=torch.float64))
+        # shift by the group minimum (variance is shift-invariant): a constant group has all
+        # zeros, so every subset scores exactly 0 and the first a wins (see segment_moments)
+        lo = segment_min(torch.where(active, s, torch.full_like(s, float("inf"))),
+                         batch.group_ids, G, empty=0.0)
+        lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+        s = torch.where(active, s - lo[batch.group_ids], torch.zeros_like(s))
         inactive_last = (~active).to(torch.int8)
         order = lexsort(s, inactive_last, batch.group_ids)   # ascending within group
         rank = rank_in_segment(order, batch.group_ids, G)

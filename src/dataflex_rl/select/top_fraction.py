@@ -11,7 +11,7 @@ from torch import Tensor
 from dataflex_rl.core.base import SELECTORS, Selector
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import param
-from dataflex_rl.core.segment import lexsort, round_half_up, segment_count, segment_sum
+from dataflex_rl.core.segment import lexsort, round_half_up, segment_count, segment_moments
 
 
 @SELECTORS.register("top_fraction")
@@ -20,7 +20,12 @@ class TopFraction(Selector):
     """Keep the ``fraction`` of active responses with the highest score (round half up).
 
     With ``by_group`` whole groups are ranked by their mean response score and the top
-    ``fraction`` of groups kept. Ties go to the lower index (deterministic).
+    ``fraction`` of groups kept.
+
+    Ties: scores are compared in float64 (``advantage_magnitude`` is float64, group means come
+    from `segment_moments`, so equal tokens or a constant group give exactly equal scores) and
+    equal scores go to the lower index (row index, or group id with ``by_group``): the kept set
+    is deterministic and never depends on float rounding or sort instability.
     """
 
     default_scorer: ClassVar[str | None] = "advantage_magnitude"
@@ -36,8 +41,7 @@ class TopFraction(Selector):
         if self.by_group:
             G = batch.num_groups
             n = segment_count(active, batch.group_ids, G)
-            s = torch.where(active, scores.to(torch.float64), torch.zeros_like(scores, dtype=torch.float64))
-            mean = segment_sum(s, batch.group_ids, G) / n.clamp(min=1)
+            mean, _, _ = segment_moments(scores, batch.group_ids, G, active)   # float64
             return self._top(mean, n > 0)[batch.group_ids]
         return self._top(scores.to(torch.float64), active)
 

@@ -89,3 +89,42 @@ def test_rejects_bad_input():
         TokenBlocks(torch.ones(2, 8, dtype=torch.bool), block=12)
     with pytest.raises(ValueError, match="do not match"):
         TokenBlocks(torch.ones(2, 8, dtype=torch.bool)).row_sums(torch.ones(2, 9))
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_row_means_match_a_float64_oracle_and_centered_sums(absolute):
+    for seed in range(2):
+        for mask in _masks(seed):
+            g = torch.Generator().manual_seed(seed)
+            x = torch.randn(mask.shape, generator=g) * 3
+            tb = TokenBlocks(mask)
+            v = x.double().abs() if absolute else x.double()
+            n = mask.sum(1)
+            ref = torch.where(mask, v, 0.0).sum(1) / n.clamp(min=1)
+            assert torch.allclose(tb.row_means(x, absolute), ref, rtol=1e-5, atol=1e-5)
+            c = torch.randn(mask.shape[0], generator=g)
+            want = torch.where(mask, v - c.double()[:, None], 0.0).sum(1)
+            got = tb.row_sums(x, absolute, center=c)
+            assert torch.allclose(got.double(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_row_means_of_equal_tokens_are_exact_holes_included():
+    # a float32 sum of n copies of 0.1 divided by n is not 0.1f for every n; deviations from
+    # the first valid token are exactly 0, so the mean is exactly 0.1f
+    T = 300
+    lengths = torch.tensor([1, 3, 7, 10, 100, 299, 300, 0])
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    mask[2, 0] = False                                 # a hole at column 0
+    x = torch.where(mask, torch.tensor(-0.1), torch.tensor(float("nan")))
+    means = TokenBlocks(mask).row_means(x, absolute=True)
+    assert means[:-1].tolist() == [float(torch.tensor(0.1))] * 7 and float(means[-1]) == 0.0
+
+
+def test_row_means_do_not_overflow_near_the_float32_maximum():
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    x = torch.tensor([[3e38, 3e38, 3e38, 3e38], [3e38, -3e38, 3e38, -3e38], [1.0, 2.0, 3.0, 4.0]])
+    tb = TokenBlocks(mask)
+    assert tb.row_means(x, absolute=True).tolist() == pytest.approx(
+        [float(torch.tensor(3e38)), float(torch.tensor(3e38)), 2.5], rel=1e-12)
+    assert tb.row_means(x).tolist() == pytest.approx([float(torch.tensor(3e38)), 0.0, 2.5],
+                                                     rel=1e-12)
