@@ -76,9 +76,49 @@ def test_existing_run_needs_resume(tmp_path):
         run_training(config(), "baseline", steps=1, out_dir=tmp_path)
 
 
-def test_resume_without_checkpoint_is_clear(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        run_training(config(), "baseline", steps=1, out_dir=tmp_path, resume=True)
+def test_resume_without_checkpoint_starts_fresh_with_a_message(tmp_path):
+    fresh = run_training(config(), "baseline", steps=1, out_dir=tmp_path / "fresh")
+    # killed before the first checkpoint: a metrics file with a train record, no checkpoint
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "metrics.jsonl").write_text('{"kind": "eval", "step": 0}\n{"kind": "tr')
+    with pytest.warns(UserWarning, match="no checkpoint.*starting from step 0"):
+        s = run_training(config(), "baseline", steps=1, out_dir=cut, resume=True)
+    assert s["parameter_sha256"] == fresh["parameter_sha256"]
+    assert [r["step"] for r in read_metrics(cut) if r["kind"] == "train"] == [0]
+
+
+def test_resume_drops_a_torn_last_metrics_line_and_continues_exactly(tmp_path):
+    full = run_training(config(), "baseline", seed=2, steps=4, out_dir=tmp_path / "full")
+    run_training(config(), "baseline", seed=2, steps=3, out_dir=tmp_path / "cut")
+    # the checkpoint is at step 2 (checkpoint_every 2) plus the final one at 3; cut the file
+    # mid-write after the last record
+    path = tmp_path / "cut" / "metrics.jsonl"
+    path.write_text(path.read_text() + '{"kind": "train", "loss/pol')
+    with pytest.warns(UserWarning, match="line .* was cut off"):
+        resumed = run_training(config(), "baseline", seed=2, steps=4, out_dir=tmp_path / "cut",
+                               resume=True)
+    assert resumed["parameter_sha256"] == full["parameter_sha256"]
+    records = read_metrics(tmp_path / "cut")                  # valid JSONL again
+    assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2, 3]
+
+
+def test_a_corrupt_metrics_line_inside_the_file_is_named(tmp_path):
+    run_training(config(), "baseline", steps=2, out_dir=tmp_path)
+    path = tmp_path / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1][:10]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=r"metrics\.jsonl: line 2 is not valid JSON"):
+        run_training(config(), "baseline", steps=3, out_dir=tmp_path, resume=True)
+
+
+def test_resume_with_fewer_steps_than_the_checkpoint_is_refused_and_loses_nothing(tmp_path):
+    run_training(config(), "baseline", steps=3, out_dir=tmp_path)
+    before = (tmp_path / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError, match=r"--steps 2: below the checkpoint's step 3"):
+        run_training(config(), "baseline", steps=2, out_dir=tmp_path, resume=True)
+    assert (tmp_path / "metrics.jsonl").read_text() == before
 
 
 @pytest.mark.parametrize("data, match", [

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.engine.checkpoint import load_checkpoint, save_checkpoint
+from dataflex_rl.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.trainer import GRPOTrainer
 
@@ -50,13 +51,17 @@ class MetricsWriter:
             self.tb = SummaryWriter(str(out_dir / "tb"))
 
     def truncate(self, step: int) -> None:
-        """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step)."""
+        """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step).
+
+        A last line cut by a kill (not valid JSON) is dropped with a warning; afterwards the
+        file is valid JSONL with one train record per step before ``step``.
+        """
         if not self.path.is_file():
             return
-        keep = [line for line in self.path.read_text().splitlines() if line.strip() and (
-            lambda r: r["step"] < step or (r["kind"] == "eval" and r["step"] <= step))(
-                json.loads(line))]
-        self.path.write_text("".join(line + "\n" for line in keep))
+        records = parse_metrics(self.path, torn_tail_ok=True)
+        keep = [r for r in records
+                if r["step"] < step or (r["kind"] == "eval" and r["step"] <= step)]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
 
     def write(self, kind: str, step: int, metrics: dict[str, float]) -> None:
         record = {"kind": kind, **metrics, "step": step}
@@ -72,10 +77,35 @@ class MetricsWriter:
             self.tb.close()
 
 
+def parse_metrics(path: Path, *, torn_tail_ok: bool = False) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file.
+
+    Args:
+        torn_tail_ok: drop (with a warning) a last line that is not valid JSON, as a kill in
+            the middle of a write leaves it.
+
+    Raises:
+        ConfigError: a line that is not valid JSON (naming the file and line).
+    """
+    lines = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
+             if line.strip()]
+    records = []
+    for k, (i, line) in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if torn_tail_ok and k == len(lines) - 1:
+                warnings.warn(f"{path}: line {i} was cut off (the run was killed while "
+                              "writing it); dropped", UserWarning, stacklevel=3)
+                break
+            raise ConfigError(f"{path}: line {i} is not valid JSON ({e.msg}); the metrics "
+                              "file is corrupt") from e
+    return records
+
+
 def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:
     """All records of a run's ``metrics.jsonl``."""
-    path = Path(out_dir) / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return parse_metrics(Path(out_dir) / METRICS_FILE)
 
 
 def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
@@ -103,6 +133,12 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     seed = config.seed if seed is None else seed
     total = config.steps if steps is None else steps
     out = Path(out_dir or config.out or default_out_dir(spec, seed))
+    if resume and not (out / CHECKPOINT_FILE).is_file():
+        warnings.warn(f"{out}: --resume found no checkpoint (the run stopped before its first "
+                      "one, or never started); starting from step 0", UserWarning,
+                      stacklevel=2)
+        (out / METRICS_FILE).unlink(missing_ok=True)
+        resume = False
     if not resume and (out / METRICS_FILE).exists():
         raise ConfigError(f"{out}: a run already exists here; use --resume to continue it "
                           "or choose another --out")
@@ -112,6 +148,10 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     tr = trainer or GRPOTrainer(config, spec, seed=seed)
     if resume:
         tr.load_state_dict(load_checkpoint(out))
+        if total < tr.step:
+            raise ConfigError(f"--steps {total}: below the checkpoint's step {tr.step} in {out}; "
+                              f"a run cannot go back (ask for {tr.step} or more steps, or start "
+                              "another --out)")
         writer.truncate(tr.step)
     (out / "config.json").write_text(json.dumps(
         {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed,
