@@ -3,7 +3,7 @@
     prerollout (strategy.filter_prompts) -> mix (DomainSampler at strategy.proportions)
       -> generation (G samples per prompt, shared prefill) -> reward (verifiers)
       -> GRPO advantages -> RolloutBatch -> strategy.decide (select, reweight, mix signals)
-      -> clipped policy loss with the decision's weights and mask -> AdamW, gradient clipping
+      -> clipped policy loss with the decision's weights and mask -> SGD or AdamW, gradient clipping
 
 Each mechanism acts for real: prerollout changes which prompts are generated, mix changes which
 domains are sampled, select removes responses from the loss (weight 0, and from the denominator
