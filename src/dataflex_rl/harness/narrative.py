@@ -144,16 +144,18 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
            "the exact verdict rule; `dataflex_rl.harness.power`)"]
     corr = [c for c in s.comparisons + s.controls if math.isfinite(c.corr)]
     if corr:
+        weak = [c.method for c in corr if c.corr < 0.3]
         out.append("pairing correlation (Pearson, method vs baseline across seeds): "
                    + ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
-                   + " — near 0 or negative: pairing by seed removes little noise")
+                   + (f" — near 0 or negative for {', '.join(weak)}: pairing by seed removes "
+                      "little noise there (or the seeds barely differ)" if weak else ""))
     for c in s.controls:
         want = "no detectable difference" if c.control == "same" else "worse"
         state = {True: "**passed**", False: "**FAILED**", None: "not checked"}[
             c.control_passed]
         out.append(f"control {c.method} (must be {want}): {c.verdict}, "
-                   f"{fmt.amount(c.delta, signed=True)}, Holm p = {pvalue(c.p_holm)} over "
-                   f"{len(s.controls)} control(s) — {state}")
+                   f"{fmt.amount(c.delta, signed=True)}, p = {pvalue(c.p_holm)} (tested on "
+                   f"its own) — {state}")
     if not s.controls:
         out.append("no control arms: the report cannot show that this instrument finds a "
                    "planted harm or stays quiet on an A/A copy")
