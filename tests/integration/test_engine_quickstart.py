@@ -1,11 +1,16 @@
-"""The quickstart comparison path: two strategies in two processes, one table."""
+"""The quickstart comparison path: two strategies in two processes (the harness runner), one
+table, outputs in ``<out>/<strategy>/``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dataflex_rl.engine.compare import compare_strategies, format_table
+import pytest
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.engine.cli import format_table
 from dataflex_rl.engine.config import load_config
+from dataflex_rl.harness.runner import side_by_side
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,8 +22,10 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
     cfg.tasks.train_size = 30
     cfg.eval.per_domain, cfg.eval.samples = 6, 1
     cfg.log.plots = False
-    summaries = compare_strategies(cfg, cfg.strategies, steps=2, out_root=tmp_path, workers=2,
-                                   progress=False)
+    ex = side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, workers=2,
+                      progress=False)
+    assert not ex.failed, ex.failed
+    summaries = [r["summary"] for r in ex.done]
     assert [s["strategy"] for s in summaries] == cfg.strategies
     assert all(s["steps"] == 2 for s in summaries)
     table = format_table(summaries)
@@ -27,3 +34,41 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
     assert lines[2].startswith("baseline") and lines[3].startswith(cfg.strategies[1])
     for s in cfg.strategies:
         assert (tmp_path / s / "metrics.jsonl").is_file()
+    # a second run into the same folders is refused before anything starts (nothing deleted)
+    with pytest.raises(ConfigError, match="a run already exists here; use --resume"):
+        side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, progress=False)
+    assert (tmp_path / "baseline" / "checkpoint.pt").is_file()
+
+
+def test_side_by_side_checks_strategies_before_starting(tmp_path):
+    cfg = load_config(ROOT / "examples" / "quickstart.yaml")
+    with pytest.raises(ConfigError, match=r"strategies\[1\]: unknown strategy preset"):
+        side_by_side(cfg, ["baseline", "difffiltr"], out_root=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="distinct names"):
+        side_by_side(cfg, ["baseline", "baseline"], out_root=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_cli_train_runs_the_configs_strategies_side_by_side(tmp_path, capsys):
+    from dataflex_rl.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("policy: tiny\nsteps: 1\nstrategies: [baseline, topk]\n"
+                   "grpo: {prompts_per_step: 4, group_size: 2}\ntasks: {train_size: 30}\n"
+                   "eval: {per_domain: 4, samples: 0}\nlog: {plots: false}\n")
+    out = tmp_path / "out"
+    assert main(["train", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "strategy" and lines[2].startswith("baseline")
+    assert lines[3].startswith("topk") and f"under {out}/<strategy>/" in lines[4]
+    assert main(["train", str(cfg), "--out", str(out), "--no-progress"]) == 2
+    assert "a run already exists here" in capsys.readouterr().err
+    assert main(["train", str(cfg), "--out", str(out), "--no-progress", "--resume",
+                 "--steps", "2"]) == 0
+    assert [s["steps"] for s in map(_summary, (out / "baseline", out / "topk"))] == [2, 2]
+
+
+def _summary(run_dir: Path) -> dict:
+    import json
+
+    return json.loads((run_dir / "summary.json").read_text())

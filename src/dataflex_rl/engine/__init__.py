@@ -15,7 +15,7 @@ _EXPORTS = {
     "EngineConfig": "config", "load_config": "config",
     "GRPOTrainer": "trainer",
     "run_training": "run", "read_metrics": "run",
-    "compare_strategies": "compare", "compare_quickstart": "compare", "format_table": "compare",
+    "format_table": "cli",
     "Policy": "policy", "load_policy": "policy", "build_tiny_policy": "policy",
     "save_policy": "policy", "parameter_hash": "policy",
     "CharTokenizer": "tokenizer",

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dataflex_rl.core.registry import ConfigError
 
@@ -35,8 +38,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def train_main(args: argparse.Namespace) -> int:
-    """Run ``dataflex-rl train``; prints the summary or the side-by-side table."""
-    from dataflex_rl.engine.compare import compare_strategies, format_table
+    """Run ``dataflex-rl train``; prints the summary or the side-by-side table.
+
+    A config's ``strategies`` run side by side through the harness runner
+    (`dataflex_rl.harness.runner.side_by_side`), one process per strategy.
+    """
     from dataflex_rl.engine.config import load_config
     from dataflex_rl.engine.run import run_training
 
@@ -45,14 +51,7 @@ def train_main(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     progress = False if args.no_progress else None
     if args.strategy is None and config.strategies:
-        summaries = compare_strategies(config, config.strategies, seed=args.seed,
-                                       steps=args.steps, out_root=args.out,
-                                       workers=args.workers, resume=args.resume,
-                                       progress=not args.no_progress)
-        print(format_table(summaries))
-        print("held-out accuracy (greedy per domain); outputs (metrics.jsonl, plots/, "
-              f"checkpoint.pt) under {Path(summaries[0]['out_dir']).parent}/<strategy>/")
-        return 0
+        return _train_side_by_side(config, args)
     strategy = args.strategy if args.strategy is not None else config.strategy
     if isinstance(strategy, str) and strategy.endswith((".yaml", ".yml")) \
             and not Path(strategy).is_file():
@@ -62,6 +61,51 @@ def train_main(args: argparse.Namespace) -> int:
     print(format_table([summary]))
     print(f"outputs: {summary['out_dir']}  parameter sha256: {summary['parameter_sha256'][:16]}")
     return 0
+
+
+def _train_side_by_side(config, args: argparse.Namespace) -> int:
+    """The config's ``strategies`` on one seed; 1 when a run failed (the others still ran)."""
+    from dataflex_rl.harness.runner import side_by_side
+
+    ex = side_by_side(config, config.strategies, seed=args.seed, steps=args.steps,
+                      out_root=args.out, workers=args.workers, resume=args.resume,
+                      progress=not args.no_progress)
+    for r in ex.done:
+        for w in r.get("warnings", []):
+            print(f"{r['method']}: {w}", file=sys.stderr)
+    for r in ex.failed:
+        print(f"{r['method']}: FAILED: {r['error']}", file=sys.stderr)
+    if ex.done:
+        print(format_table([r["summary"] for r in ex.done]))
+        root = Path(ex.done[0]["summary"]["out_dir"]).parent
+        print("held-out accuracy (greedy per domain); outputs (metrics.jsonl, plots/, "
+              f"checkpoint.pt) under {root}/<strategy>/")
+    return 1 if ex.failed else 0
+
+
+def format_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of training summaries: held-out accuracy per domain (greedy), mean
+    greedy and sampled, their change from the start (the shared initial policy), wall time."""
+    domains = sorted({k.split("/")[1] for s in summaries for k in s["final_eval"]
+                      if k.endswith("/greedy") and "/mean/" not in k})
+    head = ["strategy", *domains, "mean", "sampled", "Δ mean", "Δ sampled", "time"]
+    rows = []
+    for s in summaries:
+        f, i = s["final_eval"], s["initial_eval"]
+        rows.append([s["strategy"], *(f"{f.get(f'eval/{d}/greedy', float('nan')):.3f}"
+                                      for d in domains),
+                     f"{f.get('eval/mean/greedy', float('nan')):.3f}",
+                     f"{f.get('eval/mean/sampled', float('nan')):.3f}",
+                     f"{f.get('eval/mean/greedy', 0) - i.get('eval/mean/greedy', 0):+.3f}",
+                     f"{f.get('eval/mean/sampled', 0) - i.get('eval/mean/sampled', 0):+.3f}",
+                     f"{s['wall_seconds']:.0f}s"])
+    widths = [max(len(str(r[c])) for r in [head, *rows]) for c in range(len(head))]
+
+    def fmt(r: list) -> str:
+        return "  ".join(str(v).ljust(w) if c == 0 else str(v).rjust(w)
+                         for c, (v, w) in enumerate(zip(r, widths)))
+
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
 
 
 def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:

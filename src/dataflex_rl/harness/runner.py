@@ -17,6 +17,10 @@ Layout under the output folder::
 A run with ``done.json`` is skipped; one with a checkpoint made with the same configuration
 (``run.json`` holds its fingerprint) resumes from it; anything else starts over. A failing run
 writes its traceback to ``error.json``, is reported, and the others go on.
+
+`side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
+one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
+existing run is never deleted there.
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ class RunSpec:
         engine_overrides: the arm's own engine settings, already merged into ``config`` (a
             control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
             beyond ``config``.
+        resume: None (the harness): decided from the folder (a finished run is skipped, a
+            checkpoint made with the same configuration resumed, anything else deleted and
+            started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
+            asked; nothing is skipped or deleted.
     """
 
     method: str
@@ -69,6 +77,7 @@ class RunSpec:
     train_fn: str = DEFAULT_TRAIN_FN
     mixes: bool = False
     engine_overrides: dict = field(default_factory=dict)
+    resume: bool | None = None
 
     @property
     def identity(self) -> dict:
@@ -164,9 +173,12 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
     t0 = time.perf_counter()
     try:
         _quiet_libraries()
-        resume = (out / CHECKPOINT_FILE).is_file() and _started_as(out) == run.fingerprint
-        if out.exists() and not resume:
-            shutil.rmtree(out)
+        if run.resume is None:
+            resume = (out / CHECKPOINT_FILE).is_file() and _started_as(out) == run.fingerprint
+            if out.exists() and not resume:
+                shutil.rmtree(out)
+        else:
+            resume = run.resume
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).unlink(missing_ok=True)
         _write_json_atomic(out / RUN_FILE, {"fingerprint": run.fingerprint,
@@ -267,17 +279,19 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = True
-            ) -> Execution:
-    """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped).
+def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = True,
+            desc: str = "compare") -> Execution:
+    """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped,
+    unless a run says whether to resume: see `RunSpec.resume`).
 
     Failures are collected, never raised; Ctrl-C cancels the pending runs (they resume later).
+    ``desc`` names the progress bar.
     """
     t0 = time.perf_counter()
     ex = Execution()
     todo = []
     for run in runs:
-        done = load_done(run)
+        done = load_done(run) if run.resume is None else None
         if done is not None:
             ex.results.append(done)
             ex.skipped += 1
@@ -285,7 +299,7 @@ def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = Tr
             todo.append(run)
     if todo:
         workers = max(1, min(workers or default_workers(), len(todo)))
-        with _Progress(runs, len(runs) - len(todo), workers, progress) as bar:
+        with _Progress(runs, len(runs) - len(todo), workers, progress, desc) as bar:
             results = _run_shared(todo, workers, bar)
             # a worker process that died (killed, out of memory) breaks the whole pool and
             # fails every run still in it: retry those once, each in a process of its own, so
@@ -302,10 +316,57 @@ def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = Tr
     return ex
 
 
+def side_by_side(config, strategies: list, *, seed: int | None = None,
+                 steps: int | None = None, out_root: str | Path | None = None,
+                 workers: int = 2, resume: bool = False, progress: bool = True,
+                 train_fn: str = DEFAULT_TRAIN_FN) -> Execution:
+    """Several strategies on one seed, side by side (``dataflex-rl train`` with a config's
+    ``strategies``): run ``s`` goes to ``out_root/<label of s>``.
+
+    Every strategy is parsed before anything starts, and without ``resume`` a folder that
+    already holds a run is refused (nothing is deleted); with ``resume`` each run continues
+    from its checkpoint. A failing run is reported in the result; the others go on.
+
+    Args:
+        config: the shared `EngineConfig` (its ``strategy`` is ignored).
+        strategies: preset names, strategy YAML paths or mappings (distinct labels).
+        seed, steps: override the config's.
+        out_root: default ``config.out``, else ``runs/compare``.
+        workers: parallel processes.
+        resume: continue every run from its checkpoint.
+        progress: one progress bar over all runs.
+        train_fn: ``"module:attr"`` of the training function.
+
+    Returns:
+        The `Execution`, results in the order of ``strategies``; a finished run's result holds
+        the training summary under ``"summary"``.
+    """
+    from dataflex_rl.core.spec import parse_strategy
+    from dataflex_rl.engine.run import strategy_label
+
+    seed = config.seed if seed is None else seed
+    steps = config.steps if steps is None else steps
+    root = Path(out_root or config.out or "runs/compare")
+    labels = [strategy_label(s) for s in strategies]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"strategies: must have distinct names, got {labels}")
+    specs = [{**parse_strategy(s, f"strategies[{i}]").to_dict(), "name": lab}
+             for i, (s, lab) in enumerate(zip(strategies, labels))]
+    runs = [RunSpec(lab, seed, spec, config.to_dict(), steps, str(root / lab), train_fn,
+                    resume=resume) for lab, spec in zip(labels, specs)]
+    if not resume:
+        for r in runs:
+            if (Path(r.out_dir) / METRICS_FILE).exists():
+                raise ConfigError(f"{r.out_dir}: a run already exists here; use --resume to "
+                                  "continue it or choose another --out")
+    return execute(runs, workers, progress, desc="train")
+
+
 class _Progress:
     """One overall bar in steps, fed by the runs' ``metrics.jsonl`` files."""
 
-    def __init__(self, runs: list[RunSpec], finished: int, workers: int, show: bool) -> None:
+    def __init__(self, runs: list[RunSpec], finished: int, workers: int, show: bool,
+                 desc: str = "compare") -> None:
         self.steps = max(1, max(r.steps for r in runs))
         self.runs, self.base = runs, finished * self.steps
         self.bar = None
@@ -315,8 +376,9 @@ class _Progress:
 
             self.bar = tqdm(total=self.steps * len(runs), initial=self.base, unit="step",
                             dynamic_ncols=True,
-                            desc=f"compare ({len(runs)} runs, {workers} workers)")
-        self.todo = [r for r in runs if not (Path(r.out_dir) / DONE_FILE).is_file()]
+                            desc=f"{desc} ({len(runs)} runs, {workers} workers)")
+        self.todo = [r for r in runs if r.resume is not None
+                     or not (Path(r.out_dir) / DONE_FILE).is_file()]
 
     def __enter__(self) -> "_Progress":
         return self
