@@ -8,9 +8,7 @@ from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.registry import ConfigError, Registry
 from dataflex_rl.core.spec import StrategySpec, parse_strategy
 from dataflex_rl.core.strategy import Decision, Strategy
-from dataflex_rl.presets import PRESETS
-from dataflex_rl.prerollout import greso as _greso  # noqa: F401  (registers)
-from dataflex_rl.prerollout import thompson as _thompson  # noqa: F401  (registers)
+from dataflex_rl.presets import PRESETS  # registers the presets into core's table
 
 __version__ = "0.1.0"
 __all__ = ["RolloutBatch", "Strategy", "StrategySpec", "Decision", "ConfigError", "Registry",

@@ -18,7 +18,8 @@ configurable parts of one unchanged training loop.
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from dataflex_rl.describe import REGISTRIES, one_line
+    from dataflex_rl.core.base import REGISTRIES
+    from dataflex_rl.describe import one_line
     from dataflex_rl.presets import PRESETS
 
     rows = [("preset", n) for n in PRESETS]

@@ -9,15 +9,12 @@ import inspect
 
 import yaml
 
-from dataflex_rl.core.base import MIXERS, REWEIGHTERS, SCORERS, SELECTORS
+from dataflex_rl.core.base import MECHANISM_REGISTRIES, REGISTRIES
 from dataflex_rl.core.registry import UnknownNameError, suggest
 from dataflex_rl.presets import PRESETS
-from dataflex_rl.prerollout.base import SKIP_POLICIES
 
-REGISTRIES = {"scorer": SCORERS, "selector": SELECTORS, "reweighter": REWEIGHTERS,
-              "mixer": MIXERS, "skip policy": SKIP_POLICIES}
-MECHANISM_OF = {"selector": "select", "reweighter": "reweight", "mixer": "mix",
-                "skip policy": "prerollout"}
+#: actuator kind -> the mechanism (strategy section) it acts in
+MECHANISM_OF = {reg.kind: mechanism for mechanism, reg in MECHANISM_REGISTRIES.items()}
 
 
 def all_names() -> list[str]:

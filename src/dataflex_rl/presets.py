@@ -2,29 +2,13 @@
 
 A preset is a strategy (``dataflex-rl train --strategy difffilter``) and its section can seed
 a mechanism in a custom strategy (``select: {preset: difffilter, actuator: {low: 0.1}}``).
+Importing this module (``import dataflex_rl`` does) registers them into core's `PRESETS` table,
+in the paper's order.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
-
-from dataflex_rl.core.registry import ConfigError, suggest
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named strategy: description, the paper it follows and the spec it expands to."""
-
-    name: str
-    description: str
-    paper: str
-    spec: dict = field(default_factory=dict)
-
-    @property
-    def mechanism(self) -> str:
-        return ", ".join(self.spec) or "none"
-
+from dataflex_rl.core.preset import PRESETS, Preset
 
 _P = [
     Preset("baseline", "plain GRPO: every response counts equally, domains sampled as given",
@@ -93,19 +77,5 @@ _P = [
                     "warmup_steps": 5, "every": 5}}),
 ]
 
-#: name -> Preset, in the paper's order
-PRESETS: dict[str, Preset] = {p.name: p for p in _P}
-
-
-def preset_section(name: str, mechanism: str, where: str) -> dict:
-    """The ``mechanism`` section of preset ``name`` (a deep copy)."""
-    if name not in PRESETS:
-        valid = [n for n, p in PRESETS.items() if mechanism in p.spec]
-        raise ConfigError(f"{where}: unknown {mechanism} preset {name!r}.{suggest(name, valid)} "
-                          f"{mechanism} presets: {', '.join(valid)}")
-    spec = PRESETS[name].spec
-    if mechanism not in spec:
-        valid = [n for n, p in PRESETS.items() if mechanism in p.spec]
-        raise ConfigError(f"{where}: preset {name!r} has no {mechanism} section (it sets "
-                          f"{PRESETS[name].mechanism}). {mechanism} presets: {', '.join(valid)}")
-    return copy.deepcopy(spec[mechanism])
+for _preset in _P:
+    PRESETS.register(_preset)

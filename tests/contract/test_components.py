@@ -15,27 +15,22 @@ import torch
 import dataflex_rl  # noqa: F401  (registers every component)
 from dataflex_rl import Strategy
 from dataflex_rl.core.base import (
-    MIXERS,
-    REWEIGHTERS,
-    SCORERS,
-    SELECTORS,
+    REGISTRIES,
     DomainScorer,
     Mixer,
     Reweighter,
     Scorer,
     Selector,
+    SkipPolicy,
 )
 from dataflex_rl.core.component import Component
+from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.describe import describe
-from dataflex_rl.prerollout.base import SKIP_POLICIES, SkipPolicy
-from dataflex_rl.prerollout.history import PromptHistory
 from dataflex_rl.presets import PRESETS
 from tests.strategies import DOMAINS, random_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::dataflex_rl.core.strategy.StrategyWarning")
 
-REGISTRIES = {"scorer": SCORERS, "selector": SELECTORS, "reweighter": REWEIGHTERS,
-              "mixer": MIXERS, "skip policy": SKIP_POLICIES}
 ALL = [(kind, name) for kind, reg in REGISTRIES.items() for name in reg.names()]
 IDS = [f"{kind.replace(' ', '_')}-{name}" for kind, name in ALL]
 SEEDS = (0, 1, 2)
@@ -48,7 +43,7 @@ def _cls(kind, name):
 def _scorer_for(cls):
     """The default scorer of an actuator (or None)."""
     if getattr(cls, "default_scorer", None) and getattr(cls, "needs_signal", True):
-        return SCORERS.get(cls.default_scorer)()
+        return REGISTRIES["scorer"].get(cls.default_scorer)()
     return None
 
 

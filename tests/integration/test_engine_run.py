@@ -10,7 +10,8 @@ import pytest
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.policy import load_policy, parameter_hash
-from dataflex_rl.engine.run import read_metrics, run_training
+from dataflex_rl.engine.run import run_training
+from dataflex_rl.engine.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")

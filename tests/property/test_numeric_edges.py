@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
+from dataflex_rl.core.advantages import grpo_advantages_per_response
 from dataflex_rl.core.batch import RolloutBatch, from_lists
 from dataflex_rl.core.segment import segment_moments
-from dataflex_rl.core.strategy import grpo_advantages_per_response
 from dataflex_rl.presets import PRESETS
 from dataflex_rl.scorers.policy import AdvantageMagnitude
 from dataflex_rl.select.top_fraction import TopFraction

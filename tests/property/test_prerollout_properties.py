@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl.core.batch import from_lists
+from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.prerollout.accounting import first_per_domain
 from dataflex_rl.prerollout.greso import Greso
-from dataflex_rl.prerollout.history import PromptHistory
 
 #: one group outcome: (prompt key, rewards of its responses, tokens per response)
 GROUPS = st.lists(st.tuples(st.sampled_from("abcdefgh"),

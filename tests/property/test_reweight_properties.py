@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
-from dataflex_rl.core.strategy import grpo_advantages
+from dataflex_rl.core.advantages import grpo_advantages
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
 

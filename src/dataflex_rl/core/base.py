@@ -10,6 +10,10 @@ Granularity of a score:
 Actuators declare the granularities they accept (`accepts`); a strategy whose scorer does not
 fit its actuator is rejected when it is built. Components that need prompt groups set
 ``group_based = True`` and are rejected under a non-group advantage estimator.
+
+The mechanism packages (``scorers``, ``select``, ``reweight``, ``mix``, ``prerollout``)
+register their classes into the registries at the bottom of this module when
+``dataflex_rl`` is imported; core never imports them.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import Component, param
+from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.registry import Registry
 
 GRANULARITIES = ("token", "response", "group", "domain")
@@ -133,7 +139,31 @@ class Mixer(Component):
         raise NotImplementedError
 
 
+@dataclass
+class SkipPolicy(Component):
+    """Prompt history -> which candidate prompts to generate (the pre-rollout actuator)."""
+
+    kind: ClassVar[str] = "skip policy"
+    needs_signal: ClassVar[bool] = False
+
+    def filter(self, history: PromptHistory, keys: list, step: int,
+               generator: torch.Generator | None) -> tuple[Tensor, dict]:
+        """([N] bool keep, metrics) for candidate prompts ``keys``."""
+        raise NotImplementedError
+
+    def observe(self, batch: RolloutBatch, history: PromptHistory) -> None:
+        """Adapt to this step's outcomes (before ``history`` records them)."""
+
+
 SCORERS: Registry[type[Scorer]] = Registry("scorer", Scorer)
 SELECTORS: Registry[type[Selector]] = Registry("selector", Selector)
 REWEIGHTERS: Registry[type[Reweighter]] = Registry("reweighter", Reweighter)
 MIXERS: Registry[type[Mixer]] = Registry("mixer", Mixer)
+SKIP_POLICIES: Registry[type[SkipPolicy]] = Registry("skip policy", SkipPolicy)
+
+#: mechanism name (a strategy section) -> the registry of its actuators
+MECHANISM_REGISTRIES: dict[str, Registry] = {
+    "select": SELECTORS, "reweight": REWEIGHTERS, "mix": MIXERS, "prerollout": SKIP_POLICIES}
+#: component kind -> its registry: the scorers and every mechanism's actuators
+REGISTRIES: dict[str, Registry] = {
+    reg.kind: reg for reg in (SCORERS, *MECHANISM_REGISTRIES.values())}

@@ -24,10 +24,12 @@ from typing import Any, Mapping
 
 import yaml
 
-from dataflex_rl.core.component import check_value
+from dataflex_rl.core.base import MECHANISM_REGISTRIES, SCORERS, Scorer
+from dataflex_rl.core.component import Component, check_value
+from dataflex_rl.core.preset import PRESETS
 from dataflex_rl.core.registry import ConfigError, suggest
 
-MECHANISMS = ("select", "reweight", "mix", "prerollout")
+MECHANISMS = tuple(MECHANISM_REGISTRIES)   # select, reweight, mix, prerollout
 
 #: options of each mechanism: name -> (annotation, default, range metadata, doc)
 COMMON_OPTIONS: dict[str, tuple[Any, Any, dict, str]] = {
@@ -148,8 +150,6 @@ def _merge_ref(base: ComponentRef | None, value: Any, where: str) -> ComponentRe
 
 def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
     """Validate and expand one mechanism section (presets resolved, components checked)."""
-    from dataflex_rl.presets import PRESETS, preset_section  # presets need this module
-
     if isinstance(value, str):
         value = {"preset": value}
     if not isinstance(value, dict):
@@ -173,8 +173,8 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
     if preset_name is not None:
         if not isinstance(preset_name, str):
             raise ConfigError(f"{where}.preset: expected str, got {type(preset_name).__name__}")
-        base = parse_mechanism(mechanism, preset_section(preset_name, mechanism,
-                                                         f"{where}.preset"), where)
+        base = parse_mechanism(mechanism, PRESETS.section(preset_name, mechanism,
+                                                          f"{where}.preset"), where)
     scorer = base.scorer if base else None
     if "scorer" in value:
         scorer = None if value["scorer"] is None else _merge_ref(scorer, value["scorer"],
@@ -187,7 +187,7 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
     else:
         raise ConfigError(f"{where}: needs an 'actuator' (or a 'preset'). "
                           f"Presets for {mechanism}: "
-                          f"{', '.join(n for n, p in PRESETS.items() if mechanism in p.spec)}")
+                          f"{', '.join(PRESETS.with_section(mechanism))}")
     options = dict(base.options) if base else {k: v[1] for k, v in options_schema.items()}
     for key, (tp, _default, meta, _doc) in options_schema.items():
         if key in value:
@@ -195,9 +195,33 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
             options[key] = copy.deepcopy(value[key])
     spec = MechanismSpec(mechanism, actuator, scorer, options, preset_name or (
         base.preset if base else None))
-    from dataflex_rl.core.strategy import resolve_mechanism  # validates names and params
-    resolve_mechanism(spec, where)
+    resolve_mechanism(spec, where)   # validates names, params and the scorer's fit
     return spec
+
+
+def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, Component]:
+    """Build a mechanism's scorer and actuator; check names, params and granularity fit."""
+    act_cls = MECHANISM_REGISTRIES[spec.mechanism].get(spec.actuator.name)
+    actuator = act_cls.from_config(spec.actuator.params, f"{where}.actuator")
+    needs_signal = getattr(act_cls, "needs_signal", True)
+    scorer_ref = spec.scorer
+    if scorer_ref is None and needs_signal and getattr(act_cls, "default_scorer", None):
+        scorer_ref = ComponentRef(act_cls.default_scorer, {})
+    scorer = None
+    if scorer_ref is not None:
+        if not needs_signal:
+            raise ConfigError(f"{where}.scorer: {spec.actuator.name!r} takes no scorer")
+        sc_cls = SCORERS.get(scorer_ref.name)
+        scorer = sc_cls.from_config(scorer_ref.params, f"{where}.scorer")
+        accepts = getattr(act_cls, "accepts", frozenset())
+        if sc_cls.granularity not in accepts:
+            raise ConfigError(
+                f"{where}: scorer {scorer_ref.name!r} gives {sc_cls.granularity}-level scores, "
+                f"but {spec.mechanism} actuator {spec.actuator.name!r} accepts "
+                f"{', '.join(sorted(accepts))}-level scores")
+    elif needs_signal:
+        raise ConfigError(f"{where}: actuator {spec.actuator.name!r} needs a 'scorer'")
+    return scorer, actuator
 
 
 def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
@@ -206,8 +230,6 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
     Raises:
         ConfigError: naming the key, listing valid choices.
     """
-    from dataflex_rl.presets import PRESETS
-
     if isinstance(value, StrategySpec):
         return value
     if isinstance(value, Path) or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):

@@ -22,21 +22,15 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.base import (
-    MIXERS,
-    REWEIGHTERS,
-    SCORERS,
-    SELECTORS,
-    DomainScorer,
-    Mixer,
-    Reweighter,
-    Scorer,
-    Selector,
-)
+from dataflex_rl.core.advantages import grpo_advantages_per_response
+from dataflex_rl.core.base import Mixer, Scorer
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import Component
-from dataflex_rl.core.registry import ConfigError, Registry
-from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy
+from dataflex_rl.core.history import PromptHistory
+from dataflex_rl.core.metrics import step_metrics
+from dataflex_rl.core.proportions import apply_floor, normalize_proportions
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy, resolve_mechanism
 
 #: advantage estimators that normalize rewards within prompt groups (verl names)
 GROUP_ESTIMATORS = frozenset({
@@ -52,38 +46,6 @@ class StrategyWarning(UserWarning):
     """Something unusual but defined happened in a step (e.g. every response was dropped)."""
 
 
-def _registry_for(mechanism: str) -> Registry:
-    from dataflex_rl.prerollout.base import SKIP_POLICIES
-
-    return {"select": SELECTORS, "reweight": REWEIGHTERS, "mix": MIXERS,
-            "prerollout": SKIP_POLICIES}[mechanism]
-
-
-def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, Component]:
-    """Build a mechanism's scorer and actuator; check names, params and granularity fit."""
-    act_cls = _registry_for(spec.mechanism).get(spec.actuator.name)
-    actuator = act_cls.from_config(spec.actuator.params, f"{where}.actuator")
-    needs_signal = getattr(act_cls, "needs_signal", True)
-    scorer_ref = spec.scorer
-    if scorer_ref is None and needs_signal and getattr(act_cls, "default_scorer", None):
-        scorer_ref = type(spec.actuator)(act_cls.default_scorer, {})
-    scorer = None
-    if scorer_ref is not None:
-        if not needs_signal:
-            raise ConfigError(f"{where}.scorer: {spec.actuator.name!r} takes no scorer")
-        sc_cls = SCORERS.get(scorer_ref.name)
-        scorer = sc_cls.from_config(scorer_ref.params, f"{where}.scorer")
-        accepts = getattr(act_cls, "accepts", frozenset())
-        if sc_cls.granularity not in accepts:
-            raise ConfigError(
-                f"{where}: scorer {scorer_ref.name!r} gives {sc_cls.granularity}-level scores, "
-                f"but {spec.mechanism} actuator {spec.actuator.name!r} accepts "
-                f"{', '.join(sorted(accepts))}-level scores")
-    elif needs_signal:
-        raise ConfigError(f"{where}: actuator {spec.actuator.name!r} needs a 'scorer'")
-    return scorer, actuator
-
-
 def _due(step: int, warmup: int, every: int) -> bool:
     return step >= warmup and (step - warmup) % every == 0
 
@@ -91,37 +53,6 @@ def _due(step: int, warmup: int, every: int) -> bool:
 def broadcast_scores(scores: Tensor, granularity: str, batch: RolloutBatch) -> Tensor:
     """Group scores [G] -> response scores [B]; other levels unchanged."""
     return scores[batch.group_ids] if granularity == "group" else scores
-
-
-def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
-                    eps: float = 1e-6) -> Tensor:
-    """GRPO advantages [B, T] re-centred on the kept responses of each group.
-
-    A_i = (r_i - mean_kept) / (std_kept + eps) (unbiased std, as verl), broadcast over valid
-    tokens; 0 for dropped rows and for groups with fewer than two kept responses.
-    """
-    adv = grpo_advantages_per_response(batch, keep, norm_by_std, eps)
-    return adv[:, None] * batch.response_mask.to(adv.dtype)
-
-
-def grpo_advantages_per_response(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
-                                 eps: float = 1e-6) -> Tensor:
-    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens).
-
-    Group statistics follow `segment_moments` (float64): a group whose kept rewards are all
-    equal gets advantages exactly 0. The result is in the rewards' dtype, clamped to its finite
-    range.
-    """
-    from dataflex_rl.core.segment import segment_moments
-
-    k = keep & batch.active_mask
-    _, std, dev = segment_moments(batch.rewards, batch.group_ids, batch.num_groups, k)
-    adv = dev / (std[batch.group_ids] + eps) if norm_by_std else dev
-    n = torch.bincount(batch.group_ids[k], minlength=batch.num_groups)
-    adv = torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
-    dtype = batch.rewards.dtype
-    big = torch.finfo(dtype).max
-    return adv.clamp(-big, big).to(dtype)
 
 
 @dataclass(eq=False)
@@ -223,8 +154,6 @@ class Strategy:
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
         if "prerollout" in self.parts:
-            from dataflex_rl.prerollout.history import PromptHistory
-
             self._history = PromptHistory(self.spec.prerollout.options["history_size"])
 
     # ------------------------------------------------------------------ build-time checks
@@ -327,9 +256,8 @@ class Strategy:
             self._history.update(batch)
         decision = Decision(keep, w_resp, batch.response_mask, renormalize, advantages,
                             proportions, metrics, w_tok)
-        from dataflex_rl.metrics import step_metrics
-
-        metrics.update(step_metrics(batch, decision, self))
+        metrics.update(step_metrics(batch, keep, w_resp, per_domain=self.domains is not None,
+                                    target=self._proportions, signal=self._signal))
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
         return decision
 
@@ -484,27 +412,3 @@ def _warn_zero_mean(step: int, who: str) -> None:
     warnings.warn(f"step {step}: {who}: every raw weight in the normalization set is 0; "
                   "weights left at 1 (mean 1 cannot be reached)", StrategyWarning, stacklevel=4)
 
-
-def apply_floor(raw: Tensor, floor: float) -> Tensor:
-    """Mix a floor into proportions: p = floor + (1 - D floor) raw; every p >= floor, sum 1."""
-    raw = raw.to(torch.float64).clamp(min=0)
-    total = raw.sum()
-    D = raw.shape[0]
-    raw = raw / total if float(total) > 0 else torch.full_like(raw, 1.0 / D)
-    return floor + (1.0 - D * floor) * raw
-
-
-def normalize_proportions(value: list | dict, domains: Sequence[str], where: str) -> Tensor:
-    """A list (domain order) or mapping of non-negative numbers -> [D] proportions summing to 1."""
-    D = len(domains)
-    if isinstance(value, dict):
-        unknown = [k for k in value if k not in domains]
-        if unknown:
-            raise ConfigError(f"{where}: unknown domain(s) {unknown}; domains: {list(domains)}")
-        value = [float(value.get(d, 0.0)) for d in domains]
-    if len(value) != D:
-        raise ConfigError(f"{where}: needs {D} values (domains {list(domains)}), got {len(value)}")
-    t = torch.tensor(value, dtype=torch.float64)
-    if float(t.sum()) <= 0 or bool((t < 0).any()):
-        raise ConfigError(f"{where}: proportions must be >= 0 with a positive sum, got {value}")
-    return t / t.sum()

@@ -14,7 +14,7 @@ from typing import Any
 _EXPORTS = {
     "EngineConfig": "config", "load_config": "config",
     "GRPOTrainer": "trainer",
-    "run_training": "run", "read_metrics": "run",
+    "run_training": "run", "read_metrics": "runlog",
     "format_table": "cli",
     "Policy": "policy", "load_policy": "policy", "build_tiny_policy": "policy",
     "save_policy": "policy", "parameter_hash": "policy",

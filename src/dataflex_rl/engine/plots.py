@@ -1,4 +1,7 @@
-"""PNG plots of an engine run, from its ``metrics.jsonl`` (matplotlib, Agg backend).
+"""PNG plots of an engine run, from its ``metrics.jsonl`` (matplotlib).
+
+Figures are drawn on their own Agg canvas (`matplotlib.figure.Figure`), so plotting neither
+selects a backend nor touches pyplot's global state, at import or when called.
 
 * ``accuracy.png``: held-out accuracy per domain over steps (greedy solid, sampled dashed);
 * ``domains.png``: target vs actual domain proportions per step;
@@ -11,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.engine.runlog import read_metrics
+
 PLOTS_DIR = "plots"
 
 
@@ -19,12 +24,19 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def _axes():
+    """A fresh 6x4 in figure on its own Agg canvas, and its one axis."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return path
 
 
@@ -34,13 +46,6 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     Plots whose metrics the run never logged (e.g. weights without ``reweight``) still get an
     axis with a note, so every run has the same four files.
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    from dataflex_rl.engine.run import read_metrics
-
     out = Path(out_dir) / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     records = read_metrics(out_dir)
@@ -50,7 +55,7 @@ def plot_run(out_dir: str | Path) -> list[Path]:
                       if k.startswith("eval/") and k.split("/")[1] != "mean"})
     paths = []
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _axes()
     for i, d in enumerate(domains):
         color = f"C{i}"
         for kind, style in (("greedy", "-"), ("sampled", "--")):
@@ -61,7 +66,7 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     ax.legend(fontsize=7, ncol=2)
     paths.append(_save(fig, out / "accuracy.png"))
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _axes()
     names = sorted({k.split("/")[2] for r in train for k in r
                     if k.startswith("dataflex/domain/") and k.endswith("/sampled")})
     for i, d in enumerate(names):
@@ -86,9 +91,7 @@ def plot_run(out_dir: str | Path) -> list[Path]:
 
 
 def _lines(records: list[dict], path: Path, title: str, keys: list[tuple[str, str]]) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _axes()
     drawn = 0
     for key, label in keys:
         x, y = _series(records, key)

@@ -21,12 +21,18 @@ from typing import Any
 import torch
 
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.strategy import Strategy, normalize_proportions
+from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.engine.config import EngineConfig, default_difficulty
 from dataflex_rl.engine.evaluation import evaluate
-from dataflex_rl.engine.loss import grpo_advantages, kl_k3, masked_token_mean, policy_loss, \
-    response_log_probs
+from dataflex_rl.engine.loss import (
+    grpo_advantages,
+    kl_k3,
+    masked_token_mean,
+    policy_loss,
+    response_log_probs,
+)
 from dataflex_rl.engine.noise import row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.engine.sampler import Rollout, sample_groups

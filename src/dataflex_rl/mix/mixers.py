@@ -16,6 +16,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import MIXERS, Mixer
 from dataflex_rl.core.component import param
+from dataflex_rl.core.proportions import normalize_proportions
 
 
 def fill_unobserved(values: Tensor, observed: Tensor) -> Tensor:
@@ -43,8 +44,6 @@ class Static(Mixer):
     def initial(self, prior: Tensor, domains: tuple[str, ...]) -> Tensor:
         if self.proportions is None:
             return prior
-        from dataflex_rl.core.strategy import normalize_proportions
-
         return normalize_proportions(self.proportions, domains, "static.proportions")
 
     def raw_proportions(self, values, observed, drawn, prior) -> Tensor:

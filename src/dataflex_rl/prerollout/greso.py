@@ -8,10 +8,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import param
-from dataflex_rl.prerollout.base import SKIP_POLICIES, SkipPolicy
-from dataflex_rl.prerollout.history import PromptHistory
+from dataflex_rl.core.history import PromptHistory
 
 
 @SKIP_POLICIES.register("greso")

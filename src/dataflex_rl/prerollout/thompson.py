@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
 from dataflex_rl.core.component import param
+from dataflex_rl.core.history import Outcomes, PromptHistory
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.prerollout.base import SKIP_POLICIES, SkipPolicy
-from dataflex_rl.prerollout.history import Outcomes, PromptHistory
 
 
 @SKIP_POLICIES.register("thompson")

@@ -3,8 +3,7 @@
 import pytest
 
 from dataflex_rl.cli import main
-from dataflex_rl.core.base import MIXERS, REWEIGHTERS, SCORERS, SELECTORS
-from dataflex_rl.prerollout.base import SKIP_POLICIES
+from dataflex_rl.core.base import MIXERS, REWEIGHTERS, SCORERS, SELECTORS, SKIP_POLICIES
 from dataflex_rl.presets import PRESETS
 
 

@@ -8,8 +8,8 @@ import torch
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
 from dataflex_rl.core.batch import from_lists
+from dataflex_rl.core.proportions import apply_floor
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.strategy import apply_floor
 from dataflex_rl.mix.mixers import UCB, RewardGap, SoftmaxMixer, Static, fill_unobserved
 
 DOMAINS = ("a", "b", "c")

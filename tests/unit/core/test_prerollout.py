@@ -6,8 +6,8 @@ import torch
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
 from dataflex_rl.core.batch import from_lists
+from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.prerollout.greso import Greso
-from dataflex_rl.prerollout.history import PromptHistory
 
 NAN = float("nan")
 

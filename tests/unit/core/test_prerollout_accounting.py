@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from dataflex_rl.core.batch import from_lists
+from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.prerollout.accounting import (
     first_per_domain,
     generation_metrics,
     intake_metrics,
     plain_batch,
 )
-from dataflex_rl.prerollout.history import PromptHistory
 
 P = "dataflex/prerollout/"
 

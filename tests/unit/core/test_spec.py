@@ -8,6 +8,7 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import ComponentRef, StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.presets import PRESETS
 
+
 # ---------------------------------------------------------------- what parses
 def test_preset_name_expands_to_a_full_spec():
     spec = parse_strategy("difffilter")
@@ -40,7 +41,7 @@ def test_new_actuator_name_replaces_the_preset_one():
 
 
 def test_default_scorer_is_used_when_none_given():
-    from dataflex_rl.core.strategy import resolve_mechanism
+    from dataflex_rl.core.spec import resolve_mechanism
 
     spec = parse_strategy({"select": {"actuator": "max_variance"}})
     scorer, _ = resolve_mechanism(spec.select, "x")

@@ -14,8 +14,9 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.spec import get_path
-from dataflex_rl.core.strategy import Strategy, normalize_proportions
+from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
 from dataflex_rl.prerollout.draw import draw_with_skipping
 

@@ -6,15 +6,11 @@ Fractions with an empty denominator are 0.0 (an empty batch keeps nothing), neve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
+from torch import Tensor
 
+from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.segment import segment_count
-
-if TYPE_CHECKING:
-    from dataflex_rl.core.batch import RolloutBatch
-    from dataflex_rl.core.strategy import Decision, Strategy
 
 PREFIX = "dataflex/"
 
@@ -24,10 +20,21 @@ def _frac(num: torch.Tensor | int, den: torch.Tensor | int) -> float:
     return float(num) / den if den > 0 else 0.0
 
 
-def step_metrics(batch: "RolloutBatch", decision: "Decision", strategy: "Strategy") -> dict:
-    """Kept fractions, weight statistics, zero-advantage share and per-domain figures."""
+def step_metrics(batch: RolloutBatch, keep: Tensor, weights_per_response: Tensor, *,
+                 per_domain: bool = False, target: Tensor | None = None,
+                 signal: Tensor | None = None) -> dict:
+    """Kept fractions, weight statistics, zero-advantage share and per-domain figures.
+
+    Args:
+        batch: the step's batch.
+        keep: [B] bool, the decision's keep mask.
+        weights_per_response: [B] the decision's weights per response.
+        per_domain: record per-domain figures (the strategy knows the domains).
+        target: [D] the current target proportions, if mixing.
+        signal: [D] the mixing signal at the last update, if any.
+    """
     m: dict[str, float] = {}
-    active, keep = batch.active_mask, decision.keep_mask
+    active = batch.active_mask
     G = batch.num_groups
     n_active = int(active.sum())
     n_keep = int(keep.sum())
@@ -45,7 +52,7 @@ def step_metrics(batch: "RolloutBatch", decision: "Decision", strategy: "Strateg
     informative = segment_count(batch.informative_mask, batch.group_ids, G) > 0
     m["dataflex/zero_advantage_group_fraction"] = _frac((groups_active & ~informative).sum(),
                                                         groups_active.sum())
-    w = decision.weights_per_response[keep].to(torch.float64)
+    w = weights_per_response[keep].to(torch.float64)
     if w.numel():
         m["dataflex/weight_mean"] = float(w.mean())
         m["dataflex/weight_std"] = float(w.std(unbiased=False))
@@ -59,11 +66,9 @@ def step_metrics(batch: "RolloutBatch", decision: "Decision", strategy: "Strateg
         ess = 0.0
     m["dataflex/weight_ess"] = ess
     m["dataflex/weight_ess_fraction"] = _frac(ess, n_keep)
-    if strategy.domains is not None and batch.batch_size:
+    if per_domain and batch.batch_size:
         D = batch.num_domains
         counts = torch.bincount(batch.group_domain[groups_active], minlength=D)
-        target = strategy.proportions
-        signal = strategy.signal
         for d, name in enumerate(batch.domains):
             m[f"dataflex/domain/{name}/actual"] = _frac(counts[d], counts.sum())
             if target is not None:

@@ -1,0 +1,83 @@
+"""Named strategies (presets): the table that strategy parsing reads.
+
+Core owns the table; ``dataflex_rl.presets`` fills it with the paper's methods when the package
+is imported, so spec parsing resolves ``select: {preset: difffilter}`` without importing
+anything above core. A preset is a strategy (``dataflex-rl train --strategy difffilter``) and
+its section can seed a mechanism in a custom strategy.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+from dataflex_rl.core.registry import ConfigError, suggest
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named strategy: description, the paper it follows and the spec it expands to."""
+
+    name: str
+    description: str
+    paper: str
+    spec: dict = field(default_factory=dict)
+
+    @property
+    def mechanism(self) -> str:
+        return ", ".join(self.spec) or "none"
+
+
+class PresetTable(Mapping[str, Preset]):
+    """Presets by name, in registration order (the paper's order for the built-in ones)."""
+
+    def __init__(self) -> None:
+        self._presets: dict[str, Preset] = {}
+
+    def register(self, preset: Preset) -> Preset:
+        """Add ``preset``.
+
+        Raises:
+            ValueError: a preset of that name is already registered.
+        """
+        if not isinstance(preset, Preset):
+            raise TypeError(f"expected a Preset, got {type(preset).__name__}")
+        if preset.name in self._presets:
+            raise ValueError(f"preset {preset.name!r} is already registered")
+        self._presets[preset.name] = preset
+        return preset
+
+    def __getitem__(self, name: str) -> Preset:
+        return self._presets[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._presets)
+
+    def __len__(self) -> int:
+        return len(self._presets)
+
+    def with_section(self, mechanism: str) -> list[str]:
+        """Names of the presets that set ``mechanism``."""
+        return [n for n, p in self._presets.items() if mechanism in p.spec]
+
+    def section(self, name: str, mechanism: str, where: str) -> dict:
+        """The ``mechanism`` section of preset ``name`` (a deep copy).
+
+        Raises:
+            ConfigError: unknown preset, or one without that section (listing valid ones).
+        """
+        valid = self.with_section(mechanism)
+        if name not in self._presets:
+            raise ConfigError(f"{where}: unknown {mechanism} preset {name!r}."
+                              f"{suggest(name, valid)} {mechanism} presets: {', '.join(valid)}")
+        spec = self._presets[name].spec
+        if mechanism not in spec:
+            raise ConfigError(f"{where}: preset {name!r} has no {mechanism} section (it sets "
+                              f"{self._presets[name].mechanism}). {mechanism} presets: "
+                              f"{', '.join(valid)}")
+        return copy.deepcopy(spec[mechanism])
+
+
+#: every preset, by name (filled by ``dataflex_rl.presets`` on import)
+PRESETS = PresetTable()
