@@ -1,4 +1,16 @@
-"""GRPO advantages computed by the strategy: re-centred on the responses it keeps."""
+"""GRPO advantages: the one implementation, for hosts and for strategies.
+
+A response's advantage is ``(r - mean_g) / (std_g + eps)`` over the responses of its group that
+count (unbiased std, as verl; ``norm_by_std=False`` gives Dr. GRPO's ``r - mean_g``). Group
+statistics come from `segment_moments` (float64): a group whose rewards are all equal gets
+advantages exactly 0. The two callers differ only in what a group with a single counted
+response gets (``singleton``):
+
+* ``"verl"``: mean 0 and std 1, so ``r / (1 + eps)`` (verl's ``compute_grpo_outcome_advantage``);
+  the embedded engine uses it so both hosts train alike.
+* ``"zero"``: 0, because one response has no baseline; a strategy re-centring advantages on the
+  responses it keeps (GFPO/PODS) uses it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +19,42 @@ from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.segment import segment_moments
+
+SINGLETON_RULES = ("zero", "verl")
+
+
+def group_advantages(rewards: Tensor, group_ids: Tensor, num_groups: int,
+                     keep: Tensor | None = None, *, norm_by_std: bool = True, eps: float = 1e-6,
+                     singleton: str = "zero") -> Tensor:
+    """[B] GRPO advantages over the ``keep`` responses of each group.
+
+    Args:
+        rewards: [B] float.
+        group_ids: [B] int64 dense group ids 0..G-1.
+        num_groups: G.
+        keep: [B] bool, the responses that count (default all); others get 0.
+        norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
+        eps: added to the std.
+        singleton: ``"zero"`` or ``"verl"``, see the module docstring.
+
+    Returns:
+        [B] in the rewards' dtype, clamped to its finite range.
+    """
+    if singleton not in SINGLETON_RULES:
+        raise ValueError(f"singleton: expected one of {SINGLETON_RULES}, got {singleton!r}")
+    k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
+    _, std, dev = segment_moments(rewards, group_ids, num_groups, k)
+    n = torch.bincount(group_ids[k], minlength=num_groups)[group_ids]   # counted in row's group
+    row_std = std[group_ids]
+    if singleton == "verl":
+        single = k & (n == 1)
+        dev = torch.where(single, rewards.to(torch.float64), dev)
+        row_std = torch.where(single, torch.ones_like(row_std), row_std)
+    adv = dev / (row_std + eps) if norm_by_std else dev
+    counted = k & (n > 1) if singleton == "zero" else k
+    adv = torch.where(counted, adv, torch.zeros_like(adv))
+    big = torch.finfo(rewards.dtype).max
+    return adv.clamp(-big, big).to(rewards.dtype)
 
 
 def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
@@ -22,17 +70,7 @@ def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
 
 def grpo_advantages_per_response(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
                                  eps: float = 1e-6) -> Tensor:
-    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens).
-
-    Group statistics follow `segment_moments` (float64): a group whose kept rewards are all
-    equal gets advantages exactly 0. The result is in the rewards' dtype, clamped to its finite
-    range.
-    """
-    k = keep & batch.active_mask
-    _, std, dev = segment_moments(batch.rewards, batch.group_ids, batch.num_groups, k)
-    adv = dev / (std[batch.group_ids] + eps) if norm_by_std else dev
-    n = torch.bincount(batch.group_ids[k], minlength=batch.num_groups)
-    adv = torch.where(k & (n[batch.group_ids] > 1), adv, torch.zeros_like(adv))
-    dtype = batch.rewards.dtype
-    big = torch.finfo(dtype).max
-    return adv.clamp(-big, big).to(dtype)
+    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens):
+    `group_advantages` over the kept active responses, ``singleton="zero"``."""
+    return group_advantages(batch.rewards, batch.group_ids, batch.num_groups,
+                            keep & batch.active_mask, norm_by_std=norm_by_std, eps=eps)

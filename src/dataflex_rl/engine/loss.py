@@ -2,8 +2,8 @@
 
 Semantics follow verl's defaults so a strategy behaves the same under both hosts:
 
-* advantages: ``(r - mean_group) / (std_group + eps)`` with the unbiased std (verl
-  ``compute_grpo_outcome_advantage``); a group of one response gets mean 0 and std 1.
+* advantages: core's `group_advantages` with ``singleton="verl"`` (verl
+  ``compute_grpo_outcome_advantage``: a group of one response gets mean 0 and std 1).
 * policy loss: verl's ``vanilla`` loss (PPO clip with dual clip for negative advantages), with
   per-token weights multiplied into the per-token losses before aggregation, as verl does with
   ``rollout_is_weights``.
@@ -44,34 +44,6 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
         logits = logits / temperature
     logp = torch.log_softmax(logits, -1).gather(2, response_ids[..., None]).squeeze(2)
     return torch.where(response_mask, logp, torch.zeros_like(logp))
-
-
-def grpo_advantages(rewards: Tensor, group_ids: Tensor, eps: float = 1e-6,
-                    norm_by_std: bool = True) -> Tensor:
-    """Group-normalized outcome advantages, one per response.
-
-    Args:
-        rewards: [B] float.
-        group_ids: [B] int64 dense group ids 0..G-1.
-        eps: added to the std.
-        norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
-
-    Returns:
-        [B] advantages ``(r - mean_g) / (std_g + eps)``; a group of size 1 uses mean 0, std 1
-        (verl's convention).
-    """
-    G = int(group_ids.max()) + 1 if group_ids.numel() else 0
-    r = rewards.to(torch.float32)
-    n = torch.zeros(G, dtype=torch.float32).index_add_(0, group_ids, torch.ones_like(r))
-    mean = torch.zeros(G, dtype=torch.float32).index_add_(0, group_ids, r) / n.clamp(min=1)
-    dev = r - mean[group_ids]
-    var = torch.zeros(G, dtype=torch.float32).index_add_(0, group_ids, dev * dev) \
-        / (n - 1).clamp(min=1)
-    single = n[group_ids] < 2
-    mean_b = torch.where(single, torch.zeros_like(r), mean[group_ids])
-    std_b = torch.where(single, torch.ones_like(r), var.sqrt()[group_ids])
-    out = r - mean_b
-    return out / (std_b + eps) if norm_by_std else out
 
 
 def masked_token_mean(values: Tensor, mask: Tensor, num_tokens: Tensor | int | None = None

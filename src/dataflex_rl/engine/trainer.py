@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from dataflex_rl.core.advantages import group_advantages
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
@@ -27,7 +28,6 @@ from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.engine.config import EngineConfig, default_difficulty
 from dataflex_rl.engine.evaluation import evaluate
 from dataflex_rl.engine.loss import (
-    grpo_advantages,
     kl_k3,
     masked_token_mean,
     policy_loss,
@@ -252,7 +252,8 @@ class GRPOTrainer:
                domain_idx: list[int], step: int) -> RolloutBatch:
         g = self.config.grpo
         group_ids = rollout.prompt_index
-        adv = grpo_advantages(rewards, group_ids, g.adv_eps, g.norm_adv_by_std)
+        adv = group_advantages(rewards.to(torch.float32), group_ids, len(problems),
+                               norm_by_std=g.norm_adv_by_std, eps=g.adv_eps, singleton="verl")
         mask = rollout.response_mask
         return RolloutBatch(
             rewards=rewards, response_mask=mask, group_ids=group_ids,
