@@ -23,7 +23,8 @@ Definitions used by the harness (docs/harness.md repeats them):
   with probability ``power``: (t_{1-α/2, n-1} + t_{power, n-1}) · s_d / √n, s_d the SD of the
   paired differences. It is the usual approximation to the noncentral-t power of the paired
   t-test and tends to (1.96 + 0.84) · s_d / √n for many seeds.
-- **Kendall's tau** (`kendall_tau`): tau-b, ties corrected, as ``scipy.stats.kendalltau``.
+- **Kendall's tau** (`kendall_tau`): tau-b, ties corrected: ``scipy.stats.kendalltau`` after
+  tying values within rounding error.
 """
 
 from __future__ import annotations
@@ -191,10 +192,12 @@ def seeds_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0
 
 
 def kendall_tau(x, y) -> float:
-    """Kendall's tau-b between two scorings of the same items (ties corrected).
+    """Kendall's tau-b between two scorings of the same items (``scipy.stats.kendalltau``;
+    values within rounding error are tied first, see `_tie_close`).
 
     Args:
-        x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks).
+        x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks),
+            finite.
 
     Returns:
         tau-b in [-1, 1]; NaN when k < 2 or one side is constant.
@@ -202,26 +205,32 @@ def kendall_tau(x, y) -> float:
     a, b = _as_1d(x, "x"), _as_1d(y, "y")
     if a.size != b.size:
         raise ValueError(f"kendall_tau: sizes differ ({a.size} vs {b.size})")
-    iu = np.triu_indices(a.size, k=1)
-    sa, sb = _pair_signs(a)[iu], _pair_signs(b)[iu]
-    denom = math.sqrt(float(np.sum(sa != 0)) * float(np.sum(sb != 0)))
-    return float(np.sum(sa * sb) / denom) if denom > 0 else math.nan
+    if a.size < 2:
+        return math.nan
+    return float(sps.kendalltau(_tie_close(a), _tie_close(b)).statistic)
 
 
-def _pair_signs(v: np.ndarray) -> np.ndarray:
-    """[k, k] sign(v_i - v_j), with differences within rounding error (1e-12 relative) as
-    ties: a mean of 0.5 and 0.1 and a mean of 0.4 and 0.2 are the same score."""
-    with np.errstate(invalid="ignore"):  # inf - inf: NaN, neither larger nor a tie
-        diff = v[:, None] - v[None, :]
+def _tie_close(v: np.ndarray) -> np.ndarray:
+    """``v`` with values within rounding error (1e-12 relative) of the next smaller one set
+    equal to it, so they tie: a mean of 0.5 and 0.1 and a mean of 0.4 and 0.2 are the same
+    score. NaN stays NaN; infinities stay as they are."""
     finite = v[np.isfinite(v)]
     tol = 1e-12 * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
-    return np.where(np.abs(np.nan_to_num(diff, nan=np.inf)) <= tol, 0.0,
-                    np.nan_to_num(np.sign(diff)))
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, a new value
+        starts = np.concatenate([[True], ~(np.diff(s) <= tol)])
+    first = np.maximum.accumulate(np.where(starts, np.arange(s.size), 0))
+    out = np.empty_like(v)
+    out[order] = s[first]
+    return out
 
 
 def ranks(values) -> np.ndarray:
-    """Competition ranks, 1 = largest value (ties, up to rounding, share the best rank; NaN
-    ranks last)."""
+    """Competition ranks, 1 = largest value (``scipy.stats.rankdata``, method ``min`` on the
+    negated values; ties, up to rounding, share the best rank; NaN ranks last)."""
     v = _as_1d(values, "values")
+    if v.size == 0:
+        return np.zeros(0, dtype=np.int64)
     filled = np.where(np.isnan(v), -np.inf, v)
-    return 1 + np.sum(_pair_signs(filled) < 0, axis=1)
+    return sps.rankdata(-_tie_close(filled), method="min").astype(np.int64)
