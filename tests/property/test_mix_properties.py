@@ -11,8 +11,8 @@ import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.proportions import apply_floor
+from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 from dataflex_rl.mix.mixers import UCB, RewardGap, SoftmaxMixer
-from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
 from dataflex_rl.scorers.domain import LearningProgress
 from tests.property import oracles
 from tests.strategies import DOMAINS, rollout_batches

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import dataflex_rl  # noqa: F401
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.history import PromptHistory
-from dataflex_rl.prerollout.accounting import first_per_domain
+from dataflex_rl.hosts.common.accounting import first_per_domain
 from dataflex_rl.prerollout.greso import Greso
 
 #: one group outcome: (prompt key, rewards of its responses, tokens per response)

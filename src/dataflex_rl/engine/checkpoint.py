@@ -1,18 +1,19 @@
 """Checkpoints of an engine run: model, optimizer, strategy, domain sampler and every RNG.
 
-One file, ``checkpoint.pt``, written atomically (temporary file, then rename), so an interrupted
-save never leaves a half-written checkpoint behind.
+One file, ``checkpoint.pt``, written atomically by `dataflex_rl.hosts.common.state`, so an
+interrupted save never leaves a half-written checkpoint behind.
 """
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from dataflex_rl.hosts.common.state import load_state, save_state
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -32,12 +33,7 @@ def set_global_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``directory/checkpoint.pt`` atomically; returns the path."""
-    path = Path(directory) / CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return path
+    return save_state(Path(directory) / CHECKPOINT_FILE, state)
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any]:
@@ -49,5 +45,4 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / CHECKPOINT_FILE
     if not path.is_file():
         raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-    # our own file: it holds RNG states and strategy histories, not only tensors
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return load_state(path)

@@ -38,6 +38,9 @@ from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.engine.sampler import Rollout, sample_groups
 from dataflex_rl.engine.taskio import build_tasks, domain_names, score, taskset_charset
 from dataflex_rl.engine.warmstart import policy_manifest, split_differences
+from dataflex_rl.hosts.common.accounting import generation_metrics
+from dataflex_rl.hosts.common.draw import draw_with_skipping
+from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 
 #: RolloutBatch fields the engine fills
 ENGINE_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
@@ -80,8 +83,6 @@ class GRPOTrainer:
 
     def __init__(self, config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
                  taskset=None, policy: Policy | None = None) -> None:
-        from dataflex_rl.mix.sampler import DomainSampler
-
         torch.set_num_threads(config.threads)
         self.config = config
         self.seed = config.seed if seed is None else seed
@@ -172,8 +173,6 @@ class GRPOTrainer:
                                     decision.loss_mask, step))
         metrics.update(self._reward_metrics(rewards, domain_idx, G, rollout))
         if "prerollout" in self.strategy.parts:
-            from dataflex_rl.prerollout.accounting import generation_metrics
-
             metrics.update(generation_metrics(
                 batch, metrics.get("dataflex/prerollout/tokens_saved_est"), t_gen))
         metrics.update({"time/generate_s": t_gen, "time/reward_s": t_rew,
@@ -203,9 +202,6 @@ class GRPOTrainer:
         ``candidate_factor`` x the missing prompts per domain until the skip policy has kept
         enough, for at most ``max_draw_rounds`` rounds (then the batch stays short).
         """
-        from dataflex_rl.mix.sampler import largest_remainder
-        from dataflex_rl.prerollout.draw import draw_with_skipping
-
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
         n = self.config.grpo.prompts_per_step

@@ -38,8 +38,8 @@ class Greso(SkipPolicy):
 
     Keeping the batch full is the host's job, not an option of this policy: both hosts draw
     rounds of ``candidate_factor`` x the missing prompts per domain until enough are kept, for
-    at most ``max_draw_rounds`` rounds (`dataflex_rl.prerollout.draw`; engine ``tasks.*``,
-    verl ``dataflex.*``). Both report per step (`dataflex_rl.prerollout.accounting`):
+    at most ``max_draw_rounds`` rounds (`dataflex_rl.hosts.common.draw`; engine ``tasks.*``,
+    verl ``dataflex.*``). Both report per step (`dataflex_rl.hosts.common.accounting`):
     ``skipped`` (prompts of the plain batch, the one drawn without pre-rollout, that were not
     generated), ``replacements`` (generated prompts drawn in their place),
     ``tokens_saved_est`` (over those skipped prompts), ``seconds_saved_est`` (tokens saved x

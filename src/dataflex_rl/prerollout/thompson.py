@@ -33,7 +33,7 @@ class ThompsonBand(SkipPolicy):
     solved 15 times of 16 will likely give no signal next time, and it needs no adaptation:
     the band sets how sure the policy must be. Metrics as ``greso`` (``skipped``,
     ``skipped_easy``, ``skipped_hard``, ``tokens_saved_est``); hosts add the plain-batch
-    accounting (`dataflex_rl.prerollout.accounting`).
+    accounting (`dataflex_rl.hosts.common.accounting`).
     """
 
     paper: ClassVar[str] = ("Qu et al. 2025, Can Prompt Difficulty be Online Predicted for "

@@ -5,7 +5,7 @@ import torch
 
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.history import PromptHistory
-from dataflex_rl.prerollout.accounting import (
+from dataflex_rl.hosts.common.accounting import (
     first_per_domain,
     generation_metrics,
     intake_metrics,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
+from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 
 P = torch.tensor
 

@@ -17,8 +17,8 @@ from torch import Tensor
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
-from dataflex_rl.mix.sampler import DomainSampler, largest_remainder
-from dataflex_rl.prerollout.draw import draw_with_skipping
+from dataflex_rl.hosts.common.draw import draw_with_skipping
+from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 
 
 def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence] | None,
@@ -102,7 +102,7 @@ class Intake:
         skipped candidates fill what is still missing (``forced``). The plain batch is the
         first round's first ``quota`` candidates per domain, the rows drawn without
         pre-rollout; skipped / replacements / tokens_saved_est are counted against it
-        (`dataflex_rl.prerollout.accounting`); ``candidates_skipped``, ``skipped_easy`` and
+        (`dataflex_rl.hosts.common.accounting`); ``candidates_skipped``, ``skipped_easy`` and
         ``skipped_hard`` count every candidate the policy skipped, over all rounds.
         """
         props = strategy.proportions

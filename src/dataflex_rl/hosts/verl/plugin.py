@@ -28,7 +28,7 @@ except ValueError:   # an unknown level name: keep the default rather than fail 
 
 
 def _parse(v: str):
-    from packaging.version import Version   # a verl dependency
+    from packaging.version import Version  # a verl dependency
 
     return Version(v)
 
@@ -54,7 +54,7 @@ def register() -> None:
     if installed != "unknown":
         check_version(installed)
     try:
-        from dataflex_rl.hosts.verl import trainer   # registers on import
+        from dataflex_rl.hosts.verl import trainer  # registers on import
     except Exception:
         logger.error("dataflex-rl: FAILED to register verl trainer mode 'dataflex' (verl %s); "
                      "trainer.v1.trainer_mode=dataflex will not be found", installed,

@@ -33,10 +33,11 @@ from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
+from dataflex_rl.hosts.common.accounting import generation_metrics
+from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config, uses_intake
 from dataflex_rl.hosts.verl.intake import Intake, domain_column
-from dataflex_rl.prerollout.accounting import generation_metrics
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -240,8 +241,7 @@ class DataflexTrainer(PPOTrainerSync):
     def _save_checkpoint(self) -> None:
         folder = os.path.join(self.config.trainer.default_local_dir,
                               f"global_step_{self.global_steps}")
-        os.makedirs(folder, exist_ok=True)
-        torch.save(self.dataflex_state_dict(), os.path.join(folder, STATE_FILE))
+        save_state(os.path.join(folder, STATE_FILE), self.dataflex_state_dict())
         super()._save_checkpoint()   # writes latest_checkpointed_iteration.txt last
 
     def _load_checkpoint(self) -> None:
@@ -254,7 +254,7 @@ class DataflexTrainer(PPOTrainerSync):
             logger.warning("dataflex: resuming at step %d without %s in %s; the strategy "
                            "starts fresh", self.global_steps, STATE_FILE, folder)
             return
-        self.load_dataflex_state_dict(torch.load(path, weights_only=False))
+        self.load_dataflex_state_dict(load_state(path))
         logger.info("dataflex: restored strategy state from %s", path)
 
     def _resumed_folder(self) -> str | None:

@@ -11,8 +11,8 @@ from typing import Callable, Hashable
 import torch
 from torch import Tensor
 
-from dataflex_rl.mix.sampler import DomainSampler
-from dataflex_rl.prerollout.accounting import first_per_domain, intake_metrics, plain_batch
+from dataflex_rl.hosts.common.accounting import first_per_domain, intake_metrics, plain_batch
+from dataflex_rl.hosts.common.sampler import DomainSampler
 
 _POLICY_COUNTS = ("skipped", "skipped_easy", "skipped_hard")
 

@@ -1,0 +1,10 @@
+"""What every host shares, so a strategy behaves the same in the embedded engine and in verl.
+
+* `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs);
+* `draw`: drawing a batch with pre-rollout skipping (candidate rounds until quotas are filled);
+* `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);
+* `state`: state files written atomically and read back.
+
+Hosts (``dataflex_rl.engine``, ``dataflex_rl.hosts.verl``) import these; mechanisms and core
+never do.
+"""
