@@ -17,7 +17,7 @@ import torch
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.policy import load_policy
 from dataflex_rl.engine.sampler import left_pad, sample_groups
-from dataflex_rl.engine.trainer import GRPOTrainer, tasks_from_config
+from dataflex_rl.engine.trainer import EmbeddedTrainer, tasks_from_config
 
 
 def count_tokens(responses: torch.Tensor, eos_id: int) -> int:
@@ -52,7 +52,7 @@ def bench_sampler(policy, prompts, G: int, max_new: int, repeats: int) -> dict:
 
 def bench_steps(policy_spec: str, steps: int, strategy: str) -> dict:
     cfg = load_config({"policy": policy_spec, "log": {"progress": False}})
-    tr = GRPOTrainer(cfg, strategy, seed=0)
+    tr = EmbeddedTrainer(cfg, strategy, seed=0)
     tr.train_step()   # warm-up
     times, parts = [], {"generate": [], "reward": [], "strategy": [], "update": []}
     for _ in range(steps):

@@ -15,7 +15,7 @@ policy and tasks, from one seed, in parallel processes:
    step" from anything specific to RL.
 
 Each variant reports the change of held-out greedy and sampled accuracy per domain
-(``GRPOTrainer.evaluate``, percentage points; every variant starts from the same policy and is
+(``EmbeddedTrainer.evaluate``, percentage points; every variant starts from the same policy and is
 measured with the same seeded instrument), the mean train reward (GRPO) or loss (supervised)
 over the first and last 20 steps, and the CPU-seconds of its training steps (evaluation
 excluded). Ratios are against the default GRPO variant of the same run.
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from dataflex_rl.engine.config import EngineConfig, load_config
-from dataflex_rl.engine.trainer import GRPOTrainer, derive_seed
+from dataflex_rl.engine.trainer import EmbeddedTrainer, derive_seed
 
 #: GRPO variants: name -> (``optim`` overrides, rewards shuffled across the batch)
 GRPO_VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
@@ -57,7 +57,7 @@ WINDOW = 20
 MIN_REFERENCE_PP = 0.5
 
 
-class ShuffledRewardTrainer(GRPOTrainer):
+class ShuffledRewardTrainer(EmbeddedTrainer):
     """GRPO on rewards permuted across the whole batch (a seeded permutation per step).
 
     The permutation keeps the batch's rewards (and their mean, ``train/reward``) but cuts each
@@ -103,7 +103,7 @@ def _run(job: tuple) -> dict[str, Any]:
     t_job = time.process_time()
     if kind == "grpo":
         optim, shuffle = GRPO_VARIANTS[name]
-        cls = ShuffledRewardTrainer if shuffle else GRPOTrainer
+        cls = ShuffledRewardTrainer if shuffle else EmbeddedTrainer
         trainer = cls(_config(policy, optim), seed=seed)
         t0 = time.process_time()
         rewards = [trainer.train_step()["train/reward"] for _ in range(steps)]
@@ -113,7 +113,7 @@ def _run(job: tuple) -> dict[str, Any]:
         from dataflex_rl.engine.warmstart import warm_start
 
         # the trainer only provides the policy, the task set and the held-out instrument
-        trainer = GRPOTrainer(_config(policy), seed=seed)
+        trainer = EmbeddedTrainer(_config(policy), seed=seed)
         prompts, answers, groups = train_pairs(trainer.taskset)
         t0 = time.process_time()
         series = warm_start(trainer.policy, prompts, answers, steps=steps,
@@ -121,7 +121,7 @@ def _run(job: tuple) -> dict[str, Any]:
                             seed=seed, groups=groups, schedule=lambda step: 1.0)
         cpu_s = time.process_time() - t0
     else:
-        trainer, series, cpu_s = GRPOTrainer(_config(policy), seed=seed), [], 0.0
+        trainer, series, cpu_s = EmbeddedTrainer(_config(policy), seed=seed), [], 0.0
     first, last = _window_means(series)
     out = {"eval": trainer.evaluate(), "first": first, "last": last, "cpu_s": cpu_s}
     out["job_cpu_s"] = time.process_time() - t_job

@@ -109,12 +109,12 @@ def _one(job: tuple) -> dict:
     arm, seed, args = job
     import torch
 
-    from dataflex_rl.engine.trainer import GRPOTrainer
+    from dataflex_rl.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
     strategy, factor = (BASELINE, 1.0) if arm == "difffilter" else (_skip_arm(args),
                                                                      args.factor)
-    tr = GRPOTrainer(_config(args, factor), strategy, seed=seed)
+    tr = EmbeddedTrainer(_config(args, factor), strategy, seed=seed)
     visits = _track_visits(tr)
     initial = tr.evaluate()["eval/mean/greedy"]
     t0 = time.perf_counter()

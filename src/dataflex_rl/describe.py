@@ -30,13 +30,29 @@ def one_line(kind: str, name: str) -> str:
     if kind == "preset":
         p = PRESETS[name]
         return f"{p.mechanism}: {p.description}"
-    return REGISTRIES[kind].get(name).summary()
+    return _without_pointer(name, REGISTRIES[kind].get(name).summary())
+
+
+def _without_pointer(name: str, summary: str) -> str:
+    """A summary without its leading pointer (``"``per`` (preset ``per``): w = ..."`` ->
+    ``"w = ..."``): a class whose name differs from its registry or preset name starts its
+    docstring with them, which ``list`` already shows."""
+    if summary.startswith(f"``{name}``") and ": " in summary:
+        rest = summary.split(": ", 1)[1]
+        word = rest.split(" ", 1)[0]
+        return rest[:1].upper() + rest[1:] if len(word) > 1 and word.isalpha() else rest
+    return summary
+
+
+def class_path(cls: type) -> str:
+    """``module.Class`` of a component class."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _component_text(kind: str, name: str) -> str:
     cls = REGISTRIES[kind].get(name)
     doc = inspect.cleandoc(cls.__doc__ or "")
-    lines = [f"## {kind} `{name}`", "", doc, ""]
+    lines = [f"## {kind} `{name}` (class `{class_path(cls)}`)", "", doc, ""]
     if kind == "scorer":
         lines.append(f"- granularity: {cls.granularity}")
         needs = ["rewards", "response_mask", "group_ids"] + list(cls.requires)
@@ -70,8 +86,24 @@ def _preset_text(name: str) -> str:
     p = PRESETS[name]
     spec = yaml.safe_dump(p.spec, sort_keys=False).strip() if p.spec else "{}  # no strategy"
     return "\n".join([f"## preset `{name}`", "", p.description, "",
-                      f"- mechanism: {p.mechanism}", f"- paper: {p.paper}", "",
-                      "```yaml", spec, "```"])
+                      f"- mechanism: {p.mechanism}", *_preset_classes(p.spec),
+                      f"- paper: {p.paper}", "", "```yaml", spec, "```"])
+
+
+def _preset_classes(spec: dict) -> list[str]:
+    """``- <mechanism> <role>: `name` (class `module.Class`)`` for each component of a preset."""
+    lines = []
+    for mechanism, section in spec.items():
+        for role in ("scorer", "actuator"):
+            ref = section.get(role)
+            if ref is None:
+                continue
+            name = ref if isinstance(ref, str) else ref["name"]
+            reg = (REGISTRIES["scorer"] if role == "scorer"
+                   else MECHANISM_REGISTRIES[mechanism])
+            lines.append(f"- {mechanism} {role}: `{name}` (class "
+                         f"`{class_path(reg.get(name))}`)")
+    return lines
 
 
 def describe(name: str) -> str:

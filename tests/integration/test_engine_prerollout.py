@@ -13,30 +13,30 @@ import torch
 
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.trainer import GRPOTrainer
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 
 GRESO = {"name": "skip", "prerollout": {"actuator": {
     "name": "greso", "explore_prob": 0.0, "min_explore": 0.0, "adapt_step": 0.0}}}
 P = "dataflex/prerollout/"
 
 
-def _trainer(train_size: int, factor: float, rounds: int = 8) -> GRPOTrainer:
+def _trainer(train_size: int, factor: float, rounds: int = 8) -> EmbeddedTrainer:
     cfg = load_config({"policy": "tiny", "threads": 1,
                        "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
                        "tasks": {"domains": ["math"], "train_size": train_size,
                                  "candidate_factor": factor, "max_draw_rounds": rounds},
                        "eval": {"per_domain": 4, "samples": 1},
                        "log": {"progress": False, "plots": False, "checkpoint_every": 0}})
-    return GRPOTrainer(cfg, GRESO, seed=0)
+    return EmbeddedTrainer(cfg, GRESO, seed=0)
 
 
-def _remember(tr: GRPOTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
+def _remember(tr: EmbeddedTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
     """One group of ``key`` with these rewards and per-response token counts."""
     tr.strategy._history.update(from_lists(rewards, [0] * len(rewards), tokens,
                                            prompt_keys=(key,) * len(rewards), step=step))
 
 
-def _candidates(tr: GRPOTrainer, n: int) -> list:
+def _candidates(tr: EmbeddedTrainer, n: int) -> list:
     """The keys the trainer's sampler will draw next, in order (from a copy of it)."""
     sampler = copy.deepcopy(tr.sampler)
     drawn, _ = sampler.sample(torch.ones(1, dtype=torch.float64), n)

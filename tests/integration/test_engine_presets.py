@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.trainer import GRPOTrainer
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 from dataflex_rl.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def small_config(**overrides):
 class Recorder:
     """Wraps a trainer's update and domain sampler to record what they were given."""
 
-    def __init__(self, trainer: GRPOTrainer) -> None:
+    def __init__(self, trainer: EmbeddedTrainer) -> None:
         self.updates: list[dict] = []
         self.proportions: list[torch.Tensor] = []
         update, sample = trainer._update, trainer.sampler.sample
@@ -61,7 +61,7 @@ class Recorder:
 
 
 def run_steps(strategy, steps, **overrides):
-    tr = GRPOTrainer(small_config(**overrides), strategy, seed=0)
+    tr = EmbeddedTrainer(small_config(**overrides), strategy, seed=0)
     rec = Recorder(tr)
     metrics = [tr.train_step() for _ in range(steps)]
     return tr, rec, metrics

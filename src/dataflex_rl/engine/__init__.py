@@ -13,7 +13,7 @@ from typing import Any
 
 _EXPORTS = {
     "EngineConfig": "config", "load_config": "config",
-    "GRPOTrainer": "trainer",
+    "EmbeddedTrainer": "trainer",
     "run_training": "run", "read_metrics": "runlog",
     "format_table": "cli",
     "Policy": "policy", "load_policy": "policy", "build_tiny_policy": "policy",

@@ -18,7 +18,7 @@ from dataflex_rl.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint, save
 from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.plots import plot_run
 from dataflex_rl.engine.runlog import METRICS_FILE, SUMMARY_FILE, MetricsWriter, read_metrics
-from dataflex_rl.engine.trainer import GRPOTrainer
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 
 
 def strategy_label(spec: Any) -> str:
@@ -37,7 +37,7 @@ def default_out_dir(spec: Any, seed: int) -> Path:
 def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
                  steps: int | None = None, out_dir: str | Path | None = None,
                  resume: bool = False, progress: bool | None = None,
-                 trainer: GRPOTrainer | None = None) -> dict[str, Any]:
+                 trainer: EmbeddedTrainer | None = None) -> dict[str, Any]:
     """Train, evaluate, checkpoint and plot one run.
 
     Args:
@@ -71,7 +71,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     out.mkdir(parents=True, exist_ok=True)
     t0, c0 = time.perf_counter(), time.process_time()
     writer = MetricsWriter(out, config.log.tensorboard)   # fails fast without tensorboard
-    tr = trainer or GRPOTrainer(config, spec, seed=seed)
+    tr = trainer or EmbeddedTrainer(config, spec, seed=seed)
     if resume:
         tr.load_state_dict(load_checkpoint(out))
         if total < tr.step:
@@ -107,7 +107,7 @@ def _strip(record: dict) -> dict:
     return {k: v for k, v in record.items() if k.startswith("eval/")}
 
 
-def _evaluate(tr: GRPOTrainer, writer: MetricsWriter) -> dict:
+def _evaluate(tr: EmbeddedTrainer, writer: MetricsWriter) -> dict:
     t = time.perf_counter()
     metrics = tr.evaluate()
     metrics["time/eval_s"] = time.perf_counter() - t
@@ -115,7 +115,7 @@ def _evaluate(tr: GRPOTrainer, writer: MetricsWriter) -> dict:
     return {"kind": "eval", "step": tr.step, **metrics}
 
 
-def _loop(tr: GRPOTrainer, writer: MetricsWriter, total: int, evals: list, progress,
+def _loop(tr: EmbeddedTrainer, writer: MetricsWriter, total: int, evals: list, progress,
           out: Path) -> list[float]:
     cfg = tr.config
     show = cfg.log.progress if progress is None else progress

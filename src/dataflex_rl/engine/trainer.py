@@ -65,8 +65,9 @@ def derive_seed(seed: int, stream: str) -> int:
     return int.from_bytes(digest[:4], "little") & ((1 << 31) - 1)
 
 
-class GRPOTrainer:
-    """GRPO on one CPU process with a data strategy in the loop.
+class EmbeddedTrainer:
+    """GRPO on one CPU process with a data strategy in the loop (the embedded engine's trainer;
+    not TRL's ``GRPOTrainer``).
 
     Args:
         config: the run's `EngineConfig`.

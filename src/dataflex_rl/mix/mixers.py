@@ -68,8 +68,9 @@ class RewardGap(Mixer):
 @MIXERS.register("ucb")
 @dataclass
 class UCB(Mixer):
-    """p = softmax((value_d + c sqrt(2 ln N / n_d)) / T), UCB1 over domains.
+    """``ucb`` (preset ``dump_ucb``): UCB1 over domains, softmax((v_d + c sqrt(2 ln N/n_d)) / T).
 
+    v_d: the domain's value (its signal);
     n_d: responses drawn from domain d so far, N = sum of n_d. A domain never drawn counts
     as drawn once in its bonus (largest, but finite, so the floor and softmax still apply).
     """
@@ -90,7 +91,10 @@ class UCB(Mixer):
 @MIXERS.register("softmax")
 @dataclass
 class SoftmaxMixer(Mixer):
-    """p = softmax(value / T) over any domain signal (TSCL with ``learning_progress``)."""
+    """``softmax`` mixer (preset ``tscl``): p = softmax(value / T) over any domain signal.
+
+    With the ``learning_progress`` scorer it is TSCL.
+    """
 
     default_scorer: ClassVar[str | None] = "learning_progress"
     temperature: float = param(0.01, "softmax temperature over the signal", gt=0.0)

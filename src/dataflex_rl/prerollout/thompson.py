@@ -18,7 +18,7 @@ from dataflex_rl.core.registry import ConfigError
 @SKIP_POLICIES.register("thompson")
 @dataclass
 class ThompsonBand(SkipPolicy):
-    """Skip a prompt when a draw of its solve rate from a Beta posterior falls outside a band.
+    """``thompson``: skip a prompt when a Beta-posterior draw of its solve rate is outside a band.
 
     Each candidate's solve rate has a Beta(``prior_a`` + successes, ``prior_b`` + failures)
     posterior over its remembered groups (every response counts; the group ``k`` outcomes

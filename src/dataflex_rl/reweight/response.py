@@ -32,7 +32,7 @@ class Softmax(Reweighter):
 @REWEIGHTERS.register("per")
 @dataclass
 class Priority(Reweighter):
-    """w = (|score| + eps) ** alpha, normalized to mean 1 (prioritized replay).
+    """``per`` (preset ``per``): w = (|score| + eps) ** alpha, mean 1 (prioritized replay).
 
     Computed in log space relative to the largest priority of the normalization set,
     exp(alpha * (log(|s| + eps) - max log(|s| + eps))), which equals the formula up to the
@@ -54,7 +54,7 @@ class Priority(Reweighter):
 @REWEIGHTERS.register("band_weight")
 @dataclass
 class BandWeight(Reweighter):
-    """Weight ``inside`` for scores in [low, high], 1 outside, then mean 1.
+    """``band_weight`` (preset ``diffband``): ``inside`` for scores in [low, high], else 1; mean 1.
 
     With ``solve_rate``: responses of groups of medium difficulty count more (diffband).
     """

@@ -16,7 +16,9 @@ from dataflex_rl.core.component import param
 @REWEIGHTERS.register("ar")
 @dataclass
 class ProbabilityAware(Reweighter):
-    """Token weights w_t = alpha * p_t + (1 - alpha), mean 1 over the set's valid tokens.
+    """``ar`` (preset ``ar``): token weights w_t = alpha * p_t + (1 - alpha), mean 1 (valid tokens).
+
+    The mean is 1 over the valid tokens of the normalization set.
 
     p_t = exp(old_log_prob_t) (scorer ``token_prob``): tokens the sampler found unlikely count
     less, which damps the high-variance updates they cause.

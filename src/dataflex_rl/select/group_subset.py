@@ -28,7 +28,7 @@ def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> 
 @SELECTORS.register("max_variance")
 @dataclass
 class MaxVariance(Selector):
-    """Per group, the subset of n responses whose rewards have the largest variance.
+    """``max_variance`` (preset ``maxvar``): per group, the n responses of largest reward variance.
 
     The optimum is always the a lowest plus the (n - a) highest rewards for some a, so every a
     is scored at once from prefix sums of the group's sorted rewards; ties go to the smallest
@@ -86,7 +86,7 @@ class MaxVariance(Selector):
 @SELECTORS.register("gfpo")
 @dataclass
 class GroupFilter(Selector):
-    """Per group, the n responses with the highest score (GFPO).
+    """``gfpo`` (preset ``gfpo``): per group, the n responses with the highest score (GFPO).
 
     With scorer ``efficiency`` (reward per token) this is GFPO's token-efficiency filter; with
     ``response_length`` and ``largest: false`` it keeps the shortest responses. Ties go to the

@@ -17,7 +17,9 @@ from dataflex_rl.core.segment import lexsort, round_half_up, segment_count, segm
 @SELECTORS.register("top_fraction")
 @dataclass
 class TopFraction(Selector):
-    """Keep the ``fraction`` of active responses with the highest score (round half up).
+    """``top_fraction`` (preset ``topk``): keep the ``fraction`` of responses scoring highest.
+
+    The count is ``fraction`` of the active responses, rounded half up.
 
     With ``by_group`` whole groups are ranked by their mean response score and the top
     ``fraction`` of groups kept.

@@ -8,7 +8,7 @@ import torch
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.policy import load_policy, tiny_config
 from dataflex_rl.engine.tokenizer import HFTokenizer
-from dataflex_rl.engine.trainer import GRPOTrainer, tasks_from_config
+from dataflex_rl.engine.trainer import EmbeddedTrainer, tasks_from_config
 
 from .conftest import SMALL_ARCH
 
@@ -47,7 +47,7 @@ def test_hf_directory_loads_with_its_tokenizer(hf_dir):
 def test_hf_directory_trains_in_the_engine(hf_dir):
     cfg = load_config({"policy": str(hf_dir), "tasks": {"train_size": 20, "eval_size": 4},
                        "grpo": {"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 3}})
-    tr = GRPOTrainer(cfg, "baseline", seed=0)
+    tr = EmbeddedTrainer(cfg, "baseline", seed=0)
     m = tr.train_step()
     assert m["engine/prompts_generated"] == 3.0
     assert set(tr.evaluate()) >= {"eval/math/greedy", "eval/mean/greedy"}

@@ -9,7 +9,7 @@ from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.loss import policy_loss, response_log_probs
 from dataflex_rl.engine.policy import build_tiny_policy
 from dataflex_rl.engine.tokenizer import CharTokenizer
-from dataflex_rl.engine.trainer import GRPOTrainer, derive_seed, tasks_from_config
+from dataflex_rl.engine.trainer import EmbeddedTrainer, derive_seed, tasks_from_config
 
 from .conftest import SMALL_ARCH
 
@@ -24,7 +24,7 @@ def make_trainer(taskset, strategy="baseline", seed=0, **cfg):
                                    "max_new_tokens": 4},
                           "tasks": {"train_size": 30, "eval_size": 5}, **cfg})
     policy = build_tiny_policy(CharTokenizer.from_charset(taskset.charset()), 0, **SMALL_ARCH)
-    return GRPOTrainer(config, strategy, seed=seed, taskset=taskset, policy=policy)
+    return EmbeddedTrainer(config, strategy, seed=seed, taskset=taskset, policy=policy)
 
 
 def test_derive_seed_is_stable_and_separates_streams():
@@ -85,7 +85,7 @@ def test_vocabulary_must_cover_the_tasks(tasks):
     config = load_config({"tasks": {"train_size": 30, "eval_size": 5}})
     policy = build_tiny_policy(CharTokenizer.from_charset(["0123"]), 0, **SMALL_ARCH)
     with pytest.raises(ConfigError, match="vocabulary lacks"):
-        GRPOTrainer(config, "baseline", taskset=tasks, policy=policy)
+        EmbeddedTrainer(config, "baseline", taskset=tasks, policy=policy)
 
 
 def test_static_proportions_steer_the_sampler(tasks):
@@ -129,12 +129,12 @@ def test_warns_when_the_policy_was_warm_started_beside_another_split(tasks, tmp_
     policy = dataclasses.replace(small, source=str(tmp_path))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same split (and a null difficulty): no warning
-        GRPOTrainer(config, "baseline", taskset=tasks, policy=policy)
+        EmbeddedTrainer(config, "baseline", taskset=tasks, policy=policy)
     boot.update(warm_size=1000, eval_seed=4)
     (tmp_path / "MANIFEST.json").write_text(json.dumps({"bootstrap_args": boot}))
     with pytest.warns(UserWarning, match=r"tasks\.eval_seed: 0 \(bootstrap: 4\); "
                                          r"tasks\.warm_size: 0 \(bootstrap: 1000\)") as rec:
-        GRPOTrainer(config, "baseline", taskset=tasks, policy=policy)
+        EmbeddedTrainer(config, "baseline", taskset=tasks, policy=policy)
     assert len(rec) == 1 and "Held-out prompts may have been seen" in str(rec[0].message)
 
 
