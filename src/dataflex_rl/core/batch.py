@@ -162,7 +162,8 @@ class RolloutBatch:
             bad = bad | self.token_blocks.nonfinite_rows(self.advantages,
                                                          row_sums=self._advantage_row_sums)
         if self.old_log_probs is not None:
-            bad = bad | self.token_blocks.nonfinite_rows(self.old_log_probs)
+            bad = bad | self.token_blocks.nonfinite_rows(self.old_log_probs,
+                                                         row_sums=self._log_prob_row_sums)
         return ~self.is_padding & bad
 
     @cached_property
@@ -175,6 +176,12 @@ class RolloutBatch:
         """[B] sum of the advantages over each row's valid tokens (one pass, shared by the
         validity check and `advantage_per_response`)."""
         return self.token_blocks.row_sums(self.advantages)
+
+    @cached_property
+    def _log_prob_row_sums(self) -> Tensor:
+        """[B] sum of the old log-probs over each row's valid tokens (shared by the validity
+        check and `log_prob_per_response`)."""
+        return self.token_blocks.row_sums(self.old_log_probs)
 
     @cached_property
     def active_mask(self) -> Tensor:
@@ -202,6 +209,13 @@ class RolloutBatch:
         _check(self.advantages is not None, "this needs 'advantages', which the batch lacks")
         s = self._advantage_row_sums
         mean = s / self.response_length.clamp(min=1)
+        return torch.where(self.active_mask, mean, 0.0)
+
+    @cached_property
+    def log_prob_per_response(self) -> Tensor:
+        """[B] mean old log-prob over valid tokens (0 where none or inactive)."""
+        _check(self.old_log_probs is not None, "this needs 'old_log_probs', which the batch lacks")
+        mean = self._log_prob_row_sums / self.response_length.clamp(min=1)
         return torch.where(self.active_mask, mean, 0.0)
 
     @cached_property

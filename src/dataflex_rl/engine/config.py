@@ -132,6 +132,23 @@ class LogConfig:
 
 
 @dataclass
+class DecisionLogConfig:
+    """Decision log: per step, the signals strategies read and the decision applied
+    (Parquet, for ``dataflex-rl replay``; see docs/replay.md)."""
+
+    enabled: bool = opt(False, "write the decision log")
+    dir: str = opt("decisions", "log folder (relative: under the run's output folder; on verl "
+                                 "trainer.default_local_dir)")
+    steps_per_file: int = opt(100, "steps per Parquet file (a crash loses at most the open "
+                                   "file's steps)", ge=1)
+    full_tokens: bool = opt(False, "also log per-token advantages and old log-probs (list "
+                                   "columns; replays token-level strategies exactly)")
+    token_prob_mean: bool = opt(False, "also log each response's mean token probability (one "
+                                       "pass over the tokens; replays the per-response weights "
+                                       "of 'ar' without full_tokens)")
+
+
+@dataclass
 class EngineConfig:
     """One embedded-engine run (or, with ``strategies``, a side-by-side comparison)."""
 
@@ -154,6 +171,7 @@ class EngineConfig:
     optim: OptimConfig = opt(OptimConfig(), "optimizer")
     eval: EvalConfig = opt(EvalConfig(), "held-out evaluation")
     log: LogConfig = opt(LogConfig(), "outputs")
+    decision_log: DecisionLogConfig = opt(DecisionLogConfig(), "decision log for replay")
 
     def to_dict(self) -> dict:
         """Plain-data copy (for checkpoints and ``config.json``)."""

@@ -79,6 +79,8 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
                               f"a run cannot go back (ask for {tr.step} or more steps, or start "
                               "another --out)")
         writer.truncate(tr.step)
+    if config.decision_log.enabled:
+        attach_decision_log(tr, config, out, resume)
     (out / "config.json").write_text(json.dumps(
         {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed,
          "steps": total}, indent=1, default=str))
@@ -88,6 +90,8 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     step_times = _loop(tr, writer, total, evals, progress, out)
     if not evals or evals[-1]["step"] != tr.step:
         evals.append(_evaluate(tr, writer))
+    if tr.decision_log is not None:
+        tr.decision_log.close()
     save_checkpoint(out, tr.state_dict())
     writer.close()
     summary = {"strategy": strategy_label(spec), "spec": tr.strategy.spec.to_dict(),
@@ -101,6 +105,24 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     if config.log.plots:
         plot_run(out)
     return summary
+
+
+def attach_decision_log(tr: GRPOTrainer, config: EngineConfig, out: Path,
+                         resume: bool) -> None:
+    """Give the trainer a `DecisionLog` under ``out / decision_log.dir``; on resume, drop
+    the steps logged after the checkpoint."""
+    from dataflex_rl.engine.trainer import derive_seed
+    from dataflex_rl.hosts.common.decision_log import DecisionLog
+
+    c = config.decision_log
+    tr.decision_log = DecisionLog.from_config(
+        c, out / c.dir, domains=tr.domains, strategy_spec=tr.strategy.spec.to_dict(),
+        host="engine", settings={"advantage_estimator": tr.strategy.advantage_estimator,
+                                 "norm_adv_by_std": tr.strategy.norm_adv_by_std,
+                                 "seed": tr.seed,
+                                 "prerollout_seed": derive_seed(tr.seed, "prerollout")})
+    if resume:
+        tr.decision_log.truncate(tr.step)
 
 
 def _strip(record: dict) -> dict:
@@ -133,6 +155,8 @@ def _loop(tr: EmbeddedTrainer, writer: MetricsWriter, total: int, evals: list, p
         if cfg.eval.every and tr.step % cfg.eval.every == 0 and tr.step < total:
             evals.append(_evaluate(tr, writer))
         if cfg.log.checkpoint_every and tr.step % cfg.log.checkpoint_every == 0:
+            if tr.decision_log is not None:   # the log never lags a checkpoint
+                tr.decision_log.flush()
             save_checkpoint(out, tr.state_dict())
         if bar is not None:
             bar.update(1)

@@ -119,6 +119,8 @@ class EmbeddedTrainer:
                                    weight_decay=o.weight_decay)
         self.step = 0
         self._warned: set[type] = set()
+        self.decision_log = None   # a DecisionLog when the run logs decisions (engine/run.py)
+        self._target = None        # proportions of the current batch (for the log)
 
     def _check_vocabulary(self) -> None:
         tok = self.policy.tokenizer
@@ -166,6 +168,8 @@ class EmbeddedTrainer:
         decision = self._decide(batch, metrics)
         t_strat = time.perf_counter() - t1
         metrics.update(decision.metrics)
+        if self.decision_log is not None:
+            self.decision_log.record(batch, decision, target=self._target, metrics=metrics)
         advantages = decision.advantages if decision.advantages is not None \
             else batch.advantages
         mask = decision.loss_mask if decision.renormalize else rollout.response_mask
@@ -205,6 +209,7 @@ class EmbeddedTrainer:
         """
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
+        self._target = props   # what this step's batch is drawn at (decision log)
         n = self.config.grpo.prompts_per_step
         if "prerollout" not in self.strategy.parts:
             drawn, metrics = self.sampler.sample(props, n)
@@ -369,7 +374,7 @@ class EmbeddedTrainer:
         if state["seed"] != self.seed:
             raise ValueError(f"checkpoint has seed {state['seed']}, this run {self.seed}")
         # settings that change the trajectory must match (steps, outputs and logging may not)
-        free = {"steps", "out", "log", "strategy", "strategies", "seed", "eval"}
+        free = {"steps", "out", "log", "decision_log", "strategy", "strategies", "seed", "eval"}
         now = self.config.to_dict()
         changed = sorted(k for k in now if k not in free and now[k] != state["config"].get(k))
         if changed:

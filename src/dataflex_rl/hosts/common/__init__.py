@@ -3,7 +3,8 @@
 * `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs);
 * `draw`: drawing a batch with pre-rollout skipping (candidate rounds until quotas are filled);
 * `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);
-* `state`: state files written atomically and read back.
+* `state`: state files written atomically and read back;
+* `decision_log`: the per-step decision log that ``dataflex-rl replay`` reads.
 
 Hosts (``dataflex_rl.engine``, ``dataflex_rl.hosts.verl``) import these; mechanisms and core
 never do.

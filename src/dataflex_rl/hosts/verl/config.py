@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
 from dataflex_rl.core.strategy import GROUP_ESTIMATORS, Strategy
-from dataflex_rl.engine.config import from_dict, opt
+from dataflex_rl.engine.config import DecisionLogConfig, from_dict, opt
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -53,6 +53,7 @@ class VerlHostConfig:
     seed: int = opt(0, "seed of intake sampling and pre-rollout randomness", ge=0)
     poll_interval: float | None = opt(None, "replay-buffer poll interval in seconds (null: "
                                             "verl's default, 2 s)", gt=0.0)
+    decision_log: DecisionLogConfig = opt(DecisionLogConfig(), "decision log for replay")
 
 
 def parse_host_config(block: Any) -> VerlHostConfig:

@@ -101,6 +101,7 @@ class DataflexTrainer(PPOTrainerSync):
         self._prompts: dict[str, tuple[int, int, int]] = {}   # uid -> (row, domain, step)
         self._pending_metrics: dict[str, float] = {}
         self._gen_mark: tuple[int, float] = (-1, 0.0)   # (global step, gen seconds so far)
+        self.decision_log = None
         super().__init__(config)
 
     # ------------------------------------------------------------------ set-up
@@ -122,6 +123,7 @@ class DataflexTrainer(PPOTrainerSync):
             self.intake = Intake(row_domains, domains, d.proportions, d.seed,
                                  d.candidate_factor, d.max_draw_rounds)
         self.strategy = build_strategy(self.dataflex, self._view, domains)
+        self.decision_log = self._open_decision_log(domains)
         logger.info("dataflex: strategy %r (%s)%s", self.strategy.spec.name,
                        ", ".join(self.strategy.parts) or "no mechanism",
                        f"; intake over domains {list(domains)}" if domains else "")
@@ -181,8 +183,11 @@ class DataflexTrainer(PPOTrainerSync):
             domains=self.intake.domains if self.intake is not None else None,
             domain_of_uid=(lambda u: self._submitted(u)[1]) if self.intake is not None else None,
             prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None)
+        target = self.strategy.proportions   # what this batch was drawn at
         decision = self.strategy.decide(rb)
         metrics.update(decision.metrics)
+        if self.decision_log is not None:
+            self.decision_log.record(rb, decision, target=target, metrics=self._pending_metrics)
         if "prerollout" in self.strategy.parts:
             metrics.update(generation_metrics(
                 rb, self._pending_metrics.get("dataflex/prerollout/tokens_saved_est"),
@@ -225,6 +230,30 @@ class DataflexTrainer(PPOTrainerSync):
         """Drop intake records older than the previous step (e.g. groups DAPO evicted)."""
         self._prompts = {u: v for u, v in self._prompts.items() if v[2] >= step - 1}
 
+    # ------------------------------------------------------------------ decision log
+    def _open_decision_log(self, domains):
+        """A `DecisionLog` when ``dataflex.decision_log.enabled`` (None otherwise)."""
+        from dataflex_rl.hosts.common.decision_log import DecisionLog
+
+        c = self.dataflex.decision_log
+        if not c.enabled:
+            return None
+        folder = c.dir if os.path.isabs(c.dir) else os.path.join(
+            self.config.trainer.default_local_dir, c.dir)
+        logger.info("dataflex: decision log in %s", folder)
+        return DecisionLog.from_config(
+            c, folder, domains=domains, strategy_spec=self.strategy.spec.to_dict(), host="verl",
+            settings={"advantage_estimator": self.strategy.advantage_estimator,
+                      "norm_adv_by_std": self.strategy.norm_adv_by_std,
+                      "seed": self.dataflex.seed})
+
+    def fit(self, *args, **kwargs):
+        try:
+            return super().fit(*args, **kwargs)
+        finally:
+            if self.decision_log is not None:
+                self.decision_log.close()
+
     # ------------------------------------------------------------------ checkpoints
     def dataflex_state_dict(self) -> dict:
         return {"format": 1, "strategy": self.strategy.state_dict(),
@@ -242,10 +271,14 @@ class DataflexTrainer(PPOTrainerSync):
         folder = os.path.join(self.config.trainer.default_local_dir,
                               f"global_step_{self.global_steps}")
         save_state(os.path.join(folder, STATE_FILE), self.dataflex_state_dict())
+        if self.decision_log is not None:   # the log never lags a checkpoint
+            self.decision_log.flush()
         super()._save_checkpoint()   # writes latest_checkpointed_iteration.txt last
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()
+        if self.decision_log is not None:   # drop steps logged after the checkpoint
+            self.decision_log.truncate(max(int(self.global_steps), 0))
         if self.global_steps <= 0:
             return
         folder = self._resumed_folder()

@@ -1,0 +1,331 @@
+"""The decision log: per step, the signals a strategy reads and the decision the host applied.
+
+Every host writes it the same way (one call after ``strategy.decide``); ``dataflex-rl replay``
+reads it to re-run any strategy on the logged rollouts (`dataflex_rl.harness.replay`).
+
+Layout of a log folder (Apache Parquet, plain column types: readable by pyarrow, pandas,
+polars or duckdb without this package)::
+
+    LOG_DIR/responses/part-<first step>.parquet   one row per response
+    LOG_DIR/steps/part-<first step>.parquet       one row per step
+
+A file holds ``steps_per_file`` steps and is written whole (to a temporary name, then
+renamed) once they are complete, so a crash loses at most the steps of the open file. Every
+file's schema metadata carries ``dataflex.schema_version`` (`SCHEMA_VERSION`), the table
+name, the domains, the strategy spec and the host's settings (JSON strings).
+
+Response columns (B rows per step):
+
+==================  =========================================================================
+``step``            int64, the strategy step (the batch's ``step``)
+``group``           int64, dense prompt group 0..G-1 within the step
+``prompt_key``      string (or int64) prompt identity, dictionary-encoded per step
+``domain``          string, dictionary-encoded with every domain in id order (index = id)
+``is_padding``      bool, host padding row
+``reward``          float, outcome reward (the batch's dtype)
+``length``          int64, valid response tokens
+``advantage``       float32, advantage on the first valid token: every token's value under
+                    outcome-reward estimators (GRPO, RLOO, ...); NaN where a valid token's
+                    advantage is not finite
+``advantage_mean``  float32, mean advantage over valid tokens
+``logprob_mean``    float32, mean old log-prob over valid tokens
+``prob_mean``       float32, mean token probability (only with ``token_prob_mean``)
+``keep``            bool, the decision's keep mask
+``weight``          float32, the decision's weight per response (mean token weight)
+``decision_advantage``  float, advantage recomputed by the selector (null: host's kept)
+``advantage_tokens``, ``logprob_tokens``  list<float32> of the valid tokens' values (only
+                    with ``full_tokens``)
+==================  =========================================================================
+
+Step columns: ``step``, ``responses``, ``groups``, ``max_length`` (T), ``tokens`` (generated
+tokens, padding rows excluded), ``kept``, ``renormalize``, ``recomputed``, ``mix_updated``,
+``decide_ms``, per domain ``target_<d>`` (proportions the batch was drawn at; NaN when the
+host did not say), ``actual_<d>`` (share of the batch's groups) and ``next_<d>`` (proportions
+the decision set; NaN when the mixer did not update), and the pre-rollout counts
+``prerollout_candidates``, ``prerollout_candidates_skipped``, ``prerollout_skipped``,
+``prerollout_tokens_saved_est`` (NaN without pre-rollout).
+
+The columns are built from the batch's tensors with vectorized conversions; the token
+summaries reuse the per-row sums the decision already computed (`RolloutBatch` caches them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.segment import segment_min
+
+#: version of the columns above; readers refuse a newer major version
+SCHEMA_VERSION = 1
+RESPONSES, STEPS = "responses", "steps"
+#: prefix of the metadata keys in every file's schema
+META_PREFIX = "dataflex."
+#: pre-rollout counts copied from the host's step metrics (``dataflex/prerollout/<name>``)
+PREROLLOUT_COUNTS = ("candidates", "candidates_skipped", "skipped", "tokens_saved_est")
+
+
+def part_name(first_step: int) -> str:
+    """File name of the part whose first step is ``first_step`` (sorts by step)."""
+    return f"part-{first_step:09d}.parquet"
+
+
+class DecisionLog:
+    """Append-only Parquet writer of per-step signals and decisions.
+
+    Args:
+        folder: the log folder (created).
+        domains: domain names in id order (the batch's ``domains``; None: the first batch's).
+        strategy_spec: the strategy's spec as plain data (``spec.to_dict()``).
+        host: the writing host (``"engine"``, ``"verl"``, ...).
+        steps_per_file: steps per Parquet file.
+        full_tokens: also log the valid tokens' advantages and old log-probs (list columns).
+        token_prob_mean: also log each response's mean token probability (one exp pass).
+        settings: host facts replay needs (advantage estimator, ``norm_adv_by_std``, seeds);
+            stored as JSON in every file's metadata.
+    """
+
+    def __init__(self, folder: str | Path, *, domains: Sequence[str] | None,
+                 strategy_spec: Mapping,
+                 host: str, steps_per_file: int = 100, full_tokens: bool = False,
+                 token_prob_mean: bool = False, settings: Mapping[str, Any] | None = None
+                 ) -> None:
+        if steps_per_file < 1:
+            raise ValueError(f"steps_per_file must be >= 1, got {steps_per_file}")
+        self.folder = Path(folder)
+        self.domains = None if domains is None else tuple(domains)
+        self.steps_per_file = int(steps_per_file)
+        self.full_tokens = bool(full_tokens)
+        self.token_prob_mean = bool(token_prob_mean)
+        self.metadata = {
+            "schema_version": str(SCHEMA_VERSION), "host": host,
+            "strategy": json.dumps(strategy_spec, default=str),
+            "settings": json.dumps({"full_tokens": self.full_tokens,
+                                    "token_prob_mean": self.token_prob_mean,
+                                    **dict(settings or {})}, default=str)}
+        self._responses: list[dict[str, Any]] = []
+        self._steps: list[dict[str, Any]] = []
+        #: seconds spent in `record` and in writing files (for overhead figures)
+        self.seconds = 0.0
+        self.steps_logged = 0
+
+    @classmethod
+    def from_config(cls, config, folder: str | Path, *, domains: Sequence[str] | None,
+                    strategy_spec: Mapping, host: str,
+                    settings: Mapping[str, Any] | None = None) -> "DecisionLog":
+        """Build from a ``decision_log`` config section (``steps_per_file``, ``full_tokens``,
+        ``token_prob_mean``)."""
+        return cls(folder, domains=domains, strategy_spec=strategy_spec, host=host,
+                   steps_per_file=config.steps_per_file, full_tokens=config.full_tokens,
+                   token_prob_mean=config.token_prob_mean, settings=settings)
+
+    # ------------------------------------------------------------------ per step
+    def record(self, batch, decision, *, target: Tensor | None = None,
+               metrics: Mapping[str, float] | None = None) -> None:
+        """Log one step: ``batch`` (the `RolloutBatch` given to ``decide``) and its `Decision`.
+
+        Args:
+            target: [D] proportions the batch was drawn at (None: unknown, logged as NaN).
+            metrics: the host's step metrics; the pre-rollout counts are copied from them.
+        """
+        t0 = time.perf_counter()
+        if self.domains is None:
+            self.domains = tuple(batch.domains)
+        if tuple(batch.domains) != self.domains:
+            raise ValueError(f"decision log: batch domains {batch.domains} differ from the "
+                             f"log's {self.domains}")
+        self._responses.append(self._response_columns(batch, decision))
+        self._steps.append(self._step_row(batch, decision, target, metrics or {}))
+        self.steps_logged += 1
+        if len(self._steps) >= self.steps_per_file:
+            self.flush()
+        self.seconds += time.perf_counter() - t0
+
+    def _response_columns(self, batch, decision) -> dict[str, Any]:
+        B = batch.batch_size
+        n = batch.response_length
+        nf = n.clamp(min=1).to(torch.float32)
+        cols: dict[str, Any] = {
+            "step": np.full(B, batch.step, dtype=np.int64),
+            "group": batch.group_ids.cpu().numpy(),
+            "prompt_key": _prompt_keys(batch),
+            "domain": pa.DictionaryArray.from_arrays(
+                pa.array(batch.domain_ids.to(torch.int32).cpu().numpy()),
+                pa.array(list(self.domains), type=pa.string())),
+            "is_padding": batch.is_padding.cpu().numpy(),
+            "reward": batch.rewards.detach().cpu().numpy(),
+            "length": n.cpu().numpy(),
+        }
+        if batch.advantages is not None:
+            sums = batch._advantage_row_sums.detach()
+            first = _first_valid(batch.advantages.detach(), batch.response_mask, n)
+            first = torch.where(torch.isfinite(sums), first, sums)   # keep invalid rows invalid
+            cols["advantage"] = first.to(torch.float32).cpu().numpy()
+            cols["advantage_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
+        else:
+            cols["advantage"] = cols["advantage_mean"] = np.full(B, np.nan, np.float32)
+        if batch.old_log_probs is not None:
+            sums = batch._log_prob_row_sums.detach()
+            cols["logprob_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
+        else:
+            cols["logprob_mean"] = np.full(B, np.nan, np.float32)
+        if self.token_prob_mean:
+            cols["prob_mean"] = _prob_mean(batch, nf)
+        cols["keep"] = decision.keep_mask.cpu().numpy()
+        cols["weight"] = decision.weights_per_response.detach().to(torch.float32).cpu().numpy()
+        a = decision.advantages_per_response
+        cols["decision_advantage"] = (None if a is None
+                                      else a.detach().to(batch.rewards.dtype).cpu().numpy())
+        if self.full_tokens:
+            offsets = pa.array(np.concatenate([[0], np.cumsum(n.cpu().numpy())]).astype(np.int32))
+            for name, t in (("advantage_tokens", batch.advantages),
+                            ("logprob_tokens", batch.old_log_probs)):
+                values = (t.detach()[batch.response_mask].to(torch.float32).cpu().numpy()
+                          if t is not None else np.full(int(n.sum()), np.nan, np.float32))
+                cols[name] = pa.ListArray.from_arrays(offsets, pa.array(values))
+        return cols
+
+    def _step_row(self, batch, decision, target, metrics) -> dict[str, Any]:
+        D = len(self.domains)
+        G = batch.num_groups
+        groups = torch.bincount(batch.group_domain, minlength=D).to(torch.float64) / max(G, 1) \
+            if G else torch.zeros(D, dtype=torch.float64)
+        tgt = (torch.full((D,), math.nan, dtype=torch.float64) if target is None
+               else target.detach().to(torch.float64).cpu())
+        nxt = (torch.full((D,), math.nan, dtype=torch.float64) if decision.proportions is None
+               else decision.proportions.detach().to(torch.float64).cpu())
+        row: dict[str, Any] = {
+            "step": batch.step, "responses": batch.batch_size, "groups": G,
+            "max_length": int(batch.response_mask.shape[1]),
+            "tokens": int((batch.response_length * ~batch.is_padding).sum()),
+            "kept": int(decision.keep_mask.sum()),
+            "renormalize": bool(decision.renormalize),
+            "recomputed": decision.advantages_per_response is not None,
+            "mix_updated": decision.proportions is not None,
+            "decide_ms": float(decision.metrics.get("dataflex/time_ms", math.nan)),
+        }
+        for d, name in enumerate(self.domains):
+            row[f"target_{name}"] = float(tgt[d])
+            row[f"actual_{name}"] = float(groups[d])
+            row[f"next_{name}"] = float(nxt[d])
+        for key in PREROLLOUT_COUNTS:
+            row[f"prerollout_{key}"] = float(metrics.get(f"dataflex/prerollout/{key}", math.nan))
+        return row
+
+    # ------------------------------------------------------------------ files
+    def _schema_metadata(self, table: str) -> dict[bytes, bytes]:
+        meta = {**self.metadata, "table": table, "domains": json.dumps(list(self.domains))}
+        return {f"{META_PREFIX}{k}".encode(): v.encode() for k, v in meta.items()}
+
+    def flush(self) -> None:
+        """Write the buffered steps as one file per table (nothing when the buffer is empty)."""
+        if not self._steps:
+            return
+        t0 = time.perf_counter()
+        first = int(self._steps[0]["step"])
+        tables = [self._response_table(c) for c in self._responses]
+        schema = _unify(tables).with_metadata(self._schema_metadata(RESPONSES))
+        _write_atomic(self.folder / RESPONSES / part_name(first),
+                      pa.concat_tables([t.cast(schema) for t in tables]))
+        steps = pa.Table.from_pylist(self._steps)
+        _write_atomic(self.folder / STEPS / part_name(first),
+                      steps.replace_schema_metadata(self._schema_metadata(STEPS)))
+        self._responses, self._steps = [], []
+        self.seconds += time.perf_counter() - t0
+
+    def _response_table(self, cols: dict[str, Any]) -> pa.Table:
+        B = len(cols["step"])
+        arrays = {}
+        for name, v in cols.items():
+            if v is None:   # no recomputed advantages this step: nulls of the reward's type
+                v = pa.nulls(B, pa.from_numpy_dtype(cols["reward"].dtype))
+            arrays[name] = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
+        return pa.table(arrays)
+
+    def close(self) -> None:
+        """Write what is buffered."""
+        self.flush()
+
+    def truncate(self, step: int) -> None:
+        """Drop every logged step >= ``step`` (resuming from a checkpoint at ``step``)."""
+        for table in (RESPONSES, STEPS):
+            for path in sorted((self.folder / table).glob("part-*.parquet")):
+                data = pq.read_table(path)
+                keep = pa.compute.less(data["step"], step)
+                if bool(pa.compute.all(keep).as_py()):
+                    continue
+                if not bool(pa.compute.any(keep).as_py()):
+                    path.unlink()
+                    continue
+                _write_atomic(path, data.filter(keep))
+
+
+def _write_atomic(path: Path, table: pa.Table) -> None:
+    """Write ``table`` (one row group) to ``path`` via a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="snappy", row_group_size=max(table.num_rows, 1))
+    os.replace(tmp, path)
+
+
+def _unify(tables: list[pa.Table]) -> pa.Schema:
+    """One schema for the buffered steps (a column of nulls takes the other steps' type)."""
+    schema = tables[0].schema
+    for t in tables[1:]:
+        for i, f in enumerate(t.schema):
+            if pa.types.is_null(schema.field(i).type) and not pa.types.is_null(f.type):
+                schema = schema.set(i, f)
+    return schema
+
+
+def _first_valid(values: Tensor, mask: Tensor, n: Tensor) -> Tensor:
+    """[B] each row's value on its first valid token (0 for rows without one)."""
+    B, T = values.shape
+    if T == 0:
+        return torch.zeros(B, dtype=values.dtype, device=values.device)
+    col = torch.zeros_like(n)
+    lacking = (~mask[:, 0] & (n > 0)).nonzero().squeeze(1)
+    if lacking.numel():                     # rows with a hole at column 0 (rare)
+        col[lacking] = mask[lacking].to(torch.uint8).argmax(1)
+    first = values[torch.arange(B, device=values.device), col]
+    return torch.where(n > 0, first, torch.zeros_like(first))
+
+
+def _prob_mean(batch, nf: Tensor) -> np.ndarray:
+    """[B] mean token probability exp(old_log_prob) over valid tokens (NaN without them)."""
+    if batch.old_log_probs is None:
+        return np.full(batch.batch_size, np.nan, np.float32)
+    p = torch.exp(batch.old_log_probs.detach()).clamp_(max=1.0)
+    return (batch.token_blocks.row_sums(p) / nf).to(torch.float32).cpu().numpy()
+
+
+def _prompt_keys(batch) -> pa.Array:
+    """The batch's prompt keys as a dictionary array: one dictionary entry per group."""
+    B = batch.batch_size
+    if batch.prompt_keys is None or B == 0:
+        return pa.nulls(B, pa.string())
+    G = batch.num_groups
+    idx = torch.arange(B, device=batch.group_ids.device)
+    first = segment_min(idx, batch.group_ids, G, empty=0).tolist()
+    per_group = operator.itemgetter(*first)(batch.prompt_keys) if G > 1 \
+        else (batch.prompt_keys[first[0]],)
+    try:
+        dictionary = pa.array(list(per_group))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        dictionary = None
+    if dictionary is None or dictionary.type not in (pa.string(), pa.int64()):
+        dictionary = pa.array([str(k) for k in per_group], type=pa.string())
+    # rows of one group share its key (prompt_keys is per response; groups share a prompt)
+    return pa.DictionaryArray.from_arrays(pa.array(batch.group_ids.to(torch.int32).cpu().numpy()),
+                                          dictionary)
