@@ -14,6 +14,7 @@ configurable parts of one unchanged training loop.
   dataflex-rl train examples/quickstart.yaml            GRPO on the embedded CPU engine
   dataflex-rl compare configs/experiments/quick.yaml    strategies x seeds, paired statistics
   dataflex-rl report --from-csv results.csv             the same statistics for external results
+  dataflex-rl replay runs/baseline-s0 --strategy maxvar  what another strategy would have done
 """
 
 

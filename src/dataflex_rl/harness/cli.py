@@ -1,4 +1,4 @@
-"""``dataflex-rl compare`` and ``dataflex-rl report``: ``register_commands(subparsers)``."""
+"""``dataflex-rl compare``, ``report`` and ``replay``: ``register_commands(subparsers)``."""
 
 from __future__ import annotations
 
@@ -95,6 +95,40 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+REPLAY_HELP = """\
+Re-run strategies on the rollouts a run logged (its decision log: decision_log.enabled: true in
+the engine config, +dataflex.decision_log.enabled=true on verl), step by step, each carrying its
+own state. Reports per step and overall: retention, weight ESS, domain proportions asked for,
+pre-rollout skip rate and the tokens it would not have generated, agreement with the logged
+decision (Jaccard, weight correlation, exact steps) and between the replayed strategies.
+Counterfactual on fixed rollouts: it says what a strategy would select and ask for, not whether
+it would train better (docs/replay.md).
+Example: dataflex-rl replay runs/baseline-s0 --strategy difffilter --strategy softmax"""
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from dataflex_rl.harness.replay import read_log, replay
+    from dataflex_rl.harness.replay_report import write_replay_report
+
+    log = read_log(args.log_dir)
+    specs = args.strategy or [log.strategy]
+    res = replay(log, specs)
+    out = Path(args.out or log.folder.parent / "replay")
+    files = write_replay_report(res, out, plots=not args.no_plots)
+    print(f"{log.num_steps} logged steps x {len(specs)} strategies in {res.seconds:.2f} s "
+          f"({res.steps_per_second:.0f} steps/s)")
+    print(f"{'strategy':<16}{'retention':>10}{'ESS':>7}{'skip':>7}{'Jaccard':>9}{'exact':>10}")
+    for lb in res.strategies:
+        o = res.overall[lb]
+        print(f"{lb:<16}{o['retention']:>10.3f}{o['ess_fraction']:>7.3f}{o['skip_rate']:>7.3f}"
+              f"{o['jaccard_logged']:>9.3f}{o['exact_steps']:>6}/{o['steps']}")
+    for lb in res.strategies:
+        for note in res.notes[lb]:
+            print(f"note ({lb}): {note}")
+    print(f"\nreport: {files['report']}")
+    return 0
+
+
 def _print_summary(analysis, out: Path) -> None:
     if analysis is None:
         print(f"no statistics (the baseline has no finished run); see {out / 'report.md'}")
@@ -121,7 +155,7 @@ def _print_summary(analysis, out: Path) -> None:
 
 
 def register_commands(subparsers) -> None:
-    """Add ``compare`` and ``report`` to the ``dataflex-rl`` sub-command parsers."""
+    """Add ``compare``, ``report`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
     fmt = argparse.RawDescriptionHelpFormatter
     p = subparsers.add_parser("compare", help="run strategies × seeds (paired) and report "
                               "paired statistics", description=COMPARE_HELP, formatter_class=fmt)
@@ -168,3 +202,15 @@ def register_commands(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.set_defaults(func=_cmd_report)
+
+    p = subparsers.add_parser("replay", help="re-run strategies on a run's decision log "
+                              "(what they would keep, weight, ask for, skip)",
+                              description=REPLAY_HELP, formatter_class=fmt)
+    p.add_argument("log_dir", metavar="LOG_DIR",
+                   help="a decision log folder, or a run folder holding decisions/")
+    p.add_argument("--strategy", action="append", metavar="SPEC",
+                   help="preset name or strategy YAML (repeatable; default: the run's own)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default: replay/ next to the log folder)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.set_defaults(func=_cmd_replay)
