@@ -107,8 +107,8 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     return summary
 
 
-def attach_decision_log(tr: GRPOTrainer, config: EngineConfig, out: Path,
-                         resume: bool) -> None:
+def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path,
+                        resume: bool) -> None:
     """Give the trainer a `DecisionLog` under ``out / decision_log.dir``; on resume, drop
     the steps logged after the checkpoint."""
     from dataflex_rl.engine.trainer import derive_seed
