@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.component import Component, param
+from dataflex_rl.core.component import Component
+from dataflex_rl.core.config import param
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.registry import Registry
 

@@ -18,46 +18,104 @@ the key.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 import yaml
 
 from dataflex_rl.core.base import MECHANISM_REGISTRIES, SCORERS, Scorer
-from dataflex_rl.core.component import Component, check_value
+from dataflex_rl.core.component import Component
+from dataflex_rl.core.config import param, validate
 from dataflex_rl.core.preset import PRESETS
 from dataflex_rl.core.registry import ConfigError, suggest
 
 MECHANISMS = tuple(MECHANISM_REGISTRIES)   # select, reweight, mix, prerollout
 
-#: options of each mechanism: name -> (annotation, default, range metadata, doc)
-COMMON_OPTIONS: dict[str, tuple[Any, Any, dict, str]] = {
-    "warmup_steps": (int, 0, {"ge": 0}, "steps before the mechanism first acts"),
-    "every": (int, 1, {"ge": 1}, "act on every N-th step after warm-up"),
-}
-MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, Any, dict, str]]] = {
-    "select": {
-        "recompute_advantages": (bool | None, None, {},
-                                 "re-centre GRPO advantages on the kept subset of each group "
-                                 "(null: the selector's paper default)"),
-        "renormalize": (bool | None, None, {},
-                        "average the loss over kept tokens only (null: paper default)"),
-    },
-    "reweight": {
-        "normalize": (str, "informative", {"choices": ("informative", "active")},
-                      "set over which weights have mean 1: informative (non-zero advantage) "
-                      "or every active response"),
-    },
-    "mix": {
-        "prior": (list[float] | dict[str, float] | None, None, {"ge": 0.0},
-                  "proportions before warm-up (default uniform)"),
-    },
-    "prerollout": {
-        "history_size": (int, 4, {"ge": 1}, "group outcomes remembered per prompt"),
-    },
-}
-ALIASES = {"mix": {"update_every": "every"}}
+
+@dataclass
+class MechanismOptions:
+    """Keys of every mechanism section: what to build, and when it acts."""
+
+    #: other names of keys (alias -> key)
+    aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    preset: str | None = param(None, "preset whose section is expanded first, then overridden "
+                                     "key by key")
+    scorer: str | dict | None = param(None, "scorer name, or a mapping with 'name' and its "
+                                            "parameters (null: none)")
+    actuator: str | dict | None = param(None, "actuator name, or a mapping with 'name' and its "
+                                              "parameters")
+    warmup_steps: int = param(0, "steps before the mechanism first acts", ge=0)
+    every: int = param(1, "act on every N-th step after warm-up", ge=1)
+
+
+@dataclass
+class SelectOptions(MechanismOptions):
+    """The ``select`` section."""
+
+    recompute_advantages: bool | None = param(
+        None, "re-centre GRPO advantages on the kept subset of each group (null: the "
+              "selector's paper default)")
+    renormalize: bool | None = param(None, "average the loss over kept tokens only (null: "
+                                           "paper default)")
+
+
+@dataclass
+class ReweightOptions(MechanismOptions):
+    """The ``reweight`` section."""
+
+    normalize: str = param("informative", "set over which weights have mean 1: informative "
+                                          "(non-zero advantage) or every active response",
+                           choices=("informative", "active"))
+
+
+@dataclass
+class MixOptions(MechanismOptions):
+    """The ``mix`` section (``update_every`` is another name of ``every``)."""
+
+    aliases: ClassVar[Mapping[str, str]] = MappingProxyType({"update_every": "every"})
+    prior: list[float] | dict[str, float] | None = param(
+        None, "proportions before warm-up (default uniform)", ge=0.0)
+
+
+@dataclass
+class PrerolloutOptions(MechanismOptions):
+    """The ``prerollout`` section."""
+
+    history_size: int = param(4, "group outcomes remembered per prompt", ge=1)
+
+
+_SECTION = "a preset name or a mapping"
+
+
+@dataclass
+class StrategyFile:
+    """The top level of a strategy file: any subset of the four mechanisms."""
+
+    name: str = param("custom", "strategy name (labels its runs and outputs)")
+    description: str = param("", "one line on what the strategy does")
+    select: str | dict | None = param(None, "which responses take part", expect=_SECTION)
+    reweight: str | dict | None = param(None, "how much each response or token counts",
+                                        expect=_SECTION)
+    mix: str | dict | None = param(None, "which domains the next batches come from",
+                                   expect=_SECTION)
+    prerollout: str | dict | None = param(None, "which candidate prompts are generated",
+                                          expect=_SECTION)
+
+
+#: the declared keys of each mechanism section
+SECTIONS: dict[str, type[MechanismOptions]] = {
+    "select": SelectOptions, "reweight": ReweightOptions, "mix": MixOptions,
+    "prerollout": PrerolloutOptions}
+#: keys of a section that are not options of the built mechanism
+_WHAT = ("preset", "scorer", "actuator")
+
+
+def mechanism_options(mechanism: str) -> dict[str, Any]:
+    """The options of a mechanism (schedule and mechanism keys) with their defaults."""
+    return {f.name: (f.default if f.default is not MISSING else f.default_factory())
+            for f in fields(SECTIONS[mechanism]) if f.name not in _WHAT}
 
 
 @dataclass(frozen=True)
@@ -156,23 +214,16 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
         raise ConfigError(f"{where}: expected a preset name or a mapping, "
                           f"got {type(value).__name__}")
     value = dict(value)
-    for alias, canonical in ALIASES.get(mechanism, {}).items():
+    schema = SECTIONS[mechanism]
+    for alias, canonical in schema.aliases.items():
         if alias in value:
             if canonical in value:
                 raise ConfigError(f"{where}: give either {alias!r} or {canonical!r}, not both")
             value[canonical] = value.pop(alias)
-    options_schema = {**COMMON_OPTIONS, **MECHANISM_OPTIONS[mechanism]}
-    valid_keys = ["preset", "scorer", "actuator", *options_schema]
-    for key in value:
-        if key not in valid_keys:
-            raise ConfigError(f"{where}.{key}: unknown key."
-                              f"{suggest(str(key), [*valid_keys, *ALIASES.get(mechanism, {})])} "
-                              f"Valid keys of {mechanism}: {', '.join(valid_keys)}")
+    section = validate(schema, value, where)
     preset_name = value.get("preset")
     base: MechanismSpec | None = None
     if preset_name is not None:
-        if not isinstance(preset_name, str):
-            raise ConfigError(f"{where}.preset: expected str, got {type(preset_name).__name__}")
         base = parse_mechanism(mechanism, PRESETS.section(preset_name, mechanism,
                                                           f"{where}.preset"), where)
     scorer = base.scorer if base else None
@@ -188,11 +239,10 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
         raise ConfigError(f"{where}: needs an 'actuator' (or a 'preset'). "
                           f"Presets for {mechanism}: "
                           f"{', '.join(PRESETS.with_section(mechanism))}")
-    options = dict(base.options) if base else {k: v[1] for k, v in options_schema.items()}
-    for key, (tp, _default, meta, _doc) in options_schema.items():
+    options = dict(base.options) if base else mechanism_options(mechanism)
+    for key in options:
         if key in value:
-            check_value(value[key], tp, meta, f"{where}.{key}")
-            options[key] = copy.deepcopy(value[key])
+            options[key] = copy.deepcopy(getattr(section, key))
     spec = MechanismSpec(mechanism, actuator, scorer, options, preset_name or (
         base.preset if base else None))
     resolve_mechanism(spec, where)   # validates names, params and the scorer's fit
@@ -247,16 +297,8 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: expected a preset name, a YAML path or a mapping, "
                           f"got {type(value).__name__}")
-    valid = ["name", "description", *MECHANISMS]
-    for key in value:
-        if key not in valid:
-            raise ConfigError(f"{where}.{key}: unknown key.{suggest(str(key), valid)} "
-                              f"Valid keys: {', '.join(valid)}")
-    name = value.get("name", "custom")
-    description = value.get("description", "")
-    for key, v in (("name", name), ("description", description)):
-        if not isinstance(v, str):
-            raise ConfigError(f"{where}.{key}: expected str, got {type(v).__name__}")
+    top = validate(StrategyFile, value, where)
+    name, description = top.name, top.description
     parts = {m: parse_mechanism(m, value[m], f"{where}.{m}")
              for m in MECHANISMS if value.get(m) is not None}
     return StrategySpec(name=name, description=description, **parts)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import MIXERS, Mixer
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 from dataflex_rl.core.proportions import normalize_proportions
 
 
@@ -28,7 +28,10 @@ def fill_unobserved(values: Tensor, observed: Tensor) -> Tensor:
 
 
 def softmax(values: Tensor, temperature: float) -> Tensor:
-    return torch.softmax(values.to(torch.float64) / temperature, dim=0)
+    """softmax(values / T) in float64; finite for any finite values and T > 0 (a quotient that
+    overflows is clamped to the largest float, so the softmax never sees inf - inf)."""
+    big = torch.finfo(torch.float64).max
+    return torch.softmax((values.to(torch.float64) / temperature).clamp(-big, big), dim=0)
 
 
 @MIXERS.register("static")
@@ -77,7 +80,7 @@ class UCB(Mixer):
 
     default_scorer: ClassVar[str | None] = "domain_advantage_magnitude"
     paper: ClassVar[str] = "Wang et al. 2025, DUMP; Auer et al. 2002, UCB1"
-    c: float = param(1.0, "exploration coefficient of the UCB bonus", ge=0.0)
+    c: float = param(1.0, "exploration coefficient of the UCB bonus", ge=0.0, le=1e6)
     temperature: float = param(0.1, "softmax temperature over UCB values", gt=0.0)
 
     def raw_proportions(self, values, observed, drawn, prior) -> Tensor:

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 from dataflex_rl.core.history import PromptHistory
 
 
@@ -57,7 +57,8 @@ class Greso(SkipPolicy):
                            "(run: its consecutive zero-variance outcomes); false: p")
     target_zero_variance: float = param(0.25, "share of zero-variance groups aimed for",
                                         ge=0.0, le=1.0)
-    adapt_step: float = param(0.01, "change of the exploration probability per step", ge=0.0)
+    adapt_step: float = param(0.01, "change of the exploration probability per step", ge=0.0,
+                              le=1.0)
     min_explore: float = param(0.05, "lowest exploration probability", ge=0.0, le=1.0)
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 from dataflex_rl.core.history import Outcomes, PromptHistory
 from dataflex_rl.core.registry import ConfigError
 
@@ -41,8 +41,8 @@ class ThompsonBand(SkipPolicy):
                             "band on the Thompson draw instead of a top-k)")
     low: float = param(0.1, "skip when the drawn solve rate is below this", ge=0.0, le=1.0)
     high: float = param(0.9, "skip when the drawn solve rate is above this", ge=0.0, le=1.0)
-    prior_a: float = param(1.0, "Beta prior pseudo-successes", gt=0.0)
-    prior_b: float = param(1.0, "Beta prior pseudo-failures", gt=0.0)
+    prior_a: float = param(1.0, "Beta prior pseudo-successes", gt=0.0, le=1e6)
+    prior_b: float = param(1.0, "Beta prior pseudo-failures", gt=0.0, le=1e6)
     discount: float = param(1.0, "weight of a group per outcome of age (1: all equal)",
                             gt=0.0, le=1.0)
     keep_unseen: bool = param(True, "always generate prompts without history")

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import REWEIGHTERS, Reweighter
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError
 
 
@@ -42,8 +42,9 @@ class Priority(Reweighter):
 
     default_scorer: ClassVar[str | None] = "advantage_magnitude"
     paper: ClassVar[str] = "Schaul et al. 2016, Prioritized Experience Replay"
-    alpha: float = param(0.6, "priority exponent; 0 gives uniform weights", ge=0.0)
-    eps: float = param(0.01, "added to |score| so no informative response gets weight 0", gt=0.0)
+    alpha: float = param(0.6, "priority exponent; 0 gives uniform weights", ge=0.0, le=100.0)
+    eps: float = param(0.01, "added to |score| so no informative response gets weight 0", gt=0.0,
+                       le=1e6)
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
         log_p = torch.log(scores.to(torch.float64).abs() + self.eps)
@@ -62,7 +63,7 @@ class BandWeight(Reweighter):
     default_scorer: ClassVar[str | None] = "solve_rate"
     low: float = param(0.2, "lower bound of the band (inclusive)")
     high: float = param(0.8, "upper bound of the band (inclusive)")
-    inside: float = param(2.0, "raw weight inside the band (outside: 1)", ge=0.0)
+    inside: float = param(2.0, "raw weight inside the band (outside: 1)", ge=0.0, le=1e6)
 
     def __post_init__(self) -> None:
         super().__post_init__()

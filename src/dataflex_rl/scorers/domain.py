@@ -15,14 +15,15 @@ from torch import Tensor
 
 from dataflex_rl.core.base import SCORERS, DomainScorer
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 
 
 @dataclass
 class WindowedDomainScorer(DomainScorer):
     """Base: ring buffers of per-step, per-domain sums and counts."""
 
-    window: int = param(10, "number of most recent steps the signal is computed over", ge=1)
+    window: int = param(10, "number of most recent steps the signal is computed over", ge=1,
+                        le=10_000)
 
     def __post_init__(self) -> None:
         super().__post_init__()

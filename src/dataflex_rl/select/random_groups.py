@@ -16,7 +16,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import SELECTORS, Selector
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 from dataflex_rl.core.segment import segment_max, segment_min
 
 M32 = 0xFFFFFFFF
@@ -88,7 +88,8 @@ class RandomGroups(Selector):
     renormalize_default: ClassVar[bool] = False
     fraction: float = param(0.5, "probability that an informative group is dropped",
                             ge=0.0, le=1.0)
-    salt: int = param(0, "salt of the hash (another salt drops other groups)", ge=0)
+    salt: int = param(0, "salt of the hash (another salt drops other groups; 32 bits are used)",
+                      ge=0, le=2**32 - 1)
 
     def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
         G, B = batch.num_groups, batch.batch_size

@@ -46,7 +46,7 @@ def test_describe_preset(capsys):
 def test_describe_component_lists_its_parameters(capsys):
     assert main(["describe", "max_variance"]) == 0
     out = capsys.readouterr().out
-    assert "| `keep_fraction` | float | 0.5 | (0.0, 1.0] |" in out
+    assert "| `keep_fraction` | float | 0.5 | (0, 1] |" in out
     assert "- needs prompt groups: yes" in out and "PODS" in out
 
 
