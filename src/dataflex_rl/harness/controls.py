@@ -34,9 +34,10 @@ import copy
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
+from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, parse_strategy
-from dataflex_rl.engine.config import EngineConfig, from_dict, opt
+from dataflex_rl.engine.config import EngineConfig, from_dict
 
 SAME, WORSE = "same", "worse"
 
@@ -45,8 +46,8 @@ SAME, WORSE = "same", "worse"
 class AAParams:
     """Parameters of the A/A control."""
 
-    noise_stream: int | None = opt(None, "the arm's sampling-noise stream (default: the "
-                                         "experiment's stream + 1); must differ from it", ge=0)
+    noise_stream: int | None = param(None, "the arm's sampling-noise stream (default: the "
+                                           "experiment's stream + 1); must differ from it", ge=0)
 
 
 @dataclass
@@ -58,9 +59,9 @@ class NoParams:
 class DropParams:
     """Parameters of the drop_half control (the selector ``random_groups``)."""
 
-    fraction: float = opt(0.5, "probability that an informative group is dropped each step",
-                          gt=0.0, le=1.0)
-    salt: int = opt(0, "salt of the hash that draws the dropped groups", ge=0)
+    fraction: float = param(0.5, "probability that an informative group is dropped each step",
+                            gt=0.0, le=1.0)
+    salt: int = param(0, "salt of the hash that draws the dropped groups", ge=0)
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
-from dataflex_rl.engine.config import EngineConfig, from_dict, opt
+from dataflex_rl.engine.config import EngineConfig, from_dict
 from dataflex_rl.harness.analysis import StatsOptions
 from dataflex_rl.harness.controls import Control, merge_overrides, parse_controls
 
@@ -43,34 +44,34 @@ OWNED = {"strategy": "strategies", "strategies": "strategies", "seed": "seeds",
 class Budget:
     """Training budget of every run."""
 
-    steps: int = opt(100, "GRPO steps per run", ge=0)
-    prompts_per_step: int = opt(16, "prompts (groups) per step", ge=1)
-    samples_per_prompt: int = opt(8, "G: sampled responses per prompt", ge=2)
+    steps: int = param(100, "GRPO steps per run", ge=0)
+    prompts_per_step: int = param(16, "prompts (groups) per step", ge=1)
+    samples_per_prompt: int = param(8, "G: sampled responses per prompt", ge=2)
 
 
 @dataclass
 class Evaluation:
     """Held-out evaluation of every run (the same problems for every strategy and seed)."""
 
-    metric: str = opt("greedy", "accuracy compared: greedy (temperature 0) or sampled "
-                                "(mean over 'samples' responses at temperature 1)",
-                      choices=("greedy", "sampled"))
-    every: int = opt(25, "evaluate every N steps, and at the start and the end (0: start and "
-                         "end only); each checkpoint is a row of results.csv", ge=0)
-    per_domain: int = opt(200, "held-out problems per domain", ge=1)
-    samples: int = opt(0, "sampled responses per problem for the sampled accuracy (0: greedy "
-                          "only, faster)", ge=0)
+    metric: str = param("greedy", "accuracy compared: greedy (temperature 0) or sampled "
+                                  "(mean over 'samples' responses at temperature 1)",
+                        choices=("greedy", "sampled"))
+    every: int = param(25, "evaluate every N steps, and at the start and the end (0: start and "
+                           "end only); each checkpoint is a row of results.csv", ge=0)
+    per_domain: int = param(200, "held-out problems per domain", ge=1)
+    samples: int = param(0, "sampled responses per problem for the sampled accuracy (0: greedy "
+                            "only, faster)", ge=0)
 
 
 @dataclass
 class Statistics:
     """Options of the paired statistics."""
 
-    alpha: float = opt(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
-    power: float = opt(0.8, "power of the minimum detectable effect", gt=0.0, lt=1.0)
-    n_boot: int = opt(10_000, "bootstrap resamples", ge=100)
-    n_perm: int = opt(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
-    seed: int = opt(0, "seed of the bootstrap and random sign flips", ge=0)
+    alpha: float = param(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
+    power: float = param(0.8, "power of the minimum detectable effect", gt=0.0, lt=1.0)
+    n_boot: int = param(10_000, "bootstrap resamples", ge=100)
+    n_perm: int = param(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
+    seed: int = param(0, "seed of the bootstrap and random sign flips", ge=0)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dataflex_rl.core.config import Checked, field_rows, param, validate
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
 from dataflex_rl.core.strategy import GROUP_ESTIMATORS, Strategy
-from dataflex_rl.engine.config import DecisionLogConfig, from_dict, opt
+from dataflex_rl.engine.config import DecisionLogConfig
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -33,27 +34,27 @@ GRPO_LIKE = frozenset({"grpo", "grpo_vectorized"})
 
 
 @dataclass
-class VerlHostConfig:
+class VerlHostConfig(Checked):
     """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
 
-    strategy: str | dict = opt("baseline", "preset name, strategy YAML path or inline spec "
-                                           "(the engine's schema)")
-    domain_key: str = opt("domain", "dataset column with each prompt's domain (dotted for a "
-                                    "nested field, e.g. extra_info.domain); data_source when "
-                                    "the column is missing")
-    domains: list[str] | None = opt(None, "domain names in id order (default: the sorted "
-                                          "values found in the training set)")
-    proportions: list[float] | dict[str, float] | None = opt(
+    strategy: str | dict = param("baseline", "preset name, strategy YAML path or inline spec "
+                                             "(the engine's schema)")
+    domain_key: str = param("domain", "dataset column with each prompt's domain (dotted for a "
+                                      "nested field, e.g. extra_info.domain); data_source when "
+                                      "the column is missing")
+    domains: list[str] | None = param(None, "domain names in id order (default: the sorted "
+                                            "values found in the training set)")
+    proportions: list[float] | dict[str, float] | None = param(
         None, "intake proportions when the strategy pre-filters but does not mix (default: "
               "the training set's own)", ge=0.0)
-    candidate_factor: float = opt(2.0, "prerollout: candidates drawn per missing prompt in "
-                                       "each round", ge=1.0)
-    max_draw_rounds: int = opt(8, "prerollout: candidate rounds before skipped prompts fill "
-                                  "the rest of the batch", ge=1)
-    seed: int = opt(0, "seed of intake sampling and pre-rollout randomness", ge=0)
-    poll_interval: float | None = opt(None, "replay-buffer poll interval in seconds (null: "
-                                            "verl's default, 2 s)", gt=0.0)
-    decision_log: DecisionLogConfig = opt(DecisionLogConfig(), "decision log for replay")
+    candidate_factor: float = param(2.0, "prerollout: candidates drawn per missing prompt in "
+                                         "each round", ge=1.0)
+    max_draw_rounds: int = param(8, "prerollout: candidate rounds before skipped prompts fill "
+                                    "the rest of the batch", ge=1)
+    seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
+    poll_interval: float | None = param(None, "replay-buffer poll interval in seconds (null: "
+                                              "verl's default, 2 s)", gt=0.0)
+    decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
 
 def parse_host_config(block: Any) -> VerlHostConfig:
@@ -61,7 +62,7 @@ def parse_host_config(block: Any) -> VerlHostConfig:
     if block is None:
         logger.warning("dataflex: trainer mode 'dataflex' without a 'dataflex' block; running "
                        "the 'baseline' strategy (add +dataflex.strategy=<preset or path>)")
-    return from_dict(VerlHostConfig, block, "dataflex")
+    return validate(VerlHostConfig, block, "dataflex")
 
 
 def uses_intake(strategy: Strategy) -> bool:
@@ -153,10 +154,8 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
 
 def config_table() -> str:
     """The ``dataflex`` block as a Markdown table (docs/hosts/verl.md embeds it verbatim)."""
-    from dataflex_rl.engine.config import field_docs
-
     rows = ["| key | default | meaning |", "|---|---|---|"]
-    for key, doc, default in field_docs(VerlHostConfig):
-        shown = "null" if default is None else default
-        rows.append(f"| `{key}` | `{shown}` | {doc} |")
+    for r in field_rows(VerlHostConfig):
+        shown = "null" if r["default"] is None else r["default"]
+        rows.append(f"| `{r['name']}` | `{shown}` | {r['doc']} |")
     return "\n".join(rows) + "\n"
