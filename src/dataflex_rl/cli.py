@@ -15,6 +15,8 @@ configurable parts of one unchanged training loop.
   dataflex-rl compare configs/experiments/quick.yaml    strategies x seeds, paired statistics
   dataflex-rl report --from-csv results.csv             the same statistics for external results
   dataflex-rl replay runs/baseline-s0 --strategy maxvar  what another strategy would have done
+
+Errors are one line (exit status 2); --debug (anywhere) shows the traceback.
 """
 
 
@@ -50,6 +52,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dataflex-rl", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (also accepted after COMMAND)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("list", help="list presets and components, one line each")
     p.add_argument("--kind", choices=["preset", "scorer", "selector", "reweighter", "mixer",
@@ -73,20 +77,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: errors a user can cause and fix (a bad config or option, a missing file or package, bad
+#: input data): one line and exit status 2, no traceback (``--debug`` shows it)
+USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+               PermissionError, ImportError)
+
+
 def main(argv: list[str] | None = None) -> int:
-    import dataflex_rl  # noqa: F401  (registers components)
+    """Run the CLI. ``--debug`` anywhere before ``--`` re-raises errors with the traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    debug = "--debug" in head
+    if debug:
+        argv.remove("--debug")
+    try:
+        import dataflex_rl  # noqa: F401  (registers components)
+
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0
+        return int(args.func(args) or 0)
+    except USER_ERRORS as e:
+        if debug:
+            raise
+        print(f"dataflex-rl: error: {error_message(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("dataflex-rl: interrupted", file=sys.stderr)
+        return 130
+
+
+def error_message(e: BaseException) -> str:
+    """One line for a user error: the message, with the file for OS errors, and a pointer to
+    ``--debug`` for errors that are not configuration errors (they may be a bug)."""
     from dataflex_rl.core.registry import ConfigError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"dataflex-rl: error: {e}", file=sys.stderr)
-        return 2
+    if isinstance(e, OSError) and e.filename is not None:
+        msg = f"{e.filename}: {e.strerror or e}"
+    else:
+        msg = str(e) or type(e).__name__
+    if not isinstance(e, ConfigError):
+        msg += f" ({type(e).__name__}; run with --debug for the traceback)"
+    return msg
 
 
 if __name__ == "__main__":

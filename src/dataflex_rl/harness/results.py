@@ -78,7 +78,7 @@ def read_results_csv(path: str | Path) -> list[Row]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: no such file")
-    with p.open(newline="") as f:
+    with p.open(newline="", encoding="utf-8-sig") as f:   # a leading BOM (Excel) is dropped
         reader = csv.DictReader(f)
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in REQUIRED if c not in header]
@@ -98,6 +98,7 @@ def _parse_row(raw: dict, where: str) -> Row:
     for col in ("method", "seed", "benchmark"):
         if not values[col]:
             raise ConfigError(f"{where}: empty {col!r}")
+    values["seed"] = seed_label(values["seed"], where)
     score = _number(values["score"], where, "score")
     step = None
     if values.get("step"):
@@ -114,6 +115,28 @@ def _parse_row(raw: dict, where: str) -> Row:
                 pass
     return Row(values["method"], values["seed"], values["benchmark"], score,
                values.get("domain", ""), step, extra)
+
+
+def seed_label(text: str, where: str) -> str:
+    """The canonical label of a seed: a number with an integral value is written as an int.
+
+    Runs pair by seed label, so ``1.0`` in one arm and ``1`` in another must be one seed:
+    ``"1.0"``, ``"1."``, ``"1e0"`` and ``" 1"`` all become ``"1"``. A non-numeric label
+    (``"s1"``) is kept as written. A numeric label that is not integral (``"1.5"``) is refused:
+    it is almost always a column mix-up, and no rounding rule would pair it safely.
+
+    Raises:
+        ConfigError: a non-integral or non-finite numeric seed (names ``where``).
+    """
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(value) or value != int(value):
+        raise ConfigError(f"{where}: seed {text!r} is not an integer; seeds pair runs across "
+                          "methods, so they must be integers (or non-numeric labels)")
+    return str(int(value))
 
 
 def _number(text: str, where: str, col: str) -> float:
@@ -159,9 +182,11 @@ def write_proportions_csv(rows: list[dict], path: str | Path) -> Path:
 def read_proportions_csv(path: str | Path) -> list[dict]:
     """Rows of ``proportions.csv`` (numbers parsed; a missing ``actual`` is NaN)."""
     out = []
-    with Path(path).open(newline="") as f:
-        for r in csv.DictReader(f):
-            out.append({"method": r["method"], "seed": r["seed"], "step": int(r["step"]),
+    with Path(path).open(newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        for r in reader:
+            seed = seed_label(r["seed"] or "", f"{path}:{reader.line_num}")
+            out.append({"method": r["method"], "seed": seed, "step": int(r["step"]),
                         "domain": r["domain"], "target": float(r["target"] or "nan"),
                         "actual": float(r["actual"] or "nan")})
     return out
