@@ -49,6 +49,7 @@ def train_main(args: argparse.Namespace) -> int:
     if args.steps is not None and args.steps < 0:
         raise ConfigError(f"--steps: must be >= 0, got {args.steps}")
     config = load_config(args.config)
+    config = check_engine_dependencies(config, "dataflex-rl train")
     progress = False if args.no_progress else None
     if args.strategy is None and config.strategies:
         return _train_side_by_side(config, args)
@@ -108,6 +109,20 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
 
 
+def check_engine_dependencies(config, command: str):
+    """Before any work: the engine's policy needs transformers (an error naming the extra);
+    without matplotlib the plots are skipped with one line (the config is returned with
+    ``log.plots`` off)."""
+    from dataclasses import replace
+
+    from dataflex_rl.deps import plots_available, require
+
+    require("transformers", f"{command} (the embedded engine's policy)")
+    if config.log.plots and not plots_available(f"{command}: PNG plots"):
+        config = replace(config, log=replace(config.log, plots=False))
+    return config
+
+
 def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``dataflex-rl bootstrap`` (defaults reproduce the shipped checkpoint)."""
     from dataflex_rl.engine.warmstart import BootstrapArgs
@@ -133,6 +148,9 @@ def bootstrap_main(args: argparse.Namespace) -> int:
 
     if args.steps < 1 or args.batch_size < 1 or args.lr <= 0:
         raise ConfigError("bootstrap: --steps and --batch-size must be >= 1 and --lr > 0")
+    from dataflex_rl.deps import require
+
+    require("transformers", "dataflex-rl bootstrap (the policy)")
     bargs = replace(BootstrapArgs(), seed=args.seed, steps=args.steps,
                     batch_size=args.batch_size, lr=args.lr, domains=tuple(args.domains))
     manifest = bootstrap(args.out, bargs, progress=not args.no_progress)

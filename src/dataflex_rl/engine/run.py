@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.deps import plots_available
 from dataflex_rl.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.plots import plot_run
@@ -70,6 +71,8 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
                           "or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     t0, c0 = time.perf_counter(), time.process_time()
+    plots = config.log.plots and plots_available(
+        "engine run plots", say=lambda m: warnings.warn(m, stacklevel=3))   # decided up front
     writer = MetricsWriter(out, config.log.tensorboard)   # fails fast without tensorboard
     tr = trainer or EmbeddedTrainer(config, spec, seed=seed)
     if resume:
@@ -102,7 +105,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
                "wall_seconds": time.perf_counter() - t0,
                "cpu_seconds": time.process_time() - c0}
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
-    if config.log.plots:
+    if plots:
         plot_run(out)
     return summary
 

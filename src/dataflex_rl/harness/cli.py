@@ -44,6 +44,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                           "adds seeds itself, up to --max-seeds)")
     if args.until_decided and args.max_seeds is None:
         raise ConfigError("--until-decided needs --max-seeds N (the most seeds to run)")
+    if not args.dry_run:
+        _check_dependencies(args, plan(exp, out), "dataflex-rl compare")
     if args.dry_run:
         for r in plan(exp, out):
             extra = f"  engine {r.engine_overrides}" if r.engine_overrides else ""
@@ -70,12 +72,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 1 if ex.failed else 0
 
 
+def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
+    """Before any run starts: the embedded engine needs transformers (an error naming the
+    extra); without matplotlib, ``--no-plots`` is implied, with one line saying so."""
+    from dataflex_rl.deps import plots_available, require
+    from dataflex_rl.harness.runner import DEFAULT_TRAIN_FN
+
+    if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
+        require("transformers", f"{command} (the embedded engine's policy)")
+    if not args.no_plots and not plots_available(f"{command}: PNG plots"):
+        args.no_plots = True
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.harness.analysis import StatsOptions
     from dataflex_rl.harness.report import ReportInputs, write_report
     from dataflex_rl.harness.results import read_proportions_csv, read_results_csv
 
+    _check_dependencies(args, [], "dataflex-rl report")
     rows = read_results_csv(args.from_csv)
     methods = list(dict.fromkeys(r.method for r in rows))
     baseline = args.baseline or ("baseline" if "baseline" in methods else methods[0])

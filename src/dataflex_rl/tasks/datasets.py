@@ -86,7 +86,8 @@ def _read_parquet(p: Path) -> list[dict[str, Any]]:
             import pandas as pd
         except ImportError:
             raise ConfigError(f"dataset {str(p)!r}: reading parquet needs pyarrow "
-                              f"(pip install pyarrow) or pandas; JSONL needs nothing") from None
+                              f"(pip install \"dataflex-rl[tasks]\") or pandas; JSONL needs "
+                              "nothing") from None
         return [_plain(r) for r in pd.read_parquet(p).to_dict(orient="records")]
     return pq.read_table(p).to_pylist()
 
@@ -318,7 +319,8 @@ def save_dataset(problems: Iterable[Problem], path: str | Path, split: str = "tr
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise ConfigError(f"{str(p)!r}: writing parquet needs pyarrow") from None
+            raise ConfigError(f"{str(p)!r}: writing parquet needs pyarrow (pip install "
+                              "\"dataflex-rl[tasks]\"); .jsonl needs nothing") from None
         p.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), p)
     else:

@@ -24,11 +24,10 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def _math_verify() -> Any:
-    try:
-        return importlib.import_module("math_verify")
-    except ImportError as e:
-        raise ConfigError("the math verifier needs the 'math-verify' package: "
-                          "pip install math-verify (or pip install 'dataflex-rl[tasks]')") from e
+    from dataflex_rl.deps import require
+
+    require("math_verify", "the math verifier")
+    return importlib.import_module("math_verify")
 
 
 def extract_answer(text: str | None) -> str | None:

@@ -24,12 +24,10 @@ _INT = re.compile(r"\d+")
 
 
 def _reasoning_gym() -> Any:
-    try:
-        return importlib.import_module("reasoning_gym")
-    except ImportError as e:
-        raise ConfigError("reasoning-gym domains need the 'reasoning-gym' package: "
-                          "pip install 'dataflex-rl[tasks]' (or pip install reasoning-gym)"
-                          ) from e
+    from dataflex_rl.deps import require
+
+    require("reasoning_gym", "reasoning-gym domains")
+    return importlib.import_module("reasoning_gym")
 
 
 def binary_score(score: float | None) -> float:
