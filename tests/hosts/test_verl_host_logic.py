@@ -92,18 +92,32 @@ def test_docs_list_the_block_as_declared():
 
 
 # ---------------------------------------------------------------------- domains and intake
-def test_domain_column_fallback_and_nested():
+def test_domain_column_default_fallback_and_nested():
     rows = [{"data_source": "gsm8k", "extra_info": {"domain": "math"}},
             {"data_source": "kk", "extra_info": {"domain": "logic"}}]
-    assert domain_column(rows, None, "domain") == (["gsm8k", "kk"], "data_source")
+    assert domain_column(rows, None, None) == (["gsm8k", "kk"], "data_source")
     assert domain_column(rows, None, "extra_info.domain") == (["math", "logic"],
                                                               "extra_info.domain")
     cols = {"domain": ["a", "b", "a"], "data_source": ["x", "x", "x"]}
     assert domain_column(None, cols, "domain") == (["a", "b", "a"], "domain")
-    with pytest.raises(ValueError, match="neither 'topic' nor 'data_source'"):
-        domain_column([{"q": 1}], None, "topic")
-    with pytest.raises(ValueError, match="1 training rows have no 'domain'"):
+    assert domain_column(None, cols, None) == (["a", "b", "a"], "domain")
+    assert domain_column(None, cols, "data_source") == (["x", "x", "x"], "data_source")
+    with pytest.raises(ConfigError, match="1 training rows have no 'domain'"):
         domain_column([{"domain": "a"}, {"x": 1}], None, "domain")
+
+
+def test_a_domain_key_that_is_not_a_column_is_an_error_listing_the_columns():
+    rows = [{"data_source": "gsm8k", "prompt": "p"}]
+    # a set key never falls back silently to another column
+    with pytest.raises(ConfigError, match=r"'domain' is not a column of the training set "
+                                          r"\(columns: 'data_source', 'prompt'\)"):
+        domain_column(rows, None, "domain")
+    with pytest.raises(ConfigError, match=r"'topic' is not a column .*columns: 'a', 'b', 'c'"):
+        domain_column(None, {"a": [1]}, "topic", all_columns=["a", "b", "c"])
+    with pytest.raises(ConfigError, match="'extra_info.domain' is not a column"):
+        domain_column(rows, None, "extra_info.domain")
+    with pytest.raises(ConfigError, match=r"neither 'domain' nor 'data_source' \(columns: 'q'\)"):
+        domain_column([{"q": 1}], None, None)
 
 
 def _static_strategy(prior):

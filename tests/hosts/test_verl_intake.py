@@ -3,6 +3,8 @@
 No Ray: intake happens on the driver before prompts are submitted for generation.
 """
 
+import logging
+
 import pytest
 
 pytest.importorskip("verl")
@@ -11,6 +13,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from dataflex_rl.core.batch import from_lists  # noqa: E402
+from dataflex_rl.core.registry import ConfigError  # noqa: E402
 from tests.hosts.verl_helpers import dataflex_trainer  # noqa: E402
 
 # torchdata's StatefulDataLoader calls a deprecated torch API
@@ -68,13 +71,21 @@ def test_mixing_decides_which_prompts_are_submitted(tmp_path):
 
 
 def test_without_a_domain_column_domains_come_from_data_source(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="dataflex_rl.hosts.verl")
     trainer = intake_trainer(tmp_path, ["+dataflex.strategy=reward_gap"], with_domain=False)
     assert trainer.intake.domains == ("src_logic", "src_math", "src_science")
-    assert "no 'domain' column; domains come from 'data_source'" in caplog.text
+    assert "domains come from the 'data_source' column" in caplog.text
     batch = trainer._next_train_batch()
     # reward_gap starts from the uniform prior: 2 + 2 + 2
     assert sorted(batch["data_source"]) == ["src_logic"] * 2 + ["src_math"] * 2 + \
         ["src_science"] * 2
+
+
+def test_a_set_domain_key_that_is_not_a_column_fails_listing_the_columns(tmp_path):
+    with pytest.raises(ConfigError, match=r"'domain' is not a column of the training set "
+                                          r"\(columns: .*'data_source'"):
+        intake_trainer(tmp_path, ["+dataflex.strategy=reward_gap", "+dataflex.domain_key=domain"],
+                       with_domain=False)
 
 
 def test_prerollout_skips_prompts_whose_groups_were_all_solved(tmp_path):

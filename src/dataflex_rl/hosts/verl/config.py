@@ -39,9 +39,10 @@ class VerlHostConfig(Checked):
 
     strategy: str | dict = param("baseline", "preset name, strategy YAML path or inline spec "
                                              "(the engine's schema)")
-    domain_key: str = param("domain", "dataset column with each prompt's domain (dotted for a "
-                                      "nested field, e.g. extra_info.domain); data_source when "
-                                      "the column is missing")
+    domain_key: str | None = param(None, "dataset column with each prompt's domain (dotted "
+                                         "for a nested field, e.g. extra_info.domain); an error "
+                                         "when it is not a column; null: 'domain' if the "
+                                         "training set has it, else 'data_source'")
     domains: list[str] | None = param(None, "domain names in id order (default: the sorted "
                                             "values found in the training set)")
     proportions: list[float] | dict[str, float] | None = param(

@@ -15,27 +15,35 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.proportions import normalize_proportions
+from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.draw import draw_with_skipping
 from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 
 
+#: the columns tried, in order, when ``domain_key`` is not set
+DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
+
+
 def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence] | None,
-                  key: str, fallback: str = "data_source") -> tuple[list[str], str]:
-    """Each row's domain, read from ``key`` (dotted for nested fields) or ``fallback``.
+                  key: str | None, all_columns: Sequence[str] | None = None,
+                  ) -> tuple[list[str], str]:
+    """Each row's domain, read from ``key`` (dotted for nested fields).
 
     Args:
         rows: row mappings (used when ``columns`` is None).
         columns: column name -> values (fast path for columnar datasets).
-        key: the configured domain column.
-        fallback: used when no row has ``key``.
+        key: the configured domain column; None tries `DEFAULT_DOMAIN_COLUMNS` in order.
+        all_columns: every column name of the dataset, for the error message (default: the
+            keys of ``columns``, or of the rows).
 
     Returns:
         (one domain name per row, the column actually used).
 
     Raises:
-        ValueError: neither column exists, or some rows lack the one used.
+        ConfigError: the column is not in the dataset (the message lists the columns), or
+            some rows lack it.
     """
     def read(name: str) -> list | None:
         top, _, rest = name.partition(".")
@@ -46,16 +54,25 @@ def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence
             return values if not rest else [get_path(v, rest) for v in values]
         return [get_path(r, name) for r in rows]
 
-    for name in (key, fallback):
+    for name in (key,) if key is not None else DEFAULT_DOMAIN_COLUMNS:
         values = read(name)
         if values is not None and any(v is not None for v in values):
             missing = [i for i, v in enumerate(values) if v is None]
             if missing:
-                raise ValueError(f"dataflex.domain_key: {len(missing)} training rows have no "
-                                 f"{name!r} (first: row {missing[0]})")
+                raise ConfigError(f"dataflex.domain_key: {len(missing)} training rows have no "
+                                  f"{name!r} (first: row {missing[0]})")
             return [str(v) for v in values], name
-    raise ValueError(f"dataflex.domain_key: the training set has neither {key!r} nor "
-                     f"{fallback!r}; add a domain column or set dataflex.domain_key")
+    if all_columns is None:
+        all_columns = list(columns) if columns is not None else \
+            list(dict.fromkeys(k for r in (rows or [])[:1000] for k in r))
+    listed = ", ".join(map(repr, all_columns)) or "none"
+    if key is not None:
+        raise ConfigError(f"dataflex.domain_key: {key!r} is not a column of the training set "
+                          f"(columns: {listed}); set dataflex.domain_key to the column that "
+                          "holds each prompt's domain")
+    raise ConfigError(f"dataflex.domain_key: the training set has neither "
+                      f"{' nor '.join(map(repr, DEFAULT_DOMAIN_COLUMNS))} (columns: {listed}); "
+                      "set dataflex.domain_key to the column that holds each prompt's domain")
 
 
 class Intake:

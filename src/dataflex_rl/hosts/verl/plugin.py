@@ -1,8 +1,16 @@
-"""verl plugin entry point: importing this module registers the ``dataflex`` trainer mode.
+"""verl plugin entry point: makes the ``dataflex`` trainer mode available, at no cost until used.
 
-verl imports every ``verl.plugins`` entry point from ``verl/__init__.py`` (in the driver and in
-every Ray actor) and swallows exceptions at DEBUG level, so this module says itself, loudly,
-whether it loaded, and whether the installed verl is in the supported range. Set
+verl imports every ``verl.plugins`` entry point from ``verl/__init__.py``, in the driver and in
+every Ray actor, so this module must be cheap: it imports nothing of verl and does not import
+the trainer. It checks the installed verl version and installs a one-shot import hook on
+verl's v1 trainer package (`TRAINER_PACKAGE`, which holds ``get_trainer_cls`` and every
+built-in trainer mode); the ``dataflex`` trainer is imported and registered right after that
+package is, i.e. only in a process that picks a v1 trainer mode. A process that only does
+``import verl`` (workers, actors, tools) loads no extra module of verl, prints nothing and
+leaves the environment as it was.
+
+verl swallows exceptions of plugins at DEBUG level, so this module says itself, loudly, when
+the registration fails (and whether the installed verl is in the supported range). Set
 ``DATAFLEX_VERL_LOG_LEVEL=WARNING`` to silence the success line.
 
 Declared in ``pyproject.toml``::
@@ -13,12 +21,18 @@ Declared in ``pyproject.toml``::
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import logging
 import os
+import sys
 from importlib.metadata import PackageNotFoundError, version
+from typing import Callable
 
 #: verl versions this host was built and tested against: [low, high)
 SUPPORTED = ("0.9.1", "0.10")
+#: verl's v1 trainer package: importing it is the moment a process chooses a trainer mode
+TRAINER_PACKAGE = "verl.trainer.ppo.v1"
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 try:
@@ -45,14 +59,19 @@ def check_version(installed: str) -> bool:
     return ok
 
 
-def register() -> None:
-    """Register the trainer mode (idempotent); log success or the full failure."""
+def _installed_verl() -> str:
     try:
-        installed = version("verl")
+        return version("verl")
     except PackageNotFoundError:
-        installed = "unknown"
-    if installed != "unknown":
-        check_version(installed)
+        return "unknown"
+
+
+def register() -> None:
+    """Import the trainer, which registers the mode (idempotent); log success or the failure.
+
+    Raises whatever the import raised, after logging it with the traceback.
+    """
+    installed = _installed_verl()
     try:
         from dataflex_rl.hosts.verl import trainer  # registers on import
     except Exception:
@@ -64,4 +83,68 @@ def register() -> None:
                 trainer.TRAINER_MODE, installed, os.getpid())
 
 
-register()
+def _register_quietly() -> None:
+    """`register`, for the import hook: a failure is logged but must not break verl's own
+    import of its trainer package (the other trainer modes still work)."""
+    try:
+        register()
+    except Exception:   # noqa: BLE001  (already logged with the traceback)
+        pass
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A loader that runs ``then()`` once the wrapped loader has executed the module."""
+
+    def __init__(self, loader: importlib.abc.Loader, then: Callable[[], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        self._then()
+
+    def __getattr__(self, name: str):   # get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    """A one-shot ``sys.meta_path`` hook: call ``then()`` right after module ``name`` is
+    imported (fully executed), wherever and whenever that import happens."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        self.remove()
+        spec = importlib.util.find_spec(fullname)   # the other finders (self is gone)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenCall(spec.loader, self.then)
+        return spec
+
+    def install(self) -> None:
+        """Add the hook (once); when ``name`` is imported already, call ``then()`` now."""
+        if self.name in sys.modules:
+            self.then()
+        elif not any(isinstance(f, AfterImport) and f.name == self.name for f in sys.meta_path):
+            sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+def install() -> None:
+    """Check the verl version and register the trainer mode once verl's trainers are imported."""
+    installed = _installed_verl()
+    if installed != "unknown":
+        check_version(installed)
+    AfterImport(TRAINER_PACKAGE, _register_quietly).install()
+
+
+install()

@@ -37,7 +37,7 @@ from dataflex_rl.hosts.common.accounting import generation_metrics
 from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config, uses_intake
-from dataflex_rl.hosts.verl.intake import Intake, domain_column
+from dataflex_rl.hosts.verl.intake import DEFAULT_DOMAIN_COLUMNS, Intake, domain_column
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -64,20 +64,24 @@ def host_view(config: DictConfig) -> dict:
     return view
 
 
-def read_row_domains(dataset, key: str) -> list[str]:
-    """The domain of every training row (columnar fast path for verl's RLHFDataset)."""
+def read_row_domains(dataset, key: str | None) -> list[str]:
+    """The domain of every training row (columnar fast path for verl's RLHFDataset).
+
+    Raises:
+        ConfigError: ``key`` is not a column (the message lists the dataset's columns).
+    """
     frame = getattr(dataset, "dataframe", None)
     names = getattr(frame, "column_names", None)
     if names is not None:
-        wanted = {key.partition(".")[0], "data_source"} & set(names)
-        values, used = domain_column(None, {c: frame[c] for c in wanted}, key)
+        tops = {key.partition(".")[0]} if key is not None else set(DEFAULT_DOMAIN_COLUMNS)
+        values, used = domain_column(None, {c: frame[c] for c in tops & set(names)}, key,
+                                     all_columns=list(names))
     else:
         logger.warning("dataflex: %s has no columnar dataframe; reading %d rows one by one",
                        type(dataset).__name__, len(dataset))
         values, used = domain_column([dataset[i] for i in range(len(dataset))], None, key)
-    if used != key:
-        logger.warning("dataflex: the training set has no %r column; domains come from %r",
-                       key, used)
+    if key is None:
+        logger.info("dataflex: domains come from the %r column", used)
     return values
 
 

@@ -1,0 +1,64 @@
+"""Installed but not enabled, the plugin costs nothing: ``import verl`` with the ``dataflex``
+entry point active against the same import with plugins off (``VERL_USE_EXTERNAL_PLUGINS``).
+
+Each import runs in a fresh interpreter, the two sides interleaved; the import time of a side
+is its fastest run (the least disturbed by other processes on a shared machine). The module
+sets are the robust check: the plugin may add only dataflex_rl's own core modules.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+
+pytest.importorskip("verl")
+
+PROBE = """
+import json, os, sys, time
+before = dict(os.environ)
+t0 = time.perf_counter()
+import verl
+seconds = time.perf_counter() - t0
+changed = {k: os.environ.get(k) for k in set(before) | set(os.environ)
+           if before.get(k) != os.environ.get(k)}
+with open(sys.argv[1], "w") as f:
+    json.dump({"seconds": seconds, "modules": sorted(sys.modules), "env": changed,
+               "hooks": [type(h).__name__ for h in sys.meta_path]}, f)
+"""
+RUNS = 3
+
+
+def _import_verl(tmp_path, plugins: str, i: int) -> dict:
+    out = tmp_path / f"{plugins}-{i}.json"
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": plugins}
+    env.pop("DATAFLEX_VERL_LOG_LEVEL", None)
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(out)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    result["output"] = proc.stdout + proc.stderr
+    return result
+
+
+def test_import_verl_with_the_plugin_costs_nothing(tmp_path):
+    if "dataflex" not in {ep.name for ep in entry_points(group="verl.plugins")}:
+        pytest.skip("the dataflex entry point is not installed (pip install -e .)")
+    runs: dict[str, list[dict]] = {"none": [], "dataflex": []}
+    for i in range(RUNS):
+        for plugins in runs:
+            runs[plugins].append(_import_verl(tmp_path, plugins, i))
+    off, on = runs["none"][-1], runs["dataflex"][-1]
+    assert "AfterImport" in on["hooks"] and "AfterImport" not in off["hooks"]   # it did load
+    added = sorted(set(on["modules"]) - set(off["modules"]))
+    assert not [m for m in added if m.split(".")[0] != "dataflex_rl"], added
+    assert not [m for m in added if m.startswith("dataflex_rl.hosts.verl.trainer")]
+    assert len(added) < 80, added   # the dataflex_rl core only (torch is verl's already)
+    assert on["output"] == off["output"]   # no new line on stdout or stderr
+    assert on["env"] == off["env"]         # e.g. TORCH_CUDA_ARCH_LIST untouched
+    off = [r["seconds"] for r in runs["none"]]
+    t_on = min(r["seconds"] for r in runs["dataflex"])
+    # within 10%, or within the spread of the runs without the plugin (a loaded machine)
+    assert t_on <= max(1.10 * min(off), max(off)), (t_on, off)
