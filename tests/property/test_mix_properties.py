@@ -57,7 +57,7 @@ def test_apply_floor_on_any_raw_input(raw, floor):
 def test_learning_progress_equals_polyfit(steps, window, signed):
     """``steps``: per step, per domain, the rewards of its responses (None: not drawn)."""
     sc = LearningProgress(window=window, signed=signed)
-    for per_domain in steps:
+    for step, per_domain in enumerate(steps):
         rewards, domains = [], []
         for d, rs in enumerate(per_domain):
             for r in rs or []:
@@ -65,7 +65,7 @@ def test_learning_progress_equals_polyfit(steps, window, signed):
                 domains.append(d)
         sc.observe(from_lists(rewards, list(range(len(rewards))) if rewards else [],
                               domain_ids=torch.tensor(domains, dtype=torch.int64),
-                              domains=("a", "b")))
+                              domains=("a", "b"), step=step))
     values, observed = sc.values(2)
     recent = list(enumerate(steps))[-window:]
     for d in range(2):

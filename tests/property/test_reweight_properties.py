@@ -51,7 +51,9 @@ def test_response_weights_equal_the_loop_oracle(b, name, normalize):
     rs = oracles.rows(b)
     act = [oracles.active(r) for r in rs]
     info = oracles.informative(b)
-    norm = [i for i in range(len(rs)) if (info[i] if normalize == "informative" else act[i])]
+    # the normalization set: rows with tokens only (a response without tokens is never in it)
+    norm = [i for i in range(len(rs)) if rs[i]["length"] > 0
+            and (info[i] if normalize == "informative" else act[i])]
     raw = {i: _raw(name, params, b, rs, i) for i in norm}
     if name == "softmax" and norm:
         top = max(raw.values())
@@ -65,8 +67,8 @@ def test_response_weights_equal_the_loop_oracle(b, name, normalize):
     assert w.tolist() == pytest.approx(expected, rel=1e-4, abs=1e-5)
     assert torch.isfinite(d.weights_per_token).all() and (d.weights_per_token >= 0).all()
     assert (d.weights_per_token[~d.loss_mask] == 0).all()
-    if normalize == "informative" and norm:
-        # mean 1 over the informative set (informative rows always have tokens)
+    if norm:
+        # mean 1 over the normalization set, whichever it is
         assert float(w[norm].double().mean()) == pytest.approx(1.0, rel=1e-5)
 
 

@@ -52,7 +52,8 @@ def step_metrics(batch: RolloutBatch, keep: Tensor, weights_per_response: Tensor
     informative = segment_count(batch.informative_mask, batch.group_ids, G) > 0
     m["dataflex/zero_advantage_group_fraction"] = _frac((groups_active & ~informative).sum(),
                                                         groups_active.sum())
-    w = weights_per_response[keep].to(torch.float64)
+    counted = keep & (n_tok > 0)   # a response without tokens has weight 0 by definition
+    w = weights_per_response[counted].to(torch.float64)
     if w.numel():
         m["dataflex/weight_mean"] = float(w.mean())
         m["dataflex/weight_std"] = float(w.std(unbiased=False))
@@ -65,7 +66,7 @@ def step_metrics(batch: RolloutBatch, keep: Tensor, weights_per_response: Tensor
             m[f"dataflex/weight_{k}"] = 0.0
         ess = 0.0
     m["dataflex/weight_ess"] = ess
-    m["dataflex/weight_ess_fraction"] = _frac(ess, n_keep)
+    m["dataflex/weight_ess_fraction"] = _frac(ess, int(counted.sum()))
     if per_domain and batch.batch_size:
         D = batch.num_domains
         counts = torch.bincount(batch.group_domain[groups_active], minlength=D)

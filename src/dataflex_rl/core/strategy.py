@@ -137,8 +137,9 @@ class Strategy:
             scorer, actuator = resolve_mechanism(mspec, where)
             self._check_host_fit(mech, mspec, scorer, actuator, available_fields, where)
             self.parts[mech] = (scorer, actuator)
-        self._steps_observed = 0
+        self._mix_step = -1   # the last batch.step mixed (the mix clock is batch.step)
         self._drawn: Tensor | None = None
+        self._drawn_last: Tensor | None = None   # that step's draws, replaced on a retry
         self._proportions: Tensor | None = None
         self._signal: Tensor | None = None
         self._history = None
@@ -153,6 +154,7 @@ class Strategy:
                 raise ConfigError(f"{self.spec.name}.mix.actuator: {e}") from None
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
+            self._drawn_last = torch.zeros_like(self._drawn)
         if "prerollout" in self.parts:
             self._history = PromptHistory(self.spec.prerollout.options["history_size"])
 
@@ -300,7 +302,7 @@ class Strategy:
         metrics["dataflex/reweight/active"] = 1.0
         informative = mspec.options["normalize"] == "informative"
         metrics["dataflex/reweight/normalize_informative"] = float(informative)
-        norm_set = keep & (batch.informative_mask if informative else batch.active_mask)
+        norm_set = kept & (batch.informative_mask if informative else batch.active_mask)
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
         scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
         owned = rw.in_place
@@ -349,6 +351,13 @@ class Strategy:
         return per_response.to(torch.float32), weights
 
     def _mix(self, batch: RolloutBatch, metrics: dict) -> Tensor | None:
+        """Observe the batch; update the proportions when the schedule says so.
+
+        The clock is ``batch.step``, as for select and reweight: the proportions are updated
+        after step s when ``s + 1`` steps are due (``warmup_steps``, ``every``). A retried step
+        (``decide`` again with the same ``batch.step``) replaces that step's observation; a
+        skipped step leaves a gap. Neither shifts the schedule.
+        """
         mspec = self.spec.mix
         scorer, mixer = self.parts["mix"]
         D = len(self.domains)
@@ -357,9 +366,13 @@ class Strategy:
                              f"{self.domains}")
         if scorer is not None:
             scorer.observe(batch)
-        self._drawn += torch.bincount(batch.domain_ids[batch.active_mask], minlength=D)
-        self._steps_observed += 1
-        if not _due(self._steps_observed, mspec.warmup_steps, mspec.every):
+        drawn = torch.bincount(batch.domain_ids[batch.active_mask], minlength=D)
+        if batch.step == self._mix_step:   # a retry: its draws replace the first attempt's
+            self._drawn -= self._drawn_last
+        self._drawn += drawn
+        self._drawn_last = drawn
+        self._mix_step = batch.step
+        if not _due(batch.step + 1, mspec.warmup_steps, mspec.every):
             metrics["dataflex/mix/updated"] = 0.0
             return None
         values, observed = scorer.values(D) if scorer is not None else (None, None)
@@ -376,8 +389,9 @@ class Strategy:
             "spec": self.spec.to_dict(),
             "components": {m: {"scorer": s.state_dict() if s is not None else {},
                                "actuator": a.state_dict()} for m, (s, a) in self.parts.items()},
-            "steps_observed": self._steps_observed,
+            "steps_observed": self._mix_step + 1,
             "drawn": None if self._drawn is None else self._drawn.clone(),
+            "drawn_last": None if self._drawn_last is None else self._drawn_last.clone(),
             "proportions": None if self._proportions is None else self._proportions.clone(),
             "signal": None if self._signal is None else self._signal.clone(),
             "history": None if self._history is None else self._history.state_dict(),
@@ -392,10 +406,13 @@ class Strategy:
             if s is not None:
                 s.load_state_dict(state["components"][m]["scorer"])
             a.load_state_dict(state["components"][m]["actuator"])
-        self._steps_observed = int(state["steps_observed"])
+        self._mix_step = int(state["steps_observed"]) - 1
         for key in ("drawn", "proportions", "signal"):
             v = state[key]
             setattr(self, f"_{key}", None if v is None else v.clone())
+        last = state.get("drawn_last")   # absent in states saved before the step clock
+        self._drawn_last = last.clone() if last is not None else (
+            None if self._drawn is None else torch.zeros_like(self._drawn))
         if self._history is not None:
             self._history.load_state_dict(state["history"])
 

@@ -2,7 +2,9 @@
 
 Each keeps, for the last ``window`` steps, the per-domain sum and count of a per-response value
 ([window, D] ring buffers). Windows count **steps**, not responses: a domain drawn rarely is
-not judged on a longer stretch of history than a domain drawn often.
+not judged on a longer stretch of history than a domain drawn often. The clock is
+``batch.step``: the window holds steps ``last - window + 1 .. last``; observing a step again (a
+retry) replaces it, and a skipped step is a gap in the window, not a shift.
 """
 
 from __future__ import annotations
@@ -36,20 +38,30 @@ class WindowedDomainScorer(DomainScorer):
         """[B] the value each active response contributes."""
         raise NotImplementedError
 
+    def counted(self, batch: RolloutBatch) -> Tensor:
+        """[B] bool: the responses whose value counts (default: the active ones)."""
+        return batch.active_mask
+
     def observe(self, batch: RolloutBatch) -> None:
         D = batch.num_domains
         if self._sums is None:
             self._sums = torch.zeros(self.window, D, dtype=torch.float64)
             self._counts = torch.zeros(self.window, D, dtype=torch.int64)
             self._x = torch.full((self.window,), -1, dtype=torch.int64)
-        row = self._n % self.window
-        active = batch.active_mask
+        step = batch.step
+        row = step % self.window
+        active = self.counted(batch)
         v = torch.where(active, self.per_response(batch).to(torch.float64),
                         torch.zeros(batch.batch_size, dtype=torch.float64))
         self._sums[row] = torch.zeros(D, dtype=torch.float64).index_add_(0, batch.domain_ids, v)
         self._counts[row] = torch.bincount(batch.domain_ids[active], minlength=D)
-        self._x[row] = self._n
-        self._n += 1
+        self._x[row] = step
+        self._n = max(self._n, step + 1)
+        stale = (self._x >= 0) & (self._x <= self._n - 1 - self.window)   # before a gap
+        if bool(stale.any()):
+            self._sums[stale] = 0.0
+            self._counts[stale] = 0
+            self._x[stale] = -1
 
     def _empty(self, D: int) -> tuple[Tensor, Tensor]:
         return torch.zeros(D, dtype=torch.float64), torch.zeros(D, dtype=torch.bool)
@@ -86,13 +98,23 @@ class DomainReward(WindowedDomainScorer):
 @SCORERS.register("domain_advantage_magnitude")
 @dataclass
 class DomainAdvantageMagnitude(WindowedDomainScorer):
-    """Windowed mean |advantage| of each domain's responses (DUMP's expected learnability)."""
+    """Windowed mean |advantage| of each domain's responses (DUMP's expected learnability).
+
+    |A| of a response is mean |A_t| over its tokens (`scorers.policy.advantage_magnitude`).
+    """
 
     requires: ClassVar[tuple[str, ...]] = ("advantages",)
     paper: ClassVar[str] = "Wang et al. 2025, DUMP"
 
     def per_response(self, batch: RolloutBatch) -> Tensor:
-        return batch.advantage_per_response.abs()
+        from dataflex_rl.scorers.policy import advantage_magnitude
+
+        return advantage_magnitude(batch, "domain_advantage_magnitude")
+
+    def counted(self, batch: RolloutBatch) -> Tensor:
+        """Active responses with at least one token: |A| of an empty response is undefined
+        (it is not averaged in as a 0)."""
+        return batch.active_mask & (batch.response_length > 0)
 
 
 @SCORERS.register("learning_progress")

@@ -12,24 +12,38 @@ from dataflex_rl.core.base import SCORERS, Scorer
 from dataflex_rl.core.batch import RolloutBatch
 
 
+def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -> Tensor:
+    """[B] float64 |A| of each response, **defined as mean |A_t|** over its valid tokens.
+
+    This is the one meaning of "|A|" in every component (`advantage_magnitude`,
+    `domain_advantage_magnitude`, and what the mixers and reweighters built on them see). It
+    differs from |mean A_t| when a response's token advantages change sign: tokens
+    (+1, -1) give |A| = 1 (each token is pushed, the response carries signal), not 0. With
+    GRPO-style advantages, constant over a response's tokens, the two agree.
+
+    0 for inactive rows and rows without valid tokens. Float64, from `TokenBlocks.row_means`:
+    responses whose tokens all carry the same |A| get exactly that value (exact ties, broken
+    by index), and |A| up to 3.4e38 stays finite.
+    """
+    if batch.advantages is None:
+        raise ValueError(f"{who} needs 'advantages' in the batch")
+    mean = batch.token_blocks.row_means(batch.advantages, absolute=True)
+    return torch.where(batch.active_mask, mean, 0.0)
+
+
 @SCORERS.register("advantage_magnitude")
 @dataclass
 class AdvantageMagnitude(Scorer):
     """|advantage| of each response: mean |A_t| over its valid tokens (0 if none).
 
-    Float64, from `TokenBlocks.row_means`: responses whose tokens all carry the same |A| get
-    exactly that value, so equal |A| ties exactly (rankings break it by index, not by float32
-    rounding), and |A| up to 3.4e38 stays finite.
+    See `advantage_magnitude` for the definition of |A| (float64, exact ties, finite).
     """
 
     granularity: ClassVar[str] = "response"
     requires: ClassVar[tuple[str, ...]] = ("advantages",)
 
     def score(self, batch: RolloutBatch) -> Tensor:
-        if batch.advantages is None:
-            raise ValueError("advantage_magnitude needs 'advantages' in the batch")
-        mean = batch.token_blocks.row_means(batch.advantages, absolute=True)
-        return torch.where(batch.active_mask, mean, 0.0)
+        return advantage_magnitude(batch)
 
 
 @SCORERS.register("token_prob")

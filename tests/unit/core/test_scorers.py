@@ -75,11 +75,11 @@ def _step(rewards, domain_ids, step=0, advantages=None, D=2):
 def test_domain_reward_window_counts_steps_not_responses():
     sc = DomainReward(window=2)
     sc.observe(_step([1.0] * 10, [0] * 10))              # step 0: ten responses of a, all 1
-    sc.observe(_step([0.0, 1.0], [0, 1]))                # step 1: a -> 0, b -> 1
+    sc.observe(_step([0.0, 1.0], [0, 1], step=1))        # step 1: a -> 0, b -> 1
     v, obs = sc.values(2)
     # window holds steps 0 and 1: a = (10 * 1 + 0) / 11, b = 1
     assert v.tolist() == pytest.approx([10 / 11, 1.0]) and obs.tolist() == [True, True]
-    sc.observe(_step([0.0, 0.5, 0.5], [0, 1, 1]))        # step 2 pushes step 0 out
+    sc.observe(_step([0.0, 0.5, 0.5], [0, 1, 1], step=2))  # step 2 pushes step 0 out
     v, obs = sc.values(2)
     # steps 1 and 2: a = (0 + 0) / 2 = 0, b = (1 + .5 + .5) / 3
     assert v.tolist() == pytest.approx([0.0, 2 / 3])
@@ -105,8 +105,8 @@ def test_domain_advantage_magnitude():
 def test_learning_progress_known_slope():
     sc = LearningProgress(window=4)
     # domain a: per-step mean reward 0.1, 0.3, 0.5 -> slope 0.2; b: 1, 0.5, 0 -> slope -0.5
-    for a, b in [(0.1, 1.0), (0.3, 0.5), (0.5, 0.0)]:
-        sc.observe(_step([a, a, b], [0, 0, 1]))
+    for step, (a, b) in enumerate([(0.1, 1.0), (0.3, 0.5), (0.5, 0.0)]):
+        sc.observe(_step([a, a, b], [0, 0, 1], step=step))
     v, obs = sc.values(2)
     assert v.tolist() == pytest.approx([0.2, 0.5]) and obs.tolist() == [True, True]
     signed = LearningProgress(window=4, signed=True)
@@ -117,11 +117,11 @@ def test_learning_progress_known_slope():
 def test_learning_progress_matches_polyfit_over_the_window_and_skips_missing_steps():
     sc = LearningProgress(window=3)
     means = [0.9, 0.2, 0.4, None, 0.7]                  # domain a absent at step 3
-    for m in means:
+    for step, m in enumerate(means):
         if m is None:
-            sc.observe(_step([0.0], [1]))
+            sc.observe(_step([0.0], [1], step=step))
         else:
-            sc.observe(_step([m, m], [0, 0]))
+            sc.observe(_step([m, m], [0, 0], step=step))
     # window = steps 2, 3, 4; a has points (2, .4), (4, .7)
     expected = np.polyfit([2.0, 4.0], [0.4, 0.7], 1)[0]
     assert float(sc.values(2)[0][0]) == pytest.approx(abs(expected))
@@ -130,7 +130,7 @@ def test_learning_progress_matches_polyfit_over_the_window_and_skips_missing_ste
 def test_learning_progress_needs_two_points():
     sc = LearningProgress(window=5)
     sc.observe(_step([1.0, 0.0], [0, 1]))
-    sc.observe(_step([0.0], [0]))
+    sc.observe(_step([0.0], [0], step=1))
     v, obs = sc.values(2)
     # a has 2 points (slope -1 -> |.| = 1); b has 1 point -> 0, not observed
     assert v.tolist() == pytest.approx([1.0, 0.0]) and obs.tolist() == [True, False]
@@ -139,7 +139,7 @@ def test_learning_progress_needs_two_points():
 @pytest.mark.parametrize("cls", [DomainReward, DomainAdvantageMagnitude, LearningProgress])
 def test_windowed_state_round_trip_and_snapshot(cls):
     def batch(i):
-        return _step([0.1 * i, 1.0 - i % 2], [0, 1], advantages=[0.1 * i, -0.2])
+        return _step([0.1 * i, 1.0 - i % 2], [0, 1], step=i, advantages=[0.1 * i, -0.2])
 
     a = cls(window=3)
     for i in range(4):
@@ -157,3 +157,28 @@ def test_windowed_state_round_trip_and_snapshot(cls):
     va, oa = a.values(2)
     vb, ob = b.values(2)
     assert torch.equal(va, vb) and torch.equal(oa, ob)
+
+
+# ---------------------------------------------------------------- one meaning of |A|
+def _signed_tokens():
+    # row 0: tokens (+1, -3) -> mean |A_t| = 2 while |mean A_t| = 1; row 1: (0.5, 0.5) -> 0.5
+    # row 2: no tokens (|A| undefined: 0, and not counted by the domain signal)
+    adv = torch.tensor([[1.0, -3.0], [0.5, 0.5], [0.0, 0.0]])
+    mask = torch.tensor([[True, True], [True, True], [False, False]])
+    return RolloutBatch(rewards=torch.tensor([1.0, 0.0, 0.0]), response_mask=mask,
+                        group_ids=torch.tensor([0, 0, 1]), advantages=adv,
+                        domain_ids=torch.tensor([0, 0, 1]), domains=("a", "b"))
+
+
+def test_abs_advantage_means_mean_of_token_magnitudes_everywhere():
+    from dataflex_rl.scorers.policy import advantage_magnitude
+
+    b = _signed_tokens()
+    assert advantage_magnitude(b).tolist() == [2.0, 0.5, 0.0]
+    assert AdvantageMagnitude().score(b).tolist() == [2.0, 0.5, 0.0]
+    assert b.advantage_per_response.abs().tolist() == [1.0, 0.5, 0.0]   # not this one
+    sc = DomainAdvantageMagnitude(window=2)
+    sc.observe(b)
+    values, observed = sc.values(2)
+    # domain a: (2 + 0.5) / 2; domain b: its only response has no tokens -> not observed
+    assert values.tolist() == [1.25, 0.0] and observed.tolist() == [True, False]
