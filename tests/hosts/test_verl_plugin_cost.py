@@ -36,7 +36,7 @@ def _import_verl(tmp_path, plugins: str, i: int) -> dict:
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": plugins}
     env.pop("DATAFLEX_VERL_LOG_LEVEL", None)
     proc = subprocess.run([sys.executable, "-c", PROBE, str(out)], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     result["output"] = proc.stdout + proc.stderr
@@ -48,8 +48,8 @@ def test_import_verl_with_the_plugin_costs_nothing(tmp_path):
         pytest.skip("the dataflex entry point is not installed (pip install -e .)")
     runs: dict[str, list[dict]] = {"none": [], "dataflex": []}
     for i in range(RUNS):
-        for plugins in runs:
-            runs[plugins].append(_import_verl(tmp_path, plugins, i))
+        for plugins, results in runs.items():
+            results.append(_import_verl(tmp_path, plugins, i))
     off, on = runs["none"][-1], runs["dataflex"][-1]
     assert "AfterImport" in on["hooks"] and "AfterImport" not in off["hooks"]   # it did load
     added = sorted(set(on["modules"]) - set(off["modules"]))

@@ -26,8 +26,8 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Callable
 
 #: verl versions this host was built and tested against: [low, high)
 SUPPORTED = ("0.9.1", "0.10")
@@ -75,9 +75,8 @@ def register() -> None:
     try:
         from dataflex_rl.hosts.verl import trainer  # registers on import
     except Exception:
-        logger.error("dataflex-rl: FAILED to register verl trainer mode 'dataflex' (verl %s); "
-                     "trainer.v1.trainer_mode=dataflex will not be found", installed,
-                     exc_info=True)
+        logger.exception("dataflex-rl: FAILED to register verl trainer mode 'dataflex' (verl "
+                         "%s); trainer.v1.trainer_mode=dataflex will not be found", installed)
         raise
     logger.info("dataflex-rl: registered verl trainer mode %r (verl %s, pid %d)",
                 trainer.TRAINER_MODE, installed, os.getpid())
@@ -88,7 +87,7 @@ def _register_quietly() -> None:
     import of its trainer package (the other trainer modes still work)."""
     try:
         register()
-    except Exception:   # noqa: BLE001  (already logged with the traceback)
+    except Exception:   # noqa: BLE001, S110  (already logged with the traceback)
         pass
 
 
