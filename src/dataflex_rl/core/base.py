@@ -51,6 +51,40 @@ class Scorer(Component):
         raise NotImplementedError
 
 
+def expected_score_shape(granularity: str, batch: RolloutBatch) -> tuple[int, ...]:
+    """The shape a score of ``granularity`` must have for ``batch``."""
+    B = batch.batch_size
+    return {"token": (B, int(batch.response_mask.shape[1])), "response": (B,),
+            "group": (batch.num_groups,), "domain": (batch.num_domains,)}[granularity]
+
+
+def checked_scores(scorer: Scorer, batch: RolloutBatch) -> Tensor:
+    """``scorer.score(batch)``, refused with an error naming the scorer and the expected shape
+    when it is not a tensor of its granularity's shape ([B, T], [B], [G] or [D])."""
+    scores = scorer.score(batch)
+    check_score_shape(scorer, scores, expected_score_shape(scorer.granularity, batch),
+                      "score(batch)")
+    return scores
+
+
+def check_score_shape(scorer: Scorer, scores, expected: tuple[int, ...], call: str) -> None:
+    """Raise `TypeError` unless ``scores`` is a tensor, `ValueError` unless it has shape
+    ``expected`` and a real dtype."""
+    name = type(scorer).__qualname__
+    dims = {"token": "[B, T]", "response": "[B]", "group": "[G]", "domain": "[D]"}
+    want = f"{dims.get(scorer.granularity, '?')} = {tuple(expected)}"
+    if not isinstance(scores, Tensor):
+        raise TypeError(f"scorer {name}.{call} must return a torch.Tensor of shape {want} "
+                         f"({scorer.granularity}-level scores), got {type(scores).__name__}")
+    if tuple(scores.shape) != tuple(expected):
+        raise ValueError(f"scorer {name}.{call} returned shape {tuple(scores.shape)}; "
+                         f"{scorer.granularity}-level scores must have shape {want}")
+    if not (scores.is_floating_point() or scores.dtype in (torch.bool, torch.int64,
+                                                           torch.int32)):
+        raise ValueError(f"scorer {name}.{call} returned dtype {scores.dtype}; scores must "
+                         "be real numbers")
+
+
 @dataclass
 class DomainScorer(Scorer):
     """A per-domain signal accumulated over a window of **steps** (stateful)."""

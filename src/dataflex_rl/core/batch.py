@@ -45,6 +45,29 @@ def _check(cond: bool, msg: str) -> None:
         raise BatchError(msg)
 
 
+#: the tensor fields of a `RolloutBatch`
+TENSOR_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
+                 "old_log_probs", "is_padding")
+
+
+def check_tensor_devices(batch) -> None:
+    """Raise `BatchError` for a meta tensor (it has no data) or for fields on different
+    devices, naming the fields; before anything reads a value."""
+    devices = {}
+    for name in TENSOR_FIELDS:
+        t = getattr(batch, name, None)
+        if isinstance(t, Tensor):
+            if t.is_meta:
+                raise BatchError(
+                    f"{name} is a meta tensor (a shape without data, e.g. from a model built "
+                    "on the 'meta' device); move real values to a device (.to('cpu') or "
+                    ".to('cuda')) before building the RolloutBatch")
+            devices[name] = t.device
+    if len(set(devices.values())) > 1:
+        where = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise BatchError(f"RolloutBatch fields must be on one device, got {where}")
+
+
 @dataclass(frozen=True, eq=False)
 class RolloutBatch:
     """One training batch as strategies see it.
@@ -75,6 +98,7 @@ class RolloutBatch:
     _num_groups: int = field(default=-1, repr=False)
 
     def __post_init__(self) -> None:
+        check_tensor_devices(self)
         set_ = object.__setattr__
         r, m, g = self.rewards, self.response_mask, self.group_ids
         _check(isinstance(r, Tensor) and r.dim() == 1, "rewards must be a 1-D tensor [B]")

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.advantages import grpo_advantages_per_response
-from dataflex_rl.core.base import Mixer, Scorer
+from dataflex_rl.core.base import Mixer, Scorer, check_score_shape, checked_scores
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
@@ -270,7 +270,7 @@ class Strategy:
             metrics["dataflex/select/active"] = 0.0
             return batch.active_mask.clone(), None, False
         metrics["dataflex/select/active"] = 1.0
-        scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
+        scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
         keep = selector.select(scores, batch) & batch.active_mask
         recompute = self._opt("select", "recompute_advantages", selector, mspec)
         renormalize = self._opt("select", "renormalize", selector, mspec)
@@ -304,7 +304,7 @@ class Strategy:
         metrics["dataflex/reweight/normalize_informative"] = float(informative)
         norm_set = kept & (batch.informative_mask if informative else batch.active_mask)
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
-        scores = broadcast_scores(scorer.score(batch), scorer.granularity, batch)
+        scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
         owned = rw.in_place
         if owned:  # compute into a tensor this strategy owns (token level: no [B, T] copy)
             if not scorer.returns_new:
@@ -376,6 +376,8 @@ class Strategy:
             metrics["dataflex/mix/updated"] = 0.0
             return None
         values, observed = scorer.values(D) if scorer is not None else (None, None)
+        if scorer is not None:
+            check_score_shape(scorer, values, (D,), "values(D)")
         raw = mixer.raw_proportions(values, observed, self._drawn.clone(), self._initial)
         self._proportions = apply_floor(raw, mixer.floor)
         self._signal = values
