@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataflex_rl.core.config import param
+from dataflex_rl.core.config import Checked, apply_overrides, param, validate
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.engine.config import EngineConfig, from_dict
@@ -41,7 +41,7 @@ OWNED = {"strategy": "strategies", "strategies": "strategies", "seed": "seeds",
 
 
 @dataclass
-class Budget:
+class Budget(Checked):
     """Training budget of every run."""
 
     steps: int = param(100, "GRPO steps per run", ge=0)
@@ -50,7 +50,7 @@ class Budget:
 
 
 @dataclass
-class Evaluation:
+class Evaluation(Checked):
     """Held-out evaluation of every run (the same problems for every strategy and seed)."""
 
     metric: str = param("greedy", "accuracy compared: greedy (temperature 0) or sampled "
@@ -64,7 +64,7 @@ class Evaluation:
 
 
 @dataclass
-class Statistics:
+class Statistics(Checked):
     """Options of the paired statistics."""
 
     alpha: float = param(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
@@ -141,8 +141,31 @@ class Experiment:
         return from_dict(EngineConfig, data, f"{self.path or self.name}.engine")
 
 
-TOP_KEYS = ("name", "description", "strategies", "baseline", "seeds", "engine", "budget",
-            "evaluation", "statistics", "controls")
+@dataclass
+class ExperimentFile(Checked):
+    """The keys of an experiment file (``parse_experiment`` checks what spans keys)."""
+
+    name: str = param(doc="experiment name; names the output folder (no '/')")
+    strategies: list[str | dict] = param(
+        doc="preset names, strategy YAML paths (relative to the file) or {label, strategy}",
+        expect="a non-empty list of preset names, YAML paths or {label, strategy}")
+    seeds: int | list[int] = param(doc="a count n (seeds 0..n-1) or a list of distinct seeds",
+                                   ge=0)
+    description: str = param("", "one line on what is compared")
+    baseline: str | None = param(None, "label the others are compared with (default "
+                                       "'baseline' if present, else the first)")
+    engine: dict | None = param(None, "EngineConfig keys (policy, threads, tasks, optim, grpo, "
+                                      "log) except steps, seed, strategy and eval, which the "
+                                      "experiment sets")
+    budget: Budget = param(Budget(), "training budget of every run")
+    evaluation: Evaluation = param(Evaluation(), "held-out evaluation of every run")
+    statistics: Statistics = param(Statistics(), "options of the paired statistics")
+    controls: list | dict | None = param(
+        None, "control arms: aa, no_update, half_lr, drop_half (docs/controls.md)",
+        expect="a list of control names or a mapping name -> parameters")
+
+
+TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentFile))
 
 
 def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
@@ -210,20 +233,12 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level must be a mapping with keys "
                           f"{', '.join(TOP_KEYS)}")
-    for key in data:
-        if key not in TOP_KEYS:
-            raise ConfigError(f"{where}.{key}: unknown key.{suggest(str(key), list(TOP_KEYS))} "
-                              f"Valid keys: {', '.join(TOP_KEYS)}")
-    for key in ("name", "strategies", "seeds"):
-        if key not in data:
-            raise ConfigError(f"{where}: missing required key {key!r}")
-    name, description = data["name"], data.get("description", "")
-    if not isinstance(name, str) or not name or "/" in name:
+    top = validate(ExperimentFile, data, where)
+    name, description = top.name, top.description
+    if not name or "/" in name:
         raise ConfigError(f"{where}.name: expected a non-empty str without '/', got {name!r}")
-    if not isinstance(description, str):
-        raise ConfigError(f"{where}.description: expected str")
-    raw = data["strategies"]
-    if not isinstance(raw, list) or not raw:
+    raw = top.strategies
+    if not raw:
         raise ConfigError(f"{where}.strategies: expected a non-empty list")
     entries = tuple(_strategy_entry(v, f"{where}.strategies[{i}]", base)
                     for i, v in enumerate(raw))
@@ -235,26 +250,24 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
     if bad:
         raise ConfigError(f"{where}.strategies: label {bad[0]!r} cannot name a folder")
-    baseline = data.get("baseline", "baseline" if "baseline" in labels else labels[0])
+    baseline = top.baseline if top.baseline is not None else (
+        "baseline" if "baseline" in labels else labels[0])
     if baseline not in labels:
         raise ConfigError(f"{where}.baseline: {baseline!r} is not one of the strategies."
                           f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}")
-    engine = _check_engine(data.get("engine"), f"{where}.engine")
+    engine = _check_engine(top.engine, f"{where}.engine")
     policy = engine.get("policy")
     if isinstance(policy, str) and base is not None and policy != "tiny" \
             and not Path(policy).is_absolute() and (base / policy).exists():
         engine["policy"] = str(base / policy)
     exp = Experiment(
         name=name, description=description, strategies=entries, baseline=baseline,
-        seeds=_seeds(data["seeds"], f"{where}.seeds"), engine=engine,
-        budget=from_dict(Budget, data.get("budget"), f"{where}.budget"),
-        evaluation=from_dict(Evaluation, data.get("evaluation"), f"{where}.evaluation"),
-        statistics=from_dict(Statistics, data.get("statistics"), f"{where}.statistics"),
-        path=where)
+        seeds=_seeds(top.seeds, f"{where}.seeds"), engine=engine, budget=top.budget,
+        evaluation=top.evaluation, statistics=top.statistics, path=where)
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(f"{where}.evaluation.samples: metric 'sampled' needs samples >= 1")
     exp.engine_config()  # validates the engine section now, not in a worker
-    return _with_controls(exp, data.get("controls"), list(controls), where)
+    return _with_controls(exp, top.controls, list(controls), where)
 
 
 def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) -> Experiment:
@@ -283,18 +296,23 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
 
 
 def load_experiment(path: str | Path, controls: tuple[str, ...] | list[str] = (),
-                    seeds: int | None = None) -> Experiment:
+                    seeds: int | None = None, dotted: tuple[str, ...] | list[str] = ()
+                    ) -> Experiment:
     """Read and validate an experiment YAML file.
 
     Args:
         controls: control names added to the file's own.
         seeds: run seeds ``0..seeds-1`` instead of the file's ``seeds`` (``compare --seeds``).
+        dotted: ``key.sub=value`` overrides (``compare EXP budget.steps=50``), set before
+            validation, so they are checked like the file.
 
     Raises:
         ConfigError: missing or malformed file, or an invalid key (named).
     """
     p = Path(path)
     data = load_yaml(p)
+    if dotted:
+        data = apply_overrides(data, dotted, ExperimentFile, str(path))
     if seeds is not None:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
