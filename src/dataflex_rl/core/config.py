@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import math
 import re
+import textwrap
 import types
 import typing
 from dataclasses import MISSING, dataclass, field
@@ -387,16 +388,16 @@ def field_rows(schema: type, prefix: str = "") -> list[dict]:
     return rows
 
 
-def help_text(schema: type, title: str) -> str:
-    """``title`` and one line per key (type, default, range, doc), for an ``--help`` epilog."""
-    rows = field_rows(schema)
-    width = max(len(r["name"]) for r in rows)
+def help_text(schema: type, title: str, width: int = 100) -> str:
+    """``title`` and, per key, its doc, type, default and range (an ``--help`` epilog)."""
     lines = [title]
-    for r in rows:
+    for r in field_rows(schema):
         default = "required" if r["default"] is MISSING else yaml.safe_dump(
             r["default"], default_flow_style=True).strip().removesuffix("...").strip()
-        rng = "" if r["range"] in ("any", "true/false") else f", {r['range']}"
-        lines.append(f"  {r['name']:<{width}}  {r['doc']} ({r['type']}, default {default}{rng})")
+        rng = "" if r["range"] in ("any", "true/false") else f"; range {r['range']}"
+        lines.append(f"  {r['name']}")
+        lines.append(textwrap.fill(f"{r['doc']} ({r['type']}; default {default}{rng})",
+                                   width, initial_indent=" " * 6, subsequent_indent=" " * 6))
     return "\n".join(lines)
 
 

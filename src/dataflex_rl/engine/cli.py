@@ -22,18 +22,28 @@ BOOTSTRAP_HELP = "supervised warm start of the tiny policy; writes a checkpoint 
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``dataflex-rl train``."""
+    """Arguments of ``dataflex-rl train`` (numeric ranges from the config declarations)."""
+    from dataflex_rl.core.config import field_type, number_type, with_range
+    from dataflex_rl.engine.config import EngineConfig
+
+    seed, steps = field_type(EngineConfig, "seed"), field_type(EngineConfig, "steps")
+    workers = number_type(int, ge=1)
     parser.add_argument("config", help="engine YAML (e.g. examples/quickstart.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides, e.g. optim.lr=3e-4 grpo.group_size=4 "
+                             "strategy=maxvar (values are YAML; checked like the file)")
     parser.add_argument("--strategy", help="preset name or strategy YAML (overrides the "
                                            "config's 'strategy' and 'strategies')")
-    parser.add_argument("--seed", type=int, help="overrides the config's seed")
-    parser.add_argument("--steps", type=int, help="overrides the config's steps")
+    parser.add_argument("--seed", type=seed, help=with_range("overrides the config's seed", seed))
+    parser.add_argument("--steps", type=steps,
+                        help=with_range("overrides the config's steps", steps))
     parser.add_argument("--out", help="output directory (several strategies: one subfolder "
                                       "each)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint in the output directory")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="parallel processes when comparing strategies (default 2)")
+    parser.add_argument("--workers", type=workers, default=2,
+                        help=with_range("parallel processes when comparing strategies "
+                                        "(default 2)", workers))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -46,9 +56,7 @@ def train_main(args: argparse.Namespace) -> int:
     from dataflex_rl.engine.config import load_config
     from dataflex_rl.engine.run import run_training
 
-    if args.steps is not None and args.steps < 0:
-        raise ConfigError(f"--steps: must be >= 0, got {args.steps}")
-    config = load_config(args.config)
+    config = load_config(args.config, dotted=getattr(args, "overrides", None) or ())
     config = check_engine_dependencies(config, "dataflex-rl train")
     progress = False if args.no_progress else None
     if args.strategy is None and config.strategies:
@@ -127,12 +135,18 @@ def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``dataflex-rl bootstrap`` (defaults reproduce the shipped checkpoint)."""
     from dataflex_rl.engine.warmstart import BootstrapArgs
 
+    from dataflex_rl.core.config import number_type, with_range
+
     d = BootstrapArgs()
+    seed, count, lr = number_type(int, ge=0), number_type(int, ge=1), number_type(float, gt=0.0)
     parser.add_argument("--out", default="runs/bootstrap", help="checkpoint directory")
-    parser.add_argument("--seed", type=int, default=d.seed, help="init and batch-order seed")
-    parser.add_argument("--steps", type=int, default=d.steps, help="supervised steps")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
-    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
+    parser.add_argument("--seed", type=seed, default=d.seed,
+                        help=with_range("init and batch-order seed", seed))
+    parser.add_argument("--steps", type=count, default=d.steps,
+                        help=with_range("supervised steps", count))
+    parser.add_argument("--batch-size", type=count, default=d.batch_size,
+                        help=with_range("examples per step", count))
+    parser.add_argument("--lr", type=lr, default=d.lr, help=with_range("peak learning rate", lr))
     parser.add_argument("--domains", nargs="+", default=list(d.domains))
     parser.add_argument("--check", action="store_true",
                         help="compare the result's parameter hash with the shipped checkpoint")
@@ -146,8 +160,6 @@ def bootstrap_main(args: argparse.Namespace) -> int:
     from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME
     from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap, read_manifest
 
-    if args.steps < 1 or args.batch_size < 1 or args.lr <= 0:
-        raise ConfigError("bootstrap: --steps and --batch-size must be >= 1 and --lr > 0")
     from dataflex_rl.deps import require
 
     require("transformers", "dataflex-rl bootstrap (the policy)")
@@ -171,7 +183,13 @@ def bootstrap_main(args: argparse.Namespace) -> int:
 
 def register_commands(sub) -> None:
     """Add ``train`` and ``bootstrap`` to the main CLI's subparsers."""
-    p = sub.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP)
+    from dataflex_rl.core.config import help_text
+    from dataflex_rl.engine.config import EngineConfig
+
+    p = sub.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=help_text(EngineConfig, "config keys (in the YAML, or KEY=VALUE "
+                                                      "after it):"))
     add_train_arguments(p)
     p.set_defaults(func=train_main)
     p = sub.add_parser("bootstrap", help=BOOTSTRAP_HELP, description=BOOTSTRAP_HELP)

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.config import check
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.deps import plots_available
 from dataflex_rl.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
@@ -59,6 +60,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     spec = config.strategy if strategy is None else strategy
     seed = config.seed if seed is None else seed
     total = config.steps if steps is None else steps
+    check(EngineConfig, {"seed": seed, "steps": total}, "run_training")  # the config's ranges
     out = Path(out_dir or config.out or default_out_dir(spec, seed))
     if resume and not (out / CHECKPOINT_FILE).is_file():
         warnings.warn(f"{out}: --resume found no checkpoint (the run stopped before its first "

@@ -35,7 +35,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     from dataflex_rl.core.registry import ConfigError
 
-    exp = load_experiment(args.experiment, args.control or (), seeds=args.seeds)
+    exp = load_experiment(args.experiment, args.control or (), seeds=args.seeds,
+                          dotted=args.overrides or ())
     out = Path(args.out or Path("runs") / "compare" / exp.name)
     if not args.until_decided and (args.max_seeds, args.round, args.margin) != (None,) * 3:
         raise ConfigError("--max-seeds, --round and --margin go with --until-decided")
@@ -171,33 +172,44 @@ def _print_summary(analysis, out: Path) -> None:
 
 def register_commands(subparsers) -> None:
     """Add ``compare``, ``report`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
+    from dataflex_rl.core.config import field_type, help_text, number_type, with_range
+    from dataflex_rl.harness.experiment import ExperimentFile, Statistics
+
     fmt = argparse.RawDescriptionHelpFormatter
+    count = number_type(int, ge=1)
+    margin = number_type(float, gt=0.0)
     p = subparsers.add_parser("compare", help="run strategies × seeds (paired) and report "
-                              "paired statistics", description=COMPARE_HELP, formatter_class=fmt)
+                              "paired statistics", description=COMPARE_HELP, formatter_class=fmt,
+                              epilog=help_text(ExperimentFile, "experiment keys (in the YAML, "
+                                                               "or KEY=VALUE after it):"))
     p.add_argument("experiment", help="experiment YAML (e.g. configs/experiments/quick.yaml)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes (default: one per core)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="experiment overrides, e.g. budget.steps=50 engine.optim.lr=0.01 "
+                        "seeds=4 (values are YAML; checked like the file)")
+    p.add_argument("--workers", type=count, default=None, metavar="N",
+                   help=with_range("worker processes (default: one per core)", count))
     p.add_argument("--out", default=None, metavar="DIR",
                    help="output folder (default runs/compare/<experiment name>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
-    p.add_argument("--seeds", type=int, default=None, metavar="N",
-                   help="run seeds 0..N-1 instead of the experiment's 'seeds' (finished runs "
-                        "of the first seeds are reused)")
+    p.add_argument("--seeds", type=count, default=None, metavar="N",
+                   help=with_range("run seeds 0..N-1 instead of the experiment's 'seeds' "
+                                   "(finished runs of the first seeds are reused)", count))
     p.add_argument("--control", action="append", metavar="NAME",
                    help="add a control arm (repeatable): aa (must be no different), no_update, "
                         "half_lr, drop_half (must be worse); see docs/controls.md")
     p.add_argument("--until-decided", action="store_true",
                    help="add seeds in rounds until every comparison is decided (anytime-valid "
                         "rule at the experiment's alpha); needs --max-seeds")
-    p.add_argument("--max-seeds", type=int, default=None, metavar="N",
-                   help="with --until-decided: stop at N seeds")
-    p.add_argument("--round", type=int, default=None, metavar="K",
-                   help="with --until-decided: seeds added per round (default 2)")
-    p.add_argument("--margin", type=float, default=None, metavar="M",
-                   help="with --until-decided: equivalence margin in score units (default "
-                        "0.02, i.e. 2 points of accuracy)")
+    p.add_argument("--max-seeds", type=count, default=None, metavar="N",
+                   help=with_range("with --until-decided: stop at N seeds", count))
+    p.add_argument("--round", type=count, default=None, metavar="K",
+                   help=with_range("with --until-decided: seeds added per round (default 2)",
+                                   count))
+    p.add_argument("--margin", type=margin, default=None, metavar="M",
+                   help=with_range("with --until-decided: equivalence margin in score units "
+                                   "(default 0.02, i.e. 2 points of accuracy)", margin))
     p.set_defaults(func=_cmd_compare)
 
     p = subparsers.add_parser("report", help="paired statistics and report.md from a CSV of "
@@ -211,10 +223,13 @@ def register_commands(subparsers) -> None:
     p.add_argument("--proportions", default=None, metavar="FILE",
                    help="optional proportions.csv (method, seed, step, domain, target, actual)")
     p.add_argument("--title", default=None, help="report title")
-    p.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (Holm)")
-    p.add_argument("--power", type=float, default=0.8, help="power of the MDE")
-    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    # the ranges are the experiment file's 'statistics' declarations
+    for flag, key, default, text in (("--alpha", "alpha", 0.05, "family-wise error rate (Holm)"),
+                                     ("--power", "power", 0.8, "power of the MDE"),
+                                     ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
+                                     ("--seed", "seed", 0, "seed of the bootstrap")):
+        kind = field_type(Statistics, key)
+        p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.set_defaults(func=_cmd_report)
 
