@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dataflex_rl.harness.cli import register_commands
+from dataflex_rl.cli.harness import register_commands
 
 
 def run_cli(argv):

@@ -15,7 +15,7 @@ _EXPORTS = {
     "EngineConfig": "config", "load_config": "config",
     "EmbeddedTrainer": "trainer",
     "run_training": "run", "read_metrics": "runlog",
-    "format_table": "cli",
+    "format_table": "run",
     "Policy": "policy", "load_policy": "policy", "build_tiny_policy": "policy",
     "save_policy": "policy", "parameter_hash": "policy",
     "CharTokenizer": "tokenizer",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,31 @@ def strategy_label(spec: Any) -> str:
 def default_out_dir(spec: Any, seed: int) -> Path:
     """``runs/<strategy>-s<seed>``."""
     return Path("runs") / f"{strategy_label(spec)}-s{seed}"
+
+
+def format_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of training summaries: held-out accuracy per domain (greedy), mean
+    greedy and sampled, their change from the start (the shared initial policy), wall time."""
+    domains = sorted({k.split("/")[1] for s in summaries for k in s["final_eval"]
+                      if k.endswith("/greedy") and "/mean/" not in k})
+    head = ["strategy", *domains, "mean", "sampled", "Δ mean", "Δ sampled", "time"]
+    rows = []
+    for s in summaries:
+        f, i = s["final_eval"], s["initial_eval"]
+        rows.append([s["strategy"], *(f"{f.get(f'eval/{d}/greedy', float('nan')):.3f}"
+                                      for d in domains),
+                     f"{f.get('eval/mean/greedy', float('nan')):.3f}",
+                     f"{f.get('eval/mean/sampled', float('nan')):.3f}",
+                     f"{f.get('eval/mean/greedy', 0) - i.get('eval/mean/greedy', 0):+.3f}",
+                     f"{f.get('eval/mean/sampled', 0) - i.get('eval/mean/sampled', 0):+.3f}",
+                     f"{s['wall_seconds']:.0f}s"])
+    widths = [max(len(str(r[c])) for r in [head, *rows]) for c in range(len(head))]
+
+    def fmt(r: list) -> str:
+        return "  ".join(str(v).ljust(w) if c == 0 else str(v).rjust(w)
+                         for c, (v, w) in enumerate(zip(r, widths)))
+
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
 
 
 def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None = None,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dataflex_rl.cli.harness import register_commands
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.engine.config import EngineConfig
-from dataflex_rl.harness.cli import register_commands
 from dataflex_rl.harness.compare import run_compare
 from dataflex_rl.harness.experiment import parse_experiment
 from dataflex_rl.harness.runner import plan

@@ -5,8 +5,8 @@ import csv
 
 import pytest
 
+from dataflex_rl.cli.harness import register_commands
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.cli import register_commands
 from dataflex_rl.harness.report import Failure, ReportInputs, write_report
 from dataflex_rl.harness.results import Row
 

@@ -29,11 +29,10 @@ Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campai
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.harness.compare import run_compare
     from dataflex_rl.harness.experiment import load_experiment
     from dataflex_rl.harness.runner import plan
-
-    from dataflex_rl.core.registry import ConfigError
 
     exp = load_experiment(args.experiment, args.control or (), seeds=args.seeds,
                           dotted=args.overrides or ())

@@ -1,4 +1,8 @@
-"""The ``dataflex-rl`` command line."""
+"""The ``dataflex-rl`` command line: ``list`` and ``describe`` here, ``train`` and ``bootstrap``
+in `dataflex_rl.cli.engine`, ``compare`` and ``report`` in `dataflex_rl.cli.harness`.
+
+The commands sit above every other layer: they may import the engine and the harness alike.
+"""
 
 from __future__ import annotations
 
@@ -65,15 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="write one page per name (the docs)")
     p.add_argument("--out", default="docs/components", help="folder for --all")
     p.set_defaults(func=_cmd_describe)
-    try:
-        from dataflex_rl.engine import cli as engine_cli
-    except ImportError:
-        engine_cli = None
-    if engine_cli is not None and hasattr(engine_cli, "register_commands"):
-        engine_cli.register_commands(sub)
-    from dataflex_rl.harness.cli import register_commands as register_harness
+    from dataflex_rl.cli import engine as engine_commands
+    from dataflex_rl.cli import harness as harness_commands
 
-    register_harness(sub)
+    engine_commands.register_commands(sub)
+    harness_commands.register_commands(sub)
     return parser
 
 
@@ -124,6 +124,3 @@ def error_message(e: BaseException) -> str:
         msg += f" ({type(e).__name__}; run with --debug for the traceback)"
     return msg
 
-
-if __name__ == "__main__":
-    sys.exit(main())

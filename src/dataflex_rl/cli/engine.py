@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from dataflex_rl.core.registry import ConfigError
 
@@ -54,7 +52,7 @@ def train_main(args: argparse.Namespace) -> int:
     (`dataflex_rl.harness.runner.side_by_side`), one process per strategy.
     """
     from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.run import run_training
+    from dataflex_rl.engine.run import format_table, run_training
 
     config = load_config(args.config, dotted=getattr(args, "overrides", None) or ())
     config = check_engine_dependencies(config, "dataflex-rl train")
@@ -74,6 +72,7 @@ def train_main(args: argparse.Namespace) -> int:
 
 def _train_side_by_side(config, args: argparse.Namespace) -> int:
     """The config's ``strategies`` on one seed; 1 when a run failed (the others still ran)."""
+    from dataflex_rl.engine.run import format_table
     from dataflex_rl.harness.runner import side_by_side
 
     ex = side_by_side(config, config.strategies, seed=args.seed, steps=args.steps,
@@ -90,31 +89,6 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
         print("held-out accuracy (greedy per domain); outputs (metrics.jsonl, plots/, "
               f"checkpoint.pt) under {root}/<strategy>/")
     return 1 if ex.failed else 0
-
-
-def format_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table of training summaries: held-out accuracy per domain (greedy), mean
-    greedy and sampled, their change from the start (the shared initial policy), wall time."""
-    domains = sorted({k.split("/")[1] for s in summaries for k in s["final_eval"]
-                      if k.endswith("/greedy") and "/mean/" not in k})
-    head = ["strategy", *domains, "mean", "sampled", "Δ mean", "Δ sampled", "time"]
-    rows = []
-    for s in summaries:
-        f, i = s["final_eval"], s["initial_eval"]
-        rows.append([s["strategy"], *(f"{f.get(f'eval/{d}/greedy', float('nan')):.3f}"
-                                      for d in domains),
-                     f"{f.get('eval/mean/greedy', float('nan')):.3f}",
-                     f"{f.get('eval/mean/sampled', float('nan')):.3f}",
-                     f"{f.get('eval/mean/greedy', 0) - i.get('eval/mean/greedy', 0):+.3f}",
-                     f"{f.get('eval/mean/sampled', 0) - i.get('eval/mean/sampled', 0):+.3f}",
-                     f"{s['wall_seconds']:.0f}s"])
-    widths = [max(len(str(r[c])) for r in [head, *rows]) for c in range(len(head))]
-
-    def fmt(r: list) -> str:
-        return "  ".join(str(v).ljust(w) if c == 0 else str(v).rjust(w)
-                         for c, (v, w) in enumerate(zip(r, widths)))
-
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
 
 
 def check_engine_dependencies(config, command: str):
