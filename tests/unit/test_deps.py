@@ -115,3 +115,24 @@ def test_parquet_without_pyarrow_or_pandas(monkeypatch, tmp_path):
     _block(monkeypatch, "pyarrow", "pyarrow.parquet", "pandas")
     with pytest.raises(ConfigError, match=r'parquet needs pyarrow \(pip install "dataflex-rl\[tasks'):
         _read_parquet(tmp_path / "x.parquet")
+
+
+def test_a_bare_install_names_the_extra_from_a_fresh_process(tmp_path):
+    """``pip install dataflex-rl`` without extras: nothing of the engine extra is importable
+    from the start of the process (not only after the package was imported)."""
+    import os
+    import subprocess
+
+    src = str(ROOT / "src")
+    code = ("import sys\n"
+            "for m in ('transformers', 'matplotlib', 'pyarrow', 'math_verify', "
+            "'reasoning_gym'):\n    sys.modules[m] = None\n"
+            "from dataflex_rl.cli import main\n"
+            f"sys.exit(main(['train', {_write(tmp_path, TINY)!r}, '--out', "
+            f"{str(tmp_path / 'run')!r}]))\n")
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300, check=False)
+    assert p.returncode == 2, p.stderr
+    assert 'pip install "dataflex-rl[engine]"' in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "run").exists()
