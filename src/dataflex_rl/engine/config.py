@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from dataflex_rl.core.config import Checked, apply_overrides, field_rows, param, validate
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
-
+from dataflex_rl.hosts.common.config import DecisionLogConfig
 
 #: difficulty levels of the engine's default task set; the shipped tiny policy was warm-started
 #: on them (used for the domains that have one when ``tasks.difficulty`` is null)
@@ -132,23 +132,6 @@ class LogConfig(Checked):
     checkpoint_every: int = param(50, "save a checkpoint every N steps (and at the end; 0: only "
                                       "at the end)", ge=0)
     plots: bool = param(True, "write PNG plots at the end (needs matplotlib)")
-
-
-@dataclass
-class DecisionLogConfig(Checked):
-    """Decision log: per step, the signals strategies read and the decision applied
-    (Parquet, for ``dataflex-rl replay``; see docs/replay.md)."""
-
-    enabled: bool = param(False, "write the decision log")
-    dir: str = param("decisions", "log folder (relative: under the run's output folder; on verl "
-                                   "trainer.default_local_dir)")
-    steps_per_file: int = param(100, "steps per Parquet file (a crash loses at most the open "
-                                     "file's steps)", ge=1)
-    full_tokens: bool = param(False, "also log per-token advantages and old log-probs (list "
-                                     "columns; replays token-level strategies exactly)")
-    token_prob_mean: bool = param(False, "also log each response's mean token probability (one "
-                                         "pass over the tokens; replays the per-response weights "
-                                         "of 'ar' without full_tokens)")
 
 
 @dataclass

@@ -4,7 +4,8 @@
 * `draw`: drawing a batch with pre-rollout skipping (candidate rounds until quotas are filled);
 * `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);
 * `state`: state files written atomically and read back;
-* `decision_log`: the per-step decision log that ``dataflex-rl replay`` reads.
+* `decision_log`: the per-step decision log that ``dataflex-rl replay`` reads;
+* `config`: settings every host takes the same way (e.g. the decision log's).
 
 Hosts (``dataflex_rl.engine``, ``dataflex_rl.hosts.verl``) import these; mechanisms and core
 never do.

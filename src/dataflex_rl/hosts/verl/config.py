@@ -19,7 +19,7 @@ from dataflex_rl.core.config import Checked, field_rows, param, validate
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
 from dataflex_rl.core.strategy import GROUP_ESTIMATORS, Strategy
-from dataflex_rl.engine.config import DecisionLogConfig
+from dataflex_rl.hosts.common.config import DecisionLogConfig
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 

@@ -21,7 +21,6 @@ from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.draw import draw_with_skipping
 from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 
-
 #: the columns tried, in order, when ``domain_key`` is not set
 DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
 

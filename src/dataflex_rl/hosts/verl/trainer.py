@@ -21,7 +21,6 @@ import time
 import uuid
 
 import numpy as np
-import torch
 import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
