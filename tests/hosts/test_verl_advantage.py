@@ -126,8 +126,8 @@ def test_mix_only_strategy_observes_domains_and_leaves_the_loss_alone():
     assert "rollout_is_weights" not in out.fields    # mixing acts at intake only
     assert metrics["dataflex/responses"] == 16
     # two groups per domain in this batch
-    assert metrics["dataflex/domain/math/actual"] == pytest.approx(0.5)
-    assert metrics["dataflex/domain/logic/actual"] == pytest.approx(0.5)
+    assert metrics["dataflex/batch/domain/math/actual"] == pytest.approx(0.5)
+    assert metrics["dataflex/batch/domain/logic/actual"] == pytest.approx(0.5)
 
 
 def _loss_and_grad(trainer, meta):

@@ -119,8 +119,8 @@ def test_mixing_changes_which_prompts_are_sampled(mix_runs):
     assert sorted(sub[1]) == ["logic", "logic", "math", "math"]   # uniform prior
     assert sorted(sub[2]) == ["logic", "math", "math", "math"]    # math lags: 0.75 / 0.25
     assert steps[0]["dataflex/mix/updated"] == 1.0
-    assert steps[1]["dataflex/domain/math/intake_target"] == pytest.approx(0.75, abs=1e-3)
-    assert steps[1]["dataflex/domain/math/actual"] == pytest.approx(0.75)
+    assert steps[1]["dataflex/mix/domain/math/target"] == pytest.approx(0.75, abs=1e-3)
+    assert steps[1]["dataflex/batch/domain/math/actual"] == pytest.approx(0.75)
     # both logic prompts came back all-correct at step 1: skipped at step 2, until the
     # rounds ran out and the plain batch's logic prompt was used to keep the batch at
     # train_batch_size (so, against the plain batch, nothing was skipped)
@@ -144,6 +144,6 @@ def test_strategy_state_survives_a_resume(mix_runs):
     math_share = float(state["strategy"]["proportions"][1])   # domains: logic, math
     assert math_share == pytest.approx(0.75, abs=1e-3)
     # a fresh strategy would start from the uniform prior and an empty prompt history
-    assert resumed[0]["dataflex/domain/math/intake_target"] == pytest.approx(math_share)
+    assert resumed[0]["dataflex/mix/domain/math/target"] == pytest.approx(math_share)
     assert resumed[0]["dataflex/prerollout/candidates_skipped"] > 0
     assert sorted(submitted(record)[3]) == ["logic", "math", "math", "math"]

@@ -132,8 +132,8 @@ def test_intake_follows_proportions_exactly():
     rows, doms, m = intake.draw(7, _static_strategy([0.5, 0.3, 0.2]), step=0)
     assert len(rows) == 7 and sorted(doms) == [0, 0, 0, 0, 1, 1, 2]
     assert all(row_domains[r] == "abc"[d] for r, d in zip(rows, doms))
-    assert m["dataflex/domain/a/intake_target"] == pytest.approx(0.5)
-    assert m["dataflex/domain/a/submitted"] == pytest.approx(4 / 7)
+    assert m["dataflex/mix/domain/a/target"] == pytest.approx(0.5)
+    assert m["dataflex/mix/domain/a/actual"] == pytest.approx(4 / 7)
 
 
 def test_intake_without_mix_uses_dataset_proportions():

@@ -62,8 +62,8 @@ def test_mixing_decides_which_prompts_are_submitted(tmp_path):
     assert sorted(batch["domain"]) == ["logic"] * 3 + ["math"] * 3
     assert int(batch["global_steps"]) == 1 and "raw_prompt" in batch.keys()
     m = trainer._pending_metrics
-    assert m["dataflex/domain/science/intake_target"] == 0.0
-    assert m["dataflex/domain/logic/submitted"] == pytest.approx(0.5)
+    assert m["dataflex/mix/domain/science/target"] == 0.0
+    assert m["dataflex/mix/domain/logic/actual"] == pytest.approx(0.5)
     # every submitted uid is remembered with its row and domain for the decide step
     assert set(trainer._prompts) == set(batch["uid"])
     # refills (DAPO, failed groups) go through the same path, with their own count

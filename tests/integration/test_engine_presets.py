@@ -15,6 +15,7 @@ import torch
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.trainer import EmbeddedTrainer
 from dataflex_rl.presets import PRESETS
+from tests.unit.test_metrics_doc import documented_keys, matches
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
@@ -123,3 +124,6 @@ def test_prerollout_with_candidate_factor_fills_the_batch():
 def test_composed_strategy_file_runs():
     tr, rec, metrics = run_steps(EVERYTHING, 3)
     assert len(metrics) == 3 and tr.step == 3
+    documented = documented_keys()   # all four mechanisms: every key is in docs/metrics.md
+    assert not [k for m in metrics for k in m if k != "step" and not matches(k, documented)]
+    assert "dataflex/mix/domain/math/target" in metrics[0]

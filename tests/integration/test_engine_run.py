@@ -12,6 +12,7 @@ from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.policy import load_policy, parameter_hash
 from dataflex_rl.engine.run import run_training
 from dataflex_rl.engine.runlog import read_metrics
+from tests.unit.test_metrics_doc import documented_keys, matches
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
@@ -60,8 +61,11 @@ def test_outputs_metrics_plots_and_summary(tmp_path):
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [0, 2]
     for key in ("loss/policy", "train/reward", "dataflex/kept_response_fraction",
-                "dataflex/weight_ess", "dataflex/domain/math/sampled", "time/step_s"):
+                "dataflex/weight_ess", "dataflex/mix/domain/math/actual", "time/step_s"):
         assert key in train[0], key
+    documented = documented_keys()   # every key written is in docs/metrics.md
+    assert not [k for r in records for k in r
+                if k not in ("kind", "step") and not matches(k, documented)]
     for d in ("math", "logic", "science"):
         assert 0.0 <= s["final_eval"][f"eval/{d}/greedy"] <= 1.0
         assert f"eval/{d}/sampled" in s["final_eval"]

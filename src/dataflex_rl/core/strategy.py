@@ -27,7 +27,7 @@ from dataflex_rl.core.base import Mixer, Scorer, check_score_shape, checked_scor
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
-from dataflex_rl.core.metrics import step_metrics
+from dataflex_rl.core.metrics import check_domain_names, step_metrics
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy, resolve_mechanism
@@ -131,6 +131,8 @@ class Strategy:
         self.advantage_estimator = advantage_estimator
         self.norm_adv_by_std = norm_adv_by_std
         self.domains = tuple(domains) if domains is not None else None
+        if self.domains is not None:
+            check_domain_names(self.domains)
         self.parts: dict[str, tuple[Scorer | None, Component]] = {}
         for mech, mspec in self.spec.mechanisms().items():
             where = f"{self.spec.name}.{mech}"
@@ -259,7 +261,7 @@ class Strategy:
         decision = Decision(keep, w_resp, batch.response_mask, renormalize, advantages,
                             proportions, metrics, w_tok)
         metrics.update(step_metrics(batch, keep, w_resp, per_domain=self.domains is not None,
-                                    target=self._proportions, signal=self._signal))
+                                    signal=self._signal))
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
         return decision
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.engine.noise import row_keys
 from dataflex_rl.engine.policy import Policy
 from dataflex_rl.engine.sampler import sample_groups
@@ -54,10 +55,12 @@ def evaluate(policy: Policy, taskset, *, per_domain: int | None = None, samples:
 
     Returns:
         ``eval/{domain}/greedy``, ``eval/{domain}/sampled`` (when ``samples > 0``) and the
-        unweighted means over domains ``eval/mean/greedy``, ``eval/mean/sampled``.
+        unweighted means over domains ``eval/mean/greedy``, ``eval/mean/sampled``; the
+        domain as `metric_domain` writes it (``openai/gsm8k`` -> ``openai_gsm8k``).
     """
     metrics: dict[str, float] = {}
-    for name, problems in taskset.eval.items():
+    for domain, problems in taskset.eval.items():
+        name = metric_domain(domain)
         problems = list(problems)[:per_domain] if per_domain else list(problems)
         prompts = [p.prompt for p in problems]
         greedy = generate_texts(policy, prompts, samples=1, temperature=0.0,

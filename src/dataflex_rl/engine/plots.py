@@ -67,12 +67,13 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     paths.append(_save(fig, out / "accuracy.png"))
 
     fig, ax = _axes()
-    names = sorted({k.split("/")[2] for r in train for k in r
-                    if k.startswith("dataflex/domain/") and k.endswith("/sampled")})
+    prefix = "dataflex/mix/domain/"
+    names = sorted({k[len(prefix):-len("/actual")] for r in train for k in r
+                    if k.startswith(prefix) and k.endswith("/actual")})
     for i, d in enumerate(names):
-        for key, style, label in (("sampler_target", "--", "target"), ("sampled", "-", "actual")):
-            x, y = _series(train, f"dataflex/domain/{d}/{key}")
-            ax.plot(x, y, style, color=f"C{i}", label=f"{d} {label}")
+        for key, style in (("target", "--"), ("actual", "-")):
+            x, y = _series(train, f"{prefix}{d}/{key}")
+            ax.plot(x, y, style, color=f"C{i}", label=f"{d} {key}")
     ax.set(xlabel="step", ylabel="proportion", title="domain proportions: target vs actual",
            ylim=(0, 1))
     ax.legend(fontsize=7, ncol=2)

@@ -22,6 +22,7 @@ import torch
 
 from dataflex_rl.core.advantages import group_advantages
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import Strategy
@@ -40,7 +41,7 @@ from dataflex_rl.engine.taskio import build_tasks, domain_names, score, taskset_
 from dataflex_rl.engine.warmstart import policy_manifest, split_differences
 from dataflex_rl.hosts.common.accounting import generation_metrics
 from dataflex_rl.hosts.common.draw import draw_with_skipping
-from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
+from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
 
 #: RolloutBatch fields the engine fills
 ENGINE_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
@@ -222,12 +223,7 @@ class EmbeddedTrainer:
                 t.max_draw_rounds, fill_with_skipped=False)
             counts = torch.bincount(torch.tensor([d for d, _ in drawn], dtype=torch.int64),
                                     minlength=len(self.domains))
-            target = props.to(torch.float64) / props.sum()
-            available = self.sampler.available()
-            for d, name in enumerate(self.domains):
-                metrics[f"dataflex/domain/{name}/sampler_target"] = float(target[d])
-                metrics[f"dataflex/domain/{name}/sampled"] = float(counts[d]) / max(len(drawn), 1)
-                metrics[f"dataflex/domain/{name}/prompts_available"] = float(available[d])
+            metrics.update(draw_metrics(self.domains, props, counts, self.sampler.available()))
             metrics["dataflex/sampler/shortfall"] = float(n - len(drawn))
             metrics["engine/prompts_skipped"] = metrics["dataflex/prerollout/candidates"] - len(drawn)
         metrics["engine/prompts_generated"] = float(len(drawn))
@@ -336,7 +332,7 @@ class EmbeddedTrainer:
                "engine/tokens_generated": float(rollout.num_tokens)}
         for d, name in enumerate(self.domains):
             if int(n[d]):
-                out[f"train/{name}/reward"] = float(s[d] / n[d])
+                out[f"train/{metric_domain(name)}/reward"] = float(s[d] / n[d])
         return out
 
     # ------------------------------------------------------------------ evaluation and state

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME, Policy, build_tiny_policy, \
     parameter_hash, save_policy
 from dataflex_rl.engine.tokenizer import CharTokenizer
@@ -206,7 +207,8 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
                            for k, v in asdict(args).items()},
         "tasks": taskset.summary(),
         "warm_examples": {d: groups.count(i) for i, d in enumerate(taskset.domains)},
-        "heldout_greedy_accuracy": {d: round(acc[f"eval/{d}/greedy"], 4) for d in args.domains},
+        "heldout_greedy_accuracy": {d: round(acc[f"eval/{metric_domain(d)}/greedy"], 4)
+                                    for d in args.domains},
         "num_parameters": policy.num_parameters,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         # float reductions differ across SIMD widths: the hash reproduces only on the same

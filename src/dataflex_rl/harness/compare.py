@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.harness.analysis import Analysis
 from dataflex_rl.harness.experiment import Experiment
 from dataflex_rl.harness.report import Failure, ReportInputs, write_report
@@ -29,7 +30,9 @@ def result_rows(execution: Execution, domains: list[str], metric: str) -> list[R
     for r in execution.done:
         for e in r["evals"]:
             for d in domains:
-                extra = {k: e[f"{d}/{k}"] for k in ("greedy", "sampled") if f"{d}/{k}" in e}
+                name = metric_domain(d)
+                extra = {k: e[f"{name}/{k}"] for k in ("greedy", "sampled")
+                         if f"{name}/{k}" in e}
                 if metric in extra:
                     rows.append(Row(r["method"], str(r["seed"]), d, float(extra[metric]), d,
                                     int(e["step"]), extra))

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
@@ -128,10 +129,10 @@ def read_records(out_dir: Path, domains: list[str], mixes: bool) -> tuple[list, 
                                                 if k.startswith("eval/")}})
         elif mixes and r.get("kind") == "train":
             for d in domains:
-                target = r.get(f"dataflex/domain/{d}/sampler_target")
+                target = r.get(domain_metric("mix", d, "target"))
                 if target is not None:
                     props.append({"step": r["step"], "domain": d, "target": target,
-                                  "actual": r.get(f"dataflex/domain/{d}/sampled")})
+                                  "actual": r.get(domain_metric("mix", d, "actual"))})
     return evals, props
 
 

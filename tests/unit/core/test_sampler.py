@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
 
 P = torch.tensor
 
@@ -55,9 +56,9 @@ def test_sampler_follows_proportions_and_reports_them():
     counts = [sum(1 for d, _ in drawn if d == k) for k in range(3)]
     assert counts == [4, 2, 1]
     assert [d for d, _ in drawn] == sorted(d for d, _ in drawn)       # grouped by domain
-    assert m["dataflex/domain/a/sampler_target"] == pytest.approx(0.5)
-    assert m["dataflex/domain/a/sampled"] == pytest.approx(4 / 7)
-    assert m["dataflex/domain/c/prompts_available"] == 100.0
+    assert m["dataflex/mix/domain/a/target"] == pytest.approx(0.5)
+    assert m["dataflex/mix/domain/a/actual"] == pytest.approx(4 / 7)
+    assert m["dataflex/mix/domain/c/prompts_available"] == 100.0
     assert m["dataflex/sampler/shortfall"] == 0.0
 
 
@@ -85,7 +86,7 @@ def test_exhausted_domains_without_cycling():
     s = DomainSampler([2, 10], ("a", "b"), seed=0, cycle=False)
     d1, m1 = s.sample(P([0.5, 0.5]), 4)
     assert [d for d, _ in d1] == [0, 0, 1, 1]
-    assert m1["dataflex/domain/a/prompts_available"] == 0.0
+    assert m1["dataflex/mix/domain/a/prompts_available"] == 0.0
     d2, _ = s.sample(P([0.5, 0.5]), 4)          # a is exhausted: its share goes to b
     assert [d for d, _ in d2] == [1, 1, 1, 1]
     d3, m3 = s.sample(P([0.5, 0.5]), 6)         # b has 4 left: shortfall 2
@@ -100,7 +101,7 @@ def test_empty_pool_gets_nothing():
     s = DomainSampler([0, 4], ("a", "b"), seed=0)
     drawn, m = s.sample(P([0.9, 0.1]), 3)
     assert [d for d, _ in drawn] == [1, 1, 1]
-    assert m["dataflex/domain/a/prompts_available"] == 0.0
+    assert m["dataflex/mix/domain/a/prompts_available"] == 0.0
 
 
 def test_sampler_state_round_trip():
@@ -119,3 +120,27 @@ def test_sampler_state_round_trip():
 def test_sampler_checks_its_arguments():
     with pytest.raises(ValueError, match="2 pool sizes for 3 domains"):
         DomainSampler([1, 2], ("a", "b", "c"))
+
+
+def test_draw_metrics_hand_worked_with_a_slash_in_a_domain():
+    # target [2, 1, 1] normalizes to .5, .25, .25; drawn 3, 0, 1 of 4 -> .75, 0, .25
+    m = draw_metrics(("openai/gsm8k", "b c", "d"), P([2.0, 1.0, 1.0]),
+                     torch.tensor([3, 0, 1]), torch.tensor([10, 0, 5]))
+    assert m == {
+        "dataflex/mix/domain/openai_gsm8k/target": 0.5,
+        "dataflex/mix/domain/openai_gsm8k/actual": 0.75,
+        "dataflex/mix/domain/openai_gsm8k/prompts_available": 10.0,
+        "dataflex/mix/domain/b_c/target": 0.25,
+        "dataflex/mix/domain/b_c/actual": 0.0,
+        "dataflex/mix/domain/b_c/prompts_available": 0.0,
+        "dataflex/mix/domain/d/target": 0.25,
+        "dataflex/mix/domain/d/actual": 0.25,
+        "dataflex/mix/domain/d/prompts_available": 5.0}
+    # nothing drawn: actual 0, not NaN
+    m = draw_metrics(("a",), P([1.0]), torch.tensor([0]), torch.tensor([0]))
+    assert m["dataflex/mix/domain/a/actual"] == 0.0
+
+
+def test_sampler_refuses_domains_that_share_a_metric_name():
+    with pytest.raises(ConfigError, match="'a b' and 'a_b'"):
+        DomainSampler([1, 1], ("a b", "a_b"))

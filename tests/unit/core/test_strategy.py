@@ -265,10 +265,17 @@ def test_per_domain_metrics_count_groups_of_each_domain():
     b = from_lists([1.0, 0.0, 1.0, 0.0], [0, 1, 2, 2], domain_ids=torch.tensor([1, 0, 1, 1]),
                    domains=DOMAINS, advantages=[1.0, 1.0, 1.0, 1.0])
     m = Strategy("reward_gap", domains=DOMAINS).decide(b).metrics
-    assert m["dataflex/domain/logic/actual"] == pytest.approx(2 / 3)
-    assert m["dataflex/domain/math/actual"] == pytest.approx(1 / 3)
-    assert m["dataflex/domain/science/actual"] == 0.0
-    assert m["dataflex/domain/math/target"] == pytest.approx(1 / 3)
+    assert m["dataflex/batch/domain/logic/actual"] == pytest.approx(2 / 3)
+    assert m["dataflex/batch/domain/math/actual"] == pytest.approx(1 / 3)
+    assert m["dataflex/batch/domain/science/actual"] == 0.0
+    # the draw's target is the host's figure (dataflex/mix/domain/<d>/target), not the
+    # strategy's; before its first update the mixer has no signal
+    assert not any("/target" in k or "/signal" in k for k in m)
+
+
+def test_domains_that_share_a_metric_name_are_refused():
+    with pytest.raises(ConfigError, match="'openai/gsm8k' and 'openai_gsm8k' are both written"):
+        Strategy("baseline", domains=("openai/gsm8k", "openai_gsm8k"))
 
 
 # ---------------------------------------------------------------- state

@@ -93,7 +93,8 @@ def test_static_proportions_steer_the_sampler(tasks):
                                     "proportions": {"math": 1.0}})
     _, domain_idx, metrics = tr._draw_prompts(0)
     assert domain_idx == [0, 0, 0, 0]
-    assert metrics["dataflex/domain/math/sampled"] == 1.0
+    assert metrics["dataflex/mix/domain/math/actual"] == 1.0
+    assert metrics["dataflex/mix/domain/math/target"] == 1.0
 
 
 def test_kl_term_uses_a_frozen_reference(tasks):

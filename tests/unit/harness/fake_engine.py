@@ -39,8 +39,8 @@ def run_training(config, strategy, *, seed, steps, out_dir, resume, progress):
         rec = {"kind": "train", "step": step}
         if "mix" in strategy:
             for d in domains:
-                rec[f"dataflex/domain/{d}/sampler_target"] = 1 / len(domains)
-                rec[f"dataflex/domain/{d}/sampled"] = 1 / len(domains)
+                rec[f"dataflex/mix/domain/{d}/target"] = 1 / len(domains)
+                rec[f"dataflex/mix/domain/{d}/actual"] = 1 / len(domains)
         lines.append(rec)
     for step in sorted({*range(0, steps + 1, max(every, 1)), steps}):
         lines.append({"kind": "eval", "step": step,

@@ -1,6 +1,7 @@
 """What every host shares, so a strategy behaves the same in the embedded engine and in verl.
 
-* `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs);
+* `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs)
+  and `draw_metrics`, the per-domain figures every host reports for its draw;
 * `draw`: drawing a batch with pre-rollout skipping (candidate rounds until quotas are filled);
 * `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);
 * `state`: state files written atomically and read back;

@@ -7,6 +7,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.metrics import check_domain_names, domain_metric
+
 
 def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = None) -> Tensor:
     """Integer counts summing to ``n`` that follow ``proportions`` (largest-remainder method).
@@ -74,6 +76,7 @@ class DomainSampler:
             raise ValueError(f"{len(pool_sizes)} pool sizes for {len(domains)} domains")
         self.pool_sizes = [int(s) for s in pool_sizes]
         self.domains = tuple(domains)
+        check_domain_names(self.domains)
         self.seed = int(seed)
         self.cycle = cycle
         D = len(self.domains)
@@ -124,15 +127,7 @@ class DomainSampler:
                     self._epoch[d] += 1
                 elif take == 0:
                     break
-        total = max(int(counts.sum()), 1)
-        p = proportions.to(torch.float64)
-        p = p / p.sum()
-        metrics: dict[str, float] = {}
-        avail = self.available()
-        for d, name in enumerate(self.domains):
-            metrics[f"dataflex/domain/{name}/sampler_target"] = float(p[d])
-            metrics[f"dataflex/domain/{name}/sampled"] = float(counts[d]) / total
-            metrics[f"dataflex/domain/{name}/prompts_available"] = float(avail[d])
+        metrics = draw_metrics(self.domains, proportions, counts, self.available())
         metrics["dataflex/sampler/shortfall"] = float(n - int(counts.sum()))
         return out, metrics
 
@@ -147,3 +142,28 @@ class DomainSampler:
         self._cursor = list(state["cursor"])
         self._epoch = list(state["epoch"])
         self.seed = int(state["seed"])
+
+
+def draw_metrics(domains: Sequence[str], target: Tensor, counts: Tensor,
+                 available: Tensor) -> dict[str, float]:
+    """A host's per-domain figures for one draw of prompts (every host reports these).
+
+    Args:
+        domains: names in id order.
+        target: [D] the proportions the draw followed (normalized here).
+        counts: [D] prompts drawn per domain.
+        available: [D] prompts left per domain.
+
+    Returns:
+        ``dataflex/mix/domain/<d>/target``, ``actual`` (share of the drawn prompts; 0 when
+        none were drawn) and ``prompts_available``.
+    """
+    p = target.to(torch.float64)
+    p = p / p.sum() if float(p.sum()) > 0 else p
+    total = max(int(counts.sum()), 1)
+    m: dict[str, float] = {}
+    for d, name in enumerate(domains):
+        m[domain_metric("mix", name, "target")] = float(p[d])
+        m[domain_metric("mix", name, "actual")] = float(counts[d]) / total
+        m[domain_metric("mix", name, "prompts_available")] = float(available[d])
+    return m

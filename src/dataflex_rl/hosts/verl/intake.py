@@ -19,7 +19,7 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.draw import draw_with_skipping
-from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
+from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
 
 #: the columns tried, in order, when ``domain_key`` is not set
 DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
@@ -134,12 +134,7 @@ class Intake:
         else:
             rows, dom = self._draw_filtered(quota, strategy, step, metrics)
         counts = torch.bincount(torch.tensor(dom, dtype=torch.int64), minlength=D)
-        target = props.to(torch.float64) / props.sum()
-        available = self.sampler.available()
-        for d, name in enumerate(self.domains):
-            metrics[f"dataflex/domain/{name}/intake_target"] = float(target[d])
-            metrics[f"dataflex/domain/{name}/submitted"] = float(counts[d]) / max(n, 1)
-            metrics[f"dataflex/domain/{name}/prompts_available"] = float(available[d])
+        metrics.update(draw_metrics(self.domains, props, counts, self.sampler.available()))
         return rows, dom, metrics
 
     def _draw_filtered(self, quota: Tensor, strategy: Strategy, step: int,
