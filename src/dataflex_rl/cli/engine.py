@@ -107,9 +107,8 @@ def check_engine_dependencies(config, command: str):
 
 def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``dataflex-rl bootstrap`` (defaults reproduce the shipped checkpoint)."""
-    from dataflex_rl.engine.warmstart import BootstrapArgs
-
     from dataflex_rl.core.config import number_type, with_range
+    from dataflex_rl.engine.warmstart import BootstrapArgs
 
     d = BootstrapArgs()
     seed, count, lr = number_type(int, ge=0), number_type(int, ge=1), number_type(float, gt=0.0)
@@ -131,10 +130,9 @@ def bootstrap_main(args: argparse.Namespace) -> int:
     """Run ``dataflex-rl bootstrap``; prints the MANIFEST (and the check result)."""
     from dataclasses import replace
 
+    from dataflex_rl.deps import require
     from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME
     from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap, read_manifest
-
-    from dataflex_rl.deps import require
 
     require("transformers", "dataflex-rl bootstrap (the policy)")
     bargs = replace(BootstrapArgs(), seed=args.seed, steps=args.steps,

@@ -29,7 +29,7 @@ class Component(Checked):
     paper: ClassVar[str] = ""
 
     @classmethod
-    def from_config(cls, cfg: dict | None, where: str) -> "Component":
+    def from_config(cls, cfg: dict | None, where: str) -> Component:
         """Build from a mapping of hyperparameters; unknown keys and bad values name the key."""
         return validate(cls, cfg or {}, where, noun=f"parameter of {cls.kind} {cls.__name__}")
 

@@ -29,8 +29,9 @@ import re
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
-from typing import Annotated, Any, Callable, Union
+from typing import Annotated, Any, Union
 
 import pydantic
 import yaml
@@ -78,6 +79,13 @@ def type_name(tp: Any) -> str:
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
     return getattr(tp, "__name__", str(tp))
+
+
+@functools.cache
+def _hints(schema: type) -> dict[str, Any]:
+    """The evaluated field annotations of a class (memoized: evaluating string annotations
+    dominated the cost of building a config)."""
+    return typing.get_type_hints(schema)
 
 
 def _strip(tp: Any) -> Any:
@@ -145,7 +153,7 @@ def _pydantic_type(tp: Any, meta: dict) -> Any:
         return Annotated[model, pydantic.WrapValidator(keep_instance)]
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
-        return Union[tuple(_pydantic_type(a, meta) for a in args)]
+        return Union[tuple(_pydantic_type(a, meta) for a in args)]  # noqa: UP007 (built at run time)
     if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
         return Annotated[list[_pydantic_type(args[0], meta)],
                          pydantic.BeforeValidator(_tuple_as_list)]
@@ -164,7 +172,7 @@ def _pydantic_type(tp: Any, meta: dict) -> Any:
 @functools.cache
 def _model(schema: type) -> type[pydantic.BaseModel]:
     """The strict pydantic model of a declared dataclass (memoized per class)."""
-    hints = typing.get_type_hints(schema)
+    hints = _hints(schema)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(schema):
         if not f.init:
@@ -183,23 +191,22 @@ _TYPE_ERRORS = frozenset({
     "int_from_float", "literal_error"})
 
 
-def _real_path(loc: tuple, data: Any) -> tuple[list, Any, bool]:
-    """The part of a pydantic ``loc`` that indexes into ``data`` (union tags dropped), the
-    value found there, and whether the whole path was found."""
+def _real_path(loc: tuple, data: Any) -> tuple[list, Any]:
+    """The part of a pydantic ``loc`` that indexes into ``data`` (union and validator tags
+    dropped), and the value found there (None where the path leaves ``data``)."""
     path, node = [], data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            path.append(part)
-            node = node[part]
-        elif isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node):
+        indexes = (isinstance(node, dict) and part in node) or (
+            isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node))
+        if indexes:
             path.append(part)
             node = node[part]
         elif isinstance(part, str) and _is_schema_tag(part):
             continue
         else:
             path.append(part)
-            return path, None, False
-    return path, node, True
+            return path, None
+    return path, node
 
 
 def _is_schema_tag(part: str) -> bool:
@@ -230,7 +237,7 @@ def _annotation_at(schema: type, path: list) -> Any:
                 return None
             tp = fit[0]
         if _is_schema(tp) and isinstance(part, str):
-            hints = typing.get_type_hints(tp)
+            hints = _hints(tp)
             if part not in hints:
                 return None
             tp = hints[part]
@@ -255,7 +262,7 @@ def _keys_of(schema: type, path: list) -> list[str]:
 
 def _format(err: dict, data: Any, schema: type, where: str, noun: str) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
-    path, value, found = _real_path(err["loc"], data)
+    path, value = _real_path(err["loc"], data)
     at = _join(where, path)
     if kind == "extra_forbidden":
         valid = _keys_of(schema, path[:-1])
@@ -290,7 +297,7 @@ def _first_error(errors: list[dict], data: Any) -> dict:
     """The error most specific to a key: a range, key or choice error before a type error;
     among type errors the deepest (a union branch that matched further)."""
     def rank(e: dict) -> tuple:
-        path, _, _ = _real_path(e["loc"], data)
+        path, _ = _real_path(e["loc"], data)
         return (e["type"] in _TYPE_ERRORS, -len(path) if e["type"] in _TYPE_ERRORS else 0)
     return min(errors, key=rank)
 
@@ -336,7 +343,7 @@ def validate(schema: type, data: Any, where: str, noun: str = "key") -> Any:
 
 
 def _build(schema: type, data: dict, where: str) -> Any:
-    hints = typing.get_type_hints(schema)
+    hints = _hints(schema)
     kwargs = {}
     for key, value in data.items():
         tp = _strip(hints[key])
@@ -371,7 +378,7 @@ class Checked:
 def field_rows(schema: type, prefix: str = "") -> list[dict]:
     """One row per leaf field (nested declared dataclasses flattened to dotted keys): key,
     type, default, range and doc, for ``describe``, ``--help`` and the docs."""
-    hints = typing.get_type_hints(schema)
+    hints = _hints(schema)
     rows = []
     for f in dataclasses.fields(schema):
         if not f.init:
@@ -450,7 +457,7 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...], schema: t
                             f"{key}: unknown key {part!r} of "
                             f"{'.'.join(parts[:i]) or 'the config'}."
                             f"{suggest(part, valid + aliases)} Valid keys: {', '.join(valid)}")
-                tp = typing.get_type_hints(declared).get(part, Any)
+                tp = _hints(declared).get(part, Any)
             else:
                 tp = Any
             if i == len(parts) - 1:
@@ -511,7 +518,7 @@ def field_type(schema: type, name: str) -> Callable[[str], Any]:
     """`number_type` from the declaration of field ``name`` of ``schema`` (one source of truth
     for a config key and the command-line option that sets it)."""
     f = next(f for f in dataclasses.fields(schema) if f.name == name)
-    kind = _strip(typing.get_type_hints(schema)[name])
+    kind = _strip(_hints(schema)[name])
     kind = next((a for a in typing.get_args(kind) if a in (int, float)), kind)
     return number_type(kind, **_bounds(dict(f.metadata)))
 

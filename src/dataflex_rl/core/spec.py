@@ -314,12 +314,16 @@ def get_path(tree: Any, dotted: str, default: Any = None) -> Any:
     return node
 
 
+#: libyaml's safe loader when PyYAML was built with it (the same documents, ~10x faster to read)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml(path: str | Path) -> Any:
     """Read a YAML file with a clear error when it is missing or malformed."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
-        return yaml.safe_load(p.read_text())
+        return yaml.load(p.read_text(), Loader=_YAML_LOADER)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML ({e})") from e

@@ -13,8 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401  (registers every component)
-from dataflex_rl.core.config import (Checked, apply_overrides, check, field_rows, number_type,
-                                     param, parse_scalar, range_text, validate)
+from dataflex_rl.core.config import (
+    Checked,
+    apply_overrides,
+    check,
+    field_rows,
+    number_type,
+    param,
+    parse_scalar,
+    range_text,
+    validate,
+)
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import parse_strategy
 from dataflex_rl.describe import REGISTRIES
