@@ -37,7 +37,7 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
     # a second run into the same folders is refused before anything starts (nothing deleted)
     with pytest.raises(ConfigError, match="a run already exists here; use --resume"):
         side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, progress=False)
-    assert (tmp_path / "baseline" / "checkpoint.pt").is_file()
+    assert (tmp_path / "baseline" / "checkpoints").is_dir()
 
 
 def test_side_by_side_checks_strategies_before_starting(tmp_path):

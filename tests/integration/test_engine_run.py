@@ -72,7 +72,7 @@ def test_outputs_metrics_plots_and_summary(tmp_path):
     for name in ("accuracy", "domains", "kept", "weights"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
-    assert (tmp_path / "checkpoint.pt").is_file()
+    assert (tmp_path / "checkpoints" / "step-00000002" / "MANIFEST.json").is_file()
 
 
 def test_existing_run_needs_resume(tmp_path):

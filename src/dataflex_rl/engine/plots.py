@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.io import atomic_path
 from dataflex_rl.engine.runlog import read_metrics
 
 PLOTS_DIR = "plots"
@@ -36,7 +37,8 @@ def _axes():
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=90, format=Path(path).suffix.lstrip(".") or "png")
     return path
 
 

@@ -1,13 +1,13 @@
 """A full engine run: the GRPO loop with evaluation, metrics files, checkpoints and plots.
 
 Outputs under ``out_dir``: ``config.json``, ``metrics.jsonl`` (one line per training step,
-``"kind": "train"``, and one per evaluation, ``"kind": "eval"``), ``checkpoint.pt``,
-``summary.json``, ``plots/*.png`` and, when asked, TensorBoard events under ``tb/``.
+``"kind": "train"``, and one per evaluation, ``"kind": "eval"``), ``checkpoints/`` (the last
+two, see `dataflex_rl.engine.checkpoint`), ``summary.json``, ``plots/*.png`` and, when asked,
+TensorBoard events under ``tb/``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Sequence
@@ -15,9 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.config import check
+from dataflex_rl.core.io import atomic_write_json
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.deps import plots_available
-from dataflex_rl.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+from dataflex_rl.engine.checkpoint import (
+    discard_after,
+    has_checkpoint,
+    latest_step,
+    load_checkpoint,
+    save_checkpoint,
+)
 from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.plots import plot_run
 from dataflex_rl.engine.runlog import METRICS_FILE, SUMMARY_FILE, MetricsWriter, read_metrics
@@ -74,7 +81,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
         seed: overrides ``config.seed``.
         steps: overrides ``config.steps`` (the total, also when resuming).
         out_dir: overrides ``config.out`` (default ``runs/<strategy>-s<seed>``).
-        resume: continue from ``out_dir/checkpoint.pt``; the result is the same as an
+        resume: continue from the newest intact checkpoint in ``out_dir``; the result is the same as an
             uninterrupted run.
         progress: overrides ``config.log.progress``.
         trainer: a prebuilt trainer (tests); the other arguments still apply.
@@ -88,7 +95,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     total = config.steps if steps is None else steps
     check(EngineConfig, {"seed": seed, "steps": total}, "run_training")  # the config's ranges
     out = Path(out_dir or config.out or default_out_dir(spec, seed))
-    if resume and not (out / CHECKPOINT_FILE).is_file():
+    if resume and not has_checkpoint(out):
         warnings.warn(f"{out}: --resume found no checkpoint (the run stopped before its first "
                       "one, or never started); starting from step 0", UserWarning,
                       stacklevel=2)
@@ -109,12 +116,13 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
             raise ConfigError(f"--steps {total}: below the checkpoint's step {tr.step} in {out}; "
                               f"a run cannot go back (ask for {tr.step} or more steps, or start "
                               "another --out)")
+        discard_after(out, tr.step)
         writer.truncate(tr.step)
     if config.decision_log.enabled:
         attach_decision_log(tr, config, out, resume)
-    (out / "config.json").write_text(json.dumps(
-        {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed,
-         "steps": total}, indent=1, default=str))
+    atomic_write_json(out / "config.json", {**config.to_dict(),
+                                            "strategy": tr.strategy.spec.to_dict(),
+                                            "seed": seed, "steps": total})
     evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
     if not evals:
         evals.append(_evaluate(tr, writer))
@@ -123,7 +131,8 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
         evals.append(_evaluate(tr, writer))
     if tr.decision_log is not None:
         tr.decision_log.close()
-    save_checkpoint(out, tr.state_dict())
+    if latest_step(out) != tr.step:
+        save_checkpoint(out, tr.state_dict())
     writer.close()
     summary = {"strategy": strategy_label(spec), "spec": tr.strategy.spec.to_dict(),
                "seed": seed, "steps": tr.step, "out_dir": str(out),
@@ -132,7 +141,7 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
                "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
                "wall_seconds": time.perf_counter() - t0,
                "cpu_seconds": time.process_time() - c0}
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_json(out / SUMMARY_FILE, summary)
     if plots:
         plot_run(out)
     return summary

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.registry import ConfigError
 
 METRICS_FILE = "metrics.jsonl"
@@ -41,7 +42,7 @@ class MetricsWriter:
         records = parse_metrics(self.path, torn_tail_ok=True)
         keep = [r for r in records
                 if r["step"] < step or (r["kind"] == "eval" and r["step"] <= step)]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
 
     def write(self, kind: str, step: int, metrics: dict[str, float]) -> None:
         record = {"kind": kind, **metrics, "step": step}

@@ -6,12 +6,20 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.harness.analysis import Analysis
 from dataflex_rl.harness.experiment import Experiment
 from dataflex_rl.harness.report import Failure, ReportInputs, write_report
 from dataflex_rl.harness.results import Row, write_proportions_csv, write_results_csv
-from dataflex_rl.harness.runner import DEFAULT_TRAIN_FN, Execution, execute, load_done, plan
+from dataflex_rl.harness.runner import (
+    DEFAULT_TRAIN_FN,
+    Execution,
+    execute,
+    load_done,
+    locked_output,
+    plan,
+)
 
 
 @dataclass
@@ -106,6 +114,7 @@ def _warning_lines(execution: Execution) -> list[str]:
             for message, runs in list(where.items())[:5]]
 
 
+@locked_output
 def run_compare(exp: Experiment, out_dir: str | Path | None = None, workers: int | None = None,
                 progress: bool = True, plots: bool = True,
                 train_fn: str = DEFAULT_TRAIN_FN) -> CompareResult:
@@ -124,14 +133,13 @@ def run_compare(exp: Experiment, out_dir: str | Path | None = None, workers: int
     runs = plan(exp, out, train_fn)
     for r in runs:  # a finished run of another configuration: stop before writing anything
         load_done(r)
-    (out / "experiment.json").write_text(json.dumps(
+    atomic_write_json(out / "experiment.json",
         {"name": exp.name, "path": exp.path, "baseline": exp.baseline, "seeds": exp.seeds,
          "strategies": {s.label: s.to_dict() for s in exp.strategies},
          "controls": exp.control_outcomes,
          "engine_overrides": {s.label: s.engine for s in exp.strategies if s.engine},
          "engine": runs[0].config, "budget": asdict(exp.budget),
-         "evaluation": asdict(exp.evaluation), "statistics": asdict(exp.statistics)},
-        indent=1, default=str))
+         "evaluation": asdict(exp.evaluation), "statistics": asdict(exp.statistics)})
     execution = execute(runs, workers, progress)
     domains = list(exp.engine_config().tasks.domains)
     rows = result_rows(execution, domains, exp.evaluation.metric)
@@ -140,7 +148,7 @@ def run_compare(exp: Experiment, out_dir: str | Path | None = None, workers: int
     write_proportions_csv(props, out / "proportions.csv")
     failures = [Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", ""))
                 for r in execution.failed]
-    (out / "failures.json").write_text(json.dumps(execution.failed, indent=1, default=str))
+    atomic_write_json(out / "failures.json", execution.failed)
     analysis = None
     methods = {r.method for r in rows}
     if exp.baseline in methods:
@@ -152,8 +160,8 @@ def run_compare(exp: Experiment, out_dir: str | Path | None = None, workers: int
                                         if k in methods})
         analysis = write_report(rows, out, inputs)
     else:
-        (out / "report.md").write_text(
-            f"# Comparison: {exp.name}\n\nNo statistics: the baseline {exp.baseline!r} has no "
+        atomic_write_text(
+            out / "report.md", f"# Comparison: {exp.name}\n\nNo statistics: the baseline {exp.baseline!r} has no "
             f"finished run.\n\n" + "".join(f"- {f.method} seed {f.seed}: `{f.error}`\n"
                                            for f in failures))
     return CompareResult(out, execution, analysis, len(runs))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dataflex_rl.core.io import atomic_path
 from dataflex_rl.harness import aggregates
 from dataflex_rl.harness.analysis import BETTER, WORSE, Analysis
 from dataflex_rl.harness.narrative import Fmt, family_mde
@@ -158,5 +159,6 @@ def performance_profiles(scores: dict[str, np.ndarray], path: str | Path, fmt: F
 def _save(fig, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=110)
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, dpi=110, format=p.suffix.lstrip(".") or "png")
     return p

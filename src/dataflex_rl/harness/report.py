@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dataflex_rl.core.io import atomic_path, atomic_write_text
 from dataflex_rl.harness import aggregates, narrative, plots
 from dataflex_rl.harness.analysis import Analysis, StatsOptions, SummaryResult, analyze, \
     score_matrices
@@ -216,7 +217,7 @@ def write_statistics_csv(a: Analysis, path: Path) -> Path:
             "delta_ci_low", "delta_ci_high", "corrected_level", "corrected_ci_low",
             "corrected_ci_high", "p", "p_holm", "sd_diff", "mde", "corr", "verdict", "control",
             "control_passed"]
-    with path.open("w", newline="") as f:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for s in a.summaries:
@@ -258,5 +259,5 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
             files["profiles"] = plots.performance_profiles(scores, out / "plots" /
                                                            "profiles.png", fmt)
     write_statistics_csv(a, out / "statistics.csv")
-    (out / "report.md").write_text(render_markdown(a, inputs, fmt, files, out, rows))
+    atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, rows))
     return a

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dataflex_rl.core.io import atomic_path
 from dataflex_rl.core.registry import ConfigError
 
 REQUIRED = ("method", "seed", "benchmark", "score")
@@ -154,7 +155,7 @@ def write_results_csv(rows: list[Row], path: str | Path) -> Path:
     extras = sorted({k for r in rows for k in r.extra})
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", newline="") as f:
+    with atomic_path(p) as tmp, tmp.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow([*COLUMNS, *extras])
         for r in rows:
@@ -172,7 +173,7 @@ def write_proportions_csv(rows: list[dict], path: str | Path) -> Path:
     """Write ``proportions.csv``: per mixer run, step and domain the target and sampled share."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", newline="") as f:
+    with atomic_path(p) as tmp, tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(PROPORTION_COLUMNS), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)

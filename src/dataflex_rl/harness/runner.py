@@ -9,7 +9,7 @@ the step-0 evaluation must be identical across strategies for each seed.
 Layout under the output folder::
 
     runs/<label>/seed<s>/   run.json (fingerprint), the engine's run (metrics.jsonl,
-                            checkpoint.pt, ...), then done.json (written last, atomically)
+                            checkpoints/, ...), then done.json (written last, atomically)
                             or error.json
     experiment.json         the resolved experiment
     results.csv, proportions.csv, statistics.csv, report.md, plots/
@@ -26,25 +26,33 @@ existing run is never deleted there.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import ctypes
+import functools
 import hashlib
 import json
 import multiprocessing
 import os
 import re
 import shutil
+import signal
+import sys
+import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 DEFAULT_TRAIN_FN = "dataflex_rl.engine.run:run_training"
-CHECKPOINT_FILE, METRICS_FILE = "checkpoint.pt", "metrics.jsonl"
+CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,20 @@ class RunSpec:
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def locked_output(fn: Callable) -> Callable:
+    """Decorate ``fn(exp, out_dir=None, ...)`` to hold `DirectoryLock` on its output folder
+    (default ``runs/compare/<experiment name>``) while it runs: a second writer into the same
+    folder is refused with a message naming the holder."""
+
+    @functools.wraps(fn)
+    def wrapper(exp, out_dir=None, *args, **kwargs):
+        out = Path(out_dir or Path("runs") / "compare" / exp.name)
+        with DirectoryLock(out):
+            return fn(exp, out, *args, **kwargs)
+
+    return wrapper
+
+
 def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> list[RunSpec]:
     """The runs of ``experiment``, seed-major (every strategy of seed 0 first, so paired
     results arrive early). A control arm's engine overrides are merged into its config, so its
@@ -104,12 +126,6 @@ def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> l
     return [RunSpec(e.label, s, e.to_dict(), configs[e.label], experiment.budget.steps,
                     str(root / e.label / f"seed{s}"), train_fn, e.mixes, dict(e.engine))
             for s in experiment.seeds for e in experiment.strategies]
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def read_records(out_dir: Path, domains: list[str], mixes: bool) -> tuple[list, list]:
@@ -175,14 +191,14 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
     try:
         _quiet_libraries()
         if run.resume is None:
-            resume = (out / CHECKPOINT_FILE).is_file() and _started_as(out) == run.fingerprint
+            resume = _has_checkpoint(out) and _started_as(out) == run.fingerprint
             if out.exists() and not resume:
                 shutil.rmtree(out)
         else:
             resume = run.resume
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).unlink(missing_ok=True)
-        _write_json_atomic(out / RUN_FILE, {"fingerprint": run.fingerprint,
+        atomic_write_json(out / RUN_FILE, {"fingerprint": run.fingerprint,
                                             "method": run.method, "seed": run.seed,
                                             "engine_overrides": run.engine_overrides,
                                             "identity": run.identity})
@@ -197,7 +213,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
                 "fingerprint": run.fingerprint, "identity": run.identity, "resumed": resume,
                 "wall_seconds": time.perf_counter() - t0, "evals": evals, "proportions": props,
                 "warnings": _warning_summary(caught), "summary": summary}
-        _write_json_atomic(out / DONE_FILE, done)
+        atomic_write_json(out / DONE_FILE, done)
         return done
     except Exception as e:  # noqa: BLE001  (reported, and the other runs go on)
         failed = {"status": "failed", "method": run.method, "seed": run.seed,
@@ -205,10 +221,16 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
                   "wall_seconds": time.perf_counter() - t0}
         try:
             out.mkdir(parents=True, exist_ok=True)
-            _write_json_atomic(out / ERROR_FILE, failed)
+            atomic_write_json(out / ERROR_FILE, failed)
         except OSError:
             pass
         return failed
+
+
+def _has_checkpoint(out: Path) -> bool:
+    """The engine left a checkpoint folder (an unfinished run can continue from it)."""
+    d = out / CHECKPOINTS_DIR
+    return d.is_dir() and any(p.name.startswith("step-") for p in d.iterdir())
 
 
 def _started_as(out: Path) -> str | None:
@@ -285,8 +307,10 @@ def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = Tr
     """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped,
     unless a run says whether to resume: see `RunSpec.resume`).
 
-    Failures are collected, never raised; Ctrl-C cancels the pending runs (they resume later).
-    ``desc`` names the progress bar.
+    Failures are collected, never raised. Ctrl-C or SIGTERM stops every worker and
+    re-raises; workers also die if this process is killed outright (`die_with_parent`).
+    Stopped runs continue from their checkpoints on the next call. ``desc`` names the
+    progress bar.
     """
     t0 = time.perf_counter()
     ex = Execution()
@@ -300,7 +324,8 @@ def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = Tr
             todo.append(run)
     if todo:
         workers = max(1, min(workers or default_workers(), len(todo)))
-        with _Progress(runs, len(runs) - len(todo), workers, progress, desc) as bar:
+        with _sigterm_raises(), _Progress(runs, len(runs) - len(todo), workers, progress,
+                                          desc) as bar:
             results = _run_shared(todo, workers, bar)
             # a worker process that died (killed, out of memory) breaks the whole pool and
             # fails every run still in it: retry those once, each in a process of its own, so
@@ -355,12 +380,13 @@ def side_by_side(config, strategies: list, *, seed: int | None = None,
              for i, (s, lab) in enumerate(zip(strategies, labels))]
     runs = [RunSpec(lab, seed, spec, config.to_dict(), steps, str(root / lab), train_fn,
                     resume=resume) for lab, spec in zip(labels, specs)]
-    if not resume:
-        for r in runs:
-            if (Path(r.out_dir) / METRICS_FILE).exists():
-                raise ConfigError(f"{r.out_dir}: a run already exists here; use --resume to "
-                                  "continue it or choose another --out")
-    return execute(runs, workers, progress, desc="train")
+    with DirectoryLock(root):
+        if not resume:
+            for r in runs:
+                if (Path(r.out_dir) / METRICS_FILE).exists():
+                    raise ConfigError(f"{r.out_dir}: a run already exists here; use --resume "
+                                      "to continue it or choose another --out")
+        return execute(runs, workers, progress, desc="train")
 
 
 class _Progress:
@@ -404,7 +430,63 @@ class _Progress:
 
 def _pool(workers: int) -> cf.ProcessPoolExecutor:
     return cf.ProcessPoolExecutor(max_workers=workers,
-                                  mp_context=multiprocessing.get_context("spawn"))
+                                  mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=die_with_parent, initargs=(os.getpid(),))
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Make this (worker) process die when ``parent_pid`` does, however the parent ends.
+
+    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``);
+    everywhere, a daemon thread also polls the parent pid and exits the process once the
+    parent is gone (reparented). Called as the worker pool's initializer.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:   # the parent died before the line above ran
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
+
+
+def _kill_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started and SIGKILL its worker processes (their
+    runs are unfinished and continue from their checkpoints on the next call)."""
+    procs = list(getattr(pool, "_processes", None) or {})
+    pool.shutdown(wait=False, cancel_futures=True)
+    for pid in procs:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) in the main thread (so workers are stopped on the way
+    out, as for Ctrl-C); the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_shared(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]:
@@ -420,8 +502,8 @@ def _run_shared(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]
                 results.append(_outcome(fut, futures[fut]))
                 bar.add(results[-1])
             bar.refresh()
-    except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException:   # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
+        _kill_workers(pool)
         raise
     finally:
         pool.shutdown(wait=True)
@@ -447,7 +529,7 @@ def _run_isolated(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dic
             bar.refresh()
     finally:
         for _, pool in active.values():
-            pool.shutdown(wait=False, cancel_futures=True)
+            _kill_workers(pool)
     return results
 
 

@@ -23,7 +23,6 @@ an effect equal to the margin).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +30,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.analysis import score_matrices
 from dataflex_rl.harness.compare import CompareResult, result_rows, run_compare
 from dataflex_rl.harness.experiment import Experiment
 from dataflex_rl.harness.results import Row
-from dataflex_rl.harness.runner import DEFAULT_TRAIN_FN
+from dataflex_rl.harness.runner import DEFAULT_TRAIN_FN, locked_output
 
 UNDECIDED = "undecided"
 #: ``rule(diffs, alpha=, margin=, bound=)`` -> {label: result with verdict, n, low, high}
@@ -130,6 +130,7 @@ def _verdicts(rule: Rule, diffs: dict[str, np.ndarray], alpha: float, margin: fl
                 "high": float(r.high)} for k, r in res.items()}
 
 
+@locked_output
 def run_until_decided(exp: Experiment, out_dir: str | Path, *, max_seeds: int,
                       round_size: int = 2, margin: float = 0.02, workers: int | None = None,
                       progress: bool = True, plots: bool = True,
@@ -252,7 +253,7 @@ def section(seq: Sequential) -> str:
 
 def write_sequential(seq: Sequential, out: Path) -> None:
     """``sequential.json`` and the report.md section."""
-    (out / "sequential.json").write_text(json.dumps(seq.to_dict(), indent=1, default=str))
+    atomic_write_json(out / "sequential.json", seq.to_dict())
     report = out / "report.md"
     text = report.read_text() if report.is_file() else ""
-    report.write_text(text.rstrip("\n") + "\n\n" + section(seq))
+    atomic_write_text(report, text.rstrip("\n") + "\n\n" + section(seq))

@@ -99,7 +99,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     run = plan(experiment(), tmp_path, FAKE)[0]
     d = Path(run.out_dir)
     d.mkdir(parents=True)
-    (d / "checkpoint.pt").write_bytes(b"x")
+    (d / "checkpoints" / "step-00000002").mkdir(parents=True)
     (d / "run.json").write_text(json.dumps({"fingerprint": run.fingerprint}))
     assert execute_run(run)["status"] == "done"
     assert calls(tmp_path) == ["baseline 0 True"]
@@ -110,10 +110,10 @@ def test_checkpoint_of_another_configuration_starts_over(tmp_path):
     run = plan(experiment(), tmp_path, FAKE)[0]
     d = Path(run.out_dir)
     d.mkdir(parents=True)
-    (d / "checkpoint.pt").write_bytes(b"x")
+    (d / "checkpoints" / "step-00000002").mkdir(parents=True)
     (d / "run.json").write_text(json.dumps({"fingerprint": "other"}))
     assert execute_run(run)["status"] == "done"
-    assert calls(tmp_path) == ["baseline 0 False"] and not (d / "checkpoint.pt").exists()
+    assert calls(tmp_path) == ["baseline 0 False"] and not (d / "checkpoints").exists()
 
 
 def test_leftovers_without_checkpoint_start_over(tmp_path):
