@@ -17,6 +17,7 @@ pytest.importorskip("verl")
 
 import torch  # noqa: E402
 
+from dataflex_rl.hosts.common.state import load_state  # noqa: E402
 from tests.hosts.verl_e2e_run import build_dataset, build_model, run  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -73,7 +74,7 @@ def mix_runs(tmp_path_factory, model):
 
 
 def load(record, name):
-    return torch.load(record / name, weights_only=False)
+    return torch.load(record / name, weights_only=True)   # tensors, lists of str and bool
 
 
 def test_actor_gets_verls_rollout_correction_times_our_weights(loss_run):
@@ -136,8 +137,7 @@ def test_mixing_changes_which_prompts_are_sampled(mix_runs):
 
 def test_strategy_state_survives_a_resume(mix_runs):
     work, (steps, _), (resumed, record) = mix_runs
-    state = torch.load(work / "ckpt" / "global_step_2" / "dataflex_state.pt",
-                       weights_only=False)
+    state = load_state(work / "ckpt" / "global_step_2" / "dataflex_state.safetensors")
     assert (work / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "3"
     assert "restored strategy state from" in (work / "log_resume.txt").read_text()
     assert [s["step"] for s in resumed] == [3]

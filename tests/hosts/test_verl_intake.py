@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("verl")
 
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
 from dataflex_rl.core.batch import from_lists  # noqa: E402
 from dataflex_rl.core.registry import ConfigError  # noqa: E402
+from dataflex_rl.hosts.common.state import load_state, save_state  # noqa: E402
 from tests.hosts.verl_helpers import dataflex_trainer  # noqa: E402
 
 # torchdata's StatefulDataLoader calls a deprecated torch API
@@ -109,10 +109,9 @@ def test_intake_and_strategy_state_round_trip(tmp_path):
     spec = ["+dataflex.strategy=reward_gap"]
     a = intake_trainer(tmp_path, spec)
     a._next_train_batch()
-    path = tmp_path / "dataflex_state.pt"
-    torch.save(a.dataflex_state_dict(), path)
+    path = save_state(tmp_path / "dataflex_state.safetensors", a.dataflex_state_dict())
     b = intake_trainer(tmp_path, spec)
-    b.load_dataflex_state_dict(torch.load(path, weights_only=False))
+    b.load_dataflex_state_dict(load_state(path))
     rows_a = [a._prompts[u][0] for u in a._next_train_batch()["uid"]]
     rows_b = [b._prompts[u][0] for u in b._next_train_batch()["uid"]]
     assert rows_a == rows_b

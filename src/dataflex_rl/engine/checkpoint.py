@@ -3,7 +3,8 @@
 Layout: ``<out>/checkpoints/step-00000010/`` holds one safetensors state file per part
 (``model``, ``optimizer``, ``strategy``, ``sampler``, ``rng``; tensors plus plain JSON data,
 see `dataflex_rl.core.statefile`), ``meta.json`` (step, seed, config, parameter hash) and
-``MANIFEST.json`` (schema version, step, SHA-256 and size of every file), written last.
+``MANIFEST.json`` (schema version, step, SHA-256 and size of every file, and its own SHA-256),
+written last.
 
 A save writes a temporary folder, flushes it to disk and renames it into place, so a crash or
 a full disk never leaves a half-written checkpoint, and the previous one stays usable. The
@@ -112,6 +113,7 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
         manifest = {"schema": SCHEMA, "step": step,
                     "files": {name: {"sha256": hashlib.sha256(data).hexdigest(),
                                      "bytes": len(data)} for name, data in files.items()}}
+        manifest["sha256"] = _manifest_sha256(manifest)
         dio.write_durable(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         dio.fsync_dir(tmp)
         _move_into_place(tmp, final)
@@ -133,6 +135,12 @@ def discard_after(directory: str | Path, step: int) -> None:
     for folder in checkpoint_dirs(directory):
         if int(folder.name[5:]) > step:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _manifest_sha256(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest without its own ``sha256`` entry (canonical JSON)."""
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _remove_leftovers(root: Path) -> None:
@@ -168,6 +176,8 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
         files = manifest["files"]
         if manifest.get("schema") != SCHEMA:
             raise ValueError(f"schema {manifest.get('schema')!r}, expected {SCHEMA}")
+        if manifest.get("sha256") != _manifest_sha256(manifest):
+            raise ValueError("does not match its own SHA-256")
     except FileNotFoundError:
         raise CheckpointError(f"{folder / MANIFEST}: missing (the save did not finish)") from None
     except (ValueError, KeyError, TypeError) as e:

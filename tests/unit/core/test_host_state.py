@@ -1,37 +1,63 @@
-"""`dataflex_rl.hosts.common.state`: atomic state files."""
+"""`dataflex_rl.hosts.common.state`: atomic state files that never unpickle code."""
 
 from __future__ import annotations
+
+import errno
+import pickle
 
 import pytest
 import torch
 
+from dataflex_rl.core import io as dio
+from dataflex_rl.core.statefile import StateFileError
 from dataflex_rl.hosts.common.state import load_state, save_state
 
 
 def test_round_trip_keeps_tensors_and_python_objects(tmp_path):
-    state = {"t": torch.arange(3), "keys": ["a", ("b", 1)], "rng": torch.Generator().get_state()}
-    path = save_state(tmp_path / "sub" / "s.pt", state)   # creates the folder
-    assert path == tmp_path / "sub" / "s.pt"
+    state = {"t": torch.arange(3), "keys": ["a", ("b", 1)], "rng": torch.Generator().get_state(),
+             "by_id": {0: 1.5, 7: None}, "nan": float("nan")}
+    path = save_state(tmp_path / "sub" / "s.safetensors", state)   # creates the folder
+    assert path == tmp_path / "sub" / "s.safetensors"
     back = load_state(path)
     assert back["t"].tolist() == [0, 1, 2] and back["keys"] == ["a", ("b", 1)]
-    assert torch.equal(back["rng"], state["rng"])
-    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["s.pt"]   # no temporary left
+    assert torch.equal(back["rng"], state["rng"]) and back["by_id"] == {0: 1.5, 7: None}
+    assert back["nan"] != back["nan"]
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["s.safetensors"]   # no temporary
 
 
 def test_a_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
-    path = save_state(tmp_path / "s.pt", {"v": 1})
+    path = save_state(tmp_path / "s.safetensors", {"v": 1})
 
-    def broken(obj, f, *a, **k):
-        open(f, "wb").write(b"half")
-        raise OSError("disk full")
+    def replace(src, dst):
+        raise OSError(errno.ENOSPC, "disk full")
 
-    monkeypatch.setattr(torch, "save", broken)
+    monkeypatch.setattr(dio.os, "replace", replace)
     with pytest.raises(OSError, match="disk full"):
         save_state(path, {"v": 2})
+    monkeypatch.undo()
     assert load_state(path) == {"v": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["s.pt"]   # the half-written one is gone
+    assert [p.name for p in tmp_path.iterdir()] == ["s.safetensors"]   # the temporary is gone
 
 
-def test_missing_file_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="s.pt"):
-        load_state(tmp_path / "s.pt")
+def test_an_old_torch_save_of_plain_data_loads_but_code_does_not(tmp_path):
+    torch.save({"t": torch.ones(2), "n": [1, "x"]}, tmp_path / "old.pt")
+    assert load_state(tmp_path / "old.pt")["n"] == [1, "x"]
+    marker = tmp_path / "EXECUTED"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "bad.pt").write_bytes(pickle.dumps({"t": Payload()}))
+    with pytest.raises(StateFileError, match=r"bad\.pt: refused: .*could run arbitrary code"):
+        load_state(tmp_path / "bad.pt")
+    assert not marker.exists()
+
+
+def test_missing_and_corrupt_files_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="s.safetensors"):
+        load_state(tmp_path / "s.safetensors")
+    path = save_state(tmp_path / "s.safetensors", {"t": torch.zeros(100)})
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(StateFileError, match=r"s\.safetensors: unreadable state file"):
+        load_state(path)

@@ -42,7 +42,9 @@ logger = logging.getLogger("dataflex_rl.hosts.verl")
 
 TRAINER_MODE = "dataflex"
 #: written next to verl's ``data.pt`` in every ``global_step_N`` folder
-STATE_FILE = "dataflex_state.pt"
+STATE_FILE = "dataflex_state.safetensors"
+#: what earlier versions wrote (read with weights_only=True only)
+LEGACY_STATE_FILE = "dataflex_state.pt"
 #: verl settings the strategy checks read
 _VIEW_KEYS = ("trainer.use_v1", "algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo",
               "actor_rollout_ref.actor.policy_loss.loss_mode")
@@ -285,8 +287,10 @@ class DataflexTrainer(PPOTrainerSync):
         if self.global_steps <= 0:
             return
         folder = self._resumed_folder()
-        path = os.path.join(folder, STATE_FILE) if folder else None
-        if path is None or not os.path.exists(path):
+        path = next((p for p in (os.path.join(folder, STATE_FILE),
+                                 os.path.join(folder, LEGACY_STATE_FILE))
+                     if os.path.exists(p)), None) if folder else None
+        if path is None:
             logger.warning("dataflex: resuming at step %d without %s in %s; the strategy "
                            "starts fresh", self.global_steps, STATE_FILE, folder)
             return
