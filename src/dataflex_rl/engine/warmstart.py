@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME, Policy, build_tiny_policy, \
     parameter_hash, save_policy
@@ -217,7 +218,7 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
         "machine": platform.machine(),
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
-    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 

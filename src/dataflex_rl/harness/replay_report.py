@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
+from dataflex_rl.core.io import atomic_path, atomic_write_json, atomic_write_text
 from dataflex_rl.harness.replay import ReplayResult
 
 FRAMING = ("Replay is counterfactual on fixed rollouts: each strategy decides on the rollouts "
@@ -85,7 +85,7 @@ def _mean(values) -> float:
 
 
 def _write_csv(rows: list[dict], path: Path) -> Path:
-    with path.open("w", newline="") as f:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         if rows:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
@@ -105,7 +105,7 @@ def write_replay_report(res: ReplayResult, out_dir: str | Path, plots: bool = Tr
                "steps_per_second": res.steps_per_second, "overall": res.overall,
                "notes": res.notes}
     files["summary"] = out / "replay_summary.json"
-    files["summary"].write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_json(files["summary"], summary)
     plot_files: dict[str, Path] = {}
     if plots and importlib.util.find_spec("matplotlib") is not None:
         plot_files["replay"] = replay_plot(res, out / "plots" / "replay.png")
@@ -114,7 +114,7 @@ def write_replay_report(res: ReplayResult, out_dir: str | Path, plots: bool = Tr
             plot_files["proportions"] = props
     files.update(plot_files)
     files["report"] = out / "replay.md"
-    files["report"].write_text(render_markdown(res, plot_files, out))
+    atomic_write_text(files["report"], render_markdown(res, plot_files, out))
     return files
 
 
