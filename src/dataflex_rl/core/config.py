@@ -24,6 +24,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import inspect
 import math
 import re
 import textwrap
@@ -372,6 +373,22 @@ class Checked:
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+
+@functools.cache
+def signature_schema(func: Callable) -> type:
+    """A declared dataclass of ``func``'s keyword parameters (annotations and defaults), so
+    keyword arguments from a config (a domain's difficulty knobs, a user class's constructor)
+    are checked by the same validator: types, unknown keys with close matches, key paths."""
+    hints = _hints(func)
+    fields = []
+    for p in inspect.signature(func).parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        default = MISSING if p.default is inspect.Parameter.empty else p.default
+        fields.append((p.name, hints.get(p.name, Any), param(default, "")))
+    name = getattr(func, "__qualname__", "call").replace(".", "_").replace("<", "").replace(">", "")
+    return dataclasses.make_dataclass(f"{name}_args", fields, kw_only=True)
 
 
 # ------------------------------------------------------------------------------ docs and help

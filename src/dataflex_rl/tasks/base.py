@@ -13,7 +13,6 @@ name to a level (``{"math": 3}``) or to keywords (``{"math": {"max_operand": 50}
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import random
 import re
@@ -21,6 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
+from dataflex_rl.core.config import check, signature_schema
 from dataflex_rl.core.registry import ConfigError, Registry, UnknownNameError, suggest
 
 _INT = re.compile(r"[+-]?\d+")
@@ -296,14 +296,9 @@ def make_domain(name: str, difficulty: int | Mapping[str, Any] | None = None) ->
         kwargs = {"level": difficulty}
     else:
         kwargs = dict(difficulty)
-    params = inspect.signature(cls.__init__).parameters
-    valid = [p for p in params if p != "self"
-             and params[p].kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                        inspect.Parameter.VAR_KEYWORD)]
-    for key in kwargs:
-        if key not in valid:
-            raise ConfigError(f"difficulty.{name}: unknown key {key!r}.{suggest(key, valid)} "
-                              f"Valid keys: {', '.join(valid)}")
+    # the knobs are the constructor's keyword arguments: checked (types, unknown keys) by the
+    # package's one config validator; each domain checks its ranges when it is built
+    check(signature_schema(cls.__init__), kwargs, f"difficulty.{name}")
     return cls(**kwargs)
 
 

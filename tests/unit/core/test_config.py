@@ -295,3 +295,18 @@ def _accepts(cls: type, field_name: str, value: float) -> None:
 def test_range_text_of_unbounded_numbers():
     assert range_text({}, float) == "finite" and range_text({}, int) == "any integer"
     assert range_text({}, bool) == "true/false" and range_text({}, str) == "any"
+
+
+def test_signature_schema_checks_keyword_arguments_like_a_config():
+    from dataflex_rl.core.config import signature_schema
+
+    def build(level: int | None = None, *, name: str = "a", scale: float = 1.0) -> None:
+        """A user constructor."""
+
+    schema = signature_schema(build)
+    check(schema, {"level": 2, "scale": 3}, "x")
+    with pytest.raises(ConfigError, match=r"^x\.sacle: unknown key\. Did you mean 'scale'\? "
+                                          r"Valid keys: level, name, scale$"):
+        check(schema, {"sacle": 1.0}, "x")
+    with pytest.raises(ConfigError, match=r"^x\.level: expected int \| null, got bool"):
+        check(schema, {"level": True}, "x")

@@ -323,3 +323,12 @@ def test_core_tasks_need_no_optional_packages():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_difficulty_knobs_are_type_checked_by_the_config_validator():
+    # bool("false") is True: a knob given as a string is refused, not silently coerced
+    with pytest.raises(ConfigError, match=r"^difficulty\.math\.allow_negative: expected "
+                                          r"bool \| null, got str \('false'\)$"):
+        make_domain("math", {"allow_negative": "false"})
+    with pytest.raises(ConfigError, match=r"^difficulty\.logic\.min_vars: expected int"):
+        make_domain("logic", {"min_vars": 3.0})
