@@ -136,7 +136,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     for lb in res.strategies:
         o = res.overall[lb]
         print(f"{lb:<16}{o['retention']:>10.3f}{o['ess_fraction']:>7.3f}{o['skip_rate']:>7.3f}"
-              f"{o['jaccard_logged']:>9.3f}{o['exact_steps']:>6}/{o['steps']}")
+              f"{o['jaccard_logged']:>9.3f}"
+              + ("         —" if o["exact_steps"] is None
+                 else f"{o['exact_steps']:>6}/{o['steps']}"))
     for lb in res.strategies:
         for note in res.notes[lb]:
             print(f"note ({lb}): {note}")

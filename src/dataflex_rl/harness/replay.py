@@ -27,9 +27,10 @@ import json
 import math
 import operator
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -263,8 +264,8 @@ def replay(log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] 
     active responses, the domain proportions it asks for, the share of the step's prompts its
     pre-rollout policy would skip and the responses and tokens that would not have been
     generated, and agreement with the logged decision (Jaccard of kept sets, weight
-    correlation, ``exact``: keep mask, weights, recomputed advantages and mixer update all
-    bit-identical). Pairwise agreement between the replayed strategies per step. The loop only
+    correlation; for the run's own strategy, ``exact``: keep mask, weights, recomputed advantages
+    and mixer update all bit-identical to the log, else None). Pairwise agreement between the replayed strategies per step. The loop only
     decides and keeps the outputs; the figures are computed afterwards for all steps at once.
     """
     import warnings
@@ -281,10 +282,11 @@ def replay(log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] 
     gens = [torch.Generator().manual_seed(seed) for _ in strategies]
     S, N, D = log.num_steps, int(log.bounds[-1]), len(log.domains)
     active = np.zeros(N, dtype=bool)
-    out = {lb: {"keep": np.zeros(N, dtype=bool), "weight": np.zeros(N, dtype=np.float32),
+    out = {lb: {"own": st.spec.to_dict() == log.strategy,
+                "keep": np.zeros(N, dtype=bool), "weight": np.zeros(N, dtype=np.float32),
                 "skip": np.zeros(N, dtype=bool), "exact": np.zeros(S, dtype=bool),
                 "updated": np.zeros(S, dtype=bool), "target": np.full((S, D), np.nan)}
-           for lb in labels}
+           for lb, st in zip(labels, strategies)}
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StrategyWarning)
@@ -406,7 +408,7 @@ def _figures(log: DecisionLogData, labels: list[str], out: dict, active: np.ndar
             row.update({k: float(v[i]) for k, v in fig.items()})
             row["responses_saved"] = int(row["responses_saved"])
             row["tokens_saved"] = int(row["tokens_saved"])
-            row["exact"] = bool(o["exact"][i])
+            row["exact"] = bool(o["exact"][i]) if o["own"] else None
             row["mix_updated"] = bool(o["updated"][i])
             row.update({f"target_{d}": float(o["target"][i, k])
                         for k, d in enumerate(log.domains)})
@@ -421,7 +423,7 @@ def _figures(log: DecisionLogData, labels: list[str], out: dict, active: np.ndar
               if total_tokens else 0.0,
               "jaccard_logged": _nanmean(fig["jaccard_logged"]),
               "weight_corr_logged": _nanmean(fig["weight_corr_logged"]),
-              "exact_steps": int(o["exact"].sum())}
+              "exact_steps": int(o["exact"].sum()) if o["own"] else None}
         ov.update({f"target_{d}": _nanmean(o["target"][:, k]) for k, d in enumerate(log.domains)})
         overall[lb] = ov
     return rows, overall

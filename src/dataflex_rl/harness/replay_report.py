@@ -29,14 +29,14 @@ def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -
     logged = log.strategy.get("name", "?")
     responses = int(log.bounds[-1])
     lines = ["# Replay of a decision log", "",
-             f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, "
-             f"{responses} responses, domains {', '.join(log.domains)}; the run's strategy: "
-             f"**{logged}**.", "", FRAMING, "",
-             f"Replayed {len(res.strategies)} strategies in {res.seconds:.2f} s "
-             f"({res.steps_per_second:.0f} logged steps/s, all strategies together).", "",
+             (f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, "
+              f"{responses} responses, domains {', '.join(log.domains)}; the run's strategy: "
+              f"**{logged}**."), "", FRAMING, "",
+             (f"Replayed {len(res.strategies)} strategies in {res.seconds:.2f} s "
+              f"({res.steps_per_second:.0f} logged steps/s, all strategies together)."), "",
              "## Overall", "",
              "| strategy | retention | weight ESS | skip rate | tokens saved | "
-             "Jaccard vs logged | weight corr vs logged | exact steps | "
+             "Jaccard vs logged | weight corr vs logged | identical to logged | "
              + " | ".join(f"target {d}" for d in log.domains) + " |",
              "|---" * (8 + len(log.domains)) + "|"]
     for lb in res.strategies:
@@ -45,17 +45,18 @@ def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -
             f"| {lb} | {_f(o['retention'])} | {_f(o['ess_fraction'])} | {_f(o['skip_rate'])} | "
             f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%) | "
             f"{_f(o['jaccard_logged'])} | {_f(o['weight_corr_logged'])} | "
-            f"{o['exact_steps']}/{o['steps']} | "
+            f"{_exact(o)} | "
             + " | ".join(_f(o[f"target_{d}"]) for d in log.domains) + " |")
-    lines += ["", "retention: kept / active responses over all steps; weight ESS: "
+    lines += ["", ("retention: kept / active responses over all steps; weight ESS: "
               "(Σw)²/Σw² over active responses, as a fraction of them (mean over steps); skip "
               "rate: share of the step's prompts the pre-rollout policy would not generate, and "
               "the tokens of their responses (share of all generated tokens); vs logged: the "
               "decision the run applied (Jaccard of kept sets, Pearson correlation of weights; "
-              "— where one side is constant); exact steps: keep mask, weights, recomputed "
-              "advantages and mixer update bit-identical to the logged ones (expected for the "
-              "run's own strategy); target: mean over steps of the domain proportions the "
-              "strategy asks for (— without mix).", ""]
+              "— where one side is constant); identical to logged: for the run's own "
+              "strategy, the steps whose keep mask, weights, recomputed advantages and mixer "
+              "update are bit-identical to the logged ones (all of them unless a signal is "
+              "only approximate, see below); target: mean over steps of the domain "
+              "proportions the strategy asks for (— without mix)."), ""]
     if res.pairwise:
         lines += ["## Pairwise agreement (mean over steps)", "",
                   "| strategy A | strategy B | Jaccard of kept sets | weight correlation |",
@@ -73,9 +74,13 @@ def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -
         lines += ["## Plots", ""]
         lines += [f"![{k}]({p.relative_to(out)})" for k, p in plot_files.items()]
         lines.append("")
-    lines += ["Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
-              "`replay_pairwise.csv`; overall: `replay_summary.json`.", ""]
+    lines += [("Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
+               "`replay_pairwise.csv`; overall: `replay_summary.json`."), ""]
     return "\n".join(lines)
+
+
+def _exact(o: dict) -> str:
+    return "—" if o["exact_steps"] is None else f"{o['exact_steps']}/{o['steps']}"
 
 
 def _mean(values) -> float:

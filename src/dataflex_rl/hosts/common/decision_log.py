@@ -56,16 +56,15 @@ import math
 import operator
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
-
-from dataflex_rl.core.segment import segment_min
 
 #: version of the columns above; readers refuse a newer major version
 SCHEMA_VERSION = 1
@@ -123,7 +122,7 @@ class DecisionLog:
     @classmethod
     def from_config(cls, config, folder: str | Path, *, domains: Sequence[str] | None,
                     strategy_spec: Mapping, host: str,
-                    settings: Mapping[str, Any] | None = None) -> "DecisionLog":
+                    settings: Mapping[str, Any] | None = None) -> DecisionLog:
         """Build from a ``decision_log`` config section (``steps_per_file``, ``full_tokens``,
         ``token_prob_mean``)."""
         return cls(folder, domains=domains, strategy_spec=strategy_spec, host=host,
@@ -145,21 +144,23 @@ class DecisionLog:
         if tuple(batch.domains) != self.domains:
             raise ValueError(f"decision log: batch domains {batch.domains} differ from the "
                              f"log's {self.domains}")
-        self._responses.append(self._response_columns(batch, decision))
-        self._steps.append(self._step_row(batch, decision, target, metrics or {}))
+        first = _first_rows(batch)
+        cols = self._response_columns(batch, decision, first)
+        self._responses.append(cols)
+        self._steps.append(self._step_row(batch, decision, target, metrics or {}, cols, first))
         self.steps_logged += 1
         if len(self._steps) >= self.steps_per_file:
             self.flush()
         self.seconds += time.perf_counter() - t0
 
-    def _response_columns(self, batch, decision) -> dict[str, Any]:
+    def _response_columns(self, batch, decision, first: np.ndarray) -> dict[str, Any]:
         B = batch.batch_size
         n = batch.response_length
         nf = n.clamp(min=1).to(torch.float32)
         cols: dict[str, Any] = {
             "step": np.full(B, batch.step, dtype=np.int64),
             "group": batch.group_ids.cpu().numpy(),
-            "prompt_key": _prompt_keys(batch),
+            "prompt_key": _prompt_keys(batch, first),
             "domain": pa.DictionaryArray.from_arrays(
                 pa.array(batch.domain_ids.to(torch.int32).cpu().numpy()),
                 pa.array(list(self.domains), type=pa.string())),
@@ -196,20 +197,21 @@ class DecisionLog:
                 cols[name] = pa.ListArray.from_arrays(offsets, pa.array(values))
         return cols
 
-    def _step_row(self, batch, decision, target, metrics) -> dict[str, Any]:
+    def _step_row(self, batch, decision, target, metrics, cols, first) -> dict[str, Any]:
         D = len(self.domains)
         G = batch.num_groups
-        groups = torch.bincount(batch.group_domain, minlength=D).to(torch.float64) / max(G, 1) \
-            if G else torch.zeros(D, dtype=torch.float64)
-        tgt = (torch.full((D,), math.nan, dtype=torch.float64) if target is None
-               else target.detach().to(torch.float64).cpu())
-        nxt = (torch.full((D,), math.nan, dtype=torch.float64) if decision.proportions is None
-               else decision.proportions.detach().to(torch.float64).cpu())
+        dom = cols["domain"].indices.to_numpy()
+        groups = np.bincount(dom[first], minlength=D) / max(G, 1)
+        nan = np.full(D, math.nan)
+        tgt = nan if target is None else target.detach().to(torch.float64).cpu().numpy()
+        nxt = nan if decision.proportions is None \
+            else decision.proportions.detach().to(torch.float64).cpu().numpy()
+        real = ~cols["is_padding"]
         row: dict[str, Any] = {
             "step": batch.step, "responses": batch.batch_size, "groups": G,
             "max_length": int(batch.response_mask.shape[1]),
-            "tokens": int((batch.response_length * ~batch.is_padding).sum()),
-            "kept": int(decision.keep_mask.sum()),
+            "tokens": int(cols["length"][real].sum()),
+            "kept": int(cols["keep"].sum()),
             "renormalize": bool(decision.renormalize),
             "recomputed": decision.advantages_per_response is not None,
             "mix_updated": decision.proportions is not None,
@@ -275,7 +277,7 @@ def _write_atomic(path: Path, table: pa.Table) -> None:
     """Write ``table`` (one row group) to ``path`` via a temporary file and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="snappy", row_group_size=max(table.num_rows, 1))
+    pq.write_table(table, tmp, compression="lz4", row_group_size=max(table.num_rows, 1))
     os.replace(tmp, path)
 
 
@@ -294,12 +296,19 @@ def _first_valid(values: Tensor, mask: Tensor, n: Tensor) -> Tensor:
     B, T = values.shape
     if T == 0:
         return torch.zeros(B, dtype=values.dtype, device=values.device)
-    col = torch.zeros_like(n)
+    first = torch.where(mask[:, 0], values[:, 0], 0.0)
     lacking = (~mask[:, 0] & (n > 0)).nonzero().squeeze(1)
     if lacking.numel():                     # rows with a hole at column 0 (rare)
-        col[lacking] = mask[lacking].to(torch.uint8).argmax(1)
-    first = values[torch.arange(B, device=values.device), col]
-    return torch.where(n > 0, first, torch.zeros_like(first))
+        col = mask[lacking].to(torch.uint8).argmax(1)
+        first[lacking] = values[lacking, col]
+    return first
+
+
+def _first_rows(batch) -> np.ndarray:
+    """[G] index of the first row of each group (group ids are dense)."""
+    B, G = batch.batch_size, batch.num_groups
+    return torch.full((G,), B, dtype=torch.int64).scatter_reduce_(
+        0, batch.group_ids.cpu(), torch.arange(B), "amin").numpy()
 
 
 def _prob_mean(batch, nf: Tensor) -> np.ndarray:
@@ -310,14 +319,13 @@ def _prob_mean(batch, nf: Tensor) -> np.ndarray:
     return (batch.token_blocks.row_sums(p) / nf).to(torch.float32).cpu().numpy()
 
 
-def _prompt_keys(batch) -> pa.Array:
+def _prompt_keys(batch, first: np.ndarray) -> pa.Array:
     """The batch's prompt keys as a dictionary array: one dictionary entry per group."""
     B = batch.batch_size
     if batch.prompt_keys is None or B == 0:
         return pa.nulls(B, pa.string())
     G = batch.num_groups
-    idx = torch.arange(B, device=batch.group_ids.device)
-    first = segment_min(idx, batch.group_ids, G, empty=0).tolist()
+    first = first.tolist()
     per_group = operator.itemgetter(*first)(batch.prompt_keys) if G > 1 \
         else (batch.prompt_keys[first[0]],)
     try:
