@@ -3,6 +3,8 @@
 * `slow_training`: a stand-in engine for ``compare`` whose runs labelled ``slow`` leave a
   checkpoint folder and then wait for ``<out>/release`` before finishing like
   tests/unit/harness/fake_engine.py (every call appends its pid to ``<out>/pids.log``).
+* `unusable_checkpoint_training`: raises the engine's `CheckpointError` when asked to resume
+  (as when every checkpoint of a run is corrupt).
 * ``python -m tests.integration.fault_engine compare OUT``: ``run_compare`` on `EXPERIMENT`
   with `slow_training`, one worker (the baseline, then the slow run).
 * ``python -m tests.integration.fault_engine train OUT KILL_AT``: a tiny engine run (`TINY`)
@@ -21,6 +23,7 @@ from pathlib import Path
 from tests.unit.harness import fake_engine
 
 SLOW = "tests.integration.fault_engine:slow_training"
+UNUSABLE = "tests.integration.fault_engine:unusable_checkpoint_training"
 TINY = {"policy": "tiny", "steps": 4, "threads": 1,
         "grpo": {"prompts_per_step": 4, "group_size": 2},
         "tasks": {"train_size": 30},
@@ -54,6 +57,17 @@ def slow_training(config, strategy, *, seed, steps, out_dir, resume, progress):
         (out / "checkpoints" / "step-00000001").mkdir(parents=True, exist_ok=True)
         while not (root / "release").exists():
             time.sleep(0.05)
+    return fake_engine.run_training(config, strategy, seed=seed, steps=steps, out_dir=out_dir,
+                                    resume=resume, progress=progress)
+
+
+def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resume, progress):
+    """As the engine does when every checkpoint of a run is corrupt (on resume)."""
+    from dataflex_rl.engine.checkpoint import CheckpointError
+
+    if resume:
+        raise CheckpointError(f"no intact checkpoint: {out_dir}/checkpoints/step-00000001/"
+                              "model.safetensors: missing")
     return fake_engine.run_training(config, strategy, seed=seed, steps=steps, out_dir=out_dir,
                                     resume=resume, progress=progress)
 

@@ -342,3 +342,18 @@ def test_a_dead_holders_lock_is_taken_over_and_the_holder_may_reenter(tmp_path):
             pass
         assert lock.holder()["command"] == "second"     # still held by the outer one
     assert lock.holder() == {}                          # released
+
+
+def test_a_partial_run_without_a_usable_checkpoint_starts_over(tmp_path):
+    from dataflex_rl.harness.runner import execute_run, plan
+
+    run = plan(fe.experiment(), tmp_path, fe.UNUSABLE)[1]
+    d = Path(run.out_dir)
+    (d / "checkpoints" / "step-00000001").mkdir(parents=True)
+    (d / "stale.txt").write_text("x")
+    (d / "run.json").write_text(json.dumps({"fingerprint": run.fingerprint}))
+    done = execute_run(run)
+    assert done["status"] == "done" and done["resumed"] is False
+    assert any("no usable checkpoint" in w and "starts over" in w for w in done["warnings"])
+    assert (tmp_path / "calls.log").read_text().splitlines() == ["slow 0 False"]
+    assert not (d / "stale.txt").exists() and (d / "run.json").is_file()

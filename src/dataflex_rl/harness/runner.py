@@ -204,8 +204,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
                                             "identity": run.identity})
         train = import_object(run.train_fn, "train_fn")
         config = from_dict(EngineConfig, run.config)
-        summary = train(config, run.strategy, seed=run.seed, steps=run.steps, out_dir=str(out),
-                        resume=resume, progress=False)
+        summary, resume = _train_or_start_over(train, config, run, out, resume)
         evals, props = read_records(out, list(config.tasks.domains), run.mixes)
         if not evals:
             raise RuntimeError(f"{out / METRICS_FILE}: the run wrote no evaluation")
@@ -225,6 +224,29 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         except OSError:
             pass
         return failed
+
+
+def _train_or_start_over(train, config, run: RunSpec, out: Path, resume: bool
+                         ) -> tuple[dict, bool]:
+    """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None) and
+    the engine finds no usable checkpoint (every one corrupt), the run starts over with a
+    warning instead of failing on every rerun; an explicit resume fails with the error."""
+    from dataflex_rl.engine.checkpoint import CheckpointError
+
+    kwargs = {"seed": run.seed, "steps": run.steps, "out_dir": str(out), "progress": False}
+    try:
+        return train(config, run.strategy, resume=resume, **kwargs), resume
+    except CheckpointError as e:
+        if not resume or run.resume is not None:
+            raise
+        warnings.warn(f"{out}: no usable checkpoint ({e}); the run starts over", UserWarning,
+                      stacklevel=2)
+    for p in out.iterdir():
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.name != RUN_FILE:
+            p.unlink()
+    return train(config, run.strategy, resume=False, **kwargs), False
 
 
 def _has_checkpoint(out: Path) -> bool:
