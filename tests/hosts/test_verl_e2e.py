@@ -9,6 +9,8 @@ Three runs of a tiny Qwen2 (about 1.5 min each on 2 cores, mostly start-up):
   Step 1: the actor gets verl's weights x ours. Step 2: every response is dropped -> grad 0.
 * ``mix``: reward-gap mixing + GRESO skipping, 2 steps with checkpoints, then
 * ``resume``: a 3rd step resumed from the step-2 checkpoint with the strategy state.
+
+Both write a decision log; replaying the run's own strategy on it reproduces every decision.
 """
 
 import pytest
@@ -44,6 +46,9 @@ prerollout:
   actuator: {name: greso, explore_prob: 0.0, min_explore: 0.0}
 """
 
+# the decision log under trainer.default_local_dir (ckpt/decisions), flushed every step
+DECISION_LOG = ["+dataflex.decision_log.enabled=true", "+dataflex.decision_log.steps_per_file=1"]
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -58,7 +63,7 @@ def loss_run(tmp_path_factory, model):
                          [("math", 1), ("logic", 4), ("math", 2), ("logic", 0)] * 4)
     steps, record = run(work, data, model, 2, [
         f"+dataflex.strategy={work / 'strategy.yaml'}",
-        "algorithm.rollout_correction.rollout_is=token"], "loss")
+        "algorithm.rollout_correction.rollout_is=token", *DECISION_LOG], "loss")
     return steps, record
 
 
@@ -67,7 +72,8 @@ def mix_runs(tmp_path_factory, model):
     work = tmp_path_factory.mktemp("mix")
     (work / "strategy.yaml").write_text(MIX_STRATEGY)
     data = build_dataset(work / "train.parquet", [("math", 1)] * 6 + [("logic", 4)] * 2)
-    common = [f"+dataflex.strategy={work / 'strategy.yaml'}", "trainer.save_freq=1"]
+    common = [f"+dataflex.strategy={work / 'strategy.yaml'}", "trainer.save_freq=1",
+              *DECISION_LOG]
     first = run(work, data, model, 2, common, "mix")
     resumed = run(work, data, model, 3, [*common, "trainer.resume_mode=auto"], "resume")
     return work, first, resumed
@@ -147,3 +153,22 @@ def test_strategy_state_survives_a_resume(mix_runs):
     assert resumed[0]["dataflex/mix/domain/math/target"] == pytest.approx(math_share)
     assert resumed[0]["dataflex/prerollout/candidates_skipped"] > 0
     assert sorted(submitted(record)[3]) == ["logic", "math", "math", "math"]
+
+
+def test_the_decision_logs_replay_the_runs_own_decisions_exactly(loss_run, mix_runs):
+    from dataflex_rl.harness.replay import read_log, replay
+
+    _, record = loss_run
+    log = read_log(record.parent / "ckpt" / "decisions")
+    assert log.host == "verl" and log.steps["step"].tolist() == [0, 1]
+    res = replay(log, [log.strategy])
+    assert res.overall[log.strategy["name"]]["exact_steps"] == 2
+    assert [r["kept"] for r in res.rows][1] == 0              # step 2 dropped everything
+    work, _, _ = mix_runs
+    log = read_log(work / "ckpt" / "decisions")   # steps 0-1, then step 2 after the resume
+    assert log.steps["step"].tolist() == [0, 1, 2]
+    assert sorted(log.domains) == ["logic", "math"]
+    res = replay(log, [log.strategy, "baseline"])
+    assert res.overall["mix_and_skip"]["exact_steps"] == 3
+    rows = [r for r in res.rows if r["strategy"] == "mix_and_skip"]
+    assert rows[0]["target_math"] == pytest.approx(0.75, abs=1e-3)   # math lags
