@@ -155,7 +155,7 @@ def test_strategy_state_survives_a_resume(mix_runs):
     assert sorted(submitted(record)[3]) == ["logic", "math", "math", "math"]
 
 
-def test_the_decision_logs_replay_the_runs_own_decisions_exactly(loss_run, mix_runs):
+def test_the_loss_runs_decision_log_replays_exactly(loss_run):
     from dataflex_rl.harness.replay import read_log, replay
 
     _, record = loss_run
@@ -164,6 +164,11 @@ def test_the_decision_logs_replay_the_runs_own_decisions_exactly(loss_run, mix_r
     res = replay(log, [log.strategy])
     assert res.overall[log.strategy["name"]]["exact_steps"] == 2
     assert [r["kept"] for r in res.rows][1] == 0              # step 2 dropped everything
+
+
+def test_the_mix_runs_decision_log_replays_exactly_across_the_resume(mix_runs):
+    from dataflex_rl.harness.replay import read_log, replay
+
     work, _, _ = mix_runs
     log = read_log(work / "ckpt" / "decisions")   # steps 0-1, then step 2 after the resume
     assert log.steps["step"].tolist() == [0, 1, 2]
