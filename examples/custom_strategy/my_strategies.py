@@ -14,7 +14,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import Scorer, Selector
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.component import param
+from dataflex_rl.core.config import param
 
 
 @dataclass
