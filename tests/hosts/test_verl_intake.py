@@ -4,6 +4,7 @@ No Ray: intake happens on the driver before prompts are submitted for generation
 """
 
 import logging
+import pickle
 
 import pytest
 
@@ -115,6 +116,45 @@ def test_intake_and_strategy_state_round_trip(tmp_path):
     rows_a = [a._prompts[u][0] for u in a._next_train_batch()["uid"]]
     rows_b = [b._prompts[u][0] for u in b._next_train_batch()["uid"]]
     assert rows_a == rows_b
+
+
+def test_checkpoint_hooks_write_the_state_file_and_refuse_a_pickled_payload(tmp_path,
+                                                                           monkeypatch):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from dataflex_rl.core.statefile import StateFileError
+
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: None)
+    monkeypatch.setattr(PPOTrainerSync, "_load_checkpoint", lambda self: None)
+    spec = ["+dataflex.strategy=reward_gap", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            "trainer.resume_mode=auto"]
+    a = intake_trainer(tmp_path, spec)
+    a._next_train_batch()
+    a.global_steps = 2
+    a._save_checkpoint()
+    folder = tmp_path / "ckpt" / "global_step_2"
+    assert [p.name for p in folder.iterdir()] == ["dataflex_state.safetensors"]
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
+    b = intake_trainer(tmp_path, spec)
+    b.global_steps = 2   # what verl's own _load_checkpoint sets
+    b._load_checkpoint()
+    rows_a = [a._prompts[u][0] for u in a._next_train_batch()["uid"]]
+    rows_b = [b._prompts[u][0] for u in b._next_train_batch()["uid"]]
+    assert rows_a == rows_b
+    # a pickle in its place (an old name or the new one) is refused and never runs
+    marker = tmp_path / "EXECUTED"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (folder / "dataflex_state.safetensors").unlink()
+    (folder / "dataflex_state.pt").write_bytes(pickle.dumps({"strategy": Payload()}))
+    c = intake_trainer(tmp_path, spec)
+    c.global_steps = 2
+    with pytest.raises(StateFileError, match=r"dataflex_state\.pt: refused"):
+        c._load_checkpoint()
+    assert not marker.exists()
 
 
 def test_select_only_strategy_leaves_verls_dataloader_alone(tmp_path):
