@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import dataflex_rl  # noqa: F401
+from dataflex_rl.core.advantages import grpo_advantages_per_response
 from dataflex_rl.core.batch import from_lists
-from dataflex_rl.core.strategy import Strategy, grpo_advantages_per_response
+from dataflex_rl.core.strategy import Strategy
 
 LENGTHS = [3, 0, 2, 4, 2, 0]
 REWARDS = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]

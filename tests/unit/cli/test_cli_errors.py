@@ -15,7 +15,7 @@ from dataflex_rl.cli import main
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.results import read_proportions_csv, read_results_csv, seed_label
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 
 
 def _csv(path: Path, text: str, bom: bool = False) -> Path:

@@ -9,7 +9,7 @@ import pytest
 
 from dataflex_rl.cli import build_parser, main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 QUICK = str(ROOT / "configs" / "experiments" / "quick.yaml")
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 
