@@ -12,10 +12,10 @@ import os
 import pkgutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import dataflex_rl
 
