@@ -11,6 +11,21 @@ Rows that never take part in anything:
   kept, weight 0, not counted in group statistics) and counted in the metrics
   ``dataflex/invalid_responses`` (and ``dataflex/invalid_reward_responses`` for rewards).
   The remaining *active* rows are ``active_mask``.
+
+Validation is in two tiers. Shapes, dtypes, ids and the mask's values are checked when the
+batch is built (cheap: no [B, T] float tensor is read). What needs a pass over a token tensor
+-- "has a non-finite value on a valid token" for ``advantages`` and ``old_log_probs``, the
+agreement of ``response_lengths`` with the mask -- is checked lazily, on the first read that
+needs it, once (cached). A strategy hands its components `RolloutBatch.reading` (only the
+optional fields they declare), so a decision never reads, and never pays for, a field it does
+not use: a non-finite ``old_log_probs`` row makes its row invalid only for decisions that read
+``old_log_probs``.
+
+Hosts whose advantages are one value per response (outcome rewards, GRPO-like estimators) and
+who know the response lengths can also pass ``response_advantages`` [B] and
+``response_lengths`` [B]: every per-response quantity (lengths, mean advantage, |advantage|
+scores, informative rows, the invalid-row check of advantages) is then computed from these B
+values, and a response- or group-level decision reads no [B, T] tensor at all.
 """
 
 from __future__ import annotations
@@ -47,7 +62,7 @@ def _check(cond: bool, msg: str) -> None:
 
 #: the tensor fields of a `RolloutBatch`
 TENSOR_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
-                 "old_log_probs", "is_padding")
+                 "old_log_probs", "is_padding", "response_advantages", "response_lengths")
 
 
 def check_tensor_devices(batch) -> None:
@@ -68,6 +83,17 @@ def check_tensor_devices(batch) -> None:
         raise BatchError(f"RolloutBatch fields must be on one device, got {where}")
 
 
+def _describe(x) -> str:
+    if isinstance(x, Tensor):
+        return f"{x.dtype} {tuple(x.shape)}"
+    return type(x).__name__
+
+
+#: the optional per-token tensors a decision reads only when one of its components declares
+#: them (`RolloutBatch.reading`)
+TOKEN_FIELDS = ("advantages", "old_log_probs")
+
+
 @dataclass(frozen=True, eq=False)
 class RolloutBatch:
     """One training batch as strategies see it.
@@ -83,6 +109,14 @@ class RolloutBatch:
         prompt_keys: B stable prompt identities (str or int) for per-prompt histories.
         is_padding: [B] bool, padding rows; ``None`` means no padding.
         step: global training step.
+        response_advantages: [B] float, optional: each response's advantage when the host's
+            advantages are constant over its valid tokens. When given, per-response reads
+            use it and never read ``advantages`` (which the host keeps for its loss; it may
+            be None). The host vouches that the two agree: checking would cost the read it saves.
+        response_lengths: [B] int64, optional: each response's number of valid tokens. When
+            given, ``response_length`` is this tensor; it is checked against
+            ``response_mask`` lazily, the first time the mask summary (`token_blocks`) is
+            built.
     """
 
     rewards: Tensor
@@ -95,6 +129,8 @@ class RolloutBatch:
     prompt_keys: tuple | None = None
     is_padding: Tensor | None = None
     step: int = 0
+    response_advantages: Tensor | None = None
+    response_lengths: Tensor | None = None
     _num_groups: int = field(default=-1, repr=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +179,18 @@ class RolloutBatch:
             _check(len(keys) == B, f"prompt_keys must have B={B} entries, got {len(keys)}")
             set_(self, "prompt_keys", keys)
         _check(isinstance(self.step, int) and self.step >= 0, "step must be an int >= 0")
+        a = self.response_advantages
+        if a is not None:
+            _check(isinstance(a, Tensor) and a.shape == (B,) and a.is_floating_point(),
+                   f"response_advantages must be a float tensor [B] with B={B}, "
+                   f"got {_describe(a)}")
+        n = self.response_lengths
+        if n is not None:
+            _check(isinstance(n, Tensor) and n.shape == (B,) and n.dtype == torch.int64,
+                   f"response_lengths must be an int64 tensor [B] with B={B}, "
+                   f"got {_describe(n)}")
+            _check(B == 0 or (int(n.min()) >= 0 and int(n.max()) <= m.shape[1]),
+                   f"response_lengths must lie in 0..T={m.shape[1]}")
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -167,8 +215,29 @@ class RolloutBatch:
         """
         changes.setdefault("_num_groups", -1)
         new = dataclasses.replace(self, **changes)
-        if "response_mask" not in changes and "token_blocks" in self.__dict__:
+        if "response_mask" not in changes and "response_lengths" not in changes \
+                and "token_blocks" in self.__dict__:
             new.__dict__["token_blocks"] = self.token_blocks
+        return new
+
+    def reading(self, fields: Sequence[str]) -> RolloutBatch:
+        """This batch as a decision that reads only ``fields`` sees it.
+
+        The per-token tensors of `TOKEN_FIELDS` not named in ``fields`` are left out (None),
+        so nothing reads them, validates them or pays for them: their non-finite values make
+        no row invalid here. Every other field is shared, not copied or validated again, and
+        so are the caches that do not depend on a left-out field. Returns ``self`` when
+        nothing is left out.
+        """
+        drop = [f for f in TOKEN_FIELDS if f not in fields and getattr(self, f) is not None]
+        if not drop:
+            return self
+        new = object.__new__(type(self))
+        for f in dataclasses.fields(self):
+            new.__dict__[f.name] = None if f.name in drop else self.__dict__[f.name]
+        for key in ("token_blocks", "invalid_reward_mask", "response_length"):
+            if key in self.__dict__:
+                new.__dict__[key] = self.__dict__[key]
         return new
 
     # ------------------------------------------------------------------ masks
@@ -182,7 +251,9 @@ class RolloutBatch:
         """[B] bool: non-padding rows with a non-finite reward, or a non-finite advantage or
         old log-prob on a valid token. Such rows are treated exactly like padding."""
         bad = ~torch.isfinite(self.rewards)
-        if self.advantages is not None:
+        if self.response_advantages is not None:    # B values stand for the advantages
+            bad = bad | (~torch.isfinite(self.response_advantages) & (self.response_length > 0))
+        elif self.advantages is not None:
             bad = bad | self.token_blocks.nonfinite_rows(self.advantages,
                                                          row_sums=self._advantage_row_sums)
         if self.old_log_probs is not None:
@@ -192,14 +263,30 @@ class RolloutBatch:
 
     @cached_property
     def token_blocks(self) -> TokenBlocks:
-        """Block summary of ``response_mask`` for fast per-row token reductions."""
-        return TokenBlocks(self.response_mask)
+        """Block summary of ``response_mask`` for fast per-row token reductions.
+
+        Built on first use (one pass over the mask); checks ``response_lengths``, when given,
+        against the mask's row counts.
+        """
+        blocks = TokenBlocks(self.response_mask)
+        n = self.response_lengths
+        if n is not None and not torch.equal(blocks.row_counts, n):
+            row = int((blocks.row_counts != n).nonzero()[0, 0])
+            raise BatchError(
+                f"response_lengths disagrees with response_mask: row {row} has length "
+                f"{int(n[row])} but {int(blocks.row_counts[row])} valid tokens in the mask")
+        return blocks
 
     @cached_property
     def _advantage_row_sums(self) -> Tensor:
         """[B] sum of the advantages over each row's valid tokens (one pass, shared by the
         validity check and `advantage_per_response`)."""
         return self.token_blocks.row_sums(self.advantages)
+
+    @property
+    def has_advantages(self) -> bool:
+        """Whether the batch carries advantages (per token or per response)."""
+        return self.advantages is not None or self.response_advantages is not None
 
     @cached_property
     def _log_prob_row_sums(self) -> Tensor:
@@ -224,13 +311,23 @@ class RolloutBatch:
 
     @cached_property
     def response_length(self) -> Tensor:
-        """[B] int64 number of valid response tokens."""
+        """[B] int64 number of valid response tokens (``response_lengths`` when given: no
+        read of the mask)."""
+        if self.response_lengths is not None:
+            return self.response_lengths
         return self.token_blocks.row_counts
 
     @cached_property
     def advantage_per_response(self) -> Tensor:
-        """[B] mean token advantage over valid tokens (0 where none or inactive)."""
-        _check(self.advantages is not None, "this needs 'advantages', which the batch lacks")
+        """[B] mean token advantage over valid tokens (0 where none or inactive).
+
+        ``response_advantages`` when given (no [B, T] read).
+        """
+        _check(self.has_advantages, "this needs 'advantages', which the batch lacks")
+        if self.response_advantages is not None:
+            a = self.response_advantages
+            return torch.where(self.active_mask & (self.response_length > 0), a,
+                               torch.zeros_like(a))
         s = self._advantage_row_sums
         mean = s / self.response_length.clamp(min=1)
         return torch.where(self.active_mask, mean, 0.0)
@@ -249,7 +346,7 @@ class RolloutBatch:
         With advantages: |mean token advantage| > eps. Without: the row's group has two
         different rewards (``group_std > 0``, exact: see `segment_moments`).
         """
-        if self.advantages is not None:
+        if self.has_advantages:
             return self.active_mask & (self.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
         return self.active_mask & (self.group_std > 0)[self.group_ids]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Sequence
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from dataflex_rl.core.advantages import grpo_advantages_per_response
 from dataflex_rl.core.base import Mixer, Scorer, check_score_shape, checked_scores
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
@@ -116,13 +117,31 @@ class Strategy:
             needs another is rejected here rather than mid-run.
         norm_adv_by_std: whether recomputed advantages divide by the group std (GRPO) or not
             (Dr. GRPO).
+        threads: torch intra-op threads `decide` runs with (default 1); None leaves torch's
+            setting alone. A decision is a few passes over memory next to a training step:
+            a second thread gains little on an idle machine, and next to other busy
+            processes every OpenMP region waits for its slowest thread, which made 2-thread
+            decisions 3-30x slower than 1-thread ones (``benchmarks/strategy_overhead.py
+            --load``). The count is set for the call and restored after it; torch's OpenMP
+            thread count is per calling thread, but a thread that first uses torch *during*
+            a decision would start with this count.
+
+    Attributes:
+        reads: the optional per-token fields (`TOKEN_FIELDS`) the decision reads: the ones its
+            components declare (``requires``) plus ``advantages``, which decide which rows are
+            valid and informative. Components see `RolloutBatch.reading` of the batch: the
+            other fields are absent, never read or validated.
     """
 
     def __init__(self, spec: Any = "baseline", *, domains: Sequence[str] | None = None,
                  advantage_estimator: str = "grpo",
                  available_fields: Sequence[str] | None = None,
-                 norm_adv_by_std: bool = True) -> None:
+                 norm_adv_by_std: bool = True, threads: int | None = 1) -> None:
         self.spec: StrategySpec = parse_strategy(spec)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise ConfigError(f"threads: must be an int >= 1 or None, got {threads!r}")
+        self.threads = threads
         if advantage_estimator not in GROUP_ESTIMATORS | NON_GROUP_ESTIMATORS:
             raise ConfigError(
                 f"advantage_estimator: unknown {advantage_estimator!r}. Group estimators: "
@@ -140,6 +159,11 @@ class Strategy:
             self._check_host_fit(mech, mspec, scorer, actuator, available_fields, where)
             self.parts[mech] = (scorer, actuator)
         self._mix_step = -1   # the last batch.step mixed (the mix clock is batch.step)
+        declared = {"advantages"}
+        for scorer, actuator in self.parts.values():
+            for c in (scorer, actuator):
+                declared.update(getattr(c, "requires", ()) if c is not None else ())
+        self.reads: frozenset[str] = frozenset(f for f in TOKEN_FIELDS if f in declared)
         self._drawn: Tensor | None = None
         self._drawn_last: Tensor | None = None   # that step's draws, replaced on a retry
         self._proportions: Tensor | None = None
@@ -173,7 +197,10 @@ class Strategy:
                 f"estimator {self.advantage_estimator!r} has none. Use a group estimator "
                 f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer")
         if available is not None and scorer is not None:
-            missing = [f for f in scorer.requires if f not in set(available)]
+            have = set(available)
+            if "response_advantages" in have:      # per-response advantages stand for them
+                have.add("advantages")
+            missing = [f for f in scorer.requires if f not in have]
             if missing:
                 raise ConfigError(f"{where}.scorer: {type(scorer).__name__} needs "
                                   f"{', '.join(missing)}, which this host does not provide")
@@ -233,9 +260,17 @@ class Strategy:
         A decision never carries gradients: inputs that require grad (rewards, advantages,
         old log-probs) are detached here, once, so every weight, mask and advantage of the
         `Decision` has ``requires_grad`` False and no ``grad_fn``.
+
+        Components and metrics see ``batch.reading(self.reads)``: a per-token field no
+        component declares is neither read nor validated (see `reads`). Runs with
+        ``threads`` torch threads.
         """
+        with intra_op_threads(self.threads):
+            return self._decide(batch)
+
+    def _decide(self, batch: RolloutBatch) -> Decision:
         t0 = time.perf_counter()
-        batch = detach_batch(batch)
+        batch = detach_batch(batch).reading(self.reads)
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
@@ -245,8 +280,10 @@ class Strategy:
         if "select" in self.parts:
             keep, advantages, renormalize = self._select(batch, metrics)
             if advantages is not None and "reweight" in self.parts:
-                work = batch.replace(advantages=advantages[:, None]
-                                     * batch.response_mask.to(advantages.dtype))
+                # the recomputed advantages, one per response: a [B, T] view without a copy
+                # (padding tokens hold the row's value; every reader masks them)
+                work = batch.replace(advantages=advantages[:, None].expand(
+                    batch.response_mask.shape), response_advantages=advantages)
         has_tokens = batch.response_length > 0
         w_resp = (keep & has_tokens).to(torch.float32)
         w_tok = None
@@ -424,9 +461,29 @@ class Strategy:
 def detach_batch(batch: RolloutBatch) -> RolloutBatch:
     """``batch`` with its float fields detached from autograd (the same object when none
     requires grad)."""
-    changes = {name: t.detach() for name in ("rewards", "advantages", "old_log_probs")
+    changes = {name: t.detach() for name in ("rewards", "advantages", "old_log_probs",
+                                             "response_advantages")
                if (t := getattr(batch, name)) is not None and t.requires_grad}
     return batch.replace(**changes) if changes else batch
+
+
+@contextmanager
+def intra_op_threads(n: int | None):
+    """Run the block with ``n`` torch intra-op threads, then restore the previous count.
+
+    Nothing is set when ``n`` is None or already the current count. torch's OpenMP thread
+    count is per OS thread once that thread has used torch, so other running threads keep
+    theirs; a thread that first touches torch inside the block would inherit ``n``.
+    """
+    prev = torch.get_num_threads()
+    if n is None or n == prev:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
 
 
 def _warn_zero_mean(step: int, who: str) -> None:

@@ -21,12 +21,17 @@ def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -
     (+1, -1) give |A| = 1 (each token is pushed, the response carries signal), not 0. With
     GRPO-style advantages, constant over a response's tokens, the two agree.
 
-    0 for inactive rows and rows without valid tokens. Float64, from `TokenBlocks.row_means`:
+    From ``response_advantages`` when the batch has them (|A| of each response, no token
+    read). 0 for inactive rows and rows without valid tokens. Float64, from
+    `TokenBlocks.row_means`:
     responses whose tokens all carry the same |A| get exactly that value (exact ties, broken
     by index), and |A| up to 3.4e38 stays finite.
     """
-    if batch.advantages is None:
+    if not batch.has_advantages:
         raise ValueError(f"{who} needs 'advantages' in the batch")
+    if batch.response_advantages is not None:     # one value per response: no [B, T] read
+        mean = batch.response_advantages.to(torch.float64).abs()
+        return torch.where(batch.active_mask & (batch.response_length > 0), mean, 0.0)
     mean = batch.token_blocks.row_means(batch.advantages, absolute=True)
     return torch.where(batch.active_mask, mean, 0.0)
 
