@@ -1,28 +1,34 @@
 """How much a data strategy costs a training step, against a per-group Python loop.
 
 Times ``Strategy(preset, domains=...).decide(batch)`` -- the whole decision a host pays for,
-metrics included -- for every preset at three batch sizes, on CPU with 2 threads, next to a
-straightforward per-group loop implementation of the same preset (`loop_baselines.py`) timed
-in the same run. Before timing, each preset's vectorized and loop outputs are checked to agree.
+metrics included -- for every preset, next to a straightforward per-group loop implementation
+of the same preset (`loop_baselines.py`, checked to agree before timing; ``--skip-loops`` skips
+both). Each preset is timed three ways in the same run:
+
+* ``1 thr``: torch at 1 thread;
+* ``host``: torch at ``--threads`` (the host's setting), the Strategy's default ``threads=1``
+  (the decision scopes torch to 1 thread and restores the host's count);
+* ``free``: torch at ``--threads`` with ``Strategy(threads=None)``: the decision's ops use
+  every thread, which is what every decision did before the ``threads`` option.
+
+and, with ``--inputs both`` (default), twice: ``token`` batches carry only [B, T] advantages
+and old log-probs; ``response`` batches also carry what a GRPO host has per response
+(``response_advantages``, ``response_lengths``), so response- and group-level decisions
+read no [B, T] tensor at all. ``--load N`` then repeats everything next to N busy processes.
 
 Targets at the largest size (512 prompts x 16 samples, 4096 tokens):
 
-* every response- or group-level preset: <= 10 ms and >= 25x faster than its loop;
-* the token-level ``ar``: within 2x of the floor, one pass that only reads its inputs
-  (``w = alpha * exp(old_log_probs) + (1 - alpha)``, masked, plus one sum for the mean).
+* every response- or group-level preset: <= 5 ms (``host`` column) with per-response inputs;
+* the token-level ``ar``: within 1.5x of one fused read-and-write pass over the [B, T] tensor
+  (``torch.addcmul`` into a preallocated output), timed in the same run at 1 thread;
+* under ``--load``: no preset's ``host`` time more than 2x its ``1 thr`` time.
 
 Mixing presets run with ``warmup_steps: 0, every: 1``, so every timed call observes the batch
-and updates the proportions. Each size's header also prints what merely reading the per-token
-inputs once costs (advantages, old log-probs, mask): every decision reads them, since a row with
-a non-finite value on a valid token takes part in nothing, so it bounds every preset from below.
-
-2-thread timings need an otherwise idle machine (an OpenMP region waits for its slowest
-thread): ``--wait-quiet`` waits for a low load average, and ``--clock cpu`` with
-``--threads 1`` gives figures that other processes barely disturb.
+and updates the proportions.
 
 Usage::
 
-    .venv/bin/python benchmarks/strategy_overhead.py                 # all sizes, 7 repeats
+    .venv/bin/python benchmarks/strategy_overhead.py --sizes large --load        # the targets
     .venv/bin/python benchmarks/strategy_overhead.py --sizes small --presets difffilter,ar
     .venv/bin/python benchmarks/strategy_overhead.py --threads 1 --clock cpu    # busy machine
     .venv/bin/python benchmarks/strategy_overhead.py --out benchmarks/results/overhead
@@ -33,12 +39,14 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import inspect
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -51,14 +59,18 @@ from dataflex_rl import Strategy  # noqa: E402
 from dataflex_rl.core.batch import RolloutBatch  # noqa: E402
 from dataflex_rl.presets import PRESETS  # noqa: E402
 
+#: this checkout's RolloutBatch takes per-response inputs / its Strategy a ``threads`` option
+#: (the benchmark also runs against older checkouts, for before/after figures)
+HAS_PER_RESPONSE = "response_advantages" in {f.name for f in fields(RolloutBatch)}
+HAS_THREADS = "threads" in inspect.signature(Strategy).parameters
+
 #: name -> (prompts, samples per prompt G, response tokens T)
 SIZES = {"small": (64, 8, 1024), "medium": (256, 8, 2048), "large": (512, 16, 4096)}
 DOMAINS = ("math", "logic", "science")
 MIX_PRESETS = loops.MIXERS
 TOKEN_LEVEL = ("ar",)
 REFERENCE = ("baseline",)          # no mechanism: shown, but no target applies
-MAX_MS, MIN_RATIO, MAX_FLOOR_RATIO = 10.0, 25.0, 2.0
-AR_ALPHA = 0.5
+MAX_MS, MAX_FUSED_RATIO = 5.0, 1.5
 
 
 # ---------------------------------------------------------------------------- batches
@@ -97,6 +109,14 @@ def make_tensors(prompts: int, G: int, T: int, seed: int = 0, n_pad: int = 4) ->
     return {"rewards": rewards, "response_mask": mask, "advantages": advantages,
             "old_log_probs": old_log_probs, "group_ids": group, "domain_ids": domain,
             "is_padding": is_padding}
+
+
+def per_response_inputs(t: dict) -> dict:
+    """The per-response inputs a GRPO host has: each response's advantage (constant over its
+    tokens) and its length."""
+    n = t["response_mask"].sum(1)
+    return {"response_advantages": torch.where(n > 0, t["advantages"][:, 0], 0.0),
+            "response_lengths": n}
 
 
 def make_batch(t: dict, step: int = 0) -> RolloutBatch:
@@ -174,19 +194,6 @@ def timed(fn, repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
-def ar_floor(t: dict) -> None:
-    """One pass that only reads ar's inputs: one output buffer, updated in place, one sum."""
-    w = torch.exp(t["old_log_probs"])
-    w.mul_(AR_ALPHA).add_(1 - AR_ALPHA).mul_(t["response_mask"])
-    w.sum()
-
-
-def ar_floor_literal(t: dict) -> None:
-    """The same, written as the plain expression (each operator allocates)."""
-    w = (AR_ALPHA * t["old_log_probs"].exp() + (1 - AR_ALPHA)) * t["response_mask"]
-    w.sum()
-
-
 def exp_only(t: dict) -> None:
     """A lower bound of any fused pass: one new [B, T] buffer written from old_log_probs."""
     torch.exp(t["old_log_probs"])
@@ -207,17 +214,21 @@ def read_floor(t: dict) -> None:
 class Row:
     preset: str
     size: str
+    inputs: str              # "token" ([B, T] tensors only) or "response" (+ per-response)
     B: int
     T: int
-    vec_ms: float
-    vec_min_ms: float
-    loop_ms: float
-    ratio: float
-    floor_ms: float | None = None
-    floor_ratio: float | None = None
+    ms_1t: float             # torch at 1 thread
+    ms_host: float           # torch at --threads, the Strategy's default (threads=1)
+    ms_free: float | None    # torch at --threads, Strategy(threads=None): the decision's ops
+                             # use every thread (what every decision did before)
+    loop_ms: float | None
+    ratio: float | None
+    loaded: bool = False     # timed while --load busy processes ran
+    fused_ms: float | None = None      # one fused read-and-write pass, 1 thread
+    fused_ratio: float | None = None   # ms_1t / fused_ms (token-level presets)
     ms_ok: bool | None = None
-    ratio_ok: bool | None = None
-    floor_ok: bool | None = None
+    fused_ok: bool | None = None
+    threads_ok: bool | None = None     # ms_host <= 2 x ms_1t
     load: float = 0.0        # 1-minute load average of the machine when the row was timed
 
 
@@ -229,22 +240,76 @@ def wait_for_quiet(max_load: float | None, patience_s: float = 300.0) -> float:
     return os.getloadavg()[0]
 
 
-def bench_preset(name: str, size: str, t: dict, repeats: int, loop_repeats: int,
-                 floors: dict, max_load: float | None = None) -> Row:
-    agree(name, t)
+class BusyLoad:
+    """``n`` background processes spinning in pure Python (each wants one full core)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "BusyLoad":
+        code = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n" \
+               "while True:\n    pass\n"
+        self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(self.n)]
+        time.sleep(0.5)           # let them get on the CPUs
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:      # only the processes this object started, by pid
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+
+def with_threads(n: int, fn):
+    """``fn`` called with torch at ``n`` threads (the previous count restored)."""
+    def run():
+        prev = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(prev)
+    return run
+
+
+def time_decision(name: str, t: dict, repeats: int, torch_threads: int,
+                  strategy_threads: int | None | str = "default") -> float:
+    kw = {} if strategy_threads == "default" else {"threads": strategy_threads}
+    strategy = Strategy(strategy_spec(name), domains=DOMAINS, **kw)
+    xs = with_threads(torch_threads, lambda: timed(
+        lambda: (lambda b=make_batch(t): strategy.decide(b)), repeats))()
+    return statistics.median(xs)
+
+
+def bench_preset(name: str, size: str, inputs: str, t: dict, repeats: int,
+                 loop_repeats: int, fused: float, threads: int, loaded: bool,
+                 loops_too: bool, max_load: float | None = None) -> Row:
+    if loops_too:
+        agree(name, t)
     load = wait_for_quiet(max_load)
-    strategy, loop = Strategy(strategy_spec(name), domains=DOMAINS), loop_for(name)
-    vec = timed(lambda: (lambda b=make_batch(t): strategy.decide(b)), repeats)
-    ref = timed(lambda: (lambda: loop(t)), loop_repeats)
-    v, lp = statistics.median(vec), statistics.median(ref)
+    ms_1t = time_decision(name, t, repeats, 1)
+    ms_host = time_decision(name, t, repeats, threads)
+    ms_free = time_decision(name, t, repeats, threads, None) if HAS_THREADS else None
+    lp = None
+    if loops_too:
+        loop = loop_for(name)
+        lp = statistics.median(timed(lambda: (lambda: loop(t)), loop_repeats))
     B, T = t["response_mask"].shape
-    row = Row(name, size, B, T, v, min(vec), lp, lp / v, load=load)
+    row = Row(name, size, inputs, B, T, ms_1t, ms_host, ms_free, lp,
+              None if lp is None else lp / ms_host, loaded, load=load)
+    row.threads_ok = ms_host <= 2 * ms_1t
     if name in TOKEN_LEVEL:
-        row.floor_ms = floors["ar"]
-        row.floor_ratio = v / row.floor_ms
-        row.floor_ok = row.floor_ratio <= MAX_FLOOR_RATIO
+        row.fused_ms = fused
+        row.fused_ratio = ms_1t / fused
+        row.fused_ok = row.fused_ratio <= MAX_FUSED_RATIO
     elif name not in REFERENCE:
-        row.ms_ok, row.ratio_ok = v <= MAX_MS, row.ratio >= MIN_RATIO
+        row.ms_ok = ms_host <= MAX_MS
     return row
 
 
@@ -252,14 +317,116 @@ def yn(x: bool | None) -> str:
     return "-" if x is None else ("y" if x else "n")
 
 
+def fmt(x: float | None, w: int = 8, d: int = 2) -> str:
+    return f"{'-':>{w}s}" if x is None else f"{x:{w}.{d}f}"
+
+
+def print_header() -> None:
+    print(f"{'preset':11s} {'inputs':8s} {'1 thr':>8s} {'host':>8s} {'free':>9s} "
+          f"{'host/1':>6s} {'free/1':>7s} {'loop ms':>9s} {'loop/x':>7s} {'load':>5s}  target")
+
+
 def print_row(r: Row) -> None:
-    floor = "" if r.floor_ms is None else f"  floor {r.floor_ms:8.2f} ms  x{r.floor_ratio:4.2f}"
-    if r.floor_ms is not None:
-        target = f"<=2x floor: {yn(r.floor_ok)}"
+    free = fmt(r.ms_free, 9)
+    free_ratio = "-" if r.ms_free is None else f"{r.ms_free / r.ms_1t:.1f}"
+    if r.fused_ms is not None:
+        target = (f"<={MAX_FUSED_RATIO:g}x fused ({r.fused_ms:.2f} ms): {yn(r.fused_ok)} "
+                  f"x{r.fused_ratio:.2f}")
+    elif r.ms_ok is not None:
+        target = f"<={MAX_MS:g}ms: {yn(r.ms_ok)}"
     else:
-        target = f"<=10ms: {yn(r.ms_ok)}  >=25x: {yn(r.ratio_ok)}"
-    print(f"{r.preset:11s} {r.size:6s} {r.vec_ms:9.2f} {r.vec_min_ms:9.2f} {r.loop_ms:10.1f} "
-          f"{r.ratio:8.1f}x {r.load:5.1f}  {target}{floor}", flush=True)
+        target = "(reference)"
+    target += f"  host<=2x 1thr: {yn(r.threads_ok)}"
+    loop_ratio = "-" if r.ratio is None else f"{r.ratio:.0f}x"
+    print(f"{r.preset:11s} {r.inputs:8s} {r.ms_1t:8.2f} {r.ms_host:8.2f} {free} "
+          f"{r.ms_host / r.ms_1t:6.1f} {free_ratio:>7s} {fmt(r.loop_ms, 9, 1)} "
+          f"{loop_ratio:>7s} {r.load:5.1f}  {target}", flush=True)
+
+
+def fused_pass(t: dict, out: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> None:
+    """The fused baseline: one read of the [B, T] float32 token tensor and one write of a
+    preallocated [B, T] output (``offset + x * scale`` with per-row scale and offset)."""
+    torch.addcmul(offset, t["old_log_probs"], scale, out=out)
+
+
+def scope_cost_us(threads: int, n: int = 2000) -> float:
+    """Microseconds of one `intra_op_threads(1)` enter + exit when torch is at ``threads``."""
+    from dataflex_rl.core.strategy import intra_op_threads
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            with intra_op_threads(1):
+                pass
+        return (time.perf_counter() - t0) / n * 1e6
+    finally:
+        torch.set_num_threads(prev)
+
+
+def run_size(size: str, presets: list[str], inputs_modes: list[str], args, loop_repeats: int,
+             loaded: bool) -> list[Row]:
+    prompts, G, T = SIZES[size]
+    base = make_tensors(prompts, G, T)
+    B = base["rewards"].shape[0]
+    out = torch.empty_like(base["old_log_probs"])
+    scale = torch.rand(B, 1)
+    offset = torch.rand(B, 1)
+    fused = {k: statistics.median(with_threads(k, lambda: timed(
+        lambda: (lambda: fused_pass(base, out, scale, offset)), args.repeats))())
+        for k in (1, args.threads)}
+    rd = statistics.median(timed(lambda: (lambda: read_floor(base)), args.repeats))
+    exp1 = statistics.median(with_threads(1, lambda: timed(
+        lambda: (lambda: exp_only(base)), args.repeats))())
+    print(f"\n== {size}: {prompts} prompts x {G} = {B} rows (4 padding), T = {T}"
+          f"{' -- UNDER LOAD: %d busy processes' % args.load if loaded else ''}\n"
+          f"fused read-and-write pass (addcmul into a preallocated [B, T]): "
+          f"{fused[1]:.2f} ms at 1 thread, {fused[args.threads]:.2f} ms at {args.threads}; "
+          f"torch.exp into a new [B, T] (1 thread): {exp1:.2f} ms; "
+          f"reading adv + old_log_probs + mask once: {rd:.2f} ms")
+    print_header()
+    rows = []
+    for inputs in inputs_modes:
+        t = dict(base, **per_response_inputs(base)) if inputs == "response" else base
+        for name in presets:
+            row = bench_preset(name, size, inputs, t, args.repeats, loop_repeats, fused[1],
+                               args.threads, loaded, not args.skip_loops and inputs == "token",
+                               args.wait_quiet)
+            rows.append(row)
+            print_row(row)
+    del base, out
+    gc.collect()
+    return rows
+
+
+def summarize(rows: list[Row], size: str, loaded: bool, threads: int) -> None:
+    rows = [r for r in rows if r.size == size and r.loaded == loaded]
+    if not rows:
+        return
+    print(f"\n== targets at {size}{' under load' if loaded else ''}")
+    resp = [r for r in rows if r.ms_ok is not None and r.inputs == "response"]
+    if resp and not loaded:
+        miss = [f"{r.preset} ({r.ms_host:.1f} ms)" for r in resp if not r.ms_ok]
+        print(f"response/group-level <= {MAX_MS:g} ms with per-response inputs: "
+              f"{len(resp) - len(miss)}/{len(resp)} met"
+              + (f"; missed: {', '.join(miss)}" if miss else ""))
+    for r in rows:
+        if r.fused_ok is not None:
+            print(f"{r.preset} ({r.inputs} inputs) within {MAX_FUSED_RATIO:g}x of the fused pass "
+                  f"(1 thread): {yn(r.fused_ok)} ({r.ms_1t:.1f} ms vs {r.fused_ms:.1f} ms, "
+                  f"x{r.fused_ratio:.2f})")
+    miss = [f"{r.preset}/{r.inputs} (x{r.ms_host / r.ms_1t:.1f})" for r in rows
+            if not r.threads_ok]
+    print(f"host at {threads} threads (Strategy default) no more than 2x the 1-thread time: "
+          f"{len(rows) - len(miss)}/{len(rows)} met" + (f"; missed: {', '.join(miss)}"
+                                                         if miss else ""))
+    free = [r for r in rows if r.ms_free is not None]
+    if free:
+        worst = max(free, key=lambda r: r.ms_free / r.ms_1t)
+        print(f"for comparison, decisions using every thread (threads=None): worst "
+              f"{worst.preset}/{worst.inputs} {worst.ms_free:.1f} ms vs {worst.ms_1t:.1f} ms "
+              f"at 1 thread (x{worst.ms_free / worst.ms_1t:.1f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,11 +436,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="timed repeats per preset (median)")
     ap.add_argument("--loop-repeats", type=int, default=None,
                     help="timed repeats of the loop baseline (default: min(repeats, 3))")
+    ap.add_argument("--skip-loops", action="store_true",
+                    help="skip the loop baselines and the agreement check (saves CPU)")
     ap.add_argument("--presets", default="", help="comma list (default: every preset)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--inputs", choices=("token", "response", "both"), default="both",
+                    help="token: [B, T] advantages only; response: also response_advantages "
+                         "and response_lengths [B] (default: both)")
+    ap.add_argument("--threads", type=int, default=2, help="the host's torch thread count")
+    ap.add_argument("--load", type=int, default=None, nargs="?", const=os.cpu_count() or 2,
+                    metavar="N",
+                    help="after the normal run, time everything again next to N busy "
+                         "processes (default N: the number of CPUs)")
     ap.add_argument("--wait-quiet", type=float, default=None, metavar="LOAD",
                     help="before each preset, wait (up to 5 min) for the 1-minute load average "
-                         "to drop to LOAD: 2-thread timings are meaningless on a busy machine")
+                         "to drop to LOAD (not with --load)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time (default) or process CPU time (steadier on a busy machine)")
     ap.add_argument("--out", default=None,
@@ -290,50 +466,26 @@ def main(argv: list[str] | None = None) -> int:
     for p in presets:
         if p not in PRESETS:
             ap.error(f"unknown preset {p!r}; presets: {', '.join(PRESETS)}")
+    modes = ["token", "response"] if args.inputs == "both" else [args.inputs]
+    if not HAS_PER_RESPONSE and "response" in modes:
+        print("this dataflex_rl has no per-response inputs: timing token inputs only")
+        modes = ["token"]
     loop_repeats = args.loop_repeats or min(args.repeats, 3)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
-          f"median of "
-          f"{args.repeats} (loop: {loop_repeats}) after one warm-up call")
+    print(f"torch {torch.__version__}, host at {args.threads} threads, {args.clock} clock, "
+          f"median of {args.repeats} (loop: {loop_repeats}) after one warm-up call; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    if HAS_THREADS:
+        print(f"Strategy default threads={Strategy('baseline').threads}; the scoped thread "
+              f"count costs {scope_cost_us(args.threads):.1f} us per decision")
     rows: list[Row] = []
     for size in sizes:
-        prompts, G, T = SIZES[size]
-        t = make_tensors(prompts, G, T)
-        B = t["rewards"].shape[0]
-        floors = {"ar": statistics.median(timed(lambda: (lambda: ar_floor(t)), args.repeats))}
-        lit = statistics.median(timed(lambda: (lambda: ar_floor_literal(t)), args.repeats))
-        exp1 = statistics.median(timed(lambda: (lambda: exp_only(t)), args.repeats))
-        rd = statistics.median(timed(lambda: (lambda: read_floor(t)), args.repeats))
-        build = statistics.median(timed(lambda: (lambda: make_batch(t)), args.repeats))
-        print(f"\n== {size}: {prompts} prompts x {G} = {B} rows (4 padding), T = {T}; "
-              f"ar floor {floors['ar']:.2f} ms (as one expression: {lit:.2f} ms; "
-              f"torch.exp alone: {exp1:.2f} ms); "
-              f"reading adv + old_log_probs + mask once: {rd:.2f} ms; "
-              f"building the RolloutBatch: {build:.2f} ms")
-        print(f"{'preset':11s} {'size':6s} {'vec ms':>9s} {'vec min':>9s} {'loop ms':>10s} "
-              f"{'ratio':>9s} {'load':>5s}  target")
-        for name in presets:
-            row = bench_preset(name, size, t, args.repeats, loop_repeats, floors,
-                               args.wait_quiet)
-            rows.append(row)
-            print_row(row)
-        del t
-        gc.collect()
-    largest = [r for r in rows if r.size == sizes[-1]]
-    print(f"\n== targets at {sizes[-1]}")
-    resp = [r for r in largest if r.ms_ok is not None]
-    if resp:
-        miss_ms = [f"{r.preset} ({r.vec_ms:.1f} ms)" for r in resp if not r.ms_ok]
-        miss_ratio = [f"{r.preset} ({r.ratio:.0f}x)" for r in resp if not r.ratio_ok]
-        print(f"response/group-level <= {MAX_MS:g} ms: "
-              f"{len(resp) - len(miss_ms)}/{len(resp)} met"
-              + (f"; missed: {', '.join(miss_ms)}" if miss_ms else ""))
-        print(f"response/group-level >= {MIN_RATIO:g}x loop: "
-              f"{len(resp) - len(miss_ratio)}/{len(resp)} met"
-              + (f"; missed: {', '.join(miss_ratio)}" if miss_ratio else ""))
-    for r in largest:
-        if r.floor_ok is not None:
-            print(f"{r.preset} within {MAX_FLOOR_RATIO:g}x of its floor: {yn(r.floor_ok)} "
-                  f"({r.vec_ms:.1f} ms vs {r.floor_ms:.1f} ms, x{r.floor_ratio:.2f})")
+        rows += run_size(size, presets, modes, args, loop_repeats, loaded=False)
+    if args.load:
+        with BusyLoad(args.load):
+            for size in sizes:
+                rows += run_size(size, presets, modes, args, loop_repeats, loaded=True)
+    summarize(rows, sizes[-1], False, args.threads)
+    summarize(rows, sizes[-1], True, args.threads)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.DictWriter(f, fieldnames=list(records[0]))
             w.writeheader()
             w.writerows(records)
-        meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+        meta = {"torch": torch.__version__, "threads": args.threads, "load": args.load,
                 "repeats": args.repeats, "loop_repeats": loop_repeats, "rows": records}
         out.with_suffix(".json").write_text(json.dumps(meta, indent=1))
         print(f"wrote {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
