@@ -50,6 +50,21 @@ class Scorer(Component):
         """Score every unit of the batch; inactive rows may hold any finite value."""
         raise NotImplementedError
 
+    def row_sums(self, batch: RolloutBatch) -> Tensor | None:
+        """Token scorers, optional: [B] float64 sum of `score` over each row's valid tokens,
+        computed without a [B, T] buffer (0 for inactive rows), or None (no shortcut).
+
+        With `score_rows_` it lets a strategy normalize token weights from B sums and build
+        the [B, T] weights only when a host reads them, in one pass.
+        """
+        return None
+
+    def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
+        """Token scorers with `row_sums`: `score` of rows ``start .. start + len(out)`` of
+        the active rows written into ``out`` [R, T] (any finite or non-finite value on
+        invalid tokens and inactive rows: the caller masks them); returns ``out``."""
+        raise NotImplementedError
+
 
 def expected_score_shape(granularity: str, batch: RolloutBatch) -> tuple[int, ...]:
     """The shape a score of ``granularity`` must have for ``batch``."""
@@ -143,6 +158,12 @@ class Reweighter(Component):
         Only called when ``in_place`` is True; saves a [B, T] buffer for token-level weights.
         """
         raise NotImplementedError
+
+    def affine(self) -> tuple[float, float] | None:
+        """Token level, optional: (a, b) when `raw_weights` is ``a * score + b`` elementwise,
+        else None. With a scorer's `Scorer.row_sums` the strategy then never materializes
+        the raw [B, T] weights (see `Decision.weights_per_token`)."""
+        return None
 
 
 @dataclass

@@ -22,7 +22,8 @@ from torch import Tensor
 #: largest block: a block's count must fit in one byte (see `_block_counts`)
 MAX_BLOCK = 248
 #: elements per chunk when a pass needs an elementwise temporary (|x|): 1 MiB of float32
-_CHUNK_ELEMS = 1 << 18
+CHUNK_ELEMS = 1 << 18
+_CHUNK_ELEMS = CHUNK_ELEMS
 
 
 def block_size(T: int) -> int:

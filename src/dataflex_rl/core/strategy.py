@@ -18,7 +18,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -31,6 +31,7 @@ from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.rowops import CHUNK_ELEMS
 from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy, resolve_mechanism
 
 #: advantage estimators that normalize rewards within prompt groups (verl names)
@@ -74,7 +75,11 @@ class Decision:
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
         token_weights: [B, T] the final per-token weights when a token-level reweighter
-            made them (then ``weights_per_token`` returns this tensor), else None.
+            made them (then ``weights_per_token`` returns this tensor), else None (also when
+            they are built on first access, see ``token_weights_fn``).
+        token_weights_fn: builds the final [B, T] token weights on first access of
+            ``weights_per_token`` (token-level reweighters whose weights are affine in a
+            scorer with `Scorer.row_sums`: the decision itself needs only B sums), or None.
     """
 
     keep_mask: Tensor
@@ -85,6 +90,7 @@ class Decision:
     proportions: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     token_weights: Tensor | None = field(default=None, repr=False)
+    token_weights_fn: Callable[[], Tensor] | None = field(default=None, repr=False)
 
     @cached_property
     def loss_mask(self) -> Tensor:
@@ -97,6 +103,8 @@ class Decision:
         tokens. Multiply into the per-token policy loss."""
         if self.token_weights is not None:
             return self.token_weights
+        if self.token_weights_fn is not None:
+            return self.token_weights_fn()
         return torch.where(self.loss_mask, self.weights_per_response[:, None], 0.0)
 
     @cached_property
@@ -295,8 +303,9 @@ class Strategy:
         if self._history is not None:
             self.parts["prerollout"][1].observe(batch, self._history)
             self._history.update(batch)
+        tok, tok_fn = (None, w_tok) if isinstance(w_tok, AffineTokenWeights) else (w_tok, None)
         decision = Decision(keep, w_resp, batch.response_mask, renormalize, advantages,
-                            proportions, metrics, w_tok)
+                            proportions, metrics, tok, tok_fn)
         metrics.update(step_metrics(batch, keep, w_resp, per_domain=self.domains is not None,
                                     signal=self._signal))
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
@@ -320,7 +329,7 @@ class Strategy:
         if batch.batch_size and not bool(keep.any()) and bool(batch.active_mask.any()):
             warnings.warn(f"step {batch.step}: {self.spec.name} dropped every response; "
                           "this step's update is empty (all weights 0)", StrategyWarning,
-                          stacklevel=3)
+                          stacklevel=4)
         return keep, adv, renormalize
 
     def _reweight(self, batch: RolloutBatch, keep: Tensor,
@@ -343,6 +352,11 @@ class Strategy:
         metrics["dataflex/reweight/normalize_informative"] = float(informative)
         norm_set = kept & (batch.informative_mask if informative else batch.active_mask)
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
+        ab = rw.affine() if rw.level == "token" else None
+        sums = scorer.row_sums(batch) if ab is not None else None
+        if sums is not None:       # B sums suffice; the [B, T] weights are built when read
+            check_score_shape(scorer, sums, (batch.batch_size,), "row_sums(batch)")
+            return self._affine_token_weights(batch, scorer, ab, sums, kept, norm_set)
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
         owned = rw.in_place
         if owned:  # compute into a tensor this strategy owns (token level: no [B, T] copy)
@@ -375,19 +389,31 @@ class Strategy:
         blocks = batch.token_blocks
         row_sum = blocks.row_sums(raw)                                  # [B] over valid tokens
         n_tok = batch.response_length
-        total = torch.where(norm_set, row_sum, 0.0).sum()
-        count = torch.where(norm_set, n_tok, 0).sum().clamp(min=1)
-        mean = float(total / count)
-        if mean <= 0 and bool(norm_set.any()):
-            _warn_zero_mean(batch.step, "token weights")
-        use = norm_set & (mean > 0)
-        scale = torch.where(use, 1.0 / mean if mean > 0 else 0.0, 0.0).to(torch.float32)
-        offset = (kept & ~use).to(torch.float32)
+        scale, offset, use = _token_scale(batch.step, row_sum, n_tok, kept, norm_set)
+        scale, offset = scale.to(torch.float32), offset.to(torch.float32)
         weights = raw if owned else torch.empty_like(raw)
         torch.addcmul(offset[:, None], raw, scale[:, None], out=weights)
         blocks.fill_invalid_(weights, 0.0)
         per_response = torch.where(use, row_sum * scale / n_tok.clamp(min=1), offset)
         return per_response.to(torch.float32), weights
+
+    @staticmethod
+    def _affine_token_weights(batch: RolloutBatch, scorer: Scorer, ab: tuple[float, float],
+                              sums: Tensor, kept: Tensor,
+                              norm_set: Tensor) -> tuple[Tensor, AffineTokenWeights]:
+        """`_token_weights` for raw = a * score + b, from the scorer's B row sums.
+
+        The final weight of a valid token of row i is scale_i * (a * s + b) + offset_i =
+        A_i * s + C_i; `AffineTokenWeights` writes them when the host reads them.
+        """
+        a, b = ab
+        n_tok = batch.response_length
+        row_sum = a * sums.to(torch.float64) + b * n_tok.to(torch.float64)
+        scale, offset, use = _token_scale(batch.step, row_sum, n_tok, kept, norm_set)
+        per_response = torch.where(use, row_sum * scale / n_tok.clamp(min=1), offset)
+        A = (scale * a).to(torch.float32)
+        C = (scale * b + offset).to(torch.float32)
+        return per_response.to(torch.float32), AffineTokenWeights(batch, scorer, A, C, kept)
 
     def _mix(self, batch: RolloutBatch, metrics: dict) -> Tensor | None:
         """Observe the batch; update the proportions when the schedule says so.
@@ -486,7 +512,46 @@ def intra_op_threads(n: int | None):
         torch.set_num_threads(prev)
 
 
-def _warn_zero_mean(step: int, who: str) -> None:
+def _token_scale(step: int, row_sum: Tensor, n_tok: Tensor, kept: Tensor,
+                 norm_set: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row (scale, offset, use) that give token weights mean 1 over the valid tokens of
+    ``norm_set`` rows: w = raw * scale + offset (scale 1 / mean on ``use`` rows, offset 1 on
+    the other kept rows), from each row's sum of raw weights."""
+    total = torch.where(norm_set, row_sum, 0.0).sum()
+    count = torch.where(norm_set, n_tok, 0).sum().clamp(min=1)
+    mean = float(total / count)
+    if mean <= 0 and bool(norm_set.any()):
+        _warn_zero_mean(step, "token weights", stacklevel=7)
+    use = norm_set & (mean > 0)
+    scale = torch.where(use, 1.0 / mean if mean > 0 else 0.0, 0.0).to(row_sum.dtype)
+    offset = (kept & ~use).to(row_sum.dtype)
+    return scale, offset, use
+
+
+class AffineTokenWeights:
+    """Builds [B, T] token weights ``A_i * s_t + C_i`` on the valid tokens of the ``rows``
+    (0 elsewhere), ``s`` the scorer's token scores, in one pass a chunk of rows at a time
+    (`Scorer.score_rows_` writes a chunk, which is scaled and masked while in cache)."""
+
+    def __init__(self, batch: RolloutBatch, scorer: Scorer, A: Tensor, C: Tensor,
+                 rows: Tensor) -> None:
+        self.batch, self.scorer, self.A, self.C, self.rows = batch, scorer, A, C, rows
+
+    def __call__(self) -> Tensor:
+        m = self.batch.response_mask
+        B, T = m.shape
+        out = torch.empty(B, T, dtype=torch.float32, device=m.device)
+        step = max(1, CHUNK_ELEMS // max(T, 1))
+        for i in range(0, B, step):
+            j = min(i + step, B)
+            o = self.scorer.score_rows_(self.batch, i, out[i:j])
+            o.mul_(self.A[i:j, None]).add_(self.C[i:j, None])
+            o.masked_fill_(~(m[i:j] & self.rows[i:j, None]), 0.0)
+        return out
+
+
+def _warn_zero_mean(step: int, who: str, stacklevel: int = 5) -> None:
     warnings.warn(f"step {step}: {who}: every raw weight in the normalization set is 0; "
-                  "weights left at 1 (mean 1 cannot be reached)", StrategyWarning, stacklevel=4)
+                  "weights left at 1 (mean 1 cannot be reached)", StrategyWarning,
+                  stacklevel=stacklevel)
 

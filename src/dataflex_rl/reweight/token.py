@@ -37,3 +37,6 @@ class ProbabilityAware(Reweighter):
         # alpha * p + (1 - alpha) = p + (1 - alpha) * (1 - p): one pass
         return scores.lerp_(torch.ones((), dtype=scores.dtype, device=scores.device),
                             1.0 - self.alpha)
+
+    def affine(self) -> tuple[float, float]:
+        return self.alpha, 1.0 - self.alpha

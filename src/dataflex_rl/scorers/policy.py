@@ -71,3 +71,15 @@ class TokenProb(Scorer):
         if bool(inactive.any()):
             p[inactive] = 0.0
         return p
+
+    def row_sums(self, batch: RolloutBatch) -> Tensor:
+        """[B] sum of p_t over valid tokens, from the batch's one pass over old log-probs
+        (shared with its validity check: no [B, T] buffer)."""
+        if batch.old_log_probs is None:
+            raise ValueError("token_prob needs 'old_log_probs' in the batch")
+        s = batch.token_prob_sums
+        return torch.where(batch.active_mask, s, torch.zeros_like(s))
+
+    def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
+        x = batch.old_log_probs[start:start + out.shape[0]]
+        return torch.clamp(x, max=0.0, out=out).exp_()
