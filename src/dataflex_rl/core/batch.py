@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.rowops import CHUNK_ELEMS, TokenBlocks
+from dataflex_rl.core.rowops import TokenBlocks
 from dataflex_rl.core.segment import (
     lexsort,
     rank_in_segment,
@@ -261,32 +261,19 @@ class RolloutBatch:
         return ~self.is_padding & bad
 
     @cached_property
-    def _old_log_prob_pass(self) -> tuple[Tensor, Tensor, Tensor]:
-        """One pass over ``old_log_probs``, a chunk of rows at a time (each chunk is read from
-        memory once and stays in cache): ([B] bool, a non-finite value on a valid token;
-        [B] float64, `token_prob_sums`; [B] the old log-probs' sum over valid tokens).
-        Needs neither `token_blocks` nor a [B, T] buffer."""
+    def _old_log_prob_pass(self) -> tuple[Tensor, Tensor]:
+        """One read of ``old_log_probs`` (`TokenBlocks.mapped_row_sums`, a chunk of rows at a
+        time): ([B] bool, a non-finite value on a valid token; [B] float64,
+        `token_prob_sums`). A row whose plain sum over all its tokens is finite has no
+        non-finite value; only the others are checked token by token."""
         x, m = self.old_log_probs, self.response_mask
-        B, T = x.shape
-        bad = torch.zeros(B, dtype=torch.bool, device=x.device)
-        mass = torch.zeros(B, dtype=torch.float64, device=x.device)
-        sums = torch.zeros(B, dtype=x.dtype, device=x.device)
-        rows = max(1, CHUNK_ELEMS // max(T, 1))
-        buf = torch.empty(min(rows, B), T, dtype=x.dtype, device=x.device)
-        zero = torch.zeros((), dtype=x.dtype, device=x.device)
-        for i in range(0, B, rows):
-            j = min(i + rows, B)
-            b, mc = buf[: j - i], m[i:j]
-            invalid = ~mc
-            torch.where(mc, x[i:j], zero, out=b)
-            torch.sum(b, 1, out=sums[i:j])
-            b.clamp_(max=0.0).exp_().masked_fill_(invalid, 0.0)
-            mass[i:j] = b.sum(1)
-        # a non-finite sum: a non-finite value, or (rarely) an overflow, checked token by token
-        suspect = (~torch.isfinite(sums)).nonzero().squeeze(1)
+        mass, plain = self.token_blocks.mapped_row_sums(
+            x, lambda xc, out: torch.clamp(xc, max=0.0, out=out).exp_())
+        bad = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+        suspect = (~torch.isfinite(plain)).nonzero().squeeze(1)
         if suspect.numel():
             bad[suspect] = (m[suspect] & ~torch.isfinite(x[suspect])).any(1)
-        return bad, mass, sums
+        return bad, mass.to(torch.float64)
 
     @property
     def token_prob_sums(self) -> Tensor:
@@ -326,8 +313,8 @@ class RolloutBatch:
     @cached_property
     def _log_prob_row_sums(self) -> Tensor:
         """[B] sum of the old log-probs over each row's valid tokens (shared by the validity
-        check and `log_prob_per_response`: `_old_log_prob_pass`)."""
-        return self._old_log_prob_pass[2]
+        check and `log_prob_per_response`)."""
+        return self.token_blocks.row_sums(self.old_log_probs)
 
     @cached_property
     def active_mask(self) -> Tensor:

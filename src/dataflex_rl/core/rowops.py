@@ -16,6 +16,8 @@ invalid tokens never enter a result, NaN included. Sums agree with
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -98,6 +100,7 @@ class TokenBlocks:
         if self.tail:
             row_counts = row_counts + mask[:, self.nb * K:].sum(1)
         self.row_counts = row_counts
+        self._empty_at: tuple[Tensor, Tensor] | None = None
 
     def _blocks(self, x: Tensor) -> Tensor:
         """[B, nb, K] view (or copy, for odd strides) of the first nb * K columns."""
@@ -190,7 +193,11 @@ class TokenBlocks:
         if not x.is_contiguous():
             return x.masked_fill_(~self.mask, value)
         if self.nb:
-            self._blocks(x).masked_fill_(self.empty[:, :, None], value)
+            if self._empty_at is None:          # (rows, cols) of the empty blocks, once
+                e = self.empty.view(-1).nonzero().squeeze(1)
+                r = torch.div(e, self.nb, rounding_mode="floor")
+                self._empty_at = (r, e - r * self.nb)
+            self._blocks(x)[self._empty_at] = value       # writes only the empty blocks
             if self.mixed_rows.numel():
                 part = self._gather(x).masked_fill_(self.mixed_invalid, value)
                 if self.nb * self.K == x.shape[1]:
@@ -201,6 +208,46 @@ class TokenBlocks:
         if self.tail:
             x[:, self.nb * self.K:].masked_fill_(~self.mask[:, self.nb * self.K:], value)
         return x
+
+    def mapped_row_sums(self, values: Tensor,
+                        fn: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        """([B] sum over each row's valid tokens of ``fn(values)``, [B] plain sum of
+        ``values`` over *all* tokens), in one pass that reads ``values`` once.
+
+        A chunk of rows at a time, ``fn(chunk, out)`` writes the elementwise function of the
+        chunk into a cache-resident buffer ``out``, which is summed block by block like
+        `row_sums` (invalid tokens never enter, whatever ``fn`` makes of them). The plain sums
+        come from the same read: a finite plain sum proves its row has no non-finite value.
+        """
+        if values.shape != self.mask.shape:
+            raise ValueError(f"values {tuple(values.shape)} do not match the mask "
+                             f"{tuple(self.mask.shape)}")
+        B, T = values.shape
+        K, nb = self.K, self.nb
+        out = torch.zeros(B, dtype=values.dtype, device=values.device)
+        plain = torch.zeros(B, dtype=values.dtype, device=values.device)
+        rows = max(1, CHUNK_ELEMS // max(T, 1))
+        buf = torch.empty(min(rows, B), T, dtype=values.dtype, device=values.device)
+        starts = torch.arange(0, B + rows, rows, device=values.device).clamp_(max=B)
+        cut = torch.searchsorted(self.mixed_rows, starts).tolist()   # mixed rows are sorted
+        for c, i in enumerate(range(0, B, rows)):
+            j = min(i + rows, B)
+            xc = values[i:j]
+            torch.sum(xc, 1, out=plain[i:j])
+            b = fn(xc, buf[: j - i])
+            s = out[i:j]
+            if nb:
+                v3 = b[:, : nb * K].reshape(j - i, nb, K)
+                s.copy_(_block_sums(v3).masked_fill_(self.not_full[i:j], 0.0).sum(1))
+                lo, hi = cut[c], cut[c + 1]
+                if hi > lo:
+                    r = self.mixed_rows[lo:hi] - i
+                    part = v3[r, self.mixed_cols[lo:hi]].masked_fill_(
+                        self.mixed_invalid[lo:hi], 0.0)
+                    s.index_add_(0, r, part.sum(1))
+            if self.tail:
+                s.add_(torch.where(self.mask[i:j, nb * K:], b[:, nb * K:], 0.0).sum(1))
+        return out, plain
 
     def _shifted_block_sums(self, v3: Tensor, absolute: bool, c3: Tensor | None) -> Tensor:
         """[B, nb] block sums of |v3| (or v3) minus ``c3`` [B, 1, 1], a chunk of rows at a

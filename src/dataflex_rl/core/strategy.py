@@ -531,7 +531,8 @@ def _token_scale(step: int, row_sum: Tensor, n_tok: Tensor, kept: Tensor,
 class AffineTokenWeights:
     """Builds [B, T] token weights ``A_i * s_t + C_i`` on the valid tokens of the ``rows``
     (0 elsewhere), ``s`` the scorer's token scores, in one pass a chunk of rows at a time
-    (`Scorer.score_rows_` writes a chunk, which is scaled and masked while in cache)."""
+    (`Scorer.score_rows_` writes a chunk, scaled while in cache), then zeroes the invalid
+    tokens block by block (`TokenBlocks.fill_invalid_`) and the other rows."""
 
     def __init__(self, batch: RolloutBatch, scorer: Scorer, A: Tensor, C: Tensor,
                  rows: Tensor) -> None:
@@ -545,8 +546,11 @@ class AffineTokenWeights:
         for i in range(0, B, step):
             j = min(i + step, B)
             o = self.scorer.score_rows_(self.batch, i, out[i:j])
-            o.mul_(self.A[i:j, None]).add_(self.C[i:j, None])
-            o.masked_fill_(~(m[i:j] & self.rows[i:j, None]), 0.0)
+            torch.addcmul(self.C[i:j, None], o, self.A[i:j, None], out=o)
+        self.batch.token_blocks.fill_invalid_(out, 0.0)
+        dropped = (~self.rows).nonzero().squeeze(1)
+        if dropped.numel():
+            out[dropped] = 0.0
         return out
 
 

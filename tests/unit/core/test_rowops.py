@@ -1,5 +1,7 @@
 """`TokenBlocks`: block-wise masked row reductions == the plain masked ops they replace."""
 
+import math
+
 import pytest
 import torch
 
@@ -128,3 +130,21 @@ def test_row_means_do_not_overflow_near_the_float32_maximum():
         [float(torch.tensor(3e38)), float(torch.tensor(3e38)), 2.5], rel=1e-12)
     assert tb.row_means(x).tolist() == pytest.approx([float(torch.tensor(3e38)), 0.0, 2.5],
                                                      rel=1e-12)
+
+
+@pytest.mark.parametrize("T", [16, 20, 3, 256])
+def test_mapped_row_sums_match_a_masked_loop(T):
+    # holes, empty rows, full rows, NaN garbage on invalid tokens; T = 20 and 3 have a tail
+    g = torch.Generator().manual_seed(T)
+    B = 9
+    mask = torch.rand(B, T, generator=g) < 0.6
+    mask[0] = True
+    mask[1] = False
+    x = -torch.rand(B, T, generator=g) * 3
+    x[~mask] = float("nan")
+    blocks = TokenBlocks(mask, block=8)
+    out, plain = blocks.mapped_row_sums(x, lambda xc, buf: torch.exp(xc, out=buf))
+    expected = [sum(math.exp(float(v)) for v, ok in zip(x[i], mask[i]) if ok) for i in range(B)]
+    torch.testing.assert_close(out.double(), torch.tensor(expected, dtype=torch.float64),
+                               rtol=1e-5, atol=1e-6)
+    assert torch.equal(torch.isfinite(plain), mask.all(1))

@@ -191,3 +191,53 @@ def test_decide_runs_with_its_thread_count_and_restores_the_callers(monkeypatch)
 def test_threads_must_be_a_positive_int_or_none(bad):
     with pytest.raises(ConfigError, match="threads: must be an int >= 1 or None"):
         Strategy("difffilter", threads=bad)
+
+
+# ------------------------------------------------------------------ token level from B sums
+def test_token_prob_sums_and_validity_come_from_one_pass():
+    # row 0: p = e^-1, e^-2 (NaN on the padding token: ignored); row 1: +0.5 -> clamped to p 1;
+    # row 2: -inf on a valid token -> invalid; row 3: no valid token
+    lp = torch.tensor([[-1.0, -2.0, NAN], [0.5, -1.0, 0.0], [-INF, -1.0, -1.0],
+                       [NAN, NAN, NAN]])
+    b = RolloutBatch(rewards=torch.zeros(4), group_ids=torch.zeros(4, dtype=torch.int64),
+                     response_mask=torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]]),
+                     old_log_probs=lp)
+    s = b.token_prob_sums
+    assert s.dtype == torch.float64
+    assert math.isclose(s[0], math.exp(-1) + math.exp(-2), rel_tol=1e-6)
+    assert math.isclose(s[1], 1 + math.exp(-1) + 1, rel_tol=1e-6)
+    assert s[3] == 0.0
+    assert b.invalid_mask.tolist() == [False, False, True, False]
+    assert torch.allclose(b._log_prob_row_sums, torch.tensor([-3.0, -0.5, -INF, 0.0]))
+
+
+def test_ar_weights_from_sums_equal_the_materialized_path():
+    for seed in range(6):
+        b = random_batch(seed)
+        lazy = Strategy("ar").decide(b)
+        eager_s = Strategy("ar")
+        eager_s.parts["reweight"][1].affine = lambda: None    # force the [B, T] raw path
+        eager = eager_s.decide(b)
+        assert lazy.token_weights is None and lazy.token_weights_fn is not None
+        assert eager.token_weights is not None
+        w = lazy.weights_per_token
+        assert w.dtype == torch.float32 and torch.isfinite(w).all()
+        torch.testing.assert_close(w, eager.weights_per_token)
+        torch.testing.assert_close(lazy.weights_per_response, eager.weights_per_response)
+        assert lazy.weights_per_token is w                     # built once
+
+
+def test_ar_hand_worked_from_sums():
+    # alpha 0.5: raw = 0.5 p + 0.5. Rows (one group, rewards 1, 0, so both informative):
+    # row 0: p = 1, 1 -> raw 1, 1; row 1: p = e^-1 on its one valid token -> raw 0.684;
+    # mean over the 3 tokens m = (2 + 0.5 e^-1 + 0.5) / 3; weights raw / m
+    lp = torch.tensor([[0.0, 0.0], [-1.0, NAN]])
+    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
+                     response_mask=torch.tensor([[1, 1], [1, 0]]), old_log_probs=lp,
+                     advantages=torch.tensor([[1.0, 1.0], [-1.0, 0.0]]))
+    d = Strategy("ar").decide(b)
+    m = (2 + 0.5 * math.exp(-1) + 0.5) / 3
+    expected = torch.tensor([[1 / m, 1 / m], [(0.5 * math.exp(-1) + 0.5) / m, 0.0]])
+    torch.testing.assert_close(d.weights_per_token, expected)
+    torch.testing.assert_close(d.weights_per_response,
+                               torch.tensor([1 / m, (0.5 * math.exp(-1) + 0.5) / m]))
