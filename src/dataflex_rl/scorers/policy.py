@@ -23,9 +23,8 @@ def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -
 
     From ``response_advantages`` when the batch has them (|A| of each response, no token
     read). 0 for inactive rows and rows without valid tokens. Float64, from
-    `TokenBlocks.row_means`:
-    responses whose tokens all carry the same |A| get exactly that value (exact ties, broken
-    by index), and |A| up to 3.4e38 stays finite.
+    `TokenBlocks.row_means`: responses whose tokens all carry the same |A| get exactly that
+    value (exact ties, broken by index), and |A| up to 3.4e38 stays finite.
     """
     if not batch.has_advantages:
         raise ValueError(f"{who} needs 'advantages' in the batch")
