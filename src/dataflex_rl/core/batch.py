@@ -266,7 +266,7 @@ class RolloutBatch:
         time): ([B] bool, a non-finite value on a valid token; [B] float64,
         `token_prob_sums`). A row whose plain sum over all its tokens is finite has no
         non-finite value; only the others are checked token by token."""
-        x, m = self.old_log_probs, self.response_mask
+        x, m = self.old_log_probs.detach(), self.response_mask
         mass, plain = self.token_blocks.mapped_row_sums(
             x, lambda xc, out: torch.clamp(xc, max=0.0, out=out).exp_())
         bad = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)

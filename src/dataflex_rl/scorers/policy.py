@@ -80,5 +80,5 @@ class TokenProb(Scorer):
         return torch.where(batch.active_mask, s, torch.zeros_like(s))
 
     def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
-        x = batch.old_log_probs[start:start + out.shape[0]]
+        x = batch.old_log_probs.detach()[start:start + out.shape[0]]
         return torch.clamp(x, max=0.0, out=out).exp_()
