@@ -26,6 +26,35 @@ Targets at the largest size (512 prompts x 16 samples, 4096 tokens):
 Mixing presets run with ``warmup_steps: 0, every: 1``, so every timed call observes the batch
 and updates the proportions.
 
+What makes a decision cheap (issue 13, item 4):
+
+* **Lazy reads.** A decision reads only the per-token fields its components declare
+  (`Strategy.reads`, `RolloutBatch.reading`): difffilter no longer validates
+  ``old_log_probs`` (before: one full read of a [B, T] float tensor, ~40% of its time).
+  Validation of a token field (its non-finite rows) happens on its first read, once.
+* **Per-response inputs.** With ``response_advantages`` and ``response_lengths`` every
+  response- and group-level preset works on [B] tensors only; nothing [B, T] is read.
+* **Threads.** Under a background load a 2-thread decision was many times slower than a
+  1-thread one. Cause: every torch op over more than ~32k elements opens an OpenMP parallel
+  region, and a region ends only when its slowest thread does; when the other busy processes
+  have a core, the second thread waits for a time slice (milliseconds), once per region. A
+  token-level decision runs hundreds of such regions (chunked passes), so it pays hundreds of
+  waits. [B]-sized ops stay below torch's grain size and never open a region. Options:
+  (a) chunks below the grain size (8 rows of 4096 tokens) open no region, but cost dispatch
+  (the exp-and-sum pass took 77 ms of CPU against 53 ms with 64-row chunks, 1 thread) and
+  lose the second thread everywhere; (b) a scoped ``torch.set_num_threads`` around the
+  decision: torch's OpenMP count is per calling thread once that thread has used torch, so
+  other threads keep theirs, and the save/restore costs ~15 us (printed in the header). (b) is the
+  ``Strategy(threads=1)`` default: the host keeps its own setting, the decision runs at 1
+  thread, and ``threads=None`` keeps the old behaviour (the ``free`` column).
+* **Token level (ar).** The decision needs only B sums of p_t = exp(old_log_prob_t): one
+  chunked read of ``old_log_probs`` gives them together with the validity check
+  (`TokenBlocks.mapped_row_sums`); the [B, T] weights are written when the host reads
+  ``weights_per_token``, in one chunked pass (`AffineTokenWeights`). On this machine one
+  ``exp`` over the tensor alone costs about one fused read-and-write pass, so the decision
+  is bounded below by ~1.5-2x the fused pass; reading the weights adds a fresh [B, T]
+  buffer (its page faults cost about as much as a pass) and one more pass.
+
 Usage::
 
     .venv/bin/python benchmarks/strategy_overhead.py --sizes large --load        # the targets
