@@ -55,6 +55,23 @@ What makes a decision cheap (issue 13, item 4):
   is bounded below by ~1.5-2x the fused pass; reading the weights adds a fresh [B, T]
   buffer (its page faults cost about as much as a pass) and one more pass.
 
+Figures (2026-12-01, 2 CPUs shared with other work: load average 10-25 throughout, so wall
+times are inflated ~5-10x and only same-run ratios mean much; 512 x 16 x 4096):
+
+* before (the previous main, token inputs, decisions on every thread), host at 2 threads
+  against 1 thread, no ``--load``: 2.2x (baseline) to 12.3x (dump_ucb), topk 9.7x, softmax
+  7.7x; with ``--load 2``: topk 20.3 s vs 2.3 s, softmax 20.8 s vs 2.4 s (8.8x).
+* after, same run conditions (``--inputs both --load 2 --skip-loops --repeats 2``): host
+  (``threads=1`` default) / 1 thread is 0.7-1.5x for every token-input preset, with and without
+  ``--load``; the ``free`` column (threads=None) shows what was fixed: topk 18x, softmax
+  25x, ar 21x its 1-thread time.
+* per-response inputs, ``--clock cpu`` (process CPU time, robust to the other load), host
+  column: baseline 1.9 ms, difffilter 2.4, topk 4.7, softmax 3.2, per 2.9, diffband 2.7,
+  static 3.8, dump_ucb 3.4, tscl 3.2, reward_gap 5.4; maxvar 7.1 and gfpo 7.8 miss the 5 ms
+  target (their several stable sorts over B).
+* ar: the decision is 2.7x the fused pass in the after run (token inputs; 14x before), and
+  11x with the host reading the [B, T] weights: the 1.5x target is not met.
+
 Usage::
 
     .venv/bin/python benchmarks/strategy_overhead.py --sizes large --load        # the targets
