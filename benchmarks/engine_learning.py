@@ -22,8 +22,14 @@ def _one(args: tuple) -> dict:
     cfg = load_config(config_path) if config_path else load_config({})
     cfg.eval.every = 0
     cfg.log.plots = False
-    return run_training(cfg, strategy, seed=seed, steps=steps,
-                        out_dir=Path(out) / f"{strategy}-s{seed}", progress=False)
+    return run_training(
+        cfg,
+        strategy,
+        seed=seed,
+        steps=steps,
+        out_dir=Path(out) / f"{strategy}-s{seed}",
+        progress=False,
+    )
 
 
 def main() -> None:
@@ -39,23 +45,30 @@ def main() -> None:
     with mp.get_context("spawn").Pool(args.workers) as pool:
         runs = pool.map(_one, jobs)
     domains = sorted({k.split("/")[1] for k in runs[0]["final_eval"]} - {"mean"})
-    print(f"{args.strategy}: {args.steps} GRPO steps from the warm start, "
-          f"seeds {args.seeds}")
-    print(f"{'seed':>4}  " + "  ".join(f"{d + ' g':>12}" for d in domains)
-          + f"  {'mean greedy':>16}  {'mean sampled':>16}")
+    print(f"{args.strategy}: {args.steps} GRPO steps from the warm start, seeds {args.seeds}")
+    print(
+        f"{'seed':>4}  "
+        + "  ".join(f"{d + ' g':>12}" for d in domains)
+        + f"  {'mean greedy':>16}  {'mean sampled':>16}"
+    )
     deltas = {"greedy": [], "sampled": []}
     for s, r in zip(args.seeds, runs):
         i, f = r["initial_eval"], r["final_eval"]
         cells = [f"{i[f'eval/{d}/greedy']:.3f}->{f[f'eval/{d}/greedy']:.3f}" for d in domains]
         for kind in deltas:
             deltas[kind].append(f[f"eval/mean/{kind}"] - i[f"eval/mean/{kind}"])
-        print(f"{s:>4}  " + "  ".join(f"{c:>12}" for c in cells)
-              + f"  {i['eval/mean/greedy']:.3f}->{f['eval/mean/greedy']:.3f}".rjust(18)
-              + f"  {i['eval/mean/sampled']:.3f}->{f['eval/mean/sampled']:.3f}".rjust(18))
+        print(
+            f"{s:>4}  "
+            + "  ".join(f"{c:>12}" for c in cells)
+            + f"  {i['eval/mean/greedy']:.3f}->{f['eval/mean/greedy']:.3f}".rjust(18)
+            + f"  {i['eval/mean/sampled']:.3f}->{f['eval/mean/sampled']:.3f}".rjust(18)
+        )
     for kind, v in deltas.items():
         sd = statistics.stdev(v) if len(v) > 1 else 0.0
-        print(f"mean {kind} change: {statistics.mean(v):+.3f} (sd {sd:.3f}, "
-              f"min {min(v):+.3f}) over {len(v)} seeds")
+        print(
+            f"mean {kind} change: {statistics.mean(v):+.3f} (sd {sd:.3f}, "
+            f"min {min(v):+.3f}) over {len(v)} seeds"
+        )
 
 
 if __name__ == "__main__":

@@ -34,18 +34,34 @@ def bench_sampler(policy, prompts, G: int, max_new: int, repeats: int) -> dict:
     for r in range(repeats):
         gen = torch.Generator().manual_seed(r)
         t = time.perf_counter()
-        out = sample_groups(policy.model, ids, G, max_new, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                            temperature=1.0, generator=gen)
+        out = sample_groups(
+            policy.model,
+            ids,
+            G,
+            max_new,
+            eos_id=tok.eos_id,
+            pad_id=tok.pad_id,
+            temperature=1.0,
+            generator=gen,
+        )
         ours.append(out.num_tokens / (time.perf_counter() - t))
         x, m = left_pad(ids, tok.pad_id)
         torch.manual_seed(r)
         t = time.perf_counter()
         with torch.no_grad():
-            o = policy.model.generate(input_ids=x, attention_mask=m.long(), do_sample=True,
-                                      temperature=1.0, top_k=0, top_p=1.0,
-                                      num_return_sequences=G, max_new_tokens=max_new,
-                                      eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
-        hf.append(count_tokens(o[:, x.shape[1]:], tok.eos_id) / (time.perf_counter() - t))
+            o = policy.model.generate(
+                input_ids=x,
+                attention_mask=m.long(),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                num_return_sequences=G,
+                max_new_tokens=max_new,
+                eos_token_id=tok.eos_id,
+                pad_token_id=tok.pad_id,
+            )
+        hf.append(count_tokens(o[:, x.shape[1] :], tok.eos_id) / (time.perf_counter() - t))
     o_med, h_med = statistics.median(ours), statistics.median(hf)
     return {"ours_tokens_per_s": o_med, "hf_tokens_per_s": h_med, "ratio": o_med / h_med}
 
@@ -53,7 +69,7 @@ def bench_sampler(policy, prompts, G: int, max_new: int, repeats: int) -> dict:
 def bench_steps(policy_spec: str, steps: int, strategy: str) -> dict:
     cfg = load_config({"policy": policy_spec, "log": {"progress": False}})
     tr = EmbeddedTrainer(cfg, strategy, seed=0)
-    tr.train_step()   # warm-up
+    tr.train_step()  # warm-up
     times, parts = [], {"generate": [], "reward": [], "strategy": [], "update": []}
     for _ in range(steps):
         m = tr.train_step()
@@ -61,8 +77,12 @@ def bench_steps(policy_spec: str, steps: int, strategy: str) -> dict:
         for k in parts:
             parts[k].append(m[f"time/{k}_s"])
     mean = statistics.mean(times)
-    return {"strategy": strategy, "step_s": mean, "steps_per_s": 1 / mean,
-            **{f"{k}_s": statistics.mean(v) for k, v in parts.items()}}
+    return {
+        "strategy": strategy,
+        "step_s": mean,
+        "steps_per_s": 1 / mean,
+        **{f"{k}_s": statistics.mean(v) for k, v in parts.items()},
+    }
 
 
 def main() -> None:
@@ -79,15 +99,19 @@ def main() -> None:
     prompts = [p.prompt for d in tasks.domains for p in tasks.train[d][:6]][:16]
     g = cfg.grpo
     s = bench_sampler(policy, prompts, g.group_size, g.max_new_tokens, args.repeats)
-    print(f"sampler ({len(prompts)} prompts x G={g.group_size}, <= {g.max_new_tokens} tokens): "
-          f"ours {s['ours_tokens_per_s']:.0f} tok/s, HF generate {s['hf_tokens_per_s']:.0f} "
-          f"tok/s, ratio {s['ratio']:.2f}x")
+    print(
+        f"sampler ({len(prompts)} prompts x G={g.group_size}, <= {g.max_new_tokens} tokens): "
+        f"ours {s['ours_tokens_per_s']:.0f} tok/s, HF generate {s['hf_tokens_per_s']:.0f} "
+        f"tok/s, ratio {s['ratio']:.2f}x"
+    )
     for strat in args.strategies:
         r = bench_steps(args.policy, args.steps, strat)
-        print(f"GRPO step [{strat}] ({g.prompts_per_step} prompts x {g.group_size}): "
-              f"{r['step_s']:.3f} s/step = {r['steps_per_s']:.2f} steps/s "
-              f"(generate {r['generate_s']:.3f}, reward {r['reward_s']:.3f}, "
-              f"strategy {r['strategy_s']:.3f}, update {r['update_s']:.3f})")
+        print(
+            f"GRPO step [{strat}] ({g.prompts_per_step} prompts x {g.group_size}): "
+            f"{r['step_s']:.3f} s/step = {r['steps_per_s']:.2f} steps/s "
+            f"(generate {r['generate_s']:.3f}, reward {r['reward_s']:.3f}, "
+            f"strategy {r['strategy_s']:.3f}, update {r['update_s']:.3f})"
+        )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ class Rows:
 
     groups: list[list[int]]
     active: list[bool]
-    reward: list[float]          # 0.0 for inactive rows
-    length: list[int]            # valid tokens
+    reward: list[float]  # 0.0 for inactive rows
+    length: list[int]  # valid tokens
     mean_adv: list[float]
     mean_abs_adv: list[float] = field(default_factory=list)
     domain: list[int] = field(default_factory=list)
@@ -58,8 +58,12 @@ def gather_rows(t: dict, need_abs: bool = False) -> Rows:
             a = adv[i][valid]
             lp = olp[i][valid]
             r = float(rewards[i])
-            ok = (not bool(pad[i]) and math.isfinite(r) and bool(torch.isfinite(a).all())
-                  and bool(torch.isfinite(lp).all()))
+            ok = (
+                not bool(pad[i])
+                and math.isfinite(r)
+                and bool(torch.isfinite(a).all())
+                and bool(torch.isfinite(lp).all())
+            )
             L = a.numel()
             length[i] = L
             if not ok:
@@ -78,8 +82,10 @@ def informative(rows: Rows, i: int) -> bool:
 
 def response_weights(rows: Rows, keep: list[bool], w: list[float]) -> torch.Tensor:
     """[B] mean token weight over loss tokens: w for kept rows with tokens, else 0."""
-    return torch.tensor([w[i] if keep[i] and rows.length[i] > 0 else 0.0
-                         for i in range(len(keep))], dtype=torch.float64)
+    return torch.tensor(
+        [w[i] if keep[i] and rows.length[i] > 0 else 0.0 for i in range(len(keep))],
+        dtype=torch.float64,
+    )
 
 
 def normalize(rows: Rows, keep: list[bool], raw: dict[int, float]) -> list[float]:
@@ -113,8 +119,10 @@ def group_keep_count(size: int, fraction: float) -> int:
 # ---------------------------------------------------------------------------- select
 def baseline(t: dict) -> dict:
     rows = gather_rows(t)
-    return {"keep": rows.active, "weights": response_weights(rows, rows.active,
-                                                            [1.0] * len(rows.active))}
+    return {
+        "keep": rows.active,
+        "weights": response_weights(rows, rows.active, [1.0] * len(rows.active)),
+    }
 
 
 def solve_rates(rows: Rows, threshold: float = 0.5) -> list[float]:
@@ -132,7 +140,7 @@ def solve_rates(rows: Rows, threshold: float = 0.5) -> list[float]:
 def difffilter(t: dict, low: float = 0.2, high: float = 0.8) -> dict:
     rows = gather_rows(t)
     keep = [False] * len(rows.active)
-    for g, members in enumerate(rows.groups):
+    for members in rows.groups:
         n = sum(rows.active[i] for i in members)
         k = sum(rows.active[i] and rows.reward[i] > 0.5 for i in members)
         rate = k / n if n else 0.0
@@ -153,16 +161,20 @@ def maxvar(t: dict, keep_fraction: float = 0.5) -> dict:
         n = group_keep_count(size, keep_fraction)
         best_a, best_var, variances = 0, -1.0, []
         for a in range(n + 1):
-            subset = [r for r, _ in act[:a]] + [r for r, _ in act[size - (n - a):]]
+            subset = [r for r, _ in act[:a]] + [r for r, _ in act[size - (n - a) :]]
             m = sum(subset) / n
             variances.append(sum((r - m) ** 2 for r in subset) / n)
         best_var = max(variances)
-        best_a = next(a for a, v in enumerate(variances)
-                      if v >= best_var - 1e-12 * (1 + abs(best_var)))
-        for _, i in act[:best_a] + act[size - (n - best_a):]:
+        best_a = next(
+            a for a, v in enumerate(variances) if v >= best_var - 1e-12 * (1 + abs(best_var))
+        )
+        for _, i in act[:best_a] + act[size - (n - best_a) :]:
             keep[i] = True
-    return {"keep": keep, "weights": response_weights(rows, keep, [1.0] * len(keep)),
-            "advantages": grpo_recompute(rows, keep)}
+    return {
+        "keep": keep,
+        "weights": response_weights(rows, keep, [1.0] * len(keep)),
+        "advantages": grpo_recompute(rows, keep),
+    }
 
 
 def gfpo(t: dict, keep_fraction: float = 0.5) -> dict:
@@ -172,13 +184,21 @@ def gfpo(t: dict, keep_fraction: float = 0.5) -> dict:
     for members in rows.groups:
         act = [i for i in members if rows.active[i]]
         # efficiency in float32 like the scorer; ties: higher reward, shorter, lower index
-        score = {i: float(torch.tensor(rows.reward[i], dtype=f32)
-                          / torch.tensor(max(rows.length[i], 1), dtype=f32)) for i in act}
+        score = {
+            i: float(
+                torch.tensor(rows.reward[i], dtype=f32)
+                / torch.tensor(max(rows.length[i], 1), dtype=f32)
+            )
+            for i in act
+        }
         act.sort(key=lambda i: (-score[i], -rows.reward[i], rows.length[i], i))
-        for i in act[:group_keep_count(len(act), keep_fraction)]:
+        for i in act[: group_keep_count(len(act), keep_fraction)]:
             keep[i] = True
-    return {"keep": keep, "weights": response_weights(rows, keep, [1.0] * len(keep)),
-            "advantages": grpo_recompute(rows, keep)}
+    return {
+        "keep": keep,
+        "weights": response_weights(rows, keep, [1.0] * len(keep)),
+        "advantages": grpo_recompute(rows, keep),
+    }
 
 
 def topk(t: dict, fraction: float = 0.5) -> dict:
@@ -186,10 +206,13 @@ def topk(t: dict, fraction: float = 0.5) -> dict:
     elig = [i for members in rows.groups for i in members if rows.active[i]]
     elig.sort(key=lambda i: (-rows.mean_abs_adv[i], i))
     keep = [False] * len(rows.active)
-    for i in elig[:round_half_up(fraction * len(elig))]:
+    for i in elig[: round_half_up(fraction * len(elig))]:
         keep[i] = True
-    return {"keep": keep, "weights": response_weights(rows, keep, [1.0] * len(keep)),
-            "scores": rows.mean_abs_adv}
+    return {
+        "keep": keep,
+        "weights": response_weights(rows, keep, [1.0] * len(keep)),
+        "scores": rows.mean_abs_adv,
+    }
 
 
 # ---------------------------------------------------------------------------- reweight
@@ -277,7 +300,7 @@ class LoopMixer:
 
     def __init__(self, preset: str, num_domains: int, window: int = 10):
         self.preset, self.D, self.window = preset, num_domains, window
-        self.history: list[tuple[int, list[float], list[int]]] = []   # (step index, sums, counts)
+        self.history: list[tuple[int, list[float], list[int]]] = []  # (step index, sums, counts)
         self.n = 0
         self.drawn = [0] * num_domains
 
@@ -296,12 +319,14 @@ class LoopMixer:
                 self.drawn[d] += 1
         if self.preset != "static":
             self.history.append((self.n, sums, counts))
-            self.history = self.history[-self.window:]
+            self.history = self.history[-self.window :]
         self.n += 1
         prop = self.proportions()
-        return {"keep": rows.active,
-                "weights": response_weights(rows, rows.active, [1.0] * len(rows.active)),
-                "proportions": torch.tensor(prop, dtype=torch.float64)}
+        return {
+            "keep": rows.active,
+            "weights": response_weights(rows, rows.active, [1.0] * len(rows.active)),
+            "proportions": torch.tensor(prop, dtype=torch.float64),
+        }
 
     def _windowed_mean(self) -> tuple[list[float], list[bool]]:
         vals, obs = [], []
@@ -352,7 +377,14 @@ class LoopMixer:
 
 #: preset name -> loop implementation (a function, or a LoopMixer factory for mixers)
 LOOPS = {
-    "baseline": baseline, "difffilter": difffilter, "maxvar": maxvar, "gfpo": gfpo,
-    "topk": topk, "softmax": softmax, "per": per, "diffband": diffband, "ar": ar,
+    "baseline": baseline,
+    "difffilter": difffilter,
+    "maxvar": maxvar,
+    "gfpo": gfpo,
+    "topk": topk,
+    "softmax": softmax,
+    "per": per,
+    "diffband": diffband,
+    "ar": ar,
 }
 MIXERS = ("static", "reward_gap", "dump_ucb", "tscl")

@@ -116,9 +116,18 @@ def _run(job: tuple) -> dict[str, Any]:
         trainer = EmbeddedTrainer(_config(policy), seed=seed)
         prompts, answers, groups = train_pairs(trainer.taskset)
         t0 = time.process_time()
-        series = warm_start(trainer.policy, prompts, answers, steps=steps,
-                            batch_size=SFT_VARIANTS[name], lr=SFT_LR, weight_decay=0.0,
-                            seed=seed, groups=groups, schedule=lambda step: 1.0)
+        series = warm_start(
+            trainer.policy,
+            prompts,
+            answers,
+            steps=steps,
+            batch_size=SFT_VARIANTS[name],
+            lr=SFT_LR,
+            weight_decay=0.0,
+            seed=seed,
+            groups=groups,
+            schedule=lambda step: 1.0,
+        )
         cpu_s = time.process_time() - t0
     else:
         trainer, series, cpu_s = EmbeddedTrainer(_config(policy), seed=seed), [], 0.0
@@ -132,26 +141,38 @@ def _ratio(x: float, ref: float, floor: float = 1e-12) -> str:
     return f"{x / ref:.2f}" if abs(ref) >= floor else "n/a"
 
 
-def print_table(title: str, series_name: str, rows: dict[str, dict], start: dict[str, float],
-                reference: dict, domains: list[str]) -> None:
+def print_table(
+    title: str,
+    series_name: str,
+    rows: dict[str, dict],
+    start: dict[str, float],
+    reference: dict,
+    domains: list[str],
+) -> None:
     """Δ held-out accuracy (pp) per domain and mean, the series' first -> last, CPU, ratios."""
+
     def delta(r: dict, key: str) -> float:
         return 100 * (r["eval"][key] - start[key])
 
     print(f"\n{title}")
     head = "".join(f"{d + ' Δg/Δs':>15}" for d in domains)
-    print(f"{'variant':<26}{head}{'mean Δg':>9}{'mean Δs':>9}{series_name:>20}{'CPU-s':>8}"
-          f"{'Δg/def':>8}{'Δs/def':>8}{'CPU/def':>8}")
+    print(
+        f"{'variant':<26}{head}{'mean Δg':>9}{'mean Δs':>9}{series_name:>20}{'CPU-s':>8}"
+        f"{'Δg/def':>8}{'Δs/def':>8}{'CPU/def':>8}"
+    )
     ref_g, ref_s = delta(reference, "eval/mean/greedy"), delta(reference, "eval/mean/sampled")
     for name, r in rows.items():
         cells = "".join(
             f"{delta(r, f'eval/{d}/greedy'):+.1f}/{delta(r, f'eval/{d}/sampled'):+.1f}".rjust(15)
-            for d in domains)
+            for d in domains
+        )
         g, s = delta(r, "eval/mean/greedy"), delta(r, "eval/mean/sampled")
         trend = f"{r['first']:.3f}->{r['last']:.3f}"
-        print(f"{name:<26}{cells}{g:>+9.1f}{s:>+9.1f}{trend:>20}{r['cpu_s']:>8.1f}"
-              f"{_ratio(g, ref_g, MIN_REFERENCE_PP):>8}{_ratio(s, ref_s, MIN_REFERENCE_PP):>8}"
-              f"{_ratio(r['cpu_s'], reference['cpu_s']):>8}")
+        print(
+            f"{name:<26}{cells}{g:>+9.1f}{s:>+9.1f}{trend:>20}{r['cpu_s']:>8.1f}"
+            f"{_ratio(g, ref_g, MIN_REFERENCE_PP):>8}{_ratio(s, ref_s, MIN_REFERENCE_PP):>8}"
+            f"{_ratio(r['cpu_s'], reference['cpu_s']):>8}"
+        )
 
 
 def main() -> None:
@@ -173,22 +194,41 @@ def main() -> None:
     start = results.pop("start")["eval"]
     domains = sorted({k.split("/")[1] for k in start} - {"mean"})
     o, g = cfg.optim, cfg.grpo
-    print(f"policy {cfg.policy!r}, seed {args.seed}, {args.steps} steps; default optimizer: "
-          f"{o.name} lr {o.lr:g} (grad clip {o.grad_clip:g}, warm-up {o.warmup_steps})")
-    print("held-out accuracy at the start (greedy/sampled, %): " + ", ".join(
-        f"{d} {100 * start[f'eval/{d}/greedy']:.1f}/{100 * start[f'eval/{d}/sampled']:.1f}"
-        for d in [*domains, "mean"]))
+    print(
+        f"policy {cfg.policy!r}, seed {args.seed}, {args.steps} steps; default optimizer: "
+        f"{o.name} lr {o.lr:g} (grad clip {o.grad_clip:g}, warm-up {o.warmup_steps})"
+    )
+    print(
+        "held-out accuracy at the start (greedy/sampled, %): "
+        + ", ".join(
+            f"{d} {100 * start[f'eval/{d}/greedy']:.1f}/{100 * start[f'eval/{d}/sampled']:.1f}"
+            for d in [*domains, "mean"]
+        )
+    )
     reference = results["default"]
-    print_table(f"1. GRPO ({g.prompts_per_step} prompts x {g.group_size} samples); Δ in pp",
-                "reward first->last", {n: results[n] for n in GRPO_VARIANTS}, start, reference,
-                domains)
-    print_table(f"2. supervised continuation (AdamW lr {SFT_LR:g}, constant; ratios against "
-                "GRPO's default)", "loss first->last", {n: results[n] for n in SFT_VARIANTS},
-                start, reference, domains)
-    print(f"\nfirst->last: means over the first and last {_window(args.steps)} steps; "
-          f"ratios need a default Δ of at least {MIN_REFERENCE_PP} pp. "
-          f"Total {total:.0f} CPU-s in the variants' processes, {wall:.0f} s wall "
-          f"with {args.workers} workers")
+    print_table(
+        f"1. GRPO ({g.prompts_per_step} prompts x {g.group_size} samples); Δ in pp",
+        "reward first->last",
+        {n: results[n] for n in GRPO_VARIANTS},
+        start,
+        reference,
+        domains,
+    )
+    print_table(
+        f"2. supervised continuation (AdamW lr {SFT_LR:g}, constant; ratios against "
+        "GRPO's default)",
+        "loss first->last",
+        {n: results[n] for n in SFT_VARIANTS},
+        start,
+        reference,
+        domains,
+    )
+    print(
+        f"\nfirst->last: means over the first and last {_window(args.steps)} steps; "
+        f"ratios need a default Δ of at least {MIN_REFERENCE_PP} pp. "
+        f"Total {total:.0f} CPU-s in the variants' processes, {wall:.0f} s wall "
+        f"with {args.workers} workers"
+    )
 
 
 if __name__ == "__main__":

@@ -51,21 +51,32 @@ def _skip_arm(args) -> dict:
         if args.adapt_step is not None:
             actuator["adapt_step"] = args.adapt_step
     else:
-        actuator = {"name": "thompson", "low": args.band[0], "high": args.band[1],
-                    "discount": args.discount}
-    return {"name": f"{args.policy}+difffilter", "select": {"preset": "difffilter"},
-            "prerollout": {"actuator": actuator, "history_size": args.history}}
+        actuator = {
+            "name": "thompson",
+            "low": args.band[0],
+            "high": args.band[1],
+            "discount": args.discount,
+        }
+    return {
+        "name": f"{args.policy}+difffilter",
+        "select": {"preset": "difffilter"},
+        "prerollout": {"actuator": actuator, "history_size": args.history},
+    }
 
 
 def _config(args, factor: float):
     from dataflex_rl.engine.config import load_config
 
-    return load_config({
-        "policy": "tiny", "threads": 1,
-        "grpo": {"prompts_per_step": args.prompts, "group_size": args.group_size},
-        "tasks": {"train_size": args.train_size, "candidate_factor": factor},
-        "eval": {"per_domain": args.eval_per_domain, "samples": 0},
-        "log": {"progress": False, "plots": False, "checkpoint_every": 0}})
+    return load_config(
+        {
+            "policy": "tiny",
+            "threads": 1,
+            "grpo": {"prompts_per_step": args.prompts, "group_size": args.group_size},
+            "tasks": {"train_size": args.train_size, "candidate_factor": factor},
+            "eval": {"per_domain": args.eval_per_domain, "samples": 0},
+            "log": {"progress": False, "plots": False, "checkpoint_every": 0},
+        }
+    )
 
 
 def _track_visits(tr) -> dict:
@@ -81,8 +92,12 @@ def _track_visits(tr) -> dict:
     from dataflex_rl.core.segment import segment_sum
 
     seen: set = set()
-    out = {"first_tokens": 0.0, "first_zero_tokens": 0.0, "revisit_tokens": 0.0,
-           "revisit_zero_tokens": 0.0}
+    out = {
+        "first_tokens": 0.0,
+        "first_zero_tokens": 0.0,
+        "revisit_tokens": 0.0,
+        "revisit_zero_tokens": 0.0,
+    }
     decide = tr.strategy.decide
 
     def counting_decide(batch):
@@ -90,7 +105,7 @@ def _track_visits(tr) -> dict:
         tokens = segment_sum(batch.response_length.to(torch.float64), batch.group_ids, G)
         zero = (batch.group_std == 0).tolist()
         first_row = {}
-        for row, g in enumerate(batch.group_ids.tolist()):   # instrumentation, 16 groups
+        for row, g in enumerate(batch.group_ids.tolist()):  # instrumentation, 16 groups
             first_row.setdefault(g, row)
         for g, row in first_row.items():
             key = batch.prompt_keys[row]
@@ -112,8 +127,7 @@ def _one(job: tuple) -> dict:
     from dataflex_rl.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
-    strategy, factor = (BASELINE, 1.0) if arm == "difffilter" else (_skip_arm(args),
-                                                                     args.factor)
+    strategy, factor = (BASELINE, 1.0) if arm == "difffilter" else (_skip_arm(args), args.factor)
     tr = EmbeddedTrainer(_config(args, factor), strategy, seed=seed)
     visits = _track_visits(tr)
     initial = tr.evaluate()["eval/mean/greedy"]
@@ -133,13 +147,23 @@ def _one(job: tuple) -> dict:
         if n:
             zv_through.append(zero)
     ev = tr.evaluate()
-    return {"arm": arm, "seed": seed, "steps": tr.step, "effective": effective,
-            "tokens": tokens, "tokens_per_effective": tokens / max(effective, 1.0),
-            "generate_s": gen_s, "skipped": skipped, "replacements": replacements,
-            "tokens_saved_est": saved,
-            "zero_variance_share": sum(zv_through) / max(len(zv_through), 1),
-            "initial_accuracy": initial, "accuracy": ev["eval/mean/greedy"], **visits,
-            "wall_s": time.perf_counter() - t0}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "steps": tr.step,
+        "effective": effective,
+        "tokens": tokens,
+        "tokens_per_effective": tokens / max(effective, 1.0),
+        "generate_s": gen_s,
+        "skipped": skipped,
+        "replacements": replacements,
+        "tokens_saved_est": saved,
+        "zero_variance_share": sum(zv_through) / max(len(zv_through), 1),
+        "initial_accuracy": initial,
+        "accuracy": ev["eval/mean/greedy"],
+        **visits,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:
@@ -149,26 +173,48 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
-    ap.add_argument("--effective", type=int, default=960,
-                    help="effective (non-zero-advantage) groups each run trains on")
+    ap.add_argument(
+        "--effective",
+        type=int,
+        default=960,
+        help="effective (non-zero-advantage) groups each run trains on",
+    )
     ap.add_argument("--train-size", type=int, default=64, help="training prompts per domain")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--factor", type=float, default=4.0,
-                    help="candidate_factor of the greso arm (1.0: no replacements)")
-    ap.add_argument("--explore", type=float, default=None,
-                    help="greso's initial exploration probability (default: greso's)")
-    ap.add_argument("--adapt-step", type=float, default=None,
-                    help="greso's change of the exploration probability per step "
-                         "(default: greso's)")
-    ap.add_argument("--target", type=float, default=None,
-                    help="greso's target_zero_variance (default: greso's)")
-    ap.add_argument("--flat", action="store_true",
-                    help="greso compound=false: explore with p, not p ** run")
-    ap.add_argument("--policy", choices=("greso", "thompson"), default="greso",
-                    help="the skip policy of the pre-rollout arm")
-    ap.add_argument("--band", type=float, nargs=2, default=(0.1, 0.9),
-                    help="thompson's low and high")
+    ap.add_argument(
+        "--factor",
+        type=float,
+        default=4.0,
+        help="candidate_factor of the greso arm (1.0: no replacements)",
+    )
+    ap.add_argument(
+        "--explore",
+        type=float,
+        default=None,
+        help="greso's initial exploration probability (default: greso's)",
+    )
+    ap.add_argument(
+        "--adapt-step",
+        type=float,
+        default=None,
+        help="greso's change of the exploration probability per step (default: greso's)",
+    )
+    ap.add_argument(
+        "--target", type=float, default=None, help="greso's target_zero_variance (default: greso's)"
+    )
+    ap.add_argument(
+        "--flat", action="store_true", help="greso compound=false: explore with p, not p ** run"
+    )
+    ap.add_argument(
+        "--policy",
+        choices=("greso", "thompson"),
+        default="greso",
+        help="the skip policy of the pre-rollout arm",
+    )
+    ap.add_argument(
+        "--band", type=float, nargs=2, default=(0.1, 0.9), help="thompson's low and high"
+    )
     ap.add_argument("--discount", type=float, default=1.0, help="thompson's discount")
     ap.add_argument("--history", type=int, default=4, help="prerollout history_size")
     ap.add_argument("--eval-per-domain", type=int, default=100)
@@ -183,57 +229,90 @@ def main() -> None:
         runs = pool.map(_one, jobs)
     by = {(r["arm"], r["seed"]): r for r in runs}
     if args.policy == "greso":
-        knobs = (f"explore_prob {args.explore or 'default'}, adapt_step "
-                 f"{args.adapt_step or 'default'}, target_zero_variance "
-                 f"{args.target or 'default'}{', flat' if args.flat else ''}")
+        knobs = (
+            f"explore_prob {args.explore or 'default'}, adapt_step "
+            f"{args.adapt_step or 'default'}, target_zero_variance "
+            f"{args.target or 'default'}{', flat' if args.flat else ''}"
+        )
     else:
         knobs = f"band {args.band[0]}..{args.band[1]}, discount {args.discount}"
-    print(f"until {args.effective} effective groups; {args.prompts} prompts x G={args.group_size}"
-          f" per step; pool {args.train_size}/domain; {args.policy} arm: candidate_factor "
-          f"{args.factor}, history {args.history}, {knobs}")
-    print(f"{'seed':>4} {'arm':>20} {'steps':>5} {'eff':>4} {'tokens':>7} {'tok/eff':>7} "
-          f"{'gen s':>6} {'skip':>5} {'repl':>5} {'zv share':>8} {'acc':>13}")
+    print(
+        f"until {args.effective} effective groups; {args.prompts} prompts x G={args.group_size}"
+        f" per step; pool {args.train_size}/domain; {args.policy} arm: candidate_factor "
+        f"{args.factor}, history {args.history}, {knobs}"
+    )
+    print(
+        f"{'seed':>4} {'arm':>20} {'steps':>5} {'eff':>4} {'tokens':>7} {'tok/eff':>7} "
+        f"{'gen s':>6} {'skip':>5} {'repl':>5} {'zv share':>8} {'acc':>13}"
+    )
     for r in runs:
-        print(f"{r['seed']:>4} {r['arm']:>20} {r['steps']:>5} {r['effective']:>4.0f} "
-              f"{r['tokens']:>7.0f} {r['tokens_per_effective']:>7.2f} {r['generate_s']:>6.1f} "
-              f"{r['skipped']:>5.0f} {r['replacements']:>5.0f} {r['zero_variance_share']:>8.3f} "
-              f"{r['initial_accuracy']:>6.3f}->{r['accuracy']:.3f}")
-    ratio = np.array([by[skip, s]["tokens_per_effective"]
-                      / by["difffilter", s]["tokens_per_effective"] for s in args.seeds])
-    acc = np.array([by[skip, s]["accuracy"] - by["difffilter", s]["accuracy"]
-                    for s in args.seeds])
+        print(
+            f"{r['seed']:>4} {r['arm']:>20} {r['steps']:>5} {r['effective']:>4.0f} "
+            f"{r['tokens']:>7.0f} {r['tokens_per_effective']:>7.2f} {r['generate_s']:>6.1f} "
+            f"{r['skipped']:>5.0f} {r['replacements']:>5.0f} {r['zero_variance_share']:>8.3f} "
+            f"{r['initial_accuracy']:>6.3f}->{r['accuracy']:.3f}"
+        )
+    ratio = np.array(
+        [
+            by[skip, s]["tokens_per_effective"] / by["difffilter", s]["tokens_per_effective"]
+            for s in args.seeds
+        ]
+    )
+    acc = np.array([by[skip, s]["accuracy"] - by["difffilter", s]["accuracy"] for s in args.seeds])
     r_mean, r_lo, r_hi = stats.t_interval(ratio)
     a_mean, a_lo, a_hi = stats.t_interval(acc)
     p = stats.sign_flip_pvalue(acc)
-    print(f"tokens per effective group, {args.policy} / baseline: {r_mean:.3f} "
-          f"(95% t CI {r_lo:.3f}..{r_hi:.3f}; per seed {np.round(ratio, 3).tolist()}) -> "
-          f"{(1 - r_mean) * 100:.1f}% fewer (target >= 30%)")
+    print(
+        f"tokens per effective group, {args.policy} / baseline: {r_mean:.3f} "
+        f"(95% t CI {r_lo:.3f}..{r_hi:.3f}; per seed {np.round(ratio, 3).tolist()}) -> "
+        f"{(1 - r_mean) * 100:.1f}% fewer (target >= 30%)"
+    )
     b_lo, b_hi = stats.bootstrap_interval(acc, np.random.default_rng(0))
-    moved = {arm: float(np.mean([by[arm, s]["accuracy"] - by[arm, s]["initial_accuracy"]
-                                 for s in args.seeds])) for arm in arms}
-    print(f"held-out greedy accuracy, {args.policy} - baseline: {a_mean:+.3f} "
-          f"(95% t CI {a_lo:+.3f}..{a_hi:+.3f}, paired bootstrap {b_lo:+.3f}..{b_hi:+.3f}, "
-          f"sign-flip p={p:.3f}; per seed {np.round(acc, 3).tolist()}; smallest possible p "
-          f"with {len(acc)} seeds = {stats.min_pvalue(len(acc)):.2g}; minimum detectable "
-          f"difference {stats.mde_paired(float(np.std(acc, ddof=1)), len(acc)):.3f})")
-    print("accuracy change from the shared start, mean over seeds: "
-          + ", ".join(f"{arm} {v:+.3f}" for arm, v in moved.items()))
+    moved = {
+        arm: float(
+            np.mean([by[arm, s]["accuracy"] - by[arm, s]["initial_accuracy"] for s in args.seeds])
+        )
+        for arm in arms
+    }
+    print(
+        f"held-out greedy accuracy, {args.policy} - baseline: {a_mean:+.3f} "
+        f"(95% t CI {a_lo:+.3f}..{a_hi:+.3f}, paired bootstrap {b_lo:+.3f}..{b_hi:+.3f}, "
+        f"sign-flip p={p:.3f}; per seed {np.round(acc, 3).tolist()}; smallest possible p "
+        f"with {len(acc)} seeds = {stats.min_pvalue(len(acc)):.2g}; minimum detectable "
+        f"difference {stats.mde_paired(float(np.std(acc, ddof=1)), len(acc)):.3f})"
+    )
+    print(
+        "accuracy change from the shared start, mean over seeds: "
+        + ", ".join(f"{arm} {v:+.3f}" for arm, v in moved.items())
+    )
     base = [by["difffilter", s] for s in args.seeds]
     ceiling = np.array([b["revisit_zero_tokens"] / b["tokens"] for b in base])
     first = np.array([b["first_zero_tokens"] / b["tokens"] for b in base])
-    print(f"baseline tokens spent on zero-variance groups: revisits {ceiling.mean():.3f}, "
-          f"first visits {first.mean():.3f} -> a history-based skipper saves at most "
-          f"{ceiling.mean() * 100:.1f}% of tokens per effective group here "
-          f"({args.policy} reached {(1 - r_mean) / ceiling.mean() * 100:.0f}% of that)")
-    left = np.array([by[skip, s]["revisit_zero_tokens"] / by[skip, s]["tokens"]
-                     for s in args.seeds])
-    print(f"{args.policy} arm: share of its tokens still spent on zero-variance revisits "
-          f"{left.mean():.3f} (baseline {ceiling.mean():.3f})")
-    gen = np.array([by[skip, s]["generate_s"] / by[skip, s]["effective"]
-                    / (by["difffilter", s]["generate_s"] / by["difffilter", s]["effective"])
-                    for s in args.seeds])
-    print(f"generation seconds per effective group, {args.policy} / baseline: {gen.mean():.3f} "
-          f"(per seed {np.round(gen, 3).tolist()})")
+    print(
+        f"baseline tokens spent on zero-variance groups: revisits {ceiling.mean():.3f}, "
+        f"first visits {first.mean():.3f} -> a history-based skipper saves at most "
+        f"{ceiling.mean() * 100:.1f}% of tokens per effective group here "
+        f"({args.policy} reached {(1 - r_mean) / ceiling.mean() * 100:.0f}% of that)"
+    )
+    left = np.array(
+        [by[skip, s]["revisit_zero_tokens"] / by[skip, s]["tokens"] for s in args.seeds]
+    )
+    print(
+        f"{args.policy} arm: share of its tokens still spent on zero-variance revisits "
+        f"{left.mean():.3f} (baseline {ceiling.mean():.3f})"
+    )
+    gen = np.array(
+        [
+            by[skip, s]["generate_s"]
+            / by[skip, s]["effective"]
+            / (by["difffilter", s]["generate_s"] / by["difffilter", s]["effective"])
+            for s in args.seeds
+        ]
+    )
+    print(
+        f"generation seconds per effective group, {args.policy} / baseline: {gen.mean():.3f} "
+        f"(per seed {np.round(gen, 3).tolist()})"
+    )
     print(f"wall {time.perf_counter() - t0:.0f}s")
 
 

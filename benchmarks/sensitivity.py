@@ -59,8 +59,11 @@ def _check_row(c: sens.Check) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(r) + " |" for r in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def _need(n: int | None, note: str) -> str:
@@ -69,55 +72,113 @@ def _need(n: int | None, note: str) -> str:
 
 def _metric_section(metric: str, part: dict, baseline: str, m: int, primary: bool) -> list[str]:
     gains, controls = part["gains"], part["controls"]
-    md = [f"## {metric} held-out accuracy" + (" (the experiment's metric)" if primary else ""),
-          "", f"Gain of `{baseline}` over the warm start (final − step 0), points, "
-          f"{len(part['seeds'])} seeds:", ""]
-    md += _table(["summary", "seeds", "gain", "SD", "min", "SD/gain"],
-                 [[g.summary, str(g.n), _pts(g.mean), _pts(g.sd, False), _pts(g.min),
-                   f"{g.sd_over_gain:.2f}" if math.isfinite(g.sd_over_gain) else "—"]
-                  for g in gains])
-    md += ["", "| target (issue 11) | observed | required | |", "|---|---|---|---|",
-           *map(_check_row, part["gain_checks"]), ""]
+    md = [
+        f"## {metric} held-out accuracy" + (" (the experiment's metric)" if primary else ""),
+        "",
+        f"Gain of `{baseline}` over the warm start (final − step 0), points, "
+        f"{len(part['seeds'])} seeds:",
+        "",
+    ]
+    md += _table(
+        ["summary", "seeds", "gain", "SD", "min", "SD/gain"],
+        [
+            [
+                g.summary,
+                str(g.n),
+                _pts(g.mean),
+                _pts(g.sd, False),
+                _pts(g.min),
+                f"{g.sd_over_gain:.2f}" if math.isfinite(g.sd_over_gain) else "—",
+            ]
+            for g in gains
+        ],
+    )
+    md += [
+        "",
+        "| target (issue 11) | observed | required | |",
+        "|---|---|---|---|",
+        *map(_check_row, part["gain_checks"]),
+        "",
+    ]
     fam = m > 1
-    md += ["Controls against the baseline (paired differences arm − baseline on the average, "
-           "points; verdict of the harness's analysis, each control tested alone; r: "
-           f"pairing correlation of final scores; target r ≥ {sens.TARGET_CORR:g} for a mild "
-           "strategy — the mildest arms here are the A/A copy, drop_half and half_lr):", ""]
-    md += _table(["control", "must be", "seeds", "Δ mean", "SD of Δ", "r", "verdict",
-                  "as it must", "seeds for power 0.8 (alone)"]
-                 + ([f"(among {m})"] if fam else []),
-                 [[c.label, c.outcome, str(c.n), _pts(c.delta), _pts(c.sd, False),
-                   f"{c.corr:+.2f}" if math.isfinite(c.corr) else "—", c.verdict,
-                   _state(c.passed), _need(c.seeds_needed, c.note)]
-                  + ([_need(c.seeds_needed_family, c.note)] if fam else [])
-                  for c in controls])
+    md += [
+        "Controls against the baseline (paired differences arm − baseline on the average, "
+        "points; verdict of the harness's analysis, each control tested alone; r: "
+        f"pairing correlation of final scores; target r ≥ {sens.TARGET_CORR:g} for a mild "
+        "strategy — the mildest arms here are the A/A copy, drop_half and half_lr):",
+        "",
+    ]
+    md += _table(
+        [
+            "control",
+            "must be",
+            "seeds",
+            "Δ mean",
+            "SD of Δ",
+            "r",
+            "verdict",
+            "as it must",
+            "seeds for power 0.8 (alone)",
+        ]
+        + ([f"(among {m})"] if fam else []),
+        [
+            [
+                c.label,
+                c.outcome,
+                str(c.n),
+                _pts(c.delta),
+                _pts(c.sd, False),
+                f"{c.corr:+.2f}" if math.isfinite(c.corr) else "—",
+                c.verdict,
+                _state(c.passed),
+                _need(c.seeds_needed, c.note),
+            ]
+            + ([_need(c.seeds_needed_family, c.note)] if fam else [])
+            for c in controls
+        ],
+    )
     return md + [""]
 
 
 def render(report: dict) -> str:
     """The markdown report (also printed)."""
     b = report["budget"]
-    md = [f"# Sensitivity of the embedded instrument: {report['experiment']}", "",
-          f"- baseline `{report['baseline']}` and the controls, seeds {report['seeds']}; "
-          f"{b['steps']} steps × {b['prompts_per_step']} prompts × {b['samples_per_prompt']} "
-          f"samples; domains {', '.join(report['domains'])}",
-          f"- runs: {report['runs']} ({report['failed']} failed); {report['pairing_check']}",
-          f"- the experiment makes {report['m']} comparison(s) (m for the seeds needed "
-          "among them)", ""]
+    md = [
+        f"# Sensitivity of the embedded instrument: {report['experiment']}",
+        "",
+        f"- baseline `{report['baseline']}` and the controls, seeds {report['seeds']}; "
+        f"{b['steps']} steps × {b['prompts_per_step']} prompts × {b['samples_per_prompt']} "
+        f"samples; domains {', '.join(report['domains'])}",
+        f"- runs: {report['runs']} ({report['failed']} failed); {report['pairing_check']}",
+        f"- the experiment makes {report['m']} comparison(s) (m for the seeds needed among them)",
+        "",
+    ]
     for metric, part in report["metrics"].items():
-        md += _metric_section(metric, part, report["baseline"], report["m"],
-                              metric == report["primary_metric"])
+        md += _metric_section(
+            metric, part, report["baseline"], report["m"], metric == report["primary_metric"]
+        )
     cpu = report["cpu_seconds_per_run"]
-    md += ["## Cost", "",
-           f"CPU time of all runs: {report['cpu_seconds_total'] / 60:.1f} CPU-minutes over "
-           f"{len(cpu)} runs (max {max(cpu, default=math.nan):.1f} s per run)"
-           + (f"; {report['runs_without_cpu_seconds']} run(s) have no cpu_seconds"
-              if report["runs_without_cpu_seconds"] else "") + ".", "",
-           "| target (issue 11) | observed | required | |", "|---|---|---|---|",
-           *map(_check_row, report["cost_checks"]), "",
-           f"CPU-minutes per decided verdict: {report['cpu_minutes_per_verdict']:.1f} "
-           f"({report['decided']} of {report['harms']} harm controls called worse on "
-           f"{report['primary_metric']}; the A/A arm's non-verdict is not counted).", ""]
+    md += [
+        "## Cost",
+        "",
+        f"CPU time of all runs: {report['cpu_seconds_total'] / 60:.1f} CPU-minutes over "
+        f"{len(cpu)} runs (max {max(cpu, default=math.nan):.1f} s per run)"
+        + (
+            f"; {report['runs_without_cpu_seconds']} run(s) have no cpu_seconds"
+            if report["runs_without_cpu_seconds"]
+            else ""
+        )
+        + ".",
+        "",
+        "| target (issue 11) | observed | required | |",
+        "|---|---|---|---|",
+        *map(_check_row, report["cost_checks"]),
+        "",
+        f"CPU-minutes per decided verdict: {report['cpu_minutes_per_verdict']:.1f} "
+        f"({report['decided']} of {report['harms']} harm controls called worse on "
+        f"{report['primary_metric']}; the A/A arm's non-verdict is not counted).",
+        "",
+    ]
     return "\n".join(md)
 
 
@@ -131,11 +192,11 @@ def main() -> None:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     path = Path(args.experiment)
-    exp, m = sens.sensitivity_experiment(load_yaml(path), str(path), path.resolve().parent,
-                                         seeds=args.seeds, steps=args.steps)
+    exp, m = sens.sensitivity_experiment(
+        load_yaml(path), str(path), path.resolve().parent, seeds=args.seeds, steps=args.steps
+    )
     out = Path(args.out or Path("runs") / "sensitivity" / exp.name)
-    result = run_compare(exp, out, workers=args.workers, progress=not args.no_progress,
-                         plots=False)
+    result = run_compare(exp, out, workers=args.workers, progress=not args.no_progress, plots=False)
     report = sens.measure(exp, result.execution, m)
     text = render(report)
     (out / "sensitivity.md").write_text(text)

@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# lint and format are part of the test command (config in pyproject.toml [tool.ruff])
+.venv/bin/ruff check src tests benchmarks examples scripts
+.venv/bin/ruff format --check --quiet src tests benchmarks examples scripts
 # slow tests (re-running the warm-start bootstrap) are part of the test command
 export DATAFLEX_RUN_SLOW="${DATAFLEX_RUN_SLOW:-1}"
 .venv/bin/python -m pytest -q "$@"

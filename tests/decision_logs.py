@@ -13,8 +13,9 @@ from dataflex_rl.hosts.common.decision_log import DecisionLog
 DOMAINS = ("math", "logic", "science")
 
 
-def make_batch(step: int, prompts: int = 8, G: int = 4, T: int = 12, seed: int = 0,
-               n_prompts: int = 20) -> RolloutBatch:
+def make_batch(
+    step: int, prompts: int = 8, G: int = 4, T: int = 12, seed: int = 0, n_prompts: int = 20
+) -> RolloutBatch:
     """0/1 rewards from a per-group solve probability, GRPO advantages (constant per row),
     per-token old log-probs, right-padded variable lengths, three domains, prompt keys drawn
     from ``n_prompts`` prompts (so histories see repeats)."""
@@ -22,7 +23,7 @@ def make_batch(step: int, prompts: int = 8, G: int = 4, T: int = 12, seed: int =
     B = prompts * G
     grp = torch.arange(prompts).repeat_interleave(G)
     ids = torch.randint(0, n_prompts, (prompts,), generator=g)
-    p = (ids.float() + 0.5) / n_prompts            # each prompt has its own solve rate
+    p = (ids.float() + 0.5) / n_prompts  # each prompt has its own solve rate
     r = (torch.rand(B, generator=g) < p[grp]).float()
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     mask = torch.arange(T)[None, :] < lengths[:, None]
@@ -30,21 +31,34 @@ def make_batch(step: int, prompts: int = 8, G: int = 4, T: int = 12, seed: int =
     var = torch.zeros(prompts).index_add_(0, grp, (r - mean[grp]) ** 2) / (G - 1)
     adv = (r - mean[grp]) / (var.sqrt()[grp] + 1e-6)
     lp = -torch.rand(B, T, generator=g) * 2 * mask
-    return RolloutBatch(rewards=r, response_mask=mask, group_ids=grp,
-                        domain_ids=(ids % 3)[grp], domains=DOMAINS,
-                        advantages=adv[:, None] * mask, old_log_probs=lp,
-                        prompt_keys=tuple(f"p{int(k)}" for k in ids[grp]), step=step)
+    return RolloutBatch(
+        rewards=r,
+        response_mask=mask,
+        group_ids=grp,
+        domain_ids=(ids % 3)[grp],
+        domains=DOMAINS,
+        advantages=adv[:, None] * mask,
+        old_log_probs=lp,
+        prompt_keys=tuple(f"p{int(k)}" for k in ids[grp]),
+        step=step,
+    )
 
 
-def write_log(folder: Path, spec, steps: int, *, steps_per_file: int = 4, close: bool = True,
-              **log_kwargs) -> tuple[Strategy, list]:
+def write_log(
+    folder: Path, spec, steps: int, *, steps_per_file: int = 4, close: bool = True, **log_kwargs
+) -> tuple[Strategy, list]:
     """Run ``spec`` on ``steps`` synthetic batches, logging each; returns the strategy and
     the (batch, decision) pairs."""
     st = Strategy(spec, domains=DOMAINS)
-    log = DecisionLog(folder, domains=DOMAINS, strategy_spec=st.spec.to_dict(),
-                      host="test", steps_per_file=steps_per_file,
-                      settings={"advantage_estimator": "grpo", "norm_adv_by_std": True},
-                      **log_kwargs)
+    log = DecisionLog(
+        folder,
+        domains=DOMAINS,
+        strategy_spec=st.spec.to_dict(),
+        host="test",
+        steps_per_file=steps_per_file,
+        settings={"advantage_estimator": "grpo", "norm_adv_by_std": True},
+        **log_kwargs,
+    )
     out = []
     for s in range(steps):
         b = make_batch(s)

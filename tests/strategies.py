@@ -68,11 +68,11 @@ def rollout_batches(
             else:
                 rewards.append(draw(reward))
     B = len(group_ids)
-    perm = draw(st.permutations(range(B)))          # interleave groups
+    perm = draw(st.permutations(range(B)))  # interleave groups
     group_ids = [group_ids[i] for i in perm]
     rewards = [rewards[i] for i in perm]
     pad = [pad[i] for i in perm]
-    for i in range(B):                               # padding rewards may be anything
+    for i in range(B):  # padding rewards may be anything
         if pad[i] and draw(st.booleans()):
             rewards[i] = float("nan")
     T = draw(st.integers(1, max_tokens))
@@ -84,7 +84,7 @@ def rollout_batches(
     garbage = draw(st.sampled_from([float("nan"), 1e6, -3.0]))
     if advantages:
         per_resp = torch.randn(B, generator=gen)
-        zero = torch.rand(B, generator=gen) < 0.3           # some zero-advantage rows
+        zero = torch.rand(B, generator=gen) < 0.3  # some zero-advantage rows
         per_resp = torch.where(zero, torch.zeros_like(per_resp), per_resp)
         noise = 0.1 * torch.randn(B, T, generator=gen) * draw(st.sampled_from([0.0, 1.0]))
         adv = torch.where(mask, per_resp[:, None] + noise, torch.full((B, T), garbage))
@@ -117,19 +117,33 @@ def permute_groups(batch: RolloutBatch, group_perm: list[int], row_seed: int = 0
     unchanged). Returns (permuted batch, row index: new row i is old row ``rows[i]``).
     """
     new_gid = torch.tensor(group_perm, dtype=torch.int64)[batch.group_ids]
-    order = torch.sort(new_gid, stable=True).indices   # rows grouped by new id, stable
-    take = lambda t: None if t is None else t[order]    # noqa: E731
+    order = torch.sort(new_gid, stable=True).indices  # rows grouped by new id, stable
+    take = lambda t: None if t is None else t[order]  # noqa: E731
     keys = None if batch.prompt_keys is None else tuple(batch.prompt_keys[i] for i in order)
     permuted = RolloutBatch(
-        rewards=batch.rewards[order], response_mask=batch.response_mask[order],
-        group_ids=new_gid[order], domain_ids=batch.domain_ids[order], domains=batch.domains,
-        advantages=take(batch.advantages), old_log_probs=take(batch.old_log_probs),
-        prompt_keys=keys, is_padding=batch.is_padding[order], step=batch.step)
+        rewards=batch.rewards[order],
+        response_mask=batch.response_mask[order],
+        group_ids=new_gid[order],
+        domain_ids=batch.domain_ids[order],
+        domains=batch.domains,
+        advantages=take(batch.advantages),
+        old_log_probs=take(batch.old_log_probs),
+        prompt_keys=keys,
+        is_padding=batch.is_padding[order],
+        step=batch.step,
+    )
     return permuted, order
 
 
-def random_batch(seed: int, *, num_groups: int = 6, max_group_size: int = 6, T: int = 5,
-                 D: int = 3, step: int = 0) -> RolloutBatch:
+def random_batch(
+    seed: int,
+    *,
+    num_groups: int = 6,
+    max_group_size: int = 6,
+    T: int = 5,
+    D: int = 3,
+    step: int = 0,
+) -> RolloutBatch:
     """A seeded random batch without hypothesis (contract tests): mixed group sizes (1
     included), interleaved rows, padding, a NaN reward, zero-advantage groups, garbage on
     masked tokens."""
@@ -140,9 +154,12 @@ def random_batch(seed: int, *, num_groups: int = 6, max_group_size: int = 6, T: 
     B = int(gids.shape[0])
     perm = torch.randperm(B, generator=g)
     gids = gids[perm]
-    rewards = torch.where(torch.rand(B, generator=g) < 0.5, torch.rand(B, generator=g),
-                          (torch.rand(B, generator=g) < 0.5).float())
-    rewards[gids == 1] = 1.0                                  # an all-correct group
+    rewards = torch.where(
+        torch.rand(B, generator=g) < 0.5,
+        torch.rand(B, generator=g),
+        (torch.rand(B, generator=g) < 0.5).float(),
+    )
+    rewards[gids == 1] = 1.0  # an all-correct group
     pad = torch.rand(B, generator=g) < 0.15
     rewards[int(torch.randint(0, B, (1,), generator=g))] = float("nan")
     lengths = torch.randint(0, T + 1, (B,), generator=g)
@@ -152,7 +169,15 @@ def random_batch(seed: int, *, num_groups: int = 6, max_group_size: int = 6, T: 
     adv = torch.where(mask, adv, torch.full_like(adv, float("nan")))
     lp = torch.where(mask, -torch.rand(B, T, generator=g) * 3, torch.full((B, T), 1e6))
     group_dom = torch.randint(0, D, (num_groups,), generator=g)
-    return RolloutBatch(rewards=rewards, response_mask=mask, group_ids=gids,
-                        domain_ids=group_dom[gids], domains=DOMAINS[:D], advantages=adv,
-                        old_log_probs=lp, prompt_keys=tuple(f"q{int(i)}" for i in gids),
-                        is_padding=pad, step=step)
+    return RolloutBatch(
+        rewards=rewards,
+        response_mask=mask,
+        group_ids=gids,
+        domain_ids=group_dom[gids],
+        domains=DOMAINS[:D],
+        advantages=adv,
+        old_log_probs=lp,
+        prompt_keys=tuple(f"q{int(i)}" for i in gids),
+        is_padding=pad,
+        step=step,
+    )

@@ -24,22 +24,35 @@ from pathlib import Path
 INSTRUCTION = "Think step by step, then give the final answer as \\boxed{{{what}}}."
 LOGIC_HELP = {
     "order": "Each clue 'x<y' or 'y>x' says x comes before y. List the letters in order, "
-             "with no spaces.",
+    "with no spaces.",
     "horn": "The first letter is true; each rule 'x-y' says that if x is true, y is true. "
-            "List every true letter in alphabetical order, with no spaces.",
+    "List every true letter in alphabetical order, with no spaces.",
     "bool": "Evaluate the boolean formula (1 = true, 0 = false). Answer 1 or 0.",
 }
 #: generator levels for a language model: arithmetic with 3-4 operands up to 99, the hardest
 #: implication chains, metric unit conversions (each has room for thousands of distinct prompts)
 LEVELS = {"math": {"level": 4, "min_terms": 3}, "logic": 3, "science": 4}
 
-def row(domain: str, source: str, question: str, answer: str, answer_type: str,
-        what: str, index: int, split: str) -> dict:
+
+def row(
+    domain: str,
+    source: str,
+    question: str,
+    answer: str,
+    answer_type: str,
+    what: str,
+    index: int,
+    split: str,
+) -> dict:
     content = f"{question}\n\n{INSTRUCTION.format(what=what)}"
-    return {"data_source": source, "domain": domain, "ability": domain,
-            "prompt": [{"role": "user", "content": content}],
-            "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": {"index": index, "split": split, "answer_type": answer_type}}
+    return {
+        "data_source": source,
+        "domain": domain,
+        "ability": domain,
+        "prompt": [{"role": "user", "content": content}],
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"index": index, "split": split, "answer_type": answer_type},
+    }
 
 
 def gsm8k(split: str, n: int, seed: int) -> list[dict]:
@@ -49,8 +62,9 @@ def gsm8k(split: str, n: int, seed: int) -> list[dict]:
     out = []
     for i, ex in enumerate(data.select(range(min(n, len(data))))):
         answer = ex["answer"].split("####")[-1].strip().replace(",", "")
-        out.append(row("math", "openai/gsm8k", ex["question"], answer, "number", "number",
-                       i, split))
+        out.append(
+            row("math", "openai/gsm8k", ex["question"], answer, "number", "number", i, split)
+        )
     return out
 
 
@@ -66,18 +80,33 @@ def sciq(split: str, n: int, seed: int) -> list[dict]:
         rng.shuffle(options)
         letter = "ABCD"[options.index(ex["correct_answer"])]
         listed = "\n".join(f"{'ABCD'[k]}. {o}" for k, o in enumerate(options))
-        out.append(row("science", "allenai/sciq", f"{ex['question']}\n{listed}", letter,
-                       "choice", "letter", i, split))
+        out.append(
+            row(
+                "science",
+                "allenai/sciq",
+                f"{ex['question']}\n{listed}",
+                letter,
+                "choice",
+                "letter",
+                i,
+                split,
+            )
+        )
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _taskset(domain: str, n_train: int, n_test: int, seed: int):
     """One split of one de-duplicated stream: train and test never share a prompt."""
     from dataflex_rl.tasks import build_taskset
 
-    return build_taskset((domain,), train_size=n_train, eval_size=n_test, seed=seed,
-                         difficulty={domain: LEVELS[domain]})
+    return build_taskset(
+        (domain,),
+        train_size=n_train,
+        eval_size=n_test,
+        seed=seed,
+        difficulty={domain: LEVELS[domain]},
+    )
 
 
 def generated(domain: str, split: str, sizes: tuple[int, int], seed: int) -> list[dict]:
@@ -94,16 +123,16 @@ def generated(domain: str, split: str, sizes: tuple[int, int], seed: int) -> lis
             verb = "Compute" if domain == "math" else "Convert the units"
             question = f"{verb}: {p.prompt}"
             answer_type, what = "number", "number"
-        out.append(row(domain, f"dataflex/{domain}", question, p.answer, answer_type, what, i,
-                       split))
+        out.append(
+            row(domain, f"dataflex/{domain}", question, p.answer, answer_type, what, i, split)
+        )
     return out
 
 
 def build(split: str, sizes: tuple[int, int], seed: int, offline: bool) -> list[dict]:
     """Rows of ``split``; ``sizes`` = (train, test) problems per domain."""
     if offline:
-        return [r for d in ("math", "logic", "science")
-                for r in generated(d, split, sizes, seed)]
+        return [r for d in ("math", "logic", "science") for r in generated(d, split, sizes, seed)]
     n = sizes[0] if split == "train" else sizes[1]
     return gsm8k(split, n, seed) + generated("logic", split, sizes, seed) + sciq(split, n, seed)
 
@@ -114,8 +143,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-per-domain", type=int, default=5000)
     ap.add_argument("--test-per-domain", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--offline", action="store_true",
-                    help="no downloads: all three domains from dataflex-rl's generators")
+    ap.add_argument(
+        "--offline",
+        action="store_true",
+        help="no downloads: all three domains from dataflex-rl's generators",
+    )
     args = ap.parse_args(argv)
     import pandas as pd
 

@@ -20,7 +20,7 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 def final_answer(text: str) -> str:
     """The response's final answer (see the module doc); "" when there is none."""
     starts = [m.end() for m in _BOX.finditer(text)]
-    for start in reversed(starts):   # the last box whose braces balance
+    for start in reversed(starts):  # the last box whose braces balance
         depth = 1
         for i in range(start, len(text)):
             depth += {"{": 1, "}": -1}.get(text[i], 0)
@@ -61,5 +61,4 @@ def matches(answer: str, truth: str, answer_type: str) -> bool:
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
     """verl's custom reward signature; 1.0 when the final answer matches, else 0.0."""
     answer_type = (extra_info or {}).get("answer_type", "exact")
-    return 1.0 if matches(final_answer(solution_str or ""), str(ground_truth), answer_type) \
-        else 0.0
+    return 1.0 if matches(final_answer(solution_str or ""), str(ground_truth), answer_type) else 0.0

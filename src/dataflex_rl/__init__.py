@@ -11,5 +11,14 @@ from dataflex_rl.core.strategy import Decision, Strategy
 from dataflex_rl.presets import PRESETS  # registers the presets into core's table
 
 __version__ = "0.1.0"
-__all__ = ["RolloutBatch", "Strategy", "StrategySpec", "Decision", "ConfigError", "Registry",
-           "PRESETS", "parse_strategy", "__version__"]
+__all__ = [
+    "RolloutBatch",
+    "Strategy",
+    "StrategySpec",
+    "Decision",
+    "ConfigError",
+    "Registry",
+    "PRESETS",
+    "parse_strategy",
+    "__version__",
+]

@@ -66,8 +66,9 @@ def require(module: str, purpose: str) -> None:
         purpose: what needs it, for the message (``"dataflex-rl train (the engine's policy)"``).
     """
     if not available(module):
-        raise MissingDependencyError(f"{purpose} needs {module!r}, which is not installed: "
-                                     f"{install_hint(module)}")
+        raise MissingDependencyError(
+            f"{purpose} needs {module!r}, which is not installed: {install_hint(module)}"
+        )
 
 
 def plots_available(purpose: str, *, say=print) -> bool:

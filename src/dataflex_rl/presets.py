@@ -11,70 +11,142 @@ from __future__ import annotations
 from dataflex_rl.core.preset import PRESETS, Preset
 
 _P = [
-    Preset("baseline", "plain GRPO: every response counts equally, domains sampled as given",
-           "Shao et al. 2024, DeepSeekMath (GRPO)", {}),
+    Preset(
+        "baseline",
+        "plain GRPO: every response counts equally, domains sampled as given",
+        "Shao et al. 2024, DeepSeekMath (GRPO)",
+        {},
+    ),
     # --- select
-    Preset("difffilter", "drop groups whose solve rate is outside (0.2, 0.8): all-correct and "
-                         "all-wrong groups carry no GRPO signal",
-           "Yu et al. 2025, DAPO (dynamic sampling); Bae et al. 2025, online difficulty filtering",
-           {"select": {"scorer": {"name": "solve_rate", "threshold": 0.5},
-                       "actuator": {"name": "band", "low": 0.2, "high": 0.8,
-                                    "inclusive": False}}}),
-    Preset("maxvar", "keep, per group, the half of the responses whose rewards have maximum "
-                     "variance",
-           "Xu et al. 2025, PODS: Not All Rollouts are Useful (max-variance down-sampling)",
-           {"select": {"scorer": "reward",
-                       "actuator": {"name": "max_variance", "keep_fraction": 0.5}}}),
-    Preset("gfpo", "keep, per group, the half of the responses with the best reward per token",
-           "Shrivastava et al. 2025, GFPO: Sample More to Think Less",
-           {"select": {"scorer": "efficiency",
-                       "actuator": {"name": "gfpo", "keep_fraction": 0.5}}}),
-    Preset("topk", "keep the half of the responses with the largest |advantage|",
-           "advantage-magnitude top-k selection (e.g. Lin et al. 2025)",
-           {"select": {"scorer": "advantage_magnitude",
-                       "actuator": {"name": "top_fraction", "fraction": 0.5,
-                                    "by_group": False}}}),
+    Preset(
+        "difffilter",
+        "drop groups whose solve rate is outside (0.2, 0.8): all-correct and "
+        "all-wrong groups carry no GRPO signal",
+        "Yu et al. 2025, DAPO (dynamic sampling); Bae et al. 2025, online difficulty filtering",
+        {
+            "select": {
+                "scorer": {"name": "solve_rate", "threshold": 0.5},
+                "actuator": {"name": "band", "low": 0.2, "high": 0.8, "inclusive": False},
+            }
+        },
+    ),
+    Preset(
+        "maxvar",
+        "keep, per group, the half of the responses whose rewards have maximum variance",
+        "Xu et al. 2025, PODS: Not All Rollouts are Useful (max-variance down-sampling)",
+        {
+            "select": {
+                "scorer": "reward",
+                "actuator": {"name": "max_variance", "keep_fraction": 0.5},
+            }
+        },
+    ),
+    Preset(
+        "gfpo",
+        "keep, per group, the half of the responses with the best reward per token",
+        "Shrivastava et al. 2025, GFPO: Sample More to Think Less",
+        {"select": {"scorer": "efficiency", "actuator": {"name": "gfpo", "keep_fraction": 0.5}}},
+    ),
+    Preset(
+        "topk",
+        "keep the half of the responses with the largest |advantage|",
+        "advantage-magnitude top-k selection (e.g. Lin et al. 2025)",
+        {
+            "select": {
+                "scorer": "advantage_magnitude",
+                "actuator": {"name": "top_fraction", "fraction": 0.5, "by_group": False},
+            }
+        },
+    ),
     # --- reweight
-    Preset("softmax", "weight responses by softmax(|advantage| / T), mean 1",
-           "softmax prioritisation of samples by |advantage|",
-           {"reweight": {"scorer": "advantage_magnitude",
-                         "actuator": {"name": "softmax", "temperature": 1.0}}}),
-    Preset("per", "weight responses by (|advantage| + eps)^alpha, mean 1",
-           "Schaul et al. 2016, Prioritized Experience Replay",
-           {"reweight": {"scorer": "advantage_magnitude",
-                         "actuator": {"name": "per", "alpha": 0.6, "eps": 0.01}}}),
-    Preset("diffband", "double the weight of responses whose group solve rate lies in "
-                       "[0.2, 0.8], mean 1",
-           "difficulty-band reweighting (soft counterpart of difffilter)",
-           {"reweight": {"scorer": {"name": "solve_rate", "threshold": 0.5},
-                         "actuator": {"name": "band_weight", "low": 0.2, "high": 0.8,
-                                      "inside": 2.0}}}),
-    Preset("ar", "token weights alpha * p_t + (1 - alpha), p_t the sampling probability of the "
-                 "token, mean 1",
-           "probability-aware token reweighting (low-probability tokens count less)",
-           {"reweight": {"scorer": "token_prob",
-                         "actuator": {"name": "ar", "alpha": 0.5}}}),
+    Preset(
+        "softmax",
+        "weight responses by softmax(|advantage| / T), mean 1",
+        "softmax prioritisation of samples by |advantage|",
+        {
+            "reweight": {
+                "scorer": "advantage_magnitude",
+                "actuator": {"name": "softmax", "temperature": 1.0},
+            }
+        },
+    ),
+    Preset(
+        "per",
+        "weight responses by (|advantage| + eps)^alpha, mean 1",
+        "Schaul et al. 2016, Prioritized Experience Replay",
+        {
+            "reweight": {
+                "scorer": "advantage_magnitude",
+                "actuator": {"name": "per", "alpha": 0.6, "eps": 0.01},
+            }
+        },
+    ),
+    Preset(
+        "diffband",
+        "double the weight of responses whose group solve rate lies in [0.2, 0.8], mean 1",
+        "difficulty-band reweighting (soft counterpart of difffilter)",
+        {
+            "reweight": {
+                "scorer": {"name": "solve_rate", "threshold": 0.5},
+                "actuator": {"name": "band_weight", "low": 0.2, "high": 0.8, "inside": 2.0},
+            }
+        },
+    ),
+    Preset(
+        "ar",
+        "token weights alpha * p_t + (1 - alpha), p_t the sampling probability of the "
+        "token, mean 1",
+        "probability-aware token reweighting (low-probability tokens count less)",
+        {"reweight": {"scorer": "token_prob", "actuator": {"name": "ar", "alpha": 0.5}}},
+    ),
     # --- mix
-    Preset("static", "fixed domain proportions (uniform unless given)",
-           "fixed data mixture", {"mix": {"actuator": {"name": "static", "floor": 0.0}}}),
-    Preset("reward_gap", "sample lagging domains more: p = softmax((max_d r_d - r_d) / T) over "
-                         "windowed mean rewards",
-           "reward-gap domain mixing",
-           {"mix": {"scorer": {"name": "domain_reward", "window": 10},
-                    "actuator": {"name": "reward_gap", "temperature": 0.1, "floor": 0.05},
-                    "warmup_steps": 5, "every": 5}}),
-    Preset("dump_ucb", "UCB over domains: windowed mean |advantage| + c sqrt(2 ln N / n_d), "
-                       "softmax(value / T)",
-           "Wang et al. 2025, DUMP: distribution-level curriculum learning for RL post-training",
-           {"mix": {"scorer": {"name": "domain_advantage_magnitude", "window": 10},
-                    "actuator": {"name": "ucb", "c": 1.0, "temperature": 0.1, "floor": 0.05},
-                    "warmup_steps": 5, "every": 5}}),
-    Preset("tscl", "sample domains by learning progress: |slope| of the per-step mean reward "
-                   "over a window, softmax(progress / T)",
-           "Matiisen et al. 2017, Teacher-Student Curriculum Learning",
-           {"mix": {"scorer": {"name": "learning_progress", "window": 10, "signed": False},
-                    "actuator": {"name": "softmax", "temperature": 0.01, "floor": 0.05},
-                    "warmup_steps": 5, "every": 5}}),
+    Preset(
+        "static",
+        "fixed domain proportions (uniform unless given)",
+        "fixed data mixture",
+        {"mix": {"actuator": {"name": "static", "floor": 0.0}}},
+    ),
+    Preset(
+        "reward_gap",
+        "sample lagging domains more: p = softmax((max_d r_d - r_d) / T) over "
+        "windowed mean rewards",
+        "reward-gap domain mixing",
+        {
+            "mix": {
+                "scorer": {"name": "domain_reward", "window": 10},
+                "actuator": {"name": "reward_gap", "temperature": 0.1, "floor": 0.05},
+                "warmup_steps": 5,
+                "every": 5,
+            }
+        },
+    ),
+    Preset(
+        "dump_ucb",
+        "UCB over domains: windowed mean |advantage| + c sqrt(2 ln N / n_d), softmax(value / T)",
+        "Wang et al. 2025, DUMP: distribution-level curriculum learning for RL post-training",
+        {
+            "mix": {
+                "scorer": {"name": "domain_advantage_magnitude", "window": 10},
+                "actuator": {"name": "ucb", "c": 1.0, "temperature": 0.1, "floor": 0.05},
+                "warmup_steps": 5,
+                "every": 5,
+            }
+        },
+    ),
+    Preset(
+        "tscl",
+        "sample domains by learning progress: |slope| of the per-step mean reward "
+        "over a window, softmax(progress / T)",
+        "Matiisen et al. 2017, Teacher-Student Curriculum Learning",
+        {
+            "mix": {
+                "scorer": {"name": "learning_progress", "window": 10, "signed": False},
+                "actuator": {"name": "softmax", "temperature": 0.01, "floor": 0.05},
+                "warmup_steps": 5,
+                "every": 5,
+            }
+        },
+    ),
 ]
 
 for _preset in _P:

@@ -82,8 +82,9 @@ def _exercise(kind, comp, seed):
         return (comp.raw_proportions(values, observed, drawn, prior),)
     history = PromptHistory()
     history.update(b)
-    keep, metrics = comp.filter(history, list(b.prompt_keys) + ["unseen"], b.step,
-                                torch.Generator().manual_seed(seed))
+    keep, metrics = comp.filter(
+        history, list(b.prompt_keys) + ["unseen"], b.step, torch.Generator().manual_seed(seed)
+    )
     comp.observe(b, history)
     return (keep, torch.tensor(list(metrics.values()), dtype=torch.float64))
 
@@ -92,8 +93,13 @@ def _exercise(kind, comp, seed):
 @pytest.mark.parametrize("kind, name", ALL, ids=IDS)
 def test_builds_from_defaults_and_checks_its_base(kind, name):
     cls = _cls(kind, name)
-    base = {"scorer": Scorer, "selector": Selector, "reweighter": Reweighter, "mixer": Mixer,
-            "skip policy": SkipPolicy}[kind]
+    base = {
+        "scorer": Scorer,
+        "selector": Selector,
+        "reweighter": Reweighter,
+        "mixer": Mixer,
+        "skip policy": SkipPolicy,
+    }[kind]
     assert issubclass(cls, base) and issubclass(cls, Component)
     comp = cls()
     assert dataclasses.is_dataclass(comp)
@@ -170,8 +176,9 @@ def test_state_round_trip(kind, name):
     assert _state_equal(b.state_dict(), state)
     # and both behave the same from here on
     for seed in (5, 6):
-        assert all(torch.equal(x, y) for x, y in zip(_exercise(kind, a, seed),
-                                                     _exercise(kind, b, seed)))
+        assert all(
+            torch.equal(x, y) for x, y in zip(_exercise(kind, a, seed), _exercise(kind, b, seed))
+        )
 
 
 def _state_equal(x, y):

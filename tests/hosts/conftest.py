@@ -36,5 +36,7 @@ def tq_train(verl_runtime):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "e2e: runs verl's whole pipeline in a subprocess "
-                                       "(about 1.5 min per run on 2 cores)")
+    config.addinivalue_line(
+        "markers",
+        "e2e: runs verl's whole pipeline in a subprocess (about 1.5 min per run on 2 cores)",
+    )

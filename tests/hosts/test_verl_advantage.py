@@ -10,7 +10,7 @@ import pytest
 verl = pytest.importorskip("verl")
 
 import torch  # noqa: E402
-from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn  # noqa: E402
+from verl.trainer.ppo.core_algos import get_policy_loss_fn  # noqa: E402
 from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
@@ -19,7 +19,7 @@ from tests.hosts.verl_helpers import dataflex_trainer, put_groups, read, sample 
 
 pytestmark = pytest.mark.usefixtures("tq_train")
 
-MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]   # 2 informative groups
+MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]  # 2 informative groups
 
 
 def by_uid(meta, values):
@@ -41,7 +41,7 @@ def test_difffilter_weights_reach_the_returned_meta():
     f = read(out, "rollout_is_weights", "response_mask", "loss_mask", "advantages")
     w = by_uid(out, f["rollout_is_weights"].sum(1))
     lengths = by_uid(out, read(batch, "responses")["responses"].ne(0).sum(1))
-    for uid, kept in zip(uids, (True, False, False, True)):   # solve rates .5, 1, 0, .5
+    for uid, kept in zip(uids, (True, False, False, True)):  # solve rates .5, 1, 0, .5
         expect = lengths[uid] if kept else [0] * 4
         assert [float(x) for x in w[uid]] == [float(x) for x in expect], uid
     # renormalize (difffilter default): dropped rows leave the token-mean denominator
@@ -58,7 +58,7 @@ def test_softmax_reweight_composes_with_verls_rollout_correction():
     put_groups(MIXED, rollout_log_probs=True, seed=1)
     a = sample(4)
     a_out = PPOTrainer._compute_advantage(trainer, a, {})
-    assert "rollout_is_weights" in a_out.fields   # verl's truncated token IS weights
+    assert "rollout_is_weights" in a_out.fields  # verl's truncated token IS weights
     w_verl = by_uid(a_out, read(a_out, "rollout_is_weights")["rollout_is_weights"])
     import transfer_queue as tq
 
@@ -74,7 +74,7 @@ def test_softmax_reweight_composes_with_verls_rollout_correction():
         for ours, theirs in zip(w[uid], w_verl[uid]):
             on = theirs > 0
             r = ours[on] / theirs[on]
-            assert torch.allclose(r, r[0].expand_as(r), atol=1e-5)   # one factor per response
+            assert torch.allclose(r, r[0].expand_as(r), atol=1e-5)  # one factor per response
             ratios.append(float(r[0]))
     # softmax(|A| / 1) over the 8 informative responses, mean 1 there; zero-|A| rows keep 1
     assert metrics["dataflex/composed_rollout_is_weights"] == 1.0
@@ -84,8 +84,8 @@ def test_softmax_reweight_composes_with_verls_rollout_correction():
 
 def test_padding_rows_from_verl_get_weight_zero():
     trainer = dataflex_trainer("+dataflex.strategy=difffilter")
-    put_groups(MIXED[:1] + MIXED[3:])   # 8 responses
-    batch = upsample_batch_to_divisible_size(sample(2), 3, eos_token_id=2)   # verl pads to 9
+    put_groups(MIXED[:1] + MIXED[3:])  # 8 responses
+    batch = upsample_batch_to_divisible_size(sample(2), 3, eos_token_id=2)  # verl pads to 9
     assert sum(t.get("is_padding", False) for t in batch.tags) == 1
     metrics: dict = {}
     out = trainer._compute_advantage(batch, metrics)
@@ -118,12 +118,12 @@ def test_mix_only_strategy_observes_domains_and_leaves_the_loss_alone():
     trainer.global_steps = 1
     uids = put_groups(MIXED)
     # what _next_train_batch records at submission: uid -> (dataset row, domain id, step)
-    domain_id = {0: 1, 1: 1, 2: 0, 3: 0}   # rows 0, 1 are math (id 1), rows 2, 3 logic (id 0)
+    domain_id = {0: 1, 1: 1, 2: 0, 3: 0}  # rows 0, 1 are math (id 1), rows 2, 3 logic (id 0)
     trainer._prompts = {u: (row, domain_id[row], 0) for u, row in zip(uids, range(4))}
     batch = sample(4)
     metrics: dict = {}
     out = trainer._compute_advantage(batch, metrics)
-    assert "rollout_is_weights" not in out.fields    # mixing acts at intake only
+    assert "rollout_is_weights" not in out.fields  # mixing acts at intake only
     assert metrics["dataflex/responses"] == 16
     # two groups per domain in this batch
     assert metrics["dataflex/batch/domain/math/actual"] == pytest.approx(0.5)
@@ -136,13 +136,22 @@ def _loss_and_grad(trainer, meta):
     want = ["old_log_probs", "advantages", "response_mask", "loss_mask", "rollout_is_weights"]
     f = read(meta, *[x for x in want if x in meta.fields])
     actor = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.actor)
-    actor.global_batch_info.update(dp_size=1, batch_num_tokens=int(f["loss_mask"].sum()),
-                                   global_batch_size=None, loss_scale_factor=None)
+    actor.global_batch_info.update(
+        dp_size=1,
+        batch_num_tokens=int(f["loss_mask"].sum()),
+        global_batch_size=None,
+        loss_scale_factor=None,
+    )
     log_prob = f["old_log_probs"].clone().requires_grad_(True)
     loss, _ = get_policy_loss_fn("vanilla")(
-        old_log_prob=f["old_log_probs"], log_prob=log_prob, advantages=f["advantages"],
-        response_mask=f["response_mask"].bool(), loss_agg_mode="token-mean", config=actor,
-        rollout_is_weights=f.get("rollout_is_weights"))
+        old_log_prob=f["old_log_probs"],
+        log_prob=log_prob,
+        advantages=f["advantages"],
+        response_mask=f["response_mask"].bool(),
+        loss_agg_mode="token-mean",
+        config=actor,
+        rollout_is_weights=f.get("rollout_is_weights"),
+    )
     loss.backward()
     return loss, log_prob.grad, f
 

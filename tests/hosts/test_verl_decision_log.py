@@ -11,15 +11,17 @@ from tests.hosts.verl_helpers import dataflex_trainer, put_groups, read, sample 
 
 pytestmark = pytest.mark.usefixtures("tq_train")
 
-MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]   # solve rates .5 1 0 .5
+MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]  # solve rates .5 1 0 .5
 
 
 @pytest.mark.parametrize("strategy", ["difffilter", "softmax"])
 def test_verl_log_replays_the_applied_decision(tmp_path, strategy):
-    trainer = dataflex_trainer(f"+dataflex.strategy={strategy}",
-                               "+dataflex.decision_log.enabled=true",
-                               f"+dataflex.decision_log.dir={tmp_path}",
-                               "+dataflex.decision_log.steps_per_file=1")
+    trainer = dataflex_trainer(
+        f"+dataflex.strategy={strategy}",
+        "+dataflex.decision_log.enabled=true",
+        f"+dataflex.decision_log.dir={tmp_path}",
+        "+dataflex.decision_log.steps_per_file=1",
+    )
     trainer.decision_log = trainer._open_decision_log(None)
     put_groups(MIXED, rollout_log_probs=True)
     batch = sample(4)
@@ -30,7 +32,7 @@ def test_verl_log_replays_the_applied_decision(tmp_path, strategy):
     assert res.overall[strategy]["exact_steps"] == 1
     c = log.columns
     assert sorted(c["group"].tolist()) == [g for g in range(4) for _ in range(4)]
-    assert c["prompt_key"] is None     # prompt keys come with the intake (mix / prerollout)
+    assert c["prompt_key"] is None  # prompt keys come with the intake (mix / prerollout)
     # the logged weights are what verl's loss received (over its own rollout correction)
     w = read(out, "rollout_is_weights", "response_mask")
     mask = w["response_mask"].bool()

@@ -59,11 +59,21 @@ def model(tmp_path_factory):
 def loss_run(tmp_path_factory, model):
     work = tmp_path_factory.mktemp("loss")
     (work / "strategy.yaml").write_text(LOSS_STRATEGY)
-    data = build_dataset(work / "train.parquet",
-                         [("math", 1), ("logic", 4), ("math", 2), ("logic", 0)] * 4)
-    steps, record = run(work, data, model, 2, [
-        f"+dataflex.strategy={work / 'strategy.yaml'}",
-        "algorithm.rollout_correction.rollout_is=token", *DECISION_LOG], "loss")
+    data = build_dataset(
+        work / "train.parquet", [("math", 1), ("logic", 4), ("math", 2), ("logic", 0)] * 4
+    )
+    steps, record = run(
+        work,
+        data,
+        model,
+        2,
+        [
+            f"+dataflex.strategy={work / 'strategy.yaml'}",
+            "algorithm.rollout_correction.rollout_is=token",
+            *DECISION_LOG,
+        ],
+        "loss",
+    )
     return steps, record
 
 
@@ -72,15 +82,14 @@ def mix_runs(tmp_path_factory, model):
     work = tmp_path_factory.mktemp("mix")
     (work / "strategy.yaml").write_text(MIX_STRATEGY)
     data = build_dataset(work / "train.parquet", [("math", 1)] * 6 + [("logic", 4)] * 2)
-    common = [f"+dataflex.strategy={work / 'strategy.yaml'}", "trainer.save_freq=1",
-              *DECISION_LOG]
+    common = [f"+dataflex.strategy={work / 'strategy.yaml'}", "trainer.save_freq=1", *DECISION_LOG]
     first = run(work, data, model, 2, common, "mix")
     resumed = run(work, data, model, 3, [*common, "trainer.resume_mode=auto"], "resume")
     return work, first, resumed
 
 
 def load(record, name):
-    return torch.load(record / name, weights_only=True)   # tensors, lists of str and bool
+    return torch.load(record / name, weights_only=True)  # tensors, lists of str and bool
 
 
 def test_actor_gets_verls_rollout_correction_times_our_weights(loss_run):
@@ -90,15 +99,16 @@ def test_actor_gets_verls_rollout_correction_times_our_weights(loss_run):
     assert verl["keys"] == actor["keys"]
     mask = verl["response_mask"].bool()
     w_verl, w_actor = verl["rollout_is_weights"], actor["rollout_is_weights"]
-    assert bool((w_verl[mask] > 0).all()) and not torch.allclose(w_verl[mask],
-                                                                 torch.ones(int(mask.sum())))
+    assert bool((w_verl[mask] > 0).all()) and not torch.allclose(
+        w_verl[mask], torch.ones(int(mask.sum()))
+    )
     ratio = torch.where(mask, w_actor / w_verl.clamp(min=1e-12), torch.zeros_like(w_verl))
     per_response = ratio.sum(1) / mask.sum(1)
     # one factor per response (ours is per response), mean 1 over informative responses
     assert torch.allclose(ratio, per_response[:, None] * mask, atol=1e-5)
     informative = verl["advantages"].abs().sum(1) > 0
     assert per_response[informative].mean().item() == pytest.approx(1.0, abs=1e-4)
-    assert per_response[informative].std().item() > 0.05      # softmax(|A|) is not flat
+    assert per_response[informative].std().item() > 0.05  # softmax(|A|) is not flat
     assert steps[0]["actor/grad_norm"] > 0
 
 
@@ -123,8 +133,8 @@ def submitted(record):
 def test_mixing_changes_which_prompts_are_sampled(mix_runs):
     _, (steps, record), _ = mix_runs
     sub = submitted(record)
-    assert sorted(sub[1]) == ["logic", "logic", "math", "math"]   # uniform prior
-    assert sorted(sub[2]) == ["logic", "math", "math", "math"]    # math lags: 0.75 / 0.25
+    assert sorted(sub[1]) == ["logic", "logic", "math", "math"]  # uniform prior
+    assert sorted(sub[2]) == ["logic", "math", "math", "math"]  # math lags: 0.75 / 0.25
     assert steps[0]["dataflex/mix/updated"] == 1.0
     assert steps[1]["dataflex/mix/domain/math/target"] == pytest.approx(0.75, abs=1e-3)
     assert steps[1]["dataflex/batch/domain/math/actual"] == pytest.approx(0.75)
@@ -147,7 +157,7 @@ def test_strategy_state_survives_a_resume(mix_runs):
     assert (work / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "3"
     assert "restored strategy state from" in (work / "log_resume.txt").read_text()
     assert [s["step"] for s in resumed] == [3]
-    math_share = float(state["strategy"]["proportions"][1])   # domains: logic, math
+    math_share = float(state["strategy"]["proportions"][1])  # domains: logic, math
     assert math_share == pytest.approx(0.75, abs=1e-3)
     # a fresh strategy would start from the uniform prior and an empty prompt history
     assert resumed[0]["dataflex/mix/domain/math/target"] == pytest.approx(math_share)
@@ -163,17 +173,17 @@ def test_the_loss_runs_decision_log_replays_exactly(loss_run):
     assert log.host == "verl" and log.steps["step"].tolist() == [0, 1]
     res = replay(log, [log.strategy])
     assert res.overall[log.strategy["name"]]["exact_steps"] == 2
-    assert [r["kept"] for r in res.rows][1] == 0              # step 2 dropped everything
+    assert [r["kept"] for r in res.rows][1] == 0  # step 2 dropped everything
 
 
 def test_the_mix_runs_decision_log_replays_exactly_across_the_resume(mix_runs):
     from dataflex_rl.harness.replay import read_log, replay
 
     work, _, _ = mix_runs
-    log = read_log(work / "ckpt" / "decisions")   # steps 0-1, then step 2 after the resume
+    log = read_log(work / "ckpt" / "decisions")  # steps 0-1, then step 2 after the resume
     assert log.steps["step"].tolist() == [0, 1, 2]
     assert sorted(log.domains) == ["logic", "math"]
     res = replay(log, [log.strategy, "baseline"])
     assert res.overall["mix_and_skip"]["exact_steps"] == 3
     rows = [r for r in res.rows if r["strategy"] == "mix_and_skip"]
-    assert rows[0]["target_math"] == pytest.approx(0.75, abs=1e-3)   # math lags
+    assert rows[0]["target_math"] == pytest.approx(0.75, abs=1e-3)  # math lags

@@ -31,16 +31,19 @@ def test_example_strategy_builds(path):
     assert strategy.parts
 
 
-@pytest.mark.parametrize("text, truth, kind, score", [
-    ("so 3 + 4 = 7, \\boxed{7}", "7", "number", 1.0),
-    ("total: \\boxed{1,250}", "1250", "number", 1.0),
-    ("Answer: $18.00", "18", "number", 1.0),
-    ("\\boxed{\\frac{1}{2}} then \\boxed{8}", "7", "number", 0.0),   # the last box counts
-    ("The answer is \\boxed{B}", "B", "choice", 1.0),
-    ("\\boxed{C. mitochondria}", "B", "choice", 0.0),
-    ("order: \\boxed{g c d b h a}", "gcdbha", "exact", 1.0),
-    ("no final answer here\n", "5", "number", 0.0),
-])
+@pytest.mark.parametrize(
+    "text, truth, kind, score",
+    [
+        ("so 3 + 4 = 7, \\boxed{7}", "7", "number", 1.0),
+        ("total: \\boxed{1,250}", "1250", "number", 1.0),
+        ("Answer: $18.00", "18", "number", 1.0),
+        ("\\boxed{\\frac{1}{2}} then \\boxed{8}", "7", "number", 0.0),  # the last box counts
+        ("The answer is \\boxed{B}", "B", "choice", 1.0),
+        ("\\boxed{C. mitochondria}", "B", "choice", 0.0),
+        ("order: \\boxed{g c d b h a}", "gcdbha", "exact", 1.0),
+        ("no final answer here\n", "5", "number", 0.0),
+    ],
+)
 def test_reward(reward, text, truth, kind, score):
     assert reward.compute_score("any", text, truth, {"answer_type": kind}) == score
 
@@ -48,24 +51,46 @@ def test_reward(reward, text, truth, kind, score):
 def test_offline_dataset_builder(tmp_path, reward):
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
-    subprocess.run([sys.executable, str(EXAMPLES / "prepare_data.py"), "--out", str(tmp_path),
-                    "--offline", "--train-per-domain", "20", "--test-per-domain", "5"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "prepare_data.py"),
+            "--out",
+            str(tmp_path),
+            "--offline",
+            "--train-per-domain",
+            "20",
+            "--test-per-domain",
+            "5",
+        ],
+        check=True,
+        capture_output=True,
+    )
     train = pd.read_parquet(tmp_path / "train.parquet")
     test = pd.read_parquet(tmp_path / "test.parquet")
     assert train["domain"].value_counts().to_dict() == {d: 20 for d in DOMAINS}
     assert len(test) == 15
-    assert not set(train["prompt"].map(lambda m: m[0]["content"])) & \
-        set(test["prompt"].map(lambda m: m[0]["content"]))
-    for _, r in train.iterrows():   # the ground truth, boxed, always scores 1
+    assert not set(train["prompt"].map(lambda m: m[0]["content"])) & set(
+        test["prompt"].map(lambda m: m[0]["content"])
+    )
+    for _, r in train.iterrows():  # the ground truth, boxed, always scores 1
         truth = r["reward_model"]["ground_truth"]
-        assert reward.compute_score(r["data_source"], f"\\boxed{{{truth}}}", truth,
-                                    dict(r["extra_info"])) == 1.0
+        assert (
+            reward.compute_score(
+                r["data_source"], f"\\boxed{{{truth}}}", truth, dict(r["extra_info"])
+            )
+            == 1.0
+        )
 
 
 def dry_run(script: str, *args: str) -> list[str]:
-    out = subprocess.run(["bash", str(EXAMPLES / script), *args], check=True, text=True,
-                         capture_output=True, env={**os.environ, "DATAFLEX_DRY_RUN": "1"})
+    out = subprocess.run(
+        ["bash", str(EXAMPLES / script), *args],
+        check=True,
+        text=True,
+        capture_output=True,
+        env={**os.environ, "DATAFLEX_DRY_RUN": "1"},
+    )
     return out.stdout.splitlines()
 
 
@@ -82,8 +107,8 @@ def test_launch_script_is_valid_for_verl(script, strategy):
     overrides = dry_run(script, strategy)
     assert "trainer.v1.trainer_mode=dataflex" in overrides
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=overrides)   # unknown keys fail
-    trainer = DataflexTrainer(config)   # the dataflex block and its fit with verl's settings
+        config = compose(config_name="ppo_trainer", overrides=overrides)  # unknown keys fail
+    trainer = DataflexTrainer(config)  # the dataflex block and its fit with verl's settings
     assert trainer.trainer_mode == "sync"
 
 
@@ -97,5 +122,5 @@ def test_yaml_config_route():
     with initialize_config_dir(config_dir=str(EXAMPLES / "config"), version_base=None):
         config = compose(config_name="dataflex_grpo")
     assert config.trainer.v1.trainer_mode == "dataflex"
-    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 256   # verl's defaults came in
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 256  # verl's defaults came in
     assert DataflexTrainer(config).dataflex.strategy == "difffilter"

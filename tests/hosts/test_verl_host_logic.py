@@ -17,14 +17,20 @@ from dataflex_rl.hosts.verl.intake import Intake, domain_column
 
 
 def verl_view(estimator="grpo", loss_mode="vanilla", use_v1=True):
-    return {"trainer": {"use_v1": use_v1}, "algorithm": {"adv_estimator": estimator},
-            "actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": loss_mode}}}}
+    return {
+        "trainer": {"use_v1": use_v1},
+        "algorithm": {"adv_estimator": estimator},
+        "actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": loss_mode}}},
+    }
 
 
 # ---------------------------------------------------------------------- config
 def test_unknown_key_names_it_and_suggests():
-    with pytest.raises(ConfigError, match=r"dataflex\.stratgy: unknown key\. Did you mean "
-                                          r"'strategy'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dataflex\.stratgy: unknown key\. Did you mean "
+        r"'strategy'\?",
+    ):
         parse_host_config({"stratgy": "difffilter"})
 
 
@@ -62,12 +68,13 @@ def test_bypass_mode_rejected_for_select_and_reweight_only():
 
 
 def test_recompute_advantages_needs_grpo():
-    host = parse_host_config({"strategy": "maxvar"})   # recomputes by default (PODS)
+    host = parse_host_config({"strategy": "maxvar"})  # recomputes by default (PODS)
     with pytest.raises(ConfigError, match="recompute_advantages.*'rloo'"):
         build_strategy(host, verl_view(estimator="rloo"), None, early=True)
     build_strategy(host, verl_view(estimator="grpo"), None, early=True)
-    off = parse_host_config({"strategy": {"select": {"preset": "maxvar",
-                                                     "recompute_advantages": False}}})
+    off = parse_host_config(
+        {"strategy": {"select": {"preset": "maxvar", "recompute_advantages": False}}}
+    )
     build_strategy(off, verl_view(estimator="rloo"), None, early=True)
 
 
@@ -76,8 +83,9 @@ def test_static_proportions_only_for_prerollout_without_mix():
         host = parse_host_config({"strategy": spec, "proportions": [1, 1, 1]})
         with pytest.raises(ConfigError, match="dataflex.proportions: only used"):
             build_strategy(host, verl_view(), None, early=True)
-    host = parse_host_config({"strategy": {"prerollout": {"actuator": "greso"}},
-                              "proportions": {"math": 2, "logic": 1}})
+    host = parse_host_config(
+        {"strategy": {"prerollout": {"actuator": "greso"}}, "proportions": {"math": 2, "logic": 1}}
+    )
     build_strategy(host, verl_view(), None, early=True)
 
 
@@ -93,11 +101,15 @@ def test_docs_list_the_block_as_declared():
 
 # ---------------------------------------------------------------------- domains and intake
 def test_domain_column_default_fallback_and_nested():
-    rows = [{"data_source": "gsm8k", "extra_info": {"domain": "math"}},
-            {"data_source": "kk", "extra_info": {"domain": "logic"}}]
+    rows = [
+        {"data_source": "gsm8k", "extra_info": {"domain": "math"}},
+        {"data_source": "kk", "extra_info": {"domain": "logic"}},
+    ]
     assert domain_column(rows, None, None) == (["gsm8k", "kk"], "data_source")
-    assert domain_column(rows, None, "extra_info.domain") == (["math", "logic"],
-                                                              "extra_info.domain")
+    assert domain_column(rows, None, "extra_info.domain") == (
+        ["math", "logic"],
+        "extra_info.domain",
+    )
     cols = {"domain": ["a", "b", "a"], "data_source": ["x", "x", "x"]}
     assert domain_column(None, cols, "domain") == (["a", "b", "a"], "domain")
     assert domain_column(None, cols, None) == (["a", "b", "a"], "domain")
@@ -109,8 +121,11 @@ def test_domain_column_default_fallback_and_nested():
 def test_a_domain_key_that_is_not_a_column_is_an_error_listing_the_columns():
     rows = [{"data_source": "gsm8k", "prompt": "p"}]
     # a set key never falls back silently to another column
-    with pytest.raises(ConfigError, match=r"'domain' is not a column of the training set "
-                                          r"\(columns: 'data_source', 'prompt'\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'domain' is not a column of the training set "
+        r"\(columns: 'data_source', 'prompt'\)",
+    ):
         domain_column(rows, None, "domain")
     with pytest.raises(ConfigError, match=r"'topic' is not a column .*columns: 'a', 'b', 'c'"):
         domain_column(None, {"a": [1]}, "topic", all_columns=["a", "b", "c"])
@@ -121,8 +136,10 @@ def test_a_domain_key_that_is_not_a_column_is_an_error_listing_the_columns():
 
 
 def _static_strategy(prior):
-    return Strategy({"mix": {"actuator": {"name": "static", "floor": 0.0}, "prior": prior}},
-                    domains=("a", "b", "c"))
+    return Strategy(
+        {"mix": {"actuator": {"name": "static", "floor": 0.0}, "prior": prior}},
+        domains=("a", "b", "c"),
+    )
 
 
 def test_intake_follows_proportions_exactly():
@@ -148,16 +165,21 @@ def _history_all_solved(strategy, rows, step=0):
     from dataflex_rl.core.batch import from_lists
 
     n = len(rows)
-    batch = from_lists([1.0] * 2 * n, [g for g in range(n) for _ in range(2)],
-                       prompt_keys=tuple(r for r in rows for _ in range(2)), step=step)
+    batch = from_lists(
+        [1.0] * 2 * n,
+        [g for g in range(n) for _ in range(2)],
+        prompt_keys=tuple(r for r in rows for _ in range(2)),
+        step=step,
+    )
     strategy.decide(batch)
 
 
 def test_prerollout_skips_and_still_submits_exactly_n():
     intake = Intake(["a"] * 40, ("a",), seed=3, candidate_factor=2.0)
-    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
-                                                     "min_explore": 0.0}}})
-    easy = list(range(20))   # rows 0..19 were solved every time: always skipped
+    strategy = Strategy(
+        {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
+    )
+    easy = list(range(20))  # rows 0..19 were solved every time: always skipped
     _history_all_solved(strategy, easy)
     rows, _, m = intake.draw(10, strategy, step=1)
     assert len(rows) == 10 and not set(rows) & set(easy)
@@ -166,9 +188,10 @@ def test_prerollout_skips_and_still_submits_exactly_n():
 
 def test_prerollout_fills_with_skipped_when_rounds_run_out():
     intake = Intake(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
-    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
-                                                     "min_explore": 0.0}}})
-    _history_all_solved(strategy, list(range(6)))   # everything is skippable
+    strategy = Strategy(
+        {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
+    )
+    _history_all_solved(strategy, list(range(6)))  # everything is skippable
     rows, _, m = intake.draw(4, strategy, step=1)
     assert len(rows) == 4
     assert m["dataflex/prerollout/forced"] == 4 and m["dataflex/prerollout/rounds"] == 2
@@ -185,19 +208,23 @@ def _next_candidates(intake, quota, n):
 def _remember(strategy, row, rewards, tokens, step=0):
     from dataflex_rl.core.batch import from_lists
 
-    strategy.history.update(from_lists(rewards, [0] * len(rewards), tokens,
-                                       prompt_keys=(row,) * len(rewards), step=step))
+    strategy.history.update(
+        from_lists(
+            rewards, [0] * len(rewards), tokens, prompt_keys=(row,) * len(rewards), step=step
+        )
+    )
 
 
 def test_prerollout_accounting_against_the_plain_batch_by_hand():
     intake = Intake(["a"] * 40, ("a",), seed=5, candidate_factor=2.0)
-    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
-                                                     "min_explore": 0.0}}})
-    c = _next_candidates(intake, [1.0], 8)   # round 1: c[0..3] plain batch, c[4..7] spares
-    _remember(strategy, c[1], [1.0, 1.0], [3, 5])       # skipped, 8 tokens
-    _remember(strategy, c[3], [0.0, 0.0], [10, 10])     # skipped, 20 tokens
-    _remember(strategy, c[5], [1.0, 1.0], [1, 1])       # a skipped spare saves nothing
-    _remember(strategy, c[2], [1.0, 0.0], [50, 50])     # mixed: generated
+    strategy = Strategy(
+        {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
+    )
+    c = _next_candidates(intake, [1.0], 8)  # round 1: c[0..3] plain batch, c[4..7] spares
+    _remember(strategy, c[1], [1.0, 1.0], [3, 5])  # skipped, 8 tokens
+    _remember(strategy, c[3], [0.0, 0.0], [10, 10])  # skipped, 20 tokens
+    _remember(strategy, c[5], [1.0, 1.0], [1, 1])  # a skipped spare saves nothing
+    _remember(strategy, c[2], [1.0, 0.0], [50, 50])  # mixed: generated
     rows, _, m = intake.draw(4, strategy, step=1)
     assert rows == [c[0], c[2], c[4], c[6]]
     assert m["dataflex/prerollout/skipped"] == 2.0
@@ -211,10 +238,11 @@ def test_prerollout_accounting_against_the_plain_batch_by_hand():
 
 def test_forced_prompts_of_the_plain_batch_are_not_counted_as_skipped():
     intake = Intake(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
-    strategy = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
-                                                     "min_explore": 0.0}}})
+    strategy = Strategy(
+        {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
+    )
     plain = _next_candidates(intake, [1.0], 4)
-    _history_all_solved(strategy, list(range(6)))   # everything is skippable
+    _history_all_solved(strategy, list(range(6)))  # everything is skippable
     rows, _, m = intake.draw(4, strategy, step=1)
     # two rounds of 4 skipped candidates; the first 4 (the plain batch) fill the batch
     assert rows == plain
@@ -249,23 +277,41 @@ def _trajectories(rewards, lengths, uids, keys=None, padding=None, adv=None):
             rm[i, n - 1] = r
     keys = keys or [f"{u}_{i}_0" for i, u in enumerate(uids)]
     adv = torch.tensor(adv if adv is not None else [0.0] * B)[:, None] * mask
-    return dict(keys=keys, uids=uids, is_padding=padding or [False] * B, rm_scores=rm,
-                response_mask=mask, advantages=adv, old_log_probs=None, step=0)
+    return dict(
+        keys=keys,
+        uids=uids,
+        is_padding=padding or [False] * B,
+        rm_scores=rm,
+        response_mask=mask,
+        advantages=adv,
+        old_log_probs=None,
+        step=0,
+    )
 
 
 def test_difffilter_weights_masks_and_composition():
     # two groups of 4: u0 all correct (solve rate 1, outside (0.2, 0.8)), u1 half correct
-    t = _trajectories([1, 1, 1, 1, 1, 0, 1, 0], [2, 3, 2, 3, 2, 3, 2, 3],
-                      ["u0"] * 4 + ["u1"] * 4, adv=[0, 0, 0, 0, 0.87, -0.87, 0.87, -0.87])
+    t = _trajectories(
+        [1, 1, 1, 1, 1, 0, 1, 0],
+        [2, 3, 2, 3, 2, 3, 2, 3],
+        ["u0"] * 4 + ["u1"] * 4,
+        adv=[0, 0, 0, 0, 0.87, -0.87, 0.87, -0.87],
+    )
     batch, sessions = build_batch(**t)
     decision = Strategy("difffilter").decide(batch)
-    existing = torch.full_like(t["rm_scores"], 0.5)   # verl's rollout-correction weights
-    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
-                   loss_mask=t["response_mask"].clone(), advantages=t["advantages"],
-                   existing_weights=existing)
+    existing = torch.full_like(t["rm_scores"], 0.5)  # verl's rollout-correction weights
+    wb = writeback(
+        decision,
+        batch,
+        sessions,
+        response_mask=t["response_mask"],
+        loss_mask=t["response_mask"].clone(),
+        advantages=t["advantages"],
+        existing_weights=existing,
+    )
     w = wb.rollout_is_weights
-    assert w[:4].abs().sum() == 0                             # dropped group: weight 0
-    assert torch.equal(w[4:], 0.5 * t["response_mask"][4:].float())   # kept: 1 x 0.5
+    assert w[:4].abs().sum() == 0  # dropped group: weight 0
+    assert torch.equal(w[4:], 0.5 * t["response_mask"][4:].float())  # kept: 1 x 0.5
     # renormalize (difffilter's default): dropped rows leave the token-mean denominator too
     assert wb.response_mask[:4].sum() == 0 and wb.loss_mask[:4].sum() == 0
     assert torch.equal(wb.response_mask[4:], t["response_mask"][4:])
@@ -275,35 +321,56 @@ def test_difffilter_weights_masks_and_composition():
 def test_multi_output_sessions_follow_their_final_output():
     # session u0_0 has outputs 0 and 1 (final); the group u0 has sessions 0 and 1
     keys = ["u0_0_0", "u0_0_1", "u0_1_0", "u1_0_0", "u1_1_0"]
-    t = _trajectories([0, 1, 0, 1, 1], [2, 2, 2, 2, 2], ["u0", "u0", "u0", "u1", "u1"],
-                      keys=keys, adv=[0.7, 0.7, -0.7, 0, 0])
+    t = _trajectories(
+        [0, 1, 0, 1, 1],
+        [2, 2, 2, 2, 2],
+        ["u0", "u0", "u0", "u1", "u1"],
+        keys=keys,
+        adv=[0.7, 0.7, -0.7, 0, 0],
+    )
     s = sessions_of(keys)
     assert s.final_rows.tolist() == [1, 2, 3, 4] and s.session_of_row.tolist() == [0, 0, 1, 2, 3]
     batch, sessions = build_batch(**t)
     assert batch.batch_size == 4 and batch.rewards.tolist() == [1, 0, 1, 1]
-    decision = Strategy("difffilter").decide(batch)   # u0: 1 of 2 solved -> kept; u1 dropped
-    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
-                   loss_mask=t["response_mask"], advantages=t["advantages"],
-                   existing_weights=None)
+    decision = Strategy("difffilter").decide(batch)  # u0: 1 of 2 solved -> kept; u1 dropped
+    wb = writeback(
+        decision,
+        batch,
+        sessions,
+        response_mask=t["response_mask"],
+        loss_mask=t["response_mask"],
+        advantages=t["advantages"],
+        existing_weights=None,
+    )
     assert wb.rollout_is_weights.sum(1).tolist() == [2, 2, 2, 0, 0]
 
 
 def test_invalid_and_padding_rows_get_nothing():
-    t = _trajectories([1, float("nan"), 1, 0, 0], [2, 2, 2, 2, 1],
-                      ["u0", "u0", "u1", "u1", "pad"], padding=[False] * 4 + [True],
-                      adv=[0.7, -0.7, 0.7, -0.7, 0])
-    t["response_mask"][4] = 0   # verl's padding rows have all-zero masks
+    t = _trajectories(
+        [1, float("nan"), 1, 0, 0],
+        [2, 2, 2, 2, 1],
+        ["u0", "u0", "u1", "u1", "pad"],
+        padding=[False] * 4 + [True],
+        adv=[0.7, -0.7, 0.7, -0.7, 0],
+    )
+    t["response_mask"][4] = 0  # verl's padding rows have all-zero masks
     batch, sessions = build_batch(**t)
     decision = Strategy("softmax").decide(batch)
-    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
-                   loss_mask=t["response_mask"], advantages=t["advantages"],
-                   existing_weights=None)
+    wb = writeback(
+        decision,
+        batch,
+        sessions,
+        response_mask=t["response_mask"],
+        loss_mask=t["response_mask"],
+        advantages=t["advantages"],
+        existing_weights=None,
+    )
     w = wb.rollout_is_weights.sum(1)
     assert w[1] == 0 and w[4] == 0 and bool((w[[0, 2, 3]] > 0).all())
     # the NaN row is removed like padding: masks and advantage 0, so the loss stays finite
     assert wb.response_mask[1].sum() == 0 and wb.loss_mask[1].sum() == 0
     assert wb.advantages[1].abs().sum() == 0 and torch.isfinite(wb.advantages).all()
-    assert wb.returns is None   # only recomputed GRPO advantages touch returns
+    assert wb.returns is None  # only recomputed GRPO advantages touch returns
     assert decision.metrics["dataflex/invalid_reward_responses"] == 1
     assert decision.metrics["dataflex/padding_responses"] == 1
 
@@ -313,15 +380,22 @@ def test_recomputed_advantages_are_written_with_returns():
     t = _trajectories([1, 1, 0, 0], [2, 2, 2, 2], ["u"] * 4, adv=[0.87, 0.87, -0.87, -0.87])
     batch, sessions = build_batch(**t)
     decision = Strategy("maxvar").decide(batch)
-    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
-                   loss_mask=t["response_mask"], advantages=t["advantages"],
-                   existing_weights=None)
+    wb = writeback(
+        decision,
+        batch,
+        sessions,
+        response_mask=t["response_mask"],
+        loss_mask=t["response_mask"],
+        advantages=t["advantages"],
+        existing_weights=None,
+    )
     kept = decision.keep_mask
     assert int(kept.sum()) == 2
     a = wb.advantages[:, 0]
     # kept pair (1, 0): mean 0.5, unbiased std 0.7071 -> A = +-0.5 / 0.7071 = +-0.7071
-    assert sorted(a[kept].tolist()) == pytest.approx([-0.5 / math.sqrt(0.5),
-                                                       0.5 / math.sqrt(0.5)], abs=1e-4)
+    assert sorted(a[kept].tolist()) == pytest.approx(
+        [-0.5 / math.sqrt(0.5), 0.5 / math.sqrt(0.5)], abs=1e-4
+    )
     assert a[~kept].abs().sum() == 0
     assert torch.equal(wb.fields()["returns"], wb.advantages)
 
@@ -330,9 +404,15 @@ def test_everything_dropped_keeps_masks_so_the_loss_is_zero_not_nan():
     t = _trajectories([1, 1, 0, 0], [2, 3, 2, 3], ["u0", "u0", "u1", "u1"])
     batch, sessions = build_batch(**t)
     with pytest.warns(UserWarning, match="dropped every response"):
-        decision = Strategy("difffilter").decide(batch)   # solve rates 1 and 0: all dropped
-    wb = writeback(decision, batch, sessions, response_mask=t["response_mask"],
-                   loss_mask=t["response_mask"], advantages=t["advantages"],
-                   existing_weights=None)
+        decision = Strategy("difffilter").decide(batch)  # solve rates 1 and 0: all dropped
+    wb = writeback(
+        decision,
+        batch,
+        sessions,
+        response_mask=t["response_mask"],
+        loss_mask=t["response_mask"],
+        advantages=t["advantages"],
+        existing_weights=None,
+    )
     assert wb.rollout_is_weights.abs().sum() == 0
     assert wb.response_mask is None and wb.loss_mask is None

@@ -23,8 +23,9 @@ from tests.hosts.verl_helpers import verl_config  # noqa: E402
 def test_entry_point_is_declared_and_loaded_by_import_verl():
     eps = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
     assert eps.get("dataflex") == "dataflex_rl.hosts.verl.plugin", (
-        "pyproject.toml must declare [project.entry-points.\"verl.plugins\"] "
-        "dataflex = \"dataflex_rl.hosts.verl.plugin\" (then reinstall)")
+        'pyproject.toml must declare [project.entry-points."verl.plugins"] '
+        'dataflex = "dataflex_rl.hosts.verl.plugin" (then reinstall)'
+    )
     assert get_trainer_cls("dataflex") is DataflexTrainer
 
 
@@ -41,15 +42,16 @@ def test_a_failed_registration_is_logged_loudly(monkeypatch, caplog):
     import dataflex_rl.hosts.verl as package
 
     monkeypatch.delattr(package, "trainer")
-    monkeypatch.setitem(sys.modules, "dataflex_rl.hosts.verl.trainer", None)   # import fails
+    monkeypatch.setitem(sys.modules, "dataflex_rl.hosts.verl.trainer", None)  # import fails
     with pytest.raises(ImportError):
         plugin.register()
     assert "FAILED to register verl trainer mode 'dataflex'" in caplog.text
 
 
 def test_sync_semantics_under_a_new_name():
-    trainer = DataflexTrainer(verl_config("+dataflex.strategy=difffilter",
-                                          "+dataflex.poll_interval=0.1"))
+    trainer = DataflexTrainer(
+        verl_config("+dataflex.strategy=difffilter", "+dataflex.poll_interval=0.1")
+    )
     # verl gives any mode other than "sync" the async buffer; this one is sync
     assert trainer.trainer_mode == "sync" and trainer.parameter_sync_step == 1
     assert type(trainer.replay_buffer) is ReplayBuffer
@@ -57,17 +59,31 @@ def test_sync_semantics_under_a_new_name():
     assert trainer.replay_buffer.poll_interval == 0.1
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["+dataflex.strategy=difffilter", "algorithm.adv_estimator=gae"],
-     "needs prompt groups, but the advantage estimator 'gae'"),
-    (["+dataflex.strategy=softmax",
-      "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"],
-     "'bypass_mode' ignores rollout_is_weights"),
-    (["+dataflex.strategy=diffilter"], "Did you mean 'difffilter'"),
-    (["+dataflex.stratgy=difffilter"], r"dataflex\.stratgy: unknown key\. Did you mean"),
-    (["+dataflex.strategy.select.actuator.name=band", "+dataflex.strategy.select.actuator.lo=0.1"],
-     r"select\.actuator\.lo: unknown parameter"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["+dataflex.strategy=difffilter", "algorithm.adv_estimator=gae"],
+            "needs prompt groups, but the advantage estimator 'gae'",
+        ),
+        (
+            [
+                "+dataflex.strategy=softmax",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
+            ],
+            "'bypass_mode' ignores rollout_is_weights",
+        ),
+        (["+dataflex.strategy=diffilter"], "Did you mean 'difffilter'"),
+        (["+dataflex.stratgy=difffilter"], r"dataflex\.stratgy: unknown key\. Did you mean"),
+        (
+            [
+                "+dataflex.strategy.select.actuator.name=band",
+                "+dataflex.strategy.select.actuator.lo=0.1",
+            ],
+            r"select\.actuator\.lo: unknown parameter",
+        ),
+    ],
+)
 def test_bad_configs_fail_at_start_up(overrides, message):
     with pytest.raises(ConfigError, match=message):
         DataflexTrainer(verl_config(*overrides))

@@ -30,16 +30,35 @@ with open(sys.argv[1], "w") as f:
 """
 RUNS = 3
 #: top-level packages that the plugin must not import (verl's own and what the trainer pulls)
-HEAVY = {"verl", "ray", "transformers", "vllm", "sglang", "tensordict", "transfer_queue",
-         "megatron", "hydra", "omegaconf", "torchdata", "datasets", "accelerate"}
+HEAVY = {
+    "verl",
+    "ray",
+    "transformers",
+    "vllm",
+    "sglang",
+    "tensordict",
+    "transfer_queue",
+    "megatron",
+    "hydra",
+    "omegaconf",
+    "torchdata",
+    "datasets",
+    "accelerate",
+}
 
 
 def _import_verl(tmp_path, plugins: str, i: int) -> dict:
     out = tmp_path / f"{plugins}-{i}.json"
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": plugins}
     env.pop("DATAFLEX_VERL_LOG_LEVEL", None)
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(out)], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     result["output"] = proc.stdout + proc.stderr
@@ -54,7 +73,7 @@ def test_import_verl_with_the_plugin_costs_nothing(tmp_path):
         for plugins, results in runs.items():
             results.append(_import_verl(tmp_path, plugins, i))
     off, on = runs["none"][-1], runs["dataflex"][-1]
-    assert "AfterImport" in on["hooks"] and "AfterImport" not in off["hooks"]   # it did load
+    assert "AfterImport" in on["hooks"] and "AfterImport" not in off["hooks"]  # it did load
     added = sorted(set(on["modules"]) - set(off["modules"]))
     # only dataflex_rl's own package and light dependencies (pydantic for its configs); none
     # of verl's, and not the trainer (1,900 modules when it was imported eagerly)
@@ -62,8 +81,8 @@ def test_import_verl_with_the_plugin_costs_nothing(tmp_path):
     assert not heavy, heavy
     assert "dataflex_rl.hosts.verl.trainer" not in added
     assert len(added) < 150, added
-    assert on["output"] == off["output"]   # no new line on stdout or stderr
-    assert on["env"] == off["env"]         # e.g. TORCH_CUDA_ARCH_LIST untouched
+    assert on["output"] == off["output"]  # no new line on stdout or stderr
+    assert on["env"] == off["env"]  # e.g. TORCH_CUDA_ARCH_LIST untouched
     off = [r["seconds"] for r in runs["none"]]
     t_on = min(r["seconds"] for r in runs["dataflex"])
     # within 10%, or within the spread of the runs without the plugin (a loaded machine)

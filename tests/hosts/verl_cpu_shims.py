@@ -29,24 +29,59 @@ class PlatformCPU(PlatformBase):
     vendor_name = "cpu"
     device_module = torch.cpu
 
-    def is_available(self): return True
-    def current_device(self): return "cpu"   # used as .to(device) and torch.device(...)
-    def device_count(self): return 1
-    def set_device(self, device_index): pass
-    def synchronize(self, device_index=None): pass
-    def manual_seed(self, seed): torch.manual_seed(seed)
-    def manual_seed_all(self, seed): torch.manual_seed(seed)
-    def set_allocator_settings(self, settings): pass
-    def empty_cache(self): pass
-    def get_device_capability(self, device_index=0): return None, None
-    def communication_backend_name(self): return "gloo"
-    def visible_devices_envvar(self): return "CUDA_VISIBLE_DEVICES"
-    def ray_resource_name(self): return "GPU"
-    def ray_noset_envvars(self): return []
-    def is_ipc_supported(self): return False
-    def profiler_start(self): pass
-    def profiler_stop(self): pass
-    def cudart(self): return None
+    def is_available(self):
+        return True
+
+    def current_device(self):
+        return "cpu"  # used as .to(device) and torch.device(...)
+
+    def device_count(self):
+        return 1
+
+    def set_device(self, device_index):
+        pass
+
+    def synchronize(self, device_index=None):
+        pass
+
+    def manual_seed(self, seed):
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed):
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings):
+        pass
+
+    def empty_cache(self):
+        pass
+
+    def get_device_capability(self, device_index=0):
+        return None, None
+
+    def communication_backend_name(self):
+        return "gloo"
+
+    def visible_devices_envvar(self):
+        return "CUDA_VISIBLE_DEVICES"
+
+    def ray_resource_name(self):
+        return "GPU"
+
+    def ray_noset_envvars(self):
+        return []
+
+    def is_ipc_supported(self):
+        return False
+
+    def profiler_start(self):
+        pass
+
+    def profiler_stop(self):
+        pass
+
+    def cudart(self):
+        return None
 
     @contextmanager
     def nvtx_range(self, msg):
@@ -62,14 +97,19 @@ def _none(*args, **kwargs):
 
 
 _CPU_SHIMS = {
-    "empty_cache": _none, "ipc_collect": _none, "reset_peak_memory_stats": _none,
-    "memory_reserved": _zero, "memory_allocated": _zero, "max_memory_reserved": _zero,
-    "max_memory_allocated": _zero, "mem_get_info": lambda *a, **k: (8 << 30, 16 << 30),
+    "empty_cache": _none,
+    "ipc_collect": _none,
+    "reset_peak_memory_stats": _none,
+    "memory_reserved": _zero,
+    "memory_allocated": _zero,
+    "max_memory_reserved": _zero,
+    "max_memory_allocated": _zero,
+    "mem_get_info": lambda *a, **k: (8 << 30, 16 << 30),
     "get_device_name": lambda *a, **k: "cpu",
     "set_rng_state": lambda state, *a, **k: torch.set_rng_state(state),
     "get_rng_state": lambda *a, **k: torch.get_rng_state(),
 }
-for _name, _fn in _CPU_SHIMS.items():   # torch.cpu lacks what verl calls on torch.cuda
+for _name, _fn in _CPU_SHIMS.items():  # torch.cpu lacks what verl calls on torch.cuda
     if not hasattr(torch.cpu, _name):
         setattr(torch.cpu, _name, _fn)
 
@@ -96,14 +136,14 @@ class _NoServer(RolloutReplica):
 
 
 RolloutReplicaRegistry.register("cpu_test", lambda: _NoServer)
-PPOTrainer._enable_hybrid_replicas = False   # no inference engine on the "GPU"
+PPOTrainer._enable_hybrid_replicas = False  # no inference engine on the "GPU"
 
 
 async def _no_op(self, *args, **kwargs):
     return {}
 
 
-CheckpointEngineManager.update_weights = _no_op   # nothing to sync: no replicas
+CheckpointEngineManager.update_weights = _no_op  # nothing to sync: no replicas
 CheckpointEngineManager.sleep_replicas = _no_op
 
 
@@ -116,13 +156,14 @@ def _recorder(name: str, method):
     def wrapped(self, batch, metrics):
         out = method(self, batch, metrics)
         present = [f for f in fields if f in (out.fields or ())]
-        data = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id,
-                               select_fields=present)
+        data = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=present)
         record = {f: data[f].to_padded_tensor(0.0) for f in present}
         record["keys"] = list(out.keys)
         record["padding"] = [bool(t.get("is_padding", False)) for t in out.tags]
-        torch.save(record, os.path.join(os.environ["DATAFLEX_TEST_RECORD"],
-                                        f"{name}_step{self.global_steps}.pt"))
+        torch.save(
+            record,
+            os.path.join(os.environ["DATAFLEX_TEST_RECORD"], f"{name}_step{self.global_steps}.pt"),
+        )
         return out
 
     return wrapped

@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def build_model(out: Path) -> Path:
@@ -31,14 +33,22 @@ def build_model(out: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(specials)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                            pad_token="<|endoftext|>", chat_template=CHAT).save_pretrained(out)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHAT
+    ).save_pretrained(out)
     import torch
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                      max_position_embeddings=256, tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     Qwen2ForCausalLM(cfg).save_pretrained(out)
     return out
 
@@ -47,69 +57,110 @@ def build_dataset(path: Path, rows: list[tuple[str, int]]) -> Path:
     """One verl-schema row per (domain, solved_by): the script of `verl_fake_rollout`."""
     import pandas as pd
 
-    records = [{"prompt": [{"role": "user", "content": f"{domain} question {i}"}],
-                "data_source": domain, "domain": domain,
-                "reward_model": {"style": "rule", "ground_truth": str(i % 10)},
-                "extra_info": {"index": i, "solved_by": solved_by}}
-               for i, (domain, solved_by) in enumerate(rows)]
+    records = [
+        {
+            "prompt": [{"role": "user", "content": f"{domain} question {i}"}],
+            "data_source": domain,
+            "domain": domain,
+            "reward_model": {"style": "rule", "ground_truth": str(i % 10)},
+            "extra_info": {"index": i, "solved_by": solved_by},
+        }
+        for i, (domain, solved_by) in enumerate(rows)
+    ]
     pd.DataFrame(records).to_parquet(path)
     return path
 
 
 def overrides(work: Path, data: Path, model: Path, steps: int, extra: list[str]) -> list[str]:
     loops = work / "agent_loops.yaml"
-    loops.write_text("- name: scripted\n  _target_: tests.hosts.verl_fake_rollout."
-                     "ScriptedAgentLoop\n")
+    loops.write_text(
+        "- name: scripted\n  _target_: tests.hosts.verl_fake_rollout.ScriptedAgentLoop\n"
+    )
     return [
-        "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=dataflex",
-        f"data.train_files={data}", f"data.val_files={data}", "data.train_batch_size=4",
-        "data.max_prompt_length=64", "data.max_response_length=16",
-        "data.dataloader_num_workers=0", "data.shuffle=false",
+        "algorithm.adv_estimator=grpo",
+        "trainer.v1.trainer_mode=dataflex",
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=64",
+        "data.max_response_length=16",
+        "data.dataloader_num_workers=0",
+        "data.shuffle=false",
         f"actor_rollout_ref.model.path={model}",
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
-        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
         "actor_rollout_ref.actor.use_kl_loss=False",
-        "actor_rollout_ref.rollout.name=cpu_test", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.name=cpu_test",
+        "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        "actor_rollout_ref.rollout.nnodes=1",   # no hybrid replicas: "standalone", unused
+        "actor_rollout_ref.rollout.nnodes=1",  # no hybrid replicas: "standalone", unused
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
         "actor_rollout_ref.rollout.agent.default_agent_loop=scripted",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"reward.custom_reward_function.path={ROOT / 'tests/hosts/verl_fake_rollout.py'}",
         "reward.num_workers=1",
-        "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.logger=[console,file]",
-        f"trainer.total_training_steps={steps}", "trainer.val_before_train=False",
-        "trainer.test_freq=-1", f"trainer.default_local_dir={work / 'ckpt'}",
-        "trainer.project_name=dataflex_e2e", "trainer.experiment_name=run",
-        "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=32",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.logger=[console,file]",
+        f"trainer.total_training_steps={steps}",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        f"trainer.default_local_dir={work / 'ckpt'}",
+        "trainer.project_name=dataflex_e2e",
+        "trainer.experiment_name=run",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "ray_kwargs.ray_init.num_cpus=32",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "+dataflex.poll_interval=0.1", *extra]
+        "+dataflex.poll_interval=0.1",
+        *extra,
+    ]
 
 
-def run(work: Path, data: Path, model: Path, steps: int, extra: list[str], tag: str,
-        timeout: float = 480) -> tuple[list[dict], Path]:
+def run(
+    work: Path,
+    data: Path,
+    model: Path,
+    steps: int,
+    extra: list[str],
+    tag: str,
+    timeout: float = 480,
+) -> tuple[list[dict], Path]:
     """Run the pipeline; returns (per-step logged metrics, record dir)."""
     record = work / f"record_{tag}"
     record.mkdir(parents=True, exist_ok=True)
     metrics_path = work / f"metrics_{tag}.jsonl"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda",
-           "VERL_USE_EXTERNAL_MODULES": "tests.hosts.verl_cpu_shims",
-           "VERL_FILE_LOGGER_PATH": str(metrics_path), "DATAFLEX_TEST_RECORD": str(record),
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0",
-           "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "1",
-           "RAY_ADDRESS": "local"}   # a fresh cluster even if the test process runs one
-    cmd = [sys.executable, "-m", "verl.trainer.main_ppo",
-           *overrides(work, data, model, steps, extra)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",
+        "VERL_USE_EXTERNAL_MODULES": "tests.hosts.verl_cpu_shims",
+        "VERL_FILE_LOGGER_PATH": str(metrics_path),
+        "DATAFLEX_TEST_RECORD": str(record),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "RAY_DEDUP_LOGS": "0",
+        "WANDB_MODE": "disabled",
+        "HYDRA_FULL_ERROR": "1",
+        "RAY_ADDRESS": "local",
+    }  # a fresh cluster even if the test process runs one
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        *overrides(work, data, model, steps, extra),
+    ]
     log = work / f"log_{tag}.txt"
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=work, env=env, stdout=f, stderr=subprocess.STDOUT,
-                              timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=work, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+        )
     if proc.returncode != 0:
         tail = log.read_text()[-6000:]
         raise RuntimeError(f"verl run {tag!r} failed ({proc.returncode}); log tail:\n{tail}")
@@ -121,8 +172,9 @@ if __name__ == "__main__":
     work = Path(sys.argv[1])
     work.mkdir(parents=True, exist_ok=True)
     model = build_model(work / "model")
-    data = build_dataset(work / "train.parquet", [("math", 2), ("logic", 4), ("math", 0),
-                                                   ("logic", 2)] * 4)
+    data = build_dataset(
+        work / "train.parquet", [("math", 2), ("logic", 4), ("math", 0), ("logic", 2)] * 4
+    )
     steps, _ = run(work, data, model, 2, [f"+dataflex.strategy={sys.argv[2]}"], "manual")
     for s in steps:
         print(s["step"], {k: v for k, v in s.items() if k.startswith(("dataflex/", "actor/"))})

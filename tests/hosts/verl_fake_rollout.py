@@ -19,20 +19,30 @@ class ScriptedAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params, **kwargs) -> AgentLoopOutput:
         messages = list(kwargs["raw_prompt"])
-        prompt_ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                        tokenize=True, return_dict=False)
+        prompt_ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         info = kwargs.get("extra_info") or {}
         truth = str(kwargs["reward_model"]["ground_truth"])
         answer = truth if int(kwargs["session_id"]) < int(info.get("solved_by", 0)) else "x"
         response_ids = self.tokenizer.encode(f"{answer} ok") + [self.tokenizer.eos_token_id]
         seed = hashlib.sha256(messages[-1]["content"].encode()).digest()
         logprobs = [-0.2 - (seed[i % len(seed)] / 255.0) for i in range(len(response_ids))]
-        step = int(kwargs["global_steps"])   # weights version, as verl's LLM client records it
-        return AgentLoopOutput(prompt_ids=list(prompt_ids), response_ids=response_ids,
-                               response_mask=[1] * len(response_ids),
-                               response_logprobs=logprobs, num_turns=2, metrics={},
-                               extra_fields={"turn_scores": [], "tool_rewards": [],
-                                             "min_global_steps": step, "max_global_steps": step})
+        step = int(kwargs["global_steps"])  # weights version, as verl's LLM client records it
+        return AgentLoopOutput(
+            prompt_ids=list(prompt_ids),
+            response_ids=response_ids,
+            response_mask=[1] * len(response_ids),
+            response_logprobs=logprobs,
+            num_turns=2,
+            metrics={},
+            extra_fields={
+                "turn_scores": [],
+                "tool_rewards": [],
+                "min_global_steps": step,
+                "max_global_steps": step,
+            },
+        )
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):

@@ -24,22 +24,31 @@ from tests.unit.harness import fake_engine
 
 SLOW = "tests.integration.fault_engine:slow_training"
 UNUSABLE = "tests.integration.fault_engine:unusable_checkpoint_training"
-TINY = {"policy": "tiny", "steps": 4, "threads": 1,
-        "grpo": {"prompts_per_step": 4, "group_size": 2},
-        "tasks": {"train_size": 30},
-        "eval": {"per_domain": 4, "samples": 0, "every": 2},
-        "log": {"progress": False, "plots": False, "checkpoint_every": 1}}
+TINY = {
+    "policy": "tiny",
+    "steps": 4,
+    "threads": 1,
+    "grpo": {"prompts_per_step": 4, "group_size": 2},
+    "tasks": {"train_size": 30},
+    "eval": {"per_domain": 4, "samples": 0, "every": 2},
+    "log": {"progress": False, "plots": False, "checkpoint_every": 1},
+}
 #: every mechanism, so every part of the state is exercised (scorer windows, mixing
 #: proportions, prompt history, pre-rollout sampler and RNG)
-TINY_STRATEGY = str(Path(__file__).resolve().parents[2] / "configs" / "strategies"
-                    / "everything.yaml")
+TINY_STRATEGY = str(
+    Path(__file__).resolve().parents[2] / "configs" / "strategies" / "everything.yaml"
+)
 
 
-EXPERIMENT = {"name": "faults", "seeds": 1,
-              "strategies": ["baseline", {"label": "slow", "strategy": "baseline"}],
-              "engine": {"tasks": {"domains": ["math", "logic", "science"]}},
-              "budget": {"steps": 2, "prompts_per_step": 4, "samples_per_prompt": 2},
-              "evaluation": {"every": 1, "per_domain": 5}, "statistics": {"n_boot": 200}}
+EXPERIMENT = {
+    "name": "faults",
+    "seeds": 1,
+    "strategies": ["baseline", {"label": "slow", "strategy": "baseline"}],
+    "engine": {"tasks": {"domains": ["math", "logic", "science"]}},
+    "budget": {"steps": 2, "prompts_per_step": 4, "samples_per_prompt": 2},
+    "evaluation": {"every": 1, "per_domain": 5},
+    "statistics": {"n_boot": 200},
+}
 
 
 def experiment():
@@ -57,8 +66,9 @@ def slow_training(config, strategy, *, seed, steps, out_dir, resume, progress):
         (out / "checkpoints" / "step-00000001").mkdir(parents=True, exist_ok=True)
         while not (root / "release").exists():
             time.sleep(0.05)
-    return fake_engine.run_training(config, strategy, seed=seed, steps=steps, out_dir=out_dir,
-                                    resume=resume, progress=progress)
+    return fake_engine.run_training(
+        config, strategy, seed=seed, steps=steps, out_dir=out_dir, resume=resume, progress=progress
+    )
 
 
 def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resume, progress):
@@ -66,10 +76,12 @@ def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resu
     from dataflex_rl.engine.checkpoint import CheckpointError
 
     if resume:
-        raise CheckpointError(f"no intact checkpoint: {out_dir}/checkpoints/step-00000001/"
-                              "model.safetensors: missing")
-    return fake_engine.run_training(config, strategy, seed=seed, steps=steps, out_dir=out_dir,
-                                    resume=resume, progress=progress)
+        raise CheckpointError(
+            f"no intact checkpoint: {out_dir}/checkpoints/step-00000001/model.safetensors: missing"
+        )
+    return fake_engine.run_training(
+        config, strategy, seed=seed, steps=steps, out_dir=out_dir, resume=resume, progress=progress
+    )
 
 
 def _compare(out: str) -> None:
@@ -96,10 +108,11 @@ def _train(out: str, kill_at: int) -> None:
         def call(*args, **kwargs):
             tick()
             return fn(*args, **kwargs)
+
         return call
 
     dio.write_durable = hooked(dio.write_durable)
-    checkpoint.os.replace = hooked(os.replace)   # the module's `os` is the global one
+    checkpoint.os.replace = hooked(os.replace)  # the module's `os` is the global one
     runlog.MetricsWriter.write = hooked(runlog.MetricsWriter.write)
     run_training(load_config(TINY), TINY_STRATEGY, seed=5, out_dir=out)
     print(f"file operations: {count[0]}")

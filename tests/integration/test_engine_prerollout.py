@@ -15,25 +15,41 @@ from dataflex_rl.core.batch import from_lists
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.trainer import EmbeddedTrainer
 
-GRESO = {"name": "skip", "prerollout": {"actuator": {
-    "name": "greso", "explore_prob": 0.0, "min_explore": 0.0, "adapt_step": 0.0}}}
+GRESO = {
+    "name": "skip",
+    "prerollout": {
+        "actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0, "adapt_step": 0.0}
+    },
+}
 P = "dataflex/prerollout/"
 
 
 def _trainer(train_size: int, factor: float, rounds: int = 8) -> EmbeddedTrainer:
-    cfg = load_config({"policy": "tiny", "threads": 1,
-                       "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
-                       "tasks": {"domains": ["math"], "train_size": train_size,
-                                 "candidate_factor": factor, "max_draw_rounds": rounds},
-                       "eval": {"per_domain": 4, "samples": 1},
-                       "log": {"progress": False, "plots": False, "checkpoint_every": 0}})
+    cfg = load_config(
+        {
+            "policy": "tiny",
+            "threads": 1,
+            "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
+            "tasks": {
+                "domains": ["math"],
+                "train_size": train_size,
+                "candidate_factor": factor,
+                "max_draw_rounds": rounds,
+            },
+            "eval": {"per_domain": 4, "samples": 1},
+            "log": {"progress": False, "plots": False, "checkpoint_every": 0},
+        }
+    )
     return EmbeddedTrainer(cfg, GRESO, seed=0)
 
 
 def _remember(tr: EmbeddedTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
     """One group of ``key`` with these rewards and per-response token counts."""
-    tr.strategy._history.update(from_lists(rewards, [0] * len(rewards), tokens,
-                                           prompt_keys=(key,) * len(rewards), step=step))
+    tr.strategy._history.update(
+        from_lists(
+            rewards, [0] * len(rewards), tokens, prompt_keys=(key,) * len(rewards), step=step
+        )
+    )
 
 
 def _candidates(tr: EmbeddedTrainer, n: int) -> list:
@@ -44,43 +60,44 @@ def _candidates(tr: EmbeddedTrainer, n: int) -> list:
 
 
 def test_skipped_and_tokens_saved_without_replacement():
-    tr = _trainer(train_size=4, factor=1.0, rounds=1)   # one round: the batch stays short
+    tr = _trainer(train_size=4, factor=1.0, rounds=1)  # one round: the batch stays short
     keys = _candidates(tr, 4)
     # keys[0] all-correct twice: 8 then 24 tokens -> mean 16; keys[1] all-wrong once: 6 tokens
     _remember(tr, keys[0], [1.0, 1.0], [4, 4])
     _remember(tr, keys[0], [1.0, 1.0], [12, 12], step=1)
     _remember(tr, keys[1], [0.0, 0.0, 0.0], [2, 2, 2])
-    _remember(tr, keys[2], [1.0, 0.0], [50, 50])          # mixed: never skipped
-    m = tr.train_step()                                     # keys[3] was never seen
+    _remember(tr, keys[2], [1.0, 0.0], [50, 50])  # mixed: never skipped
+    m = tr.train_step()  # keys[3] was never seen
     assert m[P + "active"] == 1.0
     assert m[P + "skipped"] == 2.0 and m["engine/prompts_generated"] == 2.0
     assert m[P + "replacements"] == 0.0
     assert m[P + "tokens_saved_est"] == 16.0 + 6.0
     # seconds: tokens saved x this step's generation seconds per generated token
     assert m[P + "seconds_saved_est"] == pytest.approx(
-        22.0 * m["time/generate_s"] / m["engine/tokens_generated"])
+        22.0 * m["time/generate_s"] / m["engine/tokens_generated"]
+    )
     assert 0.0 <= m[P + "zero_variance_through"] <= 1.0
 
 
 def test_replacements_keep_the_batch_full():
     tr = _trainer(train_size=8, factor=2.0)
-    keys = _candidates(tr, 8)        # the first 4 are the plain batch, the rest replacements
-    _remember(tr, keys[1], [1.0, 1.0], [3, 5])            # 8 tokens
-    _remember(tr, keys[3], [0.0, 0.0], [10, 10])          # 20 tokens
-    _remember(tr, keys[5], [1.0, 1.0], [1, 1])            # a skipped spare: saves nothing
+    keys = _candidates(tr, 8)  # the first 4 are the plain batch, the rest replacements
+    _remember(tr, keys[1], [1.0, 1.0], [3, 5])  # 8 tokens
+    _remember(tr, keys[3], [0.0, 0.0], [10, 10])  # 20 tokens
+    _remember(tr, keys[5], [1.0, 1.0], [1, 1])  # a skipped spare: saves nothing
     m = tr.train_step()
-    assert m["engine/prompts_generated"] == 4.0            # full: keys 0, 2, 4, 6
-    assert m[P + "skipped"] == 2.0                         # keys 1 and 3 of the plain batch
+    assert m["engine/prompts_generated"] == 4.0  # full: keys 0, 2, 4, 6
+    assert m[P + "skipped"] == 2.0  # keys 1 and 3 of the plain batch
     assert m[P + "candidates_skipped"] == 3.0
-    assert m[P + "replacements"] == 2.0                    # keys 4 and 6
+    assert m[P + "replacements"] == 2.0  # keys 4 and 6
     assert m[P + "tokens_saved_est"] == 28.0
 
 
 def test_a_second_round_replaces_the_skipped_prompts():
     tr = _trainer(train_size=8, factor=1.0)
-    keys = _candidates(tr, 8)        # round 1 draws keys 0-3, round 2 the 2 missing: 4, 5
-    _remember(tr, keys[1], [1.0, 1.0], [3, 5])            # 8 tokens
-    _remember(tr, keys[3], [0.0, 0.0], [10, 10])          # 20 tokens
+    keys = _candidates(tr, 8)  # round 1 draws keys 0-3, round 2 the 2 missing: 4, 5
+    _remember(tr, keys[1], [1.0, 1.0], [3, 5])  # 8 tokens
+    _remember(tr, keys[3], [0.0, 0.0], [10, 10])  # 20 tokens
     m = tr.train_step()
     assert m["engine/prompts_generated"] == 4.0 and m[P + "rounds"] == 2.0
     assert m[P + "candidates"] == 6.0 and m["engine/prompts_skipped"] == 2.0

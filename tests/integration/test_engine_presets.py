@@ -26,11 +26,15 @@ MIX = {"static", "reward_gap", "dump_ucb", "tscl"}
 
 
 def small_config(**overrides):
-    data = {"policy": "tiny", "steps": 3, "threads": 1,
-            "grpo": {"prompts_per_step": 8, "group_size": 8},
-            "tasks": {"train_size": 60},
-            "eval": {"per_domain": 10, "samples": 1},
-            "log": {"progress": False, "plots": False, "checkpoint_every": 0}}
+    data = {
+        "policy": "tiny",
+        "steps": 3,
+        "threads": 1,
+        "grpo": {"prompts_per_step": 8, "group_size": 8},
+        "tasks": {"train_size": 60},
+        "eval": {"per_domain": 10, "samples": 1},
+        "log": {"progress": False, "plots": False, "checkpoint_every": 0},
+    }
     for key, value in overrides.items():
         if isinstance(value, dict):
             data.setdefault(key, {}).update(value)
@@ -48,9 +52,14 @@ class Recorder:
         update, sample = trainer._update, trainer.sampler.sample
 
         def _update(rollout, advantages, weights, mask, kept_mask, step):
-            self.updates.append({"response_mask": rollout.response_mask.clone(),
-                                 "advantages": advantages.clone(), "weights": weights.clone(),
-                                 "mask": mask.clone()})
+            self.updates.append(
+                {
+                    "response_mask": rollout.response_mask.clone(),
+                    "advantages": advantages.clone(),
+                    "weights": weights.clone(),
+                    "mask": mask.clone(),
+                }
+            )
             return update(rollout, advantages, weights, mask, kept_mask, step)
 
         def _sample(proportions, n):
@@ -81,21 +90,25 @@ def test_every_preset_acts_in_the_engine(name):
             assert torch.equal(u["weights"] > 0, u["response_mask"])
             assert bool((u["weights"][u["response_mask"]] == 1).all())
     elif name in SELECT:
-        dropped = [((u["weights"] == 0) & u["response_mask"]).all(1)
-                   & u["response_mask"].any(1) for u in rec.updates]
+        dropped = [
+            ((u["weights"] == 0) & u["response_mask"]).all(1) & u["response_mask"].any(1)
+            for u in rec.updates
+        ]
         assert any(bool(d.any()) for d in dropped), "no response was removed from the loss"
     elif name in REWEIGHT:
         # weights of the tokens that carry a signal (non-zero advantage) are not all equal
-        w = torch.cat([u["weights"][u["response_mask"] & (u["advantages"] != 0)]
-                       for u in rec.updates])
+        w = torch.cat(
+            [u["weights"][u["response_mask"] & (u["advantages"] != 0)] for u in rec.updates]
+        )
         assert float(w.std()) > 0, "weights are all equal"
     elif name in MIX:
         assert len(rec.proportions) == steps
         assert torch.allclose(rec.proportions[-1], tr.strategy.proportions)
         if name != "static":
             uniform = torch.full_like(rec.proportions[-1], 1 / 3)
-            assert not torch.allclose(rec.proportions[-1], uniform, atol=1e-3), \
+            assert not torch.allclose(rec.proportions[-1], uniform, atol=1e-3), (
                 "the sampler never saw adapted proportions"
+            )
 
 
 def test_select_with_renormalize_changes_the_loss_denominator():
@@ -124,6 +137,6 @@ def test_prerollout_with_candidate_factor_fills_the_batch():
 def test_composed_strategy_file_runs():
     tr, rec, metrics = run_steps(EVERYTHING, 3)
     assert len(metrics) == 3 and tr.step == 3
-    documented = documented_keys()   # all four mechanisms: every key is in docs/metrics.md
+    documented = documented_keys()  # all four mechanisms: every key is in docs/metrics.md
     assert not [k for m in metrics for k in m if k != "step" and not matches(k, documented)]
     assert "dataflex/mix/domain/math/target" in metrics[0]

@@ -22,8 +22,7 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
     cfg.tasks.train_size = 30
     cfg.eval.per_domain, cfg.eval.samples = 6, 1
     cfg.log.plots = False
-    ex = side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, workers=2,
-                      progress=False)
+    ex = side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, workers=2, progress=False)
     assert not ex.failed, ex.failed
     summaries = [r["summary"] for r in ex.done]
     assert [s["strategy"] for s in summaries] == cfg.strategies
@@ -53,9 +52,11 @@ def test_cli_train_runs_the_configs_strategies_side_by_side(tmp_path, capsys):
     from dataflex_rl.cli import main
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("policy: tiny\nsteps: 1\nstrategies: [baseline, topk]\n"
-                   "grpo: {prompts_per_step: 4, group_size: 2}\ntasks: {train_size: 30}\n"
-                   "eval: {per_domain: 4, samples: 0}\nlog: {plots: false}\n")
+    cfg.write_text(
+        "policy: tiny\nsteps: 1\nstrategies: [baseline, topk]\n"
+        "grpo: {prompts_per_step: 4, group_size: 2}\ntasks: {train_size: 30}\n"
+        "eval: {per_domain: 4, samples: 0}\nlog: {plots: false}\n"
+    )
     out = tmp_path / "out"
     assert main(["train", str(cfg), "--out", str(out), "--no-progress"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -63,8 +64,10 @@ def test_cli_train_runs_the_configs_strategies_side_by_side(tmp_path, capsys):
     assert lines[3].startswith("topk") and f"under {out}/<strategy>/" in lines[4]
     assert main(["train", str(cfg), "--out", str(out), "--no-progress"]) == 2
     assert "a run already exists here" in capsys.readouterr().err
-    assert main(["train", str(cfg), "--out", str(out), "--no-progress", "--resume",
-                 "--steps", "2"]) == 0
+    assert (
+        main(["train", str(cfg), "--out", str(out), "--no-progress", "--resume", "--steps", "2"])
+        == 0
+    )
     assert [s["steps"] for s in map(_summary, (out / "baseline", out / "topk"))] == [2, 2]
 
 

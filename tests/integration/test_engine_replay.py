@@ -23,11 +23,17 @@ MIX = {n for n, p in PRESETS.items() if "mix" in p.spec}
 
 
 def config(**log):
-    return load_config({
-        "policy": "tiny", "threads": 1, "grpo": {"prompts_per_step": 4, "group_size": 4},
-        "tasks": {"train_size": 60}, "eval": {"per_domain": 6, "samples": 1, "every": 0},
-        "log": {"progress": False, "plots": False, "checkpoint_every": 0},
-        "decision_log": {"enabled": True, "steps_per_file": 2, **log}})
+    return load_config(
+        {
+            "policy": "tiny",
+            "threads": 1,
+            "grpo": {"prompts_per_step": 4, "group_size": 4},
+            "tasks": {"train_size": 60},
+            "eval": {"per_domain": 6, "samples": 1, "every": 0},
+            "log": {"progress": False, "plots": False, "checkpoint_every": 0},
+            "decision_log": {"enabled": True, "steps_per_file": 2, **log},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +49,7 @@ def test_engine_log_replays_its_own_preset_exactly(tmp_path, shared, name):
     cfg = config(full_tokens=name == "ar")
     tr = EmbeddedTrainer(cfg, name, seed=0, taskset=taskset, policy=copy.deepcopy(policy))
     attach_decision_log(tr, cfg, tmp_path, resume=False)
-    steps = 6 if name in MIX else 3          # mixers update after their 5th step
+    steps = 6 if name in MIX else 3  # mixers update after their 5th step
     for _ in range(steps):
         tr.train_step()
     tr.decision_log.close()

@@ -17,11 +17,15 @@ from tests.unit.test_metrics_doc import documented_keys, matches
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
 
-BASE = {"policy": "tiny", "steps": 4, "threads": 1,
-        "grpo": {"prompts_per_step": 6, "group_size": 4},
-        "tasks": {"train_size": 60},
-        "eval": {"per_domain": 8, "samples": 1, "every": 2},
-        "log": {"progress": False, "plots": False, "checkpoint_every": 2}}
+BASE = {
+    "policy": "tiny",
+    "steps": 4,
+    "threads": 1,
+    "grpo": {"prompts_per_step": 6, "group_size": 4},
+    "tasks": {"train_size": 60},
+    "eval": {"per_domain": 8, "samples": 1, "every": 2},
+    "log": {"progress": False, "plots": False, "checkpoint_every": 2},
+}
 
 
 def config(**top):
@@ -34,18 +38,23 @@ def test_same_seed_same_hash_other_seed_other_hash(tmp_path):
     c = run_training(config(), "maxvar", seed=4, steps=3, out_dir=tmp_path / "c")
     assert a["parameter_sha256"] == b["parameter_sha256"]
     assert a["parameter_sha256"] != c["parameter_sha256"]
-    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time") and  # noqa: E731
-                         k != "dataflex/time_ms"} for r in rs]
+
+    def strip(rs):
+        return [
+            {k: v for k, v in r.items() if not k.startswith("time") and k != "dataflex/time_ms"}
+            for r in rs
+        ]
+
     assert strip(read_metrics(tmp_path / "a")) == strip(read_metrics(tmp_path / "b"))
 
 
-@pytest.mark.parametrize("strategy", ["baseline", EVERYTHING],
-                         ids=["baseline", "everything"])
+@pytest.mark.parametrize("strategy", ["baseline", EVERYTHING], ids=["baseline", "everything"])
 def test_resume_gives_the_uninterrupted_hash(tmp_path, strategy):
     full = run_training(config(), strategy, seed=1, steps=5, out_dir=tmp_path / "full")
     run_training(config(), strategy, seed=1, steps=2, out_dir=tmp_path / "cut")
-    resumed = run_training(config(), strategy, seed=1, steps=5, out_dir=tmp_path / "cut",
-                           resume=True)
+    resumed = run_training(
+        config(), strategy, seed=1, steps=5, out_dir=tmp_path / "cut", resume=True
+    )
     assert resumed["parameter_sha256"] == full["parameter_sha256"]
     # and training did move the parameters, so the equality is not trivial
     assert full["parameter_sha256"] != parameter_hash(load_policy("tiny").model)
@@ -60,12 +69,19 @@ def test_outputs_metrics_plots_and_summary(tmp_path):
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [0, 2]
-    for key in ("loss/policy", "train/reward", "dataflex/kept_response_fraction",
-                "dataflex/weight_ess", "dataflex/mix/domain/math/actual", "time/step_s"):
+    for key in (
+        "loss/policy",
+        "train/reward",
+        "dataflex/kept_response_fraction",
+        "dataflex/weight_ess",
+        "dataflex/mix/domain/math/actual",
+        "time/step_s",
+    ):
         assert key in train[0], key
-    documented = documented_keys()   # every key written is in docs/metrics.md
-    assert not [k for r in records for k in r
-                if k not in ("kind", "step") and not matches(k, documented)]
+    documented = documented_keys()  # every key written is in docs/metrics.md
+    assert not [
+        k for r in records for k in r if k not in ("kind", "step") and not matches(k, documented)
+    ]
     for d in ("math", "logic", "science"):
         assert 0.0 <= s["final_eval"][f"eval/{d}/greedy"] <= 1.0
         assert f"eval/{d}/sampled" in s["final_eval"]
@@ -101,10 +117,11 @@ def test_resume_drops_a_torn_last_metrics_line_and_continues_exactly(tmp_path):
     path = tmp_path / "cut" / "metrics.jsonl"
     path.write_text(path.read_text() + '{"kind": "train", "loss/pol')
     with pytest.warns(UserWarning, match="line .* was cut off"):
-        resumed = run_training(config(), "baseline", seed=2, steps=4, out_dir=tmp_path / "cut",
-                               resume=True)
+        resumed = run_training(
+            config(), "baseline", seed=2, steps=4, out_dir=tmp_path / "cut", resume=True
+        )
     assert resumed["parameter_sha256"] == full["parameter_sha256"]
-    records = read_metrics(tmp_path / "cut")                  # valid JSONL again
+    records = read_metrics(tmp_path / "cut")  # valid JSONL again
     assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2, 3]
 
 
@@ -126,14 +143,17 @@ def test_resume_with_fewer_steps_than_the_checkpoint_is_refused_and_loses_nothin
     assert (tmp_path / "metrics.jsonl").read_text() == before
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"stpes": 3}, r"config\.stpes: unknown key\. Did you mean 'steps'"),
-    ({"grpo": {"group_size": 1}}, r"config\.grpo\.group_size: must be >= 2"),
-    ({"grpo": {"temperature": "hot"}}, r"config\.grpo\.temperature: expected float"),
-    ({"optim": {"lr": 1e-3, "betas": [0.9]}}, r"optim\.betas"),
-    ({"tasks": {"domains": ["math", "math"]}}, r"tasks\.domains"),
-    ({"eval": "often"}, r"config\.eval: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"stpes": 3}, r"config\.stpes: unknown key\. Did you mean 'steps'"),
+        ({"grpo": {"group_size": 1}}, r"config\.grpo\.group_size: must be >= 2"),
+        ({"grpo": {"temperature": "hot"}}, r"config\.grpo\.temperature: expected float"),
+        ({"optim": {"lr": 1e-3, "betas": [0.9]}}, r"optim\.betas"),
+        ({"tasks": {"domains": ["math", "math"]}}, r"tasks\.domains"),
+        ({"eval": "often"}, r"config\.eval: expected a mapping"),
+    ],
+)
 def test_invalid_configs_name_the_key(data, match):
     with pytest.raises(ConfigError, match=match):
         load_config(data)
@@ -147,8 +167,9 @@ def test_missing_files_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
     with pytest.raises(FileNotFoundError, match="no such directory"):
-        run_training(config(policy=str(tmp_path / "nomodel")), "baseline", steps=1,
-                     out_dir=tmp_path / "o")
+        run_training(
+            config(policy=str(tmp_path / "nomodel")), "baseline", steps=1, out_dir=tmp_path / "o"
+        )
     with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
         run_training(config(), "difffliter", steps=1, out_dir=tmp_path / "p")
 
@@ -157,9 +178,11 @@ def test_cli_train_and_errors(tmp_path, capsys):
     from dataflex_rl.cli import main
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("policy: tiny\nsteps: 1\ngrpo: {prompts_per_step: 4, group_size: 2}\n"
-                   "tasks: {train_size: 30}\neval: {per_domain: 4, samples: 0}\n"
-                   "log: {plots: false, progress: false}\n")
+    cfg.write_text(
+        "policy: tiny\nsteps: 1\ngrpo: {prompts_per_step: 4, group_size: 2}\n"
+        "tasks: {train_size: 30}\neval: {per_domain: 4, samples: 0}\n"
+        "log: {plots: false, progress: false}\n"
+    )
     assert main(["train", str(cfg), "--strategy", "topk", "--out", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "topk" in out and "parameter sha256" in out

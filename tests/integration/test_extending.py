@@ -34,8 +34,12 @@ def test_user_components_from_yaml(user_module_on_path):
 
 
 def test_user_component_param_typo_is_an_error(user_module_on_path):
-    spec = {"select": {"scorer": {"name": "my_strategies:ShortAdvantage", "scael": 3.0},
-                       "actuator": "my_strategies:AtLeast"}}
+    spec = {
+        "select": {
+            "scorer": {"name": "my_strategies:ShortAdvantage", "scael": 3.0},
+            "actuator": "my_strategies:AtLeast",
+        }
+    }
     with pytest.raises(ConfigError, match=r"select\.scorer\.scael.*Did you mean 'scale'"):
         Strategy(spec)
 

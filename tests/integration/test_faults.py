@@ -44,8 +44,10 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)
 
 
 def strip_times(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith("time") and k != "dataflex/time_ms"}
-            for r in records]
+    return [
+        {k: v for k, v in r.items() if not k.startswith("time") and k != "dataflex/time_ms"}
+        for r in records
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,9 @@ def reference(tmp_path_factory):
 def resume(out: Path) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_training(load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, out_dir=out,
-                            resume=True)
+        return run_training(
+            load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, out_dir=out, resume=True
+        )
 
 
 # ------------------------------------------------------------------ kill -9, then --resume
@@ -68,10 +71,16 @@ def resume(out: Path) -> dict:
 def test_kill9_at_a_random_point_then_resume_is_identical(reference, tmp_path, kill_at):
     _, ref, ref_metrics = reference
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.fault_engine", "train",
-                           str(out), str(kill_at)], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]   # it was killed mid-run
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.integration.fault_engine", "train", str(out), str(kill_at)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]  # it was killed mid-run
     resumed = resume(out)
     assert resumed["parameter_sha256"] == ref["parameter_sha256"]
     assert strip_times(read_metrics(out)) == ref_metrics
@@ -86,7 +95,7 @@ def corrupt(path: Path, how: str) -> None:
         path.write_bytes(data[: len(data) // 2])
     elif how == "flip":
         i = len(data) // 2
-        path.write_bytes(data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1:])
+        path.write_bytes(data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1 :])
     else:
         path.unlink()
 
@@ -95,15 +104,19 @@ CHECKPOINT_FILES = [f"{p}.safetensors" for p in ckpt.PARTS] + [ckpt.META, ckpt.M
 
 
 @pytest.mark.parametrize("how", ["truncate", "flip", "delete"])
-def test_each_corrupt_file_falls_back_to_the_previous_checkpoint_naming_it(reference, tmp_path,
-                                                                           how):
+def test_each_corrupt_file_falls_back_to_the_previous_checkpoint_naming_it(
+    reference, tmp_path, how
+):
     ref_out, _, _ = reference
     for name in CHECKPOINT_FILES:
         copy = tmp_path / name / "checkpoints"
         shutil.copytree(ref_out / "checkpoints", copy)
         corrupt(copy / "step-00000004" / name, how)
-        with pytest.warns(UserWarning, match=rf"step-00000004/{re.escape(name)}.*Resuming from "
-                                             r"the previous intact one, .*step-00000003"):
+        with pytest.warns(
+            UserWarning,
+            match=rf"step-00000004/{re.escape(name)}.*Resuming from "
+            r"the previous intact one, .*step-00000003",
+        ):
             state = load_checkpoint(copy.parent)
         assert state["step"] == 3, name
 
@@ -113,9 +126,12 @@ def test_no_intact_checkpoint_is_an_error_naming_each_bad_file(reference, tmp_pa
     shutil.copytree(ref_out / "checkpoints", tmp_path / "checkpoints")
     corrupt(tmp_path / "checkpoints" / "step-00000004" / "rng.safetensors", "flip")
     corrupt(tmp_path / "checkpoints" / "step-00000003" / "optimizer.safetensors", "delete")
-    with pytest.raises(CheckpointError, match=r"no intact checkpoint: .*step-00000004/rng"
-                                              r"\.safetensors: does not match its SHA-256.*"
-                                              r"step-00000003/optimizer\.safetensors: missing"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"no intact checkpoint: .*step-00000004/rng"
+        r"\.safetensors: does not match its SHA-256.*"
+        r"step-00000003/optimizer\.safetensors: missing",
+    ):
         load_checkpoint(tmp_path)
 
 
@@ -125,11 +141,12 @@ def test_resume_after_a_corrupt_checkpoint_is_identical(reference, tmp_path):
     shutil.copytree(ref_out, out)
     corrupt(out / "checkpoints" / "step-00000004" / "strategy.safetensors", "flip")
     with pytest.warns(UserWarning, match=r"strategy\.safetensors: does not match"):
-        resumed = run_training(load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, out_dir=out,
-                               resume=True)
-    assert resumed["parameter_sha256"] == ref["parameter_sha256"]   # step 3 trained again
+        resumed = run_training(
+            load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, out_dir=out, resume=True
+        )
+    assert resumed["parameter_sha256"] == ref["parameter_sha256"]  # step 3 trained again
     assert strip_times(read_metrics(out)) == ref_metrics
-    assert load_checkpoint(out)["step"] == 4                       # rewritten, intact
+    assert load_checkpoint(out)["step"] == 4  # rewritten, intact
 
 
 def test_a_state_file_checks_its_own_content(tmp_path):
@@ -137,10 +154,13 @@ def test_a_state_file_checks_its_own_content(tmp_path):
     path = tmp_path / "s.safetensors"
     save_state_file(path, {"w": torch.arange(64, dtype=torch.float32)}, "test")
     data = bytearray(path.read_bytes())
-    data[-5] ^= 0x01    # inside the tensor data: still a valid safetensors file
+    data[-5] ^= 0x01  # inside the tensor data: still a valid safetensors file
     path.write_bytes(bytes(data))
-    with pytest.raises(StateFileError, match=r"s\.safetensors: content does not match its "
-                                             r"checksum"):
+    with pytest.raises(
+        StateFileError,
+        match=r"s\.safetensors: content does not match its "
+        r"checksum",
+    ):
         load_state_file(path, "test")
 
 
@@ -148,6 +168,7 @@ def test_a_state_file_checks_its_own_content(tmp_path):
 def crash_on_replace(monkeypatch):
     def replace(src, dst):
         raise OSError(errno.EIO, "simulated crash between the temporary write and the rename")
+
     monkeypatch.setattr(dio.os, "replace", replace)
 
 
@@ -170,31 +191,36 @@ def step5_state(ref_out: Path) -> dict:
     return {**state, "step": 5}
 
 
-def test_disk_full_while_checkpointing_is_clear_and_keeps_the_previous(reference, tmp_path,
-                                                                      monkeypatch):
+def test_disk_full_while_checkpointing_is_clear_and_keeps_the_previous(
+    reference, tmp_path, monkeypatch
+):
     ref_out, _, _ = reference
     shutil.copytree(ref_out / "checkpoints", tmp_path / "checkpoints")
     real, calls = dio.write_durable, []
 
     def full_disk(path, data):
         calls.append(path)
-        if len(calls) == 3:   # the third file: half of it fits
+        if len(calls) == 3:  # the third file: half of it fits
             real(path, data[: len(data) // 2])
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, data)
 
     monkeypatch.setattr(dio, "write_durable", full_disk)
-    with pytest.raises(CheckpointError, match=r"checkpoint of step 5 .*the disk is full; the "
-                                              r"previous checkpoint .*step-00000004 is intact"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint of step 5 .*the disk is full; the "
+        r"previous checkpoint .*step-00000004 is intact",
+    ):
         ckpt.save_checkpoint(tmp_path, step5_state(ref_out))
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] != []
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "step-00000003", "step-00000004"]          # no half-written folder left
+        "step-00000003",
+        "step-00000004",
+    ]  # no half-written folder left
     assert ckpt.read_checkpoint(tmp_path / "checkpoints" / "step-00000004")["step"] == 4
 
 
-def test_a_crash_before_the_checkpoint_rename_keeps_the_previous(reference, tmp_path,
-                                                                  monkeypatch):
+def test_a_crash_before_the_checkpoint_rename_keeps_the_previous(reference, tmp_path, monkeypatch):
     ref_out, _, _ = reference
     shutil.copytree(ref_out / "checkpoints", tmp_path / "checkpoints")
     crash_on_replace(monkeypatch)
@@ -217,7 +243,7 @@ class Payload:
 
 def payload_bytes(marker: Path) -> bytes:
     data = pickle.dumps({"model": Payload(marker)})
-    probe = marker.with_name("probe")   # the payload is live: plain pickle runs it
+    probe = marker.with_name("probe")  # the payload is live: plain pickle runs it
     pickle.loads(pickle.dumps(Payload(probe)))
     assert probe.exists()
     return data
@@ -237,8 +263,10 @@ def test_a_pickle_where_a_checkpoint_belongs_is_refused_and_never_runs(reference
     shutil.copytree(ref_out / "checkpoints" / "step-00000004", folder)
     (folder / "model.safetensors").write_bytes(bad)
     manifest = json.loads((folder / ckpt.MANIFEST).read_text())
-    manifest["files"]["model.safetensors"] = {"sha256": hashlib.sha256(bad).hexdigest(),
-                                              "bytes": len(bad)}
+    manifest["files"]["model.safetensors"] = {
+        "sha256": hashlib.sha256(bad).hexdigest(),
+        "bytes": len(bad),
+    }
     manifest["sha256"] = ckpt._manifest_sha256(manifest)
     (folder / ckpt.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match=r"model\.safetensors: a pickle .* refused"):
@@ -250,8 +278,11 @@ def test_host_strategy_state_refuses_pickles_and_reads_plain_data(tmp_path):
     """The verl host's ``dataflex_state`` files (`dataflex_rl.hosts.common.state`)."""
     marker = tmp_path / "EXECUTED"
     bad = payload_bytes(marker)
-    state = {"format": 1, "strategy": {"drawn": torch.tensor([3.0, 1.0]), "steps_observed": 2,
-                                       "history": None}, "intake": None}
+    state = {
+        "format": 1,
+        "strategy": {"drawn": torch.tensor([3.0, 1.0]), "steps_observed": 2, "history": None},
+        "intake": None,
+    }
     back = load_state(save_state(tmp_path / "dataflex_state.safetensors", state))
     assert torch.equal(back["strategy"]["drawn"], state["strategy"]["drawn"])
     assert back["strategy"]["steps_observed"] == 2 and back["intake"] is None
@@ -261,8 +292,11 @@ def test_host_strategy_state_refuses_pickles_and_reads_plain_data(tmp_path):
     # ... but a payload does not, under either name
     for name in ("dataflex_state.pt", "dataflex_state.safetensors"):
         (tmp_path / name).write_bytes(bad)
-        with pytest.raises(StateFileError, match=rf"{re.escape(name)}: refused: .*could run "
-                                                 r"arbitrary code"):
+        with pytest.raises(
+            StateFileError,
+            match=rf"{re.escape(name)}: refused: .*could run "
+            r"arbitrary code",
+        ):
             load_state(tmp_path / name)
     assert not marker.exists()
 
@@ -287,20 +321,28 @@ def wait_for(cond, timeout: float, what: str) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PDEATHSIG")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_killing_compare_kills_its_workers_and_a_rerun_reuses_finished_runs(tmp_path, sig,
-                                                                            capsys):
+def test_killing_compare_kills_its_workers_and_a_rerun_reuses_finished_runs(tmp_path, sig, capsys):
     from dataflex_rl.cli import main
 
     out = tmp_path / "cmp"
-    parent = subprocess.Popen([sys.executable, "-m", "tests.integration.fault_engine",
-                               "compare", str(out)], cwd=ROOT, env=ENV,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.fault_engine", "compare", str(out)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         # the worker finished the baseline and is stuck in the 'slow' run
-        wait_for(lambda: (out / "runs" / "baseline" / "seed0" / "done.json").is_file()
-                 and len((out / "pids.log").read_text().split()) == 2, 240,
-                 "the baseline to finish and the slow run to start")
+        wait_for(
+            lambda: (
+                (out / "runs" / "baseline" / "seed0" / "done.json").is_file()
+                and len((out / "pids.log").read_text().split()) == 2
+            ),
+            240,
+            "the baseline to finish and the slow run to start",
+        )
         workers = {int(p) for p in (out / "pids.log").read_text().split()}
         assert parent.pid not in workers and all(alive(p) for p in workers)
         # a second writer into the same folder is refused, naming the holder
@@ -308,25 +350,31 @@ def test_killing_compare_kills_its_workers_and_a_rerun_reuses_finished_runs(tmp_
         exp_yaml.write_text(yaml.safe_dump(fe.EXPERIMENT))
         assert main(["compare", str(exp_yaml), "--out", str(out), "--no-progress"]) == 2
         err = capsys.readouterr().err
-        assert re.search(rf"{re.escape(str(out))} is in use by process {parent.pid} \(started "
-                         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", err), err
+        assert re.search(
+            rf"{re.escape(str(out))} is in use by process {parent.pid} \(started "
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
+            err,
+        ), err
         with pytest.raises(LockedError, match=rf"in use by process {parent.pid}"):
-            run_compare(fe.experiment(), out, workers=1, progress=False, plots=False,
-                        train_fn=fe.SLOW)
+            run_compare(
+                fe.experiment(), out, workers=1, progress=False, plots=False, train_fn=fe.SLOW
+            )
         os.kill(parent.pid, sig)
         parent.wait(timeout=60)
     finally:
         if parent.poll() is None:
             parent.kill()
-    assert parent.returncode == (143 if sig == signal.SIGTERM else -signal.SIGKILL), \
+    assert parent.returncode == (143 if sig == signal.SIGTERM else -signal.SIGKILL), (
         parent.stderr.read().decode()[-2000:]
+    )
     wait_for(lambda: not any(alive(p) for p in workers), 15, "the workers to die")
     # rerun: the lock of the dead parent is taken over, the finished run is reused and the
     # interrupted one continues from its checkpoint
     (out / "release").touch()
     before = (out / "calls.log").read_text().splitlines()
-    res = run_compare(fe.experiment(), out, workers=1, progress=False, plots=False,
-                      train_fn=fe.SLOW)
+    res = run_compare(
+        fe.experiment(), out, workers=1, progress=False, plots=False, train_fn=fe.SLOW
+    )
     assert res.execution.skipped == 1 and len(res.execution.done) == 2
     assert before == ["baseline 0 False"]
     assert (out / "calls.log").read_text().splitlines()[1:] == ["slow 0 True"]
@@ -334,14 +382,15 @@ def test_killing_compare_kills_its_workers_and_a_rerun_reuses_finished_runs(tmp_
 
 def test_a_dead_holders_lock_is_taken_over_and_the_holder_may_reenter(tmp_path):
     # what a killed holder leaves: the file with its pid, but no flock (the kernel dropped it)
-    (tmp_path / ".lock").write_text(json.dumps({"pid": 2**22 + 1, "started": "earlier",
-                                                "command": "killed"}))
+    (tmp_path / ".lock").write_text(
+        json.dumps({"pid": 2**22 + 1, "started": "earlier", "command": "killed"})
+    )
     with DirectoryLock(tmp_path, "second") as lock:
         assert lock.holder() == {**lock.holder(), "pid": os.getpid(), "command": "second"}
-        with DirectoryLock(tmp_path):                   # a locked command calling another
+        with DirectoryLock(tmp_path):  # a locked command calling another
             pass
-        assert lock.holder()["command"] == "second"     # still held by the outer one
-    assert lock.holder() == {}                          # released
+        assert lock.holder()["command"] == "second"  # still held by the outer one
+    assert lock.holder() == {}  # released
 
 
 def test_a_partial_run_without_a_usable_checkpoint_starts_over(tmp_path):

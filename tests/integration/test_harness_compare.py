@@ -14,8 +14,6 @@ from tests.harness_cli import run_cli
 pytest.importorskip("transformers")
 
 
-
-
 @pytest.fixture(scope="module")
 def small_policy(tmp_path_factory):
     from dataflex_rl.engine.policy import build_tiny_policy, save_policy
@@ -24,8 +22,15 @@ def small_policy(tmp_path_factory):
 
     tasks = build_tasks(["math", "logic", "science"], 0)
     tok = CharTokenizer.from_charset(taskset_charset(tasks))
-    policy = build_tiny_policy(tok, seed=0, hidden_size=32, intermediate_size=64,
-                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2)
+    policy = build_tiny_policy(
+        tok,
+        seed=0,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     return save_policy(policy, tmp_path_factory.mktemp("policy"))
 
 
@@ -41,20 +46,25 @@ evaluation: {{every: 1, per_domain: 4}}
 statistics: {{n_boot: 500}}
 """)
     out = tmp_path / "out"
-    assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2",
-                    "--no-progress"]) == 0
+    assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
     rows = list(csv.DictReader((out / "results.csv").open()))
     # 2 strategies × 2 seeds × 3 domains × checkpoints 0, 1, 2
     assert len(rows) == 36
     assert {(r["method"], r["seed"]) for r in rows} == {
-        (m, s) for m in ("baseline", "dump_ucb") for s in ("0", "1")}
+        (m, s) for m in ("baseline", "dump_ucb") for s in ("0", "1")
+    }
     props = list(csv.DictReader((out / "proportions.csv").open()))
     assert {r["method"] for r in props} == {"dump_ucb"}
     report = (out / "report.md").read_text()
     assert "pairing check passed" in report
     assert "With 2 seeds the exact sign-flip test cannot give p below 0.5" in report
-    for f in ("statistics.csv", "plots/forest.png", "plots/learning_curves.png",
-              "plots/proportions.png", "experiment.json"):
+    for f in (
+        "statistics.csv",
+        "plots/forest.png",
+        "plots/learning_curves.png",
+        "plots/proportions.png",
+        "experiment.json",
+    ):
         assert (out / f).is_file(), f
     done = out / "runs" / "baseline" / "seed0" / "done.json"
     stamp = done.stat().st_mtime_ns

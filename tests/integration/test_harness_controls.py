@@ -10,8 +10,6 @@ from tests.harness_cli import run_cli
 pytest.importorskip("transformers")
 
 
-
-
 def test_controls_on_the_real_engine(tmp_path, capsys):
     from dataflex_rl.engine.policy import load_policy, parameter_hash
 
@@ -29,8 +27,23 @@ evaluation: {every: 0, per_domain: 20}
 statistics: {n_boot: 500}
 """)
     out = tmp_path / "out"
-    assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2", "--no-progress",
-                    "--no-plots", "--control", "no_update"]) == 0
+    assert (
+        run_cli(
+            [
+                "compare",
+                str(exp),
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--no-progress",
+                "--no-plots",
+                "--control",
+                "no_update",
+            ]
+        )
+        == 0
+    )
     initial = parameter_hash(load_policy("tiny").model)
 
     def done(label, seed):
@@ -39,20 +52,26 @@ statistics: {n_boot: 500}
     for seed in (0, 1):
         assert done("no_update_control", seed)["summary"]["parameter_sha256"] == initial
         aa, base = done("aa_control", seed), done("baseline", seed)
-        assert aa["evals"][0] == base["evals"][0]          # same policy, same problems
-        assert json.loads((out / "runs" / "aa_control" / f"seed{seed}" / "config.json")
-                          .read_text())["noise_stream"] == 1
+        assert aa["evals"][0] == base["evals"][0]  # same policy, same problems
+        assert (
+            json.loads((out / "runs" / "aa_control" / f"seed{seed}" / "config.json").read_text())[
+                "noise_stream"
+            ]
+            == 1
+        )
     # the baseline did move: the no-update arm is a real harm, not what every arm does here
     assert any(done("baseline", s)["summary"]["parameter_sha256"] != initial for s in (0, 1))
     report = (out / "report.md").read_text()
     assert "pairing check passed" in report
-    section = report[report.index("## Sensitivity of this instrument"):report.index("## Setup")]
+    section = report[report.index("## Sensitivity of this instrument") : report.index("## Setup")]
     # 2 seeds: no verdict is possible, and the report says the controls were not tested
     assert "control aa_control (must be no detectable difference)" in section
     assert "control no_update_control (must be worse)" in section
-    assert "control `no_update_control` (no_update, must be worse)" in report   # setup line
+    assert "control `no_update_control` (no_update, must be worse)" in report  # setup line
     assert json.loads((out / "experiment.json").read_text())["controls"] == {
-        "aa_control": "same", "no_update_control": "worse"}
+        "aa_control": "same",
+        "no_update_control": "worse",
+    }
     printed = capsys.readouterr().out
     assert "6 runs: 6 finished" in printed
     assert "no_update_control" in printed and "[control, must be worse: " in printed

@@ -15,9 +15,18 @@ def rows(batch):
         mask = batch.response_mask[i].tolist()
         adv = None if batch.advantages is None else batch.advantages[i].tolist()
         lp = None if batch.old_log_probs is None else batch.old_log_probs[i].tolist()
-        out.append(dict(r=float(batch.rewards[i]), pad=bool(batch.is_padding[i]),
-                        g=int(batch.group_ids[i]), d=int(batch.domain_ids[i]),
-                        mask=mask, adv=adv, lp=lp, length=sum(mask)))
+        out.append(
+            dict(
+                r=float(batch.rewards[i]),
+                pad=bool(batch.is_padding[i]),
+                g=int(batch.group_ids[i]),
+                d=int(batch.domain_ids[i]),
+                mask=mask,
+                adv=adv,
+                lp=lp,
+                length=sum(mask),
+            )
+        )
     return out
 
 
@@ -57,8 +66,9 @@ def group_stats(batch, threshold: float = 0.5) -> dict:
         out["successes"].append(sum(v > threshold for v in vals))
         out["mean"].append(sum(vals) / len(vals) if vals else 0.0)
         out["std"].append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
-        order = sorted(act, key=lambda i: (rs[i]["r"], i)) + \
-            sorted(i for i in members[g] if not active(rs[i]))
+        order = sorted(act, key=lambda i: (rs[i]["r"], i)) + sorted(
+            i for i in members[g] if not active(rs[i])
+        )
         for pos, i in enumerate(order):
             out["rank"][i] = pos
     return out
@@ -108,8 +118,9 @@ def largest_remainder(p, n, capacity=None) -> list[int]:
         quota = [w[d] / sum(w) * remaining for d in range(D)]
         base = [math.floor(q) for q in quota]
         left = remaining - sum(base)
-        by_frac = sorted((d for d in range(D) if open_[d]),
-                         key=lambda d: (-(quota[d] - base[d]), d))
+        by_frac = sorted(
+            (d for d in range(D) if open_[d]), key=lambda d: (-(quota[d] - base[d]), d)
+        )
         for d in by_frac[:left]:
             base[d] += 1
         for d in range(D):

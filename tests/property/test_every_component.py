@@ -73,8 +73,13 @@ def _specs() -> list[tuple[str, object, str]]:
         out.append((f"skip_policy-{name}", {"prerollout": {"actuator": {"name": name}}}, name))
     for name in PRESETS:
         spec = PRESETS[name].spec
-        acts = {m.get("actuator", {}).get("name") if isinstance(m.get("actuator"), dict)
-                else m.get("actuator") for m in spec.values() if isinstance(m, dict)}
+        acts = {
+            m.get("actuator", {}).get("name")
+            if isinstance(m.get("actuator"), dict)
+            else m.get("actuator")
+            for m in spec.values()
+            if isinstance(m, dict)
+        }
         out.append((f"preset-{name}", name, next(iter(acts & (RANDOM | TIES_BY_INDEX)), name)))
     return out
 
@@ -98,8 +103,12 @@ def _extreme(b, which: str):
 
 
 def _with_grad(b):
-    return b.replace(**{n: getattr(b, n).clone().requires_grad_(True)
-                        for n in ("rewards", "advantages", "old_log_probs")})
+    return b.replace(
+        **{
+            n: getattr(b, n).clone().requires_grad_(True)
+            for n in ("rewards", "advantages", "old_log_probs")
+        }
+    )
 
 
 def _decide(spec, b):
@@ -110,10 +119,14 @@ def _decide(spec, b):
 
 
 def _check_finite_no_grad(d):
-    tensors = {"weights_per_response": d.weights_per_response,
-               "weights_per_token": d.weights_per_token, "keep_mask": d.keep_mask,
-               "advantages_per_response": d.advantages_per_response,
-               "proportions": d.proportions, "loss_mask": d.loss_mask}
+    tensors = {
+        "weights_per_response": d.weights_per_response,
+        "weights_per_token": d.weights_per_token,
+        "keep_mask": d.keep_mask,
+        "advantages_per_response": d.advantages_per_response,
+        "proportions": d.proportions,
+        "loss_mask": d.loss_mask,
+    }
     for name, t in tensors.items():
         if t is None:
             continue
@@ -142,27 +155,36 @@ def _check_permutation(spec, component, b, d, perm):
         scores = _scores(spec, b)[rows]
         assert int(keep.sum()) == int(pkeep.sum())
         assert torch.equal(scores[keep].sort().values, scores[pkeep].sort().values)
-        untied = torch.tensor([int((scores == v).sum()) == 1 for v in scores.tolist()],
-                              dtype=torch.bool)
+        untied = torch.tensor(
+            [int((scores == v).sum()) == 1 for v in scores.tolist()], dtype=torch.bool
+        )
         assert torch.equal(keep[untied], pkeep[untied])
         return
     assert torch.equal(keep, pkeep)
-    torch.testing.assert_close(pd.weights_per_response, d.weights_per_response[rows],
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        pd.weights_per_response, d.weights_per_response[rows], rtol=1e-5, atol=1e-6
+    )
     if d.advantages_per_response is not None:
-        torch.testing.assert_close(pd.advantages_per_response,
-                                   d.advantages_per_response[rows], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            pd.advantages_per_response, d.advantages_per_response[rows], rtol=1e-5, atol=1e-5
+        )
     if d.proportions is not None:
         torch.testing.assert_close(pd.proportions, d.proportions, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("spec, component", [(s, c) for _, s, c in SPECS],
-                         ids=[i for i, _, _ in SPECS])
+@pytest.mark.parametrize(
+    "spec, component", [(s, c) for _, s, c in SPECS], ids=[i for i, _, _ in SPECS]
+)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(b=rollout_batches(max_groups=5, max_group_size=5), extreme=st.sampled_from(
-    [None, None, "advantages", "rewards", "both"]), grad=st.booleans(), data=st.data())
+@given(
+    b=rollout_batches(max_groups=5, max_group_size=5),
+    extreme=st.sampled_from([None, None, "advantages", "rewards", "both"]),
+    grad=st.booleans(),
+    data=st.data(),
+)
 def test_every_component_is_finite_gradient_free_and_permutation_invariant(
-        spec, component, b, extreme, grad, data):
+    spec, component, b, extreme, grad, data
+):
     b = _extreme(b, extreme) if extreme else b
     b = _with_grad(b) if grad else b
     s, d = _decide(spec, b)
@@ -170,7 +192,7 @@ def test_every_component_is_finite_gradient_free_and_permutation_invariant(
     assert all(math.isfinite(v) for v in d.metrics.values()), d.metrics
     perm = data.draw(st.permutations(range(b.num_groups)), label="group permutation")
     _check_permutation(spec, component, b, d, perm)
-    if "prerollout" in s.parts:   # the prompt history must not depend on the row order
+    if "prerollout" in s.parts:  # the prompt history must not depend on the row order
         ps, _ = _decide(spec, permute_groups(b, perm)[0])
         keys = sorted(set(b.prompt_keys)) + ["unseen"]
         k1, _ = s.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0))
@@ -183,9 +205,14 @@ def test_every_registered_component_is_covered():
     for kind in ("selector", "reweighter", "mixer", "skip policy"):
         assert set(REGISTRIES[kind].names()) <= covered, kind
     scorers = {i.split("-", 1)[1] for i, _, _ in SPECS if i.startswith("scorer-")}
-    defaults = {getattr(REGISTRIES[k].get(n), "default_scorer", None)
-                for k in ACTUATOR_KINDS for n in REGISTRIES[k].names()}
+    defaults = {
+        getattr(REGISTRIES[k].get(n), "default_scorer", None)
+        for k in ACTUATOR_KINDS
+        for n in REGISTRIES[k].names()
+    }
     assert set(REGISTRIES["scorer"].names()) <= scorers | defaults
     assert {i for i, _, _ in SPECS if i.startswith("preset-")} == {f"preset-{p}" for p in PRESETS}
-    assert any(isinstance(REGISTRIES["scorer"].get(n)(), DomainScorer)
-               for n in REGISTRIES["scorer"].names())
+    assert any(
+        isinstance(REGISTRIES["scorer"].get(n)(), DomainScorer)
+        for n in REGISTRIES["scorer"].names()
+    )

@@ -20,20 +20,32 @@ from tests.strategies import DOMAINS, rollout_batches
 signal = st.floats(-5.0, 5.0, allow_nan=False)
 
 
-@given(st.integers(1, 6).flatmap(lambda D: st.tuples(
-    st.lists(signal, min_size=D, max_size=D), st.lists(st.booleans(), min_size=D, max_size=D),
-    st.lists(st.integers(0, 1000), min_size=D, max_size=D),
-    # the floor is declared < 1: with one domain, 1.0 itself is out of range
-    st.floats(0.0, 1.0 / D, exclude_max=D == 1), st.sampled_from([1e-3, 0.01, 0.1, 1.0, 10.0]))),
-    st.sampled_from(["reward_gap", "ucb", "softmax"]))
+@given(
+    st.integers(1, 6).flatmap(
+        lambda D: st.tuples(
+            st.lists(signal, min_size=D, max_size=D),
+            st.lists(st.booleans(), min_size=D, max_size=D),
+            st.lists(st.integers(0, 1000), min_size=D, max_size=D),
+            # the floor is declared < 1: with one domain, 1.0 itself is out of range
+            st.floats(0.0, 1.0 / D, exclude_max=D == 1),
+            st.sampled_from([1e-3, 0.01, 0.1, 1.0, 10.0]),
+        )
+    ),
+    st.sampled_from(["reward_gap", "ucb", "softmax"]),
+)
 def test_proportions_on_the_simplex_with_the_floor(args, mixer):
     values, observed, drawn, floor, T = args
     D = len(values)
     m = {"reward_gap": RewardGap, "ucb": UCB, "softmax": SoftmaxMixer}[mixer](
-        temperature=T, floor=floor)
+        temperature=T, floor=floor
+    )
     prior = torch.full((D,), 1.0 / D, dtype=torch.float64)
-    raw = m.raw_proportions(torch.tensor(values, dtype=torch.float64), torch.tensor(observed),
-                            torch.tensor(drawn), prior)
+    raw = m.raw_proportions(
+        torch.tensor(values, dtype=torch.float64),
+        torch.tensor(observed),
+        torch.tensor(drawn),
+        prior,
+    )
     assert torch.isfinite(raw).all() and (raw >= 0).all()
     assert float(raw.sum()) == pytest.approx(1.0)
     p = apply_floor(raw, floor)
@@ -50,10 +62,19 @@ def test_apply_floor_on_any_raw_input(raw, floor):
     assert float(p.sum()) == pytest.approx(1.0, abs=1e-12) and float(p.min()) >= floor - 1e-12
 
 
-@given(st.lists(st.lists(st.one_of(st.none(), st.lists(st.floats(0.0, 1.0), min_size=1,
-                                                       max_size=4)),
-                         min_size=2, max_size=2), min_size=1, max_size=9),
-       st.integers(1, 5), st.booleans())
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.none(), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=4)),
+            min_size=2,
+            max_size=2,
+        ),
+        min_size=1,
+        max_size=9,
+    ),
+    st.integers(1, 5),
+    st.booleans(),
+)
 def test_learning_progress_equals_polyfit(steps, window, signed):
     """``steps``: per step, per domain, the rewards of its responses (None: not drawn)."""
     sc = LearningProgress(window=window, signed=signed)
@@ -63,15 +84,24 @@ def test_learning_progress_equals_polyfit(steps, window, signed):
             for r in rs or []:
                 rewards.append(r)
                 domains.append(d)
-        sc.observe(from_lists(rewards, list(range(len(rewards))) if rewards else [],
-                              domain_ids=torch.tensor(domains, dtype=torch.int64),
-                              domains=("a", "b"), step=step))
+        sc.observe(
+            from_lists(
+                rewards,
+                list(range(len(rewards))) if rewards else [],
+                domain_ids=torch.tensor(domains, dtype=torch.int64),
+                domains=("a", "b"),
+                step=step,
+            )
+        )
     values, observed = sc.values(2)
     recent = list(enumerate(steps))[-window:]
     for d in range(2):
         # rewards are float32 in a batch
-        pts = [(x, float(np.mean(np.float32(per[d]).astype(np.float64))))
-               for x, per in recent if per[d]]
+        pts = [
+            (x, float(np.mean(np.float32(per[d]).astype(np.float64))))
+            for x, per in recent
+            if per[d]
+        ]
         if len(pts) < 2:
             assert float(values[d]) == 0.0 and not bool(observed[d])
             continue
@@ -81,13 +111,21 @@ def test_learning_progress_equals_polyfit(steps, window, signed):
         assert float(values[d]) == pytest.approx(expected, rel=1e-7, abs=1e-9)
 
 
-@given(st.lists(st.floats(0.0, 10.0), min_size=1, max_size=6).filter(lambda p: sum(p) > 0),
-       st.integers(0, 200), st.booleans(), st.data())
+@given(
+    st.lists(st.floats(0.0, 10.0), min_size=1, max_size=6).filter(lambda p: sum(p) > 0),
+    st.integers(0, 200),
+    st.booleans(),
+    st.data(),
+)
 def test_largest_remainder_equals_the_loop_oracle(p, n, capped, data):
-    cap = data.draw(st.lists(st.integers(0, 60), min_size=len(p), max_size=len(p))) \
-        if capped else None
-    out = largest_remainder(torch.tensor(p, dtype=torch.float64), n,
-                            None if cap is None else torch.tensor(cap))
+    cap = (
+        data.draw(st.lists(st.integers(0, 60), min_size=len(p), max_size=len(p)))
+        if capped
+        else None
+    )
+    out = largest_remainder(
+        torch.tensor(p, dtype=torch.float64), n, None if cap is None else torch.tensor(cap)
+    )
     assert out.tolist() == oracles.largest_remainder(p, n, cap)
     assert int(out.sum()) == (n if cap is None else min(n, sum(cap)))
     assert (out >= 0).all()
@@ -99,12 +137,19 @@ def test_largest_remainder_equals_the_loop_oracle(p, n, capped, data):
         assert all(c <= k for c, k in zip(out.tolist(), cap))
 
 
-@given(st.lists(st.integers(0, 12), min_size=1, max_size=4).filter(any),
-       st.lists(st.tuples(st.lists(st.floats(0.01, 1.0), min_size=4, max_size=4),
-                          st.integers(0, 15)), min_size=1, max_size=6),
-       st.booleans(), st.integers(0, 10))
+@given(
+    st.lists(st.integers(0, 12), min_size=1, max_size=4).filter(any),
+    st.lists(
+        st.tuples(st.lists(st.floats(0.01, 1.0), min_size=4, max_size=4), st.integers(0, 15)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.booleans(),
+    st.integers(0, 10),
+)
 def test_sampler_follows_largest_remainder_and_never_repeats_within_an_epoch(
-        pools, draws, cycle, seed):
+    pools, draws, cycle, seed
+):
     D = len(pools)
     s = DomainSampler(pools, DOMAINS[:D] + tuple(f"d{i}" for i in range(D - 3)), seed, cycle)
     seen = [[] for _ in range(D)]
@@ -123,8 +168,8 @@ def test_sampler_follows_largest_remainder_and_never_repeats_within_an_epoch(
             seen[d].append(i)
         assert m["dataflex/sampler/shortfall"] == n - sum(expected)
     for d in range(D):
-        for start in range(0, len(seen[d]), max(pools[d], 1)):   # each epoch: no repeats
-            epoch = seen[d][start:start + pools[d]]
+        for start in range(0, len(seen[d]), max(pools[d], 1)):  # each epoch: no repeats
+            epoch = seen[d][start : start + pools[d]]
             assert len(set(epoch)) == len(epoch)
 
 

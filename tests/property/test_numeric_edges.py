@@ -27,8 +27,11 @@ from tests.strategies import DOMAINS, random_batch
 
 SELECT_OR_REWEIGHT = [n for n, p in PRESETS.items() if {"select", "reweight"} & set(p.spec)]
 #: select presets whose decision carries recomputed advantages
-RECOMPUTING = [n for n in SELECT_OR_REWEIGHT
-               if Strategy(n).decide(random_batch(0)).advantages_per_response is not None]
+RECOMPUTING = [
+    n
+    for n in SELECT_OR_REWEIGHT
+    if Strategy(n).decide(random_batch(0)).advantages_per_response is not None
+]
 
 pytestmark = pytest.mark.filterwarnings("ignore::dataflex_rl.core.strategy.StrategyWarning")
 
@@ -48,9 +51,12 @@ def test_sixteen_equal_rewards_give_zero_std_and_zero_advantages():
         assert (d.advantages_per_response == 0).all()
 
 
-@given(st.floats(-1e3, 1e3, allow_nan=False), st.integers(1, 32),
-       st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=8),
-       st.booleans())
+@given(
+    st.floats(-1e3, 1e3, allow_nan=False),
+    st.integers(1, 32),
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=8),
+    st.booleans(),
+)
 def test_constant_groups_are_never_informative_and_get_zero_advantage(value, size, other, with_adv):
     # group 0: `size` equal rewards; group 1: arbitrary rewards next to it
     rewards = [value] * size + other
@@ -97,9 +103,9 @@ def test_topk_breaks_exact_ties_by_index_not_by_rounding():
     f32 = [float(torch.full((n,), 0.1).sum() / n) for n in lengths]
     assert len(set(f32)) > 1
     scores = AdvantageMagnitude().score(b)
-    assert len(set(scores.tolist())) == 1                          # exact tie in float64
+    assert len(set(scores.tolist())) == 1  # exact tie in float64
     keep = TopFraction(fraction=0.5).select(scores, b)
-    assert keep.tolist() == [True, True, True, False, False, False]   # round(0.5 * 6) = 3
+    assert keep.tolist() == [True, True, True, False, False, False]  # round(0.5 * 6) = 3
     d = Strategy("topk").decide(b)
     assert d.keep_mask.tolist() == [True, True, True, False, False, False]
 
@@ -110,28 +116,33 @@ def test_topk_by_group_ties_go_to_the_lower_group_id():
     gids = [0, 0, 0, 1, 1, 1, 1, 2, 3]
     b = from_lists(rewards, gids, advantages=[0.1] * 8 + [0.3])
     s = AdvantageMagnitude().score(b)
-    keep = TopFraction(fraction=0.5, by_group=True).select(s, b)   # round(0.5 * 4) = 2 groups
+    keep = TopFraction(fraction=0.5, by_group=True).select(s, b)  # round(0.5 * 4) = 2 groups
     assert keep.tolist() == [True] * 3 + [False] * 4 + [False, True]
 
 
-@given(st.lists(st.tuples(st.sampled_from([0.1, 0.3, 0.7]), st.integers(1, 9)),
-                min_size=1, max_size=24),
-       st.sampled_from([0.25, 0.5, 0.75]))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.1, 0.3, 0.7]), st.integers(1, 9)), min_size=1, max_size=24
+    ),
+    st.sampled_from([0.25, 0.5, 0.75]),
+)
 def test_topk_keeps_the_highest_scores_lowest_index_first(rows, fraction):
     values = [v for v, _ in rows]
-    b = from_lists([0.0] * len(rows), list(range(len(rows))), [n for _, n in rows],
-                   advantages=values)
+    b = from_lists(
+        [0.0] * len(rows), list(range(len(rows))), [n for _, n in rows], advantages=values
+    )
     keep = TopFraction(fraction=fraction).select(AdvantageMagnitude().score(b), b)
     a32 = [float(torch.tensor(v, dtype=torch.float32)) for v in values]
     k = math.floor(fraction * len(rows) + 0.5)
-    order = sorted(range(len(rows)), key=lambda i: (-a32[i], i))     # the exact oracle
+    order = sorted(range(len(rows)), key=lambda i: (-a32[i], i))  # the exact oracle
     assert keep.tolist() == [i in set(order[:k]) for i in range(len(rows))]
 
 
 # ------------------------------------------------------------------ C. extreme finite values
 EXTREME = st.one_of(
     st.sampled_from([3e38, -3e38, 3.4e38, -3.4e38, 1e-38, -1e-45, 1e-30, 0.0, 1.0, -1.0]),
-    st.floats(allow_nan=False, allow_infinity=False, width=32))
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+)
 
 
 @st.composite
@@ -142,24 +153,31 @@ def extreme_batches(draw):
     T = draw(st.integers(1, 4))
     lengths = draw(st.lists(st.integers(0, T), min_size=B, max_size=B))
     mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
-    flat = lambda: torch.tensor(draw(st.lists(EXTREME, min_size=B * T, max_size=B * T)),  # noqa: E731
-                                dtype=torch.float32).reshape(B, T)
+
+    def flat():
+        values = draw(st.lists(EXTREME, min_size=B * T, max_size=B * T))
+        return torch.tensor(values, dtype=torch.float32).reshape(B, T)
+
     rewards = torch.tensor(draw(st.lists(EXTREME, min_size=B, max_size=B)), dtype=torch.float32)
     adv = flat()
-    if draw(st.booleans()):                      # GRPO-like: one advantage per response
+    if draw(st.booleans()):  # GRPO-like: one advantage per response
         adv = adv[:, :1].expand(B, T).contiguous()
     olp = flat()
-    return RolloutBatch(rewards=rewards, response_mask=mask,
-                        group_ids=torch.tensor(gids, dtype=torch.int64), domains=DOMAINS,
-                        domain_ids=torch.tensor([g % 3 for g in gids], dtype=torch.int64),
-                        advantages=torch.where(mask, adv, 0.0),
-                        old_log_probs=torch.where(mask, olp, 0.0),
-                        prompt_keys=tuple(f"p{g}" for g in gids))
+    return RolloutBatch(
+        rewards=rewards,
+        response_mask=mask,
+        group_ids=torch.tensor(gids, dtype=torch.int64),
+        domains=DOMAINS,
+        domain_ids=torch.tensor([g % 3 for g in gids], dtype=torch.int64),
+        advantages=torch.where(mask, adv, 0.0),
+        old_log_probs=torch.where(mask, olp, 0.0),
+        prompt_keys=tuple(f"p{g}" for g in gids),
+    )
 
 
 @given(extreme_batches(), st.sampled_from(SELECT_OR_REWEIGHT))
 def test_any_finite_input_gives_finite_weights(b, preset):
-    assert not b.invalid_mask.any()                     # every input is finite
+    assert not b.invalid_mask.any()  # every input is finite
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         d = Strategy(preset, domains=DOMAINS).decide(b)
@@ -181,13 +199,25 @@ def test_per_with_huge_advantages_is_finite():
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_decisions_never_carry_gradients(preset):
     b = random_batch(3)
-    b = b.replace(**{name: getattr(b, name).clone().requires_grad_(True)
-                     for name in ("rewards", "advantages", "old_log_probs")})
+    b = b.replace(
+        **{
+            name: getattr(b, name).clone().requires_grad_(True)
+            for name in ("rewards", "advantages", "old_log_probs")
+        }
+    )
     s = Strategy(preset, domains=DOMAINS)
-    for step in range(12):                               # past the mixers' warm-up
+    for step in range(12):  # past the mixers' warm-up
         d = s.decide(b.replace(step=step))
-    outs = [d.keep_mask, d.weights_per_response, d.weights_per_token, d.loss_mask,
-            d.advantages_per_response, d.advantages, d.proportions, d.token_weights]
+    outs = [
+        d.keep_mask,
+        d.weights_per_response,
+        d.weights_per_token,
+        d.loss_mask,
+        d.advantages_per_response,
+        d.advantages,
+        d.proportions,
+        d.token_weights,
+    ]
     for t in outs:
         if t is not None:
             assert not t.requires_grad and t.grad_fn is None

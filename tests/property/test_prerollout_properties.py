@@ -13,9 +13,15 @@ from dataflex_rl.hosts.common.accounting import first_per_domain
 from dataflex_rl.prerollout.greso import Greso
 
 #: one group outcome: (prompt key, rewards of its responses, tokens per response)
-GROUPS = st.lists(st.tuples(st.sampled_from("abcdefgh"),
-                            st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=3),
-                            st.integers(0, 9)), min_size=1, max_size=8)
+GROUPS = st.lists(
+    st.tuples(
+        st.sampled_from("abcdefgh"),
+        st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=3),
+        st.integers(0, 9),
+    ),
+    min_size=1,
+    max_size=8,
+)
 
 
 def _batch(groups, step):
@@ -79,8 +85,10 @@ def test_greso_runs_equal_a_plain_loop(steps, size):
     assert hard.tolist() == [_oracle_run(h.get(k), "hard") for k in keys]
 
 
-@given(st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=30),
-       st.lists(st.integers(0, 6), min_size=3, max_size=3))
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=30),
+    st.lists(st.integers(0, 6), min_size=3, max_size=3),
+)
 def test_first_per_domain_equals_a_loop(cands, quota):
     left = list(quota)
     want = []

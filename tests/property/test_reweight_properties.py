@@ -26,7 +26,7 @@ def _raw(name, params, b, rs, i):
         return params["inside"] if params["low"] <= rate <= params["high"] else 1.0
     s = _adv_mag(rs[i])
     if name == "softmax":
-        return s / params["temperature"]          # log-weight; exponentiated below
+        return s / params["temperature"]  # log-weight; exponentiated below
     return (abs(s) + params["eps"]) ** params["alpha"]
 
 
@@ -42,8 +42,11 @@ RESPONSE_SPECS = {
 }
 
 
-@given(rollout_batches(), st.sampled_from(sorted(RESPONSE_SPECS)),
-       st.sampled_from(["informative", "active"]))
+@given(
+    rollout_batches(),
+    st.sampled_from(sorted(RESPONSE_SPECS)),
+    st.sampled_from(["informative", "active"]),
+)
 def test_response_weights_equal_the_loop_oracle(b, name, normalize):
     params = RESPONSE_SPECS[name]
     preset = {"softmax": "softmax", "per": "per", "band_weight": "diffband"}[name]
@@ -52,18 +55,23 @@ def test_response_weights_equal_the_loop_oracle(b, name, normalize):
     act = [oracles.active(r) for r in rs]
     info = oracles.informative(b)
     # the normalization set: rows with tokens only (a response without tokens is never in it)
-    norm = [i for i in range(len(rs)) if rs[i]["length"] > 0
-            and (info[i] if normalize == "informative" else act[i])]
+    norm = [
+        i
+        for i in range(len(rs))
+        if rs[i]["length"] > 0 and (info[i] if normalize == "informative" else act[i])
+    ]
     raw = {i: _raw(name, params, b, rs, i) for i in norm}
     if name == "softmax" and norm:
         top = max(raw.values())
         raw = {i: math.exp(v - top) for i, v in raw.items()}
     mean = sum(raw.values()) / len(norm) if norm else 0.0
-    expected = [(raw[i] / mean if mean > 0 else 1.0) if i in raw else (1.0 if act[i] else 0.0)
-                for i in range(len(rs))]
+    expected = [
+        (raw[i] / mean if mean > 0 else 1.0) if i in raw else (1.0 if act[i] else 0.0)
+        for i in range(len(rs))
+    ]
     w = d.weights_per_response
     has_tokens = [r["length"] > 0 for r in rs]
-    expected = [e if t else 0.0 for e, t in zip(expected, has_tokens)]   # no token, no weight
+    expected = [e if t else 0.0 for e, t in zip(expected, has_tokens)]  # no token, no weight
     assert w.tolist() == pytest.approx(expected, rel=1e-4, abs=1e-5)
     assert torch.isfinite(d.weights_per_token).all() and (d.weights_per_token >= 0).all()
     assert (d.weights_per_token[~d.loss_mask] == 0).all()
@@ -90,20 +98,22 @@ def test_ar_token_weights_equal_the_loop_oracle(b, alpha):
             else:
                 assert float(w[i, t]) == 1.0
     if raw and mean > 0:
-        assert float(w[[i for i, _ in toks], [t for _, t in toks]].mean()) == \
-            pytest.approx(1.0, rel=1e-5)
+        assert float(w[[i for i, _ in toks], [t for _, t in toks]].mean()) == pytest.approx(
+            1.0, rel=1e-5
+        )
 
 
 @given(rollout_batches(), st.booleans(), st.data())
 def test_grpo_recompute_equals_the_loop_oracle(b, norm_by_std, data):
-    keep = torch.tensor(data.draw(st.lists(st.booleans(), min_size=b.batch_size,
-                                           max_size=b.batch_size)), dtype=torch.bool)
+    keep = torch.tensor(
+        data.draw(st.lists(st.booleans(), min_size=b.batch_size, max_size=b.batch_size)),
+        dtype=torch.bool,
+    )
     adv = grpo_advantages(b, keep, norm_by_std)
     expected = oracles.grpo_advantages(b, keep.tolist(), norm_by_std)
     for i, r in enumerate(oracles.rows(b)):
         for t, m in enumerate(r["mask"]):
-            assert float(adv[i, t]) == pytest.approx(expected[i] if m else 0.0,
-                                                     rel=1e-4, abs=1e-4)
+            assert float(adv[i, t]) == pytest.approx(expected[i] if m else 0.0, rel=1e-4, abs=1e-4)
 
 
 @given(rollout_batches(), st.sampled_from(["softmax", "per", "diffband", "ar"]), st.data())

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
-from dataflex_rl.scorers.outcome import Efficiency, Reward, ResponseLength, SolveRate
+from dataflex_rl.scorers.outcome import Efficiency, ResponseLength, Reward, SolveRate
 from dataflex_rl.scorers.policy import AdvantageMagnitude
 from dataflex_rl.select.band import Band
 from dataflex_rl.select.group_subset import GroupFilter, MaxVariance
@@ -29,19 +29,23 @@ def _keep(selector, scorer, b):
 
 def _members(b):
     rs = oracles.rows(b)
-    return rs, [[i for i, r in enumerate(rs) if r["g"] == g and oracles.active(r)]
-                for g in range(b.num_groups)]
+    return rs, [
+        [i for i, r in enumerate(rs) if r["g"] == g and oracles.active(r)]
+        for g in range(b.num_groups)
+    ]
 
 
-@given(rollout_batches(reward_kind="binary"), st.sampled_from([(0.2, 0.8), (0.0, 0.5),
-                                                               (0.25, 0.75), (0.4, 0.6)]),
-       st.booleans())
+@given(
+    rollout_batches(reward_kind="binary"),
+    st.sampled_from([(0.2, 0.8), (0.0, 0.5), (0.25, 0.75), (0.4, 0.6)]),
+    st.booleans(),
+)
 def test_band_on_solve_rate_equals_the_loop_oracle(b, bounds, inclusive):
     low, high = bounds
     keep, _ = _keep(Band(low=low, high=high, inclusive=inclusive), SolveRate(), b)
     rs, members = _members(b)
     expected = [False] * b.batch_size
-    for g, act in enumerate(members):
+    for act in members:
         if not act:
             continue
         rate = sum(rs[i]["r"] > 0.5 for i in act) / len(act)
@@ -79,9 +83,10 @@ def test_gfpo_equals_sorting_each_group_with_the_tie_break(b, fraction, metric):
     expected = [False] * b.batch_size
     for act in members:
         # best score first, then higher reward, then shorter, then lower index
-        order = sorted(act, key=lambda i: (-s[i] if largest else s[i], -rs[i]["r"],
-                                           rs[i]["length"], i))
-        for i in order[:oracles.keep_count(fraction, len(act))]:
+        order = sorted(
+            act, key=lambda i: (-s[i] if largest else s[i], -rs[i]["r"], rs[i]["length"], i)
+        )
+        for i in order[: oracles.keep_count(fraction, len(act))]:
             expected[i] = True
     assert keep.tolist() == expected
 
@@ -107,13 +112,13 @@ def test_top_fraction_by_group_equals_the_loop_oracle(b, fraction):
     k = oracles.round_half_up_exact(fraction, len(groups))
     kept_groups = {int(b.group_ids[i]) for i in torch.nonzero(keep).flatten().tolist()}
     assert len(kept_groups) == k
-    for g in kept_groups:                       # whole groups, their active rows only
+    for g in kept_groups:  # whole groups, their active rows only
         assert [bool(keep[i]) for i in members[g]] == [True] * len(members[g])
     dropped = [g for g in groups if g not in kept_groups]
-    if kept_groups and dropped:                 # ranked by mean score (float tolerance)
+    if kept_groups and dropped:  # ranked by mean score (float tolerance)
         assert min(mean[g] for g in kept_groups) >= max(mean[g] for g in dropped) - 1e-9
     means = sorted(mean.values())
-    if all(b2 - a > 1e-9 for a, b2 in zip(means, means[1:])):   # no near-ties: exact set
+    if all(b2 - a > 1e-9 for a, b2 in zip(means, means[1:])):  # no near-ties: exact set
         assert kept_groups == set(sorted(groups, key=lambda g: (-mean[g], g))[:k])
 
 
@@ -143,5 +148,6 @@ def test_permuting_groups_permutes_top_fraction_without_ties(b, by_group, fracti
     perm = data.draw(st.permutations(range(b.num_groups)))
     pb, rows = permute_groups(b, perm)
     sel = TopFraction(fraction=fraction, by_group=by_group)
-    assert torch.equal(sel.select(scores[rows], pb) & pb.active_mask,
-                       (sel.select(scores, b) & b.active_mask)[rows])
+    assert torch.equal(
+        sel.select(scores[rows], pb) & pb.active_mask, (sel.select(scores, b) & b.active_mask)[rows]
+    )

@@ -26,7 +26,7 @@ def test_every_decision_respects_the_contract(b, preset):
         d = s.decide(b)
     w = d.weights_per_token
     assert torch.isfinite(w).all() and (w >= 0).all()
-    assert not (d.keep_mask & ~b.active_mask).any()            # padding / NaN never kept
+    assert not (d.keep_mask & ~b.active_mask).any()  # padding / NaN never kept
     assert (w[~d.loss_mask] == 0).all()
     assert (d.weights_per_response[b.is_padding] == 0).all()
     assert all(math.isfinite(v) for v in d.metrics.values())

@@ -28,8 +28,10 @@ NEEDS_VERL = {"dataflex_rl.hosts.verl.plugin", "dataflex_rl.hosts.verl.trainer"}
 
 def _env() -> dict[str, str]:
     """This checkout's source first on the path, whatever is installed."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
 
 
 def _contracts() -> list[dict]:
@@ -38,11 +40,19 @@ def _contracts() -> list[dict]:
 
 def test_import_contracts_are_kept():
     pytest.importorskip("importlinter")
-    code = ("import sys; from importlinter.cli import lint_imports; "
-            f"sys.exit(lint_imports(config_filename={str(PYPROJECT)!r}, no_cache=True, "
-            "no_logo=True))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(),
-                         capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys; from importlinter.cli import lint_imports; "
+        f"sys.exit(lint_imports(config_filename={str(PYPROJECT)!r}, no_cache=True, "
+        "no_logo=True))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "BROKEN" not in out.stdout and " KEPT" in out.stdout
 
@@ -52,8 +62,10 @@ def test_every_package_has_a_layer():
     layers = next(c for c in _contracts() if c["type"] == "layers")["layers"]
     placed = {m.strip(" ()") for layer in layers for m in layer.split("|")}
     modules = {f"dataflex_rl.{m.name}" for m in pkgutil.iter_modules(dataflex_rl.__path__)}
-    hosts = {f"dataflex_rl.hosts.{m.name}"
-             for m in pkgutil.iter_modules([str(SRC / "dataflex_rl" / "hosts")])}
+    hosts = {
+        f"dataflex_rl.hosts.{m.name}"
+        for m in pkgutil.iter_modules([str(SRC / "dataflex_rl" / "hosts")])
+    }
     expected = (modules - {"dataflex_rl.hosts"}) | hosts
     assert expected - placed == set(), f"not in any layer: {sorted(expected - placed)}"
     assert placed - expected == set(), f"layers name missing modules: {sorted(placed - expected)}"
@@ -98,10 +110,19 @@ print(json.dumps({k: [before[k], after[k]] for k in before if before[k] != after
 def test_importing_the_package_changes_no_global_state():
     """No module sets threads, seeds, warning filters, logging, env vars or a matplotlib backend
     (nor loads pyplot) when imported."""
-    names = sorted(m.name for m in pkgutil.walk_packages(dataflex_rl.__path__, "dataflex_rl.")
-                   if m.name not in NEEDS_VERL and not m.name.endswith("__main__"))
-    out = subprocess.run([sys.executable, "-c", _SNAPSHOT, json.dumps(names)], cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=300)
+    names = sorted(
+        m.name
+        for m in pkgutil.walk_packages(dataflex_rl.__path__, "dataflex_rl.")
+        if m.name not in NEEDS_VERL and not m.name.endswith("__main__")
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _SNAPSHOT, json.dumps(names)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     changed = json.loads(out.stdout.strip().splitlines()[-1])
     assert changed == {}, f"importing dataflex_rl changed: {changed}"
@@ -111,10 +132,14 @@ def test_unit_tests_mirror_the_packages():
     """tests/unit/<package>/ for every package of src (the verl host's tests are tests/hosts,
     run with verl installed), and no unit-test folder without its package."""
     unit = ROOT / "tests" / "unit"
-    src_pkgs = {p.parent.relative_to(SRC / "dataflex_rl").as_posix()
-                for p in (SRC / "dataflex_rl").rglob("__init__.py")} - {".", "hosts", "hosts/verl"}
+    src_pkgs = {
+        p.parent.relative_to(SRC / "dataflex_rl").as_posix()
+        for p in (SRC / "dataflex_rl").rglob("__init__.py")
+    } - {".", "hosts", "hosts/verl"}
     test_dirs = {p.parent.relative_to(unit).as_posix() for p in unit.rglob("test_*.py")} - {"."}
-    assert src_pkgs - test_dirs == set(), f"packages without tests/unit/<package>/: " \
-                                          f"{sorted(src_pkgs - test_dirs)}"
-    assert test_dirs - src_pkgs == set(), f"tests/unit folders without a package: " \
-                                          f"{sorted(test_dirs - src_pkgs)}"
+    assert src_pkgs - test_dirs == set(), (
+        f"packages without tests/unit/<package>/: {sorted(src_pkgs - test_dirs)}"
+    )
+    assert test_dirs - src_pkgs == set(), (
+        f"tests/unit folders without a package: {sorted(test_dirs - src_pkgs)}"
+    )

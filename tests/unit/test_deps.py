@@ -14,10 +14,15 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.deps import EXTRAS, MissingDependencyError, available, plots_available, require
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"policy": "tiny", "steps": 1, "threads": 1,
-        "grpo": {"prompts_per_step": 3, "group_size": 2}, "tasks": {"train_size": 30},
-        "eval": {"per_domain": 2, "samples": 1, "every": 1},
-        "log": {"progress": False, "plots": True, "checkpoint_every": 0}}
+TINY = {
+    "policy": "tiny",
+    "steps": 1,
+    "threads": 1,
+    "grpo": {"prompts_per_step": 3, "group_size": 2},
+    "tasks": {"train_size": 30},
+    "eval": {"per_domain": 2, "samples": 1, "every": 1},
+    "log": {"progress": False, "plots": True, "checkpoint_every": 0},
+}
 
 
 def _block(monkeypatch, *names):
@@ -63,7 +68,7 @@ def test_train_without_the_engine_extra_refuses_before_any_work(monkeypatch, tmp
     out = tmp_path / "run"
     assert main(["train", _write(tmp_path, TINY), "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert 'needs \'transformers\'' in err and 'pip install "dataflex-rl[engine]"' in err
+    assert "needs 'transformers'" in err and 'pip install "dataflex-rl[engine]"' in err
     assert "Traceback" not in err and not out.exists()
 
 
@@ -86,9 +91,14 @@ def test_train_without_matplotlib_trains_and_skips_plots(monkeypatch, tmp_path, 
 
 def test_report_without_matplotlib_writes_the_report(monkeypatch, tmp_path, capsys):
     csv = tmp_path / "r.csv"
-    csv.write_text("method,seed,benchmark,score\n" + "".join(
-        f"{m},{s},b,{0.5 + 0.01 * s + (0.02 if m == 'new' else 0)}\n"
-        for m in ("baseline", "new") for s in range(4)))
+    csv.write_text(
+        "method,seed,benchmark,score\n"
+        + "".join(
+            f"{m},{s},b,{0.5 + 0.01 * s + (0.02 if m == 'new' else 0)}\n"
+            for m in ("baseline", "new")
+            for s in range(4)
+        )
+    )
     _block(monkeypatch, "matplotlib", "matplotlib.pyplot")
     out = tmp_path / "rep"
     assert main(["report", "--from-csv", str(csv), "--out", str(out)]) == 0
@@ -97,10 +107,13 @@ def test_report_without_matplotlib_writes_the_report(monkeypatch, tmp_path, caps
     assert not list(out.rglob("*.png"))
 
 
-@pytest.mark.parametrize("module, call", [
-    ("reasoning_gym", "dataflex_rl.tasks.rgym:_reasoning_gym"),
-    ("math_verify", "dataflex_rl.tasks.math_verify:_math_verify"),
-])
+@pytest.mark.parametrize(
+    "module, call",
+    [
+        ("reasoning_gym", "dataflex_rl.tasks.rgym:_reasoning_gym"),
+        ("math_verify", "dataflex_rl.tasks.math_verify:_math_verify"),
+    ],
+)
 def test_task_extras(monkeypatch, module, call):
     from dataflex_rl.core.registry import import_object
 
@@ -113,7 +126,9 @@ def test_parquet_without_pyarrow_or_pandas(monkeypatch, tmp_path):
     from dataflex_rl.tasks.datasets import _read_parquet
 
     _block(monkeypatch, "pyarrow", "pyarrow.parquet", "pandas")
-    with pytest.raises(ConfigError, match=r'parquet needs pyarrow \(pip install "dataflex-rl\[tasks'):
+    with pytest.raises(
+        ConfigError, match=r'parquet needs pyarrow \(pip install "dataflex-rl\[tasks'
+    ):
         _read_parquet(tmp_path / "x.parquet")
 
 
@@ -124,15 +139,23 @@ def test_a_bare_install_names_the_extra_from_a_fresh_process(tmp_path):
     import subprocess
 
     src = str(ROOT / "src")
-    code = ("import sys\n"
-            "for m in ('transformers', 'matplotlib', 'pyarrow', 'math_verify', "
-            "'reasoning_gym'):\n    sys.modules[m] = None\n"
-            "from dataflex_rl.cli import main\n"
-            f"sys.exit(main(['train', {_write(tmp_path, TINY)!r}, '--out', "
-            f"{str(tmp_path / 'run')!r}]))\n")
+    code = (
+        "import sys\n"
+        "for m in ('transformers', 'matplotlib', 'pyarrow', 'math_verify', "
+        "'reasoning_gym'):\n    sys.modules[m] = None\n"
+        "from dataflex_rl.cli import main\n"
+        f"sys.exit(main(['train', {_write(tmp_path, TINY)!r}, '--out', "
+        f"{str(tmp_path / 'run')!r}]))\n"
+    )
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=300, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert p.returncode == 2, p.stderr
     assert 'pip install "dataflex-rl[engine]"' in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "run").exists()

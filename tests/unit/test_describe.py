@@ -45,10 +45,13 @@ def test_describe_shows_the_class_next_to_the_registry_name():
     text = describe("per")
     assert "## reweighter `per` (class `dataflex_rl.reweight.response.Priority`)" in text
     assert "- reweight actuator: `per` (class `dataflex_rl.reweight.response.Priority`)" in text
-    assert ("- reweight scorer: `advantage_magnitude` "
-            "(class `dataflex_rl.scorers.policy.AdvantageMagnitude`)") in text
-    assert "- select actuator: `band` (class `dataflex_rl.select.band.Band`)" in \
-        describe("difffilter")
+    assert (
+        "- reweight scorer: `advantage_magnitude` "
+        "(class `dataflex_rl.scorers.policy.AdvantageMagnitude`)"
+    ) in text
+    assert "- select actuator: `band` (class `dataflex_rl.select.band.Band`)" in describe(
+        "difffilter"
+    )
 
 
 def test_list_leaves_the_pointer_out_of_the_summary():

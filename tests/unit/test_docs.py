@@ -15,7 +15,8 @@ def test_component_page_matches_describe(name):
     page = PAGES / f"{name}.md"
     assert page.is_file(), f"missing {page}; run: dataflex-rl describe --all --out docs/components"
     assert page.read_text() == describe(name), (
-        f"{page} is stale; run: dataflex-rl describe --all --out docs/components")
+        f"{page} is stale; run: dataflex-rl describe --all --out docs/components"
+    )
 
 
 def test_no_stale_pages():

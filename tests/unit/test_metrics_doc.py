@@ -31,8 +31,9 @@ def matches(key: str, documented: set[str]) -> bool:
     source = re.compile(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(key)))
     sample = re.sub(r"\{[^}]*\}", "X", key)
     for d in documented:
-        if source.fullmatch(d.replace("<d>", "X")) or \
-                re.fullmatch(re.escape(d).replace(re.escape("<d>"), r"[^/]+"), sample):
+        if source.fullmatch(d.replace("<d>", "X")) or re.fullmatch(
+            re.escape(d).replace(re.escape("<d>"), r"[^/]+"), sample
+        ):
             return True
     return False
 
@@ -43,7 +44,7 @@ def source_keys() -> set[str]:
     pat = re.compile(rf"""f?["']((?:{alternatives})/[A-Za-z0-9_{{}}./]*)["']""")
     keys = set()
     for path in SRC.rglob("*.py"):
-        if "harness" in path.parts:   # the harness reads keys, it writes none
+        if "harness" in path.parts:  # the harness reads keys, it writes none
             continue
         for k in pat.findall(path.read_text()):
             if k.endswith("/"):

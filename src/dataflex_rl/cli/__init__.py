@@ -54,17 +54,29 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dataflex-rl", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--debug", action="store_true",
-                        help="show the traceback of an error (also accepted after COMMAND)")
+    parser = argparse.ArgumentParser(
+        prog="dataflex-rl",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the traceback of an error (also accepted after COMMAND)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("list", help="list presets and components, one line each")
-    p.add_argument("--kind", choices=["preset", "scorer", "selector", "reweighter", "mixer",
-                                      "skip_policy"], help="only this kind")
+    p.add_argument(
+        "--kind",
+        choices=["preset", "scorer", "selector", "reweighter", "mixer", "skip_policy"],
+        help="only this kind",
+    )
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("describe", help="describe a preset or component: parameters with "
-                                        "defaults and ranges, signals needed, granularity, paper")
+    p = sub.add_parser(
+        "describe",
+        help="describe a preset or component: parameters with "
+        "defaults and ranges, signals needed, granularity, paper",
+    )
     p.add_argument("name", nargs="?", help="a preset or component name (see 'dataflex-rl list')")
     p.add_argument("--all", action="store_true", help="write one page per name (the docs)")
     p.add_argument("--out", default="docs/components", help="folder for --all")
@@ -79,14 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: errors a user can cause and fix (a bad config or option, a missing file or package, bad
 #: input data): one line and exit status 2, no traceback (``--debug`` shows it)
-USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-               PermissionError, ImportError)
+USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    ImportError,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI. ``--debug`` anywhere before ``--`` re-raises errors with the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    head = argv[:argv.index("--")] if "--" in argv else argv
+    head = argv[: argv.index("--")] if "--" in argv else argv
     debug = "--debug" in head
     if debug:
         argv.remove("--debug")
@@ -123,4 +141,3 @@ def error_message(e: BaseException) -> str:
     if not isinstance(e, ConfigError):
         msg += f" ({type(e).__name__}; run with --debug for the traceback)"
     return msg
-

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from dataflex_rl.core.registry import ConfigError
 
-TRAIN_HELP = "train with the embedded GRPO engine (a strategy, or the config's 'strategies' " \
-             "side by side)"
+TRAIN_HELP = (
+    "train with the embedded GRPO engine (a strategy, or the config's 'strategies' side by side)"
+)
 BOOTSTRAP_HELP = "supervised warm start of the tiny policy; writes a checkpoint + MANIFEST"
 
 
@@ -27,21 +28,31 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     seed, steps = field_type(EngineConfig, "seed"), field_type(EngineConfig, "steps")
     workers = number_type(int, ge=1)
     parser.add_argument("config", help="engine YAML (e.g. examples/quickstart.yaml)")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="config overrides, e.g. optim.lr=3e-4 grpo.group_size=4 "
-                             "strategy=maxvar (values are YAML; checked like the file)")
-    parser.add_argument("--strategy", help="preset name or strategy YAML (overrides the "
-                                           "config's 'strategy' and 'strategies')")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. optim.lr=3e-4 grpo.group_size=4 "
+        "strategy=maxvar (values are YAML; checked like the file)",
+    )
+    parser.add_argument(
+        "--strategy",
+        help="preset name or strategy YAML (overrides the config's 'strategy' and 'strategies')",
+    )
     parser.add_argument("--seed", type=seed, help=with_range("overrides the config's seed", seed))
-    parser.add_argument("--steps", type=steps,
-                        help=with_range("overrides the config's steps", steps))
-    parser.add_argument("--out", help="output directory (several strategies: one subfolder "
-                                      "each)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint in the output directory")
-    parser.add_argument("--workers", type=workers, default=2,
-                        help=with_range("parallel processes when comparing strategies "
-                                        "(default 2)", workers))
+    parser.add_argument(
+        "--steps", type=steps, help=with_range("overrides the config's steps", steps)
+    )
+    parser.add_argument("--out", help="output directory (several strategies: one subfolder each)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the checkpoint in the output directory"
+    )
+    parser.add_argument(
+        "--workers",
+        type=workers,
+        default=2,
+        help=with_range("parallel processes when comparing strategies (default 2)", workers),
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -60,11 +71,21 @@ def train_main(args: argparse.Namespace) -> int:
     if args.strategy is None and config.strategies:
         return _train_side_by_side(config, args)
     strategy = args.strategy if args.strategy is not None else config.strategy
-    if isinstance(strategy, str) and strategy.endswith((".yaml", ".yml")) \
-            and not Path(strategy).is_file():
+    if (
+        isinstance(strategy, str)
+        and strategy.endswith((".yaml", ".yml"))
+        and not Path(strategy).is_file()
+    ):
         raise ConfigError(f"--strategy: {strategy}: no such file")
-    summary = run_training(config, strategy, seed=args.seed, steps=args.steps,
-                           out_dir=args.out, resume=args.resume, progress=progress)
+    summary = run_training(
+        config,
+        strategy,
+        seed=args.seed,
+        steps=args.steps,
+        out_dir=args.out,
+        resume=args.resume,
+        progress=progress,
+    )
     print(format_table([summary]))
     print(f"outputs: {summary['out_dir']}  parameter sha256: {summary['parameter_sha256'][:16]}")
     return 0
@@ -75,9 +96,16 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
     from dataflex_rl.engine.run import format_table
     from dataflex_rl.harness.runner import side_by_side
 
-    ex = side_by_side(config, config.strategies, seed=args.seed, steps=args.steps,
-                      out_root=args.out, workers=args.workers, resume=args.resume,
-                      progress=not args.no_progress)
+    ex = side_by_side(
+        config,
+        config.strategies,
+        seed=args.seed,
+        steps=args.steps,
+        out_root=args.out,
+        workers=args.workers,
+        resume=args.resume,
+        progress=not args.no_progress,
+    )
     for r in ex.done:
         for w in r.get("warnings", []):
             print(f"{r['method']}: {w}", file=sys.stderr)
@@ -86,8 +114,10 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
     if ex.done:
         print(format_table([r["summary"] for r in ex.done]))
         root = Path(ex.done[0]["summary"]["out_dir"]).parent
-        print("held-out accuracy (greedy per domain); outputs (metrics.jsonl, plots/, "
-              f"checkpoints/) under {root}/<strategy>/")
+        print(
+            "held-out accuracy (greedy per domain); outputs (metrics.jsonl, plots/, "
+            f"checkpoints/) under {root}/<strategy>/"
+        )
     return 1 if ex.failed else 0
 
 
@@ -113,16 +143,25 @@ def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     d = BootstrapArgs()
     seed, count, lr = number_type(int, ge=0), number_type(int, ge=1), number_type(float, gt=0.0)
     parser.add_argument("--out", default="runs/bootstrap", help="checkpoint directory")
-    parser.add_argument("--seed", type=seed, default=d.seed,
-                        help=with_range("init and batch-order seed", seed))
-    parser.add_argument("--steps", type=count, default=d.steps,
-                        help=with_range("supervised steps", count))
-    parser.add_argument("--batch-size", type=count, default=d.batch_size,
-                        help=with_range("examples per step", count))
+    parser.add_argument(
+        "--seed", type=seed, default=d.seed, help=with_range("init and batch-order seed", seed)
+    )
+    parser.add_argument(
+        "--steps", type=count, default=d.steps, help=with_range("supervised steps", count)
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=count,
+        default=d.batch_size,
+        help=with_range("examples per step", count),
+    )
     parser.add_argument("--lr", type=lr, default=d.lr, help=with_range("peak learning rate", lr))
     parser.add_argument("--domains", nargs="+", default=list(d.domains))
-    parser.add_argument("--check", action="store_true",
-                        help="compare the result's parameter hash with the shipped checkpoint")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare the result's parameter hash with the shipped checkpoint",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -135,20 +174,31 @@ def bootstrap_main(args: argparse.Namespace) -> int:
     from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap, read_manifest
 
     require("transformers", "dataflex-rl bootstrap (the policy)")
-    bargs = replace(BootstrapArgs(), seed=args.seed, steps=args.steps,
-                    batch_size=args.batch_size, lr=args.lr, domains=tuple(args.domains))
+    bargs = replace(
+        BootstrapArgs(),
+        seed=args.seed,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        domains=tuple(args.domains),
+    )
     manifest = bootstrap(args.out, bargs, progress=not args.no_progress)
     print(json.dumps(manifest, indent=1))
     if args.check:
         shipped = read_manifest(ASSETS_DIR / TINY_NAME)
         same = shipped["parameter_sha256"] == manifest["parameter_sha256"]
-        print("matches the shipped checkpoint" if same else
-              f"DIFFERS from the shipped checkpoint ({shipped['parameter_sha256'][:16]})")
+        print(
+            "matches the shipped checkpoint"
+            if same
+            else f"DIFFERS from the shipped checkpoint ({shipped['parameter_sha256'][:16]})"
+        )
         if not same and shipped.get("cpu_capability") != manifest["cpu_capability"]:
-            print(f"(the shipped checkpoint was built on CPU capability "
-                  f"{shipped.get('cpu_capability')!r}, this machine has "
-                  f"{manifest['cpu_capability']!r}: float reductions differ, so the hash "
-                  "reproduces only on the same capability)")
+            print(
+                f"(the shipped checkpoint was built on CPU capability "
+                f"{shipped.get('cpu_capability')!r}, this machine has "
+                f"{manifest['cpu_capability']!r}: float reductions differ, so the hash "
+                "reproduces only on the same capability)"
+            )
         return 0 if same else 1
     return 0
 
@@ -158,10 +208,13 @@ def register_commands(sub) -> None:
     from dataflex_rl.core.config import help_text
     from dataflex_rl.engine.config import EngineConfig
 
-    p = sub.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=help_text(EngineConfig, "config keys (in the YAML, or KEY=VALUE "
-                                                      "after it):"))
+    p = sub.add_parser(
+        "train",
+        help=TRAIN_HELP,
+        description=TRAIN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_text(EngineConfig, "config keys (in the YAML, or KEY=VALUE after it):"),
+    )
     add_train_arguments(p)
     p.set_defaults(func=train_main)
     p = sub.add_parser("bootstrap", help=BOOTSTRAP_HELP, description=BOOTSTRAP_HELP)

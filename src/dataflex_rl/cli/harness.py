@@ -34,14 +34,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from dataflex_rl.harness.experiment import load_experiment
     from dataflex_rl.harness.runner import plan
 
-    exp = load_experiment(args.experiment, args.control or (), seeds=args.seeds,
-                          dotted=args.overrides or ())
+    exp = load_experiment(
+        args.experiment, args.control or (), seeds=args.seeds, dotted=args.overrides or ()
+    )
     out = Path(args.out or Path("runs") / "compare" / exp.name)
     if not args.until_decided and (args.max_seeds, args.round, args.margin) != (None,) * 3:
         raise ConfigError("--max-seeds, --round and --margin go with --until-decided")
     if args.until_decided and args.seeds is not None:
-        raise ConfigError("--seeds and --until-decided exclude each other (--until-decided "
-                          "adds seeds itself, up to --max-seeds)")
+        raise ConfigError(
+            "--seeds and --until-decided exclude each other (--until-decided "
+            "adds seeds itself, up to --max-seeds)"
+        )
     if args.until_decided and args.max_seeds is None:
         raise ConfigError("--until-decided needs --max-seeds N (the most seeds to run)")
     if not args.dry_run:
@@ -55,18 +58,29 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         from dataflex_rl.harness.until_decided import run_until_decided
 
         res, seq = run_until_decided(
-            exp, out, max_seeds=args.max_seeds, round_size=args.round or 2,
-            margin=0.02 if args.margin is None else args.margin, workers=args.workers,
-            progress=not args.no_progress, plots=not args.no_plots)
-        print(f"stopped: {seq.stopped} after {len(seq.seeds)} seeds"
-              + (f" (a fixed-n design needs {seq.fixed_n})" if seq.fixed_n else ""))
+            exp,
+            out,
+            max_seeds=args.max_seeds,
+            round_size=args.round or 2,
+            margin=0.02 if args.margin is None else args.margin,
+            workers=args.workers,
+            progress=not args.no_progress,
+            plots=not args.no_plots,
+        )
+        print(
+            f"stopped: {seq.stopped} after {len(seq.seeds)} seeds"
+            + (f" (a fixed-n design needs {seq.fixed_n})" if seq.fixed_n else "")
+        )
     else:
-        res = run_compare(exp, out, workers=args.workers, progress=not args.no_progress,
-                          plots=not args.no_plots)
+        res = run_compare(
+            exp, out, workers=args.workers, progress=not args.no_progress, plots=not args.no_plots
+        )
     _print_summary(res.analysis, out)
     ex = res.execution
-    print(f"{res.runs} runs: {len(ex.done)} finished ({ex.skipped} skipped as already done), "
-          f"{len(ex.failed)} failed; wall {ex.wall_seconds / 60:.1f} min")
+    print(
+        f"{res.runs} runs: {len(ex.done)} finished ({ex.skipped} skipped as already done), "
+        f"{len(ex.failed)} failed; wall {ex.wall_seconds / 60:.1f} min"
+    )
     for f in ex.failed:
         print(f"  FAILED {f['method']} seed {f['seed']}: {f['error']}", file=sys.stderr)
     return 1 if ex.failed else 0
@@ -95,17 +109,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
     methods = list(dict.fromkeys(r.method for r in rows))
     baseline = args.baseline or ("baseline" if "baseline" in methods else methods[0])
     if baseline not in methods:
-        raise ConfigError(f"--baseline {baseline!r}: not a method of {args.from_csv}; "
-                          f"methods: {', '.join(methods)}")
+        raise ConfigError(
+            f"--baseline {baseline!r}: not a method of {args.from_csv}; "
+            f"methods: {', '.join(methods)}"
+        )
     csv_path = Path(args.from_csv)
     out = Path(args.out or csv_path.parent / f"{csv_path.stem}_report")
     props = read_proportions_csv(args.proportions) if args.proportions else []
-    options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot,
-                           seed=args.seed)
-    a = write_report(rows, out, ReportInputs(
-        title=args.title or f"Comparison: {csv_path.name}", baseline=baseline, options=options,
-        setup=[f"results: `{csv_path}` ({len(rows)} rows)"], proportions=props,
-        plots=not args.no_plots))
+    options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot, seed=args.seed)
+    a = write_report(
+        rows,
+        out,
+        ReportInputs(
+            title=args.title or f"Comparison: {csv_path.name}",
+            baseline=baseline,
+            options=options,
+            setup=[f"results: `{csv_path}` ({len(rows)} rows)"],
+            proportions=props,
+            plots=not args.no_plots,
+        ),
+    )
     _print_summary(a, out)
     return 0
 
@@ -130,15 +153,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     res = replay(log, specs)
     out = Path(args.out or log.folder.parent / "replay")
     files = write_replay_report(res, out, plots=not args.no_plots)
-    print(f"{log.num_steps} logged steps x {len(specs)} strategies in {res.seconds:.2f} s "
-          f"({res.steps_per_second:.0f} steps/s)")
+    print(
+        f"{log.num_steps} logged steps x {len(specs)} strategies in {res.seconds:.2f} s "
+        f"({res.steps_per_second:.0f} steps/s)"
+    )
     print(f"{'strategy':<16}{'retention':>10}{'ESS':>7}{'skip':>7}{'Jaccard':>9}{'exact':>10}")
     for lb in res.strategies:
         o = res.overall[lb]
-        print(f"{lb:<16}{o['retention']:>10.3f}{o['ess_fraction']:>7.3f}{o['skip_rate']:>7.3f}"
-              f"{o['jaccard_logged']:>9.3f}"
-              + ("         —" if o["exact_steps"] is None
-                 else f"{o['exact_steps']:>6}/{o['steps']}"))
+        print(
+            f"{lb:<16}{o['retention']:>10.3f}{o['ess_fraction']:>7.3f}{o['skip_rate']:>7.3f}"
+            f"{o['jaccard_logged']:>9.3f}"
+            + ("         —" if o["exact_steps"] is None else f"{o['exact_steps']:>6}/{o['steps']}")
+        )
     for lb in res.strategies:
         for note in res.notes[lb]:
             print(f"note ({lb}): {note}")
@@ -153,20 +179,25 @@ def _print_summary(analysis, out: Path) -> None:
     from dataflex_rl.harness.narrative import Fmt, headline
 
     s = analysis.primary
-    fmt = Fmt(100.0, "points") if all(0 <= m.mean <= 1 for m in s.methods if m.n) \
-        else Fmt(1.0, "")
+    fmt = Fmt(100.0, "points") if all(0 <= m.mean <= 1 for m in s.methods if m.n) else Fmt(1.0, "")
     print(" ".join(headline(analysis, fmt)))
     print(f"\n{'method':<20}{'mean':>8}{'delta':>8}  {'corrected CI':<18}{'p(Holm)':>8}  verdict")
     comps = {c.method: c for c in s.comparisons + s.controls}
     for m in s.methods + s.control_methods:
         c = comps.get(m.method)
-        tail = "  (baseline)" if c is None else (
-            f"{fmt.value(c.delta, True):>8}  {fmt.interval(*c.corrected_ci, True):<18}"
-            f"{c.p_holm:>8.3f}  {c.verdict}")
+        tail = (
+            "  (baseline)"
+            if c is None
+            else (
+                f"{fmt.value(c.delta, True):>8}  {fmt.interval(*c.corrected_ci, True):<18}"
+                f"{c.p_holm:>8.3f}  {c.verdict}"
+            )
+        )
         if c is not None and c.control:
             passed = c.control_passed
             tail += f"  [control, must be {c.control}: " + (
-                "untested]" if passed is None else "as required]" if passed else "FAILED]")
+                "untested]" if passed is None else "as required]" if passed else "FAILED]"
+            )
         print(f"{m.method:<20}{fmt.value(m.mean):>8}{tail}")
     print(f"\nreport: {out / 'report.md'}")
 
@@ -179,69 +210,154 @@ def register_commands(subparsers) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     count = number_type(int, ge=1)
     margin = number_type(float, gt=0.0)
-    p = subparsers.add_parser("compare", help="run strategies × seeds (paired) and report "
-                              "paired statistics", description=COMPARE_HELP, formatter_class=fmt,
-                              epilog=help_text(ExperimentFile, "experiment keys (in the YAML, "
-                                                               "or KEY=VALUE after it):"))
+    p = subparsers.add_parser(
+        "compare",
+        help="run strategies × seeds (paired) and report paired statistics",
+        description=COMPARE_HELP,
+        formatter_class=fmt,
+        epilog=help_text(ExperimentFile, "experiment keys (in the YAML, or KEY=VALUE after it):"),
+    )
     p.add_argument("experiment", help="experiment YAML (e.g. configs/experiments/quick.yaml)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="experiment overrides, e.g. budget.steps=50 engine.optim.lr=0.01 "
-                        "seeds=4 (values are YAML; checked like the file)")
-    p.add_argument("--workers", type=count, default=None, metavar="N",
-                   help=with_range("worker processes (default: one per core)", count))
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output folder (default runs/compare/<experiment name>)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="experiment overrides, e.g. budget.steps=50 engine.optim.lr=0.01 "
+        "seeds=4 (values are YAML; checked like the file)",
+    )
+    p.add_argument(
+        "--workers",
+        type=count,
+        default=None,
+        metavar="N",
+        help=with_range("worker processes (default: one per core)", count),
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder (default runs/compare/<experiment name>)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
-    p.add_argument("--seeds", type=count, default=None, metavar="N",
-                   help=with_range("run seeds 0..N-1 instead of the experiment's 'seeds' "
-                                   "(finished runs of the first seeds are reused)", count))
-    p.add_argument("--control", action="append", metavar="NAME",
-                   help="add a control arm (repeatable): aa (must be no different), no_update, "
-                        "half_lr, drop_half (must be worse); see docs/controls.md")
-    p.add_argument("--until-decided", action="store_true",
-                   help="add seeds in rounds until every comparison is decided (anytime-valid "
-                        "rule at the experiment's alpha); needs --max-seeds")
-    p.add_argument("--max-seeds", type=count, default=None, metavar="N",
-                   help=with_range("with --until-decided: stop at N seeds", count))
-    p.add_argument("--round", type=count, default=None, metavar="K",
-                   help=with_range("with --until-decided: seeds added per round (default 2)",
-                                   count))
-    p.add_argument("--margin", type=margin, default=None, metavar="M",
-                   help=with_range("with --until-decided: equivalence margin in score units "
-                                   "(default 0.02, i.e. 2 points of accuracy)", margin))
+    p.add_argument(
+        "--seeds",
+        type=count,
+        default=None,
+        metavar="N",
+        help=with_range(
+            "run seeds 0..N-1 instead of the experiment's 'seeds' "
+            "(finished runs of the first seeds are reused)",
+            count,
+        ),
+    )
+    p.add_argument(
+        "--control",
+        action="append",
+        metavar="NAME",
+        help="add a control arm (repeatable): aa (must be no different), no_update, "
+        "half_lr, drop_half (must be worse); see docs/controls.md",
+    )
+    p.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="add seeds in rounds until every comparison is decided (anytime-valid "
+        "rule at the experiment's alpha); needs --max-seeds",
+    )
+    p.add_argument(
+        "--max-seeds",
+        type=count,
+        default=None,
+        metavar="N",
+        help=with_range("with --until-decided: stop at N seeds", count),
+    )
+    p.add_argument(
+        "--round",
+        type=count,
+        default=None,
+        metavar="K",
+        help=with_range("with --until-decided: seeds added per round (default 2)", count),
+    )
+    p.add_argument(
+        "--margin",
+        type=margin,
+        default=None,
+        metavar="M",
+        help=with_range(
+            "with --until-decided: equivalence margin in score units "
+            "(default 0.02, i.e. 2 points of accuracy)",
+            margin,
+        ),
+    )
     p.set_defaults(func=_cmd_compare)
 
-    p = subparsers.add_parser("report", help="paired statistics and report.md from a CSV of "
-                              "external results", description=REPORT_HELP, formatter_class=fmt)
-    p.add_argument("--from-csv", required=True, metavar="FILE",
-                   help="CSV with columns method, seed, benchmark, score[, domain, step]")
-    p.add_argument("--baseline", default=None, metavar="METHOD",
-                   help="reference method (default 'baseline' if present, else the first)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output folder (default <FILE stem>_report next to FILE)")
-    p.add_argument("--proportions", default=None, metavar="FILE",
-                   help="optional proportions.csv (method, seed, step, domain, target, actual)")
+    p = subparsers.add_parser(
+        "report",
+        help="paired statistics and report.md from a CSV of external results",
+        description=REPORT_HELP,
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--from-csv",
+        required=True,
+        metavar="FILE",
+        help="CSV with columns method, seed, benchmark, score[, domain, step]",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="METHOD",
+        help="reference method (default 'baseline' if present, else the first)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder (default <FILE stem>_report next to FILE)",
+    )
+    p.add_argument(
+        "--proportions",
+        default=None,
+        metavar="FILE",
+        help="optional proportions.csv (method, seed, step, domain, target, actual)",
+    )
     p.add_argument("--title", default=None, help="report title")
     # the ranges are the experiment file's 'statistics' declarations
-    for flag, key, default, text in (("--alpha", "alpha", 0.05, "family-wise error rate (Holm)"),
-                                     ("--power", "power", 0.8, "power of the MDE"),
-                                     ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
-                                     ("--seed", "seed", 0, "seed of the bootstrap")):
+    for flag, key, default, text in (
+        ("--alpha", "alpha", 0.05, "family-wise error rate (Holm)"),
+        ("--power", "power", 0.8, "power of the MDE"),
+        ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
+        ("--seed", "seed", 0, "seed of the bootstrap"),
+    ):
         kind = field_type(Statistics, key)
         p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.set_defaults(func=_cmd_report)
 
-    p = subparsers.add_parser("replay", help="re-run strategies on a run's decision log "
-                              "(what they would keep, weight, ask for, skip)",
-                              description=REPLAY_HELP, formatter_class=fmt)
-    p.add_argument("log_dir", metavar="LOG_DIR",
-                   help="a decision log folder, or a run folder holding decisions/")
-    p.add_argument("--strategy", action="append", metavar="SPEC",
-                   help="preset name or strategy YAML (repeatable; default: the run's own)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output folder (default: replay/ next to the log folder)")
+    p = subparsers.add_parser(
+        "replay",
+        help="re-run strategies on a run's decision log "
+        "(what they would keep, weight, ask for, skip)",
+        description=REPLAY_HELP,
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "log_dir",
+        metavar="LOG_DIR",
+        help="a decision log folder, or a run folder holding decisions/",
+    )
+    p.add_argument(
+        "--strategy",
+        action="append",
+        metavar="SPEC",
+        help="preset name or strategy YAML (repeatable; default: the run's own)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder (default: replay/ next to the log folder)",
+    )
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.set_defaults(func=_cmd_replay)

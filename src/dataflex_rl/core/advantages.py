@@ -23,9 +23,16 @@ from dataflex_rl.core.segment import segment_moments
 SINGLETON_RULES = ("zero", "verl")
 
 
-def group_advantages(rewards: Tensor, group_ids: Tensor, num_groups: int,
-                     keep: Tensor | None = None, *, norm_by_std: bool = True, eps: float = 1e-6,
-                     singleton: str = "zero") -> Tensor:
+def group_advantages(
+    rewards: Tensor,
+    group_ids: Tensor,
+    num_groups: int,
+    keep: Tensor | None = None,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    singleton: str = "zero",
+) -> Tensor:
     """[B] GRPO advantages over the ``keep`` responses of each group.
 
     Args:
@@ -44,7 +51,7 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, num_groups: int,
         raise ValueError(f"singleton: expected one of {SINGLETON_RULES}, got {singleton!r}")
     k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
     _, std, dev = segment_moments(rewards, group_ids, num_groups, k)
-    n = torch.bincount(group_ids[k], minlength=num_groups)[group_ids]   # counted in row's group
+    n = torch.bincount(group_ids[k], minlength=num_groups)[group_ids]  # counted in row's group
     row_std = std[group_ids]
     if singleton == "verl":
         single = k & (n == 1)
@@ -57,8 +64,9 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, num_groups: int,
     return adv.clamp(-big, big).to(rewards.dtype)
 
 
-def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
-                    eps: float = 1e-6) -> Tensor:
+def grpo_advantages(
+    batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
     """GRPO advantages [B, T] re-centred on the kept responses of each group.
 
     A_i = (r_i - mean_kept) / (std_kept + eps) (unbiased std, as verl), broadcast over valid
@@ -68,9 +76,16 @@ def grpo_advantages(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
     return adv[:, None] * batch.response_mask.to(adv.dtype)
 
 
-def grpo_advantages_per_response(batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True,
-                                 eps: float = 1e-6) -> Tensor:
+def grpo_advantages_per_response(
+    batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
     """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens):
     `group_advantages` over the kept active responses, ``singleton="zero"``."""
-    return group_advantages(batch.rewards, batch.group_ids, batch.num_groups,
-                            keep & batch.active_mask, norm_by_std=norm_by_std, eps=eps)
+    return group_advantages(
+        batch.rewards,
+        batch.group_ids,
+        batch.num_groups,
+        keep & batch.active_mask,
+        norm_by_std=norm_by_std,
+        eps=eps,
+    )

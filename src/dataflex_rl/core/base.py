@@ -69,16 +69,21 @@ class Scorer(Component):
 def expected_score_shape(granularity: str, batch: RolloutBatch) -> tuple[int, ...]:
     """The shape a score of ``granularity`` must have for ``batch``."""
     B = batch.batch_size
-    return {"token": (B, int(batch.response_mask.shape[1])), "response": (B,),
-            "group": (batch.num_groups,), "domain": (batch.num_domains,)}[granularity]
+    return {
+        "token": (B, int(batch.response_mask.shape[1])),
+        "response": (B,),
+        "group": (batch.num_groups,),
+        "domain": (batch.num_domains,),
+    }[granularity]
 
 
 def checked_scores(scorer: Scorer, batch: RolloutBatch) -> Tensor:
     """``scorer.score(batch)``, refused with an error naming the scorer and the expected shape
     when it is not a tensor of its granularity's shape ([B, T], [B], [G] or [D])."""
     scores = scorer.score(batch)
-    check_score_shape(scorer, scores, expected_score_shape(scorer.granularity, batch),
-                      "score(batch)")
+    check_score_shape(
+        scorer, scores, expected_score_shape(scorer.granularity, batch), "score(batch)"
+    )
     return scores
 
 
@@ -89,15 +94,19 @@ def check_score_shape(scorer: Scorer, scores, expected: tuple[int, ...], call: s
     dims = {"token": "[B, T]", "response": "[B]", "group": "[G]", "domain": "[D]"}
     want = f"{dims.get(scorer.granularity, '?')} = {tuple(expected)}"
     if not isinstance(scores, Tensor):
-        raise TypeError(f"scorer {name}.{call} must return a torch.Tensor of shape {want} "
-                         f"({scorer.granularity}-level scores), got {type(scores).__name__}")
+        raise TypeError(
+            f"scorer {name}.{call} must return a torch.Tensor of shape {want} "
+            f"({scorer.granularity}-level scores), got {type(scores).__name__}"
+        )
     if tuple(scores.shape) != tuple(expected):
-        raise ValueError(f"scorer {name}.{call} returned shape {tuple(scores.shape)}; "
-                         f"{scorer.granularity}-level scores must have shape {want}")
-    if not (scores.is_floating_point() or scores.dtype in (torch.bool, torch.int64,
-                                                           torch.int32)):
-        raise ValueError(f"scorer {name}.{call} returned dtype {scores.dtype}; scores must "
-                         "be real numbers")
+        raise ValueError(
+            f"scorer {name}.{call} returned shape {tuple(scores.shape)}; "
+            f"{scorer.granularity}-level scores must have shape {want}"
+        )
+    if not (scores.is_floating_point() or scores.dtype in (torch.bool, torch.int64, torch.int32)):
+        raise ValueError(
+            f"scorer {name}.{call} returned dtype {scores.dtype}; scores must be real numbers"
+        )
 
 
 @dataclass
@@ -175,15 +184,21 @@ class Mixer(Component):
     accepts: ClassVar[frozenset[str]] = frozenset({"domain"})
     #: whether a domain scorer must feed it (``static`` needs none)
     needs_signal: ClassVar[bool] = True
-    floor: float = param(0.05, "minimum proportion of every domain, still true after "
-                               "renormalization (D * floor must be <= 1)", ge=0.0, lt=1.0)
+    floor: float = param(
+        0.05,
+        "minimum proportion of every domain, still true after "
+        "renormalization (D * floor must be <= 1)",
+        ge=0.0,
+        lt=1.0,
+    )
 
     def initial(self, prior: Tensor, domains: tuple[str, ...]) -> Tensor:
         """[D] proportions before the first update (default: the prior)."""
         return prior
 
-    def raw_proportions(self, values: Tensor | None, observed: Tensor | None,
-                        drawn: Tensor, prior: Tensor) -> Tensor:
+    def raw_proportions(
+        self, values: Tensor | None, observed: Tensor | None, drawn: Tensor, prior: Tensor
+    ) -> Tensor:
         """[D] non-negative scores summing to 1 (the floor is mixed in by the strategy).
 
         Args:
@@ -202,8 +217,9 @@ class SkipPolicy(Component):
     kind: ClassVar[str] = "skip policy"
     needs_signal: ClassVar[bool] = False
 
-    def filter(self, history: PromptHistory, keys: list, step: int,
-               generator: torch.Generator | None) -> tuple[Tensor, dict]:
+    def filter(
+        self, history: PromptHistory, keys: list, step: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, dict]:
         """([N] bool keep, metrics) for candidate prompts ``keys``."""
         raise NotImplementedError
 
@@ -219,7 +235,12 @@ SKIP_POLICIES: Registry[type[SkipPolicy]] = Registry("skip policy", SkipPolicy)
 
 #: mechanism name (a strategy section) -> the registry of its actuators
 MECHANISM_REGISTRIES: dict[str, Registry] = {
-    "select": SELECTORS, "reweight": REWEIGHTERS, "mix": MIXERS, "prerollout": SKIP_POLICIES}
+    "select": SELECTORS,
+    "reweight": REWEIGHTERS,
+    "mix": MIXERS,
+    "prerollout": SKIP_POLICIES,
+}
 #: component kind -> its registry: the scorers and every mechanism's actuators
 REGISTRIES: dict[str, Registry] = {
-    reg.kind: reg for reg in (SCORERS, *MECHANISM_REGISTRIES.values())}
+    reg.kind: reg for reg in (SCORERS, *MECHANISM_REGISTRIES.values())
+}

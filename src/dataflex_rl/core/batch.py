@@ -31,9 +31,9 @@ values, and a response- or group-level decision reads no [B, T] tensor at all.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -61,8 +61,17 @@ def _check(cond: bool, msg: str) -> None:
 
 
 #: the tensor fields of a `RolloutBatch`
-TENSOR_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
-                 "old_log_probs", "is_padding", "response_advantages", "response_lengths")
+TENSOR_FIELDS = (
+    "rewards",
+    "response_mask",
+    "group_ids",
+    "domain_ids",
+    "advantages",
+    "old_log_probs",
+    "is_padding",
+    "response_advantages",
+    "response_lengths",
+)
 
 
 def check_tensor_devices(batch) -> None:
@@ -76,7 +85,8 @@ def check_tensor_devices(batch) -> None:
                 raise BatchError(
                     f"{name} is a meta tensor (a shape without data, e.g. from a model built "
                     "on the 'meta' device); move real values to a device (.to('cpu') or "
-                    ".to('cuda')) before building the RolloutBatch")
+                    ".to('cuda')) before building the RolloutBatch"
+                )
             devices[name] = t.device
     if len(set(devices.values())) > 1:
         where = ", ".join(f"{n} on {d}" for n, d in devices.items())
@@ -140,35 +150,50 @@ class RolloutBatch:
         _check(isinstance(r, Tensor) and r.dim() == 1, "rewards must be a 1-D tensor [B]")
         _check(r.is_floating_point(), f"rewards must be float, got {r.dtype}")
         B = r.shape[0]
-        _check(isinstance(m, Tensor) and m.dim() == 2 and m.shape[0] == B,
-               f"response_mask must be [B, T] with B={B}, got {tuple(getattr(m, 'shape', ()))}")
+        _check(
+            isinstance(m, Tensor) and m.dim() == 2 and m.shape[0] == B,
+            f"response_mask must be [B, T] with B={B}, got {tuple(getattr(m, 'shape', ()))}",
+        )
         if m.dtype != torch.bool:
             _check(bool(((m == 0) | (m == 1)).all()), "response_mask must be bool or 0/1")
             set_(self, "response_mask", m.bool())
-        _check(isinstance(g, Tensor) and g.dim() == 1 and g.shape[0] == B,
-               f"group_ids must be [B] with B={B}")
+        _check(
+            isinstance(g, Tensor) and g.dim() == 1 and g.shape[0] == B,
+            f"group_ids must be [B] with B={B}",
+        )
         _check(g.dtype == torch.int64, f"group_ids must be int64, got {g.dtype}")
         G = int(g.max()) + 1 if B else 0
         _check(B == 0 or int(g.min()) >= 0, "group_ids must be >= 0")
-        _check(B == 0 or bool((torch.bincount(g, minlength=G) > 0).all()),
-               "group_ids must be dense 0..G-1 (factorize your uids first)")
+        _check(
+            B == 0 or bool((torch.bincount(g, minlength=G) > 0).all()),
+            "group_ids must be dense 0..G-1 (factorize your uids first)",
+        )
         set_(self, "_num_groups", G)
         domains = tuple(self.domains)
-        _check(len(domains) > 0 and len(set(domains)) == len(domains),
-               f"domains must be non-empty and unique, got {domains}")
+        _check(
+            len(domains) > 0 and len(set(domains)) == len(domains),
+            f"domains must be non-empty and unique, got {domains}",
+        )
         set_(self, "domains", domains)
         if self.domain_ids is None:
             _check(len(domains) == 1, "domain_ids is required when there is more than one domain")
             set_(self, "domain_ids", torch.zeros(B, dtype=torch.int64, device=r.device))
         d = self.domain_ids
-        _check(d.dim() == 1 and d.shape[0] == B and d.dtype == torch.int64,
-               "domain_ids must be int64 [B]")
-        _check(B == 0 or (int(d.min()) >= 0 and int(d.max()) < len(domains)),
-               f"domain_ids must lie in 0..{len(domains) - 1}")
+        _check(
+            d.dim() == 1 and d.shape[0] == B and d.dtype == torch.int64,
+            "domain_ids must be int64 [B]",
+        )
+        _check(
+            B == 0 or (int(d.min()) >= 0 and int(d.max()) < len(domains)),
+            f"domain_ids must lie in 0..{len(domains) - 1}",
+        )
         for name in ("advantages", "old_log_probs"):
             t = getattr(self, name)
             if t is not None:
-                _check(t.shape == m.shape, f"{name} must have shape {tuple(m.shape)}, got {tuple(t.shape)}")
+                _check(
+                    t.shape == m.shape,
+                    f"{name} must have shape {tuple(m.shape)}, got {tuple(t.shape)}",
+                )
                 _check(t.is_floating_point(), f"{name} must be float")
         if self.is_padding is None:
             set_(self, "is_padding", torch.zeros(B, dtype=torch.bool, device=r.device))
@@ -181,16 +206,20 @@ class RolloutBatch:
         _check(isinstance(self.step, int) and self.step >= 0, "step must be an int >= 0")
         a = self.response_advantages
         if a is not None:
-            _check(isinstance(a, Tensor) and a.shape == (B,) and a.is_floating_point(),
-                   f"response_advantages must be a float tensor [B] with B={B}, "
-                   f"got {_describe(a)}")
+            _check(
+                isinstance(a, Tensor) and a.shape == (B,) and a.is_floating_point(),
+                f"response_advantages must be a float tensor [B] with B={B}, got {_describe(a)}",
+            )
         n = self.response_lengths
         if n is not None:
-            _check(isinstance(n, Tensor) and n.shape == (B,) and n.dtype == torch.int64,
-                   f"response_lengths must be an int64 tensor [B] with B={B}, "
-                   f"got {_describe(n)}")
-            _check(B == 0 or (int(n.min()) >= 0 and int(n.max()) <= m.shape[1]),
-                   f"response_lengths must lie in 0..T={m.shape[1]}")
+            _check(
+                isinstance(n, Tensor) and n.shape == (B,) and n.dtype == torch.int64,
+                f"response_lengths must be an int64 tensor [B] with B={B}, got {_describe(n)}",
+            )
+            _check(
+                B == 0 or (int(n.min()) >= 0 and int(n.max()) <= m.shape[1]),
+                f"response_lengths must lie in 0..T={m.shape[1]}",
+            )
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -208,15 +237,18 @@ class RolloutBatch:
         """D."""
         return len(self.domains)
 
-    def replace(self, **changes) -> "RolloutBatch":
+    def replace(self, **changes) -> RolloutBatch:
         """A copy with some fields replaced (validated again).
 
         The mask summary (`token_blocks`) carries over when ``response_mask`` is unchanged.
         """
         changes.setdefault("_num_groups", -1)
         new = dataclasses.replace(self, **changes)
-        if "response_mask" not in changes and "response_lengths" not in changes \
-                and "token_blocks" in self.__dict__:
+        if (
+            "response_mask" not in changes
+            and "response_lengths" not in changes
+            and "token_blocks" in self.__dict__
+        ):
             new.__dict__["token_blocks"] = self.token_blocks
         return new
 
@@ -251,11 +283,12 @@ class RolloutBatch:
         """[B] bool: non-padding rows with a non-finite reward, or a non-finite advantage or
         old log-prob on a valid token. Such rows are treated exactly like padding."""
         bad = ~torch.isfinite(self.rewards)
-        if self.response_advantages is not None:    # B values stand for the advantages
+        if self.response_advantages is not None:  # B values stand for the advantages
             bad = bad | (~torch.isfinite(self.response_advantages) & (self.response_length > 0))
         elif self.advantages is not None:
-            bad = bad | self.token_blocks.nonfinite_rows(self.advantages,
-                                                         row_sums=self._advantage_row_sums)
+            bad = bad | self.token_blocks.nonfinite_rows(
+                self.advantages, row_sums=self._advantage_row_sums
+            )
         if self.old_log_probs is not None:
             bad = bad | self._old_log_prob_pass[0]
         return ~self.is_padding & bad
@@ -268,7 +301,8 @@ class RolloutBatch:
         non-finite value; only the others are checked token by token."""
         x, m = self.old_log_probs.detach(), self.response_mask
         mass, plain = self.token_blocks.mapped_row_sums(
-            x, lambda xc, out: torch.clamp(xc, max=0.0, out=out).exp_())
+            x, lambda xc, out: torch.clamp(xc, max=0.0, out=out).exp_()
+        )
         bad = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
         suspect = (~torch.isfinite(plain)).nonzero().squeeze(1)
         if suspect.numel():
@@ -296,7 +330,8 @@ class RolloutBatch:
             row = int((blocks.row_counts != n).nonzero()[0, 0])
             raise BatchError(
                 f"response_lengths disagrees with response_mask: row {row} has length "
-                f"{int(n[row])} but {int(blocks.row_counts[row])} valid tokens in the mask")
+                f"{int(n[row])} but {int(blocks.row_counts[row])} valid tokens in the mask"
+            )
         return blocks
 
     @cached_property
@@ -348,8 +383,9 @@ class RolloutBatch:
         _check(self.has_advantages, "this needs 'advantages', which the batch lacks")
         if self.response_advantages is not None:
             a = self.response_advantages
-            return torch.where(self.active_mask & (self.response_length > 0), a,
-                               torch.zeros_like(a))
+            return torch.where(
+                self.active_mask & (self.response_length > 0), a, torch.zeros_like(a)
+            )
         s = self._advantage_row_sums
         mean = s / self.response_length.clamp(min=1)
         return torch.where(self.active_mask, mean, 0.0)
@@ -385,8 +421,9 @@ class RolloutBatch:
 
     @cached_property
     def _group_moments(self) -> tuple[Tensor, Tensor]:
-        mean, std, _ = segment_moments(self.rewards, self.group_ids, self.num_groups,
-                                       self.active_mask)
+        mean, std, _ = segment_moments(
+            self.rewards, self.group_ids, self.num_groups, self.active_mask
+        )
         return mean, std
 
     @property
@@ -412,8 +449,9 @@ class RolloutBatch:
 
         Inactive rows are ranked after every active row of their group.
         """
-        key = torch.where(self.active_mask, self.clean_rewards,
-                          torch.full_like(self.clean_rewards, float("inf")))
+        key = torch.where(
+            self.active_mask, self.clean_rewards, torch.full_like(self.clean_rewards, float("inf"))
+        )
         inactive_last = (~self.active_mask).to(torch.int8)
         order = lexsort(key, inactive_last, self.group_ids)
         return rank_in_segment(order, self.group_ids, self.num_groups)
@@ -447,6 +485,10 @@ def from_lists(
     adv = None
     if advantages is not None:
         adv = torch.tensor(advantages, dtype=torch.float32)[:, None] * mask
-    return RolloutBatch(rewards=r, response_mask=mask,
-                        group_ids=torch.tensor(group_ids, dtype=torch.int64).reshape(B),
-                        advantages=adv, **kwargs)
+    return RolloutBatch(
+        rewards=r,
+        response_mask=mask,
+        group_ids=torch.tensor(group_ids, dtype=torch.int64).reshape(B),
+        advantages=adv,
+        **kwargs,
+    )

@@ -43,21 +43,35 @@ from dataflex_rl.core.registry import ConfigError, suggest
 
 #: the bound keywords of `param`, with the comparison they state
 BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False,
-                     arbitrary_types_allowed=True)
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=True)
 
 
-def param(default: Any = MISSING, doc: str = "", *, ge: float | None = None,
-          gt: float | None = None, le: float | None = None, lt: float | None = None,
-          choices: tuple | None = None, expect: str | None = None) -> Any:
+def param(
+    default: Any = MISSING,
+    doc: str = "",
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple | None = None,
+    expect: str | None = None,
+) -> Any:
     """Declare a config field: default (omit it for a required key), doc line and range.
 
     Bounds apply to a number, or to every number of a list or mapping of numbers. Mutable
     defaults (lists, dicts, dataclass instances) are copied for every instance. ``expect``
     replaces the type name in "expected ..." messages (e.g. "a preset name or a mapping").
     """
-    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt,
-            "choices": tuple(choices) if choices is not None else None, "expect": expect}
+    meta = {
+        "doc": doc,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "lt": lt,
+        "choices": tuple(choices) if choices is not None else None,
+        "expect": expect,
+    }
     if default is MISSING:
         return field(metadata=meta)
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
@@ -134,6 +148,7 @@ def _choice_check(choices: tuple) -> Callable[[Any], Any]:
         if value not in choices:
             raise PydanticCustomError("choice", "not one of the choices", {"choices": choices})
         return value
+
     return check
 
 
@@ -151,13 +166,15 @@ def _pydantic_type(tp: Any, meta: dict) -> Any:
 
         def keep_instance(value: Any, handler: Callable) -> Any:
             return value if isinstance(value, tp) else handler(value)
+
         return Annotated[model, pydantic.WrapValidator(keep_instance)]
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
         return Union[tuple(_pydantic_type(a, meta) for a in args)]  # noqa: UP007 (built at run time)
     if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
-        return Annotated[list[_pydantic_type(args[0], meta)],
-                         pydantic.BeforeValidator(_tuple_as_list)]
+        return Annotated[
+            list[_pydantic_type(args[0], meta)], pydantic.BeforeValidator(_tuple_as_list)
+        ]
     if origin is dict:
         return dict[_pydantic_type(args[0], {}), _pydantic_type(args[1], meta)]
     if tp is list:
@@ -180,16 +197,32 @@ def _model(schema: type) -> type[pydantic.BaseModel]:
             continue
         required = f.default is MISSING and f.default_factory is MISSING
         # defaults are never validated by pydantic: the dataclass fills them in
-        fields[f.name] = (_pydantic_type(hints[f.name], dict(f.metadata)),
-                          ... if required else None)
+        fields[f.name] = (
+            _pydantic_type(hints[f.name], dict(f.metadata)),
+            ... if required else None,
+        )
     return pydantic.create_model(f"{schema.__name__}Schema", __config__=_STRICT, **fields)
 
 
 # ------------------------------------------------------------------------------ messages
-_TYPE_ERRORS = frozenset({
-    "int_type", "float_type", "bool_type", "string_type", "list_type", "dict_type", "tuple_type",
-    "none_required", "is_instance_of", "model_type", "model_attributes_type", "dataclass_type",
-    "int_from_float", "literal_error"})
+_TYPE_ERRORS = frozenset(
+    {
+        "int_type",
+        "float_type",
+        "bool_type",
+        "string_type",
+        "list_type",
+        "dict_type",
+        "tuple_type",
+        "none_required",
+        "is_instance_of",
+        "model_type",
+        "model_attributes_type",
+        "dataclass_type",
+        "int_from_float",
+        "literal_error",
+    }
+)
 
 
 def _real_path(loc: tuple, data: Any) -> tuple[list, Any]:
@@ -198,7 +231,8 @@ def _real_path(loc: tuple, data: Any) -> tuple[list, Any]:
     path, node = [], data
     for part in loc:
         indexes = (isinstance(node, dict) and part in node) or (
-            isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node))
+            isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node)
+        )
         if indexes:
             path.append(part)
             node = node[part]
@@ -212,8 +246,13 @@ def _real_path(loc: tuple, data: Any) -> tuple[list, Any]:
 
 def _is_schema_tag(part: str) -> bool:
     """A union-member or validator tag in a pydantic ``loc`` (not a data key)."""
-    return bool(re.search(r"[\[\]]|Schema$|^(function-|is-instance|str$|int$|float$|bool$|"
-                          r"none$|dict$|list$|tuple$)", part))
+    return bool(
+        re.search(
+            r"[\[\]]|Schema$|^(function-|is-instance|str$|int$|float$|bool$|"
+            r"none$|dict$|list$|tuple$)",
+            part,
+        )
+    )
 
 
 def _join(where: str, path: list) -> str:
@@ -268,24 +307,39 @@ def _format(err: dict, data: Any, schema: type, where: str, noun: str) -> str:
     if kind == "extra_forbidden":
         valid = _keys_of(schema, path[:-1])
         aliases = list(getattr(_annotation_at(schema, path[:-1]) or schema, "aliases", {}) or {})
-        return (f"{at}: unknown {noun}.{suggest(str(path[-1]), valid + aliases)} "
-                f"Valid{' keys' if noun == 'key' else ''}: {', '.join(valid) or '(none)'}")
+        return (
+            f"{at}: unknown {noun}.{suggest(str(path[-1]), valid + aliases)} "
+            f"Valid{' keys' if noun == 'key' else ''}: {', '.join(valid) or '(none)'}"
+        )
     if kind == "missing":
         return f"{_join(where, path[:-1]) or 'config'}: missing required key {path[-1]!r}"
     if kind == "choice":
         choices = [str(c) for c in ctx["choices"]]
-        return (f"{at}: must be one of {', '.join(map(repr, ctx['choices']))}, got {value!r}."
-                f"{suggest(str(value), choices)}")
+        return (
+            f"{at}: must be one of {', '.join(map(repr, ctx['choices']))}, got {value!r}."
+            f"{suggest(str(value), choices)}"
+        )
     for key, sym in BOUNDS:
-        if kind in (f"greater_than{'_equal' if key == 'ge' else ''}",
-                    f"less_than{'_equal' if key == 'le' else ''}") and key in ctx:
+        if (
+            kind
+            in (
+                f"greater_than{'_equal' if key == 'ge' else ''}",
+                f"less_than{'_equal' if key == 'le' else ''}",
+            )
+            and key in ctx
+        ):
             return f"{at}: must be {sym} {ctx[key]}, got {value!r}"
     if kind == "finite_number":
         return f"{at}: must be a finite number, got {value!r}"
     if kind in _TYPE_ERRORS:
         tp = _annotation_at(schema, path)
-        expected = ("a mapping" if tp is not None and _is_schema(_strip(tp))
-                    else type_name(tp) if tp is not None else err["msg"])
+        expected = (
+            "a mapping"
+            if tp is not None and _is_schema(_strip(tp))
+            else type_name(tp)
+            if tp is not None
+            else err["msg"]
+        )
         owner = _annotation_at(schema, path[:-1]) if path and isinstance(path[-1], str) else None
         if owner is not None and _is_schema(_strip(owner)):
             f = {f.name: f for f in dataclasses.fields(_strip(owner))}.get(path[-1])
@@ -297,14 +351,17 @@ def _format(err: dict, data: Any, schema: type, where: str, noun: str) -> str:
 def _first_error(errors: list[dict], data: Any) -> dict:
     """The error most specific to a key: a range, key or choice error before a type error;
     among type errors the deepest (a union branch that matched further)."""
+
     def rank(e: dict) -> tuple:
         path, _ = _real_path(e["loc"], data)
         return (e["type"] in _TYPE_ERRORS, -len(path) if e["type"] in _TYPE_ERRORS else 0)
+
     return min(errors, key=rank)
 
 
-def config_error(exc: ValidationError, data: Any, schema: type, where: str,
-                 noun: str = "key") -> ConfigError:
+def config_error(
+    exc: ValidationError, data: Any, schema: type, where: str, noun: str = "key"
+) -> ConfigError:
     """The `ConfigError` for a pydantic error raised while validating ``data`` as ``schema``."""
     return ConfigError(_format(_first_error(exc.errors(), data), data, schema, where, noun))
 
@@ -348,16 +405,24 @@ def _build(schema: type, data: dict, where: str) -> Any:
     kwargs = {}
     for key, value in data.items():
         tp = _strip(hints[key])
-        nested = next((a for a in ([tp] if _is_schema(tp) else typing.get_args(tp))
-                       if _is_schema(a)), None) if isinstance(value, dict) else None
-        kwargs[key] = (_build(nested, value, f"{where}.{key}") if nested is not None
-                       else copy.deepcopy(value))
+        nested = (
+            next(
+                (a for a in ([tp] if _is_schema(tp) else typing.get_args(tp)) if _is_schema(a)),
+                None,
+            )
+            if isinstance(value, dict)
+            else None
+        )
+        kwargs[key] = (
+            _build(nested, value, f"{where}.{key}") if nested is not None else copy.deepcopy(value)
+        )
     try:
         return schema(**kwargs)
     except ConfigError as e:  # a cross-field check: "Cls.key: ..." -> "where.key: ..."
         msg, prefix = str(e), f"{schema.__name__}."
-        raise ConfigError(f"{where}.{msg[len(prefix):]}" if msg.startswith(prefix)
-                          else f"{where}: {msg}") from None
+        raise ConfigError(
+            f"{where}.{msg[len(prefix) :]}" if msg.startswith(prefix) else f"{where}: {msg}"
+        ) from None
 
 
 def check_fields(obj: Any, where: str | None = None) -> None:
@@ -404,11 +469,22 @@ def field_rows(schema: type, prefix: str = "") -> list[dict]:
         if _is_schema(tp):
             rows += field_rows(tp, f"{prefix}{f.name}.")
             continue
-        default = (f.default if f.default is not MISSING else
-                   f.default_factory() if f.default_factory is not MISSING else MISSING)
-        rows.append({"name": f"{prefix}{f.name}", "type": type_name(tp), "default": default,
-                     "range": range_text(dict(f.metadata), tp),
-                     "doc": f.metadata.get("doc", "")})
+        default = (
+            f.default
+            if f.default is not MISSING
+            else f.default_factory()
+            if f.default_factory is not MISSING
+            else MISSING
+        )
+        rows.append(
+            {
+                "name": f"{prefix}{f.name}",
+                "type": type_name(tp),
+                "default": default,
+                "range": range_text(dict(f.metadata), tp),
+                "doc": f.metadata.get("doc", ""),
+            }
+        )
     return rows
 
 
@@ -416,12 +492,24 @@ def help_text(schema: type, title: str, width: int = 100) -> str:
     """``title`` and, per key, its doc, type, default and range (an ``--help`` epilog)."""
     lines = [title]
     for r in field_rows(schema):
-        default = "required" if r["default"] is MISSING else yaml.safe_dump(
-            r["default"], default_flow_style=True).strip().removesuffix("...").strip()
+        default = (
+            "required"
+            if r["default"] is MISSING
+            else yaml.safe_dump(r["default"], default_flow_style=True)
+            .strip()
+            .removesuffix("...")
+            .strip()
+        )
         rng = "" if r["range"] in ("any", "true/false") else f"; range {r['range']}"
         lines.append(f"  {r['name']}")
-        lines.append(textwrap.fill(f"{r['doc']} ({r['type']}; default {default}{rng})",
-                                   width, initial_indent=" " * 6, subsequent_indent=" " * 6))
+        lines.append(
+            textwrap.fill(
+                f"{r['doc']} ({r['type']}; default {default}{rng})",
+                width,
+                initial_indent=" " * 6,
+                subsequent_indent=" " * 6,
+            )
+        )
     return "\n".join(lines)
 
 
@@ -440,8 +528,9 @@ def parse_scalar(text: str) -> Any:
     return value
 
 
-def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...], schema: type,
-                    where: str = "override") -> dict:
+def apply_overrides(
+    data: Any, overrides: list[str] | tuple[str, ...], schema: type, where: str = "override"
+) -> dict:
     """``data`` (a mapping or None) with ``key.sub=value`` overrides set, before validation.
 
     A path must follow declared keys while it is inside declared dataclasses (an unknown key is
@@ -458,8 +547,9 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...], schema: t
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not p for p in key.split(".")):
-            raise ConfigError(f"{item!r}: an override is KEY=VALUE with a dotted KEY "
-                              f"(e.g. optim.lr=3e-4)")
+            raise ConfigError(
+                f"{item!r}: an override is KEY=VALUE with a dotted KEY (e.g. optim.lr=3e-4)"
+            )
         parts = key.split(".")
         tp: Any = schema
         node = out
@@ -473,7 +563,8 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...], schema: t
                         raise ConfigError(
                             f"{key}: unknown key {part!r} of "
                             f"{'.'.join(parts[:i]) or 'the config'}."
-                            f"{suggest(part, valid + aliases)} Valid keys: {', '.join(valid)}")
+                            f"{suggest(part, valid + aliases)} Valid keys: {', '.join(valid)}"
+                        )
                 tp = _hints(declared).get(part, Any)
             else:
                 tp = Any
@@ -484,8 +575,10 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...], schema: t
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"{key}: {'.'.join(parts[:i + 1])} is {child!r}, not a "
-                                  f"mapping; set it as a whole ({'.'.join(parts[:i + 1])}=...)")
+                raise ConfigError(
+                    f"{key}: {'.'.join(parts[: i + 1])} is {child!r}, not a "
+                    f"mapping; set it as a whole ({'.'.join(parts[: i + 1])}=...)"
+                )
             node = child
     return out
 
@@ -500,8 +593,14 @@ def _declared_schema(tp: Any) -> type | None:
 
 
 # ------------------------------------------------------------------------------ command line
-def number_type(kind: type, *, ge: float | None = None, gt: float | None = None,
-                le: float | None = None, lt: float | None = None) -> Callable[[str], Any]:
+def number_type(
+    kind: type,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> Callable[[str], Any]:
     """An argparse ``type=`` that parses ``kind`` (int or float) and checks the range.
 
     argparse reports a refusal as ``argument --alpha: must be < 1, got 1.5`` and exits with
@@ -516,7 +615,8 @@ def number_type(kind: type, *, ge: float | None = None, gt: float | None = None,
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if isinstance(value, float) and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         try:

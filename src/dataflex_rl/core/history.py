@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Hashable, NamedTuple, Sequence
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -11,8 +12,13 @@ from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.segment import segment_min, segment_sum
 
 _FIELDS = ("step", "solve", "zero", "tokens", "responses")
-_DTYPES = {"step": torch.int64, "solve": torch.float64, "zero": torch.bool, "tokens": torch.int64,
-           "responses": torch.int64}
+_DTYPES = {
+    "step": torch.int64,
+    "solve": torch.float64,
+    "zero": torch.bool,
+    "tokens": torch.int64,
+    "responses": torch.int64,
+}
 
 
 class Outcomes(NamedTuple):
@@ -38,7 +44,7 @@ class Outcomes(NamedTuple):
     def mean_tokens(self) -> Tensor:
         """[N] float64 mean response tokens per remembered group (NaN for unseen prompts)."""
         total = (self.tokens * self.valid).sum(1).to(torch.float64)
-        return total / self.count.to(torch.float64)   # 0/0 -> NaN for unseen prompts
+        return total / self.count.to(torch.float64)  # 0/0 -> NaN for unseen prompts
 
 
 class PromptHistory:
@@ -71,10 +77,12 @@ class PromptHistory:
         slots = self.slots(keys)
         seen = slots >= 0
         rows = slots.clamp(min=0)
-        if len(self._keys) == 0:   # nothing to gather from
+        if len(self._keys) == 0:  # nothing to gather from
             n = len(slots)
-            return Outcomes(*(torch.zeros(n, self.size, dtype=_DTYPES[f]) for f in _FIELDS),
-                            torch.zeros(n, dtype=torch.int64))
+            return Outcomes(
+                *(torch.zeros(n, self.size, dtype=_DTYPES[f]) for f in _FIELDS),
+                torch.zeros(n, dtype=torch.int64),
+            )
         count = torch.where(seen, self._count[rows], torch.zeros_like(rows))
         return Outcomes(*(self._data[f][rows] for f in _FIELDS), count)
 
@@ -84,7 +92,7 @@ class PromptHistory:
         if row is None:
             return []
         n = int(self._count[row])
-        cols = [self._data[f][row, self.size - n:].tolist() for f in _FIELDS[:4]]
+        cols = [self._data[f][row, self.size - n :].tolist() for f in _FIELDS[:4]]
         return [(int(s), float(v), bool(z), int(t)) for s, v, z, t in zip(*cols)]
 
     def mean_tokens(self, key) -> float | None:
@@ -117,9 +125,13 @@ class PromptHistory:
         groups = present.nonzero().squeeze(1)
         keys = batch.prompt_keys
         slots = self._assign([keys[r] for r in first[groups].tolist()])
-        values = {"step": torch.full((len(groups),), int(batch.step), dtype=torch.int64),
-                  "solve": solve[groups], "zero": zero[groups],
-                  "tokens": tokens[groups].to(torch.int64), "responses": size[groups]}
+        values = {
+            "step": torch.full((len(groups),), int(batch.step), dtype=torch.int64),
+            "solve": solve[groups],
+            "zero": zero[groups],
+            "tokens": tokens[groups].to(torch.int64),
+            "responses": size[groups],
+        }
         # a prompt may own several groups: write them in layers of distinct prompts
         order = torch.sort(slots, stable=True).indices
         s = slots[order]
@@ -141,7 +153,7 @@ class PromptHistory:
                 self._keys.append(k)
         need = len(self._keys)
         have = self._count.shape[0]
-        if need > have:   # grow geometrically
+        if need > have:  # grow geometrically
             cap = max(need, 2 * have, 64)
             for f in _FIELDS:
                 grown = torch.zeros(cap, self.size, dtype=_DTYPES[f])
@@ -156,27 +168,38 @@ class PromptHistory:
         """Shift the rows ``rows`` (distinct) left by one and write the new outcome last."""
         for f in _FIELDS:
             block = self._data[f][rows]
-            self._data[f][rows] = torch.cat([block[:, 1:], values[f][:, None].to(block.dtype)],
-                                            dim=1)
+            self._data[f][rows] = torch.cat(
+                [block[:, 1:], values[f][:, None].to(block.dtype)], dim=1
+            )
         self._count[rows] = (self._count[rows] + 1).clamp(max=self.size)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         n = len(self._keys)
-        return {"format": 2, "size": self.size, "keys": list(self._keys),
-                "count": self._count[:n].clone(),
-                **{f: self._data[f][:n].clone() for f in _FIELDS}}
+        return {
+            "format": 2,
+            "size": self.size,
+            "keys": list(self._keys),
+            "count": self._count[:n].clone(),
+            **{f: self._data[f][:n].clone() for f in _FIELDS},
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        if "data" in state and "keys" not in state:   # format 1: {key: [outcome, ...]}
+        if "data" in state and "keys" not in state:  # format 1: {key: [outcome, ...]}
             self.__init__(int(state["size"]))
             for key, outcomes in state["data"].items():
-                for step, solve, zero, tokens in outcomes:   # group sizes were not kept
+                for step, solve, zero, tokens in outcomes:  # group sizes were not kept
                     row = int(self._assign([key])[0])
-                    self._append(torch.tensor([row]), {
-                        "step": torch.tensor([step]), "solve": torch.tensor([solve]),
-                        "zero": torch.tensor([bool(zero)]), "tokens": torch.tensor([tokens]),
-                        "responses": torch.tensor([0])})
+                    self._append(
+                        torch.tensor([row]),
+                        {
+                            "step": torch.tensor([step]),
+                            "solve": torch.tensor([solve]),
+                            "zero": torch.tensor([bool(zero)]),
+                            "tokens": torch.tensor([tokens]),
+                            "responses": torch.tensor([0]),
+                        },
+                    )
             return
         self.size = int(state["size"])
         self._keys = list(state["keys"])
@@ -188,5 +211,7 @@ class PromptHistory:
         n = len(self._keys)
         shapes = {f: tuple(self._data[f].shape) for f in _FIELDS}
         if tuple(self._count.shape) != (n,) or any(s != (n, self.size) for s in shapes.values()):
-            raise ValueError(f"prompt history state: {n} keys, size {self.size}, but count "
-                             f"{tuple(self._count.shape)} and fields {shapes}")
+            raise ValueError(
+                f"prompt history state: {n} keys, size {self.size}, but count "
+                f"{tuple(self._count.shape)} and fields {shapes}"
+            )

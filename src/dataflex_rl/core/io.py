@@ -70,8 +70,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fsync_dir(path.parent)
 
 
-def atomic_write(path: str | Path, write: Callable[[IO], Any], *, mode: str = "w",
-                 **open_kwargs: Any) -> Path:
+def atomic_write(
+    path: str | Path, write: Callable[[IO], Any], *, mode: str = "w", **open_kwargs: Any
+) -> Path:
     """Write ``path`` whole through ``write(file)``: temporary file, fsync, rename.
 
     Args:
@@ -153,11 +154,13 @@ class DirectoryLock:
                 raise
             held = self.holder()
             if held.get("pid") == os.getpid():
-                return self   # this process holds it already (re-entered)
+                return self  # this process holds it already (re-entered)
             raise LockedError(self._message(held)) from None
-        info = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                                                              time.gmtime()),
-                "command": self.command}
+        info = {
+            "pid": os.getpid(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "command": self.command,
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         os.fsync(fd)
@@ -170,10 +173,15 @@ class DirectoryLock:
         fd, self._fd = self._fd, None
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-        os.close(fd)   # releases the flock
+        os.close(fd)  # releases the flock
 
     def _message(self, held: dict[str, Any]) -> str:
-        who = (f"process {held.get('pid', '?')} (started {held.get('started', '?')}"
-               + (f": {held['command']}" if held.get("command") else "") + ")")
-        return (f"{self.directory} is in use by {who}; two writers would corrupt it. Wait "
-                "for it to finish (or stop it), or choose another output folder.")
+        who = (
+            f"process {held.get('pid', '?')} (started {held.get('started', '?')}"
+            + (f": {held['command']}" if held.get("command") else "")
+            + ")"
+        )
+        return (
+            f"{self.directory} is in use by {who}; two writers would corrupt it. Wait "
+            "for it to finish (or stop it), or choose another output folder."
+        )

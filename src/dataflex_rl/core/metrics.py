@@ -55,8 +55,10 @@ def check_domain_names(domains: Sequence[str], where: str = "domains") -> None:
     for d in domains:
         name = metric_domain(d)
         if name in seen and seen[name] != d:
-            raise ConfigError(f"{where}: {seen[name]!r} and {d!r} are both written {name!r} in "
-                              "metric keys ('/' and whitespace become '_'); rename one")
+            raise ConfigError(
+                f"{where}: {seen[name]!r} and {d!r} are both written {name!r} in "
+                "metric keys ('/' and whitespace become '_'); rename one"
+            )
         seen[name] = d
 
 
@@ -65,8 +67,14 @@ def _frac(num: torch.Tensor | int, den: torch.Tensor | int) -> float:
     return float(num) / den if den > 0 else 0.0
 
 
-def step_metrics(batch: RolloutBatch, keep: Tensor, weights_per_response: Tensor, *,
-                 per_domain: bool = False, signal: Tensor | None = None) -> dict:
+def step_metrics(
+    batch: RolloutBatch,
+    keep: Tensor,
+    weights_per_response: Tensor,
+    *,
+    per_domain: bool = False,
+    signal: Tensor | None = None,
+) -> dict:
     """Kept fractions, weight statistics, zero-advantage share and per-domain figures.
 
     Args:
@@ -93,9 +101,10 @@ def step_metrics(batch: RolloutBatch, keep: Tensor, weights_per_response: Tensor
     m["dataflex/kept_token_fraction"] = _frac(n_tok[keep].sum(), n_tok[active].sum())
     m["dataflex/all_dropped"] = float(n_active > 0 and n_keep == 0)
     informative = segment_count(batch.informative_mask, batch.group_ids, G) > 0
-    m["dataflex/zero_advantage_group_fraction"] = _frac((groups_active & ~informative).sum(),
-                                                        groups_active.sum())
-    counted = keep & (n_tok > 0)   # a response without tokens has weight 0 by definition
+    m["dataflex/zero_advantage_group_fraction"] = _frac(
+        (groups_active & ~informative).sum(), groups_active.sum()
+    )
+    counted = keep & (n_tok > 0)  # a response without tokens has weight 0 by definition
     w = weights_per_response[counted].to(torch.float64)
     if w.numel():
         m["dataflex/weight_mean"] = float(w.mean())

@@ -9,8 +9,8 @@ its section can seed a mechanism in a custom strategy.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
 
 from dataflex_rl.core.registry import ConfigError, suggest
 
@@ -69,13 +69,17 @@ class PresetTable(Mapping[str, Preset]):
         """
         valid = self.with_section(mechanism)
         if name not in self._presets:
-            raise ConfigError(f"{where}: unknown {mechanism} preset {name!r}."
-                              f"{suggest(name, valid)} {mechanism} presets: {', '.join(valid)}")
+            raise ConfigError(
+                f"{where}: unknown {mechanism} preset {name!r}."
+                f"{suggest(name, valid)} {mechanism} presets: {', '.join(valid)}"
+            )
         spec = self._presets[name].spec
         if mechanism not in spec:
-            raise ConfigError(f"{where}: preset {name!r} has no {mechanism} section (it sets "
-                              f"{self._presets[name].mechanism}). {mechanism} presets: "
-                              f"{', '.join(valid)}")
+            raise ConfigError(
+                f"{where}: preset {name!r} has no {mechanism} section (it sets "
+                f"{self._presets[name].mechanism}). {mechanism} presets: "
+                f"{', '.join(valid)}"
+            )
         return copy.deepcopy(spec[mechanism])
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -65,8 +66,9 @@ class Registry(Generic[T]):
 
     def _check_base(self, name: str, obj: object) -> None:
         if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
-            raise TypeError(f"{self.kind} {name!r} must be a subclass of {self.base.__name__}, "
-                            f"got {obj!r}")
+            raise TypeError(
+                f"{self.kind} {name!r} must be a subclass of {self.base.__name__}, got {obj!r}"
+            )
 
     def register(self, name: str, obj: T | str | None = None) -> Callable[[T], T] | T:
         """Register ``obj`` under ``name``; use as ``@reg.register("name")`` or directly.

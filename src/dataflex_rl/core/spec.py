@@ -18,10 +18,11 @@ the key.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import yaml
 
@@ -31,7 +32,7 @@ from dataflex_rl.core.config import param, validate
 from dataflex_rl.core.preset import PRESETS
 from dataflex_rl.core.registry import ConfigError, suggest
 
-MECHANISMS = tuple(MECHANISM_REGISTRIES)   # select, reweight, mix, prerollout
+MECHANISMS = tuple(MECHANISM_REGISTRIES)  # select, reweight, mix, prerollout
 
 
 @dataclass
@@ -40,12 +41,15 @@ class MechanismOptions:
 
     #: other names of keys (alias -> key)
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
-    preset: str | None = param(None, "preset whose section is expanded first, then overridden "
-                                     "key by key")
-    scorer: str | dict | None = param(None, "scorer name, or a mapping with 'name' and its "
-                                            "parameters (null: none)")
-    actuator: str | dict | None = param(None, "actuator name, or a mapping with 'name' and its "
-                                              "parameters")
+    preset: str | None = param(
+        None, "preset whose section is expanded first, then overridden key by key"
+    )
+    scorer: str | dict | None = param(
+        None, "scorer name, or a mapping with 'name' and its parameters (null: none)"
+    )
+    actuator: str | dict | None = param(
+        None, "actuator name, or a mapping with 'name' and its parameters"
+    )
     warmup_steps: int = param(0, "steps before the mechanism first acts", ge=0)
     every: int = param(1, "act on every N-th step after warm-up", ge=1)
 
@@ -55,19 +59,25 @@ class SelectOptions(MechanismOptions):
     """The ``select`` section."""
 
     recompute_advantages: bool | None = param(
-        None, "re-centre GRPO advantages on the kept subset of each group (null: the "
-              "selector's paper default)")
-    renormalize: bool | None = param(None, "average the loss over kept tokens only (null: "
-                                           "paper default)")
+        None,
+        "re-centre GRPO advantages on the kept subset of each group (null: the "
+        "selector's paper default)",
+    )
+    renormalize: bool | None = param(
+        None, "average the loss over kept tokens only (null: paper default)"
+    )
 
 
 @dataclass
 class ReweightOptions(MechanismOptions):
     """The ``reweight`` section."""
 
-    normalize: str = param("informative", "set over which weights have mean 1: informative "
-                                          "(non-zero advantage) or every active response",
-                           choices=("informative", "active"))
+    normalize: str = param(
+        "informative",
+        "set over which weights have mean 1: informative "
+        "(non-zero advantage) or every active response",
+        choices=("informative", "active"),
+    )
 
 
 @dataclass
@@ -76,7 +86,8 @@ class MixOptions(MechanismOptions):
 
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({"update_every": "every"})
     prior: list[float] | dict[str, float] | None = param(
-        None, "proportions before warm-up (default uniform)", ge=0.0)
+        None, "proportions before warm-up (default uniform)", ge=0.0
+    )
 
 
 @dataclass
@@ -96,26 +107,35 @@ class StrategyFile:
     name: str = param("custom", "strategy name (labels its runs and outputs)")
     description: str = param("", "one line on what the strategy does")
     select: str | dict | None = param(None, "which responses take part", expect=_SECTION)
-    reweight: str | dict | None = param(None, "how much each response or token counts",
-                                        expect=_SECTION)
-    mix: str | dict | None = param(None, "which domains the next batches come from",
-                                   expect=_SECTION)
-    prerollout: str | dict | None = param(None, "which candidate prompts are generated",
-                                          expect=_SECTION)
+    reweight: str | dict | None = param(
+        None, "how much each response or token counts", expect=_SECTION
+    )
+    mix: str | dict | None = param(
+        None, "which domains the next batches come from", expect=_SECTION
+    )
+    prerollout: str | dict | None = param(
+        None, "which candidate prompts are generated", expect=_SECTION
+    )
 
 
 #: the declared keys of each mechanism section
 SECTIONS: dict[str, type[MechanismOptions]] = {
-    "select": SelectOptions, "reweight": ReweightOptions, "mix": MixOptions,
-    "prerollout": PrerolloutOptions}
+    "select": SelectOptions,
+    "reweight": ReweightOptions,
+    "mix": MixOptions,
+    "prerollout": PrerolloutOptions,
+}
 #: keys of a section that are not options of the built mechanism
 _WHAT = ("preset", "scorer", "actuator")
 
 
 def mechanism_options(mechanism: str) -> dict[str, Any]:
     """The options of a mechanism (schedule and mechanism keys) with their defaults."""
-    return {f.name: (f.default if f.default is not MISSING else f.default_factory())
-            for f in fields(SECTIONS[mechanism]) if f.name not in _WHAT}
+    return {
+        f.name: (f.default if f.default is not MISSING else f.default_factory())
+        for f in fields(SECTIONS[mechanism])
+        if f.name not in _WHAT
+    }
 
 
 @dataclass(frozen=True)
@@ -199,8 +219,11 @@ def _component_ref(value: Any, where: str) -> ComponentRef:
 
 def _merge_ref(base: ComponentRef | None, value: Any, where: str) -> ComponentRef:
     """Override a preset's component: params-only mappings merge, a new name replaces."""
-    if base is not None and isinstance(value, dict) and (
-            "name" not in value or value["name"] == base.name):
+    if (
+        base is not None
+        and isinstance(value, dict)
+        and ("name" not in value or value["name"] == base.name)
+    ):
         params = {**base.params, **{k: v for k, v in value.items() if k != "name"}}
         return ComponentRef(base.name, params)
     return _component_ref(value, where)
@@ -211,8 +234,9 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
     if isinstance(value, str):
         value = {"preset": value}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a preset name or a mapping, "
-                          f"got {type(value).__name__}")
+        raise ConfigError(
+            f"{where}: expected a preset name or a mapping, got {type(value).__name__}"
+        )
     value = dict(value)
     schema = SECTIONS[mechanism]
     for alias, canonical in schema.aliases.items():
@@ -224,28 +248,36 @@ def parse_mechanism(mechanism: str, value: Any, where: str) -> MechanismSpec:
     preset_name = value.get("preset")
     base: MechanismSpec | None = None
     if preset_name is not None:
-        base = parse_mechanism(mechanism, PRESETS.section(preset_name, mechanism,
-                                                          f"{where}.preset"), where)
+        base = parse_mechanism(
+            mechanism, PRESETS.section(preset_name, mechanism, f"{where}.preset"), where
+        )
     scorer = base.scorer if base else None
     if "scorer" in value:
-        scorer = None if value["scorer"] is None else _merge_ref(scorer, value["scorer"],
-                                                                  f"{where}.scorer")
+        scorer = (
+            None
+            if value["scorer"] is None
+            else _merge_ref(scorer, value["scorer"], f"{where}.scorer")
+        )
     if "actuator" in value:
-        actuator = _merge_ref(base.actuator if base else None, value["actuator"],
-                              f"{where}.actuator")
+        actuator = _merge_ref(
+            base.actuator if base else None, value["actuator"], f"{where}.actuator"
+        )
     elif base is not None:
         actuator = base.actuator
     else:
-        raise ConfigError(f"{where}: needs an 'actuator' (or a 'preset'). "
-                          f"Presets for {mechanism}: "
-                          f"{', '.join(PRESETS.with_section(mechanism))}")
+        raise ConfigError(
+            f"{where}: needs an 'actuator' (or a 'preset'). "
+            f"Presets for {mechanism}: "
+            f"{', '.join(PRESETS.with_section(mechanism))}"
+        )
     options = dict(base.options) if base else mechanism_options(mechanism)
     for key in options:
         if key in value:
             options[key] = copy.deepcopy(getattr(section, key))
-    spec = MechanismSpec(mechanism, actuator, scorer, options, preset_name or (
-        base.preset if base else None))
-    resolve_mechanism(spec, where)   # validates names, params and the scorer's fit
+    spec = MechanismSpec(
+        mechanism, actuator, scorer, options, preset_name or (base.preset if base else None)
+    )
+    resolve_mechanism(spec, where)  # validates names, params and the scorer's fit
     return spec
 
 
@@ -268,7 +300,8 @@ def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, C
             raise ConfigError(
                 f"{where}: scorer {scorer_ref.name!r} gives {sc_cls.granularity}-level scores, "
                 f"but {spec.mechanism} actuator {spec.actuator.name!r} accepts "
-                f"{', '.join(sorted(accepts))}-level scores")
+                f"{', '.join(sorted(accepts))}-level scores"
+            )
     elif needs_signal:
         raise ConfigError(f"{where}: actuator {spec.actuator.name!r} needs a 'scorer'")
     return scorer, actuator
@@ -288,19 +321,27 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
         value = "baseline"
     if isinstance(value, str):
         if value not in PRESETS:
-            raise ConfigError(f"{where}: unknown strategy preset {value!r}."
-                              f"{suggest(value, list(PRESETS))} Presets: {', '.join(PRESETS)}; "
-                              f"or a path to a .yaml strategy file")
+            raise ConfigError(
+                f"{where}: unknown strategy preset {value!r}."
+                f"{suggest(value, list(PRESETS))} Presets: {', '.join(PRESETS)}; "
+                f"or a path to a .yaml strategy file"
+            )
         preset = PRESETS[value]
-        return parse_strategy({"name": value, "description": preset.description,
-                               **copy.deepcopy(preset.spec)}, where=f"{where}({value})")
+        return parse_strategy(
+            {"name": value, "description": preset.description, **copy.deepcopy(preset.spec)},
+            where=f"{where}({value})",
+        )
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a preset name, a YAML path or a mapping, "
-                          f"got {type(value).__name__}")
+        raise ConfigError(
+            f"{where}: expected a preset name, a YAML path or a mapping, got {type(value).__name__}"
+        )
     top = validate(StrategyFile, value, where)
     name, description = top.name, top.description
-    parts = {m: parse_mechanism(m, value[m], f"{where}.{m}")
-             for m in MECHANISMS if value.get(m) is not None}
+    parts = {
+        m: parse_mechanism(m, value[m], f"{where}.{m}")
+        for m in MECHANISMS
+        if value.get(m) is not None
+    }
     return StrategySpec(name=name, description=description, **parts)
 
 

@@ -57,8 +57,11 @@ def encode_tree(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
             tensors[key] = x.detach().cpu().clone(memory_format=torch.contiguous_format)
             return {"__tensor__": key}
         if isinstance(x, np.ndarray):
-            return {"__ndarray__": x.dtype.str, "shape": list(x.shape),
-                    "data": enc(x.reshape(-1).tolist(), where)}
+            return {
+                "__ndarray__": x.dtype.str,
+                "shape": list(x.shape),
+                "data": enc(x.reshape(-1).tolist(), where),
+            }
         if isinstance(x, np.generic):
             return {"__npscalar__": x.dtype.str, "value": enc(x.item(), where)}
         if isinstance(x, tuple):
@@ -68,10 +71,11 @@ def encode_tree(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
         if isinstance(x, dict):
             if all(type(k) is str and not k.startswith("__") for k in x):
                 return {k: enc(v, f"{where}.{k}") for k, v in x.items()}
-            return {"__items__": [[enc(k, where), enc(v, f"{where}[{k!r}]")]
-                                  for k, v in x.items()]}
-        raise TypeError(f"state{where}: cannot store a {type(x).__name__} in a state file "
-                        "(tensors, arrays, numbers, strings, None, lists, tuples, dicts only)")
+            return {"__items__": [[enc(k, where), enc(v, f"{where}[{k!r}]")] for k, v in x.items()]}
+        raise TypeError(
+            f"state{where}: cannot store a {type(x).__name__} in a state file "
+            "(tensors, arrays, numbers, strings, None, lists, tuples, dicts only)"
+        )
 
     return enc(tree, ""), tensors
 
@@ -82,6 +86,7 @@ def decode_tree(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
     Raises:
         ValueError: a tensor key that is missing, or an unknown marker.
     """
+
     def dec(x: Any) -> Any:
         if isinstance(x, list):
             return [dec(v) for v in x]
@@ -99,8 +104,7 @@ def decode_tree(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
         if marker == "__items__":
             return {_hashable(dec(k)): dec(v) for k, v in x["__items__"]}
         if marker == "__ndarray__":
-            return np.array(dec(x["data"]), dtype=np.dtype(x["__ndarray__"])).reshape(
-                x["shape"])
+            return np.array(dec(x["data"]), dtype=np.dtype(x["__ndarray__"])).reshape(x["shape"])
         if marker == "__npscalar__":
             return np.dtype(x["__npscalar__"]).type(dec(x["value"]))
         return float(x["__float__"])
@@ -128,8 +132,13 @@ def dump_state(tree: Any, kind: str) -> bytes:
 
     skeleton, tensors = encode_tree(tree)
     tree_json = json.dumps(skeleton, allow_nan=False)
-    meta = {"format": FORMAT, "schema": str(SCHEMA), "kind": kind, "tree": tree_json,
-            "sha256": content_sha256(tree_json, tensors)}
+    meta = {
+        "format": FORMAT,
+        "schema": str(SCHEMA),
+        "kind": kind,
+        "tree": tree_json,
+        "sha256": content_sha256(tree_json, tensors),
+    }
     return save(tensors, metadata=meta)
 
 
@@ -158,7 +167,7 @@ def parse_state(data: bytes, where: str | Path, kind: str | None = None) -> Any:
     try:
         if not 0 < n <= len(data) - 8:
             raise ValueError("truncated or not a safetensors file")
-        header = json.loads(data[8:8 + n])
+        header = json.loads(data[8 : 8 + n])
         meta = header.get("__metadata__") or {}
         if meta.get("format") != FORMAT:
             raise ValueError("not a dataflex-rl state file")
@@ -168,11 +177,14 @@ def parse_state(data: bytes, where: str | Path, kind: str | None = None) -> Any:
             raise StateFileError(
                 f"{where}: a pickle (torch.save) file, which can run arbitrary code when "
                 "loaded; refused (dataflex-rl state files are safetensors with a JSON "
-                "header)") from None
+                "header)"
+            ) from None
         raise StateFileError(f"{where}: unreadable state file ({e})") from None
     if meta.get("schema") != str(SCHEMA):
-        raise StateFileError(f"{where}: state schema {meta.get('schema')!r}; this version of "
-                             f"dataflex-rl reads schema {SCHEMA}")
+        raise StateFileError(
+            f"{where}: state schema {meta.get('schema')!r}; this version of "
+            f"dataflex-rl reads schema {SCHEMA}"
+        )
     if kind is not None and meta.get("kind") != kind:
         raise StateFileError(f"{where}: holds a {meta.get('kind')!r} state, not {kind!r}")
     if content_sha256(meta["tree"], tensors) != meta.get("sha256"):

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -35,11 +36,21 @@ from dataflex_rl.core.rowops import CHUNK_ELEMS
 from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy, resolve_mechanism
 
 #: advantage estimators that normalize rewards within prompt groups (verl names)
-GROUP_ESTIMATORS = frozenset({
-    "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "opo", "gpg",
-    "reinforce_plus_plus_baseline", "optimal_token_baseline", "tir_optimal_token_baseline",
-    "gdpo",
-})
+GROUP_ESTIMATORS = frozenset(
+    {
+        "grpo",
+        "grpo_vectorized",
+        "rloo",
+        "rloo_vectorized",
+        "grpo_passk",
+        "opo",
+        "gpg",
+        "reinforce_plus_plus_baseline",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+        "gdpo",
+    }
+)
 #: advantage estimators with no group structure
 NON_GROUP_ESTIMATORS = frozenset({"gae", "reinforce_plus_plus", "remax"})
 
@@ -141,20 +152,28 @@ class Strategy:
             other fields are absent, never read or validated.
     """
 
-    def __init__(self, spec: Any = "baseline", *, domains: Sequence[str] | None = None,
-                 advantage_estimator: str = "grpo",
-                 available_fields: Sequence[str] | None = None,
-                 norm_adv_by_std: bool = True, threads: int | None = 1) -> None:
+    def __init__(
+        self,
+        spec: Any = "baseline",
+        *,
+        domains: Sequence[str] | None = None,
+        advantage_estimator: str = "grpo",
+        available_fields: Sequence[str] | None = None,
+        norm_adv_by_std: bool = True,
+        threads: int | None = 1,
+    ) -> None:
         self.spec: StrategySpec = parse_strategy(spec)
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                    or threads < 1):
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
             raise ConfigError(f"threads: must be an int >= 1 or None, got {threads!r}")
         self.threads = threads
         if advantage_estimator not in GROUP_ESTIMATORS | NON_GROUP_ESTIMATORS:
             raise ConfigError(
                 f"advantage_estimator: unknown {advantage_estimator!r}. Group estimators: "
                 f"{', '.join(sorted(GROUP_ESTIMATORS))}; others: "
-                f"{', '.join(sorted(NON_GROUP_ESTIMATORS))}")
+                f"{', '.join(sorted(NON_GROUP_ESTIMATORS))}"
+            )
         self.advantage_estimator = advantage_estimator
         self.norm_adv_by_std = norm_adv_by_std
         self.domains = tuple(domains) if domains is not None else None
@@ -166,14 +185,14 @@ class Strategy:
             scorer, actuator = resolve_mechanism(mspec, where)
             self._check_host_fit(mech, mspec, scorer, actuator, available_fields, where)
             self.parts[mech] = (scorer, actuator)
-        self._mix_step = -1   # the last batch.step mixed (the mix clock is batch.step)
+        self._mix_step = -1  # the last batch.step mixed (the mix clock is batch.step)
         declared = {"advantages"}
         for scorer, actuator in self.parts.values():
             for c in (scorer, actuator):
                 declared.update(getattr(c, "requires", ()) if c is not None else ())
         self.reads: frozenset[str] = frozenset(f for f in TOKEN_FIELDS if f in declared)
         self._drawn: Tensor | None = None
-        self._drawn_last: Tensor | None = None   # that step's draws, replaced on a retry
+        self._drawn_last: Tensor | None = None  # that step's draws, replaced on a retry
         self._proportions: Tensor | None = None
         self._signal: Tensor | None = None
         self._history = None
@@ -184,7 +203,7 @@ class Strategy:
             prior = self._prior()
             try:
                 self._initial = mixer.initial(prior, self.domains)
-            except ConfigError as e:   # e.g. static proportions that do not fit the domains
+            except ConfigError as e:  # e.g. static proportions that do not fit the domains
                 raise ConfigError(f"{self.spec.name}.mix.actuator: {e}") from None
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
@@ -194,29 +213,37 @@ class Strategy:
 
     # ------------------------------------------------------------------ build-time checks
     def _check_host_fit(self, mech, mspec, scorer, actuator, available, where) -> None:
-        group_parts = [type(c).__name__ for c in (scorer, actuator)
-                       if c is not None and (getattr(c, "group_based", False)
-                                             or getattr(c, "granularity", None) == "group")]
+        group_parts = [
+            type(c).__name__
+            for c in (scorer, actuator)
+            if c is not None
+            and (getattr(c, "group_based", False) or getattr(c, "granularity", None) == "group")
+        ]
         if mech == "select" and self._opt("select", "recompute_advantages", actuator, mspec):
             group_parts.append("recompute_advantages")
         if group_parts and self.advantage_estimator in NON_GROUP_ESTIMATORS:
             raise ConfigError(
                 f"{where}: {', '.join(group_parts)} needs prompt groups, but the advantage "
                 f"estimator {self.advantage_estimator!r} has none. Use a group estimator "
-                f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer")
+                f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer"
+            )
         if available is not None and scorer is not None:
             have = set(available)
-            if "response_advantages" in have:      # per-response advantages stand for them
+            if "response_advantages" in have:  # per-response advantages stand for them
                 have.add("advantages")
             missing = [f for f in scorer.requires if f not in have]
             if missing:
-                raise ConfigError(f"{where}.scorer: {type(scorer).__name__} needs "
-                                  f"{', '.join(missing)}, which this host does not provide")
+                raise ConfigError(
+                    f"{where}.scorer: {type(scorer).__name__} needs "
+                    f"{', '.join(missing)}, which this host does not provide"
+                )
         if isinstance(actuator, Mixer) and self.domains is not None:
             D = len(self.domains)
             if actuator.floor * D > 1 + 1e-12:
-                raise ConfigError(f"{where}.actuator.floor: {actuator.floor} * {D} domains "
-                                  f"> 1; use floor <= {1 / D:.4f}")
+                raise ConfigError(
+                    f"{where}.actuator.floor: {actuator.floor} * {D} domains "
+                    f"> 1; use floor <= {1 / D:.4f}"
+                )
 
     @staticmethod
     def _opt(mech: str, key: str, actuator: Component, mspec: MechanismSpec) -> bool:
@@ -228,8 +255,11 @@ class Strategy:
     def _prior(self) -> Tensor:
         D = len(self.domains)
         prior = self.spec.mix.options.get("prior")
-        return normalize_proportions(prior, self.domains, f"{self.spec.name}.mix.prior") \
-            if prior is not None else torch.full((D,), 1.0 / D, dtype=torch.float64)
+        return (
+            normalize_proportions(prior, self.domains, f"{self.spec.name}.mix.prior")
+            if prior is not None
+            else torch.full((D,), 1.0 / D, dtype=torch.float64)
+        )
 
     # ------------------------------------------------------------------ before generation
     @property
@@ -247,8 +277,9 @@ class Strategy:
         """[D] current target domain proportions (None without ``mix``)."""
         return None if self._proportions is None else self._proportions.clone()
 
-    def filter_prompts(self, prompt_keys: Sequence, step: int,
-                       generator: torch.Generator | None = None) -> tuple[Tensor, dict]:
+    def filter_prompts(
+        self, prompt_keys: Sequence, step: int, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, dict]:
         """Pre-rollout: which candidate prompts to generate. Returns ([N] bool keep, metrics)."""
         n = len(prompt_keys)
         if "prerollout" not in self.parts:
@@ -290,8 +321,10 @@ class Strategy:
             if advantages is not None and "reweight" in self.parts:
                 # the recomputed advantages, one per response: a [B, T] view without a copy
                 # (padding tokens hold the row's value; every reader masks them)
-                work = batch.replace(advantages=advantages[:, None].expand(
-                    batch.response_mask.shape), response_advantages=advantages)
+                work = batch.replace(
+                    advantages=advantages[:, None].expand(batch.response_mask.shape),
+                    response_advantages=advantages,
+                )
         has_tokens = batch.response_length > 0
         w_resp = (keep & has_tokens).to(torch.float32)
         w_tok = None
@@ -304,10 +337,22 @@ class Strategy:
             self.parts["prerollout"][1].observe(batch, self._history)
             self._history.update(batch)
         tok, tok_fn = (None, w_tok) if isinstance(w_tok, AffineTokenWeights) else (w_tok, None)
-        decision = Decision(keep, w_resp, batch.response_mask, renormalize, advantages,
-                            proportions, metrics, tok, tok_fn)
-        metrics.update(step_metrics(batch, keep, w_resp, per_domain=self.domains is not None,
-                                    signal=self._signal))
+        decision = Decision(
+            keep,
+            w_resp,
+            batch.response_mask,
+            renormalize,
+            advantages,
+            proportions,
+            metrics,
+            tok,
+            tok_fn,
+        )
+        metrics.update(
+            step_metrics(
+                batch, keep, w_resp, per_domain=self.domains is not None, signal=self._signal
+            )
+        )
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
         return decision
 
@@ -324,16 +369,19 @@ class Strategy:
         renormalize = self._opt("select", "renormalize", selector, mspec)
         metrics["dataflex/select/recompute_advantages"] = float(recompute)
         metrics["dataflex/select/renormalize"] = float(renormalize)
-        adv = grpo_advantages_per_response(batch, keep, self.norm_adv_by_std) \
-            if recompute else None
+        adv = grpo_advantages_per_response(batch, keep, self.norm_adv_by_std) if recompute else None
         if batch.batch_size and not bool(keep.any()) and bool(batch.active_mask.any()):
-            warnings.warn(f"step {batch.step}: {self.spec.name} dropped every response; "
-                          "this step's update is empty (all weights 0)", StrategyWarning,
-                          stacklevel=4)
+            warnings.warn(
+                f"step {batch.step}: {self.spec.name} dropped every response; "
+                "this step's update is empty (all weights 0)",
+                StrategyWarning,
+                stacklevel=4,
+            )
         return keep, adv, renormalize
 
-    def _reweight(self, batch: RolloutBatch, keep: Tensor,
-                  metrics: dict) -> tuple[Tensor, Tensor | None]:
+    def _reweight(
+        self, batch: RolloutBatch, keep: Tensor, metrics: dict
+    ) -> tuple[Tensor, Tensor | None]:
         """([B] weights per response, [B, T] final token weights or None).
 
         Weights have mean 1 over the normalization set (per token for token-level
@@ -354,7 +402,7 @@ class Strategy:
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
         ab = rw.affine() if rw.level == "token" else None
         sums = scorer.row_sums(batch) if ab is not None else None
-        if sums is not None:       # B sums suffice; the [B, T] weights are built when read
+        if sums is not None:  # B sums suffice; the [B, T] weights are built when read
             check_score_shape(scorer, sums, (batch.batch_size,), "row_sums(batch)")
             return self._affine_token_weights(batch, scorer, ab, sums, kept, norm_set)
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
@@ -369,7 +417,7 @@ class Strategy:
             if raw.dtype != torch.float32:
                 raw, owned = raw.to(torch.float32), True
             return self._token_weights(batch, raw, kept, norm_set, owned)
-        raw = raw.to(torch.float64)   # normalize first: raw weights may overflow float32
+        raw = raw.to(torch.float64)  # normalize first: raw weights may overflow float32
         mean = (raw * norm_set).sum() / norm_set.sum().clamp(min=1)
         if float(mean) <= 0 and bool(norm_set.any()):
             _warn_zero_mean(batch.step, self.spec.name)
@@ -377,8 +425,9 @@ class Strategy:
         return (torch.where(norm_set, w, torch.ones_like(w)) * kept).to(torch.float32), None
 
     @staticmethod
-    def _token_weights(batch: RolloutBatch, raw: Tensor, kept: Tensor, norm_set: Tensor,
-                       owned: bool) -> tuple[Tensor, Tensor]:
+    def _token_weights(
+        batch: RolloutBatch, raw: Tensor, kept: Tensor, norm_set: Tensor, owned: bool
+    ) -> tuple[Tensor, Tensor]:
         """Token-level raw weights [B, T] -> (weights per response, final token weights).
 
         Mean 1 over the valid tokens of ``norm_set`` rows: w = raw / mean there, 1 on the
@@ -387,7 +436,7 @@ class Strategy:
         written into ``raw`` when the strategy ``owned`` it.
         """
         blocks = batch.token_blocks
-        row_sum = blocks.row_sums(raw)                                  # [B] over valid tokens
+        row_sum = blocks.row_sums(raw)  # [B] over valid tokens
         n_tok = batch.response_length
         scale, offset, use = _token_scale(batch.step, row_sum, n_tok, kept, norm_set)
         scale, offset = scale.to(torch.float32), offset.to(torch.float32)
@@ -398,9 +447,14 @@ class Strategy:
         return per_response.to(torch.float32), weights
 
     @staticmethod
-    def _affine_token_weights(batch: RolloutBatch, scorer: Scorer, ab: tuple[float, float],
-                              sums: Tensor, kept: Tensor,
-                              norm_set: Tensor) -> tuple[Tensor, AffineTokenWeights]:
+    def _affine_token_weights(
+        batch: RolloutBatch,
+        scorer: Scorer,
+        ab: tuple[float, float],
+        sums: Tensor,
+        kept: Tensor,
+        norm_set: Tensor,
+    ) -> tuple[Tensor, AffineTokenWeights]:
         """`_token_weights` for raw = a * score + b, from the scorer's B row sums.
 
         The final weight of a valid token of row i is scale_i * (a * s + b) + offset_i =
@@ -427,12 +481,13 @@ class Strategy:
         scorer, mixer = self.parts["mix"]
         D = len(self.domains)
         if batch.domains != self.domains:
-            raise ValueError(f"batch domains {batch.domains} differ from the strategy's "
-                             f"{self.domains}")
+            raise ValueError(
+                f"batch domains {batch.domains} differ from the strategy's {self.domains}"
+            )
         if scorer is not None:
             scorer.observe(batch)
         drawn = torch.bincount(batch.domain_ids[batch.active_mask], minlength=D)
-        if batch.step == self._mix_step:   # a retry: its draws replace the first attempt's
+        if batch.step == self._mix_step:  # a retry: its draws replace the first attempt's
             self._drawn -= self._drawn_last
         self._drawn += drawn
         self._drawn_last = drawn
@@ -454,8 +509,10 @@ class Strategy:
         """Everything needed to continue exactly (component states and mixing state)."""
         return {
             "spec": self.spec.to_dict(),
-            "components": {m: {"scorer": s.state_dict() if s is not None else {},
-                               "actuator": a.state_dict()} for m, (s, a) in self.parts.items()},
+            "components": {
+                m: {"scorer": s.state_dict() if s is not None else {}, "actuator": a.state_dict()}
+                for m, (s, a) in self.parts.items()
+            },
             "steps_observed": self._mix_step + 1,
             "drawn": None if self._drawn is None else self._drawn.clone(),
             "drawn_last": None if self._drawn_last is None else self._drawn_last.clone(),
@@ -467,8 +524,9 @@ class Strategy:
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict` output; the spec must be the same."""
         if state["spec"] != self.spec.to_dict():
-            raise ValueError(f"checkpoint was saved with strategy {state['spec']}, "
-                             f"not {self.spec.to_dict()}")
+            raise ValueError(
+                f"checkpoint was saved with strategy {state['spec']}, not {self.spec.to_dict()}"
+            )
         for m, (s, a) in self.parts.items():
             if s is not None:
                 s.load_state_dict(state["components"][m]["scorer"])
@@ -477,9 +535,12 @@ class Strategy:
         for key in ("drawn", "proportions", "signal"):
             v = state[key]
             setattr(self, f"_{key}", None if v is None else v.clone())
-        last = state.get("drawn_last")   # absent in states saved before the step clock
-        self._drawn_last = last.clone() if last is not None else (
-            None if self._drawn is None else torch.zeros_like(self._drawn))
+        last = state.get("drawn_last")  # absent in states saved before the step clock
+        self._drawn_last = (
+            last.clone()
+            if last is not None
+            else (None if self._drawn is None else torch.zeros_like(self._drawn))
+        )
         if self._history is not None:
             self._history.load_state_dict(state["history"])
 
@@ -487,9 +548,11 @@ class Strategy:
 def detach_batch(batch: RolloutBatch) -> RolloutBatch:
     """``batch`` with its float fields detached from autograd (the same object when none
     requires grad)."""
-    changes = {name: t.detach() for name in ("rewards", "advantages", "old_log_probs",
-                                             "response_advantages")
-               if (t := getattr(batch, name)) is not None and t.requires_grad}
+    changes = {
+        name: t.detach()
+        for name in ("rewards", "advantages", "old_log_probs", "response_advantages")
+        if (t := getattr(batch, name)) is not None and t.requires_grad
+    }
     return batch.replace(**changes) if changes else batch
 
 
@@ -512,8 +575,9 @@ def intra_op_threads(n: int | None):
         torch.set_num_threads(prev)
 
 
-def _token_scale(step: int, row_sum: Tensor, n_tok: Tensor, kept: Tensor,
-                 norm_set: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _token_scale(
+    step: int, row_sum: Tensor, n_tok: Tensor, kept: Tensor, norm_set: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per-row (scale, offset, use) that give token weights mean 1 over the valid tokens of
     ``norm_set`` rows: w = raw * scale + offset (scale 1 / mean on ``use`` rows, offset 1 on
     the other kept rows), from each row's sum of raw weights."""
@@ -534,8 +598,9 @@ class AffineTokenWeights:
     (`Scorer.score_rows_` writes a chunk, scaled while in cache), then zeroes the invalid
     tokens block by block (`TokenBlocks.fill_invalid_`) and the other rows."""
 
-    def __init__(self, batch: RolloutBatch, scorer: Scorer, A: Tensor, C: Tensor,
-                 rows: Tensor) -> None:
+    def __init__(
+        self, batch: RolloutBatch, scorer: Scorer, A: Tensor, C: Tensor, rows: Tensor
+    ) -> None:
         self.batch, self.scorer, self.A, self.C, self.rows = batch, scorer, A, C, rows
 
     def __call__(self) -> Tensor:
@@ -555,7 +620,9 @@ class AffineTokenWeights:
 
 
 def _warn_zero_mean(step: int, who: str, stacklevel: int = 5) -> None:
-    warnings.warn(f"step {step}: {who}: every raw weight in the normalization set is 0; "
-                  "weights left at 1 (mean 1 cannot be reached)", StrategyWarning,
-                  stacklevel=stacklevel)
-
+    warnings.warn(
+        f"step {step}: {who}: every raw weight in the normalization set is 0; "
+        "weights left at 1 (mean 1 cannot be reached)",
+        StrategyWarning,
+        stacklevel=stacklevel,
+    )

@@ -12,15 +12,23 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "EngineConfig": "config", "load_config": "config",
+    "EngineConfig": "config",
+    "load_config": "config",
     "EmbeddedTrainer": "trainer",
-    "run_training": "run", "read_metrics": "runlog",
+    "run_training": "run",
+    "read_metrics": "runlog",
     "format_table": "run",
-    "Policy": "policy", "load_policy": "policy", "build_tiny_policy": "policy",
-    "save_policy": "policy", "parameter_hash": "policy",
+    "Policy": "policy",
+    "load_policy": "policy",
+    "build_tiny_policy": "policy",
+    "save_policy": "policy",
+    "parameter_hash": "policy",
     "CharTokenizer": "tokenizer",
-    "sample_groups": "sampler", "Rollout": "sampler",
-    "bootstrap": "warmstart", "BootstrapArgs": "warmstart", "warm_start": "warmstart",
+    "sample_groups": "sampler",
+    "Rollout": "sampler",
+    "bootstrap": "warmstart",
+    "BootstrapArgs": "warmstart",
+    "warm_start": "warmstart",
     "evaluate": "evaluation",
 }
 

@@ -55,8 +55,11 @@ class CheckpointError(ConfigError):
 
 def global_rng_state() -> dict[str, Any]:
     """The global RNG states (torch CPU, Python, NumPy)."""
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": np.random.get_state()}
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
 
 
 def set_global_rng_state(state: dict[str, Any]) -> None:
@@ -71,8 +74,11 @@ def checkpoint_dirs(directory: str | Path) -> list[Path]:
     root = Path(directory) / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")
-             and p.name[5:].isdigit()]
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()
+    ]
     return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
 
 
@@ -110,9 +116,14 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
         files[META] = json.dumps({"schema": SCHEMA, "state": skeleton}, indent=1).encode()
         for name, data in files.items():
             dio.write_durable(tmp / name, data)
-        manifest = {"schema": SCHEMA, "step": step,
-                    "files": {name: {"sha256": hashlib.sha256(data).hexdigest(),
-                                     "bytes": len(data)} for name, data in files.items()}}
+        manifest = {
+            "schema": SCHEMA,
+            "step": step,
+            "files": {
+                name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+                for name, data in files.items()
+            },
+        }
         manifest["sha256"] = _manifest_sha256(manifest)
         dio.write_durable(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         dio.fsync_dir(tmp)
@@ -123,7 +134,8 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
         why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
         raise CheckpointError(
             f"could not write the checkpoint of step {step} under {root}: {why}"
-            + (f"; the previous checkpoint {previous[0]} is intact" if previous else "")) from e
+            + (f"; the previous checkpoint {previous[0]} is intact" if previous else "")
+        ) from e
     for old in checkpoint_dirs(directory)[KEEP:]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -184,8 +196,9 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{folder / MANIFEST}: corrupt ({e})") from None
     expected = {f"{p}.safetensors" for p in PARTS} | {META}
     if set(files) != expected:
-        raise CheckpointError(f"{folder / MANIFEST}: lists {sorted(files)}, expected "
-                              f"{sorted(expected)}")
+        raise CheckpointError(
+            f"{folder / MANIFEST}: lists {sorted(files)}, expected {sorted(expected)}"
+        )
     data = {}
     for name, entry in files.items():
         path = folder / name
@@ -194,21 +207,25 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
         except FileNotFoundError:
             raise CheckpointError(f"{path}: missing") from None
         if hashlib.sha256(data[name]).hexdigest() != entry.get("sha256"):
-            raise CheckpointError(f"{path}: does not match its SHA-256 in {MANIFEST} "
-                                  "(corrupt or changed)")
+            raise CheckpointError(
+                f"{path}: does not match its SHA-256 in {MANIFEST} (corrupt or changed)"
+            )
     try:
         meta = json.loads(data[META])
         state = decode_tree(meta["state"], {})
         for part in PARTS:
-            state[part] = parse_state(data[f"{part}.safetensors"], folder / f"{part}.safetensors",
-                                      part)
+            state[part] = parse_state(
+                data[f"{part}.safetensors"], folder / f"{part}.safetensors", part
+            )
     except StateFileError as e:
         raise CheckpointError(str(e)) from None
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{folder / META}: corrupt ({e})") from None
     if state.get("step") != manifest.get("step"):
-        raise CheckpointError(f"{folder / META}: step {state.get('step')} but the manifest "
-                              f"says {manifest.get('step')}")
+        raise CheckpointError(
+            f"{folder / META}: step {state.get('step')} but the manifest "
+            f"says {manifest.get('step')}"
+        )
     return state
 
 
@@ -230,7 +247,8 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
             raise CheckpointError(
                 f"{legacy}: a pickle checkpoint (the old format, or a file from elsewhere); "
                 "pickles can run arbitrary code when loaded, so it is not read. Start the run "
-                "again (without --resume, in another --out or after removing this folder).")
+                "again (without --resume, in another --out or after removing this folder)."
+            )
         raise FileNotFoundError(f"--resume: no checkpoint under {Path(directory)}")
     problems = []
     for folder in folders:
@@ -240,8 +258,11 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
             problems.append(str(e))
             continue
         if problems:
-            warnings.warn(f"checkpoint not usable: {'; '.join(problems)}. Resuming from the "
-                          f"previous intact one, {folder} (step {state['step']})", UserWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"checkpoint not usable: {'; '.join(problems)}. Resuming from the "
+                f"previous intact one, {folder} (step {state['step']})",
+                UserWarning,
+                stacklevel=2,
+            )
         return state
     raise CheckpointError("no intact checkpoint: " + "; ".join(problems))

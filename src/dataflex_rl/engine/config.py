@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from dataflex_rl.core.config import Checked, apply_overrides, field_rows, param, validate
 from dataflex_rl.core.registry import ConfigError
@@ -35,33 +36,53 @@ class TasksConfig(Checked):
     """Which tasks, and how prompts are drawn when the strategy has no ``mix``."""
 
     domains: list[str] = param(["math", "logic", "science"], "task domains, in id order")
-    seed: int = param(0, "seed of the task stream: which prompts are drawn (one de-duplicated "
-                         "stream per domain, split at random into held-out, training and "
-                         "warm-start prompts)", ge=0)
+    seed: int = param(
+        0,
+        "seed of the task stream: which prompts are drawn (one de-duplicated "
+        "stream per domain, split at random into held-out, training and "
+        "warm-start prompts)",
+        ge=0,
+    )
     train_size: int = param(2000, "training prompts per domain", ge=1)
     eval_size: int = param(200, "held-out prompts per domain (never in a training pool)", ge=1)
-    eval_seed: int = param(0, "seed of the random split of the drawn prompts into held-out, "
-                              "training and warm-start prompts (the held-out set depends on it, "
-                              "seed and all three sizes)", ge=0)
-    warm_size: int = param(0, "held-out-from-GRPO warm-start split per domain; must match the "
-                              "policy's bootstrap so the eval and training splits are the ones "
-                              "the policy was warm-started beside", ge=0)
+    eval_seed: int = param(
+        0,
+        "seed of the random split of the drawn prompts into held-out, "
+        "training and warm-start prompts (the held-out set depends on it, "
+        "seed and all three sizes)",
+        ge=0,
+    )
+    warm_size: int = param(
+        0,
+        "held-out-from-GRPO warm-start split per domain; must match the "
+        "policy's bootstrap so the eval and training splits are the ones "
+        "the policy was warm-started beside",
+        ge=0,
+    )
     difficulty: dict[str, Any] | None = param(
-        None, "per domain: a level number or knobs (null: math 5, logic 3, science 4, the "
-              "levels the shipped tiny policy was warm-started on)")
+        None,
+        "per domain: a level number or knobs (null: math 5, logic 3, science 4, the "
+        "levels the shipped tiny policy was warm-started on)",
+    )
     proportions: list[float] | dict[str, float] | None = param(
-        None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0)
+        None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0
+    )
     candidate_factor: float = param(
-        1.0, "with prerollout: candidates drawn per missing prompt in each round", ge=1.0)
+        1.0, "with prerollout: candidates drawn per missing prompt in each round", ge=1.0
+    )
     max_draw_rounds: int = param(
-        8, "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
-           "keeps (1: one round, skipped prompts leave the batch short)", ge=1)
+        8,
+        "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
+        "keeps (1: one round, skipped prompts leave the batch short)",
+        ge=1,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if len(set(self.domains)) != len(self.domains) or not self.domains:
-            raise ConfigError(f"TasksConfig.domains: must be non-empty and unique, "
-                              f"got {self.domains}")
+            raise ConfigError(
+                f"TasksConfig.domains: must be non-empty and unique, got {self.domains}"
+            )
 
 
 @dataclass
@@ -71,34 +92,43 @@ class GRPOConfig(Checked):
     prompts_per_step: int = param(16, "prompts per step (groups)", ge=1)
     group_size: int = param(8, "G: samples per prompt", ge=2)
     max_new_tokens: int = param(10, "response budget in tokens (EOS included)", ge=1)
-    temperature: float = param(1.0, "sampling temperature (also divides the training logits)",
-                               gt=0.0)
+    temperature: float = param(
+        1.0, "sampling temperature (also divides the training logits)", gt=0.0
+    )
     clip_low: float = param(0.2, "ratio clip: lower bound is 1 - clip_low", ge=0.0, lt=1.0)
     clip_high: float = param(0.2, "ratio clip: upper bound is 1 + clip_high", ge=0.0)
     clip_ratio_c: float = param(3.0, "dual-clip bound for negative advantages", gt=1.0)
-    kl_coef: float = param(0.0, "coefficient of the k3 KL to the initial policy (0: no "
-                                "reference model)", ge=0.0)
+    kl_coef: float = param(
+        0.0, "coefficient of the k3 KL to the initial policy (0: no reference model)", ge=0.0
+    )
     adv_eps: float = param(1e-6, "epsilon added to the group std", gt=0.0)
     norm_adv_by_std: bool = param(True, "divide advantages by the group std (False: Dr. GRPO)")
-    ppo_epochs: int = param(1, "gradient steps on each batch (the ratio clip matters when > 1)",
-                            ge=1)
-    loss_agg: str = param("informative-token-mean",
-                          "token-mean denominator: 'token-mean' counts every response token of "
-                          "the batch (verl's default), 'informative-token-mean' only the tokens "
-                          "of responses that carry a gradient (non-zero weighted advantage)",
-                          choices=("token-mean", "informative-token-mean"))
+    ppo_epochs: int = param(
+        1, "gradient steps on each batch (the ratio clip matters when > 1)", ge=1
+    )
+    loss_agg: str = param(
+        "informative-token-mean",
+        "token-mean denominator: 'token-mean' counts every response token of "
+        "the batch (verl's default), 'informative-token-mean' only the tokens "
+        "of responses that carry a gradient (non-zero weighted advantage)",
+        choices=("token-mean", "informative-token-mean"),
+    )
 
 
 @dataclass
 class OptimConfig(Checked):
     """Optimizer (AdamW or SGD) and gradient clipping."""
 
-    lr: float = param(0.02, "learning rate (0: the parameters never move, the 'no update' "
-                            "control)", ge=0.0)
-    name: str = param("sgd", "optimizer: 'adamw', or 'sgd' (plain SGD on the clipped gradient; "
-                             "with the tiny policy it learns more per step than AdamW before "
-                             "gradient noise erodes what the warm start taught)",
-                      choices=("adamw", "sgd"))
+    lr: float = param(
+        0.02, "learning rate (0: the parameters never move, the 'no update' control)", ge=0.0
+    )
+    name: str = param(
+        "sgd",
+        "optimizer: 'adamw', or 'sgd' (plain SGD on the clipped gradient; "
+        "with the tiny policy it learns more per step than AdamW before "
+        "gradient noise erodes what the warm start taught)",
+        choices=("adamw", "sgd"),
+    )
     weight_decay: float = param(0.0, "weight decay (decoupled for AdamW, L2 for SGD)", ge=0.0)
     betas: list[float] = param([0.9, 0.999], "AdamW betas", ge=0.0, lt=1.0)
     momentum: float = param(0.0, "SGD momentum (sgd only)", ge=0.0, lt=1.0)
@@ -115,11 +145,13 @@ class OptimConfig(Checked):
 class EvalConfig(Checked):
     """Held-out evaluation per domain."""
 
-    every: int = param(50, "evaluate every N steps (and at the start and the end; 0: only "
-                           "start and end)", ge=0)
+    every: int = param(
+        50, "evaluate every N steps (and at the start and the end; 0: only start and end)", ge=0
+    )
     per_domain: int = param(200, "held-out problems per domain", ge=1)
-    samples: int = param(4, "sampled responses per problem for the sampled accuracy (0: greedy "
-                            "only)", ge=0)
+    samples: int = param(
+        4, "sampled responses per problem for the sampled accuracy (0: greedy only)", ge=0
+    )
     temperature: float = param(1.0, "temperature of the sampled accuracy", gt=0.0)
 
 
@@ -129,8 +161,9 @@ class LogConfig(Checked):
 
     progress: bool = param(True, "show a progress bar")
     tensorboard: bool = param(False, "also write TensorBoard events (needs tensorboard)")
-    checkpoint_every: int = param(50, "save a checkpoint every N steps (and at the end; 0: only "
-                                      "at the end)", ge=0)
+    checkpoint_every: int = param(
+        50, "save a checkpoint every N steps (and at the end; 0: only at the end)", ge=0
+    )
     plots: bool = param(True, "write PNG plots at the end (needs matplotlib)")
 
 
@@ -138,20 +171,33 @@ class LogConfig(Checked):
 class EngineConfig(Checked):
     """One embedded-engine run (or, with ``strategies``, a side-by-side comparison)."""
 
-    policy: str = param("tiny", "'tiny' (shipped warm-started preset), a bootstrap checkpoint "
-                                "directory, or a local Hugging Face causal-LM directory")
+    policy: str = param(
+        "tiny",
+        "'tiny' (shipped warm-started preset), a bootstrap checkpoint "
+        "directory, or a local Hugging Face causal-LM directory",
+    )
     strategy: str | dict = param("baseline", "preset name, strategy YAML path or inline spec")
-    strategies: list[str] = param([], "strategies run side by side by 'dataflex-rl train' (preset "
-                                      "names or YAML paths); empty: just 'strategy'")
+    strategies: list[str] = param(
+        [],
+        "strategies run side by side by 'dataflex-rl train' (preset "
+        "names or YAML paths); empty: just 'strategy'",
+    )
     seed: int = param(0, "seed of sampling, data order and prerollout randomness", ge=0)
-    noise_stream: int = param(0, "rollout sampling-noise stream: two runs of one seed and stream "
-                                 "share their sampling noise (common random numbers); another "
-                                 "stream gives independent rollouts (the A/A control); held-out "
-                                 "evaluation noise is keyed by the seed alone", ge=0)
+    noise_stream: int = param(
+        0,
+        "rollout sampling-noise stream: two runs of one seed and stream "
+        "share their sampling noise (common random numbers); another "
+        "stream gives independent rollouts (the A/A control); held-out "
+        "evaluation noise is keyed by the seed alone",
+        ge=0,
+    )
     steps: int = param(200, "GRPO steps", ge=0)
     out: str | None = param(None, "output directory (default runs/<strategy>-s<seed>)")
-    threads: int = param(1, "torch CPU threads (1 is fastest for the tiny model; run processes "
-                            "in parallel instead)", ge=1)
+    threads: int = param(
+        1,
+        "torch CPU threads (1 is fastest for the tiny model; run processes in parallel instead)",
+        ge=1,
+    )
     tasks: TasksConfig = param(TasksConfig(), "task domains and prompt drawing")
     grpo: GRPOConfig = param(GRPOConfig(), "rollouts and loss")
     optim: OptimConfig = param(OptimConfig(), "optimizer")
@@ -173,8 +219,9 @@ def from_dict(cls: type, data: Any, where: str = "config") -> Any:
     return validate(cls, data, where)
 
 
-def load_config(source: str | Path | dict | None = None, *, dotted: Sequence[str] = (),
-                **overrides: Any) -> EngineConfig:
+def load_config(
+    source: str | Path | dict | None = None, *, dotted: Sequence[str] = (), **overrides: Any
+) -> EngineConfig:
     """An `EngineConfig` from a YAML path, a mapping or defaults, with overrides.
 
     Args:

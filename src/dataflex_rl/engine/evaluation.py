@@ -14,9 +14,17 @@ from dataflex_rl.engine.taskio import score
 EVAL_CHUNK = 256
 
 
-def generate_texts(policy: Policy, prompts: list[str], *, samples: int, temperature: float,
-                   max_new_tokens: int, generator: torch.Generator | None = None,
-                   noise_base: int | None = None, keys: list[str] | None = None) -> list[str]:
+def generate_texts(
+    policy: Policy,
+    prompts: list[str],
+    *,
+    samples: int,
+    temperature: float,
+    max_new_tokens: int,
+    generator: torch.Generator | None = None,
+    noise_base: int | None = None,
+    keys: list[str] | None = None,
+) -> list[str]:
     """Decoded responses, ``samples`` per prompt (grouped by prompt), in chunks.
 
     With ``noise_base`` the sampling noise of each (prompt, sample) is keyed by the prompt's
@@ -27,19 +35,37 @@ def generate_texts(policy: Policy, prompts: list[str], *, samples: int, temperat
     keys = list(prompts) if keys is None else keys
     out: list[str] = []
     for i in range(0, len(prompts), EVAL_CHUNK):
-        ids = [[tok.bos_id] + tok.encode(p) for p in prompts[i:i + EVAL_CHUNK]]
-        nk = None if noise_base is None or temperature <= 0 else \
-            row_keys(noise_base, -1, keys[i:i + EVAL_CHUNK], samples)
-        r = sample_groups(policy.model, ids, samples, max_new_tokens, eos_id=tok.eos_id,
-                          pad_id=tok.pad_id, temperature=temperature, generator=generator,
-                          noise_keys=nk)
+        ids = [[tok.bos_id] + tok.encode(p) for p in prompts[i : i + EVAL_CHUNK]]
+        nk = (
+            None
+            if noise_base is None or temperature <= 0
+            else row_keys(noise_base, -1, keys[i : i + EVAL_CHUNK], samples)
+        )
+        r = sample_groups(
+            policy.model,
+            ids,
+            samples,
+            max_new_tokens,
+            eos_id=tok.eos_id,
+            pad_id=tok.pad_id,
+            temperature=temperature,
+            generator=generator,
+            noise_keys=nk,
+        )
         out.extend(tok.decode(row) for row in r.response_ids.tolist())
     return out
 
 
-def evaluate(policy: Policy, taskset, *, per_domain: int | None = None, samples: int = 4,
-             temperature: float = 1.0, max_new_tokens: int = 12, seed: int = 0
-             ) -> dict[str, float]:
+def evaluate(
+    policy: Policy,
+    taskset,
+    *,
+    per_domain: int | None = None,
+    samples: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 12,
+    seed: int = 0,
+) -> dict[str, float]:
     """Accuracy on the held-out split of every domain.
 
     Args:
@@ -63,13 +89,25 @@ def evaluate(policy: Policy, taskset, *, per_domain: int | None = None, samples:
         name = metric_domain(domain)
         problems = list(problems)[:per_domain] if per_domain else list(problems)
         prompts = [p.prompt for p in problems]
-        greedy = generate_texts(policy, prompts, samples=1, temperature=0.0,
-                                max_new_tokens=max_new_tokens, generator=None)
+        greedy = generate_texts(
+            policy,
+            prompts,
+            samples=1,
+            temperature=0.0,
+            max_new_tokens=max_new_tokens,
+            generator=None,
+        )
         metrics[f"eval/{name}/greedy"] = float(score(taskset, problems, greedy).mean())
         if samples > 0:
-            texts = generate_texts(policy, prompts, samples=samples, temperature=temperature,
-                                   max_new_tokens=max_new_tokens, noise_base=seed,
-                                   keys=[p.key for p in problems])
+            texts = generate_texts(
+                policy,
+                prompts,
+                samples=samples,
+                temperature=temperature,
+                max_new_tokens=max_new_tokens,
+                noise_base=seed,
+                keys=[p.key for p in problems],
+            )
             rep = [p for p in problems for _ in range(samples)]
             metrics[f"eval/{name}/sampled"] = float(score(taskset, rep, texts).mean())
     for kind in ("greedy", "sampled"):

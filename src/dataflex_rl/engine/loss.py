@@ -19,9 +19,14 @@ from torch import Tensor
 from dataflex_rl.engine.sampler import positions
 
 
-def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor,
-                       response_ids: Tensor, response_mask: Tensor,
-                       temperature: float = 1.0) -> Tensor:
+def response_log_probs(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float = 1.0,
+) -> Tensor:
     """Log-prob of every response token under ``model`` (with grad when enabled).
 
     Args:
@@ -37,17 +42,19 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     P = prompt_ids.shape[1]
     ids = torch.cat([prompt_ids, response_ids], 1)
     mask = torch.cat([prompt_mask, response_mask], 1)
-    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask),
-                   use_cache=False).logits
-    logits = logits[:, P - 1:-1].float()
+    logits = model(
+        input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask), use_cache=False
+    ).logits
+    logits = logits[:, P - 1 : -1].float()
     if temperature > 0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, -1).gather(2, response_ids[..., None]).squeeze(2)
     return torch.where(response_mask, logp, torch.zeros_like(logp))
 
 
-def masked_token_mean(values: Tensor, mask: Tensor, num_tokens: Tensor | int | None = None
-                      ) -> Tensor:
+def masked_token_mean(
+    values: Tensor, mask: Tensor, num_tokens: Tensor | int | None = None
+) -> Tensor:
     """``token-mean`` aggregation: sum of ``values`` over ``mask`` / number of tokens.
 
     Args:
@@ -61,10 +68,17 @@ def masked_token_mean(values: Tensor, mask: Tensor, num_tokens: Tensor | int | N
     return (values * m).sum() / den.clamp(min=1.0)
 
 
-def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, mask: Tensor,
-                weights: Tensor | None = None, clip_low: float = 0.2, clip_high: float = 0.2,
-                clip_ratio_c: float = 3.0, num_tokens: Tensor | int | None = None
-                ) -> tuple[Tensor, dict[str, float]]:
+def policy_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    weights: Tensor | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    num_tokens: Tensor | int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
 
     Per token: ``ratio = exp(logp - old_logp)``;
@@ -99,8 +113,9 @@ def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, ma
     with torch.no_grad():
         metrics = {
             "clip_fraction": float(masked_token_mean((clipped > unclipped).float(), mask)),
-            "dual_clip_fraction": float(masked_token_mean(
-                ((loss1 > loss_dual) & (advantages < 0)).float(), mask)),
+            "dual_clip_fraction": float(
+                masked_token_mean(((loss1 > loss_dual) & (advantages < 0)).float(), mask)
+            ),
             "approx_kl_to_sampler": float(masked_token_mean(-log_ratio, mask)),
         }
     return loss, metrics

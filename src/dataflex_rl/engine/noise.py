@@ -15,7 +15,7 @@ stream gives independent noise (the A/A control). The hash is splitmix64 on int6
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -83,8 +83,10 @@ def row_keys(base: int, step: int, prompt_keys: Sequence[str], group_size: int) 
         occurrence.append(seen.get(k, 0))
         seen[k] = occurrence[-1] + 1
     prompt = torch.tensor([text_key(k) for k in prompt_keys], dtype=torch.int64)
-    head = mix64(torch.tensor([_signed(base)], dtype=torch.int64)
-                 ^ mix64(torch.tensor([step], dtype=torch.int64)))
+    head = mix64(
+        torch.tensor([_signed(base)], dtype=torch.int64)
+        ^ mix64(torch.tensor([step], dtype=torch.int64))
+    )
     per_prompt = mix64(mix64(head ^ prompt) ^ torch.tensor(occurrence, dtype=torch.int64))
     sample = torch.arange(group_size, dtype=torch.int64)
     return mix64(per_prompt.repeat_interleave(group_size) ^ sample.repeat(len(prompt_keys)))

@@ -53,8 +53,14 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     records = read_metrics(out_dir)
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
-    domains = sorted({k.split("/")[1] for r in evals for k in r
-                      if k.startswith("eval/") and k.split("/")[1] != "mean"})
+    domains = sorted(
+        {
+            k.split("/")[1]
+            for r in evals
+            for k in r
+            if k.startswith("eval/") and k.split("/")[1] != "mean"
+        }
+    )
     paths = []
 
     fig, ax = _axes()
@@ -70,26 +76,54 @@ def plot_run(out_dir: str | Path) -> list[Path]:
 
     fig, ax = _axes()
     prefix = "dataflex/mix/domain/"
-    names = sorted({k[len(prefix):-len("/actual")] for r in train for k in r
-                    if k.startswith(prefix) and k.endswith("/actual")})
+    names = sorted(
+        {
+            k[len(prefix) : -len("/actual")]
+            for r in train
+            for k in r
+            if k.startswith(prefix) and k.endswith("/actual")
+        }
+    )
     for i, d in enumerate(names):
         for key, style in (("target", "--"), ("actual", "-")):
             x, y = _series(train, f"{prefix}{d}/{key}")
             ax.plot(x, y, style, color=f"C{i}", label=f"{d} {key}")
-    ax.set(xlabel="step", ylabel="proportion", title="domain proportions: target vs actual",
-           ylim=(0, 1))
+    ax.set(
+        xlabel="step",
+        ylabel="proportion",
+        title="domain proportions: target vs actual",
+        ylim=(0, 1),
+    )
     ax.legend(fontsize=7, ncol=2)
     paths.append(_save(fig, out / "domains.png"))
 
-    paths.append(_lines(train, out / "kept.png", "kept fractions", [
-        ("dataflex/kept_response_fraction", "responses"),
-        ("dataflex/kept_group_fraction", "groups"),
-        ("dataflex/kept_token_fraction", "tokens"),
-        ("dataflex/zero_advantage_group_fraction", "zero-advantage groups")]))
-    paths.append(_lines(train, out / "weights.png", "response weights", [
-        ("dataflex/weight_mean", "mean"), ("dataflex/weight_std", "std"),
-        ("dataflex/weight_min", "min"), ("dataflex/weight_max", "max"),
-        ("dataflex/weight_ess_fraction", "ESS fraction")]))
+    paths.append(
+        _lines(
+            train,
+            out / "kept.png",
+            "kept fractions",
+            [
+                ("dataflex/kept_response_fraction", "responses"),
+                ("dataflex/kept_group_fraction", "groups"),
+                ("dataflex/kept_token_fraction", "tokens"),
+                ("dataflex/zero_advantage_group_fraction", "zero-advantage groups"),
+            ],
+        )
+    )
+    paths.append(
+        _lines(
+            train,
+            out / "weights.png",
+            "response weights",
+            [
+                ("dataflex/weight_mean", "mean"),
+                ("dataflex/weight_std", "std"),
+                ("dataflex/weight_min", "min"),
+                ("dataflex/weight_max", "max"),
+                ("dataflex/weight_ess_fraction", "ESS fraction"),
+            ],
+        )
+    )
     return paths
 
 
@@ -104,7 +138,8 @@ def _lines(records: list[dict], path: Path, title: str, keys: list[tuple[str, st
     if drawn:
         ax.legend(fontsize=7)
     else:
-        ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes
+        )
     ax.set(xlabel="step", title=title)
     return _save(fig, path)

@@ -63,12 +63,20 @@ def tiny_config(vocab_size: int, **overrides: Any):
 
     unknown = [k for k in overrides if k not in TINY_ARCH]
     if unknown:
-        raise ValueError(f"tiny_config: unknown architecture key(s) {unknown}; "
-                         f"valid: {', '.join(TINY_ARCH)}")
+        raise ValueError(
+            f"tiny_config: unknown architecture key(s) {unknown}; valid: {', '.join(TINY_ARCH)}"
+        )
     arch = {**TINY_ARCH, **overrides}
-    return LlamaConfig(vocab_size=vocab_size, pad_token_id=CharTokenizer.pad_id,
-                       bos_token_id=CharTokenizer.bos_id, eos_token_id=CharTokenizer.eos_id,
-                       attention_bias=False, mlp_bias=False, hidden_act="silu", **arch)
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        pad_token_id=CharTokenizer.pad_id,
+        bos_token_id=CharTokenizer.bos_id,
+        eos_token_id=CharTokenizer.eos_id,
+        attention_bias=False,
+        mlp_bias=False,
+        hidden_act="silu",
+        **arch,
+    )
 
 
 def build_tiny_policy(tokenizer: CharTokenizer, seed: int, **arch: Any) -> Policy:
@@ -113,14 +121,17 @@ def load_policy(spec: str | Path = TINY_NAME) -> Policy:
     if not path.is_dir():
         raise FileNotFoundError(
             f"policy {str(spec)!r}: no such directory. Use 'tiny', a checkpoint written by "
-            "'dataflex-rl bootstrap', or a local Hugging Face model directory")
+            "'dataflex-rl bootstrap', or a local Hugging Face model directory"
+        )
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"policy {str(spec)!r}: {path} has no config.json, so it is "
-                                "not a model directory")
+        raise FileNotFoundError(
+            f"policy {str(spec)!r}: {path} has no config.json, so it is not a model directory"
+        )
     dtype_kw = "dtype" if _accepts_dtype() else "torch_dtype"
     with _quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                     **{dtype_kw: torch.float32})
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, **{dtype_kw: torch.float32}
+        )
     model.eval()
     if (path / TOKENIZER_FILE).is_file():
         tokenizer: CharTokenizer | HFTokenizer = CharTokenizer.load(path)
@@ -186,9 +197,15 @@ def new_cache(model: torch.nn.Module) -> Any:
         return DynamicCache()
 
 
-def forward(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
-            position_ids: Tensor, cache: Any = None, use_cache: bool = False,
-            cache_arg: str = "past_key_values"):
+def forward(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    position_ids: Tensor,
+    cache: Any = None,
+    use_cache: bool = False,
+    cache_arg: str = "past_key_values",
+):
     """Call ``model`` with the right cache keyword; returns ``(logits, cache)``.
 
     Args:
@@ -196,8 +213,13 @@ def forward(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
         attention_mask: [N, P + L] 0/1, past and present tokens.
         position_ids: [N, L] int64.
     """
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=use_cache, **{cache_arg: cache})
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=use_cache,
+        **{cache_arg: cache},
+    )
     new_cache = getattr(out, "past_key_values", None)
     if new_cache is None:
         new_cache = getattr(out, "cache", None)

@@ -47,32 +47,51 @@ def default_out_dir(spec: Any, seed: int) -> Path:
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     """A plain-text table of training summaries: held-out accuracy per domain (greedy), mean
     greedy and sampled, their change from the start (the shared initial policy), wall time."""
-    domains = sorted({k.split("/")[1] for s in summaries for k in s["final_eval"]
-                      if k.endswith("/greedy") and "/mean/" not in k})
+    domains = sorted(
+        {
+            k.split("/")[1]
+            for s in summaries
+            for k in s["final_eval"]
+            if k.endswith("/greedy") and "/mean/" not in k
+        }
+    )
     head = ["strategy", *domains, "mean", "sampled", "Δ mean", "Δ sampled", "time"]
     rows = []
     for s in summaries:
         f, i = s["final_eval"], s["initial_eval"]
-        rows.append([s["strategy"], *(f"{f.get(f'eval/{d}/greedy', float('nan')):.3f}"
-                                      for d in domains),
-                     f"{f.get('eval/mean/greedy', float('nan')):.3f}",
-                     f"{f.get('eval/mean/sampled', float('nan')):.3f}",
-                     f"{f.get('eval/mean/greedy', 0) - i.get('eval/mean/greedy', 0):+.3f}",
-                     f"{f.get('eval/mean/sampled', 0) - i.get('eval/mean/sampled', 0):+.3f}",
-                     f"{s['wall_seconds']:.0f}s"])
+        rows.append(
+            [
+                s["strategy"],
+                *(f"{f.get(f'eval/{d}/greedy', float('nan')):.3f}" for d in domains),
+                f"{f.get('eval/mean/greedy', float('nan')):.3f}",
+                f"{f.get('eval/mean/sampled', float('nan')):.3f}",
+                f"{f.get('eval/mean/greedy', 0) - i.get('eval/mean/greedy', 0):+.3f}",
+                f"{f.get('eval/mean/sampled', 0) - i.get('eval/mean/sampled', 0):+.3f}",
+                f"{s['wall_seconds']:.0f}s",
+            ]
+        )
     widths = [max(len(str(r[c])) for r in [head, *rows]) for c in range(len(head))]
 
     def fmt(r: list) -> str:
-        return "  ".join(str(v).ljust(w) if c == 0 else str(v).rjust(w)
-                         for c, (v, w) in enumerate(zip(r, widths)))
+        return "  ".join(
+            str(v).ljust(w) if c == 0 else str(v).rjust(w)
+            for c, (v, w) in enumerate(zip(r, widths))
+        )
 
     return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
 
 
-def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
-                 steps: int | None = None, out_dir: str | Path | None = None,
-                 resume: bool = False, progress: bool | None = None,
-                 trainer: EmbeddedTrainer | None = None) -> dict[str, Any]:
+def run_training(
+    config: EngineConfig,
+    strategy: Any = None,
+    *,
+    seed: int | None = None,
+    steps: int | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    progress: bool | None = None,
+    trainer: EmbeddedTrainer | None = None,
+) -> dict[str, Any]:
     """Train, evaluate, checkpoint and plot one run.
 
     Args:
@@ -96,33 +115,41 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     check(EngineConfig, {"seed": seed, "steps": total}, "run_training")  # the config's ranges
     out = Path(out_dir or config.out or default_out_dir(spec, seed))
     if resume and not has_checkpoint(out):
-        warnings.warn(f"{out}: --resume found no checkpoint (the run stopped before its first "
-                      "one, or never started); starting from step 0", UserWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"{out}: --resume found no checkpoint (the run stopped before its first "
+            "one, or never started); starting from step 0",
+            UserWarning,
+            stacklevel=2,
+        )
         (out / METRICS_FILE).unlink(missing_ok=True)
         resume = False
     if not resume and (out / METRICS_FILE).exists():
-        raise ConfigError(f"{out}: a run already exists here; use --resume to continue it "
-                          "or choose another --out")
+        raise ConfigError(
+            f"{out}: a run already exists here; use --resume to continue it or choose another --out"
+        )
     out.mkdir(parents=True, exist_ok=True)
     t0, c0 = time.perf_counter(), time.process_time()
     plots = config.log.plots and plots_available(
-        "engine run plots", say=lambda m: warnings.warn(m, stacklevel=3))   # decided up front
-    writer = MetricsWriter(out, config.log.tensorboard)   # fails fast without tensorboard
+        "engine run plots", say=lambda m: warnings.warn(m, stacklevel=3)
+    )  # decided up front
+    writer = MetricsWriter(out, config.log.tensorboard)  # fails fast without tensorboard
     tr = trainer or EmbeddedTrainer(config, spec, seed=seed)
     if resume:
         tr.load_state_dict(load_checkpoint(out))
         if total < tr.step:
-            raise ConfigError(f"--steps {total}: below the checkpoint's step {tr.step} in {out}; "
-                              f"a run cannot go back (ask for {tr.step} or more steps, or start "
-                              "another --out)")
+            raise ConfigError(
+                f"--steps {total}: below the checkpoint's step {tr.step} in {out}; "
+                f"a run cannot go back (ask for {tr.step} or more steps, or start "
+                "another --out)"
+            )
         discard_after(out, tr.step)
         writer.truncate(tr.step)
     if config.decision_log.enabled:
         attach_decision_log(tr, config, out, resume)
-    atomic_write_json(out / "config.json", {**config.to_dict(),
-                                            "strategy": tr.strategy.spec.to_dict(),
-                                            "seed": seed, "steps": total})
+    atomic_write_json(
+        out / "config.json",
+        {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed, "steps": total},
+    )
     evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
     if not evals:
         evals.append(_evaluate(tr, writer))
@@ -134,21 +161,26 @@ def run_training(config: EngineConfig, strategy: Any = None, *, seed: int | None
     if latest_step(out) != tr.step:
         save_checkpoint(out, tr.state_dict())
     writer.close()
-    summary = {"strategy": strategy_label(spec), "spec": tr.strategy.spec.to_dict(),
-               "seed": seed, "steps": tr.step, "out_dir": str(out),
-               "parameter_sha256": tr.parameter_hash(),
-               "initial_eval": _strip(evals[0]), "final_eval": _strip(evals[-1]),
-               "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
-               "wall_seconds": time.perf_counter() - t0,
-               "cpu_seconds": time.process_time() - c0}
+    summary = {
+        "strategy": strategy_label(spec),
+        "spec": tr.strategy.spec.to_dict(),
+        "seed": seed,
+        "steps": tr.step,
+        "out_dir": str(out),
+        "parameter_sha256": tr.parameter_hash(),
+        "initial_eval": _strip(evals[0]),
+        "final_eval": _strip(evals[-1]),
+        "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
+        "wall_seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+    }
     atomic_write_json(out / SUMMARY_FILE, summary)
     if plots:
         plot_run(out)
     return summary
 
 
-def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path,
-                        resume: bool) -> None:
+def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path, resume: bool) -> None:
     """Give the trainer a `DecisionLog` under ``out / decision_log.dir``; on resume, drop
     the steps logged after the checkpoint."""
     from dataflex_rl.engine.trainer import derive_seed
@@ -156,11 +188,18 @@ def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path,
 
     c = config.decision_log
     tr.decision_log = DecisionLog.from_config(
-        c, out / c.dir, domains=tr.domains, strategy_spec=tr.strategy.spec.to_dict(),
-        host="engine", settings={"advantage_estimator": tr.strategy.advantage_estimator,
-                                 "norm_adv_by_std": tr.strategy.norm_adv_by_std,
-                                 "seed": tr.seed,
-                                 "prerollout_seed": derive_seed(tr.seed, "prerollout")})
+        c,
+        out / c.dir,
+        domains=tr.domains,
+        strategy_spec=tr.strategy.spec.to_dict(),
+        host="engine",
+        settings={
+            "advantage_estimator": tr.strategy.advantage_estimator,
+            "norm_adv_by_std": tr.strategy.norm_adv_by_std,
+            "seed": tr.seed,
+            "prerollout_seed": derive_seed(tr.seed, "prerollout"),
+        },
+    )
     if resume:
         tr.decision_log.truncate(tr.step)
 
@@ -177,16 +216,16 @@ def _evaluate(tr: EmbeddedTrainer, writer: MetricsWriter) -> dict:
     return {"kind": "eval", "step": tr.step, **metrics}
 
 
-def _loop(tr: EmbeddedTrainer, writer: MetricsWriter, total: int, evals: list, progress,
-          out: Path) -> list[float]:
+def _loop(
+    tr: EmbeddedTrainer, writer: MetricsWriter, total: int, evals: list, progress, out: Path
+) -> list[float]:
     cfg = tr.config
     show = cfg.log.progress if progress is None else progress
     bar = None
     if show and tr.step < total:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=tr.step, desc=f"train {tr.strategy.spec.name}",
-                   unit="step")
+        bar = tqdm(total=total, initial=tr.step, desc=f"train {tr.strategy.spec.name}", unit="step")
     times = []
     while tr.step < total:
         metrics = tr.train_step()
@@ -195,13 +234,15 @@ def _loop(tr: EmbeddedTrainer, writer: MetricsWriter, total: int, evals: list, p
         if cfg.eval.every and tr.step % cfg.eval.every == 0 and tr.step < total:
             evals.append(_evaluate(tr, writer))
         if cfg.log.checkpoint_every and tr.step % cfg.log.checkpoint_every == 0:
-            if tr.decision_log is not None:   # the log never lags a checkpoint
+            if tr.decision_log is not None:  # the log never lags a checkpoint
                 tr.decision_log.flush()
             save_checkpoint(out, tr.state_dict())
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(reward=f"{metrics.get('train/reward', 0.0):.2f}",
-                            acc=f"{evals[-1].get('eval/mean/greedy', 0.0):.2f}")
+            bar.set_postfix(
+                reward=f"{metrics.get('train/reward', 0.0):.2f}",
+                acc=f"{evals[-1].get('eval/mean/greedy', 0.0):.2f}",
+            )
     if bar is not None:
         bar.close()
     return times

@@ -27,8 +27,10 @@ class MetricsWriter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as e:
-                raise ConfigError("log.tensorboard: true needs the 'tensorboard' package "
-                                  f"(pip install tensorboard): {e}") from e
+                raise ConfigError(
+                    "log.tensorboard: true needs the 'tensorboard' package "
+                    f"(pip install tensorboard): {e}"
+                ) from e
             self.tb = SummaryWriter(str(out_dir / "tb"))
 
     def truncate(self, step: int) -> None:
@@ -40,8 +42,9 @@ class MetricsWriter:
         if not self.path.is_file():
             return
         records = parse_metrics(self.path, torn_tail_ok=True)
-        keep = [r for r in records
-                if r["step"] < step or (r["kind"] == "eval" and r["step"] <= step)]
+        keep = [
+            r for r in records if r["step"] < step or (r["kind"] == "eval" and r["step"] <= step)
+        ]
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
 
     def write(self, kind: str, step: int, metrics: dict[str, float]) -> None:
@@ -68,19 +71,22 @@ def parse_metrics(path: Path, *, torn_tail_ok: bool = False) -> list[dict[str, A
     Raises:
         ConfigError: a line that is not valid JSON (naming the file and line).
     """
-    lines = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
-             if line.strip()]
+    lines = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
     records = []
     for k, (i, line) in enumerate(lines):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as e:
             if torn_tail_ok and k == len(lines) - 1:
-                warnings.warn(f"{path}: line {i} was cut off (the run was killed while "
-                              "writing it); dropped", UserWarning, stacklevel=3)
+                warnings.warn(
+                    f"{path}: line {i} was cut off (the run was killed while writing it); dropped",
+                    UserWarning,
+                    stacklevel=3,
+                )
                 break
-            raise ConfigError(f"{path}: line {i} is not valid JSON ({e.msg}); the metrics "
-                              "file is corrupt") from e
+            raise ConfigError(
+                f"{path}: line {i} is not valid JSON ({e.msg}); the metrics file is corrupt"
+            ) from e
     return records
 
 

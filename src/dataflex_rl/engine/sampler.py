@@ -10,8 +10,8 @@ inputs give bit-identical responses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -76,8 +76,13 @@ def positions(mask: Tensor) -> Tensor:
     return (mask.long().cumsum(1) - 1).clamp(min=0)
 
 
-def _draw(logits: Tensor, temperature: float, generator: torch.Generator | None,
-          noise_keys: Tensor | None = None, position: int = 0) -> tuple[Tensor, Tensor]:
+def _draw(
+    logits: Tensor,
+    temperature: float,
+    generator: torch.Generator | None,
+    noise_keys: Tensor | None = None,
+    position: int = 0,
+) -> tuple[Tensor, Tensor]:
     """Sampled (or greedy) token [R] and its log-prob [R] under the sampling distribution.
 
     With ``noise_keys`` [R] the token is drawn by inverting the CDF at the keyed uniform of
@@ -96,10 +101,18 @@ def _draw(logits: Tensor, temperature: float, generator: torch.Generator | None,
 
 
 @torch.no_grad()
-def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], group_size: int,
-                  max_new_tokens: int, *, eos_id: int, pad_id: int, temperature: float = 1.0,
-                  generator: torch.Generator | None = None,
-                  noise_keys: Tensor | None = None) -> Rollout:
+def sample_groups(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    group_size: int,
+    max_new_tokens: int,
+    *,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    noise_keys: Tensor | None = None,
+) -> Rollout:
     """Sample ``group_size`` responses for every prompt.
 
     Args:
@@ -121,16 +134,25 @@ def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], grou
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError("sample_groups: group_size and max_new_tokens must be >= 1")
     if noise_keys is not None and noise_keys.shape != (len(prompts) * group_size,):
-        raise ValueError(f"sample_groups: noise_keys must have shape [{len(prompts) * group_size}]"
-                         f" (one per row), got {tuple(noise_keys.shape)}")
+        raise ValueError(
+            f"sample_groups: noise_keys must have shape [{len(prompts) * group_size}]"
+            f" (one per row), got {tuple(noise_keys.shape)}"
+        )
     was_training = model.training
     model.eval()
     cache_arg = cache_argument(model)
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)
     N, G = prompt_ids.shape[0], group_size
     pos = positions(prompt_mask)
-    logits, cache = forward(model, prompt_ids, prompt_mask.long(), pos, cache=new_cache(model),
-                            use_cache=True, cache_arg=cache_arg)
+    logits, cache = forward(
+        model,
+        prompt_ids,
+        prompt_mask.long(),
+        pos,
+        cache=new_cache(model),
+        use_cache=True,
+        cache_arg=cache_arg,
+    )
     # one prefill per prompt; the cache and the next-token logits are shared by its G samples
     cache.batch_repeat_interleave(G)
     last = logits[:, -1, :].repeat_interleave(G, 0)
@@ -149,12 +171,24 @@ def sample_groups(model: torch.nn.Module, prompts: Sequence[Sequence[int]], grou
         if bool(done.all()) or len(toks) == max_new_tokens:
             break
         attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype)], 1)
-        logits, cache = forward(model, tok[:, None], attn, next_pos[:, None], cache=cache,
-                                use_cache=True, cache_arg=cache_arg)
+        logits, cache = forward(
+            model,
+            tok[:, None],
+            attn,
+            next_pos[:, None],
+            cache=cache,
+            use_cache=True,
+            cache_arg=cache_arg,
+        )
         last = logits[:, -1, :]
         next_pos = next_pos + 1
     model.train(was_training)
-    return Rollout(prompt_ids=prompt_ids, prompt_mask=prompt_mask,
-                   response_ids=torch.stack(toks, 1), response_mask=torch.stack(valid, 1),
-                   old_log_probs=torch.stack(logps, 1).float(),
-                   prompt_index=torch.arange(N).repeat_interleave(G), finished=done)
+    return Rollout(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=torch.stack(toks, 1),
+        response_mask=torch.stack(valid, 1),
+        old_log_probs=torch.stack(logps, 1).float(),
+        prompt_index=torch.arange(N).repeat_interleave(G),
+        finished=done,
+    )

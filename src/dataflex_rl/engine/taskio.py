@@ -6,7 +6,8 @@ depends on five small functions rather than on the task classes.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -63,5 +64,7 @@ def warm_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
 def score(taskset, problems: Sequence, responses: Sequence[str]) -> Tensor:
     """[B] float rewards, ``taskset.verify(problem, response)`` forced to 0/1."""
     # the verifiers are Python; one call per response is unavoidable here
-    return torch.tensor([1.0 if float(taskset.verify(p, r)) >= 1.0 else 0.0
-                         for p, r in zip(problems, responses)], dtype=torch.float32)
+    return torch.tensor(
+        [1.0 if float(taskset.verify(p, r)) >= 1.0 else 0.0 for p, r in zip(problems, responses)],
+        dtype=torch.float32,
+    )

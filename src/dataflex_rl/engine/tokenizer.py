@@ -9,8 +9,8 @@ response as ``encode(answer) + [eos]``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 #: special tokens of `CharTokenizer`, in id order
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -39,7 +39,7 @@ class CharTokenizer:
         self._ids = {c: i + len(SPECIALS) for i, c in enumerate(chars)}
 
     @classmethod
-    def from_charset(cls, charset: Iterable[str]) -> "CharTokenizer":
+    def from_charset(cls, charset: Iterable[str]) -> CharTokenizer:
         """A tokenizer over the sorted union of ``charset`` (strings or characters)."""
         return cls(sorted(set("".join(charset))))
 
@@ -68,12 +68,17 @@ class CharTokenizer:
         """Write ``char_tokenizer.json`` into ``directory``; returns its path."""
         path = Path(directory) / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"type": "char", "specials": list(SPECIALS),
-                                    "chars": self.chars}, ensure_ascii=False, indent=1))
+        path.write_text(
+            json.dumps(
+                {"type": "char", "specials": list(SPECIALS), "chars": self.chars},
+                ensure_ascii=False,
+                indent=1,
+            )
+        )
         return path
 
     @classmethod
-    def load(cls, directory: str | Path) -> "CharTokenizer":
+    def load(cls, directory: str | Path) -> CharTokenizer:
         """Read what `save` wrote (a directory or the JSON file itself)."""
         path = Path(directory)
         if path.is_dir():

@@ -11,17 +11,24 @@ from __future__ import annotations
 import json
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
-from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME, Policy, build_tiny_policy, \
-    parameter_hash, save_policy
+from dataflex_rl.engine.policy import (
+    ASSETS_DIR,
+    TINY_NAME,
+    Policy,
+    build_tiny_policy,
+    parameter_hash,
+    save_policy,
+)
 from dataflex_rl.engine.tokenizer import CharTokenizer
 
 MANIFEST_FILE = "MANIFEST.json"
@@ -67,13 +74,20 @@ class BootstrapArgs:
 
 
 #: `BootstrapArgs` field -> engine ``tasks`` key, for the arguments that fix the task split
-TASK_SPLIT_KEYS = {"domains": "domains", "task_seed": "seed", "train_size": "train_size",
-                   "eval_size": "eval_size", "eval_seed": "eval_seed",
-                   "difficulty": "difficulty", "warm_size": "warm_size"}
+TASK_SPLIT_KEYS = {
+    "domains": "domains",
+    "task_seed": "seed",
+    "train_size": "train_size",
+    "eval_size": "eval_size",
+    "eval_seed": "eval_seed",
+    "difficulty": "difficulty",
+    "warm_size": "warm_size",
+}
 
 
-def encode_examples(tokenizer: CharTokenizer, prompts: list[str], answers: list[str]
-                    ) -> tuple[Tensor, Tensor, Tensor]:
+def encode_examples(
+    tokenizer: CharTokenizer, prompts: list[str], answers: list[str]
+) -> tuple[Tensor, Tensor, Tensor]:
     """Right-padded supervised examples ``[bos] prompt answer [eos]``.
 
     Returns:
@@ -115,11 +129,20 @@ def lr_at(step: int, total: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def warm_start(policy: Policy, prompts: list[str], answers: list[str], *, steps: int,
-               batch_size: int, lr: float, weight_decay: float, seed: int,
-               groups: list[int] | None = None,
-               callback: Callable[[int, float], None] | None = None,
-               schedule: Callable[[int], float] | None = None) -> list[float]:
+def warm_start(
+    policy: Policy,
+    prompts: list[str],
+    answers: list[str],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    groups: list[int] | None = None,
+    callback: Callable[[int, float], None] | None = None,
+    schedule: Callable[[int], float] | None = None,
+) -> list[float]:
     """Train ``policy`` in place on prompt -> answer pairs; returns the loss per step.
 
     Args:
@@ -155,8 +178,9 @@ def warm_start(policy: Policy, prompts: list[str], answers: list[str], *, steps:
     return losses
 
 
-def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
-              progress: bool = False) -> dict[str, Any]:
+def bootstrap(
+    out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *, progress: bool = False
+) -> dict[str, Any]:
     """Build the tiny policy, warm-start it on the task generators, save it with a MANIFEST.
 
     Args:
@@ -183,9 +207,15 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
     t0 = time.perf_counter()
     if args.difficulty is None:
         args = replace(args, difficulty=default_difficulty(args.domains))
-    taskset = build_tasks(args.domains, args.task_seed, train_size=args.train_size,
-                          eval_size=args.eval_size, eval_seed=args.eval_seed,
-                          difficulty=args.difficulty, warm_size=args.warm_size)
+    taskset = build_tasks(
+        args.domains,
+        args.task_seed,
+        train_size=args.train_size,
+        eval_size=args.eval_size,
+        eval_seed=args.eval_seed,
+        difficulty=args.difficulty,
+        warm_size=args.warm_size,
+    )
     tokenizer = CharTokenizer.from_charset(taskset_charset(taskset))
     policy = build_tiny_policy(tokenizer, args.seed)
     prompts, answers, groups = warm_pairs(taskset)
@@ -194,22 +224,34 @@ def bootstrap(out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *,
         from tqdm import tqdm
 
         bar = tqdm(total=args.steps, desc="bootstrap", unit="step")
-    warm_start(policy, prompts, answers, steps=args.steps, batch_size=args.batch_size,
-               lr=args.lr, weight_decay=args.weight_decay, seed=args.seed, groups=groups,
-               callback=(lambda s, l: (bar.update(1), bar.set_postfix(loss=f"{l:.3f}")))
-               if bar is not None else None)
+    warm_start(
+        policy,
+        prompts,
+        answers,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        groups=groups,
+        callback=(lambda _step, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.3f}")))
+        if bar is not None
+        else None,
+    )
     if bar is not None:
         bar.close()
     acc = evaluate(policy, taskset, samples=0)
     out = save_policy(policy, out_dir)
     manifest = {
         "parameter_sha256": parameter_hash(policy.model),
-        "bootstrap_args": {k: list(v) if isinstance(v, tuple) else v
-                           for k, v in asdict(args).items()},
+        "bootstrap_args": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in asdict(args).items()
+        },
         "tasks": taskset.summary(),
         "warm_examples": {d: groups.count(i) for i, d in enumerate(taskset.domains)},
-        "heldout_greedy_accuracy": {d: round(acc[f"eval/{metric_domain(d)}/greedy"], 4)
-                                    for d in args.domains},
+        "heldout_greedy_accuracy": {
+            d: round(acc[f"eval/{metric_domain(d)}/greedy"], 4) for d in args.domains
+        },
         "num_parameters": policy.num_parameters,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         # float reductions differ across SIMD widths: the hash reproduces only on the same

@@ -35,8 +35,7 @@ def iqm(scores: np.ndarray, axis: tuple[int, ...] | None = None) -> np.ndarray:
     return sps.trim_mean(x, 0.25, axis=-1)
 
 
-def stratified_resamples(scores: np.ndarray, rng: np.random.Generator, n_boot: int
-                         ) -> np.ndarray:
+def stratified_resamples(scores: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
     """[n_boot, R, T] resamples of the runs, drawn independently within each task column."""
     x = np.asarray(scores, dtype=np.float64)
     r, t = x.shape
@@ -94,9 +93,14 @@ def _ci(samples: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def aggregate(scores: dict[str, np.ndarray], baseline: str, taus: np.ndarray,
-              rng: np.random.Generator, n_boot: int = 2000, alpha: float = 0.05
-              ) -> list[MethodAggregate]:
+def aggregate(
+    scores: dict[str, np.ndarray],
+    baseline: str,
+    taus: np.ndarray,
+    rng: np.random.Generator,
+    n_boot: int = 2000,
+    alpha: float = 0.05,
+) -> list[MethodAggregate]:
     """IQM, probability of improvement over ``baseline`` and performance profile per method.
 
     Args:
@@ -118,8 +122,17 @@ def aggregate(scores: dict[str, np.ndarray], baseline: str, taus: np.ndarray,
             poi = float(probability_of_improvement(x, base))
             poi_ci = _ci(probability_of_improvement(b, base_boot), alpha)
         prof_b = performance_profile(b, taus)
-        out.append(MethodAggregate(
-            m, x.shape[0], x.shape[1], float(iqm(x)), _ci(iqm(b, axis=(1, 2)), alpha), poi,
-            poi_ci, performance_profile(x, taus),
-            np.quantile(prof_b, [alpha / 2, 1 - alpha / 2], axis=0)))
+        out.append(
+            MethodAggregate(
+                m,
+                x.shape[0],
+                x.shape[1],
+                float(iqm(x)),
+                _ci(iqm(b, axis=(1, 2)), alpha),
+                poi,
+                poi_ci,
+                performance_profile(x, taus),
+                np.quantile(prof_b, [alpha / 2, 1 - alpha / 2], axis=0),
+            )
+        )
     return out

@@ -36,8 +36,12 @@ import numpy as np
 from dataflex_rl.harness import power, stats
 from dataflex_rl.harness.results import Row, final_scores, seed_sort_key
 
-BETTER, WORSE, NO_DIFF, TOO_FEW = ("better", "worse", "no detectable difference",
-                                   "not enough paired seeds")
+BETTER, WORSE, NO_DIFF, TOO_FEW = (
+    "better",
+    "worse",
+    "no detectable difference",
+    "not enough paired seeds",
+)
 #: a control's required outcome -> the verdict it must get
 CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
 
@@ -171,20 +175,25 @@ def score_matrices(rows: list[Row]) -> tuple[list[str], list[str], Matrices, lis
     for (m, s, b), v in final.items():
         bench[b][mi[m], si[s]] = v
     out: dict[str, tuple[str, np.ndarray]] = {b: ("benchmark", x) for b, x in bench.items()}
-    by_domain = {d: np.mean([bench[b] for b in benchmarks if domain_of[b] == d], axis=0)
-                 for d in domains}
+    by_domain = {
+        d: np.mean([bench[b] for b in benchmarks if domain_of[b] == d], axis=0) for d in domains
+    }
     if 1 < len(domains) < len(benchmarks):  # only domains that group several benchmarks
         sizes = {d: sum(domain_of[b] == d for b in benchmarks) for d in domains}
-        out.update({d: ("domain", x) for d, x in by_domain.items()
-                    if sizes[d] > 1 and d not in out})
+        out.update(
+            {d: ("domain", x) for d, x in by_domain.items() if sizes[d] > 1 and d not in out}
+        )
     parts = list(by_domain.values()) if len(domains) > 1 else list(bench.values())
     average = np.mean(parts, axis=0)  # NaN for a run that lacks any benchmark
     out["average"] = ("average", average)
-    notes = [f"average: mean over {len(domains)} domains ({', '.join(domains)}), each weighing "
-             "the same" if len(domains) > 1 else f"average: mean over {len(benchmarks)} "
-             "benchmark(s)"]
-    lacking = int(np.sum(np.isnan(average) & ~np.all([np.isnan(x) for x in bench.values()],
-                                                       axis=0)))
+    notes = [
+        f"average: mean over {len(domains)} domains ({', '.join(domains)}), each weighing the same"
+        if len(domains) > 1
+        else f"average: mean over {len(benchmarks)} benchmark(s)"
+    ]
+    lacking = int(
+        np.sum(np.isnan(average) & ~np.all([np.isnan(x) for x in bench.values()], axis=0))
+    )
     if lacking:
         notes.append(f"{lacking} run(s) lack some benchmark and are left out of the average.")
     return methods, seeds, out, notes
@@ -192,8 +201,9 @@ def score_matrices(rows: list[Row]) -> tuple[list[str], list[str], Matrices, lis
 
 def _rng(options: StatsOptions, summary: str, method: str) -> np.random.Generator:
     """A generator per (summary, method): results do not depend on which others are compared."""
-    return np.random.default_rng([options.seed, zlib.crc32(summary.encode()),
-                                  zlib.crc32(method.encode())])
+    return np.random.default_rng(
+        [options.seed, zlib.crc32(summary.encode()), zlib.crc32(method.encode())]
+    )
 
 
 def _method_stats(method: str, x: np.ndarray, alpha: float) -> MethodStats:
@@ -210,8 +220,9 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def _compare(summary: str, method: str, x: np.ndarray, base: np.ndarray,
-             options: StatsOptions) -> tuple[Comparison, np.ndarray | None]:
+def _compare(
+    summary: str, method: str, x: np.ndarray, base: np.ndarray, options: StatsOptions
+) -> tuple[Comparison, np.ndarray | None]:
     paired = np.isfinite(x) & np.isfinite(base)
     d = x[paired] - base[paired]
     c = Comparison(method, int(d.size))
@@ -232,8 +243,9 @@ def _interval(means: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _family(name: str, labels: list[str], rows: np.ndarray, base: np.ndarray,
-            options: StatsOptions) -> list[Comparison]:
+def _family(
+    name: str, labels: list[str], rows: np.ndarray, base: np.ndarray, options: StatsOptions
+) -> list[Comparison]:
     """Paired comparisons of ``labels`` ([K, S] ``rows``) against ``base`` [S], one Holm
     family: p-values, corrected intervals, verdicts and simulated MDEs."""
     comps, boots = [], []
@@ -248,8 +260,9 @@ def _family(name: str, labels: list[str], rows: np.ndarray, base: np.ndarray,
         c.p_holm, c.level = float(p_adj), float(lev)
         c.ci = _interval(means, options.alpha)
         c.corrected_ci = _interval(means, c.level)
-        c.mde = power.simulated_mde(c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha,
-                                    power=options.power)
+        c.mde = power.simulated_mde(
+            c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha, power=options.power
+        )
         c.verdict = NO_DIFF
         if c.p_holm <= options.alpha and c.corrected_ci[0] > 0:
             c.verdict = BETTER
@@ -258,9 +271,15 @@ def _family(name: str, labels: list[str], rows: np.ndarray, base: np.ndarray,
     return comps
 
 
-def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray,
-                    baseline: str, options: StatsOptions,
-                    controls: Mapping[str, str] | None = None) -> SummaryResult:
+def analyze_summary(
+    name: str,
+    kind: str,
+    methods: list[str],
+    matrix: np.ndarray,
+    baseline: str,
+    options: StatsOptions,
+    controls: Mapping[str, str] | None = None,
+) -> SummaryResult:
     """Means, paired comparisons against ``baseline``, Holm over the other methods.
 
     Args:
@@ -284,23 +303,35 @@ def analyze_summary(name: str, kind: str, methods: list[str], matrix: np.ndarray
     ctrl_comps = [_family(name, [methods[i]], matrix[[i]], matrix[b], options)[0] for i in ctrl]
     for c in ctrl_comps:
         c.control = controls[c.method]
-    return SummaryResult(name, kind, [stats_of[i] for i in range(len(methods)) if i not in ctrl],
-                         comps, [stats_of[i] for i in ctrl], ctrl_comps)
+    return SummaryResult(
+        name,
+        kind,
+        [stats_of[i] for i in range(len(methods)) if i not in ctrl],
+        comps,
+        [stats_of[i] for i in ctrl],
+        ctrl_comps,
+    )
 
 
 def _check_controls(controls: Mapping[str, str], methods: list[str], baseline: str) -> None:
     for label, kind in controls.items():
         if kind not in CONTROL_KINDS:
-            raise ValueError(f"control {label!r}: required outcome {kind!r}, expected one of "
-                             f"{', '.join(CONTROL_KINDS)}")
+            raise ValueError(
+                f"control {label!r}: required outcome {kind!r}, expected one of "
+                f"{', '.join(CONTROL_KINDS)}"
+            )
         if label == baseline:
             raise ValueError(f"control {label!r} is the baseline")
         if label not in methods:
             raise ValueError(f"control {label!r} has no results; methods: {', '.join(methods)}")
 
 
-def analyze(rows: list[Row], baseline: str, options: StatsOptions | None = None,
-            controls: Mapping[str, str] | None = None) -> Analysis:
+def analyze(
+    rows: list[Row],
+    baseline: str,
+    options: StatsOptions | None = None,
+    controls: Mapping[str, str] | None = None,
+) -> Analysis:
     """The full comparison of every method against ``baseline`` under every summary.
 
     Args:
@@ -327,8 +358,7 @@ def analyze(rows: list[Row], baseline: str, options: StatsOptions | None = None,
     first_seen = list(dict.fromkeys(r.method for r in rows))
     perm = [first_seen.index(m) for m in methods]
     for name, (kind, x) in matrices.items():
-        summaries.append(analyze_summary(name, kind, methods, x[perm], baseline, options,
-                                         controls))
+        summaries.append(analyze_summary(name, kind, methods, x[perm], baseline, options, controls))
     methods = [m for m in methods if m not in controls]
     means = np.array([[s.mean_of(m) for m in methods] for s in summaries])
     k = len(summaries)

@@ -31,8 +31,9 @@ or ``dataflex-rl compare EXP --control aa --control drop_half``. See docs/contro
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
@@ -46,8 +47,12 @@ SAME, WORSE = "same", "worse"
 class AAParams:
     """Parameters of the A/A control."""
 
-    noise_stream: int | None = param(None, "the arm's sampling-noise stream (default: the "
-                                           "experiment's stream + 1); must differ from it", ge=0)
+    noise_stream: int | None = param(
+        None,
+        "the arm's sampling-noise stream (default: the "
+        "experiment's stream + 1); must differ from it",
+        ge=0,
+    )
 
 
 @dataclass
@@ -59,8 +64,9 @@ class NoParams:
 class DropParams:
     """Parameters of the drop_half control (the selector ``random_groups``)."""
 
-    fraction: float = param(0.5, "probability that an informative group is dropped each step",
-                            gt=0.0, le=1.0)
+    fraction: float = param(
+        0.5, "probability that an informative group is dropped each step", gt=0.0, le=1.0
+    )
     salt: int = param(0, "salt of the hash that draws the dropped groups", ge=0)
 
 
@@ -83,8 +89,10 @@ class ControlKind:
 def _aa(spec: dict, engine: EngineConfig, p: AAParams, where: str) -> tuple[dict, dict]:
     stream = engine.noise_stream + 1 if p.noise_stream is None else p.noise_stream
     if stream == engine.noise_stream:
-        raise ConfigError(f"{where}.noise_stream: must differ from the experiment's stream "
-                          f"({engine.noise_stream}), or the arm repeats the baseline exactly")
+        raise ConfigError(
+            f"{where}.noise_stream: must differ from the experiment's stream "
+            f"({engine.noise_stream}), or the arm repeats the baseline exactly"
+        )
     return spec, {"noise_stream": stream}
 
 
@@ -94,34 +102,63 @@ def _no_update(spec: dict, engine: EngineConfig, p: NoParams, where: str) -> tup
 
 def _half_lr(spec: dict, engine: EngineConfig, p: NoParams, where: str) -> tuple[dict, dict]:
     if engine.optim.lr == 0:
-        raise ConfigError(f"{where}: the experiment's learning rate is 0; half of it is no "
-                          "harm")
+        raise ConfigError(f"{where}: the experiment's learning rate is 0; half of it is no harm")
     return spec, {"optim": {"lr": engine.optim.lr / 2}}
 
 
-def _drop_half(spec: dict, engine: EngineConfig, p: DropParams, where: str
-               ) -> tuple[dict, dict]:
+def _drop_half(spec: dict, engine: EngineConfig, p: DropParams, where: str) -> tuple[dict, dict]:
     if "select" in spec:
-        raise ConfigError(f"{where}: the baseline already has a 'select' mechanism; the "
-                          "control adds one (random_groups), and a strategy has one select")
-    select = {"scorer": "reward",
-              "actuator": {"name": "random_groups", "fraction": p.fraction, "salt": p.salt},
-              "recompute_advantages": False, "renormalize": False}
+        raise ConfigError(
+            f"{where}: the baseline already has a 'select' mechanism; the "
+            "control adds one (random_groups), and a strategy has one select"
+        )
+    select = {
+        "scorer": "reward",
+        "actuator": {"name": "random_groups", "fraction": p.fraction, "salt": p.salt},
+        "recompute_advantages": False,
+        "renormalize": False,
+    }
     return {**spec, "select": select}, {}
 
 
-KINDS: dict[str, ControlKind] = {k.name: k for k in (
-    ControlKind("aa", "aa_control", SAME,
-                "the baseline under an independent sampling-noise stream (A/A)", AAParams, _aa),
-    ControlKind("no_update", "no_update_control", WORSE,
-                "the baseline with learning rate 0: the policy never moves", NoParams,
-                _no_update),
-    ControlKind("half_lr", "half_lr_control", WORSE,
-                "the baseline at half the experiment's learning rate", NoParams, _half_lr),
-    ControlKind("drop_half", "drop_half_control", WORSE,
-                "the baseline with a hashed random half of the informative groups dropped "
-                "every step (selector random_groups)", DropParams, _drop_half),
-)}
+KINDS: dict[str, ControlKind] = {
+    k.name: k
+    for k in (
+        ControlKind(
+            "aa",
+            "aa_control",
+            SAME,
+            "the baseline under an independent sampling-noise stream (A/A)",
+            AAParams,
+            _aa,
+        ),
+        ControlKind(
+            "no_update",
+            "no_update_control",
+            WORSE,
+            "the baseline with learning rate 0: the policy never moves",
+            NoParams,
+            _no_update,
+        ),
+        ControlKind(
+            "half_lr",
+            "half_lr_control",
+            WORSE,
+            "the baseline at half the experiment's learning rate",
+            NoParams,
+            _half_lr,
+        ),
+        ControlKind(
+            "drop_half",
+            "drop_half_control",
+            WORSE,
+            "the baseline with a hashed random half of the informative groups dropped "
+            "every step (selector random_groups)",
+            DropParams,
+            _drop_half,
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -143,29 +180,36 @@ class Control:
     def outcome(self) -> str:
         return self.kind.outcome
 
-    def arm(self, baseline: StrategySpec, engine: EngineConfig, where: str
-            ) -> tuple[StrategySpec, dict]:
+    def arm(
+        self, baseline: StrategySpec, engine: EngineConfig, where: str
+    ) -> tuple[StrategySpec, dict]:
         """The arm's strategy spec (named by the label) and its engine overrides."""
         kind = self.kind
         params = from_dict(kind.params, self.params, where)
         spec = {k: v for k, v in baseline.to_dict().items() if k != "name"}
         spec, overrides = kind.build(copy.deepcopy(spec), engine, params, where)
-        spec = {**spec, "name": self.label,
-                "description": f"control '{self.name}' (must be {self.outcome}): {kind.summary}"}
+        spec = {
+            **spec,
+            "name": self.label,
+            "description": f"control '{self.name}' (must be {self.outcome}): {kind.summary}",
+        }
         return parse_strategy(spec, where), overrides
 
 
 def _one(name: Any, params: Any, where: str) -> Control:
     if not isinstance(name, str) or name not in KINDS:
-        raise ConfigError(f"{where}: unknown control {name!r}.{suggest(str(name), list(KINDS))} "
-                          f"Controls: {', '.join(KINDS)}")
+        raise ConfigError(
+            f"{where}: unknown control {name!r}.{suggest(str(name), list(KINDS))} "
+            f"Controls: {', '.join(KINDS)}"
+        )
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise ConfigError(f"{where}.{name}: expected a mapping of parameters, got "
-                          f"{type(params).__name__}")
+        raise ConfigError(
+            f"{where}.{name}: expected a mapping of parameters, got {type(params).__name__}"
+        )
     kind = KINDS[name]
-    checked = from_dict(kind.params, params, f"{where}.{name}")   # names the key
+    checked = from_dict(kind.params, params, f"{where}.{name}")  # names the key
     valid = {f.name for f in fields(kind.params)}
     return Control(name, {k: v for k, v in asdict(checked).items() if k in valid and k in params})
 
@@ -185,16 +229,20 @@ def parse_controls(value: Any, where: str = "controls") -> tuple[Control, ...]:
         for i, v in enumerate(value):
             if isinstance(v, dict):
                 if len(v) != 1:
-                    raise ConfigError(f"{where}[{i}]: a control with parameters is a mapping "
-                                      f"with one key, {{name: {{param: value}}}}, got {v!r}")
-                (k, p), = v.items()
+                    raise ConfigError(
+                        f"{where}[{i}]: a control with parameters is a mapping "
+                        f"with one key, {{name: {{param: value}}}}, got {v!r}"
+                    )
+                ((k, p),) = v.items()
                 items.append((k, p, f"{where}[{i}]"))
             else:
                 items.append((v, None, f"{where}[{i}]"))
     else:
-        raise ConfigError(f"{where}: expected a list of control names or a mapping name -> "
-                          f"parameters, got {type(value).__name__}. Controls: "
-                          f"{', '.join(KINDS)}")
+        raise ConfigError(
+            f"{where}: expected a list of control names or a mapping name -> "
+            f"parameters, got {type(value).__name__}. Controls: "
+            f"{', '.join(KINDS)}"
+        )
     out: list[Control] = []
     for name, params, at in items:
         control = _one(name, params, at)
@@ -208,6 +256,5 @@ def merge_overrides(base: dict, overrides: dict) -> dict:
     """``base`` with ``overrides`` merged in, nested mappings key by key (copies)."""
     out = copy.deepcopy(base)
     for k, v in overrides.items():
-        out[k] = merge_overrides(out.get(k) or {}, v) if isinstance(v, dict) else \
-            copy.deepcopy(v)
+        out[k] = merge_overrides(out.get(k) or {}, v) if isinstance(v, dict) else copy.deepcopy(v)
     return out

@@ -34,10 +34,16 @@ from dataflex_rl.harness.analysis import StatsOptions
 from dataflex_rl.harness.controls import Control, merge_overrides, parse_controls
 
 #: engine keys the experiment owns elsewhere: key -> where to set it
-OWNED = {"strategy": "strategies", "strategies": "strategies", "seed": "seeds",
-         "steps": "budget.steps", "out": "--out", "eval": "evaluation",
-         "grpo.prompts_per_step": "budget.prompts_per_step",
-         "grpo.group_size": "budget.samples_per_prompt"}
+OWNED = {
+    "strategy": "strategies",
+    "strategies": "strategies",
+    "seed": "seeds",
+    "steps": "budget.steps",
+    "out": "--out",
+    "eval": "evaluation",
+    "grpo.prompts_per_step": "budget.prompts_per_step",
+    "grpo.group_size": "budget.samples_per_prompt",
+}
 
 
 @dataclass
@@ -53,14 +59,22 @@ class Budget(Checked):
 class Evaluation(Checked):
     """Held-out evaluation of every run (the same problems for every strategy and seed)."""
 
-    metric: str = param("greedy", "accuracy compared: greedy (temperature 0) or sampled "
-                                  "(mean over 'samples' responses at temperature 1)",
-                        choices=("greedy", "sampled"))
-    every: int = param(25, "evaluate every N steps, and at the start and the end (0: start and "
-                           "end only); each checkpoint is a row of results.csv", ge=0)
+    metric: str = param(
+        "greedy",
+        "accuracy compared: greedy (temperature 0) or sampled "
+        "(mean over 'samples' responses at temperature 1)",
+        choices=("greedy", "sampled"),
+    )
+    every: int = param(
+        25,
+        "evaluate every N steps, and at the start and the end (0: start and "
+        "end only); each checkpoint is a row of results.csv",
+        ge=0,
+    )
     per_domain: int = param(200, "held-out problems per domain", ge=1)
-    samples: int = param(0, "sampled responses per problem for the sampled accuracy (0: greedy "
-                            "only, faster)", ge=0)
+    samples: int = param(
+        0, "sampled responses per problem for the sampled accuracy (0: greedy only, faster)", ge=0
+    )
 
 
 @dataclass
@@ -123,8 +137,9 @@ class Experiment:
 
     def stats_options(self) -> StatsOptions:
         s = self.statistics
-        return StatsOptions(alpha=s.alpha, power=s.power, n_boot=s.n_boot, n_perm=s.n_perm,
-                            seed=s.seed)
+        return StatsOptions(
+            alpha=s.alpha, power=s.power, n_boot=s.n_boot, n_perm=s.n_perm, seed=s.seed
+        )
 
     def engine_config(self, overrides: dict | None = None) -> EngineConfig:
         """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
@@ -132,8 +147,9 @@ class Experiment:
         data = merge_overrides(self.engine, overrides or {})
         b, e = self.budget, self.evaluation
         data["steps"] = b.steps
-        data.setdefault("grpo", {}).update(prompts_per_step=b.prompts_per_step,
-                                           group_size=b.samples_per_prompt)
+        data.setdefault("grpo", {}).update(
+            prompts_per_step=b.prompts_per_step, group_size=b.samples_per_prompt
+        )
         data["eval"] = {"every": e.every, "per_domain": e.per_domain, "samples": e.samples}
         log = data.setdefault("log", {})
         log.setdefault("progress", False)
@@ -148,21 +164,27 @@ class ExperimentFile(Checked):
     name: str = param(doc="experiment name; names the output folder (no '/')")
     strategies: list[str | dict] = param(
         doc="preset names, strategy YAML paths (relative to the file) or {label, strategy}",
-        expect="a non-empty list of preset names, YAML paths or {label, strategy}")
-    seeds: int | list[int] = param(doc="a count n (seeds 0..n-1) or a list of distinct seeds",
-                                   ge=0)
+        expect="a non-empty list of preset names, YAML paths or {label, strategy}",
+    )
+    seeds: int | list[int] = param(doc="a count n (seeds 0..n-1) or a list of distinct seeds", ge=0)
     description: str = param("", "one line on what is compared")
-    baseline: str | None = param(None, "label the others are compared with (default "
-                                       "'baseline' if present, else the first)")
-    engine: dict | None = param(None, "EngineConfig keys (policy, threads, tasks, optim, grpo, "
-                                      "log) except steps, seed, strategy and eval, which the "
-                                      "experiment sets")
+    baseline: str | None = param(
+        None, "label the others are compared with (default 'baseline' if present, else the first)"
+    )
+    engine: dict | None = param(
+        None,
+        "EngineConfig keys (policy, threads, tasks, optim, grpo, "
+        "log) except steps, seed, strategy and eval, which the "
+        "experiment sets",
+    )
     budget: Budget = param(Budget(), "training budget of every run")
     evaluation: Evaluation = param(Evaluation(), "held-out evaluation of every run")
     statistics: Statistics = param(Statistics(), "options of the paired statistics")
     controls: list | dict | None = param(
-        None, "control arms: aa, no_update, half_lr, drop_half (docs/controls.md)",
-        expect="a list of control names or a mapping name -> parameters")
+        None,
+        "control arms: aa, no_update, half_lr, drop_half (docs/controls.md)",
+        expect="a list of control names or a mapping name -> parameters",
+    )
 
 
 TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentFile))
@@ -172,18 +194,27 @@ def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
     if isinstance(value, dict) and "label" in value:
         extra = [k for k in value if k not in ("label", "strategy")]
         if extra:
-            raise ConfigError(f"{where}.{extra[0]}: unknown key. A strategy entry is a preset "
-                              "name, a YAML path, or a mapping with 'label' and 'strategy'")
+            raise ConfigError(
+                f"{where}.{extra[0]}: unknown key. A strategy entry is a preset "
+                "name, a YAML path, or a mapping with 'label' and 'strategy'"
+            )
         label, source = value["label"], value.get("strategy", value["label"])
         if not isinstance(label, str) or not label:
             raise ConfigError(f"{where}.label: expected a non-empty str")
     elif isinstance(value, str):
         label, source = (Path(value).stem if value.endswith((".yaml", ".yml")) else value), value
     else:
-        raise ConfigError(f"{where}: expected a preset name, a strategy YAML path or a mapping "
-                          f"{{label, strategy}}, got {type(value).__name__}")
-    if isinstance(source, str) and source.endswith((".yaml", ".yml")) and base is not None \
-            and not Path(source).is_absolute() and (base / source).is_file():
+        raise ConfigError(
+            f"{where}: expected a preset name, a strategy YAML path or a mapping "
+            f"{{label, strategy}}, got {type(value).__name__}"
+        )
+    if (
+        isinstance(source, str)
+        and source.endswith((".yaml", ".yml"))
+        and base is not None
+        and not Path(source).is_absolute()
+        and (base / source).is_file()
+    ):
         source = str(base / source)
     return StrategyEntry(label, parse_strategy(source, where))
 
@@ -193,13 +224,18 @@ def _seeds(value: Any, where: str) -> tuple[int, ...]:
         if value < 1:
             raise ConfigError(f"{where}: a seed count must be >= 1, got {value}")
         return tuple(range(value))
-    if isinstance(value, list) and value and all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    ):
         if len(set(value)) != len(value):
             raise ConfigError(f"{where}: seeds repeat: {value}")
         return tuple(value)
-    raise ConfigError(f"{where}: expected a count (int >= 1) or a non-empty list of distinct "
-                      f"ints >= 0, got {value!r}")
+    raise ConfigError(
+        f"{where}: expected a count (int >= 1) or a non-empty list of distinct "
+        f"ints >= 0, got {value!r}"
+    )
 
 
 def _check_engine(engine: Any, where: str) -> dict:
@@ -209,15 +245,21 @@ def _check_engine(engine: Any, where: str) -> dict:
         raise ConfigError(f"{where}: expected a mapping, got {type(engine).__name__}")
     for key, home in OWNED.items():
         head, _, tail = key.partition(".")
-        if head in engine and (not tail or (isinstance(engine[head], dict)
-                                            and tail in engine[head])):
-            raise ConfigError(f"{where}.{key}: set by the experiment, not the engine section; "
-                              f"use {home}")
+        if head in engine and (
+            not tail or (isinstance(engine[head], dict) and tail in engine[head])
+        ):
+            raise ConfigError(
+                f"{where}.{key}: set by the experiment, not the engine section; use {home}"
+            )
     return copy.deepcopy(engine)
 
 
-def parse_experiment(data: Any, where: str = "experiment", base: Path | None = None,
-                     controls: tuple[str, ...] | list[str] = ()) -> Experiment:
+def parse_experiment(
+    data: Any,
+    where: str = "experiment",
+    base: Path | None = None,
+    controls: tuple[str, ...] | list[str] = (),
+) -> Experiment:
     """Validate an experiment mapping.
 
     Args:
@@ -231,8 +273,9 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
         ConfigError: naming the key.
     """
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: the top level must be a mapping with keys "
-                          f"{', '.join(TOP_KEYS)}")
+        raise ConfigError(
+            f"{where}: the top level must be a mapping with keys {', '.join(TOP_KEYS)}"
+        )
     top = validate(ExperimentFile, data, where)
     name, description = top.name, top.description
     if not name or "/" in name:
@@ -240,30 +283,49 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     raw = top.strategies
     if not raw:
         raise ConfigError(f"{where}.strategies: expected a non-empty list")
-    entries = tuple(_strategy_entry(v, f"{where}.strategies[{i}]", base)
-                    for i, v in enumerate(raw))
+    entries = tuple(_strategy_entry(v, f"{where}.strategies[{i}]", base) for i, v in enumerate(raw))
     labels = [e.label for e in entries]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
-        raise ConfigError(f"{where}.strategies: labels repeat: {', '.join(dupes)} (give "
-                          "{label, strategy} entries to tell them apart)")
+        raise ConfigError(
+            f"{where}.strategies: labels repeat: {', '.join(dupes)} (give "
+            "{label, strategy} entries to tell them apart)"
+        )
     bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
     if bad:
         raise ConfigError(f"{where}.strategies: label {bad[0]!r} cannot name a folder")
-    baseline = top.baseline if top.baseline is not None else (
-        "baseline" if "baseline" in labels else labels[0])
+    baseline = (
+        top.baseline
+        if top.baseline is not None
+        else ("baseline" if "baseline" in labels else labels[0])
+    )
     if baseline not in labels:
-        raise ConfigError(f"{where}.baseline: {baseline!r} is not one of the strategies."
-                          f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}")
+        raise ConfigError(
+            f"{where}.baseline: {baseline!r} is not one of the strategies."
+            f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}"
+        )
     engine = _check_engine(top.engine, f"{where}.engine")
     policy = engine.get("policy")
-    if isinstance(policy, str) and base is not None and policy != "tiny" \
-            and not Path(policy).is_absolute() and (base / policy).exists():
+    if (
+        isinstance(policy, str)
+        and base is not None
+        and policy != "tiny"
+        and not Path(policy).is_absolute()
+        and (base / policy).exists()
+    ):
         engine["policy"] = str(base / policy)
     exp = Experiment(
-        name=name, description=description, strategies=entries, baseline=baseline,
-        seeds=_seeds(top.seeds, f"{where}.seeds"), engine=engine, budget=top.budget,
-        evaluation=top.evaluation, statistics=top.statistics, path=where)
+        name=name,
+        description=description,
+        strategies=entries,
+        baseline=baseline,
+        seeds=_seeds(top.seeds, f"{where}.seeds"),
+        engine=engine,
+        budget=top.budget,
+        evaluation=top.evaluation,
+        statistics=top.statistics,
+        path=where,
+    )
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(f"{where}.evaluation.samples: metric 'sampled' needs samples >= 1")
     exp.engine_config()  # validates the engine section now, not in a worker
@@ -284,20 +346,24 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
     for c in parsed:
         at = f"{where}.controls.{c.name}"
         if c.label in exp.labels:
-            raise ConfigError(f"{at}: its arm's label {c.label!r} is already a strategy label; "
-                              "rename that strategy")
+            raise ConfigError(
+                f"{at}: its arm's label {c.label!r} is already a strategy label; "
+                "rename that strategy"
+            )
         spec, overrides = c.arm(base.spec, engine, at)
         arms.append(StrategyEntry(c.label, spec, overrides, c.name))
-    exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms),
-                              controls=tuple(parsed))
+    exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms), controls=tuple(parsed))
     for arm in arms:  # validates each arm's engine settings now, not in a worker
         exp.engine_config(arm.engine)
     return exp
 
 
-def load_experiment(path: str | Path, controls: tuple[str, ...] | list[str] = (),
-                    seeds: int | None = None, dotted: tuple[str, ...] | list[str] = ()
-                    ) -> Experiment:
+def load_experiment(
+    path: str | Path,
+    controls: tuple[str, ...] | list[str] = (),
+    seeds: int | None = None,
+    dotted: tuple[str, ...] | list[str] = (),
+) -> Experiment:
     """Read and validate an experiment YAML file.
 
     Args:

@@ -45,14 +45,25 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     for ax, s in zip(axes[0], summaries):
         mde = family_mde(a, s)
         if math.isfinite(mde):
-            ax.axvspan(-mde * fmt.scale, mde * fmt.scale, color="0.9", zorder=0,
-                       label=f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)")
+            ax.axvspan(
+                -mde * fmt.scale,
+                mde * fmt.scale,
+                color="0.9",
+                zorder=0,
+                label=f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)",
+            )
         ax.axvline(0, color="0.4", lw=0.8)
         for yi, c in zip(y, s.comparisons):
             color = COLORS.get(c.verdict, "0.3")
             if math.isfinite(c.corrected_ci[0]):
-                ax.plot(np.array(c.corrected_ci) * fmt.scale, [yi, yi], color=color, lw=3,
-                        alpha=0.5, solid_capstyle="butt")
+                ax.plot(
+                    np.array(c.corrected_ci) * fmt.scale,
+                    [yi, yi],
+                    color=color,
+                    lw=3,
+                    alpha=0.5,
+                    solid_capstyle="butt",
+                )
                 ax.plot(np.array(c.ci) * fmt.scale, [yi, yi], color=color, lw=1)
             if math.isfinite(c.delta):
                 ax.plot([c.delta * fmt.scale], [yi], "o", color=color, ms=4)
@@ -65,8 +76,7 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     return _save(fig, path)
 
 
-def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: Fmt
-                    ) -> Path | None:
+def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: Fmt) -> Path | None:
     """Mean score over seeds per method, one panel per benchmark plus the average; shaded ± SE.
 
     Returns None when the rows carry no steps (final scores only).
@@ -93,10 +103,13 @@ def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: 
                 continue
             vals = [np.array(list(cells[(panel, m, st)].values())) for st in steps]
             mean = np.array([v.mean() for v in vals]) * fmt.scale
-            se = np.array([v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else 0.0
-                           for v in vals]) * fmt.scale
-            line, = ax.plot(steps, mean, lw=1.2, label=m, color=f"C{k % 10}",
-                            ls=("-", "--", ":")[k // 10 % 3])
+            se = (
+                np.array([v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else 0.0 for v in vals])
+                * fmt.scale
+            )
+            (line,) = ax.plot(
+                steps, mean, lw=1.2, label=m, color=f"C{k % 10}", ls=("-", "--", ":")[k // 10 % 3]
+            )
             ax.fill_between(steps, mean - se, mean + se, color=line.get_color(), alpha=0.12)
         ax.set_title(panel)
         ax.set_xlabel("step")
@@ -121,22 +134,27 @@ def proportion_traces(rows: list[dict], path: str | Path) -> Path | None:
                 by_step = defaultdict(list)
                 for r in sel:
                     by_step[r["step"]].append(r[col])
-                ys = [np.nanmean(by_step[s]) if np.isfinite(by_step[s]).any() else np.nan
-                      for s in steps]
-                ax.plot(steps, ys, style, color=f"C{k}", lw=1.2,
-                        label=d if col == "target" else None)
+                ys = [
+                    np.nanmean(by_step[s]) if np.isfinite(by_step[s]).any() else np.nan
+                    for s in steps
+                ]
+                ax.plot(
+                    steps, ys, style, color=f"C{k}", lw=1.2, label=d if col == "target" else None
+                )
         ax.set_title(m)
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("domain proportion")
-    fig.suptitle("mixers: target proportion (solid) and sampled share (dotted), mean over seeds",
-                 fontsize=9)
+    fig.suptitle(
+        "mixers: target proportion (solid) and sampled share (dotted), mean over seeds", fontsize=9
+    )
     axes[0][0].legend(fontsize=7, frameon=False)
     return _save(fig, path)
 
 
-def performance_profiles(scores: dict[str, np.ndarray], path: str | Path, fmt: Fmt,
-                         n_boot: int = 1000) -> Path:
+def performance_profiles(
+    scores: dict[str, np.ndarray], path: str | Path, fmt: Fmt, n_boot: int = 1000
+) -> Path:
     """One curve per method (``scores``: method -> [R, T]) with its stratified-bootstrap band."""
     allv = np.concatenate([x.ravel() for x in scores.values()])
     taus = np.linspace(allv.min(), allv.max(), 41)
@@ -144,11 +162,16 @@ def performance_profiles(scores: dict[str, np.ndarray], path: str | Path, fmt: F
     fig, axes = _figure(1)
     ax = axes[0][0]
     for k, (m, x) in enumerate(scores.items()):
-        band = aggregates.performance_profile(aggregates.stratified_resamples(x, rng, n_boot),
-                                              taus)
+        band = aggregates.performance_profile(aggregates.stratified_resamples(x, rng, n_boot), taus)
         lo, hi = np.quantile(band, [0.025, 0.975], axis=0)
-        line, = ax.plot(taus * fmt.scale, aggregates.performance_profile(x, taus), lw=1.2,
-                        label=m, color=f"C{k % 10}", ls=("-", "--", ":")[k // 10 % 3])
+        (line,) = ax.plot(
+            taus * fmt.scale,
+            aggregates.performance_profile(x, taus),
+            lw=1.2,
+            label=m,
+            color=f"C{k % 10}",
+            ls=("-", "--", ":")[k // 10 % 3],
+        )
         ax.fill_between(taus * fmt.scale, lo, hi, color=line.get_color(), alpha=0.12)
     ax.set_xlabel("score τ" + (f" ({fmt.unit})" if fmt.unit else ""))
     ax.set_ylabel("fraction of runs × benchmarks > τ")

@@ -92,9 +92,15 @@ def _kth_largest(x: np.ndarray, k: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def critical_effects(n: int, m: int = 1, alpha: float = 0.05, reps: int = REPS,
-                     n_boot: int = N_BOOT, seed: int = 0,
-                     n_perm: int = 10_000) -> np.ndarray:
+def critical_effects(
+    n: int,
+    m: int = 1,
+    alpha: float = 0.05,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    n_perm: int = 10_000,
+) -> np.ndarray:
     """[reps] per simulated experiment, the smallest effect (in units of the paired sd) that the
     harness calls "better" with n paired seeds as the first of m Holm comparisons at level α.
 
@@ -110,8 +116,8 @@ def critical_effects(n: int, m: int = 1, alpha: float = 0.05, reps: int = REPS,
         # p = hits / 2^n ≤ level  <=>  hits ≤ floor(level · 2^n). s and −s share a threshold
         # and the identity and its negation always hit: hits = 2 + 2 · (hits among the
         # patterns with last sign + other than the identity)
-        patterns = stats.sign_patterns(n)[1:2 ** (n - 1)]
-        k = (math.floor(level * 2 ** n * (1 + 1e-12)) - 2) // 2
+        patterns = stats.sign_patterns(n)[1 : 2 ** (n - 1)]
+        k = (math.floor(level * 2**n * (1 + 1e-12)) - 2) // 2
     else:
         patterns = rng.choice(np.array([-1.0, 1.0]), size=(n_perm, n))
         # p = (1 + hits) / (1 + n_perm) ≤ level  <=>  hits ≤ floor(level (1 + n_perm)) - 1
@@ -120,7 +126,7 @@ def critical_effects(n: int, m: int = 1, alpha: float = 0.05, reps: int = REPS,
     if k >= 0:
         step = max(1, _CHUNK // patterns.shape[0])
         for i in range(0, reps, step):  # chunks of experiments, bounded memory
-            e_p[i:i + step] = _kth_largest(_pattern_thresholds(z[i:i + step], patterns), k)
+            e_p[i : i + step] = _kth_largest(_pattern_thresholds(z[i : i + step], patterns), k)
     # the test is two-sided: "better" also needs a positive mean
     e_p = np.maximum(e_p, -z.mean(axis=1))
     # bootstrap: resample counts [n, n_boot] / n, the same resamples for every experiment
@@ -130,14 +136,23 @@ def critical_effects(n: int, m: int = 1, alpha: float = 0.05, reps: int = REPS,
     e_ci = np.empty(reps)
     step = max(1, _CHUNK // n_boot)
     for i in range(0, reps, step):
-        e_ci[i:i + step] = -_quantile_rows(z[i:i + step] @ weights, level / 2)
+        e_ci[i : i + step] = -_quantile_rows(z[i : i + step] @ weights, level / 2)
     out = np.sort(np.maximum(e_p, e_ci))
     out.flags.writeable = False
     return out
 
 
-def simulate_power(effect: float, sd: float, n: int, *, m: int = 1, alpha: float = 0.05,
-                   reps: int = REPS, n_boot: int = N_BOOT, seed: int = 0) -> float:
+def simulate_power(
+    effect: float,
+    sd: float,
+    n: int,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> float:
     """Probability that the harness calls a method "better".
 
     Args:
@@ -161,8 +176,17 @@ def simulate_power(effect: float, sd: float, n: int, *, m: int = 1, alpha: float
     return float(np.searchsorted(crit * sd, effect, side="left") / crit.size)
 
 
-def simulated_mde(sd: float, n: int, *, m: int = 1, alpha: float = 0.05, power: float = 0.8,
-                  reps: int = REPS, n_boot: int = N_BOOT, seed: int = 0) -> float:
+def simulated_mde(
+    sd: float,
+    n: int,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> float:
     """Smallest true effect the harness calls "better" with probability ``power``.
 
     Returns:
@@ -182,9 +206,18 @@ def min_seeds(m: int = 1, alpha: float = 0.05) -> int:
     return max(2, math.ceil(math.log2(2 * m / alpha) - 1e-12))
 
 
-def simulated_seeds_needed(sd: float, effect: float, *, m: int = 1, alpha: float = 0.05,
-                           power: float = 0.8, max_n: int = 64, reps: int = REPS,
-                           n_boot: int = N_BOOT, seed: int = 0) -> int | None:
+def simulated_seeds_needed(
+    sd: float,
+    effect: float,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_n: int = 64,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> int | None:
     """Fewest paired seeds at which `simulated_mde` is at most ``effect``.
 
     Searches up from `min_seeds` by doubling, then bisects (the MDE falls with n up to the
@@ -194,8 +227,10 @@ def simulated_seeds_needed(sd: float, effect: float, *, m: int = 1, alpha: float
         return None
 
     def ok(k: int) -> bool:
-        return simulated_mde(sd, k, m=m, alpha=alpha, power=power, reps=reps, n_boot=n_boot,
-                             seed=seed) <= effect
+        return (
+            simulated_mde(sd, k, m=m, alpha=alpha, power=power, reps=reps, n_boot=n_boot, seed=seed)
+            <= effect
+        )
 
     lo = min_seeds(m, alpha)
     if lo > max_n:
@@ -214,20 +249,26 @@ def simulated_seeds_needed(sd: float, effect: float, *, m: int = 1, alpha: float
 
 
 def _main() -> None:  # python -m dataflex_rl.harness.power: the figures of docs/harness.md
-    print("MDE in units of the paired SD (simulated verdict rule, alpha 0.05, power 0.8) and "
-          "the power the t formula's MDE really has")
+    print(
+        "MDE in units of the paired SD (simulated verdict rule, alpha 0.05, power 0.8) and "
+        "the power the t formula's MDE really has"
+    )
     print(f"{'n':>3} {'m':>3} {'t-MDE':>7} {'power@t-MDE':>12} {'sim MDE':>8}")
     for m in (1, 3, 12):
         for n in (6, 8, 9, 12, 16, 20, 24):
             t_mde = stats.mde_paired(1.0, n)
-            print(f"{n:>3} {m:>3} {t_mde:>7.3f} {simulate_power(t_mde, 1.0, n, m=m):>12.2f} "
-                  f"{simulated_mde(1.0, n, m=m):>8.3f}")
+            print(
+                f"{n:>3} {m:>3} {t_mde:>7.3f} {simulate_power(t_mde, 1.0, n, m=m):>12.2f} "
+                f"{simulated_mde(1.0, n, m=m):>8.3f}"
+            )
     sd = 0.011  # paper13's pooled SD of paired differences on the average (3 seeds)
     for m in (1, 12):
-        print(f"sd {sd}, effect 0.01, m {m}: power at 12 seeds "
-              f"{simulate_power(0.01, sd, 12, m=m):.2f}, at 20 "
-              f"{simulate_power(0.01, sd, 20, m=m):.2f}; seeds needed "
-              f"{simulated_seeds_needed(sd, 0.01, m=m)}")
+        print(
+            f"sd {sd}, effect 0.01, m {m}: power at 12 seeds "
+            f"{simulate_power(0.01, sd, 12, m=m):.2f}, at 20 "
+            f"{simulate_power(0.01, sd, 20, m=m):.2f}; seeds needed "
+            f"{simulated_seeds_needed(sd, 0.01, m=m)}"
+        )
 
 
 if __name__ == "__main__":

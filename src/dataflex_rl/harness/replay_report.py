@@ -12,60 +12,87 @@ import numpy as np
 from dataflex_rl.core.io import atomic_path, atomic_write_json, atomic_write_text
 from dataflex_rl.harness.replay import ReplayResult
 
-FRAMING = ("Replay is counterfactual on fixed rollouts: each strategy decides on the rollouts "
-           "the logged run produced. Had it been run, the policy -- and so the rollouts -- "
-           "would have changed too. Read it as \"what would it keep, weight and ask for\" and "
-           "\"how much generation would it skip\", not as \"would it train better\" (for that, "
-           "`dataflex-rl compare`).")
+FRAMING = (
+    "Replay is counterfactual on fixed rollouts: each strategy decides on the rollouts "
+    "the logged run produced. Had it been run, the policy -- and so the rollouts -- "
+    'would have changed too. Read it as "what would it keep, weight and ask for" and '
+    '"how much generation would it skip", not as "would it train better" (for that, '
+    "`dataflex-rl compare`)."
+)
 
 
 def _f(x: float, digits: int = 3) -> str:
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) \
-        else f"{x:.{digits}f}"
+    return (
+        "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+    )
 
 
 def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -> str:
     log = res.log
     logged = log.strategy.get("name", "?")
     responses = int(log.bounds[-1])
-    lines = ["# Replay of a decision log", "",
-             (f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, "
-              f"{responses} responses, domains {', '.join(log.domains)}; the run's strategy: "
-              f"**{logged}**."), "", FRAMING, "",
-             (f"Replayed {len(res.strategies)} strategies in {res.seconds:.2f} s "
-              f"({res.steps_per_second:.0f} logged steps/s, all strategies together)."), "",
-             "## Overall", "",
-             "| strategy | retention | weight ESS | skip rate | tokens saved | "
-             "Jaccard vs logged | weight corr vs logged | identical to logged | "
-             + " | ".join(f"target {d}" for d in log.domains) + " |",
-             "|---" * (8 + len(log.domains)) + "|"]
+    lines = [
+        "# Replay of a decision log",
+        "",
+        (
+            f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, "
+            f"{responses} responses, domains {', '.join(log.domains)}; the run's strategy: "
+            f"**{logged}**."
+        ),
+        "",
+        FRAMING,
+        "",
+        (
+            f"Replayed {len(res.strategies)} strategies in {res.seconds:.2f} s "
+            f"({res.steps_per_second:.0f} logged steps/s, all strategies together)."
+        ),
+        "",
+        "## Overall",
+        "",
+        "| strategy | retention | weight ESS | skip rate | tokens saved | "
+        "Jaccard vs logged | weight corr vs logged | identical to logged | "
+        + " | ".join(f"target {d}" for d in log.domains)
+        + " |",
+        "|---" * (8 + len(log.domains)) + "|",
+    ]
     for lb in res.strategies:
         o = res.overall[lb]
         lines.append(
             f"| {lb} | {_f(o['retention'])} | {_f(o['ess_fraction'])} | {_f(o['skip_rate'])} | "
             f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%) | "
             f"{_f(o['jaccard_logged'])} | {_f(o['weight_corr_logged'])} | "
-            f"{_exact(o)} | "
-            + " | ".join(_f(o[f"target_{d}"]) for d in log.domains) + " |")
-    lines += ["", ("retention: kept / active responses over all steps; weight ESS: "
-              "(Σw)²/Σw² over active responses, as a fraction of them (mean over steps); skip "
-              "rate: share of the step's prompts the pre-rollout policy would not generate, and "
-              "the tokens of their responses (share of all generated tokens); vs logged: the "
-              "decision the run applied (Jaccard of kept sets, Pearson correlation of weights; "
-              "— where one side is constant); identical to logged: for the run's own "
-              "strategy, the steps whose keep mask, weights, recomputed advantages and mixer "
-              "update are bit-identical to the logged ones (all of them unless a signal is "
-              "only approximate, see below); target: mean over steps of the domain "
-              "proportions the strategy asks for (— without mix)."), ""]
+            f"{_exact(o)} | " + " | ".join(_f(o[f"target_{d}"]) for d in log.domains) + " |"
+        )
+    lines += [
+        "",
+        (
+            "retention: kept / active responses over all steps; weight ESS: "
+            "(Σw)²/Σw² over active responses, as a fraction of them (mean over steps); skip "
+            "rate: share of the step's prompts the pre-rollout policy would not generate, and "
+            "the tokens of their responses (share of all generated tokens); vs logged: the "
+            "decision the run applied (Jaccard of kept sets, Pearson correlation of weights; "
+            "— where one side is constant); identical to logged: for the run's own "
+            "strategy, the steps whose keep mask, weights, recomputed advantages and mixer "
+            "update are bit-identical to the logged ones (all of them unless a signal is "
+            "only approximate, see below); target: mean over steps of the domain "
+            "proportions the strategy asks for (— without mix)."
+        ),
+        "",
+    ]
     if res.pairwise:
-        lines += ["## Pairwise agreement (mean over steps)", "",
-                  "| strategy A | strategy B | Jaccard of kept sets | weight correlation |",
-                  "|---|---|---|---|"]
+        lines += [
+            "## Pairwise agreement (mean over steps)",
+            "",
+            "| strategy A | strategy B | Jaccard of kept sets | weight correlation |",
+            "|---|---|---|---|",
+        ]
         pairs = dict.fromkeys((p["a"], p["b"]) for p in res.pairwise)
         for a, b in pairs:
             sel = [p for p in res.pairwise if p["a"] == a and p["b"] == b]
-            lines.append(f"| {a} | {b} | {_f(_mean(p['jaccard'] for p in sel))} | "
-                         f"{_f(_mean(p['weight_corr'] for p in sel))} |")
+            lines.append(
+                f"| {a} | {b} | {_f(_mean(p['jaccard'] for p in sel))} | "
+                f"{_f(_mean(p['weight_corr'] for p in sel))} |"
+            )
         lines.append("")
     notes = [f"- **{lb}**: {n}" for lb in res.strategies for n in res.notes[lb]]
     if notes:
@@ -74,8 +101,13 @@ def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -
         lines += ["## Plots", ""]
         lines += [f"![{k}]({p.relative_to(out)})" for k, p in plot_files.items()]
         lines.append("")
-    lines += [("Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
-               "`replay_pairwise.csv`; overall: `replay_summary.json`."), ""]
+    lines += [
+        (
+            "Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
+            "`replay_pairwise.csv`; overall: `replay_summary.json`."
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -98,17 +130,26 @@ def _write_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def write_replay_report(res: ReplayResult, out_dir: str | Path, plots: bool = True
-                        ) -> dict[str, Path]:
+def write_replay_report(
+    res: ReplayResult, out_dir: str | Path, plots: bool = True
+) -> dict[str, Path]:
     """Write the report files under ``out_dir``; returns name -> path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {"steps_csv": _write_csv(res.rows, out / "replay_steps.csv"),
-             "pairwise_csv": _write_csv(res.pairwise, out / "replay_pairwise.csv")}
-    summary = {"log": str(res.log.folder), "host": res.log.host, "steps": res.log.num_steps,
-               "logged_strategy": res.log.strategy, "seconds": res.seconds,
-               "steps_per_second": res.steps_per_second, "overall": res.overall,
-               "notes": res.notes}
+    files = {
+        "steps_csv": _write_csv(res.rows, out / "replay_steps.csv"),
+        "pairwise_csv": _write_csv(res.pairwise, out / "replay_pairwise.csv"),
+    }
+    summary = {
+        "log": str(res.log.folder),
+        "host": res.log.host,
+        "steps": res.log.num_steps,
+        "logged_strategy": res.log.strategy,
+        "seconds": res.seconds,
+        "steps_per_second": res.steps_per_second,
+        "overall": res.overall,
+        "notes": res.notes,
+    }
     files["summary"] = out / "replay_summary.json"
     atomic_write_json(files["summary"], summary)
     plot_files: dict[str, Path] = {}
@@ -127,16 +168,24 @@ def replay_plot(res: ReplayResult, path: Path) -> Path:
     """Four panels per step: retention, weight ESS, Jaccard vs logged, tokens saved."""
     from dataflex_rl.harness.plots import _figure, _save
 
-    panels = (("retention", "retention (kept / active)"),
-              ("ess_fraction", "weight ESS / active"),
-              ("jaccard_logged", "Jaccard vs logged kept set"),
-              ("tokens_saved", "tokens not generated (pre-rollout)"))
+    panels = (
+        ("retention", "retention (kept / active)"),
+        ("ess_fraction", "weight ESS / active"),
+        ("jaccard_logged", "Jaccard vs logged kept set"),
+        ("tokens_saved", "tokens not generated (pre-rollout)"),
+    )
     fig, axes = _figure(len(panels), w=3.4, h=2.8)
     for ax, (key, title) in zip(axes[0], panels):
         for k, lb in enumerate(res.strategies):
             sel = [r for r in res.rows if r["strategy"] == lb]
-            ax.plot([r["step"] for r in sel], [r[key] for r in sel], lw=1.1, color=f"C{k % 10}",
-                    ls=("-", "--", ":")[k // 10 % 3], label=lb)
+            ax.plot(
+                [r["step"] for r in sel],
+                [r[key] for r in sel],
+                lw=1.1,
+                color=f"C{k % 10}",
+                ls=("-", "--", ":")[k // 10 % 3],
+                label=lb,
+            )
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7, frameon=False)
@@ -148,17 +197,24 @@ def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
     from dataflex_rl.harness.plots import _figure, _save
 
     domains = res.log.domains
-    mixers = [lb for lb in res.strategies
-              if any(math.isfinite(r[f"target_{domains[0]}"]) for r in res.rows
-                     if r["strategy"] == lb)]
+    mixers = [
+        lb
+        for lb in res.strategies
+        if any(math.isfinite(r[f"target_{domains[0]}"]) for r in res.rows if r["strategy"] == lb)
+    ]
     if not mixers:
         return None
     fig, axes = _figure(len(mixers), w=3.4, h=2.8)
     for ax, lb in zip(axes[0], mixers):
         sel = [r for r in res.rows if r["strategy"] == lb]
         for k, d in enumerate(domains):
-            ax.plot([r["step"] for r in sel], [r[f"target_{d}"] for r in sel], color=f"C{k}",
-                    lw=1.2, label=d)
+            ax.plot(
+                [r["step"] for r in sel],
+                [r[f"target_{d}"] for r in sel],
+                color=f"C{k}",
+                lw=1.2,
+                label=d,
+            )
         ax.set_title(f"{lb}: proportions asked for", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)

@@ -17,8 +17,13 @@ import numpy as np
 
 from dataflex_rl.core.io import atomic_path, atomic_write_text
 from dataflex_rl.harness import aggregates, narrative, plots
-from dataflex_rl.harness.analysis import Analysis, StatsOptions, SummaryResult, analyze, \
-    score_matrices
+from dataflex_rl.harness.analysis import (
+    Analysis,
+    StatsOptions,
+    SummaryResult,
+    analyze,
+    score_matrices,
+)
 from dataflex_rl.harness.narrative import Fmt, pvalue
 from dataflex_rl.harness.results import Row
 
@@ -89,9 +94,11 @@ class ReportInputs:
 
 def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
     unit = f" ({fmt.unit})" if fmt.unit else ""
-    lines = [f"| method | n | mean{unit} [95% CI] | Δ{unit} [95% CI] | corrected CI (level) "
-             "| p | p (Holm) | MDE | r | verdict |",
-             "|---|---:|---|---|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"| method | n | mean{unit} [95% CI] | Δ{unit} [95% CI] | corrected CI (level) "
+        "| p | p (Holm) | MDE | r | verdict |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---|",
+    ]
     comps = {c.method: c for c in s.comparisons + s.controls}
     for m in s.methods + s.control_methods:
         head = f"| {m.method} | {m.n} | {fmt.value(m.mean)} {fmt.interval(m.low, m.high)} "
@@ -103,9 +110,11 @@ def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
         mde = "inf" if math.isinf(c.mde) else fmt.value(c.mde)
         r = f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a"
         verdict = f"{c.verdict} (control: {c.control})" if c.control else c.verdict
-        lines.append(head + f"| {fmt.value(c.delta, True)} {fmt.interval(*c.ci, True)} "
-                     f"| {fmt.interval(*c.corrected_ci, True)}{level} | {pvalue(c.p)} "
-                     f"| {pvalue(c.p_holm)} | {mde} | {r} | {verdict} |")
+        lines.append(
+            head + f"| {fmt.value(c.delta, True)} {fmt.interval(*c.ci, True)} "
+            f"| {fmt.interval(*c.corrected_ci, True)}{level} | {pvalue(c.p)} "
+            f"| {pvalue(c.p_holm)} | {mde} | {r} | {verdict} |"
+        )
     return lines
 
 
@@ -114,18 +123,31 @@ def _aggregate_table(a: Analysis, rows: list[Row], fmt: Fmt) -> list[str]:
     scores = aggregate_scores(a, rows)
     if len(scores) < 2 or a.baseline not in scores:
         return []
-    taus = np.linspace(0, 1, 21) if fmt.scale == 100.0 else np.quantile(
-        np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21))
-    aggs = aggregates.aggregate(scores, a.baseline, taus, np.random.default_rng(a.options.seed),
-                                n_boot=2000, alpha=0.05)
+    taus = (
+        np.linspace(0, 1, 21)
+        if fmt.scale == 100.0
+        else np.quantile(
+            np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21)
+        )
+    )
+    aggs = aggregates.aggregate(
+        scores, a.baseline, taus, np.random.default_rng(a.options.seed), n_boot=2000, alpha=0.05
+    )
     unit = f" ({fmt.unit})" if fmt.unit else ""
-    lines = [f"| method | runs × benchmarks | IQM{unit} [95% CI] | P(> {a.baseline}) [95% CI] |",
-             "|---|---:|---|---|"]
+    lines = [
+        f"| method | runs × benchmarks | IQM{unit} [95% CI] | P(> {a.baseline}) [95% CI] |",
+        "|---|---:|---|---|",
+    ]
     for g in aggs:
-        poi = "—" if g.method == a.baseline else (
-            f"{g.poi:.2f} [{g.poi_ci[0]:.2f}, {g.poi_ci[1]:.2f}]")
-        lines.append(f"| {g.method} | {g.runs} × {g.tasks} | {fmt.value(g.iqm)} "
-                     f"{fmt.interval(*g.iqm_ci)} | {poi} |")
+        poi = (
+            "—"
+            if g.method == a.baseline
+            else (f"{g.poi:.2f} [{g.poi_ci[0]:.2f}, {g.poi_ci[1]:.2f}]")
+        )
+        lines.append(
+            f"| {g.method} | {g.runs} × {g.tasks} | {fmt.value(g.iqm)} "
+            f"{fmt.interval(*g.iqm_ci)} | {poi} |"
+        )
     return lines
 
 
@@ -152,48 +174,93 @@ def _ranking_table(a: Analysis) -> list[str]:
     lines = ["| method | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for i, m in enumerate(a.methods):
         lines.append(f"| {m} | " + " | ".join(str(int(table[n][i])) for n in names) + " |")
-    lines += ["", "Kendall's tau-b between rankings:", "",
-              "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [
+        "",
+        "Kendall's tau-b between rankings:",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for i, n in enumerate(names):
-        lines.append(f"| {n} | " + " | ".join(
-            f"{t:.2f}" if math.isfinite(t) else "n/a" for t in a.tau[i]) + " |")
+        lines.append(
+            f"| {n} | "
+            + " | ".join(f"{t:.2f}" if math.isfinite(t) else "n/a" for t in a.tau[i])
+            + " |"
+        )
     return lines
 
 
-def render_markdown(a: Analysis, inputs: ReportInputs, fmt: Fmt, plot_files: dict[str, Path],
-                    out_dir: Path, rows: list[Row] | None = None) -> str:
+def render_markdown(
+    a: Analysis,
+    inputs: ReportInputs,
+    fmt: Fmt,
+    plot_files: dict[str, Path],
+    out_dir: Path,
+    rows: list[Row] | None = None,
+) -> str:
     """The text of ``report.md``."""
     o = a.options
     md = [f"# {inputs.title}", "", " ".join(narrative.headline(a, fmt)), ""]
-    md += ["## Sensitivity of this instrument", "",
-           *(f"- {t}" for t in narrative.sensitivity_lines(a, fmt)), ""]
+    md += [
+        "## Sensitivity of this instrument",
+        "",
+        *(f"- {t}" for t in narrative.sensitivity_lines(a, fmt)),
+        "",
+    ]
     rows = rows or []
-    md += ["## Setup", "", f"- baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}"
-           + (f"; controls: {', '.join(f'{k} ({v})' for k, v in a.controls.items())}"
-              if a.controls else ""),
-           f"- seeds ({len(a.seeds)}): {', '.join(a.seeds)}",
-           *(f"- {line}" for line in inputs.setup), *(f"- note: {n}" for n in a.notes)]
+    md += [
+        "## Setup",
+        "",
+        f"- baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}"
+        + (
+            f"; controls: {', '.join(f'{k} ({v})' for k, v in a.controls.items())}"
+            if a.controls
+            else ""
+        ),
+        f"- seeds ({len(a.seeds)}): {', '.join(a.seeds)}",
+        *(f"- {line}" for line in inputs.setup),
+        *(f"- note: {n}" for n in a.notes),
+    ]
     if inputs.failures:
-        md.append(f"- **{len(inputs.failures)} run(s) failed** (see 'Failed runs'); the "
-                  "statistics use the runs that finished.")
-    md += ["", f"## Verdicts on '{a.primary.name}'", "", *_summary_table(a.primary, a, fmt), "",
-           *(f"- {t}" for t in narrative.verdict_sentences(a, a.primary, fmt)), ""]
+        md.append(
+            f"- **{len(inputs.failures)} run(s) failed** (see 'Failed runs'); the "
+            "statistics use the runs that finished."
+        )
+    md += [
+        "",
+        f"## Verdicts on '{a.primary.name}'",
+        "",
+        *_summary_table(a.primary, a, fmt),
+        "",
+        *(f"- {t}" for t in narrative.verdict_sentences(a, a.primary, fmt)),
+        "",
+    ]
     if "forest" in plot_files:
         md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
     agg = _aggregate_table(a, rows, fmt)
     if agg:
         md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
         if "profiles" in plot_files:
-            md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})",
-                   ""]
+            md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})", ""]
     if len(a.summaries) > 1:
         md += ["## Per benchmark / domain", ""]
         for s in a.summaries[:-1]:
-            md += [f"### {s.name}", "", *_summary_table(s, a, fmt), "",
-                   *(f"- {t}" for t in narrative.verdict_sentences(a, s, fmt)), ""]
-        md += ["## Ranking", "", *_ranking_table(a), "",
-               *(f"- {t}" for t in narrative.ranking_sentences(a) + narrative.sign_changes(a)),
-               ""]
+            md += [
+                f"### {s.name}",
+                "",
+                *_summary_table(s, a, fmt),
+                "",
+                *(f"- {t}" for t in narrative.verdict_sentences(a, s, fmt)),
+                "",
+            ]
+        md += [
+            "## Ranking",
+            "",
+            *_ranking_table(a),
+            "",
+            *(f"- {t}" for t in narrative.ranking_sentences(a) + narrative.sign_changes(a)),
+            "",
+        ]
     for key, title in (("curves", "Learning curves"), ("proportions", "Domain proportions")):
         if key in plot_files:
             md += [f"## {title}", "", f"![{key}]({plot_files[key].relative_to(out_dir)})", ""]
@@ -202,21 +269,47 @@ def render_markdown(a: Analysis, inputs: ReportInputs, fmt: Fmt, plot_files: dic
         for f in inputs.failures:
             md += [f"- **{f.method}**, seed {f.seed}: `{f.error}`"]
             if f.traceback:
-                md += ["", "  <details><summary>traceback</summary>", "", "  ```",
-                       *("  " + line for line in f.traceback.rstrip().splitlines()[-30:]),
-                       "  ```", "  </details>", ""]
+                md += [
+                    "",
+                    "  <details><summary>traceback</summary>",
+                    "",
+                    "  ```",
+                    *("  " + line for line in f.traceback.rstrip().splitlines()[-30:]),
+                    "  ```",
+                    "  </details>",
+                    "",
+                ]
         md.append("")
-    md += ["## Definitions", "", DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha,
-                                                    power=o.power)]
+    md += ["## Definitions", "", DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha, power=o.power)]
     return "\n".join(md)
 
 
 def write_statistics_csv(a: Analysis, path: Path) -> Path:
     """One row per summary × method with every number of the tables."""
-    cols = ["summary", "kind", "method", "n", "mean", "ci_low", "ci_high", "n_pairs", "delta",
-            "delta_ci_low", "delta_ci_high", "corrected_level", "corrected_ci_low",
-            "corrected_ci_high", "p", "p_holm", "sd_diff", "mde", "corr", "verdict", "control",
-            "control_passed"]
+    cols = [
+        "summary",
+        "kind",
+        "method",
+        "n",
+        "mean",
+        "ci_low",
+        "ci_high",
+        "n_pairs",
+        "delta",
+        "delta_ci_low",
+        "delta_ci_high",
+        "corrected_level",
+        "corrected_ci_low",
+        "corrected_ci_high",
+        "p",
+        "p_holm",
+        "sd_diff",
+        "mde",
+        "corr",
+        "verdict",
+        "control",
+        "control_passed",
+    ]
     with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -224,10 +317,25 @@ def write_statistics_csv(a: Analysis, path: Path) -> Path:
             comps = {c.method: c for c in s.comparisons + s.controls}
             for m in s.methods + s.control_methods:
                 c = comps.get(m.method)
-                tail = [""] * 13 + ["baseline", "", ""] if c is None else [
-                    c.n_pairs, c.delta, *c.ci, 1 - c.level if math.isfinite(c.level) else "",
-                    *c.corrected_ci, c.p, c.p_holm, c.sd_diff, c.mde, c.corr, c.verdict,
-                    c.control, "" if c.control_passed is None else c.control_passed]
+                tail = (
+                    [""] * 13 + ["baseline", "", ""]
+                    if c is None
+                    else [
+                        c.n_pairs,
+                        c.delta,
+                        *c.ci,
+                        1 - c.level if math.isfinite(c.level) else "",
+                        *c.corrected_ci,
+                        c.p,
+                        c.p_holm,
+                        c.sd_diff,
+                        c.mde,
+                        c.corr,
+                        c.verdict,
+                        c.control,
+                        "" if c.control_passed is None else c.control_passed,
+                    ]
+                )
                 w.writerow([s.name, s.kind, m.method, m.n, m.mean, m.low, m.high, *tail])
     return path
 
@@ -247,8 +355,7 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
         a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
     elif inputs.plots:
         files["forest"] = plots.forest_plot(a, out / "plots" / "forest.png", fmt)
-        curves = plots.learning_curves(rows, a.methods, out / "plots" / "learning_curves.png",
-                                       fmt)
+        curves = plots.learning_curves(rows, a.methods, out / "plots" / "learning_curves.png", fmt)
         if curves is not None:
             files["curves"] = curves
         props = plots.proportion_traces(inputs.proportions, out / "plots" / "proportions.png")
@@ -256,8 +363,9 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
             files["proportions"] = props
         scores = aggregate_scores(a, rows)
         if len(scores) >= 2:
-            files["profiles"] = plots.performance_profiles(scores, out / "plots" /
-                                                           "profiles.png", fmt)
+            files["profiles"] = plots.performance_profiles(
+                scores, out / "plots" / "profiles.png", fmt
+            )
     write_statistics_csv(a, out / "statistics.csv")
     atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, rows))
     return a

@@ -60,12 +60,15 @@ def final_scores(rows: list[Row]) -> dict[tuple[str, str, str], float]:
     for r in rows:
         key = (r.method, r.seed, r.benchmark)
         if key + (r.step,) in seen:
-            raise ConfigError(f"duplicate result: method={r.method} seed={r.seed} "
-                              f"benchmark={r.benchmark} step={r.step}")
+            raise ConfigError(
+                f"duplicate result: method={r.method} seed={r.seed} "
+                f"benchmark={r.benchmark} step={r.step}"
+            )
         seen.add(key + (r.step,))
         cur = best.get(key)
         if cur is None or (r.step if r.step is not None else -1) > (
-                cur.step if cur.step is not None else -1):
+            cur.step if cur.step is not None else -1
+        ):
             best[key] = r
     return {k: r.score for k, r in best.items()}
 
@@ -79,14 +82,16 @@ def read_results_csv(path: str | Path) -> list[Row]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: no such file")
-    with p.open(newline="", encoding="utf-8-sig") as f:   # a leading BOM (Excel) is dropped
+    with p.open(newline="", encoding="utf-8-sig") as f:  # a leading BOM (Excel) is dropped
         reader = csv.DictReader(f)
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in REQUIRED if c not in header]
         if missing:
-            raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; a results CSV "
-                              f"needs {', '.join(REQUIRED)} (optional: domain, step); "
-                              f"found {', '.join(header) or 'no header'}")
+            raise ConfigError(
+                f"{path}: missing column(s) {', '.join(missing)}; a results CSV "
+                f"needs {', '.join(REQUIRED)} (optional: domain, step); "
+                f"found {', '.join(header) or 'no header'}"
+            )
         reader.fieldnames = header
         rows = [_parse_row(raw, f"{path}:{reader.line_num}") for raw in reader]
     if not rows:
@@ -114,8 +119,15 @@ def _parse_row(raw: dict, where: str) -> Row:
                 extra[k] = float(v)
             except ValueError:
                 pass
-    return Row(values["method"], values["seed"], values["benchmark"], score,
-               values.get("domain", ""), step, extra)
+    return Row(
+        values["method"],
+        values["seed"],
+        values["benchmark"],
+        score,
+        values.get("domain", ""),
+        step,
+        extra,
+    )
 
 
 def seed_label(text: str, where: str) -> str:
@@ -135,8 +147,10 @@ def seed_label(text: str, where: str) -> str:
     except ValueError:
         return text
     if not math.isfinite(value) or value != int(value):
-        raise ConfigError(f"{where}: seed {text!r} is not an integer; seeds pair runs across "
-                          "methods, so they must be integers (or non-numeric labels)")
+        raise ConfigError(
+            f"{where}: seed {text!r} is not an integer; seeds pair runs across "
+            "methods, so they must be integers (or non-numeric labels)"
+        )
     return str(int(value))
 
 
@@ -159,9 +173,17 @@ def write_results_csv(rows: list[Row], path: str | Path) -> Path:
         w = csv.writer(f)
         w.writerow([*COLUMNS, *extras])
         for r in rows:
-            w.writerow([r.method, r.seed, r.benchmark, r.domain,
-                        "" if r.step is None else r.step, repr(float(r.score)),
-                        *(repr(float(r.extra[k])) if k in r.extra else "" for k in extras)])
+            w.writerow(
+                [
+                    r.method,
+                    r.seed,
+                    r.benchmark,
+                    r.domain,
+                    "" if r.step is None else r.step,
+                    repr(float(r.score)),
+                    *(repr(float(r.extra[k])) if k in r.extra else "" for k in extras),
+                ]
+            )
     return p
 
 
@@ -187,7 +209,14 @@ def read_proportions_csv(path: str | Path) -> list[dict]:
         reader = csv.DictReader(f)
         for r in reader:
             seed = seed_label(r["seed"] or "", f"{path}:{reader.line_num}")
-            out.append({"method": r["method"], "seed": seed, "step": int(r["step"]),
-                        "domain": r["domain"], "target": float(r["target"] or "nan"),
-                        "actual": float(r["actual"] or "nan")})
+            out.append(
+                {
+                    "method": r["method"],
+                    "seed": seed,
+                    "step": int(r["step"]),
+                    "domain": r["domain"],
+                    "target": float(r["target"] or "nan"),
+                    "actual": float(r["actual"] or "nan"),
+                }
+            )
     return out

@@ -91,8 +91,17 @@ class RunSpec:
     @property
     def identity(self) -> dict:
         """Everything that determines the run's result (as plain JSON data)."""
-        return json.loads(json.dumps({"strategy": self.strategy, "config": self.config,
-                                      "seed": self.seed, "steps": self.steps}, default=str))
+        return json.loads(
+            json.dumps(
+                {
+                    "strategy": self.strategy,
+                    "config": self.config,
+                    "seed": self.seed,
+                    "steps": self.steps,
+                },
+                default=str,
+            )
+        )
 
     @property
     def fingerprint(self) -> str:
@@ -120,12 +129,26 @@ def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> l
     results arrive early). A control arm's engine overrides are merged into its config, so its
     fingerprint differs from the baseline's."""
     config = experiment.engine_config().to_dict()
-    configs = {e.label: experiment.engine_config(e.engine).to_dict() if e.engine else config
-               for e in experiment.strategies}
+    configs = {
+        e.label: experiment.engine_config(e.engine).to_dict() if e.engine else config
+        for e in experiment.strategies
+    }
     root = Path(out_dir) / "runs"
-    return [RunSpec(e.label, s, e.to_dict(), configs[e.label], experiment.budget.steps,
-                    str(root / e.label / f"seed{s}"), train_fn, e.mixes, dict(e.engine))
-            for s in experiment.seeds for e in experiment.strategies]
+    return [
+        RunSpec(
+            e.label,
+            s,
+            e.to_dict(),
+            configs[e.label],
+            experiment.budget.steps,
+            str(root / e.label / f"seed{s}"),
+            train_fn,
+            e.mixes,
+            dict(e.engine),
+        )
+        for s in experiment.seeds
+        for e in experiment.strategies
+    ]
 
 
 def read_records(out_dir: Path, domains: list[str], mixes: bool) -> tuple[list, list]:
@@ -141,14 +164,24 @@ def read_records(out_dir: Path, domains: list[str], mixes: bool) -> tuple[list, 
             continue
         r = json.loads(line)
         if r.get("kind") == "eval":
-            evals.append({"step": r["step"], **{k[len("eval/"):]: v for k, v in r.items()
-                                                if k.startswith("eval/")}})
+            evals.append(
+                {
+                    "step": r["step"],
+                    **{k[len("eval/") :]: v for k, v in r.items() if k.startswith("eval/")},
+                }
+            )
         elif mixes and r.get("kind") == "train":
             for d in domains:
                 target = r.get(domain_metric("mix", d, "target"))
                 if target is not None:
-                    props.append({"step": r["step"], "domain": d, "target": target,
-                                  "actual": r.get(domain_metric("mix", d, "actual"))})
+                    props.append(
+                        {
+                            "step": r["step"],
+                            "domain": d,
+                            "target": target,
+                            "actual": r.get(domain_metric("mix", d, "actual")),
+                        }
+                    )
     return evals, props
 
 
@@ -198,26 +231,46 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
             resume = run.resume
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).unlink(missing_ok=True)
-        atomic_write_json(out / RUN_FILE, {"fingerprint": run.fingerprint,
-                                            "method": run.method, "seed": run.seed,
-                                            "engine_overrides": run.engine_overrides,
-                                            "identity": run.identity})
+        atomic_write_json(
+            out / RUN_FILE,
+            {
+                "fingerprint": run.fingerprint,
+                "method": run.method,
+                "seed": run.seed,
+                "engine_overrides": run.engine_overrides,
+                "identity": run.identity,
+            },
+        )
         train = import_object(run.train_fn, "train_fn")
         config = from_dict(EngineConfig, run.config)
         summary, resume = _train_or_start_over(train, config, run, out, resume)
         evals, props = read_records(out, list(config.tasks.domains), run.mixes)
         if not evals:
             raise RuntimeError(f"{out / METRICS_FILE}: the run wrote no evaluation")
-        done = {"status": "done", "method": run.method, "seed": run.seed,
-                "fingerprint": run.fingerprint, "identity": run.identity, "resumed": resume,
-                "wall_seconds": time.perf_counter() - t0, "evals": evals, "proportions": props,
-                "warnings": _warning_summary(caught), "summary": summary}
+        done = {
+            "status": "done",
+            "method": run.method,
+            "seed": run.seed,
+            "fingerprint": run.fingerprint,
+            "identity": run.identity,
+            "resumed": resume,
+            "wall_seconds": time.perf_counter() - t0,
+            "evals": evals,
+            "proportions": props,
+            "warnings": _warning_summary(caught),
+            "summary": summary,
+        }
         atomic_write_json(out / DONE_FILE, done)
         return done
     except Exception as e:  # noqa: BLE001  (reported, and the other runs go on)
-        failed = {"status": "failed", "method": run.method, "seed": run.seed,
-                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                  "wall_seconds": time.perf_counter() - t0}
+        failed = {
+            "status": "failed",
+            "method": run.method,
+            "seed": run.seed,
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(),
+            "wall_seconds": time.perf_counter() - t0,
+        }
         try:
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(out / ERROR_FILE, failed)
@@ -226,8 +279,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         return failed
 
 
-def _train_or_start_over(train, config, run: RunSpec, out: Path, resume: bool
-                         ) -> tuple[dict, bool]:
+def _train_or_start_over(train, config, run: RunSpec, out: Path, resume: bool) -> tuple[dict, bool]:
     """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None) and
     the engine finds no usable checkpoint (every one corrupt), the run starts over with a
     warning instead of failing on every rerun; an explicit resume fails with the error."""
@@ -239,8 +291,9 @@ def _train_or_start_over(train, config, run: RunSpec, out: Path, resume: bool
     except CheckpointError as e:
         if not resume or run.resume is not None:
             raise
-        warnings.warn(f"{out}: no usable checkpoint ({e}); the run starts over", UserWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"{out}: no usable checkpoint ({e}); the run starts over", UserWarning, stacklevel=2
+        )
     for p in out.iterdir():
         if p.is_dir():
             shutil.rmtree(p)
@@ -277,8 +330,13 @@ def load_done(run: RunSpec) -> dict | None:
         changed = differences(done["identity"], run.identity) if "identity" in done else []
         raise ConfigError(
             f"{run.out_dir}: finished with a different configuration"
-            + (f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
-               if changed else "") + "; choose another --out, or delete this folder to rerun it")
+            + (
+                f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
+                if changed
+                else ""
+            )
+            + "; choose another --out, or delete this folder to rerun it"
+        )
     return done
 
 
@@ -324,8 +382,9 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = True,
-            desc: str = "compare") -> Execution:
+def execute(
+    runs: list[RunSpec], workers: int | None = None, progress: bool = True, desc: str = "compare"
+) -> Execution:
     """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped,
     unless a run says whether to resume: see `RunSpec.resume`).
 
@@ -346,14 +405,20 @@ def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = Tr
             todo.append(run)
     if todo:
         workers = max(1, min(workers or default_workers(), len(todo)))
-        with _sigterm_raises(), _Progress(runs, len(runs) - len(todo), workers, progress,
-                                          desc) as bar:
+        with (
+            _sigterm_raises(),
+            _Progress(runs, len(runs) - len(todo), workers, progress, desc) as bar,
+        ):
             results = _run_shared(todo, workers, bar)
             # a worker process that died (killed, out of memory) breaks the whole pool and
             # fails every run still in it: retry those once, each in a process of its own, so
             # a run that kills its process again takes no other run with it
-            retry = [r for r in todo if (r.method, r.seed) in {
-                (x["method"], x["seed"]) for x in results if x.get("broken_pool")}]
+            retry = [
+                r
+                for r in todo
+                if (r.method, r.seed)
+                in {(x["method"], x["seed"]) for x in results if x.get("broken_pool")}
+            ]
             if retry:
                 results = [x for x in results if not x.get("broken_pool")]
                 results += _run_isolated(retry, workers, bar)
@@ -364,10 +429,18 @@ def execute(runs: list[RunSpec], workers: int | None = None, progress: bool = Tr
     return ex
 
 
-def side_by_side(config, strategies: list, *, seed: int | None = None,
-                 steps: int | None = None, out_root: str | Path | None = None,
-                 workers: int = 2, resume: bool = False, progress: bool = True,
-                 train_fn: str = DEFAULT_TRAIN_FN) -> Execution:
+def side_by_side(
+    config,
+    strategies: list,
+    *,
+    seed: int | None = None,
+    steps: int | None = None,
+    out_root: str | Path | None = None,
+    workers: int = 2,
+    resume: bool = False,
+    progress: bool = True,
+    train_fn: str = DEFAULT_TRAIN_FN,
+) -> Execution:
     """Several strategies on one seed, side by side (``dataflex-rl train`` with a config's
     ``strategies``): run ``s`` goes to ``out_root/<label of s>``.
 
@@ -398,24 +471,31 @@ def side_by_side(config, strategies: list, *, seed: int | None = None,
     labels = [strategy_label(s) for s in strategies]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"strategies: must have distinct names, got {labels}")
-    specs = [{**parse_strategy(s, f"strategies[{i}]").to_dict(), "name": lab}
-             for i, (s, lab) in enumerate(zip(strategies, labels))]
-    runs = [RunSpec(lab, seed, spec, config.to_dict(), steps, str(root / lab), train_fn,
-                    resume=resume) for lab, spec in zip(labels, specs)]
+    specs = [
+        {**parse_strategy(s, f"strategies[{i}]").to_dict(), "name": lab}
+        for i, (s, lab) in enumerate(zip(strategies, labels))
+    ]
+    runs = [
+        RunSpec(lab, seed, spec, config.to_dict(), steps, str(root / lab), train_fn, resume=resume)
+        for lab, spec in zip(labels, specs)
+    ]
     with DirectoryLock(root):
         if not resume:
             for r in runs:
                 if (Path(r.out_dir) / METRICS_FILE).exists():
-                    raise ConfigError(f"{r.out_dir}: a run already exists here; use --resume "
-                                      "to continue it or choose another --out")
+                    raise ConfigError(
+                        f"{r.out_dir}: a run already exists here; use --resume "
+                        "to continue it or choose another --out"
+                    )
         return execute(runs, workers, progress, desc="train")
 
 
 class _Progress:
     """One overall bar in steps, fed by the runs' ``metrics.jsonl`` files."""
 
-    def __init__(self, runs: list[RunSpec], finished: int, workers: int, show: bool,
-                 desc: str = "compare") -> None:
+    def __init__(
+        self, runs: list[RunSpec], finished: int, workers: int, show: bool, desc: str = "compare"
+    ) -> None:
         self.steps = max(1, max(r.steps for r in runs))
         self.runs, self.base = runs, finished * self.steps
         self.bar = None
@@ -423,13 +503,18 @@ class _Progress:
         if show:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.steps * len(runs), initial=self.base, unit="step",
-                            dynamic_ncols=True,
-                            desc=f"{desc} ({len(runs)} runs, {workers} workers)")
-        self.todo = [r for r in runs if r.resume is not None
-                     or not (Path(r.out_dir) / DONE_FILE).is_file()]
+            self.bar = tqdm(
+                total=self.steps * len(runs),
+                initial=self.base,
+                unit="step",
+                dynamic_ncols=True,
+                desc=f"{desc} ({len(runs)} runs, {workers} workers)",
+            )
+        self.todo = [
+            r for r in runs if r.resume is not None or not (Path(r.out_dir) / DONE_FILE).is_file()
+        ]
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -443,17 +528,23 @@ class _Progress:
     def refresh(self) -> None:
         if self.bar is None:
             return
-        n = self.base + sum(min(self.steps, _train_lines(Path(r.out_dir) / METRICS_FILE))
-                            for r in self.todo)
+        n = self.base + sum(
+            min(self.steps, _train_lines(Path(r.out_dir) / METRICS_FILE)) for r in self.todo
+        )
         self.bar.update(max(0, min(n, self.bar.total) - self.bar.n))
-        self.bar.set_postfix(done=sum(r["status"] == "done" for r in self.results),
-                             failed=sum(r["status"] == "failed" for r in self.results))
+        self.bar.set_postfix(
+            done=sum(r["status"] == "done" for r in self.results),
+            failed=sum(r["status"] == "failed" for r in self.results),
+        )
 
 
 def _pool(workers: int) -> cf.ProcessPoolExecutor:
-    return cf.ProcessPoolExecutor(max_workers=workers,
-                                  mp_context=multiprocessing.get_context("spawn"),
-                                  initializer=die_with_parent, initargs=(os.getpid(),))
+    return cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
 
 
 PR_SET_PDEATHSIG = 1
@@ -472,7 +563,7 @@ def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
-    if os.getppid() != parent_pid:   # the parent died before the line above ran
+    if os.getppid() != parent_pid:  # the parent died before the line above ran
         os._exit(1)
 
     def watch() -> None:
@@ -524,7 +615,7 @@ def _run_shared(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]
                 results.append(_outcome(fut, futures[fut]))
                 bar.add(results[-1])
             bar.refresh()
-    except BaseException:   # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
+    except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
         _kill_workers(pool)
         raise
     finally:
@@ -560,7 +651,12 @@ def _outcome(fut: cf.Future, run: RunSpec) -> dict:
     try:
         return fut.result()
     except Exception as e:  # noqa: BLE001  (e.g. BrokenProcessPool: a worker was killed)
-        return {"status": "failed", "method": run.method, "seed": run.seed,
-                "error": f"{type(e).__name__}: {e}",
-                "traceback": "".join(traceback.format_exception(e)), "wall_seconds": 0.0,
-                "broken_pool": isinstance(e, cf.process.BrokenProcessPool)}
+        return {
+            "status": "failed",
+            "method": run.method,
+            "seed": run.seed,
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": "".join(traceback.format_exception(e)),
+            "wall_seconds": 0.0,
+            "broken_pool": isinstance(e, cf.process.BrokenProcessPool),
+        }

@@ -51,9 +51,13 @@ CONTROLS = tuple(KINDS)
 AVERAGE = "average"
 
 
-def sensitivity_experiment(data: dict, where: str = "experiment", base: Path | None = None,
-                           seeds: int | None = None, steps: int | None = None
-                           ) -> tuple[Experiment, int]:
+def sensitivity_experiment(
+    data: dict,
+    where: str = "experiment",
+    base: Path | None = None,
+    seeds: int | None = None,
+    steps: int | None = None,
+) -> tuple[Experiment, int]:
     """The experiment's baseline alone plus every built-in control arm.
 
     Goes through `parse_experiment`, as ``compare --control`` does, so the arms are the ones
@@ -72,8 +76,7 @@ def sensitivity_experiment(data: dict, where: str = "experiment", base: Path | N
         (its strategies other than the baseline; at least 1).
     """
     full = parse_experiment(data, where, base)
-    m = max(1, sum(1 for s in full.strategies if s.label != full.baseline
-                   and s.control is None))
+    m = max(1, sum(1 for s in full.strategies if s.label != full.baseline and s.control is None))
     raw = data["strategies"][full.labels.index(full.baseline)]
     reduced = {**data, "strategies": [raw], "baseline": full.baseline}
     if seeds is not None:
@@ -121,9 +124,17 @@ def seed_gains(rows: list[Row], method: str) -> tuple[list[str], dict[str, np.nd
             last[key] = r
     seeds = sorted({s for s, _ in first}, key=seed_sort_key)
     benchmarks = list(dict.fromkeys(b for _, b in first))
-    out = {b: np.array([last[s, b].score - first[s, b].score
-                        if (s, b) in first and last[s, b].step > first[s, b].step else math.nan
-                        for s in seeds]) for b in benchmarks}
+    out = {
+        b: np.array(
+            [
+                last[s, b].score - first[s, b].score
+                if (s, b) in first and last[s, b].step > first[s, b].step
+                else math.nan
+                for s in seeds
+            ]
+        )
+        for b in benchmarks
+    }
     return seeds, out
 
 
@@ -173,24 +184,31 @@ def gain_checks(gains: list[Gain]) -> list[Check]:
     worst = min(domains) if domains and all(map(math.isfinite, domains)) else math.nan
     # SD ≤ gain/3 says nothing without a gain: its bound is NaN (not measured) then
     sd_bound = avg.mean * TARGET_SD_FRACTION if avg.mean > 0 else math.nan
-    return [Check("gain, average over domains", avg.mean, TARGET_GAIN, True, "points"),
-            Check("gain, worst domain", worst, TARGET_DOMAIN_GAIN, True, "points"),
-            Check("SD over seeds of the average gain", avg.sd, sd_bound, False, "points")]
+    return [
+        Check("gain, average over domains", avg.mean, TARGET_GAIN, True, "points"),
+        Check("gain, worst domain", worst, TARGET_DOMAIN_GAIN, True, "points"),
+        Check("SD over seeds of the average gain", avg.sd, sd_bound, False, "points"),
+    ]
 
 
 def cost_checks(cpu_seconds: list[float], steps: int) -> list[Check]:
     """Issue 11's cost targets: mean CPU-seconds per run ≤ 120 and steps ≤ 200."""
     mean = float(np.mean(cpu_seconds)) if cpu_seconds else math.nan
-    return [Check("CPU-seconds per run (mean)", mean, TARGET_CPU_SECONDS, False, "s"),
-            Check("steps per run", float(steps), TARGET_STEPS, False, "steps")]
+    return [
+        Check("CPU-seconds per run (mean)", mean, TARGET_CPU_SECONDS, False, "s"),
+        Check("steps per run", float(steps), TARGET_STEPS, False, "steps"),
+    ]
 
 
 def run_cpu_seconds(done: list[dict]) -> list[float]:
     """``cpu_seconds`` of each finished run's engine summary (runs without it left out).
 
     A resumed run's figure covers only the part after the resume."""
-    return [float(r["summary"]["cpu_seconds"]) for r in done
-            if isinstance(r.get("summary"), dict) and "cpu_seconds" in r["summary"]]
+    return [
+        float(r["summary"]["cpu_seconds"])
+        for r in done
+        if isinstance(r.get("summary"), dict) and "cpu_seconds" in r["summary"]
+    ]
 
 
 @dataclass(frozen=True)
@@ -216,8 +234,9 @@ class ControlResult:
     note: str = ""
 
 
-def control_results(summary: SummaryResult, m: int, alpha: float = 0.05, power: float = 0.8,
-                    max_n: int = 64) -> list[ControlResult]:
+def control_results(
+    summary: SummaryResult, m: int, alpha: float = 0.05, power: float = 0.8, max_n: int = 64
+) -> list[ControlResult]:
     """The controls of one summary of `analysis.analyze` (``controls=`` given), with the
     seeds each harm needs (`power.simulated_seeds_needed` at the observed SD and |mean|)."""
     out = []
@@ -235,8 +254,21 @@ def control_results(summary: SummaryResult, m: int, alpha: float = 0.05, power: 
             need = simulated_seeds_needed(c.sd_diff, -c.delta, m=1, **kw)
             need_m = simulated_seeds_needed(c.sd_diff, -c.delta, m=m, **kw)
             note = "" if need is not None and need_m is not None else f"> {max_n} seeds"
-        out.append(ControlResult(c.method, c.control, c.n_pairs, c.delta, c.sd_diff, c.corr,
-                                 c.verdict, c.control_passed, need, need_m, note))
+        out.append(
+            ControlResult(
+                c.method,
+                c.control,
+                c.n_pairs,
+                c.delta,
+                c.sd_diff,
+                c.corr,
+                c.verdict,
+                c.control_passed,
+                need,
+                need_m,
+                note,
+            )
+        )
     return out
 
 
@@ -271,7 +303,6 @@ def to_json(value):
     return value
 
 
-
 def measure(exp: Experiment, execution: Execution, m: int) -> dict:
     """Everything the benchmark reports, from a finished `sensitivity_experiment` matrix.
 
@@ -294,25 +325,42 @@ def measure(exp: Experiment, execution: Execution, m: int) -> dict:
         methods = {r.method for r in rows}
         if exp.baseline not in methods:
             continue
-        analysis = analyze(rows, exp.baseline, options, {
-            k: v for k, v in exp.control_outcomes.items() if k in methods})
+        analysis = analyze(
+            rows,
+            exp.baseline,
+            options,
+            {k: v for k, v in exp.control_outcomes.items() if k in methods},
+        )
         gains = gain_table(rows, exp.baseline)
         metrics[metric] = {
-            "seeds": analysis.seeds, "gains": gains, "gain_checks": gain_checks(gains),
-            "controls": control_results(analysis.primary, m, options.alpha, options.power)}
+            "seeds": analysis.seeds,
+            "gains": gains,
+            "gain_checks": gain_checks(gains),
+            "controls": control_results(analysis.primary, m, options.alpha, options.power),
+        }
     cpu = run_cpu_seconds(execution.done)
     controls = metrics[primary]["controls"] if primary in metrics else []
     decided = decided_verdicts(controls)
-    return {"experiment": exp.path or exp.name, "baseline": exp.baseline,
-            "seeds": list(exp.seeds), "m": m, "primary_metric": primary,
-            "budget": asdict(exp.budget), "domains": domains,
-            "runs": len(execution.results), "failed": len(execution.failed),
-            "pairing_check": _pairing(exp, execution), "metrics": metrics,
-            "cpu_seconds_total": float(sum(cpu)), "cpu_seconds_per_run": cpu,
-            "runs_without_cpu_seconds": len(execution.done) - len(cpu),
-            "cost_checks": cost_checks(cpu, exp.budget.steps),
-            "decided": decided, "harms": sum(1 for c in controls if c.outcome != SAME),
-            "cpu_minutes_per_verdict": cpu_minutes_per_verdict(sum(cpu), decided)}
+    return {
+        "experiment": exp.path or exp.name,
+        "baseline": exp.baseline,
+        "seeds": list(exp.seeds),
+        "m": m,
+        "primary_metric": primary,
+        "budget": asdict(exp.budget),
+        "domains": domains,
+        "runs": len(execution.results),
+        "failed": len(execution.failed),
+        "pairing_check": _pairing(exp, execution),
+        "metrics": metrics,
+        "cpu_seconds_total": float(sum(cpu)),
+        "cpu_seconds_per_run": cpu,
+        "runs_without_cpu_seconds": len(execution.done) - len(cpu),
+        "cost_checks": cost_checks(cpu, exp.budget.steps),
+        "decided": decided,
+        "harms": sum(1 for c in controls if c.outcome != SAME),
+        "cpu_minutes_per_verdict": cpu_minutes_per_verdict(sum(cpu), decided),
+    }
 
 
 def _pairing(exp: Experiment, execution: Execution) -> str:
@@ -324,6 +372,8 @@ def _pairing(exp: Experiment, execution: Execution) -> str:
     if "FAILED" in check and aa:
         rest = Execution([r for r in execution.results if r["method"] not in aa])
         if "FAILED" not in pairing_check(rest):
-            check += ("; without the A/A arm it passes (the A/A arm's sampled evaluation "
-                      "draws from its own noise stream)")
+            check += (
+                "; without the A/A arm it passes (the A/A arm's sampled evaluation "
+                "draws from its own noise stream)"
+            )
     return check

@@ -66,16 +66,17 @@ def e_value(x, mu0: float, prior_scale: float = PRIOR_SCALE) -> float:
     difference says nothing about a scale-free effect)."""
     y = np.asarray(x, dtype=np.float64) - mu0
     n = y.size
-    q = float(np.sum(y ** 2))
+    q = float(np.sum(y**2))
     if n < 2 or q == 0:
         return 1.0
-    g = n * prior_scale ** 2
+    g = n * prior_scale**2
     r = float(y.sum()) ** 2 / (n * q)
     return float((1 + g) ** -0.5 * (1 - r * g / (1 + g)) ** (-n / 2))
 
 
-def half_widths(n: np.ndarray, sd: np.ndarray, alpha_each: float,
-                prior_scale: float = PRIOR_SCALE) -> np.ndarray:
+def half_widths(
+    n: np.ndarray, sd: np.ndarray, alpha_each: float, prior_scale: float = PRIOR_SCALE
+) -> np.ndarray:
     """Half-width of the safe-t confidence interval at each n (inf where none is finite).
 
     Args:
@@ -85,15 +86,16 @@ def half_widths(n: np.ndarray, sd: np.ndarray, alpha_each: float,
         prior_scale: τ, the prior SD of the standardized effect.
     """
     n = np.asarray(n, dtype=np.float64)
-    g = n * prior_scale ** 2
+    g = n * prior_scale**2
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r = (1.0 - (alpha_each ** 2 / (1.0 + g)) ** (1.0 / n)) * (1.0 + g) / g
+        r = (1.0 - (alpha_each**2 / (1.0 + g)) ** (1.0 / n)) * (1.0 + g) / g
         hw = np.asarray(sd) * np.sqrt((n - 1.0) * r / ((1.0 - r) * n))
     return np.where((r < 1.0) & (n >= 2), hw, np.inf)
 
 
-def confidence_sequence(x: np.ndarray, alpha_each: float, bound: float = 1.0,
-                        prior_scale: float = PRIOR_SCALE) -> tuple[np.ndarray, np.ndarray]:
+def confidence_sequence(
+    x: np.ndarray, alpha_each: float, bound: float = 1.0, prior_scale: float = PRIOR_SCALE
+) -> tuple[np.ndarray, np.ndarray]:
     """Running-intersection confidence sequence over the leading axis.
 
     Args:
@@ -109,7 +111,7 @@ def confidence_sequence(x: np.ndarray, alpha_each: float, bound: float = 1.0,
     n = np.arange(1, x.shape[0] + 1, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - 1))
     mean = np.cumsum(x, axis=0) / n
     with np.errstate(invalid="ignore", divide="ignore"):
-        var = (np.cumsum(x ** 2, axis=0) - n * mean ** 2) / (n - 1)
+        var = (np.cumsum(x**2, axis=0) - n * mean**2) / (n - 1)
     sd = np.sqrt(np.clip(np.nan_to_num(var, nan=0.0), 0.0, None))
     hw = half_widths(n, sd, alpha_each, prior_scale)
     low = np.maximum.accumulate(np.clip(mean - hw, -bound, bound), axis=0)
@@ -119,13 +121,23 @@ def confidence_sequence(x: np.ndarray, alpha_each: float, bound: float = 1.0,
 
 def verdicts_of(low: np.ndarray, high: np.ndarray, margin: float) -> np.ndarray:
     """Verdict strings, elementwise, of intervals [low, high]."""
-    return np.where(low > 0, BETTER, np.where(high < 0, WORSE, np.where(
-        (low >= -margin) & (high <= margin), EQUIVALENT, UNDECIDED)))
+    return np.where(
+        low > 0,
+        BETTER,
+        np.where(
+            high < 0, WORSE, np.where((low >= -margin) & (high <= margin), EQUIVALENT, UNDECIDED)
+        ),
+    )
 
 
-def sequential_verdicts(diffs: Mapping[str, np.ndarray], *, alpha: float = 0.05,
-                        margin: float, bound: float = 1.0,
-                        prior_scale: float = PRIOR_SCALE) -> dict[str, SequentialResult]:
+def sequential_verdicts(
+    diffs: Mapping[str, np.ndarray],
+    *,
+    alpha: float = 0.05,
+    margin: float,
+    bound: float = 1.0,
+    prior_scale: float = PRIOR_SCALE,
+) -> dict[str, SequentialResult]:
     """Anytime-valid verdicts of m comparisons (one family) after the seeds seen so far.
 
     Args:
@@ -153,18 +165,32 @@ def sequential_verdicts(diffs: Mapping[str, np.ndarray], *, alpha: float = 0.05,
         low, high = confidence_sequence(d, a, bound, prior_scale)
         lo, hi = float(low[-1]), float(high[-1])
         if lo > hi:  # empty intersection (probability < α): keep the current interval only
-            hw = float(half_widths(np.array(d.size), np.array(d.std(ddof=1)), a,
-                                   prior_scale)) if d.size > 1 else math.inf
+            hw = (
+                float(half_widths(np.array(d.size), np.array(d.std(ddof=1)), a, prior_scale))
+                if d.size > 1
+                else math.inf
+            )
             lo, hi = max(-bound, d.mean() - hw), min(bound, d.mean() + hw)
         verdict = str(verdicts_of(np.array(lo), np.array(hi), margin))
         out[label] = SequentialResult(verdict, int(d.size), lo, hi, float(d.mean()), a)
     return out
 
 
-def simulate_sequential(effect: float, sd: float, *, m: int = 1, alpha: float = 0.05,
-                        margin: float, round_size: int = 2, max_seeds: int = 24,
-                        min_seeds: int = 3, reps: int = 2000, seed: int = 0,
-                        power: float = 0.8, prior_scale: float = PRIOR_SCALE) -> dict:
+def simulate_sequential(
+    effect: float,
+    sd: float,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    margin: float,
+    round_size: int = 2,
+    max_seeds: int = 24,
+    min_seeds: int = 3,
+    reps: int = 2000,
+    seed: int = 0,
+    power: float = 0.8,
+    prior_scale: float = PRIOR_SCALE,
+) -> dict:
     """Simulated experiments of the rounds loop: m comparisons, each with true paired mean
     ``effect`` and SD ``sd`` (normal), looked at after ``min_seeds`` seeds and every
     ``round_size`` more, stopped when all are decided or at ``max_seeds``.
@@ -196,28 +222,50 @@ def simulate_sequential(effect: float, sd: float, *, m: int = 1, alpha: float = 
         wrong = (final == BETTER) | (final == WORSE)
     seeds = looks[stop]
     return {
-        "effect": effect, "sd": sd, "m": m, "alpha": alpha, "margin": margin, "reps": reps,
-        "round_size": round_size, "min_seeds": min_seeds, "max_seeds": max_seeds,
+        "effect": effect,
+        "sd": sd,
+        "m": m,
+        "alpha": alpha,
+        "margin": margin,
+        "reps": reps,
+        "round_size": round_size,
+        "min_seeds": min_seeds,
+        "max_seeds": max_seeds,
         "error_rate": float(wrong.any(axis=1).mean()),
         "decided_rate": float(done[stop, np.arange(reps)].mean()),
         "better_rate": float((final == BETTER).mean()),
-        "mean_seeds": float(seeds.mean()), "median_seeds": float(np.median(seeds)),
+        "mean_seeds": float(seeds.mean()),
+        "median_seeds": float(np.median(seeds)),
         "fixed_n": simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power)
-        if effect > 0 else None,
+        if effect > 0
+        else None,
     }
 
 
 def _main() -> None:  # python -m dataflex_rl.harness.sequential: figures of docs/harness.md
     print("rounds of 2 seeds from 3, at most 24, alpha 0.05, margin 0.01, 2000 experiments")
-    print(f"{'sd':>5} {'effect':>6} {'m':>3} {'error':>6} {'better':>6} {'decided':>7} "
-          f"{'mean n':>6} {'median':>6} {'fixed n (power 0.8)':>19}")
-    for sd, effect, m in [(0.02, 0.0, 1), (0.02, 0.0, 3), (0.02, 0.0, 12), (0.01, 0.02, 1),
-                          (0.02, 0.02, 1), (0.02, 0.05, 3), (0.03, 0.05, 3), (0.02, 0.05, 12),
-                          (0.03, 0.10, 12), (0.01, 0.02, 12)]:
+    print(
+        f"{'sd':>5} {'effect':>6} {'m':>3} {'error':>6} {'better':>6} {'decided':>7} "
+        f"{'mean n':>6} {'median':>6} {'fixed n (power 0.8)':>19}"
+    )
+    for sd, effect, m in [
+        (0.02, 0.0, 1),
+        (0.02, 0.0, 3),
+        (0.02, 0.0, 12),
+        (0.01, 0.02, 1),
+        (0.02, 0.02, 1),
+        (0.02, 0.05, 3),
+        (0.03, 0.05, 3),
+        (0.02, 0.05, 12),
+        (0.03, 0.10, 12),
+        (0.01, 0.02, 12),
+    ]:
         r = simulate_sequential(effect, sd, m=m, margin=0.01, reps=2000)
-        print(f"{sd:>5} {effect:>6} {m:>3} {r['error_rate']:>6.3f} {r['better_rate']:>6.2f} "
-              f"{r['decided_rate']:>7.2f} {r['mean_seeds']:>6.1f} {r['median_seeds']:>6.0f} "
-              f"{str(r['fixed_n']):>19}")
+        print(
+            f"{sd:>5} {effect:>6} {m:>3} {r['error_rate']:>6.3f} {r['better_rate']:>6.2f} "
+            f"{r['decided_rate']:>7.2f} {r['mean_seeds']:>6.1f} {r['median_seeds']:>6.0f} "
+            f"{str(r['fixed_n']):>19}"
+        )
 
 
 if __name__ == "__main__":

@@ -75,8 +75,9 @@ def bootstrap_means(diffs, rng: np.random.Generator, n_boot: int = 10_000) -> np
     return d[idx].mean(axis=1)
 
 
-def bootstrap_interval(diffs, rng: np.random.Generator, alpha=0.05, n_boot: int = 10_000
-                       ) -> np.ndarray:
+def bootstrap_interval(
+    diffs, rng: np.random.Generator, alpha=0.05, n_boot: int = 10_000
+) -> np.ndarray:
     """Paired-bootstrap percentile interval(s) of the mean difference.
 
     Args:
@@ -91,18 +92,22 @@ def bootstrap_interval(diffs, rng: np.random.Generator, alpha=0.05, n_boot: int 
     a = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
     means = bootstrap_means(diffs, rng, n_boot)
     q = np.quantile(means, np.concatenate([a / 2, 1 - a / 2]))
-    out = np.stack([q[:a.size], q[a.size:]], axis=1)
+    out = np.stack([q[: a.size], q[a.size :]], axis=1)
     return out[0] if np.ndim(alpha) == 0 else out
 
 
 def sign_patterns(n: int) -> np.ndarray:
     """[2^n, n] every ±1 sign pattern (row k holds the bits of k)."""
-    bits = (np.arange(2 ** n, dtype=np.int64)[:, None] >> np.arange(n)) & 1
+    bits = (np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n)) & 1
     return (1 - 2 * bits).astype(np.float64)
 
 
-def sign_flip_pvalue(diffs, rng: np.random.Generator | None = None, n_perm: int = 10_000,
-                     exact_max_n: int = EXACT_MAX_N) -> float:
+def sign_flip_pvalue(
+    diffs,
+    rng: np.random.Generator | None = None,
+    n_perm: int = 10_000,
+    exact_max_n: int = EXACT_MAX_N,
+) -> float:
     """Two-sided paired permutation (sign-flip) p-value of the mean difference.
 
     Args:
@@ -133,7 +138,7 @@ def sign_flip_pvalue(diffs, rng: np.random.Generator | None = None, n_perm: int 
 
 def min_pvalue(n: int) -> float:
     """Smallest two-sided p-value the exact sign-flip test can reach with n pairs (2 / 2^n)."""
-    return min(1.0, 2.0 / 2 ** n) if n > 0 else 1.0
+    return min(1.0, 2.0 / 2**n) if n > 0 else 1.0
 
 
 def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -176,8 +181,9 @@ def mde_paired(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> fl
     return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd / math.sqrt(n))
 
 
-def seeds_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0.8,
-                 max_n: int = 10_000) -> int | None:
+def seeds_needed(
+    sd: float, effect: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 10_000
+) -> int | None:
     """t approximation (see `power.simulated_seeds_needed` for the verdict rule's own figure):
     fewest seeds whose t MDE is at most ``effect`` and whose exact sign-flip test can reach
     ``alpha`` (2 / 2^n ≤ alpha); None beyond ``max_n`` or for a NaN ``sd``."""

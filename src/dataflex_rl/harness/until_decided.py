@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -50,8 +51,7 @@ def default_rule() -> Rule:
     return sequential_verdicts
 
 
-def fixed_design_seeds(sd: float, effect: float, m: int, alpha: float, power: float
-                       ) -> int | None:
+def fixed_design_seeds(sd: float, effect: float, m: int, alpha: float, power: float) -> int | None:
     """Paired seeds a fixed-n design needs to detect ``effect`` (None: over 64, or unknown)."""
     from dataflex_rl.harness.power import simulated_seeds_needed
 
@@ -87,8 +87,11 @@ class Sequential:
         return self.rounds[-1].seeds if self.rounds else []
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "seeds_used": len(self.seeds),
-                "seeds_saved": None if self.fixed_n is None else self.fixed_n - len(self.seeds)}
+        return {
+            **dataclasses.asdict(self),
+            "seeds_used": len(self.seeds),
+            "seeds_saved": None if self.fixed_n is None else self.fixed_n - len(self.seeds),
+        }
 
 
 def next_seeds(used: list[int], k: int) -> list[int]:
@@ -101,8 +104,9 @@ def next_seeds(used: list[int], k: int) -> list[int]:
     return out
 
 
-def paired_differences(rows: list[Row], baseline: str, labels: list[str],
-                       seed_order: list[int]) -> dict[str, np.ndarray]:
+def paired_differences(
+    rows: list[Row], baseline: str, labels: list[str], seed_order: list[int]
+) -> dict[str, np.ndarray]:
     """label -> [n] method − baseline on the primary summary, in ``seed_order``, over the seeds
     both finished (labels without any finished run get an empty array)."""
     out = {label: np.zeros(0) for label in labels}
@@ -121,21 +125,33 @@ def paired_differences(rows: list[Row], baseline: str, labels: list[str],
     return out
 
 
-def _verdicts(rule: Rule, diffs: dict[str, np.ndarray], alpha: float, margin: float
-              ) -> dict[str, dict]:
+def _verdicts(
+    rule: Rule, diffs: dict[str, np.ndarray], alpha: float, margin: float
+) -> dict[str, dict]:
     if not diffs:
         return {}
     res = rule(diffs, alpha=alpha, margin=margin, bound=1.0)
-    return {k: {"verdict": str(r.verdict), "n": int(r.n), "low": float(r.low),
-                "high": float(r.high)} for k, r in res.items()}
+    return {
+        k: {"verdict": str(r.verdict), "n": int(r.n), "low": float(r.low), "high": float(r.high)}
+        for k, r in res.items()
+    }
 
 
 @locked_output
-def run_until_decided(exp: Experiment, out_dir: str | Path, *, max_seeds: int,
-                      round_size: int = 2, margin: float = 0.02, workers: int | None = None,
-                      progress: bool = True, plots: bool = True,
-                      train_fn: str = DEFAULT_TRAIN_FN, rule: Rule | None = None,
-                      echo: Callable[[str], None] = print) -> tuple[CompareResult, Sequential]:
+def run_until_decided(
+    exp: Experiment,
+    out_dir: str | Path,
+    *,
+    max_seeds: int,
+    round_size: int = 2,
+    margin: float = 0.02,
+    workers: int | None = None,
+    progress: bool = True,
+    plots: bool = True,
+    train_fn: str = DEFAULT_TRAIN_FN,
+    rule: Rule | None = None,
+    echo: Callable[[str], None] = print,
+) -> tuple[CompareResult, Sequential]:
     """Run the experiment in rounds of seeds until every comparison is decided.
 
     Args:
@@ -156,22 +172,28 @@ def run_until_decided(exp: Experiment, out_dir: str | Path, *, max_seeds: int,
     if not margin > 0:
         raise ConfigError(f"--margin: must be > 0, got {margin}")
     if max_seeds < len(exp.seeds):
-        raise ConfigError(f"--max-seeds {max_seeds}: below the experiment's "
-                          f"{len(exp.seeds)} seeds")
+        raise ConfigError(f"--max-seeds {max_seeds}: below the experiment's {len(exp.seeds)} seeds")
     rule = rule or default_rule()
     controls = [label for label in exp.control_outcomes]
     comparisons = [x for x in exp.labels if x != exp.baseline and x not in controls]
     if not comparisons:
         comparisons, controls = controls, []
     alpha = exp.statistics.alpha
-    seq = Sequential(comparisons=comparisons, controls=controls, max_seeds=max_seeds,
-                     round_size=round_size, margin=margin, alpha=alpha)
+    seq = Sequential(
+        comparisons=comparisons,
+        controls=controls,
+        max_seeds=max_seeds,
+        round_size=round_size,
+        margin=margin,
+        alpha=alpha,
+    )
     domains = list(exp.engine_config().tasks.domains)
     seeds = list(exp.seeds)
     while True:
         current = dataclasses.replace(exp, seeds=tuple(seeds))
-        res = run_compare(current, out_dir, workers=workers, progress=progress, plots=plots,
-                          train_fn=train_fn)
+        res = run_compare(
+            current, out_dir, workers=workers, progress=progress, plots=plots, train_fn=train_fn
+        )
         rows = result_rows(res.execution, domains, exp.evaluation.metric)
         diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
         verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
@@ -192,9 +214,10 @@ def run_until_decided(exp: Experiment, out_dir: str | Path, *, max_seeds: int,
 
 def round_line(r: Round, comparisons: list[str], controls: list[str]) -> str:
     """``round 2, 4 seeds: difffilter undecided (n=4); controls: aa_control undecided (n=4)``."""
+
     def part(labels: list[str]) -> str:
-        return ", ".join(f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']})"
-                         for k in labels)
+        return ", ".join(f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']})" for k in labels)
+
     line = f"round {r.index}, {len(r.seeds)} seeds: {part(comparisons)}"
     return line + (f"; controls: {part(controls)}" if controls else "")
 
@@ -206,9 +229,10 @@ def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment
         return
     seq.pooled_sd = math.sqrt(sum(s * s for s in sds) / len(sds))
     try:
-        seq.fixed_n = fixed_design_seeds(seq.pooled_sd, seq.margin, len(seq.comparisons),
-                                         seq.alpha, exp.statistics.power)
-    except ImportError:   # harness.power not available: the section says so
+        seq.fixed_n = fixed_design_seeds(
+            seq.pooled_sd, seq.margin, len(seq.comparisons), seq.alpha, exp.statistics.power
+        )
+    except ImportError:  # harness.power not available: the section says so
         seq.fixed_n = None
 
 
@@ -216,19 +240,26 @@ def section(seq: Sequential) -> str:
     """The report.md section of the loop."""
     pts = 100.0
     labels = seq.comparisons + seq.controls
-    lines = ["## Sequential comparison (--until-decided)", "",
-             f"Seeds were added in rounds of {seq.round_size} (at most {seq.max_seeds}) until "
-             f"every comparison was decided by the anytime-valid rule at α = {seq.alpha:g}: "
-             f"better, worse, or equivalent within ±{seq.margin * pts:g} points. Controls run on "
-             "the same seeds but do not keep the loop going; they form their own family.", "",
-             "| round | seeds | " + " | ".join(labels) + " |",
-             "|---:|---:|" + "---|" * len(labels)]
+    lines = [
+        "## Sequential comparison (--until-decided)",
+        "",
+        f"Seeds were added in rounds of {seq.round_size} (at most {seq.max_seeds}) until "
+        f"every comparison was decided by the anytime-valid rule at α = {seq.alpha:g}: "
+        f"better, worse, or equivalent within ±{seq.margin * pts:g} points. Controls run on "
+        "the same seeds but do not keep the loop going; they form their own family.",
+        "",
+        "| round | seeds | " + " | ".join(labels) + " |",
+        "|---:|---:|" + "---|" * len(labels),
+    ]
     for r in seq.rounds:
         cells = []
         for k in labels:
             v = r.verdicts.get(k)
-            cells.append("—" if v is None else
-                         f"{v['verdict']} [{v['low'] * pts:+.1f}, {v['high'] * pts:+.1f}]")
+            cells.append(
+                "—"
+                if v is None
+                else f"{v['verdict']} [{v['low'] * pts:+.1f}, {v['high'] * pts:+.1f}]"
+            )
         lines.append(f"| {r.index} | {len(r.seeds)} | " + " | ".join(cells) + " |")
     used = len(seq.seeds)
     lines += ["", f"Stopped: {seq.stopped}, after {used} seeds ({', '.join(map(str, seq.seeds))})."]
@@ -238,16 +269,23 @@ def section(seq: Sequential) -> str:
             f"A fixed-n design detecting a {seq.margin * pts:g}-point difference with power "
             f"at the pooled SD of the paired differences ({seq.pooled_sd * pts:.2f} points, "
             f"{len(seq.comparisons)} comparison(s)) needs {seq.fixed_n} seeds: "
-            + (f"{saved} seed(s) saved." if saved >= 0 else f"{-saved} seed(s) more were used."))
+            + (f"{saved} seed(s) saved." if saved >= 0 else f"{-saved} seed(s) more were used.")
+        )
     elif not math.isnan(seq.pooled_sd):
-        lines.append(f"A fixed-n design for a {seq.margin * pts:g}-point difference at the "
-                     f"pooled SD ({seq.pooled_sd * pts:.2f} points) needs more than 64 seeds "
-                     "(or could not be computed).")
+        lines.append(
+            f"A fixed-n design for a {seq.margin * pts:g}-point difference at the "
+            f"pooled SD ({seq.pooled_sd * pts:.2f} points) needs more than 64 seeds "
+            "(or could not be computed)."
+        )
     else:
-        lines.append("No fixed-n comparison: the paired differences have no spread yet "
-                     "(fewer than two, or all equal).")
-    lines.append("Intervals: the rule's anytime-valid interval of the mean difference, in "
-                 "points, at each round.")
+        lines.append(
+            "No fixed-n comparison: the paired differences have no spread yet "
+            "(fewer than two, or all equal)."
+        )
+    lines.append(
+        "Intervals: the rule's anytime-valid interval of the mean difference, in "
+        "points, at each round."
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -42,7 +42,8 @@ class Static(Mixer):
     needs_signal: ClassVar[bool] = False
     floor: float = param(0.0, "minimum proportion of every domain", ge=0.0, lt=1.0)
     proportions: list[float] | dict[str, float] | None = param(
-        None, "fixed proportions (normalized); null: the mechanism's prior (uniform)", ge=0.0)
+        None, "fixed proportions (normalized); null: the mechanism's prior (uniform)", ge=0.0
+    )
 
     def initial(self, prior: Tensor, domains: tuple[str, ...]) -> Tensor:
         if self.proportions is None:

@@ -47,18 +47,25 @@ class Greso(SkipPolicy):
     of generated groups whose rewards were all equal).
     """
 
-    paper: ClassVar[str] = ("Zheng et al. 2025, Act Only When It Pays: Efficient RL for LLM "
-                            "Reasoning via Selective Rollouts (GRESO)")
-    streak: int = param(1, "consecutive zero-variance outcomes that make a prompt skippable",
-                        ge=1)
-    explore_prob: float = param(0.5, "initial exploration probability p of each kind",
-                                ge=0.0, le=1.0)
-    compound: bool = param(True, "generate a skippable prompt with probability p ** run "
-                           "(run: its consecutive zero-variance outcomes); false: p")
-    target_zero_variance: float = param(0.25, "share of zero-variance groups aimed for",
-                                        ge=0.0, le=1.0)
-    adapt_step: float = param(0.01, "change of the exploration probability per step", ge=0.0,
-                              le=1.0)
+    paper: ClassVar[str] = (
+        "Zheng et al. 2025, Act Only When It Pays: Efficient RL for LLM "
+        "Reasoning via Selective Rollouts (GRESO)"
+    )
+    streak: int = param(1, "consecutive zero-variance outcomes that make a prompt skippable", ge=1)
+    explore_prob: float = param(
+        0.5, "initial exploration probability p of each kind", ge=0.0, le=1.0
+    )
+    compound: bool = param(
+        True,
+        "generate a skippable prompt with probability p ** run "
+        "(run: its consecutive zero-variance outcomes); false: p",
+    )
+    target_zero_variance: float = param(
+        0.25, "share of zero-variance groups aimed for", ge=0.0, le=1.0
+    )
+    adapt_step: float = param(
+        0.01, "change of the exploration probability per step", ge=0.0, le=1.0
+    )
     min_explore: float = param(0.05, "lowest exploration probability", ge=0.0, le=1.0)
 
     def __post_init__(self) -> None:
@@ -77,8 +84,9 @@ class Greso(SkipPolicy):
         hard = (zero & (o.solve <= 0.0)).flip(1).to(torch.int64).cumprod(1).sum(1)
         return easy, hard, o.mean_tokens()
 
-    def filter(self, history: PromptHistory, keys: list, step: int,
-               generator: torch.Generator | None) -> tuple[Tensor, dict]:
+    def filter(
+        self, history: PromptHistory, keys: list, step: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, dict]:
         n = len(keys)
         u = torch.rand(n, generator=generator, dtype=torch.float64)
         easy_run, hard_run, mean_tokens = self.runs(history, keys)
@@ -106,10 +114,14 @@ class Greso(SkipPolicy):
         if n == 0:
             return
         k = batch.group_successes()
-        share = {"easy": float(((k == size) & present).sum()) / n,
-                 "hard": float(((k == 0) & present).sum()) / n}
+        share = {
+            "easy": float(((k == size) & present).sum()) / n,
+            "hard": float(((k == 0) & present).sum()) / n,
+        }
         for kind in ("easy", "hard"):
-            step = -self.adapt_step if share[kind] > self.target_zero_variance / 2 else self.adapt_step
+            step = (
+                -self.adapt_step if share[kind] > self.target_zero_variance / 2 else self.adapt_step
+            )
             self._p[kind] = min(1.0, max(self.min_explore, self._p[kind] + step))
 
     def state_dict(self) -> dict:

@@ -36,22 +36,24 @@ class ThompsonBand(SkipPolicy):
     accounting (`dataflex_rl.hosts.common.accounting`).
     """
 
-    paper: ClassVar[str] = ("Qu et al. 2025, Can Prompt Difficulty be Online Predicted for "
-                            "Accelerating RL Finetuning of Reasoning Models? (MoPPS; here a "
-                            "band on the Thompson draw instead of a top-k)")
+    paper: ClassVar[str] = (
+        "Qu et al. 2025, Can Prompt Difficulty be Online Predicted for "
+        "Accelerating RL Finetuning of Reasoning Models? (MoPPS; here a "
+        "band on the Thompson draw instead of a top-k)"
+    )
     low: float = param(0.1, "skip when the drawn solve rate is below this", ge=0.0, le=1.0)
     high: float = param(0.9, "skip when the drawn solve rate is above this", ge=0.0, le=1.0)
     prior_a: float = param(1.0, "Beta prior pseudo-successes", gt=0.0, le=1e6)
     prior_b: float = param(1.0, "Beta prior pseudo-failures", gt=0.0, le=1e6)
-    discount: float = param(1.0, "weight of a group per outcome of age (1: all equal)",
-                            gt=0.0, le=1.0)
+    discount: float = param(
+        1.0, "weight of a group per outcome of age (1: all equal)", gt=0.0, le=1.0
+    )
     keep_unseen: bool = param(True, "always generate prompts without history")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.low < self.high:
-            raise ConfigError(f"thompson: need low < high, got low={self.low}, "
-                              f"high={self.high}")
+            raise ConfigError(f"thompson: need low < high, got low={self.low}, high={self.high}")
 
     def posterior(self, history: PromptHistory, keys: list) -> tuple[Tensor, Tensor, Tensor]:
         """Per candidate: ([N] alpha, [N] beta, [N] count of remembered groups)."""
@@ -60,15 +62,16 @@ class ThompsonBand(SkipPolicy):
     def _posterior(self, o: Outcomes) -> tuple[Tensor, Tensor, Tensor]:
         H = o.step.shape[1]
         age = torch.arange(H - 1, -1, -1, dtype=torch.float64)
-        w = (self.discount ** age) * o.valid            # [N, H], newest weight 1
+        w = (self.discount**age) * o.valid  # [N, H], newest weight 1
         n = o.responses.to(torch.float64)
         succ = torch.round(o.solve * n)
         alpha = self.prior_a + (w * succ).sum(1)
         beta = self.prior_b + (w * (n - succ)).sum(1)
         return alpha, beta, o.count
 
-    def filter(self, history: PromptHistory, keys: list, step: int,
-               generator: torch.Generator | None) -> tuple[Tensor, dict]:
+    def filter(
+        self, history: PromptHistory, keys: list, step: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, dict]:
         n = len(keys)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
         o = history.outcomes(keys)

@@ -24,7 +24,7 @@ class Softmax(Reweighter):
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
         big = torch.finfo(torch.float64).max
-        s = (scores.to(torch.float64) / self.temperature).clamp(-big, big)   # finite: no inf - inf
+        s = (scores.to(torch.float64) / self.temperature).clamp(-big, big)  # finite: no inf - inf
         top = s[norm_mask].max() if bool(norm_mask.any()) else torch.tensor(0.0, dtype=s.dtype)
         return torch.exp(torch.where(norm_mask, s - top, torch.zeros_like(s)))
 
@@ -43,13 +43,18 @@ class Priority(Reweighter):
     default_scorer: ClassVar[str | None] = "advantage_magnitude"
     paper: ClassVar[str] = "Schaul et al. 2016, Prioritized Experience Replay"
     alpha: float = param(0.6, "priority exponent; 0 gives uniform weights", ge=0.0, le=100.0)
-    eps: float = param(0.01, "added to |score| so no informative response gets weight 0", gt=0.0,
-                       le=1e6)
+    eps: float = param(
+        0.01, "added to |score| so no informative response gets weight 0", gt=0.0, le=1e6
+    )
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
         log_p = torch.log(scores.to(torch.float64).abs() + self.eps)
-        top = log_p[norm_mask].max() if bool(norm_mask.any()) else torch.zeros((), dtype=log_p.dtype)
-        return torch.exp(torch.where(norm_mask, self.alpha * (log_p - top), torch.zeros_like(log_p)))
+        top = (
+            log_p[norm_mask].max() if bool(norm_mask.any()) else torch.zeros((), dtype=log_p.dtype)
+        )
+        return torch.exp(
+            torch.where(norm_mask, self.alpha * (log_p - top), torch.zeros_like(log_p))
+        )
 
 
 @REWEIGHTERS.register("band_weight")

@@ -35,8 +35,9 @@ class ProbabilityAware(Reweighter):
 
     def raw_weights_(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
         # alpha * p + (1 - alpha) = p + (1 - alpha) * (1 - p): one pass
-        return scores.lerp_(torch.ones((), dtype=scores.dtype, device=scores.device),
-                            1.0 - self.alpha)
+        return scores.lerp_(
+            torch.ones((), dtype=scores.dtype, device=scores.device), 1.0 - self.alpha
+        )
 
     def affine(self) -> tuple[float, float]:
         return self.alpha, 1.0 - self.alpha

@@ -24,14 +24,15 @@ from dataflex_rl.core.config import param
 class WindowedDomainScorer(DomainScorer):
     """Base: ring buffers of per-step, per-domain sums and counts."""
 
-    window: int = param(10, "number of most recent steps the signal is computed over", ge=1,
-                        le=10_000)
+    window: int = param(
+        10, "number of most recent steps the signal is computed over", ge=1, le=10_000
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._sums: Tensor | None = None    # [W, D] float64
+        self._sums: Tensor | None = None  # [W, D] float64
         self._counts: Tensor | None = None  # [W, D] int64
-        self._x: Tensor | None = None       # [W] observation index of each row, -1 empty
+        self._x: Tensor | None = None  # [W] observation index of each row, -1 empty
         self._n = 0
 
     def per_response(self, batch: RolloutBatch) -> Tensor:
@@ -51,13 +52,16 @@ class WindowedDomainScorer(DomainScorer):
         step = batch.step
         row = step % self.window
         active = self.counted(batch)
-        v = torch.where(active, self.per_response(batch).to(torch.float64),
-                        torch.zeros(batch.batch_size, dtype=torch.float64))
+        v = torch.where(
+            active,
+            self.per_response(batch).to(torch.float64),
+            torch.zeros(batch.batch_size, dtype=torch.float64),
+        )
         self._sums[row] = torch.zeros(D, dtype=torch.float64).index_add_(0, batch.domain_ids, v)
         self._counts[row] = torch.bincount(batch.domain_ids[active], minlength=D)
         self._x[row] = step
         self._n = max(self._n, step + 1)
-        stale = (self._x >= 0) & (self._x <= self._n - 1 - self.window)   # before a gap
+        stale = (self._x >= 0) & (self._x <= self._n - 1 - self.window)  # before a gap
         if bool(stale.any()):
             self._sums[stale] = 0.0
             self._counts[stale] = 0
@@ -75,9 +79,13 @@ class WindowedDomainScorer(DomainScorer):
 
     def state_dict(self) -> dict:
         """A snapshot (copies): later observations do not change a saved state."""
-        return {"n": self._n, **{k: None if v is None else v.clone()
-                                 for k, v in (("sums", self._sums), ("counts", self._counts),
-                                              ("x", self._x))}}
+        return {
+            "n": self._n,
+            **{
+                k: None if v is None else v.clone()
+                for k, v in (("sums", self._sums), ("counts", self._counts), ("x", self._x))
+            },
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._n = int(state["n"])
@@ -136,7 +144,7 @@ class LearningProgress(WindowedDomainScorer):
     def values(self, num_domains: int) -> tuple[Tensor, Tensor]:
         if self._sums is None:
             return self._empty(num_domains)
-        m = (self._counts > 0) & (self._x >= 0)[:, None]          # [W, D] points
+        m = (self._counts > 0) & (self._x >= 0)[:, None]  # [W, D] points
         w = m.to(torch.float64)
         y = self._sums / self._counts.clamp(min=1)
         x = self._x.to(torch.float64)[:, None].expand_as(y)

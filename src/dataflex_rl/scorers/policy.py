@@ -28,7 +28,7 @@ def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -
     """
     if not batch.has_advantages:
         raise ValueError(f"{who} needs 'advantages' in the batch")
-    if batch.response_advantages is not None:     # one value per response: no [B, T] read
+    if batch.response_advantages is not None:  # one value per response: no [B, T] read
         mean = batch.response_advantages.to(torch.float64).abs()
         return torch.where(batch.active_mask & (batch.response_length > 0), mean, 0.0)
     mean = batch.token_blocks.row_means(batch.advantages, absolute=True)
@@ -80,5 +80,5 @@ class TokenProb(Scorer):
         return torch.where(batch.active_mask, s, torch.zeros_like(s))
 
     def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
-        x = batch.old_log_probs.detach()[start:start + out.shape[0]]
+        x = batch.old_log_probs.detach()[start : start + out.shape[0]]
         return torch.clamp(x, max=0.0, out=out).exp_()

@@ -35,8 +35,11 @@ def mix32(x):
 
 def key_hash(key) -> int:
     """A stable 32-bit hash of a prompt key (the same in every process, unlike ``hash``)."""
-    text = b"i" + str(int(key)).encode() if isinstance(key, numbers.Integral) \
+    text = (
+        b"i" + str(int(key)).encode()
+        if isinstance(key, numbers.Integral)
         else b"s" + str(key).encode()
+    )
     return int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little")
 
 
@@ -45,13 +48,14 @@ def group_uniforms(batch: RolloutBatch, salt: int) -> Tensor:
     G = batch.num_groups
     if batch.prompt_keys is not None and G:
         idx = torch.arange(batch.batch_size)
-        first = segment_min(idx, batch.group_ids, G, empty=0)   # [G] first row of each group
-        keys = torch.tensor([key_hash(batch.prompt_keys[i]) for i in first.tolist()],
-                            dtype=torch.int64)
+        first = segment_min(idx, batch.group_ids, G, empty=0)  # [G] first row of each group
+        keys = torch.tensor(
+            [key_hash(batch.prompt_keys[i]) for i in first.tolist()], dtype=torch.int64
+        )
     else:
         keys = mix32(torch.arange(G, dtype=torch.int64))
     step_salt = mix32((batch.step & M32) ^ mix32(salt & M32))
-    return mix32(keys ^ step_salt).to(torch.float64) / 2.0 ** 32
+    return mix32(keys ^ step_salt).to(torch.float64) / 2.0**32
 
 
 @SELECTORS.register("random_groups")
@@ -86,10 +90,13 @@ class RandomGroups(Selector):
     default_scorer: ClassVar[str | None] = "reward"
     recompute_advantages_default: ClassVar[bool] = False
     renormalize_default: ClassVar[bool] = False
-    fraction: float = param(0.5, "probability that an informative group is dropped",
-                            ge=0.0, le=1.0)
-    salt: int = param(0, "salt of the hash (another salt drops other groups; 32 bits are used)",
-                      ge=0, le=2**32 - 1)
+    fraction: float = param(0.5, "probability that an informative group is dropped", ge=0.0, le=1.0)
+    salt: int = param(
+        0,
+        "salt of the hash (another salt drops other groups; 32 bits are used)",
+        ge=0,
+        le=2**32 - 1,
+    )
 
     def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
         G, B = batch.num_groups, batch.batch_size
@@ -97,6 +104,6 @@ class RandomGroups(Selector):
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
         s, gid = scores.to(torch.float64)[active], batch.group_ids[active]
-        informative = segment_max(s, gid, G, 0.0) > segment_min(s, gid, G, 0.0)   # [G]
+        informative = segment_max(s, gid, G, 0.0) > segment_min(s, gid, G, 0.0)  # [G]
         dropped = informative & (group_uniforms(batch, self.salt) < self.fraction)
         return active & ~dropped[batch.group_ids]

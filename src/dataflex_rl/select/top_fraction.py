@@ -43,13 +43,14 @@ class TopFraction(Selector):
         if self.by_group:
             G = batch.num_groups
             n = segment_count(active, batch.group_ids, G)
-            mean, _, _ = segment_moments(scores, batch.group_ids, G, active)   # float64
+            mean, _, _ = segment_moments(scores, batch.group_ids, G, active)  # float64
             return self._top(mean, n > 0)[batch.group_ids]
         return self._top(scores.to(torch.float64), active)
 
     def _top(self, score: Tensor, eligible: Tensor) -> Tensor:
-        k = int(round_half_up(torch.tensor(self.fraction * int(eligible.sum()),
-                                                dtype=torch.float64)))
+        k = int(
+            round_half_up(torch.tensor(self.fraction * int(eligible.sum()), dtype=torch.float64))
+        )
         # descending by score, eligible first, ties by index (stable sorts)
         key = torch.where(eligible, -score, torch.full_like(score, float("inf")))
         order = lexsort(key, (~eligible).to(torch.int8))

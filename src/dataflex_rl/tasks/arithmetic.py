@@ -7,6 +7,7 @@ operand right of a ``*`` always has one digit (2-9) so products stay short.
 from __future__ import annotations
 
 import random
+
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.tasks.base import Domain
 
@@ -65,20 +66,43 @@ class MathDomain(Domain):
     #: the engine's default level (engine.config.DEFAULT_DIFFICULTY)
     DEFAULT_LEVEL = 5
     LEVELS = {
-        1: dict(form="expr", max_operand=9, min_terms=2, max_terms=3, ops="+-", allow_negative=False),
-        2: dict(form="expr", max_operand=15, min_terms=2, max_terms=3, ops="+-", allow_negative=True),
-        3: dict(form="expr", max_operand=20, min_terms=2, max_terms=3, ops="+-*", allow_negative=True),
-        4: dict(form="expr", max_operand=99, min_terms=2, max_terms=4, ops="+-*", allow_negative=True),
-        5: dict(form="sort", max_operand=9, min_terms=8, max_terms=9, ops="+",
-                allow_negative=False),
+        1: dict(
+            form="expr", max_operand=9, min_terms=2, max_terms=3, ops="+-", allow_negative=False
+        ),
+        2: dict(
+            form="expr", max_operand=15, min_terms=2, max_terms=3, ops="+-", allow_negative=True
+        ),
+        3: dict(
+            form="expr", max_operand=20, min_terms=2, max_terms=3, ops="+-*", allow_negative=True
+        ),
+        4: dict(
+            form="expr", max_operand=99, min_terms=2, max_terms=4, ops="+-*", allow_negative=True
+        ),
+        5: dict(
+            form="sort", max_operand=9, min_terms=8, max_terms=9, ops="+", allow_negative=False
+        ),
     }
 
-    def __init__(self, level: int | None = None, *, form: str | None = None,
-                 max_operand: int | None = None, min_terms: int | None = None,
-                 max_terms: int | None = None, ops: str | None = None,
-                 allow_negative: bool | None = None) -> None:
-        s = self.resolve(level, form=form, max_operand=max_operand, min_terms=min_terms,
-                         max_terms=max_terms, ops=ops, allow_negative=allow_negative)
+    def __init__(
+        self,
+        level: int | None = None,
+        *,
+        form: str | None = None,
+        max_operand: int | None = None,
+        min_terms: int | None = None,
+        max_terms: int | None = None,
+        ops: str | None = None,
+        allow_negative: bool | None = None,
+    ) -> None:
+        s = self.resolve(
+            level,
+            form=form,
+            max_operand=max_operand,
+            min_terms=min_terms,
+            max_terms=max_terms,
+            ops=ops,
+            allow_negative=allow_negative,
+        )
         self.form = str(s.get("form", "expr"))
         self.settings["form"] = self.form
         if self.form not in FORMS:
@@ -91,24 +115,23 @@ class MathDomain(Domain):
             raise ConfigError(f"math: max_operand must be in 1..999, got {self.max_operand}")
         top = 12 if self.form == "sort" else 4
         if not 2 <= self.min_terms <= self.max_terms <= top:
-            raise ConfigError(f"math: need 2 <= min_terms <= max_terms <= {top} "
-                              f"(form {self.form!r}), got {self.min_terms}..{self.max_terms}")
+            raise ConfigError(
+                f"math: need 2 <= min_terms <= max_terms <= {top} "
+                f"(form {self.form!r}), got {self.min_terms}..{self.max_terms}"
+            )
         if not self.ops or set(self.ops) - set(_OPS):
-            raise ConfigError(f"math: ops must be a non-empty subset of {_OPS!r}, "
-                              f"got {self.ops!r}")
+            raise ConfigError(f"math: ops must be a non-empty subset of {_OPS!r}, got {self.ops!r}")
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
         if self.form == "sort":
-            digits = [rng.randint(0, 9) for _ in range(rng.randint(self.min_terms,
-                                                                   self.max_terms))]
+            digits = [rng.randint(0, 9) for _ in range(rng.randint(self.min_terms, self.max_terms))]
             return "sort" + "".join(map(str, digits)) + "=", "".join(map(str, sorted(digits)))
         while True:
             terms = rng.randint(self.min_terms, self.max_terms)
             ops = [rng.choice(self.ops) for _ in range(terms - 1)]
             numbers = [rng.randint(0, self.max_operand)]
             for op in ops:
-                numbers.append(rng.randint(2, 9) if op == "*" else
-                               rng.randint(0, self.max_operand))
+                numbers.append(rng.randint(2, 9) if op == "*" else rng.randint(0, self.max_operand))
             value = evaluate(numbers, ops)
             if value >= 0 or self.allow_negative:
                 break

@@ -17,8 +17,9 @@ import itertools
 import random
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 from dataflex_rl.core.config import check, signature_schema
 from dataflex_rl.core.registry import ConfigError, Registry, UnknownNameError, suggest
@@ -103,8 +104,7 @@ class Draw:
             n, k = self.draws.get(task_type, 0), self.kept.get(task_type, 0)
         return k / n if n else 1.0
 
-    def saturated_types(self, factor: float = 0.9, min_repeats: int = 5
-                        ) -> list[tuple[str, float]]:
+    def saturated_types(self, factor: float = 0.9, min_repeats: int = 5) -> list[tuple[str, float]]:
         """Task types whose prompts ran short: (type, keep rate), lowest rate first.
 
         A type is saturated when its keep rate is below ``factor`` times the overall keep rate
@@ -118,9 +118,12 @@ class Draw:
                 repeats of a large type are chance, not saturation).
         """
         overall = self.keep_rate()
-        out = [(t, self.keep_rate(t)) for t in self.draws
-               if self.draws[t] - self.kept.get(t, 0) >= min_repeats
-               and self.keep_rate(t) < factor * overall]
+        out = [
+            (t, self.keep_rate(t))
+            for t in self.draws
+            if self.draws[t] - self.kept.get(t, 0) >= min_repeats
+            and self.keep_rate(t) < factor * overall
+        ]
         return sorted(out, key=lambda tr: (tr[1], tr[0]))
 
 
@@ -153,8 +156,10 @@ class Domain(ABC):
         """
         lvl = self.DEFAULT_LEVEL if level is None else level
         if lvl not in self.LEVELS:
-            raise ConfigError(f"{self.name}: unknown difficulty level {lvl!r}; "
-                              f"valid levels: {sorted(self.LEVELS)}")
+            raise ConfigError(
+                f"{self.name}: unknown difficulty level {lvl!r}; "
+                f"valid levels: {sorted(self.LEVELS)}"
+            )
         values = dict(self.LEVELS[lvl])
         values.update({k: v for k, v in overrides.items() if v is not None})
         self.settings = {"level": lvl, **values}
@@ -196,8 +201,9 @@ class Domain(ABC):
         rng = random.Random(f"{self.name}:{seed}")
         return (self.sample(rng) for _ in itertools.count())
 
-    def generate(self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (),
-                 allow_fewer: bool = False) -> list[Problem]:
+    def generate(
+        self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (), allow_fewer: bool = False
+    ) -> list[Problem]:
         """``n`` problems with distinct prompts, deterministic given ``seed`` and the settings.
 
         The first ``k`` problems of ``generate(n, seed)`` are those of ``generate(k, seed)``.
@@ -217,8 +223,9 @@ class Domain(ABC):
         """
         return self.draw(n, seed, exclude=exclude, allow_fewer=allow_fewer).problems
 
-    def draw(self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (),
-             allow_fewer: bool = False) -> Draw:
+    def draw(
+        self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (), allow_fewer: bool = False
+    ) -> Draw:
         """`generate`, with the per-type tallies of the draws it took (see `Draw`).
 
         Args:
@@ -254,8 +261,10 @@ class Domain(ABC):
             if len(out) >= n:
                 break
         if len(out) < n and not allow_fewer:
-            raise ConfigError(f"{self.name} ({self.settings}): found only {len(out)} distinct "
-                              f"prompts for n={n}; ask for fewer or raise the difficulty")
+            raise ConfigError(
+                f"{self.name} ({self.settings}): found only {len(out)} distinct "
+                f"prompts for n={n}; ask for fewer or raise the difficulty"
+            )
         return Draw(out, draws, kept)
 
     def verify(self, problem: Problem, response: str | None) -> float:
@@ -290,8 +299,10 @@ def make_domain(name: str, difficulty: int | Mapping[str, Any] | None = None) ->
     if difficulty is None:
         kwargs: dict[str, Any] = {}
     elif isinstance(difficulty, bool) or not isinstance(difficulty, (int, Mapping)):
-        raise ConfigError(f"difficulty of domain {name!r} must be a level number or a mapping "
-                          f"of knobs, got {difficulty!r}")
+        raise ConfigError(
+            f"difficulty of domain {name!r} must be a level number or a mapping "
+            f"of knobs, got {difficulty!r}"
+        )
     elif isinstance(difficulty, int):
         kwargs = {"level": difficulty}
     else:
@@ -336,25 +347,31 @@ class TaskSet:
         for split, pools in splits:
             extra = set(pools) - set(self.domains)
             if extra:
-                raise ConfigError(f"TaskSet.{split} has domains {sorted(extra)} not in "
-                                  f"domains {list(self.domains)}")
+                raise ConfigError(
+                    f"TaskSet.{split} has domains {sorted(extra)} not in "
+                    f"domains {list(self.domains)}"
+                )
         self.warm = {d: list(self.warm.get(d, ())) for d in self.domains}
         for d in self.domains:
             prompts = {split: _prompts(pools.get(d, ())) for split, pools in splits}
             for a, b in (("eval", "train"), ("eval", "warm"), ("train", "warm")):
                 shared = prompts[a] & prompts[b]
                 if shared:
-                    raise ConfigError(f"TaskSet: {len(shared)} {_SPLIT_NAMES[a]} prompts of "
-                                      f"domain {d!r} are also {_SPLIT_NAMES[b]} prompts, "
-                                      f"e.g. {sorted(shared)[0]!r}")
+                    raise ConfigError(
+                        f"TaskSet: {len(shared)} {_SPLIT_NAMES[a]} prompts of "
+                        f"domain {d!r} are also {_SPLIT_NAMES[b]} prompts, "
+                        f"e.g. {sorted(shared)[0]!r}"
+                    )
 
     def handler(self, domain: str) -> Domain:
         """The `Domain` object that verifies and generates problems of ``domain``."""
         if domain not in self.handlers:
             if domain not in self.domains:
-                raise UnknownNameError(f"unknown domain {domain!r}."
-                                       f"{suggest(domain, list(self.domains))} "
-                                       f"Domains of this task set: {', '.join(self.domains)}")
+                raise UnknownNameError(
+                    f"unknown domain {domain!r}."
+                    f"{suggest(domain, list(self.domains))} "
+                    f"Domains of this task set: {', '.join(self.domains)}"
+                )
             self.handlers[domain] = make_domain(domain)
         return self.handlers[domain]
 
@@ -362,8 +379,9 @@ class TaskSet:
         """Exactly 0.0 or 1.0: is ``response`` a correct answer to ``problem``?"""
         return 1.0 if self.handler(problem.domain).verify(problem, response) >= 1.0 else 0.0
 
-    def verify_many(self, problems: Sequence[Problem], responses: Sequence[str | None]
-                    ) -> list[float]:
+    def verify_many(
+        self, problems: Sequence[Problem], responses: Sequence[str | None]
+    ) -> list[float]:
         """`verify` for each (problem, response) pair."""
         if len(problems) != len(responses):
             raise ValueError(f"{len(problems)} problems but {len(responses)} responses")
@@ -385,18 +403,24 @@ class TaskSet:
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per domain: pool, eval and warm sizes and the domain's settings (for logs)."""
-        return {d: {"train": len(self.train.get(d, ())), "eval": len(self.eval.get(d, ())),
-                    "warm": len(self.warm.get(d, ())),
-                    "settings": dict(getattr(self.handlers.get(d), "settings", {}))}
-                for d in self.domains}
+        return {
+            d: {
+                "train": len(self.train.get(d, ())),
+                "eval": len(self.eval.get(d, ())),
+                "warm": len(self.warm.get(d, ())),
+                "settings": dict(getattr(self.handlers.get(d), "settings", {})),
+            }
+            for d in self.domains
+        }
 
 
 def _per_domain(value: int | Mapping[str, int], domains: Sequence[str], what: str) -> dict:
     if isinstance(value, Mapping):
         unknown = set(value) - set(domains)
         if unknown:
-            raise ConfigError(f"{what}: unknown domains {sorted(unknown)}; "
-                              f"domains: {list(domains)}")
+            raise ConfigError(
+                f"{what}: unknown domains {sorted(unknown)}; domains: {list(domains)}"
+            )
         out = {d: value.get(d) for d in domains}
         missing = [d for d, v in out.items() if v is None]
         if missing:
@@ -409,12 +433,16 @@ def _per_domain(value: int | Mapping[str, int], domains: Sequence[str], what: st
     return out
 
 
-def build_taskset(domains: Sequence[str | Domain] = ("math", "logic", "science"),
-                  train_size: int | Mapping[str, int] = 2000,
-                  eval_size: int | Mapping[str, int] = 200, seed: int = 0,
-                  difficulty: Mapping[str, int | Mapping[str, Any]] | None = None, *,
-                  eval_seed: int | None = None,
-                  warm_size: int | Mapping[str, int] = 0) -> TaskSet:
+def build_taskset(
+    domains: Sequence[str | Domain] = ("math", "logic", "science"),
+    train_size: int | Mapping[str, int] = 2000,
+    eval_size: int | Mapping[str, int] = 200,
+    seed: int = 0,
+    difficulty: Mapping[str, int | Mapping[str, Any]] | None = None,
+    *,
+    eval_seed: int | None = None,
+    warm_size: int | Mapping[str, int] = 0,
+) -> TaskSet:
     """Draw one de-duplicated prompt stream per domain and split it at random.
 
     Per domain, the first ``eval_size + train_size + warm_size`` distinct prompts of the
@@ -466,14 +494,18 @@ def build_taskset(domains: Sequence[str | Domain] = ("math", "logic", "science")
     difficulty = dict(difficulty or {})
     for key in difficulty:
         if key not in handlers:
-            raise ConfigError(f"difficulty: unknown domain {key!r}.{suggest(key, list(names))} "
-                              f"Domains: {', '.join(names)}")
+            raise ConfigError(
+                f"difficulty: unknown domain {key!r}.{suggest(key, list(names))} "
+                f"Domains: {', '.join(names)}"
+            )
     for name in names:
         if handlers[name] is None:
             handlers[name] = make_domain(name, difficulty.get(name))
         elif name in difficulty:
-            raise ConfigError(f"difficulty.{name}: domain {name!r} was given as an object; "
-                              f"set its difficulty when constructing it")
+            raise ConfigError(
+                f"difficulty.{name}: domain {name!r} was given as an object; "
+                f"set its difficulty when constructing it"
+            )
     train_n = _per_domain(train_size, names, "train_size")
     eval_n = _per_domain(eval_size, names, "eval_size")
     warm_n = _per_domain(warm_size, names, "warm_size")
@@ -483,8 +515,11 @@ def build_taskset(domains: Sequence[str | Domain] = ("math", "logic", "science")
         e, t, w = eval_n[name], train_n[name], warm_n[name]
         problems = _draw_checked(h, e + t + w, seed)
         random.Random(f"split:{name}:{eseed}").shuffle(problems)
-        evals[name], train[name], warm[name] = (problems[:e], problems[e:e + t],
-                                                problems[e + t:])
+        evals[name], train[name], warm[name] = (
+            problems[:e],
+            problems[e : e + t],
+            problems[e + t :],
+        )
     return TaskSet(names, train, evals, handlers, warm)
 
 
@@ -501,9 +536,12 @@ def _draw_checked(domain: Domain, n: int, seed: int) -> list[Problem]:
             f"its draws as new prompts ({repeats} repeats in {drawn.draws[kind]} draws; all "
             f"types: {drawn.keep_rate():.1%}{others}); the level has too few distinct prompts "
             f"of type {kind!r} for eval+train+warm = {n}, so the splits would under-represent "
-            f"it. Lower the sizes or raise the difficulty")
+            f"it. Lower the sizes or raise the difficulty"
+        )
     if len(drawn.problems) < n:
-        raise ConfigError(f"{domain.name} ({domain.settings}): found only "
-                          f"{len(drawn.problems)} distinct prompts for eval+train+warm = {n}; "
-                          f"lower the sizes or raise the difficulty")
+        raise ConfigError(
+            f"{domain.name} ({domain.settings}): found only "
+            f"{len(drawn.problems)} distinct prompts for eval+train+warm = {n}; "
+            f"lower the sizes or raise the difficulty"
+        )
     return drawn.problems

@@ -17,8 +17,9 @@ import hashlib
 import json
 import logging
 import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from dataflex_rl.core.registry import ConfigError, import_object
 from dataflex_rl.core.spec import get_path
@@ -68,8 +69,9 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         elif suffix == ".parquet":
             rows = _read_parquet(p)
         else:
-            raise ConfigError(f"dataset {str(p)!r}: unknown format {suffix!r}; "
-                              f"use .parquet, .jsonl or .json")
+            raise ConfigError(
+                f"dataset {str(p)!r}: unknown format {suffix!r}; use .parquet, .jsonl or .json"
+            )
     except json.JSONDecodeError as e:
         raise ConfigError(f"dataset {str(p)!r}: invalid JSON ({e})") from e
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
@@ -85,9 +87,11 @@ def _read_parquet(p: Path) -> list[dict[str, Any]]:
         try:
             import pandas as pd
         except ImportError:
-            raise ConfigError(f"dataset {str(p)!r}: reading parquet needs pyarrow "
-                              f"(pip install \"dataflex-rl[tasks]\") or pandas; JSONL needs "
-                              "nothing") from None
+            raise ConfigError(
+                f"dataset {str(p)!r}: reading parquet needs pyarrow "
+                f'(pip install "dataflex-rl[tasks]") or pandas; JSONL needs '
+                "nothing"
+            ) from None
         return [_plain(r) for r in pd.read_parquet(p).to_dict(orient="records")]
     return pq.read_table(p).to_pylist()
 
@@ -96,17 +100,26 @@ def _prompt_text(value: Any, where: str) -> tuple[str, list | None]:
     value = _plain(value)
     if isinstance(value, str):
         return value, None
-    if isinstance(value, list) and value and all(isinstance(m, Mapping) and "content" in m
-                                                  for m in value):
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, Mapping) and "content" in m for m in value)
+    ):
         return "\n\n".join(str(m["content"]) for m in value), value
-    raise ConfigError(f"{where}: prompt must be a string or a list of chat messages "
-                      f"with 'content', got {value!r:.80}")
+    raise ConfigError(
+        f"{where}: prompt must be a string or a list of chat messages "
+        f"with 'content', got {value!r:.80}"
+    )
 
 
-def load_problems(path: str | Path, domain_column: str = "domain", *,
-                  prompt_column: str = "prompt",
-                  answer_column: str = "reward_model.ground_truth",
-                  limit: int | None = None) -> dict[str, list[Problem]]:
+def load_problems(
+    path: str | Path,
+    domain_column: str = "domain",
+    *,
+    prompt_column: str = "prompt",
+    answer_column: str = "reward_model.ground_truth",
+    limit: int | None = None,
+) -> dict[str, list[Problem]]:
     """Problems of a verl-schema file, per domain, in file order.
 
     Chat prompts are joined into ``prompt`` (contents separated by blank lines) and kept in
@@ -134,8 +147,10 @@ def load_problems(path: str | Path, domain_column: str = "domain", *,
         if domain is _MISSING or domain is None:
             domain = row.get("data_source")
         if domain is None:
-            raise ConfigError(f"{where}: row {i} has neither the domain column "
-                              f"{domain_column!r} nor 'data_source'")
+            raise ConfigError(
+                f"{where}: row {i} has neither the domain column "
+                f"{domain_column!r} nor 'data_source'"
+            )
         raw_prompt = get_path(row, prompt_column, _MISSING)
         if raw_prompt is _MISSING:
             raise ConfigError(f"{where}: row {i} has no prompt column {prompt_column!r}")
@@ -193,12 +208,15 @@ class LoadedDomain(Domain):
                 raise ConfigError(f"verifier {verifier!r} of domain {name!r} is not callable")
             self._check = fn  # type: ignore[assignment]
         else:
-            raise ConfigError(f"verifier of domain {name!r}: unknown {verifier!r}; use one of "
-                              f"{', '.join(VERIFIERS)} or 'module:attr'")
+            raise ConfigError(
+                f"verifier of domain {name!r}: unknown {verifier!r}; use one of "
+                f"{', '.join(VERIFIERS)} or 'module:attr'"
+            )
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
-        raise ConfigError(f"domain {self.name!r} was loaded from a file and cannot generate "
-                          f"new problems")
+        raise ConfigError(
+            f"domain {self.name!r} was loaded from a file and cannot generate new problems"
+        )
 
     def charset(self) -> str:
         return ""
@@ -213,22 +231,32 @@ def exact_match_response(response: str | None, answer: str) -> float:
     return exact_match(answer, response)
 
 
-def _split(pool: list[Problem], fraction: float, seed: int, domain: str
-           ) -> tuple[list[Problem], list[Problem]]:
+def _split(
+    pool: list[Problem], fraction: float, seed: int, domain: str
+) -> tuple[list[Problem], list[Problem]]:
     order = list(range(len(pool)))
     random.Random(f"{seed}:{domain}").shuffle(order)
     n_eval = int(round(fraction * len(pool)))
     held = set(order[:n_eval])
-    return ([p for i, p in enumerate(pool) if i not in held],
-            [p for i, p in enumerate(pool) if i in held])
+    return (
+        [p for i, p in enumerate(pool) if i not in held],
+        [p for i, p in enumerate(pool) if i in held],
+    )
 
 
-def load_dataset(path: str | Path, domain_column: str = "domain", *,
-                 eval_path: str | Path | None = None, eval_fraction: float = 0.0,
-                 seed: int = 0, domains: Sequence[str] | None = None,
-                 verifier: str | Mapping[str, str] = "exact", limit: int | None = None,
-                 prompt_column: str = "prompt",
-                 answer_column: str = "reward_model.ground_truth") -> TaskSet:
+def load_dataset(
+    path: str | Path,
+    domain_column: str = "domain",
+    *,
+    eval_path: str | Path | None = None,
+    eval_fraction: float = 0.0,
+    seed: int = 0,
+    domains: Sequence[str] | None = None,
+    verifier: str | Mapping[str, str] = "exact",
+    limit: int | None = None,
+    prompt_column: str = "prompt",
+    answer_column: str = "reward_model.ground_truth",
+) -> TaskSet:
     """A `TaskSet` from verl-schema files: training pools and disjoint eval sets per domain.
 
     Args:
@@ -251,8 +279,12 @@ def load_dataset(path: str | Path, domain_column: str = "domain", *,
         raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}")
     if eval_path is not None and eval_fraction:
         raise ConfigError("give either eval_path or eval_fraction, not both")
-    cols = dict(domain_column=domain_column, prompt_column=prompt_column,
-                answer_column=answer_column, limit=limit)
+    cols = dict(
+        domain_column=domain_column,
+        prompt_column=prompt_column,
+        answer_column=answer_column,
+        limit=limit,
+    )
     train = load_problems(path, **cols)
     evals = load_problems(eval_path, **cols) if eval_path is not None else {}
     found = list(dict.fromkeys([*train, *evals]))
@@ -274,8 +306,7 @@ def load_dataset(path: str | Path, domain_column: str = "domain", *,
             held_prompts = {p.prompt for p in held}
             dropped = sum(p.prompt in held_prompts for p in pool)
             if dropped:
-                log.info("domain %r: dropped %d training rows whose prompt is held out",
-                         d, dropped)
+                log.info("domain %r: dropped %d training rows whose prompt is held out", d, dropped)
                 pool = [p for p in pool if p.prompt not in held_prompts]
         train_out[d], eval_out[d] = pool, held
         v = verifier.get(d, "exact") if isinstance(verifier, Mapping) else verifier
@@ -292,12 +323,19 @@ def to_verl_rows(problems: Iterable[Problem], split: str = "train") -> list[dict
     """
     rows = []
     for i, p in enumerate(problems):
-        messages = (p.extra.get("messages") if p.extra else None) or \
-            [{"role": "user", "content": p.prompt}]
-        rows.append({"data_source": p.domain, "domain": p.domain, "prompt": messages,
-                     "ability": p.domain,
-                     "reward_model": {"style": "rule", "ground_truth": p.answer},
-                     "extra_info": {"split": split, "index": i, "key": p.key}})
+        messages = (p.extra.get("messages") if p.extra else None) or [
+            {"role": "user", "content": p.prompt}
+        ]
+        rows.append(
+            {
+                "data_source": p.domain,
+                "domain": p.domain,
+                "prompt": messages,
+                "ability": p.domain,
+                "reward_model": {"style": "rule", "ground_truth": p.answer},
+                "extra_info": {"split": split, "index": i, "key": p.key},
+            }
+        )
     return rows
 
 
@@ -319,8 +357,10 @@ def save_dataset(problems: Iterable[Problem], path: str | Path, split: str = "tr
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise ConfigError(f"{str(p)!r}: writing parquet needs pyarrow (pip install "
-                              "\"dataflex-rl[tasks]\"); .jsonl needs nothing") from None
+            raise ConfigError(
+                f"{str(p)!r}: writing parquet needs pyarrow (pip install "
+                '"dataflex-rl[tasks]"); .jsonl needs nothing'
+            ) from None
         p.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), p)
     else:

@@ -88,22 +88,67 @@ class LogicDomain(Domain):
     #: the engine's default level (engine.config.DEFAULT_DIFFICULTY)
     DEFAULT_LEVEL = 3
     LEVELS = {
-        1: dict(form="horn", min_vars=3, max_vars=3, letters="abcdefgh", min_hops=1,
-                max_hops=2, distractors=1, min_depth=1, max_depth=2),
-        2: dict(form="horn", min_vars=3, max_vars=5, letters="abcdefgh", min_hops=1,
-                max_hops=3, distractors=3, min_depth=1, max_depth=3),
-        3: dict(form="horn", min_vars=5, max_vars=7, letters="abcdefgh", min_hops=2,
-                max_hops=4, distractors=3, min_depth=2, max_depth=4),
+        1: dict(
+            form="horn",
+            min_vars=3,
+            max_vars=3,
+            letters="abcdefgh",
+            min_hops=1,
+            max_hops=2,
+            distractors=1,
+            min_depth=1,
+            max_depth=2,
+        ),
+        2: dict(
+            form="horn",
+            min_vars=3,
+            max_vars=5,
+            letters="abcdefgh",
+            min_hops=1,
+            max_hops=3,
+            distractors=3,
+            min_depth=1,
+            max_depth=3,
+        ),
+        3: dict(
+            form="horn",
+            min_vars=5,
+            max_vars=7,
+            letters="abcdefgh",
+            min_hops=2,
+            max_hops=4,
+            distractors=3,
+            min_depth=2,
+            max_depth=4,
+        ),
     }
 
-    def __init__(self, level: int | None = None, *, form: str | None = None,
-                 min_vars: int | None = None, max_vars: int | None = None,
-                 letters: str | None = None, min_hops: int | None = None,
-                 max_hops: int | None = None, distractors: int | None = None,
-                 min_depth: int | None = None, max_depth: int | None = None) -> None:
-        s = self.resolve(level, form=form, min_vars=min_vars, max_vars=max_vars,
-                         letters=letters, min_hops=min_hops, max_hops=max_hops,
-                         distractors=distractors, min_depth=min_depth, max_depth=max_depth)
+    def __init__(
+        self,
+        level: int | None = None,
+        *,
+        form: str | None = None,
+        min_vars: int | None = None,
+        max_vars: int | None = None,
+        letters: str | None = None,
+        min_hops: int | None = None,
+        max_hops: int | None = None,
+        distractors: int | None = None,
+        min_depth: int | None = None,
+        max_depth: int | None = None,
+    ) -> None:
+        s = self.resolve(
+            level,
+            form=form,
+            min_vars=min_vars,
+            max_vars=max_vars,
+            letters=letters,
+            min_hops=min_hops,
+            max_hops=max_hops,
+            distractors=distractors,
+            min_depth=min_depth,
+            max_depth=max_depth,
+        )
         self.form = str(s["form"])
         self.forms = tuple(self.form.split("+"))
         self.min_vars, self.max_vars = int(s["min_vars"]), int(s["max_vars"])
@@ -111,26 +156,40 @@ class LogicDomain(Domain):
         self.min_hops, self.max_hops = int(s["min_hops"]), int(s["max_hops"])
         self.distractors = int(s["distractors"])
         self.min_depth, self.max_depth = int(s["min_depth"]), int(s["max_depth"])
-        if not self.forms or set(self.forms) - set(FORMS) or len(set(self.forms)) != len(
-                self.forms):
-            raise ConfigError(f"logic: form must be one or more of {FORMS} joined by '+', "
-                              f"got {self.form!r}")
-        if len(set(self.letters)) != len(self.letters) or not self.letters.isalpha() \
-                or not self.letters.islower() or len(self.letters) < 4:
-            raise ConfigError(f"logic: letters must be >= 4 distinct lowercase letters, "
-                              f"got {self.letters!r}")
+        if (
+            not self.forms
+            or set(self.forms) - set(FORMS)
+            or len(set(self.forms)) != len(self.forms)
+        ):
+            raise ConfigError(
+                f"logic: form must be one or more of {FORMS} joined by '+', got {self.form!r}"
+            )
+        if (
+            len(set(self.letters)) != len(self.letters)
+            or not self.letters.isalpha()
+            or not self.letters.islower()
+            or len(self.letters) < 4
+        ):
+            raise ConfigError(
+                f"logic: letters must be >= 4 distinct lowercase letters, got {self.letters!r}"
+            )
         top = min(7, len(self.letters))
         if not 2 <= self.min_vars <= self.max_vars <= top:
-            raise ConfigError(f"logic: need 2 <= min_vars <= max_vars <= {top}, got "
-                              f"{self.min_vars}..{self.max_vars}")
+            raise ConfigError(
+                f"logic: need 2 <= min_vars <= max_vars <= {top}, got "
+                f"{self.min_vars}..{self.max_vars}"
+            )
         if not 1 <= self.min_hops <= self.max_hops <= min(4, len(self.letters) - 2):
-            raise ConfigError(f"logic: need 1 <= min_hops <= max_hops <= 4, got "
-                              f"{self.min_hops}..{self.max_hops}")
+            raise ConfigError(
+                f"logic: need 1 <= min_hops <= max_hops <= 4, got {self.min_hops}..{self.max_hops}"
+            )
         if not 0 <= self.distractors <= 3:
             raise ConfigError(f"logic: distractors must be in 0..3, got {self.distractors}")
         if not 1 <= self.min_depth <= self.max_depth <= 4:
-            raise ConfigError(f"logic: need 1 <= min_depth <= max_depth <= 4, got "
-                              f"{self.min_depth}..{self.max_depth}")
+            raise ConfigError(
+                f"logic: need 1 <= min_depth <= max_depth <= 4, got "
+                f"{self.min_depth}..{self.max_depth}"
+            )
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
         form = self.forms[0] if len(self.forms) == 1 else rng.choice(self.forms)
@@ -139,8 +198,7 @@ class LogicDomain(Domain):
     def _order(self, rng: random.Random) -> tuple[str, str]:
         n = rng.randint(self.min_vars, self.max_vars)
         chain = rng.sample(self.letters, n)  # ascending order
-        facts = [f"{a}<{b}" if rng.random() < 0.5 else f"{b}>{a}"
-                 for a, b in zip(chain, chain[1:])]
+        facts = [f"{a}<{b}" if rng.random() < 0.5 else f"{b}>{a}" for a, b in zip(chain, chain[1:])]
         rng.shuffle(facts)
         return ",".join(facts) + "?", "".join(chain)
 
@@ -148,7 +206,7 @@ class LogicDomain(Domain):
         while True:
             hops = rng.randint(self.min_hops, self.max_hops)
             letters = rng.sample(self.letters, len(self.letters))
-            chain, rest = letters[:hops + 1], letters[hops + 1:]
+            chain, rest = letters[: hops + 1], letters[hops + 1 :]
             rules = list(zip(chain, chain[1:]))
             # a distractor's premise is never true, so it never fires
             for _ in range(rng.randint(0, min(self.distractors, len(rest)))):

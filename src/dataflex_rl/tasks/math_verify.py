@@ -66,14 +66,21 @@ class MathVerifier:
         ConfigError: math-verify is not installed.
     """
 
-    def __init__(self, *, float_rounding: int = 6, numeric_precision: int = 15,
-                 strict: bool = True, timeout_seconds: int | None = 5) -> None:
+    def __init__(
+        self,
+        *,
+        float_rounding: int = 6,
+        numeric_precision: int = 15,
+        strict: bool = True,
+        timeout_seconds: int | None = 5,
+    ) -> None:
         self._mv = _math_verify()
         need = {"parse": "parsing_timeout", "verify": "timeout_seconds"}
         for fn, arg in need.items():
             if arg not in inspect.signature(getattr(self._mv, fn)).parameters:
-                raise ConfigError(f"math-verify is too old: {fn}() has no {arg!r}; "
-                                  f"pip install 'math-verify>=0.8'")
+                raise ConfigError(
+                    f"math-verify is too old: {fn}() has no {arg!r}; pip install 'math-verify>=0.8'"
+                )
         self.float_rounding = float_rounding
         self.numeric_precision = numeric_precision
         self.strict = strict
@@ -117,9 +124,14 @@ class MathVerifier:
         if not pred:
             return 0.0
         try:
-            ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding,
-                                 numeric_precision=self.numeric_precision, strict=self.strict,
-                                 timeout_seconds=timeout)
+            ok = self._mv.verify(
+                gold,
+                pred,
+                float_rounding=self.float_rounding,
+                numeric_precision=self.numeric_precision,
+                strict=self.strict,
+                timeout_seconds=timeout,
+            )
         except Exception:
             return 0.0
         return 1.0 if ok is True else 0.0

@@ -14,7 +14,8 @@ import importlib
 import random
 import re
 from abc import abstractmethod
-from typing import Any, ClassVar, Iterator
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.tasks.base import Domain, Problem, exact_match
@@ -122,35 +123,73 @@ class ReasoningGymArithmetic(ReasoningGymDomain):
     name = "rg_arithmetic"
     dataset = "basic_arithmetic"
     LEVELS = {
-        1: dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators="+-",
-                allow_parentheses=False),
-        2: dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2, operators="+-",
-                allow_parentheses=True),
-        3: dict(min_terms=2, max_terms=4, min_digits=1, max_digits=2, operators="+-*",
-                allow_parentheses=True),
+        1: dict(
+            min_terms=2,
+            max_terms=2,
+            min_digits=1,
+            max_digits=1,
+            operators="+-",
+            allow_parentheses=False,
+        ),
+        2: dict(
+            min_terms=2,
+            max_terms=3,
+            min_digits=1,
+            max_digits=2,
+            operators="+-",
+            allow_parentheses=True,
+        ),
+        3: dict(
+            min_terms=2,
+            max_terms=4,
+            min_digits=1,
+            max_digits=2,
+            operators="+-*",
+            allow_parentheses=True,
+        ),
     }
 
-    def __init__(self, level: int | None = None, *, min_terms: int | None = None,
-                 max_terms: int | None = None, min_digits: int | None = None,
-                 max_digits: int | None = None, operators: str | None = None,
-                 allow_parentheses: bool | None = None) -> None:
-        s = self.resolve(level, min_terms=min_terms, max_terms=max_terms, min_digits=min_digits,
-                         max_digits=max_digits, operators=operators,
-                         allow_parentheses=allow_parentheses)
+    def __init__(
+        self,
+        level: int | None = None,
+        *,
+        min_terms: int | None = None,
+        max_terms: int | None = None,
+        min_digits: int | None = None,
+        max_digits: int | None = None,
+        operators: str | None = None,
+        allow_parentheses: bool | None = None,
+    ) -> None:
+        s = self.resolve(
+            level,
+            min_terms=min_terms,
+            max_terms=max_terms,
+            min_digits=min_digits,
+            max_digits=max_digits,
+            operators=operators,
+            allow_parentheses=allow_parentheses,
+        )
         ops = str(s["operators"])
         if not ops or set(ops) - set("+-*"):
-            raise ConfigError(f"rg_arithmetic: operators must be a non-empty subset of '+-*', "
-                              f"got {ops!r}")
+            raise ConfigError(
+                f"rg_arithmetic: operators must be a non-empty subset of '+-*', got {ops!r}"
+            )
         if not 2 <= s["min_terms"] <= s["max_terms"] <= 4:
             raise ConfigError("rg_arithmetic: need 2 <= min_terms <= max_terms <= 4")
         if not 1 <= s["min_digits"] <= s["max_digits"] <= 3:
             raise ConfigError("rg_arithmetic: need 1 <= min_digits <= max_digits <= 3")
         # the parenthesis-free generator ignores precedence, so '*' needs the other one
         parens = bool(s["allow_parentheses"]) or "*" in ops
-        self.rg_config = dict(min_terms=int(s["min_terms"]), max_terms=int(s["max_terms"]),
-                              min_digits=int(s["min_digits"]), max_digits=int(s["max_digits"]),
-                              operators=tuple(ops), allow_parentheses=parens,
-                              allow_negation=parens, whitespace="no_space")
+        self.rg_config = dict(
+            min_terms=int(s["min_terms"]),
+            max_terms=int(s["max_terms"]),
+            min_digits=int(s["min_digits"]),
+            max_digits=int(s["max_digits"]),
+            operators=tuple(ops),
+            allow_parentheses=parens,
+            allow_negation=parens,
+            whitespace="no_space",
+        )
 
     def short_prompt(self, entry: dict[str, Any]) -> str:
         return "".join(str(entry["metadata"]["expression"]).split()) + "="
@@ -161,5 +200,4 @@ class ReasoningGymArithmetic(ReasoningGymDomain):
 
     def charset(self) -> str:
         extra = "()" if self.rg_config["allow_parentheses"] else ""
-        return "".join(sorted(set("0123456789=-" + "".join(self.rg_config["operators"])
-                                  + extra)))
+        return "".join(sorted(set("0123456789=-" + "".join(self.rg_config["operators"]) + extra)))

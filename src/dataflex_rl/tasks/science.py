@@ -8,24 +8,44 @@
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.tasks.base import Domain
 
 #: (product, factor, factor): the law ``product = factor * factor``
-LAWS = (("F", "m", "a"), ("V", "I", "R"), ("d", "v", "t"), ("W", "F", "d"), ("P", "I", "V"),
-        ("Q", "I", "t"))
+LAWS = (
+    ("F", "m", "a"),
+    ("V", "I", "R"),
+    ("d", "v", "t"),
+    ("W", "F", "d"),
+    ("P", "I", "V"),
+    ("Q", "I", "t"),
+)
 #: (larger unit, smaller unit, how many smaller units make one larger)
-UNITS = (("km", "m", 1000), ("m", "cm", 100), ("cm", "mm", 10), ("kg", "g", 1000),
-         ("L", "mL", 1000), ("h", "min", 60), ("min", "s", 60))
+UNITS = (
+    ("km", "m", 1000),
+    ("m", "cm", 100),
+    ("cm", "mm", 10),
+    ("kg", "g", 1000),
+    ("L", "mL", 1000),
+    ("h", "min", 60),
+    ("min", "s", 60),
+)
 #: metric prefixes as powers of ten, per dimension; ``units="metric"`` converts between any
 #: two units of one dimension (``"37km=?cm"`` -> ``"3700000"``)
-METRIC = ((("km", 3), ("m", 0), ("cm", -2), ("mm", -3)), (("kg", 3), ("g", 0), ("mg", -3)),
-          (("L", 0), ("mL", -3)))
+METRIC = (
+    (("km", 3), ("m", 0), ("cm", -2), ("mm", -3)),
+    (("kg", 3), ("g", 0), ("mg", -3)),
+    (("L", 0), ("mL", -3)),
+)
 #: (larger unit, smaller unit, factor) of every pair of units of one metric dimension
-METRIC_UNITS = tuple((a, b, 10 ** (ea - eb)) for dim in METRIC
-                     for i, (a, ea) in enumerate(dim) for b, eb in dim[i + 1:])
+METRIC_UNITS = tuple(
+    (a, b, 10 ** (ea - eb))
+    for dim in METRIC
+    for i, (a, ea) in enumerate(dim)
+    for b, eb in dim[i + 1 :]
+)
 UNIT_TABLES = {"mixed": UNITS, "metric": METRIC_UNITS}
 KINDS = ("law", "unit")
 
@@ -55,38 +75,54 @@ class ScienceDomain(Domain):
     #: the engine's default level (engine.config.DEFAULT_DIFFICULTY)
     DEFAULT_LEVEL = 4
     LEVELS = {
-        1: dict(kinds=("law", "unit"), min_value=2, max_value=12, inverse=False,
-                units="mixed"),
-        2: dict(kinds=("law", "unit"), min_value=2, max_value=25, inverse=True,
-                units="mixed"),
-        3: dict(kinds=("law", "unit"), min_value=2, max_value=40, inverse=True,
-                units="mixed"),
+        1: dict(kinds=("law", "unit"), min_value=2, max_value=12, inverse=False, units="mixed"),
+        2: dict(kinds=("law", "unit"), min_value=2, max_value=25, inverse=True, units="mixed"),
+        3: dict(kinds=("law", "unit"), min_value=2, max_value=40, inverse=True, units="mixed"),
         4: dict(kinds=("unit",), min_value=1, max_value=999, inverse=True, units="metric"),
     }
 
-    def __init__(self, level: int | None = None, *, kinds: Sequence[str] | str | None = None,
-                 min_value: int | None = None, max_value: int | None = None,
-                 inverse: bool | None = None, units: str | None = None) -> None:
-        s = self.resolve(level, kinds=(kinds,) if isinstance(kinds, str) else kinds,
-                         min_value=min_value, max_value=max_value, inverse=inverse,
-                         units=units)
+    def __init__(
+        self,
+        level: int | None = None,
+        *,
+        kinds: Sequence[str] | str | None = None,
+        min_value: int | None = None,
+        max_value: int | None = None,
+        inverse: bool | None = None,
+        units: str | None = None,
+    ) -> None:
+        s = self.resolve(
+            level,
+            kinds=(kinds,) if isinstance(kinds, str) else kinds,
+            min_value=min_value,
+            max_value=max_value,
+            inverse=inverse,
+            units=units,
+        )
         self.units = str(s.get("units", "mixed"))
         self.settings["units"] = self.units
         if self.units not in UNIT_TABLES:
-            raise ConfigError(f"science: units must be one of {sorted(UNIT_TABLES)}, "
-                              f"got {self.units!r}")
+            raise ConfigError(
+                f"science: units must be one of {sorted(UNIT_TABLES)}, got {self.units!r}"
+            )
         self.kinds = tuple(s["kinds"])
         self.settings["kinds"] = self.kinds
         self.min_value, self.max_value = int(s["min_value"]), int(s["max_value"])
         self.inverse = bool(s["inverse"])
-        if not self.kinds or set(self.kinds) - set(KINDS) or len(set(self.kinds)) != len(
-                self.kinds):
-            raise ConfigError(f"science: kinds must be distinct values of {KINDS}, "
-                              f"got {self.kinds!r}")
+        if (
+            not self.kinds
+            or set(self.kinds) - set(KINDS)
+            or len(set(self.kinds)) != len(self.kinds)
+        ):
+            raise ConfigError(
+                f"science: kinds must be distinct values of {KINDS}, got {self.kinds!r}"
+            )
         top = 99 if "law" in self.kinds else 999
         if not 1 <= self.min_value <= self.max_value <= top:
-            raise ConfigError(f"science: need 1 <= min_value <= max_value <= {top} (kinds "
-                              f"{list(self.kinds)}), got {self.min_value}..{self.max_value}")
+            raise ConfigError(
+                f"science: need 1 <= min_value <= max_value <= {top} (kinds "
+                f"{list(self.kinds)}), got {self.min_value}..{self.max_value}"
+            )
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
         kind = rng.choice(self.kinds)

@@ -22,27 +22,35 @@ def _refused(argv: list[str], capsys) -> str:
 
 
 # the CSV / YAML named do not exist: a refusal proves the range is checked before any work
-@pytest.mark.parametrize("argv, message", [
-    (["report", "--from-csv", "none.csv", "--alpha", "1.5"], "argument --alpha: must be < 1.0"),
-    (["report", "--from-csv", "none.csv", "--alpha", "0"], "argument --alpha: must be > 0.0"),
-    (["report", "--from-csv", "none.csv", "--power", "1"], "argument --power: must be < 1.0"),
-    (["report", "--from-csv", "none.csv", "--n-boot", "0"], "argument --n-boot: must be >= 100"),
-    (["report", "--from-csv", "none.csv", "--seed", "-1"], "argument --seed: must be >= 0"),
-    (["report", "--from-csv", "none.csv", "--alpha", "nan"],
-     "argument --alpha: must be a finite number"),
-    (["compare", "none.yaml", "--seeds", "0"], "argument --seeds: must be >= 1, got 0"),
-    (["compare", "none.yaml", "--workers", "0"], "argument --workers: must be >= 1"),
-    (["compare", "none.yaml", "--max-seeds", "0"], "argument --max-seeds: must be >= 1"),
-    (["compare", "none.yaml", "--round", "0"], "argument --round: must be >= 1"),
-    (["compare", "none.yaml", "--margin", "-0.1"], "argument --margin: must be > 0.0"),
-    (["compare", "none.yaml", "--seeds", "2.5"], "argument --seeds: expected an integer"),
-    (["train", "none.yaml", "--steps", "-3"], "argument --steps: must be >= 0, got -3"),
-    (["train", "none.yaml", "--seed", "-1"], "argument --seed: must be >= 0"),
-    (["train", "none.yaml", "--workers", "0"], "argument --workers: must be >= 1"),
-    (["bootstrap", "--steps", "0"], "argument --steps: must be >= 1"),
-    (["bootstrap", "--batch-size", "0"], "argument --batch-size: must be >= 1"),
-    (["bootstrap", "--lr", "0"], "argument --lr: must be > 0.0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["report", "--from-csv", "none.csv", "--alpha", "1.5"], "argument --alpha: must be < 1.0"),
+        (["report", "--from-csv", "none.csv", "--alpha", "0"], "argument --alpha: must be > 0.0"),
+        (["report", "--from-csv", "none.csv", "--power", "1"], "argument --power: must be < 1.0"),
+        (
+            ["report", "--from-csv", "none.csv", "--n-boot", "0"],
+            "argument --n-boot: must be >= 100",
+        ),
+        (["report", "--from-csv", "none.csv", "--seed", "-1"], "argument --seed: must be >= 0"),
+        (
+            ["report", "--from-csv", "none.csv", "--alpha", "nan"],
+            "argument --alpha: must be a finite number",
+        ),
+        (["compare", "none.yaml", "--seeds", "0"], "argument --seeds: must be >= 1, got 0"),
+        (["compare", "none.yaml", "--workers", "0"], "argument --workers: must be >= 1"),
+        (["compare", "none.yaml", "--max-seeds", "0"], "argument --max-seeds: must be >= 1"),
+        (["compare", "none.yaml", "--round", "0"], "argument --round: must be >= 1"),
+        (["compare", "none.yaml", "--margin", "-0.1"], "argument --margin: must be > 0.0"),
+        (["compare", "none.yaml", "--seeds", "2.5"], "argument --seeds: expected an integer"),
+        (["train", "none.yaml", "--steps", "-3"], "argument --steps: must be >= 0, got -3"),
+        (["train", "none.yaml", "--seed", "-1"], "argument --seed: must be >= 0"),
+        (["train", "none.yaml", "--workers", "0"], "argument --workers: must be >= 1"),
+        (["bootstrap", "--steps", "0"], "argument --steps: must be >= 1"),
+        (["bootstrap", "--batch-size", "0"], "argument --batch-size: must be >= 1"),
+        (["bootstrap", "--lr", "0"], "argument --lr: must be > 0.0"),
+    ],
+)
 def test_numeric_options_are_refused_before_any_work(argv, message, capsys):
     assert message in _refused(argv, capsys)
 
@@ -84,8 +92,21 @@ def test_train_override_value_is_checked_like_the_file(capsys):
 
 def test_compare_overrides_reach_the_plan(tmp_path, capsys):
     out = tmp_path / "o"
-    assert main(["compare", QUICK, "seeds=3", "budget.steps=7", "engine.optim.lr=0.01",
-                 "--out", str(out), "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                QUICK,
+                "seeds=3",
+                "budget.steps=7",
+                "engine.optim.lr=0.01",
+                "--out",
+                str(out),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 * 3  # two strategies x three seeds
     from dataflex_rl.harness.experiment import load_experiment
@@ -97,8 +118,10 @@ def test_compare_overrides_reach_the_plan(tmp_path, capsys):
 
 def test_compare_override_errors_name_the_key(capsys):
     assert main(["compare", QUICK, "budget.stepz=7", "--dry-run"]) == 2
-    assert "budget.stepz: unknown key 'stepz' of budget. Did you mean 'steps'?" \
+    assert (
+        "budget.stepz: unknown key 'stepz' of budget. Did you mean 'steps'?"
         in capsys.readouterr().err
+    )
     assert main(["compare", QUICK, "statistics.alpha=1.5", "--dry-run"]) == 2
     assert "quick.yaml.statistics.alpha: must be < 1.0, got 1.5" in capsys.readouterr().err
     assert main(["compare", QUICK, "engine.optim.lr=-2", "--dry-run"]) == 2

@@ -8,16 +8,24 @@ from dataflex_rl.presets import PRESETS
 
 
 def _rows(out):
-    return [line.split()[:2] if not line.startswith("skip policy") else
-            ["skip policy", line.split()[2]] for line in out.splitlines() if line.strip()]
+    return [
+        line.split()[:2] if not line.startswith("skip policy") else ["skip policy", line.split()[2]]
+        for line in out.splitlines()
+        if line.strip()
+    ]
 
 
 def test_list_shows_every_preset_and_component(capsys):
     assert main(["list"]) == 0
     rows = _rows(capsys.readouterr().out)
     expected = [["preset", n] for n in PRESETS]
-    for kind, reg in (("scorer", SCORERS), ("selector", SELECTORS), ("reweighter", REWEIGHTERS),
-                      ("mixer", MIXERS), ("skip policy", SKIP_POLICIES)):
+    for kind, reg in (
+        ("scorer", SCORERS),
+        ("selector", SELECTORS),
+        ("reweighter", REWEIGHTERS),
+        ("mixer", MIXERS),
+        ("skip policy", SKIP_POLICIES),
+    ):
         expected += [[kind, n] for n in reg.names()]
     assert rows == expected
 

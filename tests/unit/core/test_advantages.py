@@ -23,11 +23,11 @@ def test_hand_worked():
     #          -> A = +-0.5 / 0.57735 = +-0.86603
     # group 1: rewards 1,1,1,0 -> mean 0.75, deviations .25,.25,.25,-.75,
     #          ss = 3 * .0625 + .5625 = .75, var = .75 / 3 = .25, std .5 -> A = .5,.5,.5,-1.5
-    r = torch.tensor([1., 0., 0., 1., 1., 1., 1., 0.])
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0])
     g = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     s = 0.5 / math.sqrt(1 / 3)
-    expected = torch.tensor([s, -s, -s, s, .5, .5, .5, -1.5])
-    for rule in ("verl", "zero"):    # groups of 4: the rules agree
+    expected = torch.tensor([s, -s, -s, s, 0.5, 0.5, 0.5, -1.5])
+    for rule in ("verl", "zero"):  # groups of 4: the rules agree
         a = group_advantages(r, g, 2, eps=0.0, singleton=rule)
         torch.testing.assert_close(a, expected)
         assert a.dtype == torch.float32
@@ -38,30 +38,35 @@ def test_constant_group_is_zero_and_single_response_group_by_rule():
     # single-response group: verl -> mean 0, std 1 -> A = r / (1 + eps); zero -> 0
     r = torch.tensor([0.7, 0.7, 0.7, 0.7])
     g = torch.tensor([0, 0, 0, 1])
-    torch.testing.assert_close(_verl(r, g, eps=1e-6), torch.tensor([0., 0., 0., 0.7 / (1 + 1e-6)]))
+    torch.testing.assert_close(
+        _verl(r, g, eps=1e-6), torch.tensor([0.0, 0.0, 0.0, 0.7 / (1 + 1e-6)])
+    )
     assert group_advantages(r, g, 2).tolist() == [0.0, 0.0, 0.0, 0.0]
     # without std: verl's single-response advantage is the reward itself
-    torch.testing.assert_close(_verl(r, g, norm_by_std=False), torch.tensor([0., 0., 0., 0.7]))
+    torch.testing.assert_close(_verl(r, g, norm_by_std=False), torch.tensor([0.0, 0.0, 0.0, 0.7]))
 
 
 def test_without_std_is_centred_reward():
-    r = torch.tensor([1., 0., 0., 0.])
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0])
     a = _verl(r, torch.zeros(4, dtype=torch.int64), norm_by_std=False)
     # mean 0.25 -> 0.75, -0.25, -0.25, -0.25
-    torch.testing.assert_close(a, torch.tensor([.75, -.25, -.25, -.25]))
+    torch.testing.assert_close(a, torch.tensor([0.75, -0.25, -0.25, -0.25]))
 
 
 def test_keep_restricts_the_group_and_zeroes_the_rest():
     # group 0 keeps rows 0, 1 (rewards 1, 0): mean .5, std sqrt(.5) -> +-0.70711; rows 2, 3 -> 0
     # group 1 keeps only row 4: verl -> 1 / (1 + eps); zero -> 0
-    r = torch.tensor([1., 0., 1., 1., 1., 0.])
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
     g = torch.tensor([0, 0, 0, 0, 1, 1])
     keep = torch.tensor([True, True, False, False, True, False])
     s = 0.5 / math.sqrt(0.5)
-    torch.testing.assert_close(group_advantages(r, g, 2, keep, eps=0.0, singleton="verl"),
-                               torch.tensor([s, -s, 0., 0., 1., 0.]))
-    torch.testing.assert_close(group_advantages(r, g, 2, keep, eps=0.0),
-                               torch.tensor([s, -s, 0., 0., 0., 0.]))
+    torch.testing.assert_close(
+        group_advantages(r, g, 2, keep, eps=0.0, singleton="verl"),
+        torch.tensor([s, -s, 0.0, 0.0, 1.0, 0.0]),
+    )
+    torch.testing.assert_close(
+        group_advantages(r, g, 2, keep, eps=0.0), torch.tensor([s, -s, 0.0, 0.0, 0.0, 0.0])
+    )
 
 
 def test_unknown_singleton_rule_is_named():
@@ -75,11 +80,11 @@ def test_vectorized_matches_loop(rule):
     for _ in range(20):
         G = int(torch.randint(1, 6, (1,), generator=gen))
         g = torch.randint(0, G, (40,), generator=gen)
-        g = torch.unique(g, return_inverse=True)[1]   # dense ids
+        g = torch.unique(g, return_inverse=True)[1]  # dense ids
         r = torch.randint(0, 2, (40,), generator=gen).float()
         fast = group_advantages(r, g, int(g.max()) + 1, singleton=rule)
         slow = torch.empty(40)
-        for gid in g.unique().tolist():   # the oracle: verl's per-group loop
+        for gid in g.unique().tolist():  # the oracle: verl's per-group loop
             idx = (g == gid).nonzero().squeeze(1)
             vals = r[idx]
             if len(idx) > 1:

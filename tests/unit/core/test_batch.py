@@ -11,37 +11,43 @@ NAN, INF = float("nan"), float("inf")
 
 
 def _batch(B=3, T=2, **kw):
-    base = dict(rewards=torch.zeros(B), response_mask=torch.ones(B, T, dtype=torch.bool),
-                group_ids=torch.zeros(B, dtype=torch.int64))
+    base = dict(
+        rewards=torch.zeros(B),
+        response_mask=torch.ones(B, T, dtype=torch.bool),
+        group_ids=torch.zeros(B, dtype=torch.int64),
+    )
     base.update(kw)
     return RolloutBatch(**base)
 
 
 # ---------------------------------------------------------------- validation
-@pytest.mark.parametrize("kw, match", [
-    (dict(rewards=torch.zeros(3, 1)), "rewards must be a 1-D"),
-    (dict(rewards=torch.zeros(3, dtype=torch.int64)), "rewards must be float"),
-    (dict(response_mask=torch.ones(2, 2, dtype=torch.bool)), "response_mask must be"),
-    (dict(response_mask=torch.ones(3, dtype=torch.bool)), "response_mask must be"),
-    (dict(response_mask=torch.full((3, 2), 0.5)), "bool or 0/1"),
-    (dict(response_mask=torch.full((3, 2), 2, dtype=torch.int64)), "bool or 0/1"),
-    (dict(group_ids=torch.zeros(3, dtype=torch.int32)), "group_ids must be int64"),
-    (dict(group_ids=torch.zeros(2, dtype=torch.int64)), "group_ids must be"),
-    (dict(group_ids=torch.tensor([0, 2, 2])), "dense"),
-    (dict(group_ids=torch.tensor([-1, 0, 0])), ">= 0"),
-    (dict(domains=("a", "a")), "unique"),
-    (dict(domains=()), "non-empty"),
-    (dict(domains=("a", "b")), "domain_ids is required"),
-    (dict(domains=("a", "b"), domain_ids=torch.tensor([0, 1, 2])), r"0\.\.1"),
-    (dict(domain_ids=torch.zeros(3, dtype=torch.int32)), "domain_ids must be int64"),
-    (dict(advantages=torch.zeros(3, 3)), "advantages must have shape"),
-    (dict(advantages=torch.zeros(3, 2, dtype=torch.int64)), "advantages must be float"),
-    (dict(old_log_probs=torch.zeros(3)), "old_log_probs must have shape"),
-    (dict(is_padding=torch.zeros(3, dtype=torch.int64)), "is_padding must be bool"),
-    (dict(is_padding=torch.zeros(2, dtype=torch.bool)), "is_padding must be bool"),
-    (dict(prompt_keys=("a", "b")), "prompt_keys must have B=3"),
-    (dict(step=-1), "step"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(rewards=torch.zeros(3, 1)), "rewards must be a 1-D"),
+        (dict(rewards=torch.zeros(3, dtype=torch.int64)), "rewards must be float"),
+        (dict(response_mask=torch.ones(2, 2, dtype=torch.bool)), "response_mask must be"),
+        (dict(response_mask=torch.ones(3, dtype=torch.bool)), "response_mask must be"),
+        (dict(response_mask=torch.full((3, 2), 0.5)), "bool or 0/1"),
+        (dict(response_mask=torch.full((3, 2), 2, dtype=torch.int64)), "bool or 0/1"),
+        (dict(group_ids=torch.zeros(3, dtype=torch.int32)), "group_ids must be int64"),
+        (dict(group_ids=torch.zeros(2, dtype=torch.int64)), "group_ids must be"),
+        (dict(group_ids=torch.tensor([0, 2, 2])), "dense"),
+        (dict(group_ids=torch.tensor([-1, 0, 0])), ">= 0"),
+        (dict(domains=("a", "a")), "unique"),
+        (dict(domains=()), "non-empty"),
+        (dict(domains=("a", "b")), "domain_ids is required"),
+        (dict(domains=("a", "b"), domain_ids=torch.tensor([0, 1, 2])), r"0\.\.1"),
+        (dict(domain_ids=torch.zeros(3, dtype=torch.int32)), "domain_ids must be int64"),
+        (dict(advantages=torch.zeros(3, 3)), "advantages must have shape"),
+        (dict(advantages=torch.zeros(3, 2, dtype=torch.int64)), "advantages must be float"),
+        (dict(old_log_probs=torch.zeros(3)), "old_log_probs must have shape"),
+        (dict(is_padding=torch.zeros(3, dtype=torch.int64)), "is_padding must be bool"),
+        (dict(is_padding=torch.zeros(2, dtype=torch.bool)), "is_padding must be bool"),
+        (dict(prompt_keys=("a", "b")), "prompt_keys must have B=3"),
+        (dict(step=-1), "step"),
+    ],
+)
 def test_validation_errors(kw, match):
     with pytest.raises(BatchError, match=match):
         _batch(**kw)
@@ -81,8 +87,11 @@ def test_replace_validates_again_and_recounts_groups():
 
 # ---------------------------------------------------------------- masks
 def test_padding_and_non_finite_rewards_are_inactive():
-    b = from_lists([1.0, NAN, INF, -INF, 0.5, NAN], [0, 0, 0, 0, 0, 0],
-                   is_padding=torch.tensor([False, False, False, False, True, True]))
+    b = from_lists(
+        [1.0, NAN, INF, -INF, 0.5, NAN],
+        [0, 0, 0, 0, 0, 0],
+        is_padding=torch.tensor([False, False, False, False, True, True]),
+    )
     assert b.active_mask.tolist() == [True, False, False, False, False, False]
     # padding rows are not "invalid" even with NaN rewards: they are padding
     assert b.invalid_reward_mask.tolist() == [False, True, True, True, False, False]
@@ -94,10 +103,13 @@ def test_advantage_per_response_masks_tokens():
     # row 0: tokens 2.0, 4.0 valid, 100 on the padding token -> mean 3.0
     # row 1: no valid token -> 0; row 2: padding row -> 0
     adv = torch.tensor([[2.0, 4.0, 100.0], [NAN, NAN, NAN], [5.0, 5.0, 5.0]])
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0, 1.0]),
-                     response_mask=torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]]),
-                     group_ids=torch.tensor([0, 0, 0]), advantages=adv,
-                     is_padding=torch.tensor([False, False, True]))
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 1.0]),
+        response_mask=torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]]),
+        group_ids=torch.tensor([0, 0, 0]),
+        advantages=adv,
+        is_padding=torch.tensor([False, False, True]),
+    )
     assert b.advantage_per_response.tolist() == [3.0, 0.0, 0.0]
 
 
@@ -112,7 +124,7 @@ def test_informative_mask_with_and_without_advantages():
 
 def test_advantage_per_response_needs_advantages():
     with pytest.raises(BatchError, match="advantages"):
-        from_lists([1.0], [0]).advantage_per_response
+        _ = from_lists([1.0], [0]).advantage_per_response
 
 
 # ---------------------------------------------------------------- group statistics
@@ -122,9 +134,11 @@ def test_group_statistics_hand_worked():
     # group 1: 2, 2 -> size 2, mean 2, std 0, successes 2
     # group 2: a single 3 -> std 0 (size < 2)
     # group 3: one NaN reward and one padding row -> size 0, mean 0, std 0
-    b = from_lists([1.0, 0.0, 2.0, 1.0, 0.5, 2.0, 3.0, NAN, 1.0],
-                   [0, 0, 1, 0, 0, 1, 2, 3, 3],
-                   is_padding=torch.tensor([False] * 8 + [True]))
+    b = from_lists(
+        [1.0, 0.0, 2.0, 1.0, 0.5, 2.0, 3.0, NAN, 1.0],
+        [0, 0, 1, 0, 0, 1, 2, 3, 3],
+        is_padding=torch.tensor([False] * 8 + [True]),
+    )
     assert b.group_size.tolist() == [4, 2, 1, 0]
     assert b.group_successes().tolist() == [2, 2, 1, 0]
     assert b.group_successes(threshold=0.25).tolist() == [3, 2, 1, 0]
@@ -143,14 +157,18 @@ def test_rank_in_group_ties_by_index_and_inactive_last():
     # group 0 rows 0, 2, 3, 5: rewards 1, 0, 1, NaN -> 0 (row 2) rank 0, rows 0 and 3 tie
     # (index order) -> 1, 2; the NaN row is ranked after every active row -> 3
     # group 1 rows 1, 4: padding row 1 goes last -> row 4 rank 0, row 1 rank 1
-    b = from_lists([1.0, 5.0, 0.0, 1.0, 2.0, NAN], [0, 1, 0, 0, 1, 0],
-                   is_padding=torch.tensor([False, True, False, False, False, False]))
+    b = from_lists(
+        [1.0, 5.0, 0.0, 1.0, 2.0, NAN],
+        [0, 1, 0, 0, 1, 0],
+        is_padding=torch.tensor([False, True, False, False, False, False]),
+    )
     assert b.rank_in_group.tolist() == [1, 1, 0, 2, 0, 3]
 
 
 def test_group_domain_is_the_domain_of_the_first_row():
-    b = from_lists([0.0] * 4, [1, 0, 1, 0], domain_ids=torch.tensor([2, 0, 2, 0]),
-                   domains=("a", "b", "c"))
+    b = from_lists(
+        [0.0] * 4, [1, 0, 1, 0], domain_ids=torch.tensor([2, 0, 2, 0]), domains=("a", "b", "c")
+    )
     assert b.group_domain.tolist() == [0, 2]
 
 
@@ -165,9 +183,13 @@ def test_non_finite_advantage_or_log_prob_on_a_valid_token_makes_the_row_invalid
     # -> fine; row 2: -inf old log-prob on a valid token -> invalid. Rewards are all finite.
     adv = torch.tensor([[NAN, 1.0], [1.0, NAN], [1.0, 1.0]])
     lp = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-INF, -1.0]])
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0, 1.0]), group_ids=torch.tensor([0, 0, 0]),
-                     response_mask=torch.tensor([[1, 1], [1, 0], [1, 1]]), advantages=adv,
-                     old_log_probs=lp)
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 1.0]),
+        group_ids=torch.tensor([0, 0, 0]),
+        response_mask=torch.tensor([[1, 1], [1, 0], [1, 1]]),
+        advantages=adv,
+        old_log_probs=lp,
+    )
     assert b.invalid_mask.tolist() == [True, False, True]
     assert b.invalid_reward_mask.tolist() == [False, False, False]
     assert b.active_mask.tolist() == [False, True, False]

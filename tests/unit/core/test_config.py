@@ -60,31 +60,43 @@ def _err(data: dict) -> str:
 # ------------------------------------------------------------------------------ error classes
 def test_unknown_key_at_depth_three_names_the_path_and_suggests():
     msg = _err({"name": "x", "mid": {"inner": {"alpah": 0.1}}})
-    assert msg == ("cfg.mid.inner.alpah: unknown key. Did you mean 'alpha'? "
-                   "Valid keys: alpha, count, mode, flag")
+    assert msg == (
+        "cfg.mid.inner.alpah: unknown key. Did you mean 'alpha'? "
+        "Valid keys: alpha, count, mode, flag"
+    )
 
 
 def test_unknown_component_parameter_inside_a_strategy_suggests():
     with pytest.raises(ConfigError) as e:
         parse_strategy({"reweight": {"preset": "per", "actuator": {"alpah": 1.0}}})
-    assert str(e.value).startswith("strategy.reweight.actuator.alpah: unknown parameter of "
-                                   "reweighter Priority. Did you mean 'alpha'? Valid: alpha, eps")
+    assert str(e.value).startswith(
+        "strategy.reweight.actuator.alpah: unknown parameter of "
+        "reweighter Priority. Did you mean 'alpha'? Valid: alpha, eps"
+    )
 
 
 def test_wrong_type_names_expected_and_given():
-    assert _err({"name": "x", "mid": {"inner": {"count": "3"}}}) == \
-        "cfg.mid.inner.count: expected int, got str ('3')"
+    assert (
+        _err({"name": "x", "mid": {"inner": {"count": "3"}}})
+        == "cfg.mid.inner.count: expected int, got str ('3')"
+    )
     assert _err({"name": 3}) == "cfg.name: expected str, got int (3)"
     assert _err({"name": "x", "mid": 5}) == "cfg.mid: expected a mapping, got int (5)"
 
 
 def test_bool_is_not_a_number_and_a_number_is_not_a_bool():
-    assert _err({"name": "x", "mid": {"inner": {"count": True}}}) == \
-        "cfg.mid.inner.count: expected int, got bool (True)"
-    assert _err({"name": "x", "mid": {"inner": {"alpha": False}}}) == \
-        "cfg.mid.inner.alpha: expected float, got bool (False)"
-    assert _err({"name": "x", "mid": {"inner": {"flag": 1}}}) == \
-        "cfg.mid.inner.flag: expected bool, got int (1)"
+    assert (
+        _err({"name": "x", "mid": {"inner": {"count": True}}})
+        == "cfg.mid.inner.count: expected int, got bool (True)"
+    )
+    assert (
+        _err({"name": "x", "mid": {"inner": {"alpha": False}}})
+        == "cfg.mid.inner.alpha: expected float, got bool (False)"
+    )
+    assert (
+        _err({"name": "x", "mid": {"inner": {"flag": 1}}})
+        == "cfg.mid.inner.flag: expected bool, got int (1)"
+    )
 
 
 def test_an_int_is_a_float_and_is_stored_as_given():
@@ -95,35 +107,51 @@ def test_an_int_is_a_float_and_is_stored_as_given():
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_nan_and_infinities_are_refused(bad):
-    assert _err({"name": "x", "mid": {"inner": {"alpha": bad}}}) == \
-        f"cfg.mid.inner.alpha: must be a finite number, got {bad!r}"
+    assert (
+        _err({"name": "x", "mid": {"inner": {"alpha": bad}}})
+        == f"cfg.mid.inner.alpha: must be a finite number, got {bad!r}"
+    )
 
 
 def test_out_of_range_names_the_bound():
-    assert _err({"name": "x", "mid": {"inner": {"alpha": 1.5}}}) == \
-        "cfg.mid.inner.alpha: must be <= 1.0, got 1.5"
-    assert _err({"name": "x", "mid": {"inner": {"count": 0}}}) == \
-        "cfg.mid.inner.count: must be > 0, got 0"
+    assert (
+        _err({"name": "x", "mid": {"inner": {"alpha": 1.5}}})
+        == "cfg.mid.inner.alpha: must be <= 1.0, got 1.5"
+    )
+    assert (
+        _err({"name": "x", "mid": {"inner": {"count": 0}}})
+        == "cfg.mid.inner.count: must be > 0, got 0"
+    )
     with pytest.raises(ConfigError, match=r"^config\.optim\.lr: must be >= 0\.0, got -5$"):
         load_config({"optim": {"lr": -5}})
 
 
 def test_choices_suggest_the_closest():
-    assert _err({"name": "x", "mid": {"inner": {"mode": "fats"}}}) == \
-        "cfg.mid.inner.mode: must be one of 'fast', 'slow', got 'fats'. Did you mean 'fast'?"
+    assert (
+        _err({"name": "x", "mid": {"inner": {"mode": "fats"}}})
+        == "cfg.mid.inner.mode: must be one of 'fast', 'slow', got 'fats'. Did you mean 'fast'?"
+    )
 
 
 def test_bounds_apply_to_every_number_of_a_list_or_mapping():
-    assert _err({"name": "x", "mid": {"weights": [0.5, -1]}}) == \
-        "cfg.mid.weights[1]: must be >= 0.0, got -1"
-    assert _err({"name": "x", "mid": {"weights": {"a": -2.0}}}) == \
-        "cfg.mid.weights.a: must be >= 0.0, got -2.0"
+    assert (
+        _err({"name": "x", "mid": {"weights": [0.5, -1]}})
+        == "cfg.mid.weights[1]: must be >= 0.0, got -1"
+    )
+    assert (
+        _err({"name": "x", "mid": {"weights": {"a": -2.0}}})
+        == "cfg.mid.weights.a: must be >= 0.0, got -2.0"
+    )
     # a union with no fitting member names the whole declared type
-    assert _err({"name": "x", "mid": {"weights": "abc"}}) == \
-        "cfg.mid.weights: expected list[float] | dict[str, float] | null, got str ('abc')"
+    assert (
+        _err({"name": "x", "mid": {"weights": "abc"}})
+        == "cfg.mid.weights: expected list[float] | dict[str, float] | null, got str ('abc')"
+    )
     # the member that fits further is the one reported
-    assert _err({"name": "x", "mid": {"weights": [0.5, "a"]}}) == \
-        "cfg.mid.weights[1]: expected float, got str ('a')"
+    assert (
+        _err({"name": "x", "mid": {"weights": [0.5, "a"]}})
+        == "cfg.mid.weights[1]: expected float, got str ('a')"
+    )
 
 
 def test_missing_required_key():
@@ -150,16 +178,26 @@ def test_cross_field_checks_are_rerooted_at_the_key_path():
 
 
 def test_spec_option_alias_is_suggested():
-    with pytest.raises(ConfigError, match=r"strategy\.mix\.updte_every: unknown key\. Did you "
-                                          r"mean .*'update_every'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"strategy\.mix\.updte_every: unknown key\. Did you "
+        r"mean .*'update_every'",
+    ):
         parse_strategy({"mix": {"preset": "dump_ucb", "updte_every": 3}})
 
 
 # ------------------------------------------------------------------------------ docs
 def test_field_rows_flatten_nested_sections_with_ranges():
     rows = {r["name"]: r for r in field_rows(Outer)}
-    assert set(rows) == {"name", "mid.inner.alpha", "mid.inner.count", "mid.inner.mode",
-                         "mid.inner.flag", "mid.weights", "free"}
+    assert set(rows) == {
+        "name",
+        "mid.inner.alpha",
+        "mid.inner.count",
+        "mid.inner.mode",
+        "mid.inner.flag",
+        "mid.weights",
+        "free",
+    }
     assert rows["mid.inner.alpha"]["range"] == "[0, 1]"
     assert rows["mid.inner.count"]["range"] == "(0, inf)"
     assert rows["mid.inner.mode"]["range"] == "one of 'fast', 'slow'"
@@ -176,11 +214,16 @@ def test_parse_scalar_reads_yaml_and_exponent_floats():
 
 
 def test_overrides_set_nested_keys_before_validation():
-    data = apply_overrides({"optim": {"lr": 0.1}}, ["optim.lr=3e-4", "grpo.group_size=4",
-                                                    "strategy.select.preset=maxvar"],
-                           EngineConfig)
-    assert data == {"optim": {"lr": 3e-4}, "grpo": {"group_size": 4},
-                    "strategy": {"select": {"preset": "maxvar"}}}
+    data = apply_overrides(
+        {"optim": {"lr": 0.1}},
+        ["optim.lr=3e-4", "grpo.group_size=4", "strategy.select.preset=maxvar"],
+        EngineConfig,
+    )
+    assert data == {
+        "optim": {"lr": 3e-4},
+        "grpo": {"group_size": 4},
+        "strategy": {"select": {"preset": "maxvar"}},
+    }
     cfg = load_config({"optim": {"lr": 0.1}}, dotted=["optim.lr=3e-4", "tasks.domains=[math]"])
     assert cfg.optim.lr == 3e-4 and cfg.tasks.domains == ["math"]
 
@@ -189,8 +232,9 @@ def test_override_of_an_unknown_path_names_it_and_suggests():
     with pytest.raises(ConfigError) as e:
         apply_overrides({}, ["optim.lrr=1"], EngineConfig)
     assert str(e.value).startswith("optim.lrr: unknown key 'lrr' of optim. Did you mean 'lr'?")
-    with pytest.raises(ConfigError, match="optm.lr: unknown key 'optm' of the config. Did you "
-                                          "mean 'optim'"):
+    with pytest.raises(
+        ConfigError, match="optm.lr: unknown key 'optm' of the config. Did you mean 'optim'"
+    ):
         apply_overrides({}, ["optm.lr=1"], EngineConfig)
 
 
@@ -206,8 +250,7 @@ def test_malformed_overrides_are_refused():
         with pytest.raises(ConfigError, match="an override is KEY=VALUE"):
             apply_overrides({}, [bad], EngineConfig)
     with pytest.raises(ConfigError, match="strategy is 'baseline', not a mapping"):
-        apply_overrides({"strategy": "baseline"}, ["strategy.select.preset=maxvar"],
-                        EngineConfig)
+        apply_overrides({"strategy": "baseline"}, ["strategy.select.preset=maxvar"], EngineConfig)
 
 
 # ------------------------------------------------------------------------------ command line
@@ -216,10 +259,12 @@ def test_number_type_refuses_out_of_range_naming_the_option(capsys):
     parser.add_argument("--alpha", type=number_type(float, gt=0.0, lt=1.0))
     parser.add_argument("--n", type=number_type(int, ge=1))
     assert parser.parse_args(["--alpha", "0.5", "--n", "3"]).n == 3
-    for argv, msg in ((["--alpha", "1.5"], "argument --alpha: must be < 1.0, got 1.5"),
-                      (["--alpha", "nan"], "argument --alpha: must be a finite number"),
-                      (["--n", "0"], "argument --n: must be >= 1, got 0"),
-                      (["--n", "2.5"], "argument --n: expected an integer, got '2.5'")):
+    for argv, msg in (
+        (["--alpha", "1.5"], "argument --alpha: must be < 1.0, got 1.5"),
+        (["--alpha", "nan"], "argument --alpha: must be a finite number"),
+        (["--n", "0"], "argument --n: must be >= 1, got 0"),
+        (["--n", "2.5"], "argument --n: expected an integer, got '2.5'"),
+    ):
         with pytest.raises(SystemExit) as e:
             parser.parse_args(argv)
         assert e.value.code == 2
@@ -233,8 +278,11 @@ COMPONENTS = sorted((kind, name) for kind, reg in REGISTRIES.items() for name in
 
 def _numeric_fields(cls: type) -> list[tuple[str, type, dict]]:
     hints = typing.get_type_hints(cls)
-    return [(f.name, hints[f.name], dict(f.metadata)) for f in dataclasses.fields(cls)
-            if hints[f.name] in (int, float)]
+    return [
+        (f.name, hints[f.name], dict(f.metadata))
+        for f in dataclasses.fields(cls)
+        if hints[f.name] in (int, float)
+    ]
 
 
 @pytest.mark.parametrize("kind, name", COMPONENTS, ids=[f"{k}:{n}" for k, n in COMPONENTS])
@@ -263,17 +311,31 @@ def test_values_inside_the_declared_range_are_accepted_and_outside_refused(kind,
         lo = meta.get("ge") if meta.get("ge") is not None else meta.get("gt")
         hi = meta.get("le") if meta.get("le") is not None else meta.get("lt")
         if tp is int:
-            inside = data.draw(st.integers(
-                min_value=None if lo is None else int(lo) + (meta.get("gt") is not None),
-                max_value=None if hi is None else int(hi) - (meta.get("lt") is not None)))
+            inside = data.draw(
+                st.integers(
+                    min_value=None if lo is None else int(lo) + (meta.get("gt") is not None),
+                    max_value=None if hi is None else int(hi) - (meta.get("lt") is not None),
+                )
+            )
         else:
-            inside = data.draw(st.floats(
-                min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False,
-                exclude_min=meta.get("gt") is not None, exclude_max=meta.get("lt") is not None))
+            inside = data.draw(
+                st.floats(
+                    min_value=lo,
+                    max_value=hi,
+                    allow_nan=False,
+                    allow_infinity=False,
+                    exclude_min=meta.get("gt") is not None,
+                    exclude_max=meta.get("lt") is not None,
+                )
+            )
         accepted = [inside]
         refused = [math.nan, math.inf] if tp is float else [True]
-        bounds = ((meta.get("ge"), True, True), (meta.get("gt"), False, True),
-                  (meta.get("le"), True, False), (meta.get("lt"), False, False))
+        bounds = (
+            (meta.get("ge"), True, True),
+            (meta.get("gt"), False, True),
+            (meta.get("le"), True, False),
+            (meta.get("lt"), False, False),
+        )
         for bound, inclusive, below in bounds:
             if bound is None:
                 continue
@@ -305,8 +367,11 @@ def test_signature_schema_checks_keyword_arguments_like_a_config():
 
     schema = signature_schema(build)
     check(schema, {"level": 2, "scale": 3}, "x")
-    with pytest.raises(ConfigError, match=r"^x\.sacle: unknown key\. Did you mean 'scale'\? "
-                                          r"Valid keys: level, name, scale$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^x\.sacle: unknown key\. Did you mean 'scale'\? "
+        r"Valid keys: level, name, scale$",
+    ):
         check(schema, {"sacle": 1.0}, "x")
     with pytest.raises(ConfigError, match=r"^x\.level: expected int \| null, got bool"):
         check(schema, {"level": True}, "x")

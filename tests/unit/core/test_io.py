@@ -68,12 +68,12 @@ def test_the_lock_records_its_holder_and_refuses_another_process(tmp_path):
         msg = other._message({**held, "pid": 4242})
         assert "process 4242 (started " in msg and "choose another output folder" in msg
     assert lock.holder() == {}
-    assert issubclass(LockedError, ConfigError)   # the CLI prints it and exits 2
+    assert issubclass(LockedError, ConfigError)  # the CLI prints it and exits 2
 
 
 def test_the_lock_file_descriptor_is_not_inherited(tmp_path):
     lock = DirectoryLock(tmp_path).__enter__()
     try:
-        assert not os.get_inheritable(lock._fd)   # a worker never keeps the lock alive
+        assert not os.get_inheritable(lock._fd)  # a worker never keeps the lock alive
     finally:
         lock.__exit__(None, None, None)

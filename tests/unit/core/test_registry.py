@@ -39,7 +39,7 @@ def test_duplicate_name_raises():
         reg.register("a", Other)
     with pytest.raises(ValueError, match="already registered"):
         reg.register("a")(Other)
-    assert reg.get("a") is Child   # the first registration stands
+    assert reg.get("a") is Child  # the first registration stands
 
 
 def test_base_class_is_checked():
@@ -78,7 +78,7 @@ def test_unknown_name_without_close_match_has_no_suggestion():
 def test_lazy_entry_resolved_on_first_get_and_base_checked_then():
     reg = Registry("test", base=dict)
     reg.register("ordered", "collections:OrderedDict")
-    reg.register("bad", "collections:deque")          # not a dict: found out on get
+    reg.register("bad", "collections:deque")  # not a dict: found out on get
     assert reg.get("ordered") is collections.OrderedDict
     with pytest.raises(TypeError, match="subclass of dict"):
         reg.get("bad")
@@ -98,7 +98,7 @@ def test_user_component_as_module_attr():
     reg = Registry("test", base=Base)
     # a class in the user's own module (here: this test module), not registered
     assert reg.get(f"{__name__}:Child") is Child
-    assert "tests" not in reg.names()     # get does not register it
+    assert "tests" not in reg.names()  # get does not register it
     with pytest.raises(TypeError, match="subclass of Base"):
         reg.get(f"{__name__}:Other")
     with pytest.raises(ConfigError, match="cannot import"):

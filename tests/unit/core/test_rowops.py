@@ -24,7 +24,7 @@ def _masks(seed: int):
 def _values(mask: torch.Tensor, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(mask.shape, generator=g)
-    x[~mask] = float("nan")                  # invalid tokens must never leak into a result
+    x[~mask] = float("nan")  # invalid tokens must never leak into a result
     return x
 
 
@@ -36,22 +36,27 @@ def test_counts_and_row_sums_match_the_plain_masked_ops(block):
         x = _values(mask, i)
         plain = torch.where(mask, x, 0.0)
         torch.testing.assert_close(tb.row_sums(x), plain.sum(1), rtol=1e-5, atol=1e-4)
-        torch.testing.assert_close(tb.row_sums(x, absolute=True), plain.abs().sum(1),
-                                   rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(
+            tb.row_sums(x, absolute=True), plain.abs().sum(1), rtol=1e-5, atol=1e-4
+        )
 
 
 def test_absolute_sums_in_chunks_match():
     g = torch.Generator().manual_seed(1)
     mask = torch.arange(512)[None, :] < torch.randint(0, 513, (3000,), generator=g)[:, None]
     x = _values(mask, 2)
-    torch.testing.assert_close(TokenBlocks(mask).row_sums(x, absolute=True),
-                               torch.where(mask, x.abs(), 0.0).sum(1), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(
+        TokenBlocks(mask).row_sums(x, absolute=True),
+        torch.where(mask, x.abs(), 0.0).sum(1),
+        rtol=1e-5,
+        atol=1e-4,
+    )
 
 
 def test_nonfinite_rows_look_only_at_valid_tokens():
     for i, mask in enumerate(_masks(3)):
         tb = TokenBlocks(mask)
-        x = _values(mask, i)                  # NaN on every invalid token: ignored
+        x = _values(mask, i)  # NaN on every invalid token: ignored
         if mask.any():
             flat = mask.nonzero()
             for k, bad in enumerate((float("nan"), float("inf"), float("-inf"))):
@@ -62,7 +67,7 @@ def test_nonfinite_rows_look_only_at_valid_tokens():
 
 def test_an_overflowing_sum_is_not_a_non_finite_value():
     mask = torch.ones(2, 256, dtype=torch.bool)
-    x = torch.full((2, 256), 3e38)           # finite values whose float32 sum overflows
+    x = torch.full((2, 256), 3e38)  # finite values whose float32 sum overflows
     assert not TokenBlocks(mask).nonfinite_rows(x).any()
 
 
@@ -71,14 +76,14 @@ def test_fill_invalid_sets_exactly_the_invalid_tokens():
         x = _values(mask, i)
         y = TokenBlocks(mask).fill_invalid_(x.clone(), 0.0)
         assert torch.equal(y, torch.where(mask, x, 0.0))
-        z = x.t().contiguous().t()            # non-contiguous: the plain path
+        z = x.t().contiguous().t()  # non-contiguous: the plain path
         TokenBlocks(mask).fill_invalid_(z, -1.0)
         assert torch.equal(z, torch.where(mask, x, -1.0))
 
 
 def test_block_size_tiles_the_row():
     assert block_size(4096) == 128 and block_size(1000) == 200 and block_size(8) == 8
-    assert block_size(1030) == 128           # not a multiple of 8: a tail
+    assert block_size(1030) == 128  # not a multiple of 8: a tail
     for T in range(8, 2000, 8):
         K = block_size(T)
         assert T % K == 0 and K % 8 == 0 and K <= 248
@@ -116,7 +121,7 @@ def test_row_means_of_equal_tokens_are_exact_holes_included():
     T = 300
     lengths = torch.tensor([1, 3, 7, 10, 100, 299, 300, 0])
     mask = torch.arange(T)[None, :] < lengths[:, None]
-    mask[2, 0] = False                                 # a hole at column 0
+    mask[2, 0] = False  # a hole at column 0
     x = torch.where(mask, torch.tensor(-0.1), torch.tensor(float("nan")))
     means = TokenBlocks(mask).row_means(x, absolute=True)
     assert means[:-1].tolist() == [float(torch.tensor(0.1))] * 7 and float(means[-1]) == 0.0
@@ -127,9 +132,11 @@ def test_row_means_do_not_overflow_near_the_float32_maximum():
     x = torch.tensor([[3e38, 3e38, 3e38, 3e38], [3e38, -3e38, 3e38, -3e38], [1.0, 2.0, 3.0, 4.0]])
     tb = TokenBlocks(mask)
     assert tb.row_means(x, absolute=True).tolist() == pytest.approx(
-        [float(torch.tensor(3e38)), float(torch.tensor(3e38)), 2.5], rel=1e-12)
-    assert tb.row_means(x).tolist() == pytest.approx([float(torch.tensor(3e38)), 0.0, 2.5],
-                                                     rel=1e-12)
+        [float(torch.tensor(3e38)), float(torch.tensor(3e38)), 2.5], rel=1e-12
+    )
+    assert tb.row_means(x).tolist() == pytest.approx(
+        [float(torch.tensor(3e38)), 0.0, 2.5], rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("T", [16, 20, 3, 256])
@@ -145,6 +152,7 @@ def test_mapped_row_sums_match_a_masked_loop(T):
     blocks = TokenBlocks(mask, block=8)
     out, plain = blocks.mapped_row_sums(x, lambda xc, buf: torch.exp(xc, out=buf))
     expected = [sum(math.exp(float(v)) for v, ok in zip(x[i], mask[i]) if ok) for i in range(B)]
-    torch.testing.assert_close(out.double(), torch.tensor(expected, dtype=torch.float64),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        out.double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6
+    )
     assert torch.equal(torch.isfinite(plain), mask.all(1))

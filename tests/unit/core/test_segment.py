@@ -13,7 +13,7 @@ from dataflex_rl.core.segment import (
     segment_sum,
 )
 
-SEG = torch.tensor([1, 0, 1, 2, 0])   # segment 3 is empty
+SEG = torch.tensor([1, 0, 1, 2, 0])  # segment 3 is empty
 VAL = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
 
 
@@ -32,7 +32,7 @@ def test_segment_max_min_with_empty_value():
     assert segment_min(VAL, SEG, 4, empty=0.0).tolist() == [2.0, 1.0, 4.0, 0.0]
     assert segment_max(VAL, SEG, 4, empty=10.0).tolist() == [5.0, 3.0, 4.0, 10.0]
     idx = torch.arange(5)
-    assert segment_min(idx, SEG, 4, empty=0).tolist() == [1, 0, 3, 0]   # first row of each
+    assert segment_min(idx, SEG, 4, empty=0).tolist() == [1, 0, 3, 0]  # first row of each
 
 
 def test_lexsort_last_key_primary_and_stable():
@@ -43,16 +43,24 @@ def test_lexsort_last_key_primary_and_stable():
 
 
 def test_rank_in_segment():
-    order = lexsort(VAL, SEG)   # by segment, then value: rows 1, 4 | 0, 2 | 3
+    order = lexsort(VAL, SEG)  # by segment, then value: rows 1, 4 | 0, 2 | 3
     assert rank_in_segment(order, SEG, 4).tolist() == [0, 0, 1, 0, 1]
 
 
-@pytest.mark.parametrize("x, expected", [
-    (2.5, 3.0), (3.5, 4.0), (2.4999, 2.0), (0.5, 1.0), (-0.5, 0.0), (1.0, 1.0),
-    # 0.7 * 45 is 31.499999999999996 in binary floating point; the count it means is 31.5 -> 32
-    (0.7 * 45, 32.0),
-    # 0.58 * 25 is 14.499999999999998 in binary floating point; it means 14.5 -> 15
-    (0.58 * 25, 15.0),
-])
+@pytest.mark.parametrize(
+    "x, expected",
+    [
+        (2.5, 3.0),
+        (3.5, 4.0),
+        (2.4999, 2.0),
+        (0.5, 1.0),
+        (-0.5, 0.0),
+        (1.0, 1.0),
+        # 0.7 * 45 is 31.499999999999996 in binary floating point; the count it means is 31.5 -> 32
+        (0.7 * 45, 32.0),
+        # 0.58 * 25 is 14.499999999999998 in binary floating point; it means 14.5 -> 15
+        (0.58 * 25, 15.0),
+    ],
+)
 def test_round_half_up(x, expected):
     assert float(round_half_up(torch.tensor(x, dtype=torch.float64))) == expected

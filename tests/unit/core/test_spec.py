@@ -26,17 +26,20 @@ def test_none_and_baseline_have_no_mechanism():
 
 
 def test_preset_override_merges_params_key_by_key():
-    spec = parse_strategy({"select": {"preset": "difffilter", "actuator": {"low": 0.1},
-                                      "warmup_steps": 3}})
-    assert spec.select.actuator == ComponentRef("band", {"low": 0.1, "high": 0.8,
-                                                         "inclusive": False})
+    spec = parse_strategy(
+        {"select": {"preset": "difffilter", "actuator": {"low": 0.1}, "warmup_steps": 3}}
+    )
+    assert spec.select.actuator == ComponentRef(
+        "band", {"low": 0.1, "high": 0.8, "inclusive": False}
+    )
     assert spec.select.warmup_steps == 3
     assert spec.name == "custom"
 
 
 def test_new_actuator_name_replaces_the_preset_one():
-    spec = parse_strategy({"select": {"preset": "topk", "actuator": {"name": "band"},
-                                      "scorer": "solve_rate"}})
+    spec = parse_strategy(
+        {"select": {"preset": "topk", "actuator": {"name": "band"}, "scorer": "solve_rate"}}
+    )
     assert spec.select.actuator == ComponentRef("band", {})
 
 
@@ -60,14 +63,16 @@ def test_every_preset_round_trips_through_to_dict(name):
     spec = parse_strategy(name)
     again = parse_strategy(spec.to_dict())
     assert again == spec
-    assert yaml.safe_load(yaml.safe_dump(spec.to_dict())) == spec.to_dict()   # YAML-able
+    assert yaml.safe_load(yaml.safe_dump(spec.to_dict())) == spec.to_dict()  # YAML-able
 
 
 def test_yaml_file_with_overrides(tmp_path):
     p = tmp_path / "s.yaml"
-    p.write_text("name: mine\n# comment\n"
-                 "select: {preset: maxvar, actuator: {keep_fraction: 0.25}}\n"
-                 "mix: {preset: tscl, update_every: 2}\n")
+    p.write_text(
+        "name: mine\n# comment\n"
+        "select: {preset: maxvar, actuator: {keep_fraction: 0.25}}\n"
+        "mix: {preset: tscl, update_every: 2}\n"
+    )
     spec = parse_strategy(p)
     assert isinstance(spec, StrategySpec) and parse_strategy(str(p)) == spec
     assert spec.name == "mine"
@@ -85,73 +90,156 @@ def test_missing_and_malformed_yaml(tmp_path):
 
 
 # ---------------------------------------------------------------- errors name the key path
-@pytest.mark.parametrize("value, key_path, extra", [
-    # unknown keys
-    ({"selct": "difffilter"}, "strategy.selct: unknown key", "Did you mean 'select'?"),
-    ({"select": {"preset": "difffilter", "warmup": 3}}, "strategy.select.warmup: unknown key",
-     "Did you mean 'warmup_steps'?"),
-    ({"select": {"preset": "difffilter", "actuator": {"lowx": 0.1}}},
-     "strategy.select.actuator.lowx: unknown parameter", "Did you mean 'low'?"),
-    ({"select": {"preset": "difffilter", "scorer": {"treshold": 0.1}}},
-     "strategy.select.scorer.treshold: unknown parameter", "Did you mean 'threshold'?"),
-    ({"mix": {"preset": "reward_gap", "prior": [1, 1], "update_evry": 2}},
-     "strategy.mix.update_evry: unknown key", "Did you mean 'update_every'?"),
-    # unknown names
-    ({"select": "difffiltr"}, "strategy.select", "Did you mean 'difffilter'?"),
-    ({"select": {"actuator": "bandd"}}, "unknown selector 'bandd'", "Did you mean 'band'?"),
-    ({"select": {"actuator": "band", "scorer": "solve_rat"}}, "unknown scorer 'solve_rat'",
-     "Did you mean 'solve_rate'?"),
-    ({"select": "softmax"}, "strategy.select", "preset 'softmax' has no select section"),
-    # wrong types
-    ({"select": {"preset": "difffilter", "warmup_steps": "3"}},
-     "strategy.select.warmup_steps: expected int", "str"),
-    ({"select": {"preset": "difffilter", "every": 2.0}}, "strategy.select.every: expected int",
-     "float"),
-    ({"select": {"preset": "difffilter", "warmup_steps": True}},
-     "strategy.select.warmup_steps: expected int", "bool"),
-    ({"select": {"preset": "difffilter", "actuator": {"inclusive": "yes"}}},
-     "strategy.select.actuator.inclusive: expected bool", "str"),
-    ({"select": {"preset": "difffilter", "actuator": {"low": None}}},
-     "strategy.select.actuator.low: expected float", "NoneType"),
-    ({"select": {"preset": "maxvar", "recompute_advantages": "no"}},
-     "strategy.select.recompute_advantages: expected bool | null", ""),
-    ({"reweight": {"preset": "softmax", "normalize": "all"}},
-     "strategy.reweight.normalize: must be one of 'informative', 'active'", ""),
-    ({"mix": {"preset": "static", "prior": "uniform"}}, "strategy.mix.prior: expected", ""),
-    ({"name": 3}, "strategy.name: expected str", ""),
-    ({"select": 3}, "strategy.select: expected a preset name or a mapping", ""),
-    ({"select": {"actuator": {"low": 0.1}}}, "strategy.select.actuator: a component mapping "
-                                              "needs a 'name'", ""),
-    ([1, 2], "strategy: expected a preset name", ""),
-    # out of range
-    ({"select": {"preset": "difffilter", "every": 0}}, "strategy.select.every: must be >= 1", ""),
-    ({"select": {"preset": "difffilter", "warmup_steps": -1}},
-     "strategy.select.warmup_steps: must be >= 0", ""),
-    ({"select": {"preset": "maxvar", "actuator": {"keep_fraction": 1.5}}},
-     "strategy.select.actuator.keep_fraction: must be <= 1.0", ""),
-    ({"select": {"preset": "maxvar", "actuator": {"keep_fraction": 0.0}}},
-     "strategy.select.actuator.keep_fraction: must be > 0.0", ""),
-    ({"reweight": {"preset": "softmax", "actuator": {"temperature": float("nan")}}},
-     "strategy.reweight.actuator.temperature: must be a finite number", ""),
-    ({"reweight": {"preset": "ar", "actuator": {"alpha": 1.5}}},
-     "strategy.reweight.actuator.alpha: must be <= 1.0", ""),
-    ({"mix": {"preset": "dump_ucb", "scorer": {"window": 0}}},
-     "strategy.mix.scorer.window: must be >= 1", ""),
-    ({"mix": {"preset": "dump_ucb", "actuator": {"floor": 1.0}}},
-     "strategy.mix.actuator.floor: must be < 1.0", ""),
-    ({"mix": {"preset": "static", "prior": [1.0, -1.0]}}, "strategy.mix.prior[1]: must be >= 0.0", ""),
-    ({"prerollout": {"actuator": "greso", "history_size": 0}},
-     "strategy.prerollout.history_size: must be >= 1", ""),
-    # cross-field checks name the component's key path too
-    ({"select": {"preset": "difffilter", "actuator": {"low": 0.9}}},
-     "strategy.select.actuator.low: must be <= high", ""),
-    ({"reweight": {"preset": "diffband", "actuator": {"low": 0.9, "high": 0.1}}},
-     "strategy.reweight.actuator.low: must be <= high", ""),
-    # structure
-    ({"select": {"warmup_steps": 2}}, "strategy.select: needs an 'actuator'", "difffilter"),
-    ({"mix": {"actuator": "static", "scorer": "domain_reward"}},
-     "strategy.mix.scorer: 'static' takes no scorer", ""),
-])
+@pytest.mark.parametrize(
+    "value, key_path, extra",
+    [
+        # unknown keys
+        ({"selct": "difffilter"}, "strategy.selct: unknown key", "Did you mean 'select'?"),
+        (
+            {"select": {"preset": "difffilter", "warmup": 3}},
+            "strategy.select.warmup: unknown key",
+            "Did you mean 'warmup_steps'?",
+        ),
+        (
+            {"select": {"preset": "difffilter", "actuator": {"lowx": 0.1}}},
+            "strategy.select.actuator.lowx: unknown parameter",
+            "Did you mean 'low'?",
+        ),
+        (
+            {"select": {"preset": "difffilter", "scorer": {"treshold": 0.1}}},
+            "strategy.select.scorer.treshold: unknown parameter",
+            "Did you mean 'threshold'?",
+        ),
+        (
+            {"mix": {"preset": "reward_gap", "prior": [1, 1], "update_evry": 2}},
+            "strategy.mix.update_evry: unknown key",
+            "Did you mean 'update_every'?",
+        ),
+        # unknown names
+        ({"select": "difffiltr"}, "strategy.select", "Did you mean 'difffilter'?"),
+        ({"select": {"actuator": "bandd"}}, "unknown selector 'bandd'", "Did you mean 'band'?"),
+        (
+            {"select": {"actuator": "band", "scorer": "solve_rat"}},
+            "unknown scorer 'solve_rat'",
+            "Did you mean 'solve_rate'?",
+        ),
+        ({"select": "softmax"}, "strategy.select", "preset 'softmax' has no select section"),
+        # wrong types
+        (
+            {"select": {"preset": "difffilter", "warmup_steps": "3"}},
+            "strategy.select.warmup_steps: expected int",
+            "str",
+        ),
+        (
+            {"select": {"preset": "difffilter", "every": 2.0}},
+            "strategy.select.every: expected int",
+            "float",
+        ),
+        (
+            {"select": {"preset": "difffilter", "warmup_steps": True}},
+            "strategy.select.warmup_steps: expected int",
+            "bool",
+        ),
+        (
+            {"select": {"preset": "difffilter", "actuator": {"inclusive": "yes"}}},
+            "strategy.select.actuator.inclusive: expected bool",
+            "str",
+        ),
+        (
+            {"select": {"preset": "difffilter", "actuator": {"low": None}}},
+            "strategy.select.actuator.low: expected float",
+            "NoneType",
+        ),
+        (
+            {"select": {"preset": "maxvar", "recompute_advantages": "no"}},
+            "strategy.select.recompute_advantages: expected bool | null",
+            "",
+        ),
+        (
+            {"reweight": {"preset": "softmax", "normalize": "all"}},
+            "strategy.reweight.normalize: must be one of 'informative', 'active'",
+            "",
+        ),
+        ({"mix": {"preset": "static", "prior": "uniform"}}, "strategy.mix.prior: expected", ""),
+        ({"name": 3}, "strategy.name: expected str", ""),
+        ({"select": 3}, "strategy.select: expected a preset name or a mapping", ""),
+        (
+            {"select": {"actuator": {"low": 0.1}}},
+            "strategy.select.actuator: a component mapping needs a 'name'",
+            "",
+        ),
+        ([1, 2], "strategy: expected a preset name", ""),
+        # out of range
+        (
+            {"select": {"preset": "difffilter", "every": 0}},
+            "strategy.select.every: must be >= 1",
+            "",
+        ),
+        (
+            {"select": {"preset": "difffilter", "warmup_steps": -1}},
+            "strategy.select.warmup_steps: must be >= 0",
+            "",
+        ),
+        (
+            {"select": {"preset": "maxvar", "actuator": {"keep_fraction": 1.5}}},
+            "strategy.select.actuator.keep_fraction: must be <= 1.0",
+            "",
+        ),
+        (
+            {"select": {"preset": "maxvar", "actuator": {"keep_fraction": 0.0}}},
+            "strategy.select.actuator.keep_fraction: must be > 0.0",
+            "",
+        ),
+        (
+            {"reweight": {"preset": "softmax", "actuator": {"temperature": float("nan")}}},
+            "strategy.reweight.actuator.temperature: must be a finite number",
+            "",
+        ),
+        (
+            {"reweight": {"preset": "ar", "actuator": {"alpha": 1.5}}},
+            "strategy.reweight.actuator.alpha: must be <= 1.0",
+            "",
+        ),
+        (
+            {"mix": {"preset": "dump_ucb", "scorer": {"window": 0}}},
+            "strategy.mix.scorer.window: must be >= 1",
+            "",
+        ),
+        (
+            {"mix": {"preset": "dump_ucb", "actuator": {"floor": 1.0}}},
+            "strategy.mix.actuator.floor: must be < 1.0",
+            "",
+        ),
+        (
+            {"mix": {"preset": "static", "prior": [1.0, -1.0]}},
+            "strategy.mix.prior[1]: must be >= 0.0",
+            "",
+        ),
+        (
+            {"prerollout": {"actuator": "greso", "history_size": 0}},
+            "strategy.prerollout.history_size: must be >= 1",
+            "",
+        ),
+        # cross-field checks name the component's key path too
+        (
+            {"select": {"preset": "difffilter", "actuator": {"low": 0.9}}},
+            "strategy.select.actuator.low: must be <= high",
+            "",
+        ),
+        (
+            {"reweight": {"preset": "diffband", "actuator": {"low": 0.9, "high": 0.1}}},
+            "strategy.reweight.actuator.low: must be <= high",
+            "",
+        ),
+        # structure
+        ({"select": {"warmup_steps": 2}}, "strategy.select: needs an 'actuator'", "difffilter"),
+        (
+            {"mix": {"actuator": "static", "scorer": "domain_reward"}},
+            "strategy.mix.scorer: 'static' takes no scorer",
+            "",
+        ),
+    ],
+)
 def test_errors_name_the_key(value, key_path, extra):
     with pytest.raises(ConfigError) as e:
         parse_strategy(value)
@@ -183,6 +271,6 @@ def test_errors_inside_a_yaml_file_name_the_file(tmp_path):
 
 def test_spec_is_not_aliased_to_the_presets():
     spec = parse_strategy("difffilter")
-    spec.select.actuator.params["low"] = 0.5            # mutate the parsed copy
+    spec.select.actuator.params["low"] = 0.5  # mutate the parsed copy
     assert PRESETS["difffilter"].spec["select"]["actuator"]["low"] == 0.2
     assert parse_strategy("difffilter").select.actuator.params["low"] == 0.2

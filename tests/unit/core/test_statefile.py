@@ -28,9 +28,13 @@ def rng_and_optimizer_state() -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     model(torch.randn(4, 3)).sum().backward()
     opt.step()
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(), "optimizer": opt.state_dict(),
-            "model": OrderedDict(model.state_dict())}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "optimizer": opt.state_dict(),
+        "model": OrderedDict(model.state_dict()),
+    }
 
 
 def test_rng_streams_and_optimizer_state_round_trip_exactly():
@@ -45,21 +49,37 @@ def test_rng_streams_and_optimizer_state_round_trip_exactly():
     torch.set_rng_state(state["torch"])
     assert draws == (random.random(), np.random.rand(), torch.rand(1).item())
     opt = back["optimizer"]
-    assert list(opt["state"]) == [0, 1]                      # int keys stay ints
-    assert opt["param_groups"][0]["betas"] == (0.9, 0.95)    # tuples stay tuples
+    assert list(opt["state"]) == [0, 1]  # int keys stay ints
+    assert opt["param_groups"][0]["betas"] == (0.9, 0.95)  # tuples stay tuples
     for k in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.equal(opt["state"][0][k], state["optimizer"]["state"][0][k])
     assert all(torch.equal(back["model"][k], v) for k, v in state["model"].items())
 
 
-@pytest.mark.parametrize("value", [
-    None, True, 0, -(2**70), 1.5, float("inf"), "x", [1, (2, 3)], {"__tensor__": 1},
-    {1: "a", (2, 3): "b"}, np.arange(6, dtype=np.uint32).reshape(2, 3), np.float32(0.25),
-    torch.zeros(0, 3), torch.tensor([True, False]), torch.arange(4).reshape(2, 2).t(),
-], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -(2**70),
+        1.5,
+        float("inf"),
+        "x",
+        [1, (2, 3)],
+        {"__tensor__": 1},
+        {1: "a", (2, 3): "b"},
+        np.arange(6, dtype=np.uint32).reshape(2, 3),
+        np.float32(0.25),
+        torch.zeros(0, 3),
+        torch.tensor([True, False]),
+        torch.arange(4).reshape(2, 2).t(),
+    ],
+    ids=repr,
+)
 def test_encode_decode_is_the_identity(value):
     skeleton, tensors = encode_tree({"v": value})
-    json.dumps(skeleton, allow_nan=False)     # plain, strict JSON
+    json.dumps(skeleton, allow_nan=False)  # plain, strict JSON
     back = decode_tree(json.loads(json.dumps(skeleton)), tensors)["v"]
     if isinstance(value, torch.Tensor):
         assert torch.equal(back, value) and back.dtype == value.dtype
@@ -77,8 +97,11 @@ def test_unsupported_values_are_named_by_their_place():
 def test_errors_name_the_file(tmp_path):
     p = save_state_file(tmp_path / "s.safetensors", {"w": torch.ones(3)}, "strategy")
     assert is_state_file(p) and not looks_like_pickle(p)
-    with pytest.raises(StateFileError, match=r"s\.safetensors: holds a 'strategy' state, not "
-                                             r"'optimizer'"):
+    with pytest.raises(
+        StateFileError,
+        match=r"s\.safetensors: holds a 'strategy' state, not "
+        r"'optimizer'",
+    ):
         load_state_file(p, "optimizer")
     with pytest.raises(StateFileError, match=r"nope\.safetensors: missing"):
         load_state_file(tmp_path / "nope.safetensors")

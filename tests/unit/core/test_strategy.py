@@ -52,33 +52,49 @@ def _groups_of_five(corrects, advantages=False):
 
 
 # ---------------------------------------------------------------- build-time checks
-@pytest.mark.parametrize("spec, match", [
-    ({"select": {"actuator": "band", "scorer": "token_prob"}},
-     "scorer 'token_prob' gives token-level scores, but select actuator 'band' accepts group, "
-     "response-level"),
-    ({"select": {"actuator": "band", "scorer": "domain_reward"}}, "gives domain-level scores"),
-    ({"select": {"actuator": "max_variance", "scorer": "solve_rate"}},
-     "'max_variance' accepts response-level"),
-    ({"reweight": {"actuator": "ar", "scorer": "advantage_magnitude"}},
-     "'ar' accepts token-level"),
-    ({"mix": {"actuator": "reward_gap", "scorer": "reward"}}, "accepts domain-level"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (
+            {"select": {"actuator": "band", "scorer": "token_prob"}},
+            "scorer 'token_prob' gives token-level scores, but select actuator 'band' accepts group, "
+            "response-level",
+        ),
+        ({"select": {"actuator": "band", "scorer": "domain_reward"}}, "gives domain-level scores"),
+        (
+            {"select": {"actuator": "max_variance", "scorer": "solve_rate"}},
+            "'max_variance' accepts response-level",
+        ),
+        (
+            {"reweight": {"actuator": "ar", "scorer": "advantage_magnitude"}},
+            "'ar' accepts token-level",
+        ),
+        ({"mix": {"actuator": "reward_gap", "scorer": "reward"}}, "accepts domain-level"),
+    ],
+)
 def test_scorer_that_does_not_fit_its_actuator_is_rejected(spec, match):
     with pytest.raises(ConfigError, match=match):
         Strategy(spec, domains=DOMAINS)
 
 
-@pytest.mark.parametrize("spec", [
-    "difffilter", "maxvar", "gfpo", "diffband",
-    {"select": {"preset": "topk", "actuator": {"by_group": True}}},
-    {"select": {"preset": "topk", "recompute_advantages": True}},
-    {"select": {"actuator": "band", "scorer": f"{__name__}:GroupMeanReward"}},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "difffilter",
+        "maxvar",
+        "gfpo",
+        "diffband",
+        {"select": {"preset": "topk", "actuator": {"by_group": True}}},
+        {"select": {"preset": "topk", "recompute_advantages": True}},
+        {"select": {"actuator": "band", "scorer": f"{__name__}:GroupMeanReward"}},
+    ],
+)
 def test_group_components_are_rejected_under_a_non_group_estimator(spec):
-    with pytest.raises(ConfigError, match="needs prompt groups, but the advantage estimator "
-                                          "'gae' has none"):
+    with pytest.raises(
+        ConfigError, match="needs prompt groups, but the advantage estimator 'gae' has none"
+    ):
         Strategy(spec, advantage_estimator="gae")
-    Strategy(spec, advantage_estimator="grpo")      # fine under a group estimator
+    Strategy(spec, advantage_estimator="grpo")  # fine under a group estimator
 
 
 @pytest.mark.parametrize("spec", ["topk", "softmax", "per", "ar", "baseline"])
@@ -92,8 +108,11 @@ def test_unknown_advantage_estimator():
 
 
 def test_scorer_needing_a_field_the_host_lacks_is_rejected():
-    with pytest.raises(ConfigError, match=r"topk\.select\.scorer: AdvantageMagnitude needs "
-                                          "advantages"):
+    with pytest.raises(
+        ConfigError,
+        match=r"topk\.select\.scorer: AdvantageMagnitude needs "
+        "advantages",
+    ):
         Strategy("topk", available_fields=["rewards", "response_mask"])
     Strategy("topk", available_fields=["advantages"])
 
@@ -101,9 +120,14 @@ def test_scorer_needing_a_field_the_host_lacks_is_rejected():
 def test_user_components_as_module_attr():
     # a user's scorer from the user's module, a built-in actuator by its import path;
     # band (2, 4) exclusive over lengths 2, 3, 4 keeps only the 3
-    s = Strategy({"select": {"actuator": {"name": "dataflex_rl.select.band:Band", "low": 2,
-                                          "high": 4},
-                             "scorer": f"{__name__}:Longer"}})
+    s = Strategy(
+        {
+            "select": {
+                "actuator": {"name": "dataflex_rl.select.band:Band", "low": 2, "high": 4},
+                "scorer": f"{__name__}:Longer",
+            }
+        }
+    )
     d = s.decide(from_lists([1.0, 0.0, 1.0], [0, 0, 0], [2, 3, 4]))
     assert d.keep_mask.tolist() == [False, True, False]
     with pytest.raises(ConfigError, match="cannot import module"):
@@ -151,8 +175,12 @@ def test_difffilter_decision_end_to_end():
 
 
 def test_baseline_keeps_every_active_row_with_weight_1():
-    b = from_lists([1.0, NAN, 0.0, 1.0], [0, 0, 0, 1], [2, 3, 1, 2],
-                   is_padding=torch.tensor([False, False, False, True]))
+    b = from_lists(
+        [1.0, NAN, 0.0, 1.0],
+        [0, 0, 0, 1],
+        [2, 3, 1, 2],
+        is_padding=torch.tensor([False, False, False, True]),
+    )
     d = Strategy("baseline").decide(b)
     assert d.keep_mask.tolist() == [True, False, True, False]
     assert d.weights_per_response.tolist() == [1.0, 0.0, 1.0, 0.0]
@@ -184,8 +212,9 @@ def test_maxvar_recomputes_advantages_on_the_kept_subset():
     hi, lo = (1 / 3) / (std + 1e-6), -(2 / 3) / (std + 1e-6)
     assert d.advantages[:, 0].tolist() == pytest.approx([0, hi, lo, 0, hi, 0], abs=1e-6)
     assert d.metrics["dataflex/select/recompute_advantages"] == 1.0
-    d = Strategy({"select": {"preset": "maxvar", "recompute_advantages": False,
-                             "renormalize": False}}).decide(b)
+    d = Strategy(
+        {"select": {"preset": "maxvar", "recompute_advantages": False, "renormalize": False}}
+    ).decide(b)
     assert d.advantages is None and d.renormalize is False
 
 
@@ -196,7 +225,7 @@ def test_reweight_uses_the_recomputed_advantages():
     w = d.weights_per_response
     assert w[[0, 3, 5]].tolist() == [0.0, 0.0, 0.0]
     assert float(w[[1, 2, 4]].mean()) == pytest.approx(1.0)
-    assert float(w[2]) > float(w[1]) == pytest.approx(float(w[4]))   # |lo| > hi
+    assert float(w[2]) > float(w[1]) == pytest.approx(float(w[4]))  # |lo| > hi
 
 
 def test_every_response_dropped_gives_zero_weights_a_metric_and_a_warning():
@@ -213,14 +242,19 @@ def test_every_response_dropped_gives_zero_weights_a_metric_and_a_warning():
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_empty_batch_is_defined_for_every_preset(preset):
-    b = RolloutBatch(rewards=torch.zeros(0), response_mask=torch.zeros(0, 3, dtype=torch.bool),
-                     group_ids=torch.zeros(0, dtype=torch.int64), domains=DOMAINS,
-                     domain_ids=torch.zeros(0, dtype=torch.int64),
-                     advantages=torch.zeros(0, 3), old_log_probs=torch.zeros(0, 3),
-                     prompt_keys=())
+    b = RolloutBatch(
+        rewards=torch.zeros(0),
+        response_mask=torch.zeros(0, 3, dtype=torch.bool),
+        group_ids=torch.zeros(0, dtype=torch.int64),
+        domains=DOMAINS,
+        domain_ids=torch.zeros(0, dtype=torch.int64),
+        advantages=torch.zeros(0, 3),
+        old_log_probs=torch.zeros(0, 3),
+        prompt_keys=(),
+    )
     s = Strategy(preset, domains=DOMAINS)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")       # no warning: nothing was there to drop
+        warnings.simplefilter("error")  # no warning: nothing was there to drop
         d = s.decide(b)
     assert d.keep_mask.shape == (0,) and d.weights_per_token.shape == (0, 3)
     assert all(math.isfinite(v) for v in d.metrics.values())
@@ -243,7 +277,7 @@ def test_single_response_groups():
         assert not Strategy("difffilter").decide(b).keep_mask.any()
     d = Strategy("maxvar").decide(b)
     assert d.keep_mask.tolist() == [True, True]
-    assert d.advantages.abs().sum() == 0          # nothing to compare with -> advantage 0
+    assert d.advantages.abs().sum() == 0  # nothing to compare with -> advantage 0
 
 
 def test_ties_are_deterministic():
@@ -257,13 +291,18 @@ def test_ties_are_deterministic():
 def test_weights_per_response():
     b = from_lists([1.0, 0.0], [0, 0], [2, 0], advantages=[0.5, -0.5])
     d = Strategy("baseline").decide(b)
-    assert d.weights_per_response.tolist() == [1.0, 0.0]     # no valid token -> 0
+    assert d.weights_per_response.tolist() == [1.0, 0.0]  # no valid token -> 0
 
 
 def test_per_domain_metrics_count_groups_of_each_domain():
     # groups 0 (logic), 1 (math), 2 (logic): actual logic 2/3, math 1/3, science 0
-    b = from_lists([1.0, 0.0, 1.0, 0.0], [0, 1, 2, 2], domain_ids=torch.tensor([1, 0, 1, 1]),
-                   domains=DOMAINS, advantages=[1.0, 1.0, 1.0, 1.0])
+    b = from_lists(
+        [1.0, 0.0, 1.0, 0.0],
+        [0, 1, 2, 2],
+        domain_ids=torch.tensor([1, 0, 1, 1]),
+        domains=DOMAINS,
+        advantages=[1.0, 1.0, 1.0, 1.0],
+    )
     m = Strategy("reward_gap", domains=DOMAINS).decide(b).metrics
     assert m["dataflex/batch/domain/logic/actual"] == pytest.approx(2 / 3)
     assert m["dataflex/batch/domain/math/actual"] == pytest.approx(1 / 3)
@@ -288,19 +327,29 @@ def _stream(n, seed=0):
         rewards = (torch.rand(B, generator=g) < 0.5).float()
         gids = torch.arange(B) // 4
         keys = tuple(f"p{int(torch.randint(0, 6, (1,), generator=g))}" for _ in range(4))
-        b = RolloutBatch(rewards=rewards, response_mask=torch.ones(B, T, dtype=torch.bool),
-                         group_ids=gids, domain_ids=gids % 3, domains=DOMAINS,
-                         old_log_probs=-torch.rand(B, T, generator=g),
-                         prompt_keys=tuple(keys[i] for i in gids.tolist()), step=step)
+        b = RolloutBatch(
+            rewards=rewards,
+            response_mask=torch.ones(B, T, dtype=torch.bool),
+            group_ids=gids,
+            domain_ids=gids % 3,
+            domains=DOMAINS,
+            old_log_probs=-torch.rand(B, T, generator=g),
+            prompt_keys=tuple(keys[i] for i in gids.tolist()),
+            step=step,
+        )
         out.append(b.replace(advantages=grpo_advantages(b, b.active_mask)))
     return out
 
 
 STATEFUL_SPECS = [
     *PRESETS,
-    {"name": "all", "prerollout": {"actuator": "greso", "history_size": 2},
-     "mix": {"preset": "tscl", "warmup_steps": 2, "every": 2},
-     "select": "difffilter", "reweight": "ar"},
+    {
+        "name": "all",
+        "prerollout": {"actuator": "greso", "history_size": 2},
+        "mix": {"preset": "tscl", "warmup_steps": 2, "every": 2},
+        "select": "difffilter",
+        "reweight": "ar",
+    },
     {"name": "ucb", "mix": {"preset": "dump_ucb", "warmup_steps": 1, "every": 1}},
     {"name": "gap", "mix": {"preset": "reward_gap", "warmup_steps": 1, "every": 2}},
 ]
@@ -309,11 +358,13 @@ STATEFUL_SPECS = [
 def _run(s, batches, prompt_gen_seed):
     out = []
     for b in batches:
-        keep, _ = s.filter_prompts([f"p{i}" for i in range(6)], b.step,
-                                   torch.Generator().manual_seed(prompt_gen_seed + b.step))
+        keep, _ = s.filter_prompts(
+            [f"p{i}" for i in range(6)],
+            b.step,
+            torch.Generator().manual_seed(prompt_gen_seed + b.step),
+        )
         d = s.decide(b)
-        out.append((keep, d.keep_mask, d.weights_per_token, d.proportions, s.proportions,
-                    s.signal))
+        out.append((keep, d.keep_mask, d.weights_per_token, d.proportions, s.proportions, s.signal))
     return out
 
 
@@ -323,15 +374,16 @@ def _same(x, y):
     return x.dtype == y.dtype and torch.equal(x, y)
 
 
-@pytest.mark.parametrize("spec", STATEFUL_SPECS,
-                         ids=lambda s: s if isinstance(s, str) else s["name"])
+@pytest.mark.parametrize(
+    "spec", STATEFUL_SPECS, ids=lambda s: s if isinstance(s, str) else s["name"]
+)
 def test_state_round_trip_restores_behaviour_exactly(spec):
     batches = _stream(14)
     a = Strategy(spec, domains=DOMAINS)
     _run(a, batches[:7], 100)
     state = a.state_dict()
-    state_copy = pickle.loads(pickle.dumps(state))     # as a checkpoint would store it
-    after_a = _run(a, batches[7:], 100)                # the original keeps going
+    state_copy = pickle.loads(pickle.dumps(state))  # as a checkpoint would store it
+    after_a = _run(a, batches[7:], 100)  # the original keeps going
     b = Strategy(spec, domains=DOMAINS)
     b.load_state_dict(state)
     c = Strategy(spec, domains=DOMAINS)

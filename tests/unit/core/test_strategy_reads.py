@@ -81,8 +81,8 @@ def test_reading_leaves_out_undeclared_fields_and_shares_the_rest():
     v = b.reading({"advantages"})
     assert v.old_log_probs is None and v.advantages is b.advantages
     assert v.token_blocks is blocks and v.rewards is b.rewards
-    assert b.old_log_probs is not None                      # the original is unchanged
-    assert b.reading({"advantages", "old_log_probs"}) is b   # nothing left out: itself
+    assert b.old_log_probs is not None  # the original is unchanged
+    assert b.reading({"advantages", "old_log_probs"}) is b  # nothing left out: itself
 
 
 # ------------------------------------------------------------------ per-response inputs
@@ -92,10 +92,14 @@ def test_per_response_inputs_give_the_token_quantities_without_reading_tokens():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0], [1, 1, 0]], dtype=torch.bool)
     spy_adv = torch.zeros(4, 3).as_subclass(Spy)
     spy_mask = mask.as_subclass(Spy)
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), response_mask=spy_mask,
-                     group_ids=torch.tensor([0, 0, 1, 1]), advantages=spy_adv,
-                     response_advantages=torch.tensor([0.5, -0.5, NAN, NAN]),
-                     response_lengths=torch.tensor([3, 1, 0, 2]))
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        response_mask=spy_mask,
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        advantages=spy_adv,
+        response_advantages=torch.tensor([0.5, -0.5, NAN, NAN]),
+        response_lengths=torch.tensor([3, 1, 0, 2]),
+    )
     Spy.calls.clear()
     assert b.response_length.tolist() == [3, 1, 0, 2]
     assert b.invalid_mask.tolist() == [False, False, False, True]
@@ -106,23 +110,35 @@ def test_per_response_inputs_give_the_token_quantities_without_reading_tokens():
 
 def test_response_lengths_are_checked_against_the_mask_when_the_mask_is_read():
     b = from_lists([1.0, 0.0], [0, 0], [3, 1])
-    bad = b.replace(response_lengths=torch.tensor([3, 2]))       # built: not read yet
+    bad = b.replace(response_lengths=torch.tensor([3, 2]))  # built: not read yet
     assert bad.response_length.tolist() == [3, 2]
-    with pytest.raises(BatchError, match="response_lengths disagrees with response_mask: "
-                                         "row 1 has length 2 but 1 valid tokens"):
+    with pytest.raises(
+        BatchError,
+        match="response_lengths disagrees with response_mask: "
+        "row 1 has length 2 but 1 valid tokens",
+    ):
         _ = bad.token_blocks
-    assert b.replace(response_lengths=torch.tensor([3, 1])).token_blocks.row_counts.tolist() \
-        == [3, 1]
+    assert b.replace(response_lengths=torch.tensor([3, 1])).token_blocks.row_counts.tolist() == [
+        3,
+        1,
+    ]
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"response_advantages": torch.zeros(3)}, "response_advantages must be a float tensor"),
-    ({"response_advantages": torch.zeros(2, dtype=torch.int64)},
-     "response_advantages must be a float tensor"),
-    ({"response_lengths": torch.zeros(2, dtype=torch.int32)},
-     "response_lengths must be an int64 tensor"),
-    ({"response_lengths": torch.tensor([1, 5])}, r"response_lengths must lie in 0\.\.T=4"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"response_advantages": torch.zeros(3)}, "response_advantages must be a float tensor"),
+        (
+            {"response_advantages": torch.zeros(2, dtype=torch.int64)},
+            "response_advantages must be a float tensor",
+        ),
+        (
+            {"response_lengths": torch.zeros(2, dtype=torch.int32)},
+            "response_lengths must be an int64 tensor",
+        ),
+        ({"response_lengths": torch.tensor([1, 5])}, r"response_lengths must lie in 0\.\.T=4"),
+    ],
+)
 def test_per_response_inputs_shape_errors_name_the_field(kw, match):
     with pytest.raises(BatchError, match=match):
         from_lists([1.0, 0.0], [0, 0], **kw)
@@ -153,14 +169,17 @@ def test_per_response_inputs_decide_like_token_inputs(preset):
             ma = {k: v for k, v in da.metrics.items() if k != "dataflex/time_ms"}
             mb = {k: v for k, v in db.metrics.items() if k != "dataflex/time_ms"}
             assert ma.keys() == mb.keys()
-            assert all(math.isclose(ma[k], mb[k], rel_tol=1e-5, abs_tol=1e-6) for k in ma), \
-                {k: (ma[k], mb[k]) for k in ma if not math.isclose(ma[k], mb[k], rel_tol=1e-5,
-                                                                   abs_tol=1e-6)}
+            assert all(math.isclose(ma[k], mb[k], rel_tol=1e-5, abs_tol=1e-6) for k in ma), {
+                k: (ma[k], mb[k])
+                for k in ma
+                if not math.isclose(ma[k], mb[k], rel_tol=1e-5, abs_tol=1e-6)
+            }
 
 
 def test_host_with_only_response_advantages_satisfies_advantage_scorers():
-    s = Strategy("topk", available_fields=("rewards", "response_mask", "group_ids",
-                                           "response_advantages"))
+    s = Strategy(
+        "topk", available_fields=("rewards", "response_mask", "group_ids", "response_advantages")
+    )
     b = from_lists([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], [2, 2, 1, 3])
     b = b.replace(response_advantages=torch.tensor([0.2, -2.0, 0.0, 1.0]))
     assert s.decide(b).keep_mask.tolist() == [False, True, False, True]
@@ -197,11 +216,13 @@ def test_threads_must_be_a_positive_int_or_none(bad):
 def test_token_prob_sums_and_validity_come_from_one_pass():
     # row 0: p = e^-1, e^-2 (NaN on the padding token: ignored); row 1: +0.5 -> clamped to p 1;
     # row 2: -inf on a valid token -> invalid; row 3: no valid token
-    lp = torch.tensor([[-1.0, -2.0, NAN], [0.5, -1.0, 0.0], [-INF, -1.0, -1.0],
-                       [NAN, NAN, NAN]])
-    b = RolloutBatch(rewards=torch.zeros(4), group_ids=torch.zeros(4, dtype=torch.int64),
-                     response_mask=torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]]),
-                     old_log_probs=lp)
+    lp = torch.tensor([[-1.0, -2.0, NAN], [0.5, -1.0, 0.0], [-INF, -1.0, -1.0], [NAN, NAN, NAN]])
+    b = RolloutBatch(
+        rewards=torch.zeros(4),
+        group_ids=torch.zeros(4, dtype=torch.int64),
+        response_mask=torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]]),
+        old_log_probs=lp,
+    )
     s = b.token_prob_sums
     assert s.dtype == torch.float64
     assert math.isclose(s[0], math.exp(-1) + math.exp(-2), rel_tol=1e-6)
@@ -216,7 +237,7 @@ def test_ar_weights_from_sums_equal_the_materialized_path():
         b = random_batch(seed)
         lazy = Strategy("ar").decide(b)
         eager_s = Strategy("ar")
-        eager_s.parts["reweight"][1].affine = lambda: None    # force the [B, T] raw path
+        eager_s.parts["reweight"][1].affine = lambda: None  # force the [B, T] raw path
         eager = eager_s.decide(b)
         assert lazy.token_weights is None and lazy.token_weights_fn is not None
         assert eager.token_weights is not None
@@ -224,7 +245,7 @@ def test_ar_weights_from_sums_equal_the_materialized_path():
         assert w.dtype == torch.float32 and torch.isfinite(w).all()
         torch.testing.assert_close(w, eager.weights_per_token)
         torch.testing.assert_close(lazy.weights_per_response, eager.weights_per_response)
-        assert lazy.weights_per_token is w                     # built once
+        assert lazy.weights_per_token is w  # built once
 
 
 def test_ar_hand_worked_from_sums():
@@ -232,12 +253,17 @@ def test_ar_hand_worked_from_sums():
     # row 0: p = 1, 1 -> raw 1, 1; row 1: p = e^-1 on its one valid token -> raw 0.684;
     # mean over the 3 tokens m = (2 + 0.5 e^-1 + 0.5) / 3; weights raw / m
     lp = torch.tensor([[0.0, 0.0], [-1.0, NAN]])
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
-                     response_mask=torch.tensor([[1, 1], [1, 0]]), old_log_probs=lp,
-                     advantages=torch.tensor([[1.0, 1.0], [-1.0, 0.0]]))
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        response_mask=torch.tensor([[1, 1], [1, 0]]),
+        old_log_probs=lp,
+        advantages=torch.tensor([[1.0, 1.0], [-1.0, 0.0]]),
+    )
     d = Strategy("ar").decide(b)
     m = (2 + 0.5 * math.exp(-1) + 0.5) / 3
     expected = torch.tensor([[1 / m, 1 / m], [(0.5 * math.exp(-1) + 0.5) / m, 0.0]])
     torch.testing.assert_close(d.weights_per_token, expected)
-    torch.testing.assert_close(d.weights_per_response,
-                               torch.tensor([1 / m, (0.5 * math.exp(-1) + 0.5) / m]))
+    torch.testing.assert_close(
+        d.weights_per_response, torch.tensor([1 / m, (0.5 * math.exp(-1) + 0.5) / m])
+    )

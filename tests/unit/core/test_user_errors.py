@@ -51,18 +51,41 @@ class TwoDomainsOnly(DomainScorer):
 
 
 def _batch(**kw):
-    return from_lists([1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], [2, 3, 1, 3],
-                      advantages=[1.0, -1.0, 1.0, -1.0], **kw)
+    return from_lists(
+        [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], [2, 3, 1, 3], advantages=[1.0, -1.0, 1.0, -1.0], **kw
+    )
 
 
-@pytest.mark.parametrize("mech, cls, error, message", [
-    ("select", PerToken, ValueError, (r"scorer PerToken.score\(batch\) returned shape \(4, 3\); "
-                                      r"response-level scores must have shape \[B\] = \(4,\)")),
-    ("reweight", PerToken, ValueError, r"PerToken.* must have shape \[B\] = \(4,\)"),
-    ("select", AList, TypeError, (r"scorer AList.score\(batch\) must return a torch.Tensor of "
-                                  r"shape \[B\] = \(4,\) \(response-level scores\), got list")),
-    ("select", PerGroupTooLong, ValueError, r"group-level scores must have shape \[G\] = \(2,\)"),
-])
+@pytest.mark.parametrize(
+    "mech, cls, error, message",
+    [
+        (
+            "select",
+            PerToken,
+            ValueError,
+            (
+                r"scorer PerToken.score\(batch\) returned shape \(4, 3\); "
+                r"response-level scores must have shape \[B\] = \(4,\)"
+            ),
+        ),
+        ("reweight", PerToken, ValueError, r"PerToken.* must have shape \[B\] = \(4,\)"),
+        (
+            "select",
+            AList,
+            TypeError,
+            (
+                r"scorer AList.score\(batch\) must return a torch.Tensor of "
+                r"shape \[B\] = \(4,\) \(response-level scores\), got list"
+            ),
+        ),
+        (
+            "select",
+            PerGroupTooLong,
+            ValueError,
+            r"group-level scores must have shape \[G\] = \(2,\)",
+        ),
+    ],
+)
 def test_a_user_scorer_with_the_wrong_shape_is_named(mech, cls, error, message):
     actuator = {"select": "top_fraction", "reweight": "softmax"}[mech]
     s = Strategy({mech: {"scorer": f"{__name__}:{cls.__name__}", "actuator": actuator}})
@@ -71,13 +94,23 @@ def test_a_user_scorer_with_the_wrong_shape_is_named(mech, cls, error, message):
 
 
 def test_a_domain_scorer_with_the_wrong_number_of_domains_is_named():
-    s = Strategy({"mix": {"scorer": f"{__name__}:TwoDomainsOnly",
-                          "actuator": {"name": "softmax"}, "warmup_steps": 0, "every": 1}},
-                 domains=("a", "b", "c"))
-    b = from_lists([1.0, 0.0], [0, 1], domain_ids=torch.tensor([0, 2]),
-                   domains=("a", "b", "c"))
-    with pytest.raises(ValueError, match=r"TwoDomainsOnly.values\(D\) returned shape \(2,\); "
-                                         r"domain-level scores must have shape \[D\] = \(3,\)"):
+    s = Strategy(
+        {
+            "mix": {
+                "scorer": f"{__name__}:TwoDomainsOnly",
+                "actuator": {"name": "softmax"},
+                "warmup_steps": 0,
+                "every": 1,
+            }
+        },
+        domains=("a", "b", "c"),
+    )
+    b = from_lists([1.0, 0.0], [0, 1], domain_ids=torch.tensor([0, 2]), domains=("a", "b", "c"))
+    with pytest.raises(
+        ValueError,
+        match=r"TwoDomainsOnly.values\(D\) returned shape \(2,\); "
+        r"domain-level scores must have shape \[D\] = \(3,\)",
+    ):
         s.decide(b)
 
 
@@ -86,9 +119,15 @@ def test_meta_tensors_are_refused_naming_the_field(field):
     b = _batch()
     t = getattr(b, field)
     with pytest.raises(BatchError, match=f"{field} is a meta tensor"):
-        RolloutBatch(**{**{f: getattr(b, f) for f in ("rewards", "response_mask", "group_ids",
-                                                     "advantages")},
-                        field: torch.empty_like(t, device="meta")})
+        RolloutBatch(
+            **{
+                **{
+                    f: getattr(b, f)
+                    for f in ("rewards", "response_mask", "group_ids", "advantages")
+                },
+                field: torch.empty_like(t, device="meta"),
+            }
+        )
 
 
 def test_the_device_check_passes_one_device_and_names_a_meta_field():
@@ -98,7 +137,7 @@ def test_the_device_check_passes_one_device_and_names_a_meta_field():
         rewards = torch.zeros(2)
         group_ids = torch.zeros(2, dtype=torch.int64)
 
-    check_tensor_devices(Fake())   # one device: fine
+    check_tensor_devices(Fake())  # one device: fine
     Fake.group_ids = torch.empty(2, device="meta")
     with pytest.raises(BatchError, match="group_ids is a meta tensor"):
         check_tensor_devices(Fake())

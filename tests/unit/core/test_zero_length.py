@@ -28,8 +28,12 @@ ADV = [1.0, -2.0, 0.5, -1.0, 0.7, 0.3]
 
 def _batch(rows=None):
     rows = list(range(len(LENGTHS))) if rows is None else rows
-    b = from_lists([REWARDS[i] for i in rows], [GROUPS[i] for i in rows],
-                   [LENGTHS[i] for i in rows], advantages=[ADV[i] for i in rows])
+    b = from_lists(
+        [REWARDS[i] for i in rows],
+        [GROUPS[i] for i in rows],
+        [LENGTHS[i] for i in rows],
+        advantages=[ADV[i] for i in rows],
+    )
     T = b.response_mask.shape[1]
     lp = -0.1 * torch.arange(1, T + 1, dtype=torch.float32).expand(b.batch_size, T).clone()
     return b.replace(old_log_probs=lp)
@@ -39,12 +43,15 @@ EMPTY = [i for i, n in enumerate(LENGTHS) if n == 0]
 FULL = [i for i, n in enumerate(LENGTHS) if n > 0]
 
 
-@pytest.mark.parametrize("spec", [
-    {"reweight": {"preset": "softmax", "normalize": "active"}},
-    {"reweight": {"preset": "per", "normalize": "active"}},
-    {"reweight": {"preset": "softmax"}},
-    {"reweight": {"preset": "ar", "normalize": "active"}},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"reweight": {"preset": "softmax", "normalize": "active"}},
+        {"reweight": {"preset": "per", "normalize": "active"}},
+        {"reweight": {"preset": "softmax"}},
+        {"reweight": {"preset": "ar", "normalize": "active"}},
+    ],
+)
 def test_reweighting_ignores_empty_responses(spec):
     d = Strategy(spec).decide(_batch())
     without = Strategy(spec).decide(_batch(FULL))
@@ -53,7 +60,7 @@ def test_reweighting_ignores_empty_responses(spec):
     assert not d.weights_per_token[EMPTY].any() and not d.loss_mask[EMPTY].any()
     # the others are weighted exactly as in the batch without the empty responses
     torch.testing.assert_close(w[FULL], without.weights_per_response)
-    if "normalize" in spec["reweight"]:   # mean 1 over the non-empty rows (all active)
+    if "normalize" in spec["reweight"]:  # mean 1 over the non-empty rows (all active)
         if spec["reweight"]["preset"] == "ar":
             tok = d.weights_per_token[d.loss_mask].double()
             assert float(tok.mean()) == pytest.approx(1.0, rel=1e-6)
@@ -65,7 +72,7 @@ def test_reweighting_ignores_empty_responses(spec):
 def test_selection_gives_empty_responses_no_weight_and_no_tokens(preset):
     d = Strategy(preset).decide(_batch())
     assert d.weights_per_response[EMPTY].tolist() == [0.0] * len(EMPTY)
-    assert int(d.loss_mask[EMPTY].sum()) == 0      # nothing in a token-mean denominator
+    assert int(d.loss_mask[EMPTY].sum()) == 0  # nothing in a token-mean denominator
     kept_tokens = int(d.loss_mask.sum())
     assert kept_tokens == sum(LENGTHS[i] for i in FULL if bool(d.keep_mask[i]))
     m = d.metrics
@@ -85,7 +92,7 @@ def test_empty_responses_carry_no_advantage_but_count_in_group_rewards():
     assert float(b.group_mean[0]) == 0.5 and int(b.group_size[0]) == 4
     keep = torch.ones(b.batch_size, dtype=torch.bool)
     adv = grpo_advantages_per_response(b, keep)
-    assert float(adv[1]) < 0   # its reward is below the group mean, but it has no token:
+    assert float(adv[1]) < 0  # its reward is below the group mean, but it has no token:
     d = Strategy({"select": {"preset": "maxvar", "recompute_advantages": True}}).decide(b)
     if d.advantages is not None:
         assert not d.advantages[EMPTY].any()

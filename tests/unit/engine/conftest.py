@@ -9,8 +9,13 @@ from dataflex_rl.engine.policy import build_tiny_policy
 from dataflex_rl.engine.tokenizer import CharTokenizer
 
 #: a small architecture: the tests exercise the code paths, not the model's quality
-SMALL_ARCH = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=2)
+SMALL_ARCH = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+)
 
 
 @pytest.fixture(autouse=True)

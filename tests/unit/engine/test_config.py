@@ -11,8 +11,9 @@ from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.engine.config import EngineConfig, field_docs, load_config
 
 ROOT = Path(__file__).resolve().parents[3]
-ENGINE_YAMLS = sorted([*(ROOT / "examples").glob("*.yaml"),
-                       *(ROOT / "configs" / "engine").glob("*.yaml")])
+ENGINE_YAMLS = sorted(
+    [*(ROOT / "examples").glob("*.yaml"), *(ROOT / "configs" / "engine").glob("*.yaml")]
+)
 
 
 def test_defaults():
@@ -27,8 +28,11 @@ def test_overrides_and_none_overrides_are_ignored():
 
 
 def test_nested_unknown_key_names_the_path_and_suggests():
-    with pytest.raises(ConfigError, match=r"config\.optim\.learning_rate: unknown key.*"
-                                          r"Valid keys: lr, "):
+    with pytest.raises(
+        ConfigError,
+        match=r"config\.optim\.learning_rate: unknown key.*"
+        r"Valid keys: lr, ",
+    ):
         load_config({"optim": {"learning_rate": 1e-3}})
 
 
@@ -83,7 +87,16 @@ def test_tasks_warm_size_is_validated_and_reaches_the_task_set():
     assert load_config().tasks.warm_size == 0
     with pytest.raises(ConfigError, match=r"tasks\.warm_size"):
         load_config({"tasks": {"warm_size": -1}})
-    cfg = load_config({"tasks": {"domains": ["logic"], "train_size": 30, "eval_size": 5,
-                                 "warm_size": 12, "difficulty": {"logic": 3}}})
+    cfg = load_config(
+        {
+            "tasks": {
+                "domains": ["logic"],
+                "train_size": 30,
+                "eval_size": 5,
+                "warm_size": 12,
+                "difficulty": {"logic": 3},
+            }
+        }
+    )
     ts = tasks_from_config(cfg)
     assert [len(ts.eval["logic"]), len(ts.train["logic"]), len(ts.warm["logic"])] == [5, 30, 12]

@@ -25,8 +25,13 @@ def hf_dir(tmp_path_factory):
     # BPE without merges and without a pre-tokenizer splits text into characters
     core = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     core.decoder = tokenizers.decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>",
-                                  eos_token="<eos>", unk_token="<unk>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = LlamaForCausalLM(tiny_config(len(vocab), **SMALL_ARCH))
@@ -45,8 +50,13 @@ def test_hf_directory_loads_with_its_tokenizer(hf_dir):
 
 
 def test_hf_directory_trains_in_the_engine(hf_dir):
-    cfg = load_config({"policy": str(hf_dir), "tasks": {"train_size": 20, "eval_size": 4},
-                       "grpo": {"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 3}})
+    cfg = load_config(
+        {
+            "policy": str(hf_dir),
+            "tasks": {"train_size": 20, "eval_size": 4},
+            "grpo": {"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 3},
+        }
+    )
     tr = EmbeddedTrainer(cfg, "baseline", seed=0)
     m = tr.train_step()
     assert m["engine/prompts_generated"] == 3.0

@@ -23,9 +23,15 @@ def test_left_pad_and_positions():
 
 def test_shapes_grouping_and_masks(small_policy, char_tokenizer):
     tok = char_tokenizer
-    r = sample_groups(small_policy.model, _prompts(tok, ["1+2=", "3?", "10+20="]), 4, 5,
-                      eos_id=tok.eos_id, pad_id=tok.pad_id,
-                      generator=torch.Generator().manual_seed(0))
+    r = sample_groups(
+        small_policy.model,
+        _prompts(tok, ["1+2=", "3?", "10+20="]),
+        4,
+        5,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert r.response_ids.shape[0] == 12 and r.response_ids.shape[1] <= 5
     assert r.prompt_index.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert r.group_size == 4
@@ -43,12 +49,18 @@ def test_each_prompt_is_prefilled_once(small_policy, char_tokenizer):
     tok = char_tokenizer
     shapes = []
     hook = small_policy.model.register_forward_pre_hook(
-        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
-        with_kwargs=True)
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     try:
-        sample_groups(small_policy.model, _prompts(tok, ["1+2=", "3?"]), 8, 4,
-                      eos_id=tok.eos_id, pad_id=tok.pad_id,
-                      generator=torch.Generator().manual_seed(0))
+        sample_groups(
+            small_policy.model,
+            _prompts(tok, ["1+2=", "3?"]),
+            8,
+            4,
+            eos_id=tok.eos_id,
+            pad_id=tok.pad_id,
+            generator=torch.Generator().manual_seed(0),
+        )
     finally:
         hook.remove()
     # one prefill of the 2 prompts (not 16 copies), then one-token steps of 16 rows
@@ -71,20 +83,26 @@ def test_same_generator_state_same_samples(small_policy, char_tokenizer):
 def test_greedy_matches_hf_generate(small_policy, char_tokenizer):
     tok = char_tokenizer
     prompts = _prompts(tok, ["12+3=", "7?", "c-b+a="])
-    r = sample_groups(small_policy.model, prompts, 2, 6, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                      temperature=0.0)
+    r = sample_groups(
+        small_policy.model, prompts, 2, 6, eos_id=tok.eos_id, pad_id=tok.pad_id, temperature=0.0
+    )
     # greedy: both samples of a prompt agree
     assert torch.equal(r.response_ids[0::2], r.response_ids[1::2])
     ids, mask = left_pad(prompts, tok.pad_id)
     with torch.no_grad():
-        hf = small_policy.model.generate(input_ids=ids, attention_mask=mask.long(),
-                                         do_sample=False, max_new_tokens=6,
-                                         eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
-    hf = hf[:, ids.shape[1]:]
+        hf = small_policy.model.generate(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            do_sample=False,
+            max_new_tokens=6,
+            eos_token_id=tok.eos_id,
+            pad_token_id=tok.pad_id,
+        )
+    hf = hf[:, ids.shape[1] :]
     ours = r.response_ids[0::2]
     for row_h, row_o in zip(hf.tolist(), ours.tolist()):
         n = len(row_o)
-        assert row_h[:n] == row_o[:len(row_h[:n])]
+        assert row_h[:n] == row_o[: len(row_h[:n])]
 
 
 def test_bad_arguments(small_policy, char_tokenizer):

@@ -9,8 +9,9 @@ DIFFICULTY = {"math": {"level": 4, "ops": "+-"}, "logic": 3}
 
 
 def test_warm_pairs_are_the_warm_split():
-    ts = build_tasks(["math", "logic"], 0, train_size=20, eval_size=5, warm_size=15,
-                     difficulty=DIFFICULTY)
+    ts = build_tasks(
+        ["math", "logic"], 0, train_size=20, eval_size=5, warm_size=15, difficulty=DIFFICULTY
+    )
     prompts, answers, groups = warm_pairs(ts)
     expected = ts.warm["math"] + ts.warm["logic"]
     assert prompts == [p.prompt for p in expected]
@@ -25,8 +26,12 @@ def test_without_a_warm_split_warm_pairs_are_the_training_pools():
     assert warm_pairs(ts) == train_pairs(ts)
     # per domain: a domain without warm problems trains on its pool
     p, q = Problem("math:1+1=", "math", "1+1=", "2"), Problem("math:2+2=", "math", "2+2=", "4")
-    mixed = TaskSet(("math", "logic"), {"math": [p], "logic": ts.train["logic"]},
-                    {"math": [], "logic": []}, warm={"math": [q]})
+    mixed = TaskSet(
+        ("math", "logic"),
+        {"math": [p], "logic": ts.train["logic"]},
+        {"math": [], "logic": []},
+        warm={"math": [q]},
+    )
     prompts, _, groups = warm_pairs(mixed)
     assert prompts == ["2+2="] + [x.prompt for x in ts.train["logic"]]
     assert groups == [0] + [1] * 20

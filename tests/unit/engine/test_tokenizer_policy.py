@@ -7,8 +7,15 @@ import json
 import pytest
 import torch
 
-from dataflex_rl.engine.policy import ASSETS_DIR, build_tiny_policy, cache_argument, load_policy, \
-    parameter_hash, save_policy, tiny_config
+from dataflex_rl.engine.policy import (
+    ASSETS_DIR,
+    build_tiny_policy,
+    cache_argument,
+    load_policy,
+    parameter_hash,
+    save_policy,
+    tiny_config,
+)
 from dataflex_rl.engine.tokenizer import CharTokenizer
 
 from .conftest import SMALL_ARCH
@@ -72,8 +79,10 @@ def test_load_policy_errors(tmp_path):
         load_policy(tmp_path)
 
 
-@pytest.mark.skipif(not (ASSETS_DIR / "tiny" / "MANIFEST.json").is_file(),
-                    reason="shipped tiny checkpoint not built yet")
+@pytest.mark.skipif(
+    not (ASSETS_DIR / "tiny" / "MANIFEST.json").is_file(),
+    reason="shipped tiny checkpoint not built yet",
+)
 def test_shipped_tiny_matches_its_manifest():
     from dataflex_rl.engine.warmstart import read_manifest
 

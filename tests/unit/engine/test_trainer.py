@@ -20,9 +20,13 @@ def tasks():
 
 
 def make_trainer(taskset, strategy="baseline", seed=0, **cfg):
-    config = load_config({"grpo": {"prompts_per_step": 4, "group_size": 4,
-                                   "max_new_tokens": 4},
-                          "tasks": {"train_size": 30, "eval_size": 5}, **cfg})
+    config = load_config(
+        {
+            "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
+            "tasks": {"train_size": 30, "eval_size": 5},
+            **cfg,
+        }
+    )
     policy = build_tiny_policy(CharTokenizer.from_charset(taskset.charset()), 0, **SMALL_ARCH)
     return EmbeddedTrainer(config, strategy, seed=seed, taskset=taskset, policy=policy)
 
@@ -30,7 +34,7 @@ def make_trainer(taskset, strategy="baseline", seed=0, **cfg):
 def test_derive_seed_is_stable_and_separates_streams():
     assert derive_seed(0, "rollout") == derive_seed(0, "rollout")
     assert len({derive_seed(0, "rollout"), derive_seed(0, "data"), derive_seed(1, "rollout")}) == 3
-    assert 0 <= derive_seed(123, "x") < 2 ** 31
+    assert 0 <= derive_seed(123, "x") < 2**31
 
 
 def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
@@ -40,7 +44,7 @@ def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
     rollout, _, _, _ = tr._rollout(problems, 0)
     B = rollout.response_ids.shape[0]
     adv = torch.zeros(B, rollout.response_ids.shape[1])
-    adv[::3] = 1.0     # only every third row has a signal
+    adv[::3] = 1.0  # only every third row has a signal
     adv = adv * rollout.response_mask
     w = rollout.response_mask.float()
     mask = rollout.response_mask
@@ -48,11 +52,16 @@ def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
 
     def grads(rows):
         model.zero_grad()
-        lp = response_log_probs(model, rollout.prompt_ids[pidx][rows],
-                                rollout.prompt_mask[pidx][rows], rollout.response_ids[rows],
-                                mask[rows])
-        loss, _ = policy_loss(lp, rollout.old_log_probs[rows], adv[rows], mask[rows], w[rows],
-                              num_tokens=mask.sum())
+        lp = response_log_probs(
+            model,
+            rollout.prompt_ids[pidx][rows],
+            rollout.prompt_mask[pidx][rows],
+            rollout.response_ids[rows],
+            mask[rows],
+        )
+        loss, _ = policy_loss(
+            lp, rollout.old_log_probs[rows], adv[rows], mask[rows], w[rows], num_tokens=mask.sum()
+        )
         loss.backward()
         return torch.cat([p.grad.flatten() for p in model.parameters()])
 
@@ -89,8 +98,7 @@ def test_vocabulary_must_cover_the_tasks(tasks):
 
 
 def test_static_proportions_steer_the_sampler(tasks):
-    tr = make_trainer(tasks, tasks={"train_size": 30, "eval_size": 5,
-                                    "proportions": {"math": 1.0}})
+    tr = make_trainer(tasks, tasks={"train_size": 30, "eval_size": 5, "proportions": {"math": 1.0}})
     _, domain_idx, metrics = tr._draw_prompts(0)
     assert domain_idx == [0, 0, 0, 0]
     assert metrics["dataflex/mix/domain/math/actual"] == 1.0
@@ -98,8 +106,9 @@ def test_static_proportions_steer_the_sampler(tasks):
 
 
 def test_kl_term_uses_a_frozen_reference(tasks):
-    tr = make_trainer(tasks, grpo={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4,
-                                   "kl_coef": 0.1})
+    tr = make_trainer(
+        tasks, grpo={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "kl_coef": 0.1}
+    )
     assert tr.ref_model is not None
     assert not any(p.requires_grad for p in tr.ref_model.parameters())
     m = tr.train_step()
@@ -122,9 +131,16 @@ def test_warns_when_the_policy_was_warm_started_beside_another_split(tasks, tmp_
 
     config = load_config({"tasks": {"train_size": 30, "eval_size": 5}})
     t = config.tasks
-    boot = {"domains": list(t.domains), "task_seed": t.seed, "train_size": t.train_size,
-            "eval_size": t.eval_size, "eval_seed": t.eval_seed,
-            "difficulty": default_difficulty(t.domains), "warm_size": t.warm_size, "seed": 3}
+    boot = {
+        "domains": list(t.domains),
+        "task_seed": t.seed,
+        "train_size": t.train_size,
+        "eval_size": t.eval_size,
+        "eval_seed": t.eval_seed,
+        "difficulty": default_difficulty(t.domains),
+        "warm_size": t.warm_size,
+        "seed": 3,
+    }
     (tmp_path / "MANIFEST.json").write_text(json.dumps({"bootstrap_args": boot}))
     small = build_tiny_policy(CharTokenizer.from_charset(tasks.charset()), 0, **SMALL_ARCH)
     policy = dataclasses.replace(small, source=str(tmp_path))
@@ -133,8 +149,11 @@ def test_warns_when_the_policy_was_warm_started_beside_another_split(tasks, tmp_
         EmbeddedTrainer(config, "baseline", taskset=tasks, policy=policy)
     boot.update(warm_size=1000, eval_seed=4)
     (tmp_path / "MANIFEST.json").write_text(json.dumps({"bootstrap_args": boot}))
-    with pytest.warns(UserWarning, match=r"tasks\.eval_seed: 0 \(bootstrap: 4\); "
-                                         r"tasks\.warm_size: 0 \(bootstrap: 1000\)") as rec:
+    with pytest.warns(
+        UserWarning,
+        match=r"tasks\.eval_seed: 0 \(bootstrap: 4\); "
+        r"tasks\.warm_size: 0 \(bootstrap: 1000\)",
+    ) as rec:
         EmbeddedTrainer(config, "baseline", taskset=tasks, policy=policy)
     assert len(rec) == 1 and "Held-out prompts may have been seen" in str(rec[0].message)
 

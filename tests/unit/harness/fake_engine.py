@@ -30,8 +30,8 @@ def run_training(config, strategy, *, seed, steps, out_dir, resume, progress):
     if name == "crash":  # the worker process dies (as when killed for memory)
         os._exit(3)
     if name == "noisy":
-        warnings.warn("step 3: something odd", UserWarning)
-        warnings.warn("step 4: something odd", UserWarning)
+        warnings.warn("step 3: something odd", UserWarning, stacklevel=1)
+        warnings.warn("step 4: something odd", UserWarning, stacklevel=1)
     every = config.eval.every or steps
     domains = list(config.tasks.domains)
     lines = []
@@ -43,8 +43,12 @@ def run_training(config, strategy, *, seed, steps, out_dir, resume, progress):
                 rec[f"dataflex/mix/domain/{d}/actual"] = 1 / len(domains)
         lines.append(rec)
     for step in sorted({*range(0, steps + 1, max(every, 1)), steps}):
-        lines.append({"kind": "eval", "step": step,
-                      **{f"eval/{d}/greedy": score(name, seed, d, step, steps)
-                         for d in domains}})
+        lines.append(
+            {
+                "kind": "eval",
+                "step": step,
+                **{f"eval/{d}/greedy": score(name, seed, d, step, steps) for d in domains},
+            }
+        )
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     return {"strategy": name, "seed": seed, "steps": steps}

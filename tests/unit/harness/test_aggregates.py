@@ -23,8 +23,9 @@ def test_probability_of_improvement_equals_the_pair_loop():
     y = rng.integers(0, 4, size=(4, 3)).astype(float)
     per_task = []
     for t in range(3):
-        wins = sum(1.0 if a > b else 0.5 if a == b else 0.0
-                   for a, b in itertools.product(x[:, t], y[:, t]))
+        wins = sum(
+            1.0 if a > b else 0.5 if a == b else 0.0 for a, b in itertools.product(x[:, t], y[:, t])
+        )
         per_task.append(wins / (5 * 4))
     assert ag.probability_of_improvement(x, y) == pytest.approx(np.mean(per_task))
     # hand: one task, x = [1, 3], y = [2]: 3 > 2 wins, 1 < 2 loses -> 0.5
@@ -34,8 +35,9 @@ def test_probability_of_improvement_equals_the_pair_loop():
 def test_performance_profile_hand_case():
     x = np.array([[0.1, 0.5], [0.3, 0.9]])
     # above 0.2: 0.5, 0.3, 0.9 -> 3/4; above 0.6: 0.9 -> 1/4; above 1: none
-    np.testing.assert_allclose(ag.performance_profile(x, np.array([0.2, 0.6, 1.0])),
-                               [0.75, 0.25, 0.0])
+    np.testing.assert_allclose(
+        ag.performance_profile(x, np.array([0.2, 0.6, 1.0])), [0.75, 0.25, 0.0]
+    )
 
 
 def test_stratified_resamples_stay_within_their_task():
@@ -50,10 +52,16 @@ def test_stratified_resamples_stay_within_their_task():
 
 def test_aggregate_intervals_cover_the_point_estimates():
     rng = np.random.default_rng(1)
-    scores = {"base": 0.5 + 0.02 * rng.standard_normal((6, 3)),
-              "up": 0.55 + 0.02 * rng.standard_normal((6, 3))}
-    out = {a.method: a for a in ag.aggregate(scores, "base", np.linspace(0.4, 0.7, 7),
-                                             np.random.default_rng(2), n_boot=500)}
+    scores = {
+        "base": 0.5 + 0.02 * rng.standard_normal((6, 3)),
+        "up": 0.55 + 0.02 * rng.standard_normal((6, 3)),
+    }
+    out = {
+        a.method: a
+        for a in ag.aggregate(
+            scores, "base", np.linspace(0.4, 0.7, 7), np.random.default_rng(2), n_boot=500
+        )
+    }
     up, base = out["up"], out["base"]
     assert up.iqm_ci[0] <= up.iqm <= up.iqm_ci[1]
     assert up.poi > 0.9 and up.poi_ci[0] <= up.poi <= up.poi_ci[1]

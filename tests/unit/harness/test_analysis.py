@@ -6,15 +6,26 @@ import numpy as np
 import pytest
 
 from dataflex_rl.harness import power
-from dataflex_rl.harness.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE, StatsOptions, \
-    analyze, score_matrices
+from dataflex_rl.harness.analysis import (
+    BETTER,
+    NO_DIFF,
+    TOO_FEW,
+    WORSE,
+    StatsOptions,
+    analyze,
+    score_matrices,
+)
 from dataflex_rl.harness.results import Row
 
 
 def rows_from(table: dict, benchmark="b", domain=""):
     """{method: [score per seed]} -> rows (seed i = i-th score; None = missing)."""
-    return [Row(m, str(i), benchmark, v, domain) for m, vals in table.items()
-            for i, v in enumerate(vals) if v is not None]
+    return [
+        Row(m, str(i), benchmark, v, domain)
+        for m, vals in table.items()
+        for i, v in enumerate(vals)
+        if v is not None
+    ]
 
 
 def test_three_seeds_can_never_be_a_verdict():
@@ -31,8 +42,14 @@ def test_three_seeds_can_never_be_a_verdict():
 def test_better_and_worse_with_eight_seeds():
     base = np.linspace(0.4, 0.6, 8)
     noise = np.array([0.01, -0.01, 0.005, 0.0, 0.01, -0.005, 0.002, 0.0])
-    rows = rows_from({"baseline": list(base), "up": list(base + 0.05 + noise),
-                      "down": list(base - 0.05 + noise), "same": list(base + noise)})
+    rows = rows_from(
+        {
+            "baseline": list(base),
+            "up": list(base + 0.05 + noise),
+            "down": list(base - 0.05 + noise),
+            "same": list(base + noise),
+        }
+    )
     a = analyze(rows, "baseline")
     by = {c.method: c for c in a.primary.comparisons}
     # all 8 deltas of 'up' positive: p = 2/256; Holm over 3 methods, ties with 'down' -> x3
@@ -62,8 +79,11 @@ def test_one_pair_is_too_few():
 
 def test_average_is_the_mean_over_domains_each_weighing_the_same():
     # domain m has two benchmarks (0.2, 0.4 -> 0.3), domain l one (0.9): average (0.3 + 0.9) / 2
-    rows = [Row("baseline", "0", "m1", 0.2, "m"), Row("baseline", "0", "m2", 0.4, "m"),
-            Row("baseline", "0", "l1", 0.9, "l")]
+    rows = [
+        Row("baseline", "0", "m1", 0.2, "m"),
+        Row("baseline", "0", "m2", 0.4, "m"),
+        Row("baseline", "0", "l1", 0.9, "l"),
+    ]
     methods, seeds, mats, _ = score_matrices(rows)
     # 'l' has one benchmark (l1): no separate summary
     assert list(mats) == ["m1", "m2", "l1", "m", "average"]
@@ -72,8 +92,11 @@ def test_average_is_the_mean_over_domains_each_weighing_the_same():
 
 
 def test_no_domains_average_over_benchmarks_and_missing_benchmark_is_noted():
-    rows = [Row("baseline", "0", "x", 0.2), Row("baseline", "0", "y", 0.4),
-            Row("baseline", "1", "x", 0.3)]
+    rows = [
+        Row("baseline", "0", "x", 0.2),
+        Row("baseline", "0", "y", 0.4),
+        Row("baseline", "1", "x", 0.3),
+    ]
     _, _, mats, notes = score_matrices(rows)
     assert set(mats) == {"x", "y", "average"}
     avg = mats["average"][1][0]
@@ -82,8 +105,11 @@ def test_no_domains_average_over_benchmarks_and_missing_benchmark_is_noted():
 
 
 def test_final_score_is_the_last_checkpoint():
-    rows = [Row("baseline", "0", "b", 0.1, step=0), Row("baseline", "0", "b", 0.7, step=100),
-            Row("baseline", "0", "b", 0.4, step=50)]
+    rows = [
+        Row("baseline", "0", "b", 0.1, step=0),
+        Row("baseline", "0", "b", 0.7, step=100),
+        Row("baseline", "0", "b", 0.4, step=50),
+    ]
     _, _, mats, _ = score_matrices(rows)
     assert mats["b"][1][0, 0] == 0.7
 
@@ -92,8 +118,11 @@ def test_ranking_and_tau_between_summaries():
     # math ranks a > b > c, logic reverses it; the average (equal means) ties all
     rows = []
     for s in range(3):
-        for m, (math_s, logic_s) in {"baseline": (0.3, 0.3), "a": (0.5, 0.1),
-                                      "b": (0.4, 0.2)}.items():
+        for m, (math_s, logic_s) in {
+            "baseline": (0.3, 0.3),
+            "a": (0.5, 0.1),
+            "b": (0.4, 0.2),
+        }.items():
             rows += [Row(m, str(s), "math", math_s), Row(m, str(s), "logic", logic_s)]
     a = analyze(rows, "baseline")
     names = [s.name for s in a.summaries]
@@ -106,10 +135,12 @@ def test_ranking_and_tau_between_summaries():
 def test_results_do_not_depend_on_the_other_methods():
     base = [0.5, 0.52, 0.49, 0.51, 0.5]
     up = [0.53, 0.56, 0.5, 0.55, 0.52]
-    one = analyze(rows_from({"baseline": base, "up": up}), "baseline",
-                  StatsOptions(n_boot=2000))
-    two = analyze(rows_from({"baseline": base, "zz": [0.4] * 5, "up": up}), "baseline",
-                  StatsOptions(n_boot=2000))
+    one = analyze(rows_from({"baseline": base, "up": up}), "baseline", StatsOptions(n_boot=2000))
+    two = analyze(
+        rows_from({"baseline": base, "zz": [0.4] * 5, "up": up}),
+        "baseline",
+        StatsOptions(n_boot=2000),
+    )
     c1 = one.primary.comparisons[0]
     c2 = next(c for c in two.primary.comparisons if c.method == "up")
     assert c1.ci == c2.ci and c1.p == c2.p

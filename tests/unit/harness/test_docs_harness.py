@@ -12,8 +12,9 @@ from dataflex_rl.harness.experiment import Budget, Evaluation, Statistics, parse
 DOC = Path(__file__).resolve().parents[3] / "docs" / "harness.md"
 
 
-@pytest.mark.parametrize("section, cls", [("budget", Budget), ("evaluation", Evaluation),
-                                          ("statistics", Statistics)])
+@pytest.mark.parametrize(
+    "section, cls", [("budget", Budget), ("evaluation", Evaluation), ("statistics", Statistics)]
+)
 def test_every_key_is_documented(section, cls):
     text = DOC.read_text()
     for f in dataclasses.fields(cls):
@@ -30,7 +31,17 @@ def test_compare_dry_run_lists_the_matrix(capsys, tmp_path):
     from tests.unit.harness.test_report import run_cli
 
     root = DOC.parents[1]
-    assert run_cli(["compare", str(root / "configs/experiments/quick.yaml"), "--dry-run",
-                    "--out", str(tmp_path)]) == 0
+    assert (
+        run_cli(
+            [
+                "compare",
+                str(root / "configs/experiments/quick.yaml"),
+                "--dry-run",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[0].split()[:3] == ["baseline", "seed", "0"]

@@ -36,23 +36,32 @@ def test_quick_is_two_by_two():
 MINIMAL = {"name": "t", "strategies": ["baseline", "difffilter"], "seeds": 2}
 
 
-@pytest.mark.parametrize("patch, match", [
-    ({"budgte": {}}, r"experiment\.budgte: unknown key\. Did you mean 'budget'"),
-    ({"budget": {"step": 3}}, r"experiment\.budget\.step: unknown key\. Did you mean 'steps'"),
-    ({"budget": {"steps": -1}}, r"experiment\.budget\.steps"),
-    ({"engine": {"steps": 3}}, r"experiment\.engine\.steps: set by the experiment.*budget\.steps"),
-    ({"engine": {"grpo": {"group_size": 4}}}, r"engine\.grpo\.group_size.*samples_per_prompt"),
-    ({"engine": {"eval": {"every": 4}}}, r"engine\.eval: set by the experiment.*evaluation"),
-    ({"engine": {"optim": {"lrr": 1.0}}}, r"engine\.optim\.lrr: unknown key\. Did you mean 'lr'"),
-    ({"strategies": ["baseline", "difffilte"]}, r"strategies\[1\].*Did you mean 'difffilter'"),
-    ({"strategies": ["baseline", "baseline"]}, r"labels repeat: baseline"),
-    ({"baseline": "basline"}, r"experiment\.baseline.*Did you mean 'baseline'"),
-    ({"seeds": 0}, r"experiment\.seeds"),
-    ({"seeds": [1, 1]}, r"seeds repeat"),
-    ({"evaluation": {"metric": "greedyy"}}, r"evaluation\.metric: must be one of"),
-    ({"evaluation": {"metric": "sampled"}}, r"evaluation\.samples: metric 'sampled' needs"),
-    ({"statistics": {"alpha": 1.5}}, r"statistics\.alpha"),
-])
+@pytest.mark.parametrize(
+    "patch, match",
+    [
+        ({"budgte": {}}, r"experiment\.budgte: unknown key\. Did you mean 'budget'"),
+        ({"budget": {"step": 3}}, r"experiment\.budget\.step: unknown key\. Did you mean 'steps'"),
+        ({"budget": {"steps": -1}}, r"experiment\.budget\.steps"),
+        (
+            {"engine": {"steps": 3}},
+            r"experiment\.engine\.steps: set by the experiment.*budget\.steps",
+        ),
+        ({"engine": {"grpo": {"group_size": 4}}}, r"engine\.grpo\.group_size.*samples_per_prompt"),
+        ({"engine": {"eval": {"every": 4}}}, r"engine\.eval: set by the experiment.*evaluation"),
+        (
+            {"engine": {"optim": {"lrr": 1.0}}},
+            r"engine\.optim\.lrr: unknown key\. Did you mean 'lr'",
+        ),
+        ({"strategies": ["baseline", "difffilte"]}, r"strategies\[1\].*Did you mean 'difffilter'"),
+        ({"strategies": ["baseline", "baseline"]}, r"labels repeat: baseline"),
+        ({"baseline": "basline"}, r"experiment\.baseline.*Did you mean 'baseline'"),
+        ({"seeds": 0}, r"experiment\.seeds"),
+        ({"seeds": [1, 1]}, r"seeds repeat"),
+        ({"evaluation": {"metric": "greedyy"}}, r"evaluation\.metric: must be one of"),
+        ({"evaluation": {"metric": "sampled"}}, r"evaluation\.samples: metric 'sampled' needs"),
+        ({"statistics": {"alpha": 1.5}}, r"statistics\.alpha"),
+    ],
+)
 def test_errors_name_the_key(patch, match):
     with pytest.raises(ConfigError, match=match):
         parse_experiment({**MINIMAL, **patch})
@@ -65,9 +74,22 @@ def test_missing_required_key():
 
 def test_strategy_entries_labels_and_files(tmp_path):
     (tmp_path / "mine.yaml").write_text("name: mine\nselect: {preset: difffilter}\n")
-    exp = parse_experiment({**MINIMAL, "strategies": [
-        "baseline", "mine.yaml", {"label": "soft2", "strategy": {"reweight": {
-            "preset": "softmax", "actuator": {"temperature": 2.0}}}}]}, base=tmp_path)
+    exp = parse_experiment(
+        {
+            **MINIMAL,
+            "strategies": [
+                "baseline",
+                "mine.yaml",
+                {
+                    "label": "soft2",
+                    "strategy": {
+                        "reweight": {"preset": "softmax", "actuator": {"temperature": 2.0}}
+                    },
+                },
+            ],
+        },
+        base=tmp_path,
+    )
     assert exp.labels == ["baseline", "mine", "soft2"]
     soft = exp.strategies[2].to_dict()
     assert soft["name"] == "soft2" and soft["reweight"]["actuator"]["temperature"] == 2.0

@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflex_rl.harness import power, stats
 from dataflex_rl.harness.analysis import BETTER, StatsOptions, analyze_summary
@@ -32,8 +33,9 @@ def test_pattern_thresholds_equal_the_hit_loop():
             assert hit == (thr[r, j] >= e), (r, e, j)
 
 
-@pytest.mark.parametrize("n, m, effect, sd", [(6, 1, 0.02, 0.015), (8, 1, 0.015, 0.02),
-                                              (10, 4, 0.03, 0.02)])
+@pytest.mark.parametrize(
+    "n, m, effect, sd", [(6, 1, 0.02, 0.015), (8, 1, 0.015, 0.02), (10, 4, 0.03, 0.02)]
+)
 def test_simulated_power_matches_the_real_analysis(n, m, effect, sd):
     # brute force: 400 experiments through analyze_summary with m - 1 null methods; the method
     # of interest is "better" as often as simulate_power says, within 0.05 (binomial SE <= 0.025)
@@ -44,8 +46,10 @@ def test_simulated_power_matches_the_real_analysis(n, m, effect, sd):
     wins = 0
     for r in range(reps):
         base = 0.5 + 0.03 * rng.standard_normal(n)
-        mat = np.vstack([base, base + effect + sd * rng.standard_normal(n)]
-                        + [base + sd * rng.standard_normal(n) for _ in range(m - 1)])
+        mat = np.vstack(
+            [base, base + effect + sd * rng.standard_normal(n)]
+            + [base + sd * rng.standard_normal(n) for _ in range(m - 1)]
+        )
         s = analyze_summary(f"r{r}", "average", methods, mat, "baseline", opts)
         wins += s.comparisons[0].verdict == BETTER
     brute = wins / reps
@@ -60,8 +64,7 @@ def test_the_t_approximation_overstates_power():
     p = power.simulate_power(stats.mde_paired(1.0, 12), 1.0, 12, m=12)
     assert p < 0.5
     # a single comparison at 12 seeds: the t formula is close (0.8 within 0.05)
-    assert power.simulate_power(stats.mde_paired(1.0, 12), 1.0, 12) == pytest.approx(0.8,
-                                                                                    abs=0.05)
+    assert power.simulate_power(stats.mde_paired(1.0, 12), 1.0, 12) == pytest.approx(0.8, abs=0.05)
 
 
 def test_no_verdict_below_the_exact_floor():

@@ -23,17 +23,24 @@ def test_rebuilt_batch_gives_the_same_per_response_signals(tmp_path):
         orig, back = make_batch(i), log.batch(i)
         assert back.step == orig.step and back.domains == orig.domains
         assert back.prompt_keys == orig.prompt_keys
-        for name in ("rewards", "group_ids", "domain_ids", "response_length", "is_padding",
-                     "active_mask", "informative_mask"):
+        for name in (
+            "rewards",
+            "group_ids",
+            "domain_ids",
+            "response_length",
+            "is_padding",
+            "active_mask",
+            "informative_mask",
+        ):
             assert torch.equal(getattr(back, name), getattr(orig, name)), name
-        assert torch.equal(back.advantages, orig.advantages)     # constant rows: exact
+        assert torch.equal(back.advantages, orig.advantages)  # constant rows: exact
         assert torch.equal(back.advantage_per_response, orig.advantage_per_response)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
-    steps = 11 if name in MIX else 4          # mixers: warm-up 5, every 5 -> two updates
-    full = name == "ar"                       # token weights need the tokens
+    steps = 11 if name in MIX else 4  # mixers: warm-up 5, every 5 -> two updates
+    full = name == "ar"  # token weights need the tokens
     write_log(tmp_path, name, steps, full_tokens=full)
     res = replay(read_log(tmp_path), [name])
     assert res.overall[name]["exact_steps"] == steps
@@ -45,8 +52,8 @@ def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
 def test_ar_without_tokens_keeps_exactly_and_says_which_flag_logs_the_tokens(tmp_path):
     write_log(tmp_path / "plain", "ar", 3)
     res = replay(read_log(tmp_path / "plain"), ["ar"])
-    assert all(r["jaccard_logged"] == 1.0 for r in res.rows)         # kept set exact
-    assert res.overall["ar"]["exact_steps"] == 0                     # weights approximate
+    assert all(r["jaccard_logged"] == 1.0 for r in res.rows)  # kept set exact
+    assert res.overall["ar"]["exact_steps"] == 0  # weights approximate
     assert "token_prob_mean" in res.notes["ar"][0] and "full_tokens" in res.notes["ar"][0]
     # with each response's mean token probability the per-response weights replay to rounding
     write_log(tmp_path / "mean", "ar", 3, token_prob_mean=True)
@@ -79,20 +86,22 @@ def test_figures_on_a_baseline_log(tmp_path):
         assert r["jaccard_logged"] == pytest.approx(kept / batch.batch_size)
         assert r["tokens"] == int(batch.response_length.sum())
     assert res.overall["baseline"]["exact_steps"] == 3
-    assert res.overall["difffilter"]["exact_steps"] is None      # not the run's strategy
+    assert res.overall["difffilter"]["exact_steps"] is None  # not the run's strategy
     assert {(p["a"], p["b"]) for p in res.pairwise} == {("baseline", "difffilter")}
 
 
 def test_prerollout_replay_reports_skips_and_tokens_not_generated(tmp_path):
     # GRESO without exploration skips a prompt whose last group was all-correct or all-wrong
-    spec = {"name": "greso0", "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
-                                                          "min_explore": 0.0}}}
+    spec = {
+        "name": "greso0",
+        "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}},
+    }
     _, pairs = write_log(tmp_path, "baseline", 6)
     res = replay(read_log(tmp_path), [spec])
     rows = [r for r in res.rows if r["strategy"] == "greso0"]
-    assert rows[0]["skip_rate"] == 0.0                     # no history yet
+    assert rows[0]["skip_rate"] == 0.0  # no history yet
     seen: dict[str, bool] = {}
-    for (batch, _), r in zip(pairs, rows):                 # plain-loop oracle
+    for (batch, _), r in zip(pairs, rows):  # plain-loop oracle
         G = batch.num_groups
         first = [int((batch.group_ids == g).nonzero()[0]) for g in range(G)]
         keys = [batch.prompt_keys[i] for i in first]
@@ -111,7 +120,7 @@ def test_segment_figures_match_plain_loops():
     rng = np.random.default_rng(0)
     bounds = np.array([0, 5, 5, 12, 20])
     x, y = rng.random(20), rng.random(20)
-    y[5:12] = 0.7                                       # a constant step: NaN
+    y[5:12] = 0.7  # a constant step: NaN
     m = rng.random(20) < 0.8
     a, b = rng.random(20) < 0.5, rng.random(20) < 0.5
     corr, jac = _seg_corr(x, y, m, bounds), _seg_jaccard(a, b, bounds)
@@ -138,12 +147,29 @@ def test_cli_writes_report_csv_and_plots(tmp_path, capsys):
     from dataflex_rl.cli import main
 
     write_log(tmp_path / "run" / "decisions", "baseline", 6)
-    code = main(["replay", str(tmp_path / "run"), "--strategy", "baseline", "--strategy",
-                 "maxvar", "--strategy", "dump_ucb", "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "replay",
+            str(tmp_path / "run"),
+            "--strategy",
+            "baseline",
+            "--strategy",
+            "maxvar",
+            "--strategy",
+            "dump_ucb",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 0
     text = (tmp_path / "out" / "replay.md").read_text()
     assert "counterfactual" in text and "| maxvar |" in text and "6/6" in text
-    for f in ("replay_steps.csv", "replay_pairwise.csv", "replay_summary.json",
-              "plots/replay.png", "plots/replay_proportions.png"):
+    for f in (
+        "replay_steps.csv",
+        "replay_pairwise.csv",
+        "replay_summary.json",
+        "plots/replay.png",
+        "plots/replay_proportions.png",
+    ):
         assert (tmp_path / "out" / f).is_file(), f
     assert "steps/s" in capsys.readouterr().out

@@ -23,10 +23,12 @@ def constant_gain_rows(n_seeds, gain=0.05):
     for s in range(n_seeds):
         for bench, base in (("math", 0.4), ("logic", 0.6)):
             b = base + 0.01 * s
-            rows += [Row("baseline", str(s), bench, b, bench, 100),
-                     Row("up", str(s), bench, b + gain, bench, 100),
-                     Row("baseline", str(s), bench, base, bench, 0),
-                     Row("up", str(s), bench, base, bench, 0)]
+            rows += [
+                Row("baseline", str(s), bench, b, bench, 100),
+                Row("up", str(s), bench, b + gain, bench, 100),
+                Row("baseline", str(s), bench, base, bench, 0),
+                Row("up", str(s), bench, base, bench, 0),
+            ]
     return rows
 
 
@@ -35,8 +37,10 @@ def test_eight_seeds_constant_gain_is_better(tmp_path):
     text = (tmp_path / "report.md").read_text()
     # every seed +5 points: interval [+5.0, +5.0]; exact p = 2/2^8 = 0.0078; one method, no
     # Holm inflation
-    assert ("**up** is better than baseline on 'average': +5.0 points (corrected 95.0% "
-            "interval [+5.0, +5.0], Holm p = 0.008).") in text
+    assert (
+        "**up** is better than baseline on 'average': +5.0 points (corrected 95.0% "
+        "interval [+5.0, +5.0], Holm p = 0.008)."
+    ) in text
     assert "**1 better, 0 worse, 0 no detectable difference**" in text
     assert a.primary.comparisons[0].verdict == "better"
     for f in ("report.md", "statistics.csv", "plots/forest.png", "plots/learning_curves.png"):
@@ -57,11 +61,21 @@ def test_three_seeds_say_no_verdict_is_possible(tmp_path):
 
 
 def test_failures_and_proportions_are_reported(tmp_path):
-    props = [{"method": "up", "seed": "0", "step": s, "domain": d, "target": 0.5,
-              "actual": 0.5} for s in range(3) for d in ("math", "logic")]
-    write_report(constant_gain_rows(2), tmp_path, ReportInputs(
-        "t", "baseline", failures=[Failure("gfpo", "1", "ValueError: boom", "Trace\nValueError")],
-        proportions=props))
+    props = [
+        {"method": "up", "seed": "0", "step": s, "domain": d, "target": 0.5, "actual": 0.5}
+        for s in range(3)
+        for d in ("math", "logic")
+    ]
+    write_report(
+        constant_gain_rows(2),
+        tmp_path,
+        ReportInputs(
+            "t",
+            "baseline",
+            failures=[Failure("gfpo", "1", "ValueError: boom", "Trace\nValueError")],
+            proportions=props,
+        ),
+    )
     text = (tmp_path / "report.md").read_text()
     assert "**1 run(s) failed**" in text and "- **gfpo**, seed 1: `ValueError: boom`" in text
     assert (tmp_path / "plots" / "proportions.png").is_file()
@@ -76,8 +90,12 @@ def test_report_from_csv_cli(tmp_path, capsys):
             for bench, dom in (("aime24", "math"), ("math500", "math"), ("gpqa", "science")):
                 w.writerow(["grpo", s, bench, 30 + s, dom])
                 w.writerow(["dapo", s, bench, 32 + s + (s % 2), dom])
-    assert run_cli(["report", "--from-csv", str(p), "--baseline", "grpo",
-                    "--out", str(tmp_path / "r")]) == 0
+    assert (
+        run_cli(
+            ["report", "--from-csv", str(p), "--baseline", "grpo", "--out", str(tmp_path / "r")]
+        )
+        == 0
+    )
     text = (tmp_path / "r" / "report.md").read_text()
     # benchmarks, then the domains that group several benchmarks, then the average
     assert "### aime24" in text and "### math" in text and "### gpqa" in text

@@ -16,14 +16,23 @@ FAKE = "tests.unit.harness.fake_engine:run_training"
 
 
 def experiment(steps=4, **patch):
-    return parse_experiment({
-        "name": "t", "seeds": 2,
-        "strategies": ["baseline", "difffilter", "dump_ucb",
-                       {"label": "broken", "strategy": "baseline"}],
-        "engine": {"tasks": {"domains": ["math", "logic", "science"]}},
-        "budget": {"steps": steps, "prompts_per_step": 4, "samples_per_prompt": 2},
-        "evaluation": {"every": 2, "per_domain": 5},
-        "statistics": {"n_boot": 500}, **patch})
+    return parse_experiment(
+        {
+            "name": "t",
+            "seeds": 2,
+            "strategies": [
+                "baseline",
+                "difffilter",
+                "dump_ucb",
+                {"label": "broken", "strategy": "baseline"},
+            ],
+            "engine": {"tasks": {"domains": ["math", "logic", "science"]}},
+            "budget": {"steps": steps, "prompts_per_step": 4, "samples_per_prompt": 2},
+            "evaluation": {"every": 2, "per_domain": 5},
+            "statistics": {"n_boot": 500},
+            **patch,
+        }
+    )
 
 
 def calls(out: Path) -> list[str]:
@@ -33,7 +42,11 @@ def calls(out: Path) -> list[str]:
 def test_plan_is_seed_major_and_paired(tmp_path):
     runs = plan(experiment(), tmp_path)
     assert [(r.method, r.seed) for r in runs[:4]] == [
-        ("baseline", 0), ("difffilter", 0), ("dump_ucb", 0), ("broken", 0)]
+        ("baseline", 0),
+        ("difffilter", 0),
+        ("dump_ucb", 0),
+        ("broken", 0),
+    ]
     assert all(r.config == runs[0].config for r in runs)  # one engine config for all
     assert runs[0].out_dir == str(tmp_path / "runs" / "baseline" / "seed0")
     assert len({r.fingerprint for r in runs}) == len(runs)
@@ -54,8 +67,11 @@ def test_compare_writes_results_and_report(compared):
     # 3 finished strategies × 2 seeds × 3 domains × checkpoints 0, 2, 4
     assert len(rows) == 54
     assert {r["step"] for r in rows} == {"0", "2", "4"}
-    final = {(r["method"], r["seed"], r["benchmark"]): float(r["score"])
-             for r in rows if r["step"] == "4"}
+    final = {
+        (r["method"], r["seed"], r["benchmark"]): float(r["score"])
+        for r in rows
+        if r["step"] == "4"
+    }
     assert final[("difffilter", "1", "math")] == pytest.approx(0.40 + 0.01 + 0.05)
     props = list(csv.DictReader((out / "proportions.csv").open()))
     assert {r["method"] for r in props} == {"dump_ucb"} and len(props) == 2 * 4 * 3
@@ -79,7 +95,7 @@ def test_resume_skips_finished_runs(compared):
     out, _ = compared
     before = calls(out)
     again = run_compare(experiment(), out, workers=2, progress=False, plots=False, train_fn=FAKE)
-    new = calls(out)[len(before):]
+    new = calls(out)[len(before) :]
     assert sorted(new) == ["broken 0 False", "broken 1 False"]  # only the failed ones rerun
     assert again.execution.skipped == 6
     assert len(list(csv.DictReader((out / "results.csv").open()))) == 54
@@ -87,10 +103,12 @@ def test_resume_skips_finished_runs(compared):
 
 def test_changed_configuration_is_not_silently_reused(compared):
     out, _ = compared
-    with pytest.raises(ConfigError, match=r"finished with a different configuration "
-                                          r"\(config\.steps, steps changed\)"):
-        run_compare(experiment(steps=6), out, workers=1, progress=False, plots=False,
-                    train_fn=FAKE)
+    with pytest.raises(
+        ConfigError,
+        match=r"finished with a different configuration "
+        r"\(config\.steps, steps changed\)",
+    ):
+        run_compare(experiment(steps=6), out, workers=1, progress=False, plots=False, train_fn=FAKE)
     # nothing was overwritten: the recorded experiment is still the finished one
     assert json.loads((out / "experiment.json").read_text())["budget"]["steps"] == 4
 
@@ -133,8 +151,14 @@ def test_unimportable_engine_is_a_failure_not_a_crash(tmp_path):
 
 
 def test_a_dead_worker_is_retried_once_then_reported(tmp_path):
-    exp = experiment(strategies=["baseline", {"label": "crash", "strategy": "baseline"},
-                                 {"label": "noisy", "strategy": "baseline"}], seeds=[0])
+    exp = experiment(
+        strategies=[
+            "baseline",
+            {"label": "crash", "strategy": "baseline"},
+            {"label": "noisy", "strategy": "baseline"},
+        ],
+        seeds=[0],
+    )
     res = run_compare(exp, tmp_path, workers=1, progress=False, plots=False, train_fn=FAKE)
     assert {r["method"] for r in res.execution.done} == {"baseline", "noisy"}
     (crash,) = res.execution.failed

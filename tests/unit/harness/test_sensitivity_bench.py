@@ -12,12 +12,16 @@ from dataflex_rl.harness import sensitivity as sens
 from dataflex_rl.harness.results import Row
 from dataflex_rl.harness.runner import Execution
 
-DATA = {"name": "t", "strategies": ["difffilter", "baseline", "maxvar"], "seeds": 2,
-        "engine": {"tasks": {"domains": ["math", "logic"]}},
-        "budget": {"steps": 40, "prompts_per_step": 4, "samples_per_prompt": 2},
-        "evaluation": {"every": 0, "per_domain": 5},
-        "statistics": {"n_boot": 1000},
-        "controls": [{"drop_half": {"fraction": 0.25}}]}
+DATA = {
+    "name": "t",
+    "strategies": ["difffilter", "baseline", "maxvar"],
+    "seeds": 2,
+    "engine": {"tasks": {"domains": ["math", "logic"]}},
+    "budget": {"steps": 40, "prompts_per_step": 4, "samples_per_prompt": 2},
+    "evaluation": {"every": 0, "per_domain": 5},
+    "statistics": {"n_boot": 1000},
+    "controls": [{"drop_half": {"fraction": 0.25}}],
+}
 
 
 def rows(method, start_end):
@@ -25,14 +29,25 @@ def rows(method, start_end):
     checkpoint at step 5 that must not count as either end."""
     out = []
     for (seed, d), (first, last) in start_end.items():
-        out += [Row(method, seed, d, first, d, 0), Row(method, seed, d, 0.99, d, 5),
-                Row(method, seed, d, last, d, 10)]
+        out += [
+            Row(method, seed, d, first, d, 0),
+            Row(method, seed, d, 0.99, d, 5),
+            Row(method, seed, d, last, d, 10),
+        ]
     return out
 
 
-GAINS = rows("b", {("0", "math"): (0.20, 0.30), ("1", "math"): (0.25, 0.31),
-                   ("2", "math"): (0.20, 0.28), ("0", "logic"): (0.50, 0.54),
-                   ("1", "logic"): (0.50, 0.50), ("2", "logic"): (0.40, 0.48)})
+GAINS = rows(
+    "b",
+    {
+        ("0", "math"): (0.20, 0.30),
+        ("1", "math"): (0.25, 0.31),
+        ("2", "math"): (0.20, 0.28),
+        ("0", "logic"): (0.50, 0.54),
+        ("1", "logic"): (0.50, 0.50),
+        ("2", "logic"): (0.40, 0.48),
+    },
+)
 
 
 def test_gain_table_by_hand():
@@ -43,12 +58,15 @@ def test_gain_table_by_hand():
     by = {g.summary: g for g in table}
     assert [g.summary for g in table] == ["math", "logic", "average"]
     assert (by["math"].n, by["math"].mean, by["math"].sd, by["math"].min) == pytest.approx(
-        (3, 0.08, 0.02, 0.06))
+        (3, 0.08, 0.02, 0.06)
+    )
     assert (by["logic"].mean, by["logic"].sd, by["logic"].min) == pytest.approx(
-        (0.04, 0.04, 0.0), abs=1e-12)
-    sd = math.sqrt((0.01 ** 2 + 0.03 ** 2 + 0.02 ** 2) / 2)
+        (0.04, 0.04, 0.0), abs=1e-12
+    )
+    sd = math.sqrt((0.01**2 + 0.03**2 + 0.02**2) / 2)
     assert (by["average"].mean, by["average"].sd, by["average"].min) == pytest.approx(
-        (0.06, sd, 0.03))
+        (0.06, sd, 0.03)
+    )
     assert by["average"].sd_over_gain == pytest.approx(sd / 0.06)  # 0.441
 
 
@@ -86,21 +104,28 @@ def test_cpu_minutes_per_verdict_and_decided_verdicts():
     def c(label, outcome, verdict):
         return sens.ControlResult(label, outcome, 6, -0.1, 0.01, 0.5, verdict, None, None, None)
 
-    controls = [c("aa_control", "same", "no detectable difference"),
-                c("no_update_control", "worse", "worse"),
-                c("half_lr_control", "worse", "no detectable difference"),
-                c("drop_half_control", "worse", "worse")]
-    assert sens.decided_verdicts(controls) == 2   # the A/A's non-verdict does not count
-    assert sens.cpu_minutes_per_verdict(360.0, 2) == 3.0   # 6 CPU-minutes / 2
+    controls = [
+        c("aa_control", "same", "no detectable difference"),
+        c("no_update_control", "worse", "worse"),
+        c("half_lr_control", "worse", "no detectable difference"),
+        c("drop_half_control", "worse", "worse"),
+    ]
+    assert sens.decided_verdicts(controls) == 2  # the A/A's non-verdict does not count
+    assert sens.cpu_minutes_per_verdict(360.0, 2) == 3.0  # 6 CPU-minutes / 2
     assert sens.cpu_minutes_per_verdict(360.0, 0) == math.inf
 
 
 def test_sensitivity_experiment_is_the_baseline_and_every_control():
     exp, m = sens.sensitivity_experiment(DATA, seeds=6, steps=3)
     # the file's own control first, with its parameters; the others added once each
-    assert exp.labels == ["baseline", "drop_half_control", "aa_control", "no_update_control",
-                          "half_lr_control"]
-    assert m == 2   # difffilter and maxvar against the baseline
+    assert exp.labels == [
+        "baseline",
+        "drop_half_control",
+        "aa_control",
+        "no_update_control",
+        "half_lr_control",
+    ]
+    assert m == 2  # difffilter and maxvar against the baseline
     assert exp.seeds == tuple(range(6)) and exp.budget.steps == 3
     assert exp.budget.prompts_per_step == 4
     assert {c.name: c.params for c in exp.controls}["drop_half"] == {"fraction": 0.25}
@@ -110,10 +135,17 @@ def test_sensitivity_experiment_is_the_baseline_and_every_control():
 
 def _run(method, seed, finals, cpu=30.0):
     """A finished run as `runner.execute` returns it: step 0 at 0.5 on both domains."""
-    evals = [{"step": 0, "math/greedy": 0.5, "logic/greedy": 0.5},
-             {"step": 40, **{f"{d}/greedy": v for d, v in finals.items()}}]
-    return {"status": "done", "method": method, "seed": seed, "evals": evals,
-            "summary": {"cpu_seconds": cpu}}
+    evals = [
+        {"step": 0, "math/greedy": 0.5, "logic/greedy": 0.5},
+        {"step": 40, **{f"{d}/greedy": v for d, v in finals.items()}},
+    ]
+    return {
+        "status": "done",
+        "method": method,
+        "seed": seed,
+        "evals": evals,
+        "summary": {"cpu_seconds": cpu},
+    }
 
 
 def test_measure_on_hand_made_runs():
@@ -129,16 +161,24 @@ def test_measure_on_hand_made_runs():
             # no update: stays at 0.5, below the baseline on every seed: worse at 6 seeds
             _run("no_update_control", s, {"math": 0.5, "logic": 0.5}),
             # half_lr: -1 / +2 points alternately: no detectable difference (must be worse)
-            _run("half_lr_control", s, {d: v + (-0.01 if sign > 0 else 0.02)
-                                        for d, v in base.items()}),
+            _run(
+                "half_lr_control",
+                s,
+                {d: v + (-0.01 if sign > 0 else 0.02) for d, v in base.items()},
+            ),
             # drop_half: 5 to 5.5 points below on every seed: worse
-            _run("drop_half_control", s, {d: v - 0.05 - 0.001 * s for d, v in base.items()})]
+            _run("drop_half_control", s, {d: v - 0.05 - 0.001 * s for d, v in base.items()}),
+        ]
     report = sens.measure(exp, Execution(results), m)
-    assert list(report["metrics"]) == ["greedy"]   # no sampled accuracy in these runs
+    assert list(report["metrics"]) == ["greedy"]  # no sampled accuracy in these runs
     ctrl = {c.label: c for c in report["metrics"]["greedy"]["controls"]}
     order = ["aa_control", "no_update_control", "half_lr_control", "drop_half_control"]
-    assert [ctrl[k].verdict for k in order] == ["no detectable difference", "worse",
-                                                "no detectable difference", "worse"]
+    assert [ctrl[k].verdict for k in order] == [
+        "no detectable difference",
+        "worse",
+        "no detectable difference",
+        "worse",
+    ]
     assert [ctrl[k].passed for k in order] == [True, True, False, True]
     assert ctrl["aa_control"].seeds_needed is None and ctrl["aa_control"].note == "A/A"
     # mean +0.5 points: no harm to detect, so no seeds-needed figure
@@ -154,4 +194,4 @@ def test_measure_on_hand_made_runs():
     # the baseline gains 0.60 + 0.01 s - 0.5 (math) and 0.55 + 0.01 s - 0.5 (logic)
     avg = report["metrics"]["greedy"]["gains"][-1]
     assert avg.mean == pytest.approx(0.075 + 0.025)
-    json.dumps(sens.to_json(report))   # every value is JSON data
+    json.dumps(sens.to_json(report))  # every value is JSON data

@@ -32,15 +32,18 @@ def test_t_interval_one_value_has_no_bounds():
 
 
 # ---------------------------------------------------------------- sign-flip test
-@pytest.mark.parametrize("diffs, expected", [
-    # sums over the 8 sign patterns of [1, 2, 3]: ±6, ±4, ±2, 0, 0; |sum| >= 6 twice -> 2/8
-    ([1.0, 2.0, 3.0], 0.25),
-    # [1, -1, 2], observed sum 2: pattern sums 4, 2, 2, 0, 0, -2, -2, -4 -> 6 of 8 have |s| >= 2
-    ([1.0, -1.0, 2.0], 0.75),
-    ([0.0, 0.0, 0.0], 1.0),
-    # 6 positive differences: only the identity and the all-flipped pattern are as extreme
-    ([0.1, 0.2, 0.1, 0.3, 0.2, 0.1], 2 / 64),
-])
+@pytest.mark.parametrize(
+    "diffs, expected",
+    [
+        # sums over the 8 sign patterns of [1, 2, 3]: ±6, ±4, ±2, 0, 0; |sum| >= 6 twice -> 2/8
+        ([1.0, 2.0, 3.0], 0.25),
+        # [1, -1, 2], observed sum 2: pattern sums 4, 2, 2, 0, 0, -2, -2, -4 -> 6 of 8 have |s| >= 2
+        ([1.0, -1.0, 2.0], 0.75),
+        ([0.0, 0.0, 0.0], 1.0),
+        # 6 positive differences: only the identity and the all-flipped pattern are as extreme
+        ([0.1, 0.2, 0.1, 0.3, 0.2, 0.1], 2 / 64),
+    ],
+)
 def test_sign_flip_hand_cases(diffs, expected):
     assert stats.sign_flip_pvalue(diffs) == pytest.approx(expected)
 
@@ -48,8 +51,10 @@ def test_sign_flip_hand_cases(diffs, expected):
 def _sign_flip_loop(d):
     """Oracle: enumerate the sign patterns one by one."""
     obs = abs(sum(d) / len(d))
-    hits = sum(abs(sum(s * x for s, x in zip(signs, d)) / len(d)) >= obs - 1e-12
-               for signs in itertools.product([1, -1], repeat=len(d)))
+    hits = sum(
+        abs(sum(s * x for s, x in zip(signs, d)) / len(d)) >= obs - 1e-12
+        for signs in itertools.product([1, -1], repeat=len(d))
+    )
     return hits / 2 ** len(d)
 
 
@@ -61,8 +66,9 @@ def test_sign_flip_exact_equals_loop(n):
 
 def test_sign_flip_exact_matches_scipy_permutation_test():
     d = np.random.default_rng(3).normal(0.3, 1.0, size=10)
-    res = sps.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf,
-                               alternative="two-sided")
+    res = sps.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=np.inf, alternative="two-sided"
+    )
     assert stats.sign_flip_pvalue(d) == pytest.approx(res.pvalue)
 
 
@@ -219,7 +225,8 @@ def test_rounding_differences_are_ties():
     assert a != b
     np.testing.assert_array_equal(stats.ranks([a, b]), [1, 1])
     assert stats.kendall_tau([a, b, 0.1], [1, 2, 0]) == pytest.approx(
-        sps.kendalltau([0, 0, -1], [1, 2, 0]).statistic)
+        sps.kendalltau([0, 0, -1], [1, 2, 0]).statistic
+    )
 
 
 def test_near_ties_and_infinities_keep_the_pairwise_definition():
@@ -227,10 +234,11 @@ def test_near_ties_and_infinities_keep_the_pairwise_definition():
     # random cases with near-ties, infinities and NaN): 0.3 and 0.3 + 1e-14 tie; -inf and NaN
     # (ranked last) share the last rank
     e = 1e-14
-    assert stats.kendall_tau([0.3, 0.3 + e, 0.1, 0.9, math.inf], [1, 2, 2, 3, 0]) == \
-        pytest.approx(-2 / 9)
-    assert stats.kendall_tau([0.6, 0.2, 0.2 + e, 0.5], [0.1, 0.4, 0.3, 0.3]) == \
-        pytest.approx(-0.8)
+    assert stats.kendall_tau([0.3, 0.3 + e, 0.1, 0.9, math.inf], [1, 2, 2, 3, 0]) == pytest.approx(
+        -2 / 9
+    )
+    assert stats.kendall_tau([0.6, 0.2, 0.2 + e, 0.5], [0.1, 0.4, 0.3, 0.3]) == pytest.approx(-0.8)
     np.testing.assert_array_equal(
-        stats.ranks([0.3, 0.3 + e, math.nan, math.inf, -math.inf, 0.1]), [2, 2, 5, 1, 5, 4])
+        stats.ranks([0.3, 0.3 + e, math.nan, math.inf, -math.inf, 0.1]), [2, 2, 5, 1, 5, 4]
+    )
     assert stats.ranks([]).tolist() == [] and math.isnan(stats.kendall_tau([1.0], [2.0]))

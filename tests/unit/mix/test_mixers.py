@@ -17,8 +17,14 @@ DOMAINS = ("a", "b", "c")
 
 def _batch(rewards, domains, advantages=None, step=0):
     """One response per group; ``domains`` gives each response's domain id."""
-    return from_lists(rewards, list(range(len(rewards))), advantages=advantages,
-                      domain_ids=torch.tensor(domains), domains=DOMAINS, step=step)
+    return from_lists(
+        rewards,
+        list(range(len(rewards))),
+        advantages=advantages,
+        domain_ids=torch.tensor(domains),
+        domains=DOMAINS,
+        step=step,
+    )
 
 
 def _floored(raw, floor=0.05):
@@ -50,8 +56,11 @@ def test_dump_ucb_from_advantage_magnitude_and_counts():
     s = Strategy({"mix": {"preset": "dump_ucb", "warmup_steps": 1, "every": 1}}, domains=DOMAINS)
     d = s.decide(_batch([1.0, 0.0, 1.0, 0.0], [0, 0, 0, 1], advantages=[0.5, -0.5, 0.5, 0.2]))
     n = [3, 1, 1]
-    value = [0.5 + math.sqrt(2 * math.log(4) / n[0]), 0.2 + math.sqrt(2 * math.log(4) / n[1]),
-             0.35 + math.sqrt(2 * math.log(4) / n[2])]
+    value = [
+        0.5 + math.sqrt(2 * math.log(4) / n[0]),
+        0.2 + math.sqrt(2 * math.log(4) / n[1]),
+        0.35 + math.sqrt(2 * math.log(4) / n[2]),
+    ]
     assert d.proportions.tolist() == pytest.approx(_floored(_softmax([v / 0.1 for v in value])))
     assert s.signal.tolist() == pytest.approx([0.5, 0.2, 0.0])
     assert s.state_dict()["drawn"].tolist() == [3, 1, 0]
@@ -79,8 +88,7 @@ def test_signals_are_not_mixed_up():
 
 def test_window_counts_steps_through_the_strategy():
     # window 1: only the last step counts, however many responses the earlier step had
-    spec = {"mix": {"preset": "reward_gap", "scorer": {"window": 1}, "warmup_steps": 1,
-                    "every": 1}}
+    spec = {"mix": {"preset": "reward_gap", "scorer": {"window": 1}, "warmup_steps": 1, "every": 1}}
     s = Strategy(spec, domains=DOMAINS)
     s.decide(_batch([0.0] * 50 + [1.0, 1.0], [0] * 50 + [1, 2]))
     s.decide(_batch([1.0, 0.0, 1.0], [0, 1, 2], step=1))
@@ -89,8 +97,17 @@ def test_window_counts_steps_through_the_strategy():
 
 def test_floor_holds_after_renormalization():
     # a huge gap puts all raw mass on one domain; every domain still gets >= floor .1
-    s = Strategy({"mix": {"preset": "reward_gap", "warmup_steps": 1, "every": 1,
-                          "actuator": {"floor": 0.1, "temperature": 1e-3}}}, domains=DOMAINS)
+    s = Strategy(
+        {
+            "mix": {
+                "preset": "reward_gap",
+                "warmup_steps": 1,
+                "every": 1,
+                "actuator": {"floor": 0.1, "temperature": 1e-3},
+            }
+        },
+        domains=DOMAINS,
+    )
     p = s.decide(_batch([1.0, 1.0, 0.0], [0, 1, 2])).proportions
     assert p.tolist() == pytest.approx([0.1, 0.1, 0.8])
     assert float(p.sum()) == pytest.approx(1.0, abs=1e-12) and float(p.min()) >= 0.1 - 1e-12
@@ -99,7 +116,8 @@ def test_floor_holds_after_renormalization():
 def test_apply_floor():
     # p = floor + (1 - D floor) raw, raw renormalized first: raw [2, 0, 2] -> [.5, 0, .5]
     assert apply_floor(torch.tensor([2.0, 0.0, 2.0]), 0.1).tolist() == pytest.approx(
-        [0.1 + 0.7 * 0.5, 0.1, 0.1 + 0.7 * 0.5])
+        [0.1 + 0.7 * 0.5, 0.1, 0.1 + 0.7 * 0.5]
+    )
     # all zero (or NaN) raw -> uniform, never NaN
     assert apply_floor(torch.zeros(4), 0.1).tolist() == pytest.approx([0.25] * 4)
     assert apply_floor(torch.tensor([float("nan"), 1.0]), 0.0).tolist() == [0.5, 0.5]
@@ -109,7 +127,7 @@ def test_floor_times_domains_above_one_is_rejected_at_build():
     spec = {"mix": {"preset": "reward_gap", "actuator": {"floor": 0.4}}}
     with pytest.raises(ConfigError, match=r"mix\.actuator\.floor: 0\.4 \* 3 domains > 1"):
         Strategy(spec, domains=DOMAINS)
-    Strategy(spec, domains=("a", "b"))     # 0.8 <= 1 is fine
+    Strategy(spec, domains=("a", "b"))  # 0.8 <= 1 is fine
 
 
 def test_schedule_prior_before_warmup_then_every_n_steps():
@@ -122,13 +140,14 @@ def test_schedule_prior_before_warmup_then_every_n_steps():
         updated.append(d.metrics["dataflex/mix/updated"])
         if step < 4:
             assert d.proportions is None and s.proportions.tolist() == pytest.approx(uniform)
-    assert [i for i, u in enumerate(updated) if u] == [4, 9]   # after 5 and 10 observed steps
+    assert [i for i, u in enumerate(updated) if u] == [4, 9]  # after 5 and 10 observed steps
     assert s.proportions.tolist() != pytest.approx(uniform)
 
 
 def test_prior_is_used_before_warmup():
-    s = Strategy({"mix": {"preset": "reward_gap", "prior": {"a": 2, "b": 1, "c": 1}}},
-                 domains=DOMAINS)
+    s = Strategy(
+        {"mix": {"preset": "reward_gap", "prior": {"a": 2, "b": 1, "c": 1}}}, domains=DOMAINS
+    )
     # floor .05: p = .05 + .85 * [.5, .25, .25]
     assert s.proportions.tolist() == pytest.approx(_floored([0.5, 0.25, 0.25]))
     with pytest.raises(ConfigError, match=r"mix\.prior: unknown domain"):
@@ -140,8 +159,9 @@ def test_prior_is_used_before_warmup():
 
 
 def test_static_proportions():
-    s = Strategy({"mix": {"actuator": {"name": "static", "proportions": [2, 1, 1]}}},
-                 domains=DOMAINS)
+    s = Strategy(
+        {"mix": {"actuator": {"name": "static", "proportions": [2, 1, 1]}}}, domains=DOMAINS
+    )
     assert s.proportions.tolist() == pytest.approx([0.5, 0.25, 0.25])
     for step in range(3):
         s.decide(_batch([1.0, 0.0], [0, 1], step=step))
@@ -171,8 +191,9 @@ def test_mixers_fall_back_to_the_prior_with_no_observation():
 def test_ucb_bonus_favours_rarely_drawn_domains():
     # equal values; n = 100 vs 1: bonus sqrt(2 ln 101 / 1) >> sqrt(2 ln 101 / 100)
     v = torch.tensor([0.5, 0.5], dtype=torch.float64)
-    p = UCB(c=1.0, temperature=1.0).raw_proportions(v, torch.tensor([True, True]),
-                                                    torch.tensor([100, 1]), None)
+    p = UCB(c=1.0, temperature=1.0).raw_proportions(
+        v, torch.tensor([True, True]), torch.tensor([100, 1]), None
+    )
     b0, b1 = math.sqrt(2 * math.log(101) / 100), math.sqrt(2 * math.log(101) / 1)
     assert p.tolist() == pytest.approx(_softmax([0.5 + b0, 0.5 + b1]))
     # c = 0: no bonus -> equal values -> uniform
@@ -193,9 +214,12 @@ def test_mix_needs_domain_names():
 
 def test_static_proportions_that_do_not_fit_the_domains_name_the_key():
     with pytest.raises(ConfigError, match=r"^s\.mix\.actuator: static\.proportions: needs 3"):
-        Strategy({"name": "s", "mix": {"actuator": {"name": "static", "proportions": [1, 2]}}},
-                 domains=DOMAINS)
+        Strategy(
+            {"name": "s", "mix": {"actuator": {"name": "static", "proportions": [1, 2]}}},
+            domains=DOMAINS,
+        )
     with pytest.raises(ConfigError, match=r"^s\.mix\.actuator: .*unknown domain"):
-        Strategy({"name": "s", "mix": {"actuator": {"name": "static",
-                                                    "proportions": {"z": 1.0}}}},
-                 domains=DOMAINS)
+        Strategy(
+            {"name": "s", "mix": {"actuator": {"name": "static", "proportions": {"z": 1.0}}}},
+            domains=DOMAINS,
+        )

@@ -34,9 +34,14 @@ def test_history_records_one_outcome_per_group_under_its_own_key():
 
 def test_history_interleaved_rows_and_inactive_rows():
     # rows of two prompts interleaved; "b"'s NaN row is not counted; "c" is only padding
-    b = from_lists([1.0, 0.0, NAN, 1.0, 1.0, 0.5], [0, 1, 1, 0, 1, 2], [2, 3, 4, 5, 6, 7],
-                   prompt_keys=("a", "b", "b", "a", "b", "c"), step=1,
-                   is_padding=torch.tensor([False] * 5 + [True]))
+    b = from_lists(
+        [1.0, 0.0, NAN, 1.0, 1.0, 0.5],
+        [0, 1, 1, 0, 1, 2],
+        [2, 3, 4, 5, 6, 7],
+        prompt_keys=("a", "b", "b", "a", "b", "c"),
+        step=1,
+        is_padding=torch.tensor([False] * 5 + [True]),
+    )
     h = PromptHistory()
     h.update(b)
     assert h.get("a") == [(1, 1.0, True, 7)]
@@ -78,7 +83,7 @@ def test_greso_skips_only_zero_variance_prompts():
     assert m["dataflex/prerollout/skipped"] == 2.0
     assert m["dataflex/prerollout/skipped_easy"] == 1.0
     assert m["dataflex/prerollout/skipped_hard"] == 1.0
-    assert m["dataflex/prerollout/tokens_saved_est"] == 16.0      # 2 groups x 2 x 4 tokens
+    assert m["dataflex/prerollout/tokens_saved_est"] == 16.0  # 2 groups x 2 x 4 tokens
     # explore_prob 1: nothing is skipped
     keep, _ = Greso(explore_prob=1.0).filter(h, keys, 0, torch.Generator())
     assert keep.tolist() == [True] * 4
@@ -91,16 +96,16 @@ def test_greso_explores_with_the_given_probability_deterministically():
     keep1, _ = g.filter(h, keys, 0, torch.Generator().manual_seed(7))
     keep2, _ = g.filter(h, keys, 0, torch.Generator().manual_seed(7))
     assert torch.equal(keep1, keep2)
-    assert abs(float(keep1.float().mean()) - 0.3) < 0.05     # ~N(0.3, 0.01)
+    assert abs(float(keep1.float().mean()) - 0.3) < 0.05  # ~N(0.3, 0.01)
 
 
 def test_greso_streak_needs_that_many_zero_variance_outcomes():
     h = _history(x=[1.0, 1.0])
     g = Greso(streak=2, explore_prob=0.0, min_explore=0.0)
-    assert g.filter(h, ["x"], 0, None)[0].tolist() == [True]       # one outcome only
+    assert g.filter(h, ["x"], 0, None)[0].tolist() == [True]  # one outcome only
     h.update(_batch({"x": [1.0, 1.0]}, step=1))
     assert g.filter(h, ["x"], 1, None)[0].tolist() == [False]
-    h.update(_batch({"x": [0.0, 0.0]}, step=2))                     # easy then hard: no streak
+    h.update(_batch({"x": [0.0, 0.0]}, step=2))  # easy then hard: no streak
     assert g.filter(h, ["x"], 2, None)[0].tolist() == [True]
 
 
@@ -112,20 +117,30 @@ def test_greso_adapts_exploration_and_round_trips():
     assert g.state_dict() == {"p": {"easy": pytest.approx(0.4), "hard": pytest.approx(0.6)}}
     for _ in range(5):
         g.observe(b, PromptHistory())
-    assert g.state_dict()["p"]["easy"] == 0.25                       # never below min_explore
-    assert g.state_dict()["p"]["hard"] == 1.0                        # never above 1
+    assert g.state_dict()["p"]["easy"] == 0.25  # never below min_explore
+    assert g.state_dict()["p"]["hard"] == 1.0  # never above 1
     g2 = Greso(explore_prob=0.5, adapt_step=0.1, target_zero_variance=0.5, min_explore=0.25)
     g2.load_state_dict(g.state_dict())
     assert g2.state_dict() == g.state_dict()
 
 
 def test_strategy_filter_prompts_schedule_and_history():
-    s = Strategy({"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0,
-                                              "min_explore": 0.0, "adapt_step": 0.0},
-                                 "warmup_steps": 1}})
+    s = Strategy(
+        {
+            "prerollout": {
+                "actuator": {
+                    "name": "greso",
+                    "explore_prob": 0.0,
+                    "min_explore": 0.0,
+                    "adapt_step": 0.0,
+                },
+                "warmup_steps": 1,
+            }
+        }
+    )
     s.decide(_batch({"easy": [1.0, 1.0], "mixed": [1.0, 0.0]}, step=0))
     keys = ["easy", "mixed"]
-    keep, m = s.filter_prompts(keys, step=0)                  # still warming up
+    keep, m = s.filter_prompts(keys, step=0)  # still warming up
     assert keep.tolist() == [True, True] and m["dataflex/prerollout/active"] == 0.0
     keep, m = s.filter_prompts(keys, step=1, generator=torch.Generator().manual_seed(0))
     assert keep.tolist() == [False, True] and m["dataflex/prerollout/active"] == 1.0
@@ -134,18 +149,18 @@ def test_strategy_filter_prompts_schedule_and_history():
 
 def test_history_mean_tokens_is_over_every_remembered_group():
     h = PromptHistory(size=2)
-    h.update(_batch({"x": [1.0, 1.0]}, lengths=[1, 2]))              # 3 tokens (dropped later)
-    h.update(_batch({"x": [1.0, 1.0]}, step=1, lengths=[4, 6]))      # 10 tokens
-    h.update(_batch({"x": [1.0, 1.0]}, step=2, lengths=[10, 20]))    # 30 tokens
-    assert h.mean_tokens("x") == 20.0                                 # (10 + 30) / 2
+    h.update(_batch({"x": [1.0, 1.0]}, lengths=[1, 2]))  # 3 tokens (dropped later)
+    h.update(_batch({"x": [1.0, 1.0]}, step=1, lengths=[4, 6]))  # 10 tokens
+    h.update(_batch({"x": [1.0, 1.0]}, step=2, lengths=[10, 20]))  # 30 tokens
+    assert h.mean_tokens("x") == 20.0  # (10 + 30) / 2
     assert h.mean_tokens("never") is None
 
 
 def test_greso_tokens_saved_uses_the_mean_of_the_prompts_history():
     h = PromptHistory(size=4)
-    h.update(_batch({"e": [1.0, 1.0], "m": [1.0, 0.0]}, lengths=[3, 3, 5, 5]))      # e: 6
+    h.update(_batch({"e": [1.0, 1.0], "m": [1.0, 0.0]}, lengths=[3, 3, 5, 5]))  # e: 6
     h.update(_batch({"e": [1.0, 1.0], "m": [1.0, 0.0]}, step=1, lengths=[5, 5, 5, 5]))  # e: 10
-    h.update(_batch({"e": [1.0, 1.0]}, step=2, lengths=[1, 1]))                       # e: 2
+    h.update(_batch({"e": [1.0, 1.0]}, step=2, lengths=[1, 1]))  # e: 2
     keep, m = Greso(explore_prob=0.0, min_explore=0.0).filter(h, ["e", "m"], 3, None)
     assert keep.tolist() == [False, True]
     # mean of e's 3 groups (6 + 10 + 2) / 3 = 6, not the last group's 2
@@ -160,13 +175,15 @@ def test_greso_compound_exploration_falls_with_the_run_length():
     h.update(_batch({**one, **three}, step=0))
     h.update(_batch(three, step=1))
     h.update(_batch(three, step=2))
-    keep, _ = Greso(explore_prob=0.5).filter(h, list(one) + list(three), 3,
-                                             torch.Generator().manual_seed(0))
+    keep, _ = Greso(explore_prob=0.5).filter(
+        h, list(one) + list(three), 3, torch.Generator().manual_seed(0)
+    )
     # generated with probability 0.5 and 0.5 ** 3 = 0.125 (sd ~0.009 and ~0.006)
     assert abs(float(keep[:3000].float().mean()) - 0.5) < 0.04
     assert abs(float(keep[3000:].float().mean()) - 0.125) < 0.03
-    flat, _ = Greso(explore_prob=0.5, compound=False).filter(h, list(three), 3,
-                                                            torch.Generator().manual_seed(0))
+    flat, _ = Greso(explore_prob=0.5, compound=False).filter(
+        h, list(three), 3, torch.Generator().manual_seed(0)
+    )
     assert abs(float(flat.float().mean()) - 0.5) < 0.04
 
 
@@ -175,22 +192,26 @@ def test_greso_run_counts_only_the_latest_kind():
     for step, rs in enumerate([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]):
         h.update(_batch({"x": rs, "y": rs if step < 2 else [1.0, 0.0]}, step=step))
     easy, hard, tokens = Greso().runs(h, ["x", "y", "new"])
-    assert easy.tolist() == [0, 0, 0] and hard.tolist() == [2, 0, 0]   # y ends mixed
+    assert easy.tolist() == [0, 0, 0] and hard.tolist() == [2, 0, 0]  # y ends mixed
     assert tokens[:2].tolist() == [8.0, 8.0] and torch.isnan(tokens[2])
 
 
 def test_history_keeps_every_group_of_a_prompt_seen_twice_in_one_batch():
-    b = from_lists([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0, 0, 1, 1, 2, 2],
-                   prompt_keys=("x", "x", "y", "y", "x", "x"), step=7)
+    b = from_lists(
+        [1.0, 1.0, 1.0, 0.0, 0.0, 0.0],
+        [0, 0, 1, 1, 2, 2],
+        prompt_keys=("x", "x", "y", "y", "x", "x"),
+        step=7,
+    )
     h = PromptHistory(size=4)
     h.update(b)
-    assert h.get("x") == [(7, 1.0, True, 8), (7, 0.0, True, 8)]      # group order
+    assert h.get("x") == [(7, 1.0, True, 8), (7, 0.0, True, 8)]  # group order
     assert h.get("y") == [(7, 0.5, False, 8)]
 
 
 def test_history_grows_past_its_first_capacity_and_loads_the_old_format():
     h = PromptHistory(size=2)
-    h.update(_batch({i: [1.0, 0.0] for i in range(200)}, step=1))       # int keys, as in verl
+    h.update(_batch({i: [1.0, 0.0] for i in range(200)}, step=1))  # int keys, as in verl
     assert len(h) == 200 and h.get(199) == [(1, 0.5, False, 8)]
     old = {"size": 2, "data": {"x": [(1, 1.0, True, 6), (2, 0.0, True, 4)]}}  # format 1
     h2 = PromptHistory()
@@ -220,15 +241,22 @@ def test_thompson_skips_by_the_drawn_solve_rate():
     from dataflex_rl.prerollout.thompson import ThompsonBand
 
     h = PromptHistory(size=4)
-    for step in range(4):   # 1000 prompts always solved, 1000 solved half the time
-        h.update(_batch({**{f"e{i}": [1.0] * 8 for i in range(1000)},
-                         **{f"m{i}": [1.0, 0.0] * 4 for i in range(1000)}}, step=step))
+    for step in range(4):  # 1000 prompts always solved, 1000 solved half the time
+        h.update(
+            _batch(
+                {
+                    **{f"e{i}": [1.0] * 8 for i in range(1000)},
+                    **{f"m{i}": [1.0, 0.0] * 4 for i in range(1000)},
+                },
+                step=step,
+            )
+        )
     keys = [f"e{i}" for i in range(1000)] + [f"m{i}" for i in range(1000)] + ["new"]
     policy = ThompsonBand(low=0.1, high=0.9)
     keep, m = policy.filter(h, keys, 4, torch.Generator().manual_seed(1))
     # Beta(33, 1): P(theta > 0.9) = 1 - 0.9**33 = 0.969; Beta(17, 17) stays inside the band
-    assert abs(float((~keep[:1000]).float().mean()) - (1 - 0.9 ** 33)) < 0.02
-    assert bool(keep[1000:].all())                     # the mixed ones and the unseen prompt
+    assert abs(float((~keep[:1000]).float().mean()) - (1 - 0.9**33)) < 0.02
+    assert bool(keep[1000:].all())  # the mixed ones and the unseen prompt
     assert m["dataflex/prerollout/skipped_easy"] == float((~keep).sum())
     assert m["dataflex/prerollout/skipped_hard"] == 0.0
     assert m["dataflex/prerollout/tokens_saved_est"] == 32.0 * float((~keep).sum())

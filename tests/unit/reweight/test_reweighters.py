@@ -23,8 +23,7 @@ def test_softmax_weights_hand_worked():
     # |A| = a, a + ln 2, a + ln 3 with T = 1 -> softmax proportional to 1 : 2 : 3;
     # mean 1 over the 3 informative rows -> 0.5, 1.0, 1.5 (the offset a cancels)
     a = 0.1
-    b = from_lists([1.0, 0.0, 1.0], [0, 0, 0],
-                   advantages=[a, -(a + math.log(2)), a + math.log(3)])
+    b = from_lists([1.0, 0.0, 1.0], [0, 0, 0], advantages=[a, -(a + math.log(2)), a + math.log(3)])
     w, _ = _resp_weights(Strategy("softmax"), b)
     assert w.tolist() == pytest.approx([0.5, 1.0, 1.5], rel=1e-5)
 
@@ -40,9 +39,12 @@ def test_softmax_temperature():
 def test_non_informative_rows_keep_weight_1_and_are_outside_the_normalization():
     # rows 0, 1 informative (|A| .1, .1 + ln 3 -> 1 : 3 -> .5, 1.5); row 2 has A = 0 -> weight 1
     # row 3 NaN reward and row 4 padding -> weight 0
-    b = from_lists([1.0, 0.0, 1.0, NAN, 1.0], [0, 0, 1, 0, 0],
-                   advantages=[0.1, -(0.1 + math.log(3)), 0.0, 5.0, 5.0],
-                   is_padding=torch.tensor([False, False, False, False, True]))
+    b = from_lists(
+        [1.0, 0.0, 1.0, NAN, 1.0],
+        [0, 0, 1, 0, 0],
+        advantages=[0.1, -(0.1 + math.log(3)), 0.0, 5.0, 5.0],
+        is_padding=torch.tensor([False, False, False, False, True]),
+    )
     w, d = _resp_weights(Strategy("softmax"), b)
     assert w.tolist() == pytest.approx([0.5, 1.5, 1.0, 0.0, 0.0], rel=1e-5)
     assert d.metrics["dataflex/reweight/normalization_set"] == 2.0
@@ -83,7 +85,8 @@ def test_diffband_hand_worked():
 
 def test_band_weight_bounds_are_inclusive():
     raw = BandWeight(low=0.2, high=0.8, inside=3.0).raw_weights(
-        torch.tensor([0.1, 0.2, 0.5, 0.8, 0.9], dtype=torch.float64), None, None)
+        torch.tensor([0.1, 0.2, 0.5, 0.8, 0.9], dtype=torch.float64), None, None
+    )
     assert raw.tolist() == [1.0, 3.0, 3.0, 3.0, 1.0]
 
 
@@ -91,9 +94,13 @@ def test_ar_token_weights_hand_worked():
     # alpha .5: w_t = .5 p_t + .5. Row 0 p = 1, .5 -> 1, .75; row 1 p = .25 -> .625
     # (its second token is padding). Mean over the 3 valid tokens = 2.375 / 3
     lp = torch.log(torch.tensor([[1.0, 0.5], [0.25, 1.0]]))
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
-                     response_mask=torch.tensor([[1, 1], [1, 0]]), old_log_probs=lp,
-                     advantages=torch.tensor([[1.0, 1.0], [-1.0, 0.0]]))
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        response_mask=torch.tensor([[1, 1], [1, 0]]),
+        old_log_probs=lp,
+        advantages=torch.tensor([[1.0, 1.0], [-1.0, 0.0]]),
+    )
     d = Strategy("ar").decide(b)
     mean = 2.375 / 3
     expected = torch.tensor([[1.0 / mean, 0.75 / mean], [0.625 / mean, 0.0]])

@@ -7,7 +7,7 @@ import torch
 import dataflex_rl  # noqa: F401
 from dataflex_rl.core.batch import RolloutBatch, from_lists
 from dataflex_rl.scorers.domain import DomainAdvantageMagnitude, DomainReward, LearningProgress
-from dataflex_rl.scorers.outcome import Efficiency, Reward, ResponseLength, SolveRate
+from dataflex_rl.scorers.outcome import Efficiency, ResponseLength, Reward, SolveRate
 from dataflex_rl.scorers.policy import AdvantageMagnitude, TokenProb
 
 NAN = float("nan")
@@ -21,12 +21,15 @@ def test_reward_is_zero_on_inactive_rows():
 def test_solve_rate_counts_and_exact_fractions():
     # group 0: 2 of 5 above 0.5 -> 2/5, equal to the literal 0.4 (integer counts, float64)
     # group 1: 1.0, NaN, padding -> 1 of 1 active -> 1.0; group 2: only padding -> 0
-    b = from_lists([1, 0, 1, 0, 0, 1.0, NAN, 1.0, 1.0], [0, 0, 0, 0, 0, 1, 1, 1, 2],
-                   is_padding=torch.tensor([False] * 7 + [True, True]))
+    b = from_lists(
+        [1, 0, 1, 0, 0, 1.0, NAN, 1.0, 1.0],
+        [0, 0, 0, 0, 0, 1, 1, 1, 2],
+        is_padding=torch.tensor([False] * 7 + [True, True]),
+    )
     s = SolveRate().score(b)
     assert s.dtype == torch.float64
     assert s.tolist() == [0.4, 1.0, 0.0]
-    assert float(SolveRate(threshold=-1.0).score(b)[0]) == 1.0   # every reward > -1
+    assert float(SolveRate(threshold=-1.0).score(b)[0]) == 1.0  # every reward > -1
 
 
 @pytest.mark.parametrize("k, n", [(1, 5), (2, 5), (3, 5), (4, 5), (3, 10), (7, 10), (1, 3)])
@@ -45,8 +48,12 @@ def test_length_and_efficiency():
 def test_advantage_magnitude_is_mean_abs_over_valid_tokens():
     # row 0: |1|, |-3| -> 2 (the 50 on a padding token is ignored); row 1: no tokens -> 0
     adv = torch.tensor([[1.0, -3.0, 50.0], [7.0, 7.0, 7.0]])
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
-                     response_mask=torch.tensor([[1, 1, 0], [0, 0, 0]]), advantages=adv)
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        response_mask=torch.tensor([[1, 1, 0], [0, 0, 0]]),
+        advantages=adv,
+    )
     assert AdvantageMagnitude().score(b).tolist() == [2.0, 0.0]
     with pytest.raises(ValueError, match="needs 'advantages'"):
         AdvantageMagnitude().score(from_lists([1.0], [0]))
@@ -54,9 +61,13 @@ def test_advantage_magnitude_is_mean_abs_over_valid_tokens():
 
 def test_token_prob_is_exp_of_old_log_prob_masked():
     lp = torch.tensor([[0.0, float(np.log(0.5)), NAN], [0.1, -1.0, -1.0]])
-    b = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
-                     response_mask=torch.tensor([[1, 1, 0], [1, 1, 1]]), old_log_probs=lp,
-                     is_padding=torch.tensor([False, True]))
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        response_mask=torch.tensor([[1, 1, 0], [1, 1, 1]]),
+        old_log_probs=lp,
+        is_padding=torch.tensor([False, True]),
+    )
     # row 0: exp(0) = 1, exp(log .5) = .5, masked -> 0; row 1 is padding -> 0
     assert torch.allclose(TokenProb().score(b), torch.tensor([[1.0, 0.5, 0.0], [0.0, 0.0, 0.0]]))
     # a positive log-prob (numerical noise) is clamped to probability 1
@@ -68,14 +79,20 @@ def test_token_prob_is_exp_of_old_log_prob_masked():
 
 # ---------------------------------------------------------------- windowed domain signals
 def _step(rewards, domain_ids, step=0, advantages=None, D=2):
-    return from_lists(rewards, list(range(len(rewards))), domain_ids=torch.tensor(domain_ids),
-                      domains=("a", "b", "c")[:D], step=step, advantages=advantages)
+    return from_lists(
+        rewards,
+        list(range(len(rewards))),
+        domain_ids=torch.tensor(domain_ids),
+        domains=("a", "b", "c")[:D],
+        step=step,
+        advantages=advantages,
+    )
 
 
 def test_domain_reward_window_counts_steps_not_responses():
     sc = DomainReward(window=2)
-    sc.observe(_step([1.0] * 10, [0] * 10))              # step 0: ten responses of a, all 1
-    sc.observe(_step([0.0, 1.0], [0, 1], step=1))        # step 1: a -> 0, b -> 1
+    sc.observe(_step([1.0] * 10, [0] * 10))  # step 0: ten responses of a, all 1
+    sc.observe(_step([0.0, 1.0], [0, 1], step=1))  # step 1: a -> 0, b -> 1
     v, obs = sc.values(2)
     # window holds steps 0 and 1: a = (10 * 1 + 0) / 11, b = 1
     assert v.tolist() == pytest.approx([10 / 11, 1.0]) and obs.tolist() == [True, True]
@@ -87,9 +104,14 @@ def test_domain_reward_window_counts_steps_not_responses():
 
 def test_domain_reward_ignores_inactive_rows_and_marks_unobserved():
     sc = DomainReward(window=3)
-    assert sc.values(2)[1].tolist() == [False, False]     # nothing seen yet
-    b = from_lists([1.0, NAN, 0.0], [0, 0, 1], domain_ids=torch.tensor([0, 0, 1]),
-                   domains=("a", "b", "c"), is_padding=torch.tensor([False, False, True]))
+    assert sc.values(2)[1].tolist() == [False, False]  # nothing seen yet
+    b = from_lists(
+        [1.0, NAN, 0.0],
+        [0, 0, 1],
+        domain_ids=torch.tensor([0, 0, 1]),
+        domains=("a", "b", "c"),
+        is_padding=torch.tensor([False, False, True]),
+    )
     sc.observe(b)
     v, obs = sc.values(3)
     assert v.tolist() == [1.0, 0.0, 0.0] and obs.tolist() == [True, False, False]
@@ -116,7 +138,7 @@ def test_learning_progress_known_slope():
 
 def test_learning_progress_matches_polyfit_over_the_window_and_skips_missing_steps():
     sc = LearningProgress(window=3)
-    means = [0.9, 0.2, 0.4, None, 0.7]                  # domain a absent at step 3
+    means = [0.9, 0.2, 0.4, None, 0.7]  # domain a absent at step 3
     for step, m in enumerate(means):
         if m is None:
             sc.observe(_step([0.0], [1], step=step))
@@ -146,7 +168,7 @@ def test_windowed_state_round_trip_and_snapshot(cls):
         a.observe(batch(i))
     state = a.state_dict()
     saved_values = a.values(2)
-    for i in range(4, 6):                                 # keep going after saving
+    for i in range(4, 6):  # keep going after saving
         a.observe(batch(i))
     b = cls(window=3)
     b.load_state_dict(state)
@@ -165,9 +187,14 @@ def _signed_tokens():
     # row 2: no tokens (|A| undefined: 0, and not counted by the domain signal)
     adv = torch.tensor([[1.0, -3.0], [0.5, 0.5], [0.0, 0.0]])
     mask = torch.tensor([[True, True], [True, True], [False, False]])
-    return RolloutBatch(rewards=torch.tensor([1.0, 0.0, 0.0]), response_mask=mask,
-                        group_ids=torch.tensor([0, 0, 1]), advantages=adv,
-                        domain_ids=torch.tensor([0, 0, 1]), domains=("a", "b"))
+    return RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 0.0]),
+        response_mask=mask,
+        group_ids=torch.tensor([0, 0, 1]),
+        advantages=adv,
+        domain_ids=torch.tensor([0, 0, 1]),
+        domains=("a", "b"),
+    )
 
 
 def test_abs_advantage_means_mean_of_token_magnitudes_everywhere():
@@ -176,7 +203,7 @@ def test_abs_advantage_means_mean_of_token_magnitudes_everywhere():
     b = _signed_tokens()
     assert advantage_magnitude(b).tolist() == [2.0, 0.5, 0.0]
     assert AdvantageMagnitude().score(b).tolist() == [2.0, 0.5, 0.0]
-    assert b.advantage_per_response.abs().tolist() == [1.0, 0.5, 0.0]   # not this one
+    assert b.advantage_per_response.abs().tolist() == [1.0, 0.5, 0.0]  # not this one
     sc = DomainAdvantageMagnitude(window=2)
     sc.observe(b)
     values, observed = sc.values(2)

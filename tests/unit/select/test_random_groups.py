@@ -43,7 +43,8 @@ def test_hand_worked_draws_and_decisions():
     assert keep(batch(), fraction=0.8) == [False, False, True, True, True, True, False, False]
     # step 4 draws again: a 0.0334, b 0.4989, c 0.9323, d 0.7229 -> only a dropped at 0.5
     assert group_uniforms(batch(step=4), 0).tolist() == pytest.approx(
-        [0.0334, 0.4989, 0.9323, 0.7229], abs=1e-4)
+        [0.0334, 0.4989, 0.9323, 0.7229], abs=1e-4
+    )
     assert keep(batch(step=4)) == [False, False, True, True, True, True, True, True]
 
 
@@ -52,9 +53,8 @@ def test_hash_is_the_documented_formula():
     # * 0x735a2d97 mod 2**32, ^ (>> 15) = 0x86d2fa73
     assert mix32(0) == 0 and mix32(1) == 0x86D2FA73
     x = torch.tensor([0, 1, 2**31, 2**32 - 1, 123456789], dtype=torch.int64)
-    assert mix32(x).tolist() == [mix32(int(v)) for v in x]   # no int64 overflow
-    assert key_hash("a") == int.from_bytes(hashlib.blake2b(b"sa", digest_size=4).digest(),
-                                           "little")
+    assert mix32(x).tolist() == [mix32(int(v)) for v in x]  # no int64 overflow
+    assert key_hash("a") == int.from_bytes(hashlib.blake2b(b"sa", digest_size=4).digest(), "little")
     assert key_hash(7) == key_hash(torch.tensor(7).item()) != key_hash("7")
 
 
@@ -82,9 +82,8 @@ def test_padding_and_invalid_rows_are_never_kept():
 
 def test_decisions_follow_the_prompt_key_not_the_row_order():
     perm = torch.tensor([6, 0, 3, 1, 7, 4, 2, 5])
-    groups = [2, 0, 3, 0, 2, 1, 3, 1]             # dense ids in a new order
-    b = batch(rewards=[REWARDS[i] for i in perm], groups=groups,
-              keys=tuple(KEYS[i] for i in perm))
+    groups = [2, 0, 3, 0, 2, 1, 3, 1]  # dense ids in a new order
+    b = batch(rewards=[REWARDS[i] for i in perm], groups=groups, keys=tuple(KEYS[i] for i in perm))
     assert keep(b, fraction=0.6) == [keep(batch(), fraction=0.6)[i] for i in perm]
     # without prompt keys the group index is hashed instead, still deterministic
     nokeys = from_lists(REWARDS, GROUPS, step=3)
@@ -96,14 +95,19 @@ def test_share_dropped_is_the_fraction_and_steps_are_independent():
     rewards = [1.0, 0.0] * n
     groups = [g for g in range(n) for _ in (0, 1)]
     keys = tuple(f"q{g}" for g in groups)
-    drop = [~torch.tensor(keep(from_lists(rewards, groups, prompt_keys=keys, step=t),
-                                fraction=0.3))[::2] for t in (0, 1)]
-    for d in drop:   # binomial(4000, 0.3): sd 0.0072
+    drop = [
+        ~torch.tensor(keep(from_lists(rewards, groups, prompt_keys=keys, step=t), fraction=0.3))[
+            ::2
+        ]
+        for t in (0, 1)
+    ]
+    for d in drop:  # binomial(4000, 0.3): sd 0.0072
         assert float(d.float().mean()) == pytest.approx(0.3, abs=0.03)
     both = float((drop[0] & drop[1]).float().mean())
-    assert both == pytest.approx(0.09, abs=0.02)            # independent: 0.3 * 0.3
-    salted = ~torch.tensor(keep(from_lists(rewards, groups, prompt_keys=keys, step=0),
-                                fraction=0.3, salt=1))[::2]
+    assert both == pytest.approx(0.09, abs=0.02)  # independent: 0.3 * 0.3
+    salted = ~torch.tensor(
+        keep(from_lists(rewards, groups, prompt_keys=keys, step=0), fraction=0.3, salt=1)
+    )[::2]
     assert float((drop[0] & salted).float().mean()) == pytest.approx(0.09, abs=0.02)
 
 
@@ -114,9 +118,10 @@ def test_in_a_strategy_the_loss_keeps_the_full_denominator():
     assert d.renormalize is False and d.advantages is None
     assert d.metrics["dataflex/select/renormalize"] == 0.0
     with warnings.catch_warnings():
-        warnings.simplefilter("error", StrategyWarning)   # groups without signal stay
+        warnings.simplefilter("error", StrategyWarning)  # groups without signal stay
         Strategy({"select": {"actuator": {"name": "random_groups", "fraction": 1.0}}}).decide(
-            batch())
+            batch()
+        )
 
 
 @settings(max_examples=60, deadline=None)
@@ -131,7 +136,7 @@ def test_vectorized_equals_the_loop_oracle(b, fraction, salt):
             continue
         first = min(i for i, r in enumerate(rs) if r["g"] == g)
         k = key_hash(b.prompt_keys[first]) if b.prompt_keys is not None else mix32(g)
-        u = mix32(k ^ mix32((b.step & 0xFFFFFFFF) ^ mix32(salt))) / 2 ** 32
+        u = mix32(k ^ mix32((b.step & 0xFFFFFFFF) ^ mix32(salt))) / 2**32
         informative = len({rs[i]["r"] for i in act}) > 1
         for i in act:
             expected[i] = not (informative and u < fraction)

@@ -6,7 +6,7 @@ import torch
 import dataflex_rl  # noqa: F401
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.scorers.outcome import Efficiency, Reward, ResponseLength, SolveRate
+from dataflex_rl.scorers.outcome import Efficiency, ResponseLength, Reward, SolveRate
 from dataflex_rl.scorers.policy import AdvantageMagnitude
 from dataflex_rl.select.band import Band
 from dataflex_rl.select.group_subset import GroupFilter, MaxVariance, keep_counts
@@ -38,7 +38,7 @@ def test_difffilter_g5_keeps_exactly_the_2_and_3_correct_groups():
     keep = _select(Band(low=0.2, high=0.8), SolveRate(), b)
     kept_groups = sorted(set(b.group_ids[keep].tolist()))
     assert kept_groups == [2, 3]
-    assert int(keep.sum()) == 10          # whole groups
+    assert int(keep.sum()) == 10  # whole groups
 
 
 def test_band_inclusive_keeps_the_bounds_too():
@@ -62,21 +62,27 @@ def test_band_low_above_high_is_an_error():
 
 def test_band_never_keeps_padding_or_nan_rows():
     # group of 5: 2 correct + 1 NaN + 1 padding (counted in neither) -> 2/3 active correct
-    b = from_lists([1.0, 1.0, 0.0, NAN, 1.0], [0] * 5,
-                   is_padding=torch.tensor([False, False, False, False, True]))
+    b = from_lists(
+        [1.0, 1.0, 0.0, NAN, 1.0],
+        [0] * 5,
+        is_padding=torch.tensor([False, False, False, False, True]),
+    )
     keep = _select(Band(), SolveRate(), b)
     assert keep.tolist() == [True, True, True, False, False]
 
 
 # ---------------------------------------------------------------- keep counts
-@pytest.mark.parametrize("size, fraction, expected", [
-    (5, 0.5, 3),    # 2.5 rounds half up to 3
-    (3, 0.5, 2),    # 1.5 -> 2
-    (4, 0.25, 2),   # 1 -> at least 2
-    (1, 0.5, 1),    # at least 2, but at most the group's size
-    (8, 1.0, 8),
-    (45, 0.7, 32),  # 31.5 (31.499999999999996 in floating point) -> 32
-])
+@pytest.mark.parametrize(
+    "size, fraction, expected",
+    [
+        (5, 0.5, 3),  # 2.5 rounds half up to 3
+        (3, 0.5, 2),  # 1.5 -> 2
+        (4, 0.25, 2),  # 1 -> at least 2
+        (1, 0.5, 1),  # at least 2, but at most the group's size
+        (8, 1.0, 8),
+        (45, 0.7, 32),  # 31.5 (31.499999999999996 in floating point) -> 32
+    ],
+)
 def test_keep_counts(size, fraction, expected):
     b = from_lists([0.0] * size, [0] * size)
     assert keep_counts(b, fraction).tolist() == [expected]
@@ -107,8 +113,11 @@ def test_max_variance_binary_group_keeps_a_balanced_subset():
 
 
 def test_max_variance_groups_are_independent_and_inactive_never_kept():
-    b = from_lists([5.0, 0.0, NAN, 9.0, 1.0, 2.0, 3.0], [0, 0, 0, 0, 1, 1, 1],
-                   is_padding=torch.tensor([False, False, False, True, False, False, False]))
+    b = from_lists(
+        [5.0, 0.0, NAN, 9.0, 1.0, 2.0, 3.0],
+        [0, 0, 0, 0, 1, 1, 1],
+        is_padding=torch.tensor([False, False, False, True, False, False, False]),
+    )
     keep = _select(MaxVariance(keep_fraction=0.5), Reward(), b)
     # group 0: 2 active (5, 0) -> keep both; group 1: 1, 2, 3 keep 2 -> {1, 3} (ties: a=1)
     assert keep.tolist() == [True, True, False, False, True, False, True]
@@ -169,15 +178,19 @@ def test_top_fraction_by_group_ranks_group_means():
 
 def test_top_fraction_counts_active_rows_only():
     # 4 active of 6 (one NaN reward, one padding); fraction .5 -> 2 kept
-    b = from_lists([0.0, NAN, 0.0, 0.0, 0.0, 0.0], [0] * 6,
-                   advantages=[0.1, 9.0, 0.2, 0.3, 0.4, 8.0],
-                   is_padding=torch.tensor([False] * 5 + [True]))
+    b = from_lists(
+        [0.0, NAN, 0.0, 0.0, 0.0, 0.0],
+        [0] * 6,
+        advantages=[0.1, 9.0, 0.2, 0.3, 0.4, 8.0],
+        is_padding=torch.tensor([False] * 5 + [True]),
+    )
     keep = _select(TopFraction(fraction=0.5), AdvantageMagnitude(), b)
     assert keep.tolist() == [False, False, False, True, True, False]
 
 
-@pytest.mark.parametrize("selector", [Band(), MaxVariance(), GroupFilter(), TopFraction(),
-                                      TopFraction(by_group=True)])
+@pytest.mark.parametrize(
+    "selector", [Band(), MaxVariance(), GroupFilter(), TopFraction(), TopFraction(by_group=True)]
+)
 def test_empty_batch(selector):
     b = from_lists([], [], advantages=[])
     assert selector.select(torch.zeros(0), b).shape == (0,)

@@ -20,32 +20,72 @@ from dataflex_rl.tasks.arithmetic import MathDomain
 from dataflex_rl.tasks.base import Draw
 
 #: explicit settings with room for thousands of distinct prompts of every task type
-ROOMY = {"math": {"level": 4, "ops": "+-"}, "logic": {"level": 3, "form": "order+horn"},
-         "science": {"kinds": ("law",), "max_value": 40}}
+ROOMY = {
+    "math": {"level": 4, "ops": "+-"},
+    "logic": {"level": 3, "form": "order+horn"},
+    "science": {"kinds": ("law",), "max_value": 40},
+}
 #: math with operands 0-3: only 32 distinct 2-term prompts beside 256 3-term ones
-FEW_TWO_TERM = {"math": {"form": "expr", "max_operand": 3, "min_terms": 2, "max_terms": 3,
-                         "ops": "+-", "allow_negative": True}}
+FEW_TWO_TERM = {
+    "math": {
+        "form": "expr",
+        "max_operand": 3,
+        "min_terms": 2,
+        "max_terms": 3,
+        "ops": "+-",
+        "allow_negative": True,
+    }
+}
 
 
 def _prompts(problems):
     return {p.prompt for p in problems}
 
 
-@pytest.mark.parametrize("text,expected", [
-    (" 85 ", "85"), ("085", "85"), ("+7", "7"), ("-0", "0"), ("-12", "-12"), ("\t12\n", "12"),
-    ("cbad", "cbad"), (" T ", "T"), ("8 5", "8 5"), ("85.0", "85.0"), (None, ""), ("", ""),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (" 85 ", "85"),
+        ("085", "85"),
+        ("+7", "7"),
+        ("-0", "0"),
+        ("-12", "-12"),
+        ("\t12\n", "12"),
+        ("cbad", "cbad"),
+        (" T ", "T"),
+        ("8 5", "8 5"),
+        ("85.0", "85.0"),
+        (None, ""),
+        ("", ""),
+    ],
+)
 def test_canonical(text, expected):
     assert canonical(text) == expected
 
 
-@pytest.mark.parametrize("answer,response,score", [
-    ("85", "85", 1.0), ("85", " 85\n", 1.0), ("85", "085", 1.0), ("-21", "-21", 1.0),
-    ("85", "86", 0.0), ("85", "8", 0.0), ("85", "850", 0.0), ("85", "85 85", 0.0),
-    ("85", "85x", 0.0), ("85", "x85", 0.0), ("85", "", 0.0), ("85", None, 0.0),
-    ("85", "   ", 0.0), ("-21", "21", 0.0), ("cbad", "cbad", 1.0), ("cbad", "cba", 0.0),
-    ("cbad", "CBAD", 0.0), ("", "", 0.0),
-])
+@pytest.mark.parametrize(
+    "answer,response,score",
+    [
+        ("85", "85", 1.0),
+        ("85", " 85\n", 1.0),
+        ("85", "085", 1.0),
+        ("-21", "-21", 1.0),
+        ("85", "86", 0.0),
+        ("85", "8", 0.0),
+        ("85", "850", 0.0),
+        ("85", "85 85", 0.0),
+        ("85", "85x", 0.0),
+        ("85", "x85", 0.0),
+        ("85", "", 0.0),
+        ("85", None, 0.0),
+        ("85", "   ", 0.0),
+        ("-21", "21", 0.0),
+        ("cbad", "cbad", 1.0),
+        ("cbad", "cba", 0.0),
+        ("cbad", "CBAD", 0.0),
+        ("", "", 0.0),
+    ],
+)
 def test_exact_match_is_zero_or_one(answer, response, score):
     got = exact_match(answer, response)
     assert got == score and type(got) is float
@@ -66,7 +106,7 @@ def test_registry_has_default_domains():
 
 
 def test_make_domain_forms():
-    assert make_domain("math").settings["level"] == 5          # the engine's default
+    assert make_domain("math").settings["level"] == 5  # the engine's default
     assert make_domain("math").settings["form"] == "sort"
     assert make_domain("math", 3).settings["ops"] == "+-*"
     d = make_domain("math", {"level": 1, "max_operand": 50})
@@ -99,26 +139,37 @@ def test_build_taskset_shapes_and_disjointness():
 
 
 def test_splits_are_disjoint_and_of_the_requested_sizes():
-    ts = build_taskset(train_size=300, eval_size=50, seed=3, difficulty=ROOMY,
-                       warm_size={"math": 200, "logic": 100, "science": 0})
+    ts = build_taskset(
+        train_size=300,
+        eval_size=50,
+        seed=3,
+        difficulty=ROOMY,
+        warm_size={"math": 200, "logic": 100, "science": 0},
+    )
     assert ts.domains == ("math", "logic", "science")
     for d in ts.domains:
         warm_n = {"math": 200, "logic": 100, "science": 0}[d]
-        train, evals, warm = (_prompts(ts.train[d]), _prompts(ts.eval[d]),
-                              _prompts(ts.warm[d]))
+        train, evals, warm = (_prompts(ts.train[d]), _prompts(ts.eval[d]), _prompts(ts.warm[d]))
         assert (len(ts.train[d]), len(ts.eval[d]), len(ts.warm[d])) == (300, 50, warm_n)
         assert (len(train), len(evals), len(warm)) == (300, 50, warm_n)
         assert not train & evals and not train & warm and not evals & warm
-        assert all(p.domain == d and p.key == f"{d}:{p.prompt}"
-                   for p in ts.train[d] + ts.eval[d] + ts.warm[d])
-    assert ts.summary()["math"] == {"train": 300, "eval": 50, "warm": 200,
-                                    "settings": ts.handler("math").settings}
+        assert all(
+            p.domain == d and p.key == f"{d}:{p.prompt}"
+            for p in ts.train[d] + ts.eval[d] + ts.warm[d]
+        )
+    assert ts.summary()["math"] == {
+        "train": 300,
+        "eval": 50,
+        "warm": 200,
+        "settings": ts.handler("math").settings,
+    }
 
 
 def test_build_taskset_is_deterministic_and_seeded():
     def build(**kw):
-        return build_taskset(train_size=100, eval_size=20, warm_size=30, difficulty=ROOMY,
-                             **{"seed": 1, **kw})
+        return build_taskset(
+            train_size=100, eval_size=20, warm_size=30, difficulty=ROOMY, **{"seed": 1, **kw}
+        )
 
     a, b = build(), build()
     assert (a.train, a.eval, a.warm) == (b.train, b.eval, b.warm)
@@ -132,18 +183,22 @@ def _union(ts, d):
 
 def test_seed_draws_the_prompts_and_eval_seed_splits_them():
     # seed picks which prompts are drawn; eval_seed only reassigns them to the splits
-    a = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=7,
-                      difficulty=ROOMY)
-    b = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=8,
-                      difficulty=ROOMY)
-    c = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, difficulty=ROOMY,
-                      eval_seed=None)
+    a = build_taskset(
+        train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=7, difficulty=ROOMY
+    )
+    b = build_taskset(
+        train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=8, difficulty=ROOMY
+    )
+    c = build_taskset(
+        train_size=100, eval_size=20, warm_size=30, seed=1, difficulty=ROOMY, eval_seed=None
+    )
     for d in a.domains:
         assert _union(a, d) == _union(b, d) == _union(c, d)
         assert _union(a, d) == _prompts(a.handler(d).generate(150, 1))
         assert a.eval[d] != b.eval[d] and a.eval[d] != c.eval[d]
-    same = build_taskset(train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=1,
-                         difficulty=ROOMY)
+    same = build_taskset(
+        train_size=100, eval_size=20, warm_size=30, seed=1, eval_seed=1, difficulty=ROOMY
+    )
     assert same.eval == c.eval  # eval_seed None means seed
 
 
@@ -158,8 +213,13 @@ def test_union_has_the_prefix_property_but_sizes_reshuffle_the_splits():
 
 
 def test_every_task_type_has_the_same_share_in_every_split():
-    ts = build_taskset(("logic",), train_size=1000, eval_size=1000, warm_size=1000,
-                       difficulty={"logic": ROOMY["logic"]})
+    ts = build_taskset(
+        ("logic",),
+        train_size=1000,
+        eval_size=1000,
+        warm_size=1000,
+        difficulty={"logic": ROOMY["logic"]},
+    )
     h = ts.handler("logic")
 
     def share(problems):
@@ -174,8 +234,9 @@ def test_every_task_type_has_the_same_share_in_every_split():
 
 def test_a_saturating_task_type_is_an_error_naming_it():
     with pytest.raises(ConfigError) as err:
-        build_taskset(("math",), train_size=100, eval_size=20, warm_size=30,
-                      difficulty=FEW_TWO_TERM)
+        build_taskset(
+            ("math",), train_size=100, eval_size=20, warm_size=30, difficulty=FEW_TWO_TERM
+        )
     msg = str(err.value)
     assert "task type '2-term'" in msg and "'max_operand': 3" in msg
     assert "too few distinct prompts of type '2-term' for eval+train+warm = 150" in msg
@@ -204,8 +265,12 @@ def test_draw_saturated_types_hand_worked():
 
 
 def test_build_taskset_per_domain_sizes_and_difficulty():
-    ts = build_taskset(("logic", "math"), train_size={"logic": 10, "math": 20}, eval_size=5,
-                       difficulty={"math": 3, "logic": {"form": "bool"}})
+    ts = build_taskset(
+        ("logic", "math"),
+        train_size={"logic": 10, "math": 20},
+        eval_size=5,
+        difficulty={"math": 3, "logic": {"form": "bool"}},
+    )
     assert ts.domains == ("logic", "math")
     assert len(ts.train["logic"]) == 10 and len(ts.train["math"]) == 20
     assert all(p.answer in ("T", "F") for p in ts.train["logic"])
@@ -235,19 +300,33 @@ def test_build_taskset_accepts_domain_objects():
 def test_a_stream_out_of_prompts_is_an_error():
     d = {"math": {"level": 1, "max_terms": 2, "ops": "+"}}  # 100 distinct prompts, one type
     ts = build_taskset(("math",), train_size=70, eval_size=20, warm_size=10, difficulty=d)
-    assert _union(ts, "math") == _prompts(MathDomain(level=1, max_terms=2, ops="+")
-                                          .generate(100, 0))
-    with pytest.raises(ConfigError,
-                       match="found only 100 distinct prompts for eval.train.warm = 520"):
+    assert _union(ts, "math") == _prompts(
+        MathDomain(level=1, max_terms=2, ops="+").generate(100, 0)
+    )
+    with pytest.raises(
+        ConfigError, match="found only 100 distinct prompts for eval.train.warm = 520"
+    ):
         build_taskset(("math",), train_size=500, eval_size=20, difficulty=d)
 
 
 @settings(max_examples=25, deadline=None)
-@given(e=st.integers(0, 30), t=st.integers(0, 30), w=st.integers(0, 30),
-       seed=st.integers(0, 10**6), eval_seed=st.integers(0, 10**6))
+@given(
+    e=st.integers(0, 30),
+    t=st.integers(0, 30),
+    w=st.integers(0, 30),
+    seed=st.integers(0, 10**6),
+    eval_seed=st.integers(0, 10**6),
+)
 def test_property_splits_partition_the_first_distinct_prompts(e, t, w, seed, eval_seed):
-    ts = build_taskset(("logic",), train_size=t, eval_size=e, warm_size=w, seed=seed,
-                       eval_seed=eval_seed, difficulty={"logic": ROOMY["logic"]})
+    ts = build_taskset(
+        ("logic",),
+        train_size=t,
+        eval_size=e,
+        warm_size=w,
+        seed=seed,
+        eval_seed=eval_seed,
+        difficulty={"logic": ROOMY["logic"]},
+    )
     splits = [ts.eval["logic"], ts.train["logic"], ts.warm["logic"]]
     assert [len(s) for s in splits] == [e, t, w]
     first = ts.handler("logic").generate(e + t + w, seed)
@@ -302,7 +381,7 @@ def test_generate_zero_and_exclude_everything():
 
 
 @settings(max_examples=60, deadline=None)
-@given(x=st.integers(-10**9, 10**9), pad=st.sampled_from(["", " ", "\n", "\t "]))
+@given(x=st.integers(-(10**9), 10**9), pad=st.sampled_from(["", " ", "\n", "\t "]))
 def test_property_integer_answers(x, pad):
     assert exact_match(str(x), f"{pad}{x}{pad}") == 1.0
     assert exact_match(str(x), str(x + 1)) == 0.0
@@ -314,21 +393,27 @@ def test_core_tasks_need_no_optional_packages():
     import subprocess
     import sys
 
-    code = ("import sys; from dataflex_rl.tasks import build_taskset, load_dataset; "
-            "build_taskset(train_size=5, eval_size=5); "
-            "print(sorted(m for m in ('reasoning_gym', 'math_verify', 'pyarrow', 'pandas') "
-            "if m in sys.modules))")
+    code = (
+        "import sys; from dataflex_rl.tasks import build_taskset, load_dataset; "
+        "build_taskset(train_size=5, eval_size=5); "
+        "print(sorted(m for m in ('reasoning_gym', 'math_verify', 'pyarrow', 'pandas') "
+        "if m in sys.modules))"
+    )
     src = os.path.dirname(os.path.abspath(list(sys.modules["dataflex_rl"].__path__)[0]))
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
 def test_difficulty_knobs_are_type_checked_by_the_config_validator():
     # bool("false") is True: a knob given as a string is refused, not silently coerced
-    with pytest.raises(ConfigError, match=r"^difficulty\.math\.allow_negative: expected "
-                                          r"bool \| null, got str \('false'\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^difficulty\.math\.allow_negative: expected "
+        r"bool \| null, got str \('false'\)$",
+    ):
         make_domain("math", {"allow_negative": "false"})
     with pytest.raises(ConfigError, match=r"^difficulty\.logic\.min_vars: expected int"):
         make_domain("logic", {"min_vars": 3.0})

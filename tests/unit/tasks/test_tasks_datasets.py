@@ -12,9 +12,13 @@ from dataflex_rl.tasks.datasets import LoadedDomain, problem_key, read_rows
 
 
 def _row(prompt, truth, domain="math", source="src/a", **extra):
-    row = {"data_source": source, "prompt": [{"role": "user", "content": prompt}],
-           "ability": "math", "reward_model": {"style": "rule", "ground_truth": truth},
-           "extra_info": {"index": 0}}
+    row = {
+        "data_source": source,
+        "prompt": [{"role": "user", "content": prompt}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": truth},
+        "extra_info": {"index": 0},
+    }
     if domain is not None:
         row["domain"] = domain
     row.update(extra)
@@ -50,23 +54,33 @@ def test_parquet_round_trip(tmp_path):
 
 
 def test_domain_column_falls_back_to_data_source(tmp_path):
-    rows = [_row("1+1=", "2", domain=None, source="gsm"), _row("2+2=", "4", domain="math"),
-            _row("3+3=", "6", domain=None, source="gsm", extra_info={"dom": "x"})]
+    rows = [
+        _row("1+1=", "2", domain=None, source="gsm"),
+        _row("2+2=", "4", domain="math"),
+        _row("3+3=", "6", domain=None, source="gsm", extra_info={"dom": "x"}),
+    ]
     pools = load_problems(_write_jsonl(tmp_path / "d.jsonl", rows))
-    assert {d: [p.prompt for p in ps] for d, ps in pools.items()} == \
-        {"gsm": ["1+1=", "3+3="], "math": ["2+2="]}
+    assert {d: [p.prompt for p in ps] for d, ps in pools.items()} == {
+        "gsm": ["1+1=", "3+3="],
+        "math": ["2+2="],
+    }
     nested = load_problems(tmp_path / "d.jsonl", domain_column="extra_info.dom")
     assert [p.prompt for p in nested["x"]] == ["3+3="]
 
 
 def test_chat_prompt_list_truth_and_duplicates(tmp_path):
-    rows = [{"data_source": "s", "prompt": [{"role": "system", "content": "Be brief."},
-                                            {"role": "user", "content": "Half of 1?"}],
-             "reward_model": {"ground_truth": ["0.5", "1/2"]}},
-            {"data_source": "s", "prompt": "plain text prompt", "reward_model":
-             {"ground_truth": 7}},
-            {"data_source": "s", "prompt": "plain text prompt", "reward_model":
-             {"ground_truth": 8}}]
+    rows = [
+        {
+            "data_source": "s",
+            "prompt": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Half of 1?"},
+            ],
+            "reward_model": {"ground_truth": ["0.5", "1/2"]},
+        },
+        {"data_source": "s", "prompt": "plain text prompt", "reward_model": {"ground_truth": 7}},
+        {"data_source": "s", "prompt": "plain text prompt", "reward_model": {"ground_truth": 8}},
+    ]
     ts = load_dataset(_write_jsonl(tmp_path / "c.jsonl", rows))
     a, b = ts.train["s"]
     assert a.prompt == "Be brief.\n\nHalf of 1?" and a.answer == "0.5"
@@ -96,9 +110,14 @@ def test_missing_file_and_bad_format(tmp_path):
         read_rows(tmp_path / "obj.json")
 
 
-@pytest.mark.parametrize("drop,column", [
-    ("domain", "'domain'"), ("prompt", "'prompt'"), ("reward_model", "'reward_model.ground_truth'"),
-])
+@pytest.mark.parametrize(
+    "drop,column",
+    [
+        ("domain", "'domain'"),
+        ("prompt", "'prompt'"),
+        ("reward_model", "'reward_model.ground_truth'"),
+    ],
+)
 def test_missing_columns_name_path_and_column(tmp_path, drop, column):
     row = _row("1+1=", "2")
     del row[drop]

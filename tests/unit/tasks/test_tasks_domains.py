@@ -18,8 +18,11 @@ from dataflex_rl.tasks.science import LAWS, UNITS, ScienceDomain
 
 BUILTIN = ("math", "logic", "science")
 LEVELS = [(name, lvl) for name in BUILTIN for lvl in make_domain(name).LEVELS]
-LEVELS += [("logic", {"level": lvl, "form": form}) for lvl in (1, 2, 3)
-           for form in ("horn", "bool", "order+horn+bool")]
+LEVELS += [
+    ("logic", {"level": lvl, "form": form})
+    for lvl in (1, 2, 3)
+    for form in ("horn", "bool", "order+horn+bool")
+]
 
 
 def test_evaluate_precedence():
@@ -42,8 +45,15 @@ def test_math_problems_are_right():
 def test_math_verify_hand_worked():
     p = MathDomain().make("37+48=", "85")
     assert p.key == "math:37+48="
-    assert [MathDomain().verify(p, r) for r in ("85", " 85 ", "085", "86", "8", "85=", "")] == \
-        [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [MathDomain().verify(p, r) for r in ("85", " 85 ", "085", "86", "8", "85=", "")] == [
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_math_no_negatives_when_disallowed():
@@ -75,8 +85,14 @@ def test_logic_order_hand_worked():
     d = LogicDomain(form="order")
     p = d.make("b<a,c<b,d>a?", "cbad")
     assert _order_holds(p.prompt, p.answer)
-    assert [d.verify(p, r) for r in ("cbad", " cbad\n", "cabd", "cba", "CBAD", "c b a d")] == \
-        [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [d.verify(p, r) for r in ("cbad", " cbad\n", "cabd", "cba", "CBAD", "c b a d")] == [
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def _python_bool(prompt: str) -> str:
@@ -129,8 +145,13 @@ def test_logic_horn_problems_are_right():
     d = LogicDomain(form="horn")
     p = d.make("c,c-a,a-f,b-e?", "acf")
     assert _horn_answer(p.prompt) == "acf"
-    assert [d.verify(p, r) for r in ("acf", "acf\n", "caf", "acfb", "ac")] == \
-        [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert [d.verify(p, r) for r in ("acf", "acf\n", "caf", "acfb", "ac")] == [
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_logic_horn_distractors_never_fire():
@@ -142,11 +163,18 @@ def test_logic_horn_distractors_never_fire():
 def test_logic_combined_forms():
     d = LogicDomain(form="order+bool+horn")
     ps = d.generate(300, 0)
-    kinds = {"order" if "<" in p.prompt or ">" in p.prompt else
-             "bool" if p.prompt.endswith("=") else "horn" for p in ps}
+    kinds = {
+        "order"
+        if "<" in p.prompt or ">" in p.prompt
+        else "bool"
+        if p.prompt.endswith("=")
+        else "horn"
+        for p in ps
+    }
     assert kinds == {"order", "bool", "horn"}
     assert set(d.charset()) == set(LogicDomain(form="order").charset()) | set(
-        LogicDomain(form="bool").charset()) | set(LogicDomain(form="horn").charset())
+        LogicDomain(form="bool").charset()
+    ) | set(LogicDomain(form="horn").charset())
 
 
 def test_science_problems_are_right():
@@ -183,8 +211,10 @@ def test_science_forward_only_without_inverse():
             assert p.prompt.split()[0][0] == p.prompt.split()[-1][0]  # asks for the product
         else:
             head, dst = p.prompt.split("=?")
-            assert any(dst == small and head.endswith(big) and head[:-len(big)].isdigit()
-                       for big, small, _ in UNITS), p.prompt
+            assert any(
+                dst == small and head.endswith(big) and head[: -len(big)].isdigit()
+                for big, small, _ in UNITS
+            ), p.prompt
 
 
 @pytest.mark.parametrize("name,level", LEVELS)
@@ -221,49 +251,76 @@ def test_difficulty_knob_changes_the_distribution():
     def mean_len(name, level, f):
         return statistics.mean(f(p) for p in make_domain(name, level).generate(300, 0))
 
-    assert mean_len("math", 1, lambda p: len(p.answer)) < mean_len("math", 2, lambda p: len(
-        p.answer)) < mean_len("math", 4, lambda p: len(p.answer))
-    assert mean_len("logic", 1, lambda p: len(p.answer)) < mean_len(
-        "logic", 2, lambda p: len(p.answer)) < mean_len("logic", 3, lambda p: len(p.answer))
+    assert (
+        mean_len("math", 1, lambda p: len(p.answer))
+        < mean_len("math", 2, lambda p: len(p.answer))
+        < mean_len("math", 4, lambda p: len(p.answer))
+    )
+    assert (
+        mean_len("logic", 1, lambda p: len(p.answer))
+        < mean_len("logic", 2, lambda p: len(p.answer))
+        < mean_len("logic", 3, lambda p: len(p.answer))
+    )
     assert mean_len("logic", 1, lambda p: len(p.prompt)) < mean_len(
-        "logic", 3, lambda p: len(p.prompt))
+        "logic", 3, lambda p: len(p.prompt)
+    )
     order = [LogicDomain(level=lvl, form="order").generate(300, 0) for lvl in (1, 3)]
     assert statistics.mean(len(p.answer) for p in order[0]) < statistics.mean(
-        len(p.answer) for p in order[1])
+        len(p.answer) for p in order[1]
+    )
     assert mean_len("science", 1, lambda p: int(p.answer)) < mean_len(
-        "science", 3, lambda p: int(p.answer))
+        "science", 3, lambda p: int(p.answer)
+    )
     ops = {c for p in MathDomain(level=3).generate(300, 0) for c in p.prompt}
-    assert "*" in ops and "*" not in {c for p in MathDomain(2).generate(300, 0)
-                                      for c in p.prompt}
-    terms = [len(re.split(r"[-+*]", p.prompt[:-1])) for p in MathDomain(2, min_terms=4,
-                                                                         max_terms=4)
-             .generate(50, 0)]
+    assert "*" in ops and "*" not in {c for p in MathDomain(2).generate(300, 0) for c in p.prompt}
+    terms = [
+        len(re.split(r"[-+*]", p.prompt[:-1]))
+        for p in MathDomain(2, min_terms=4, max_terms=4).generate(50, 0)
+    ]
     assert set(terms) == {4}
-    operands = [int(x) for p in MathDomain(2, max_operand=5, ops="+").generate(50, 0)
-                for x in p.prompt[:-1].split("+")]
+    operands = [
+        int(x)
+        for p in MathDomain(2, max_operand=5, ops="+").generate(50, 0)
+        for x in p.prompt[:-1].split("+")
+    ]
     assert max(operands) == 5 and min(operands) == 0
 
 
-@pytest.mark.parametrize("name,kwargs,match", [
-    ("math", {"ops": "+/"}, "ops"), ("math", {"min_terms": 1}, "min_terms"),
-    ("math", {"max_operand": 1000}, "max_operand"), ("math", {"max_operand": 0}, "max_operand"),
-    ("logic", {"form": "xor"}, "form"), ("logic", {"letters": "aab"}, "letters"),
-    ("logic", {"max_vars": 8}, "max_vars"), ("logic", {"max_depth": 5}, "max_depth"),
-    ("logic", {"form": "order+order"}, "form"), ("logic", {"max_hops": 5}, "max_hops"),
-    ("logic", {"distractors": 4}, "distractors"), ("logic", {"letters": "abc"}, "letters"),
-    ("science", {"kinds": ("law", "chem")}, "kinds"),
-    ("science", {"level": 2, "max_value": 100}, "max_value"),
-    ("science", {"max_value": 1000}, "max_value"), ("science", {"units": "imperial"}, "units"),
-    ("math", {"form": "roman"}, "form"), ("math", {"max_terms": 13}, "max_terms"),
-])
+@pytest.mark.parametrize(
+    "name,kwargs,match",
+    [
+        ("math", {"ops": "+/"}, "ops"),
+        ("math", {"min_terms": 1}, "min_terms"),
+        ("math", {"max_operand": 1000}, "max_operand"),
+        ("math", {"max_operand": 0}, "max_operand"),
+        ("logic", {"form": "xor"}, "form"),
+        ("logic", {"letters": "aab"}, "letters"),
+        ("logic", {"max_vars": 8}, "max_vars"),
+        ("logic", {"max_depth": 5}, "max_depth"),
+        ("logic", {"form": "order+order"}, "form"),
+        ("logic", {"max_hops": 5}, "max_hops"),
+        ("logic", {"distractors": 4}, "distractors"),
+        ("logic", {"letters": "abc"}, "letters"),
+        ("science", {"kinds": ("law", "chem")}, "kinds"),
+        ("science", {"level": 2, "max_value": 100}, "max_value"),
+        ("science", {"max_value": 1000}, "max_value"),
+        ("science", {"units": "imperial"}, "units"),
+        ("math", {"form": "roman"}, "form"),
+        ("math", {"max_terms": 13}, "max_terms"),
+    ],
+)
 def test_bad_knobs_raise(name, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         make_domain(name, kwargs)
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(BUILTIN), level=st.integers(1, 3), seed=st.integers(0, 10**6),
-       junk=st.sampled_from(["9", "x", " 1", "T", "a"]))
+@given(
+    name=st.sampled_from(BUILTIN),
+    level=st.integers(1, 3),
+    seed=st.integers(0, 10**6),
+    junk=st.sampled_from(["9", "x", " 1", "T", "a"]),
+)
 def test_property_answer_verifies_and_perturbation_fails(name, level, seed, junk):
     d = make_domain(name, level)
     for p in d.generate(5, seed):
@@ -273,10 +330,15 @@ def test_property_answer_verifies_and_perturbation_fails(name, level, seed, junk
         assert d.verify(p, p.answer[:-1]) == 0.0
 
 
-@pytest.mark.parametrize("prompt,expected", [
-    ("37+48=", "2-term"), ("3-4+5=", "3-term"), ("3*4=", "2-term-mul"),
-    ("10-2*3+4=", "4-term-mul"),
-])
+@pytest.mark.parametrize(
+    "prompt,expected",
+    [
+        ("37+48=", "2-term"),
+        ("3-4+5=", "3-term"),
+        ("3*4=", "2-term-mul"),
+        ("10-2*3+4=", "4-term-mul"),
+    ],
+)
 def test_math_task_type_hand_worked(prompt, expected):
     assert MathDomain().task_type(prompt) == expected
 
@@ -298,8 +360,7 @@ def test_logic_task_type_is_the_form_it_was_drawn_from(form):
         d = LogicDomain(level=level, form=form)
         assert {d.task_type(p.prompt) for p in d.generate(200, level)} == {form}
     mixed = LogicDomain(form="order+horn+bool")
-    assert {mixed.task_type(p.prompt) for p in mixed.generate(200, 0)} == {"order", "horn",
-                                                                           "bool"}
+    assert {mixed.task_type(p.prompt) for p in mixed.generate(200, 0)} == {"order", "horn", "bool"}
 
 
 @pytest.mark.parametrize("kind", ["law", "unit"])
@@ -315,7 +376,7 @@ def test_math_sort_answers_are_the_prompt_digits_in_ascending_order():
     problems = d.generate(300, 3)
     for p in problems:
         assert p.prompt.startswith("sort") and p.prompt.endswith("=")
-        digits = p.prompt[len("sort"):-1]
+        digits = p.prompt[len("sort") : -1]
         assert digits.isdigit() and 8 <= len(digits) <= 9
         assert p.answer == "".join(sorted(digits)) and d.task_type(p.prompt) == "sort"
     assert {len(p.answer) for p in problems} == {8, 9}

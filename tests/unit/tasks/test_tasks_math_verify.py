@@ -11,15 +11,20 @@ from dataflex_rl.tasks.base import Problem
 from dataflex_rl.tasks.math_verify import extract_answer
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("so the answer is \\boxed{72}.", "72"),
-    ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
-    ("\\fbox{ 3 }", "3"),
-    ("we get 12 apples, then 1,250 pears", "1250"),
-    ("total -3.5 degrees", "-3.5"),
-    ("\\boxed{unclosed 5", "5"),
-    ("no numbers here", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("so the answer is \\boxed{72}.", "72"),
+        ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\fbox{ 3 }", "3"),
+        ("we get 12 apples, then 1,250 pears", "1250"),
+        ("total -3.5 degrees", "-3.5"),
+        ("\\boxed{unclosed 5", "5"),
+        ("no numbers here", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
@@ -32,22 +37,27 @@ def verifier():
     return MathVerifier()
 
 
-@pytest.mark.parametrize("response,truth,score", [
-    ("The answer is \\boxed{72}.", "72", 1.0),
-    ("so the answer is 72.", "72", 1.0),
-    ("I think 71, no wait, 72", "72", 1.0),
-    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
-    ("\\boxed{\\frac12}", "0.5", 1.0),
-    ("$x^2+1$", "x^2+1", 1.0),
-    ("\\boxed{72.0}", "72", 1.0),
-    ("  \\boxed{72}  \n", "72", 1.0),
-    ("72 or 73?", "72", 0.0),
-    ("The answer is -3", "3", 0.0),
-    ("\\boxed{72.001}", "72", 0.0),
-    ("\\boxed{71}", "72", 0.0),
-    ("", "72", 0.0), ("   ", "72", 0.0), (None, "72", 0.0),
-    ("no idea", "72", 0.0),
-])
+@pytest.mark.parametrize(
+    "response,truth,score",
+    [
+        ("The answer is \\boxed{72}.", "72", 1.0),
+        ("so the answer is 72.", "72", 1.0),
+        ("I think 71, no wait, 72", "72", 1.0),
+        ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+        ("\\boxed{\\frac12}", "0.5", 1.0),
+        ("$x^2+1$", "x^2+1", 1.0),
+        ("\\boxed{72.0}", "72", 1.0),
+        ("  \\boxed{72}  \n", "72", 1.0),
+        ("72 or 73?", "72", 0.0),
+        ("The answer is -3", "3", 0.0),
+        ("\\boxed{72.001}", "72", 0.0),
+        ("\\boxed{71}", "72", 0.0),
+        ("", "72", 0.0),
+        ("   ", "72", 0.0),
+        (None, "72", 0.0),
+        ("no idea", "72", 0.0),
+    ],
+)
 def test_math_verifier_is_zero_or_one(verifier, response, truth, score):
     got = verifier(response, truth)
     assert got == score and type(got) is float

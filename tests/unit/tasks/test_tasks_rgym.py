@@ -11,8 +11,9 @@ from dataflex_rl.tasks import build_taskset, make_domain
 from dataflex_rl.tasks.rgym import binary_score
 
 
-@pytest.mark.parametrize("score,expected", [
-    (1.0, 1.0), (0.5, 0.0), (0.999, 0.0), (0.0, 0.0), (None, 0.0), (1, 1.0)])
+@pytest.mark.parametrize(
+    "score,expected", [(1.0, 1.0), (0.5, 0.0), (0.999, 0.0), (0.0, 0.0), (None, 0.0), (1, 1.0)]
+)
 def test_binary_score(score, expected):
     assert binary_score(score) == expected
 

@@ -9,7 +9,7 @@ groups); seconds saved convert them at this step's generation seconds per genera
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -59,13 +59,16 @@ def intake_metrics(history, keys: Sequence, plain: Tensor, generated: Tensor) ->
         idx = skipped.nonzero().squeeze(1).tolist()
         est = history.outcomes([keys[i] for i in idx]).mean_tokens()
         saved = float(torch.nan_to_num(est, nan=0.0).sum())
-    return {PREFIX + "skipped": float(skipped.sum()),
-            PREFIX + "replacements": float((generated & ~plain).sum()),
-            PREFIX + "tokens_saved_est": saved}
+    return {
+        PREFIX + "skipped": float(skipped.sum()),
+        PREFIX + "replacements": float((generated & ~plain).sum()),
+        PREFIX + "tokens_saved_est": saved,
+    }
 
 
-def generation_metrics(batch: RolloutBatch, tokens_saved: float | None,
-                       generate_seconds: float | None) -> dict:
+def generation_metrics(
+    batch: RolloutBatch, tokens_saved: float | None, generate_seconds: float | None
+) -> dict:
     """After generation: the share of generated groups with zero variance, seconds saved.
 
     Args:
@@ -80,10 +83,14 @@ def generation_metrics(batch: RolloutBatch, tokens_saved: float | None,
     """
     present = batch.group_size > 0
     n = int(present.sum())
-    out = {PREFIX + "zero_variance_through":
-           float(((batch.group_std == 0) & present).sum()) / n if n else 0.0}
+    out = {
+        PREFIX + "zero_variance_through": float(((batch.group_std == 0) & present).sum()) / n
+        if n
+        else 0.0
+    }
     if tokens_saved is not None and generate_seconds is not None:
         generated = float((batch.response_length * ~batch.is_padding).sum())
-        out[PREFIX + "seconds_saved_est"] = (tokens_saved * generate_seconds / generated
-                                             if generated > 0 else 0.0)
+        out[PREFIX + "seconds_saved_est"] = (
+            tokens_saved * generate_seconds / generated if generated > 0 else 0.0
+        )
     return out

@@ -95,11 +95,18 @@ class DecisionLog:
             stored as JSON in every file's metadata.
     """
 
-    def __init__(self, folder: str | Path, *, domains: Sequence[str] | None,
-                 strategy_spec: Mapping,
-                 host: str, steps_per_file: int = 100, full_tokens: bool = False,
-                 token_prob_mean: bool = False, settings: Mapping[str, Any] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        domains: Sequence[str] | None,
+        strategy_spec: Mapping,
+        host: str,
+        steps_per_file: int = 100,
+        full_tokens: bool = False,
+        token_prob_mean: bool = False,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         if steps_per_file < 1:
             raise ValueError(f"steps_per_file must be >= 1, got {steps_per_file}")
         self.folder = Path(folder)
@@ -108,11 +115,18 @@ class DecisionLog:
         self.full_tokens = bool(full_tokens)
         self.token_prob_mean = bool(token_prob_mean)
         self.metadata = {
-            "schema_version": str(SCHEMA_VERSION), "host": host,
+            "schema_version": str(SCHEMA_VERSION),
+            "host": host,
             "strategy": json.dumps(strategy_spec, default=str),
-            "settings": json.dumps({"full_tokens": self.full_tokens,
-                                    "token_prob_mean": self.token_prob_mean,
-                                    **dict(settings or {})}, default=str)}
+            "settings": json.dumps(
+                {
+                    "full_tokens": self.full_tokens,
+                    "token_prob_mean": self.token_prob_mean,
+                    **dict(settings or {}),
+                },
+                default=str,
+            ),
+        }
         self._responses: list[dict[str, Any]] = []
         self._steps: list[dict[str, Any]] = []
         #: seconds spent in `record` and in writing files (for overhead figures)
@@ -120,18 +134,38 @@ class DecisionLog:
         self.steps_logged = 0
 
     @classmethod
-    def from_config(cls, config, folder: str | Path, *, domains: Sequence[str] | None,
-                    strategy_spec: Mapping, host: str,
-                    settings: Mapping[str, Any] | None = None) -> DecisionLog:
+    def from_config(
+        cls,
+        config,
+        folder: str | Path,
+        *,
+        domains: Sequence[str] | None,
+        strategy_spec: Mapping,
+        host: str,
+        settings: Mapping[str, Any] | None = None,
+    ) -> DecisionLog:
         """Build from a ``decision_log`` config section (``steps_per_file``, ``full_tokens``,
         ``token_prob_mean``)."""
-        return cls(folder, domains=domains, strategy_spec=strategy_spec, host=host,
-                   steps_per_file=config.steps_per_file, full_tokens=config.full_tokens,
-                   token_prob_mean=config.token_prob_mean, settings=settings)
+        return cls(
+            folder,
+            domains=domains,
+            strategy_spec=strategy_spec,
+            host=host,
+            steps_per_file=config.steps_per_file,
+            full_tokens=config.full_tokens,
+            token_prob_mean=config.token_prob_mean,
+            settings=settings,
+        )
 
     # ------------------------------------------------------------------ per step
-    def record(self, batch, decision, *, target: Tensor | None = None,
-               metrics: Mapping[str, float] | None = None) -> None:
+    def record(
+        self,
+        batch,
+        decision,
+        *,
+        target: Tensor | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
         """Log one step: ``batch`` (the `RolloutBatch` given to ``decide``) and its `Decision`.
 
         Args:
@@ -142,8 +176,9 @@ class DecisionLog:
         if self.domains is None:
             self.domains = tuple(batch.domains)
         if tuple(batch.domains) != self.domains:
-            raise ValueError(f"decision log: batch domains {batch.domains} differ from the "
-                             f"log's {self.domains}")
+            raise ValueError(
+                f"decision log: batch domains {batch.domains} differ from the log's {self.domains}"
+            )
         first = _first_rows(batch)
         cols = self._response_columns(batch, decision, first)
         self._responses.append(cols)
@@ -163,7 +198,8 @@ class DecisionLog:
             "prompt_key": _prompt_keys(batch, first),
             "domain": pa.DictionaryArray.from_arrays(
                 pa.array(batch.domain_ids.to(torch.int32).cpu().numpy()),
-                pa.array(list(self.domains), type=pa.string())),
+                pa.array(list(self.domains), type=pa.string()),
+            ),
             "is_padding": batch.is_padding.cpu().numpy(),
             "reward": batch.rewards.detach().cpu().numpy(),
             "length": n.cpu().numpy(),
@@ -171,7 +207,7 @@ class DecisionLog:
         if batch.advantages is not None:
             sums = batch._advantage_row_sums.detach()
             first = _first_valid(batch.advantages.detach(), batch.response_mask, n)
-            first = torch.where(torch.isfinite(sums), first, sums)   # keep invalid rows invalid
+            first = torch.where(torch.isfinite(sums), first, sums)  # keep invalid rows invalid
             cols["advantage"] = first.to(torch.float32).cpu().numpy()
             cols["advantage_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
         else:
@@ -186,14 +222,20 @@ class DecisionLog:
         cols["keep"] = decision.keep_mask.cpu().numpy()
         cols["weight"] = decision.weights_per_response.detach().to(torch.float32).cpu().numpy()
         a = decision.advantages_per_response
-        cols["decision_advantage"] = (None if a is None
-                                      else a.detach().to(batch.rewards.dtype).cpu().numpy())
+        cols["decision_advantage"] = (
+            None if a is None else a.detach().to(batch.rewards.dtype).cpu().numpy()
+        )
         if self.full_tokens:
             offsets = pa.array(np.concatenate([[0], np.cumsum(n.cpu().numpy())]).astype(np.int32))
-            for name, t in (("advantage_tokens", batch.advantages),
-                            ("logprob_tokens", batch.old_log_probs)):
-                values = (t.detach()[batch.response_mask].to(torch.float32).cpu().numpy()
-                          if t is not None else np.full(int(n.sum()), np.nan, np.float32))
+            for name, t in (
+                ("advantage_tokens", batch.advantages),
+                ("logprob_tokens", batch.old_log_probs),
+            ):
+                values = (
+                    t.detach()[batch.response_mask].to(torch.float32).cpu().numpy()
+                    if t is not None
+                    else np.full(int(n.sum()), np.nan, np.float32)
+                )
                 cols[name] = pa.ListArray.from_arrays(offsets, pa.array(values))
         return cols
 
@@ -204,11 +246,16 @@ class DecisionLog:
         groups = np.bincount(dom[first], minlength=D) / max(G, 1)
         nan = np.full(D, math.nan)
         tgt = nan if target is None else target.detach().to(torch.float64).cpu().numpy()
-        nxt = nan if decision.proportions is None \
+        nxt = (
+            nan
+            if decision.proportions is None
             else decision.proportions.detach().to(torch.float64).cpu().numpy()
+        )
         real = ~cols["is_padding"]
         row: dict[str, Any] = {
-            "step": batch.step, "responses": batch.batch_size, "groups": G,
+            "step": batch.step,
+            "responses": batch.batch_size,
+            "groups": G,
             "max_length": int(batch.response_mask.shape[1]),
             "tokens": int(cols["length"][real].sum()),
             "kept": int(cols["keep"].sum()),
@@ -238,11 +285,15 @@ class DecisionLog:
         first = int(self._steps[0]["step"])
         tables = [self._response_table(c) for c in self._responses]
         schema = _unify(tables).with_metadata(self._schema_metadata(RESPONSES))
-        _write_atomic(self.folder / RESPONSES / part_name(first),
-                      pa.concat_tables([t.cast(schema) for t in tables]))
+        _write_atomic(
+            self.folder / RESPONSES / part_name(first),
+            pa.concat_tables([t.cast(schema) for t in tables]),
+        )
         steps = pa.Table.from_pylist(self._steps)
-        _write_atomic(self.folder / STEPS / part_name(first),
-                      steps.replace_schema_metadata(self._schema_metadata(STEPS)))
+        _write_atomic(
+            self.folder / STEPS / part_name(first),
+            steps.replace_schema_metadata(self._schema_metadata(STEPS)),
+        )
         self._responses, self._steps = [], []
         self.seconds += time.perf_counter() - t0
 
@@ -250,7 +301,7 @@ class DecisionLog:
         B = len(cols["step"])
         arrays = {}
         for name, v in cols.items():
-            if v is None:   # no recomputed advantages this step: nulls of the reward's type
+            if v is None:  # no recomputed advantages this step: nulls of the reward's type
                 v = pa.nulls(B, pa.from_numpy_dtype(cols["reward"].dtype))
             arrays[name] = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
         return pa.table(arrays)
@@ -298,7 +349,7 @@ def _first_valid(values: Tensor, mask: Tensor, n: Tensor) -> Tensor:
         return torch.zeros(B, dtype=values.dtype, device=values.device)
     first = torch.where(mask[:, 0], values[:, 0], 0.0)
     lacking = (~mask[:, 0] & (n > 0)).nonzero().squeeze(1)
-    if lacking.numel():                     # rows with a hole at column 0 (rare)
+    if lacking.numel():  # rows with a hole at column 0 (rare)
         col = mask[lacking].to(torch.uint8).argmax(1)
         first[lacking] = values[lacking, col]
     return first
@@ -307,8 +358,11 @@ def _first_valid(values: Tensor, mask: Tensor, n: Tensor) -> Tensor:
 def _first_rows(batch) -> np.ndarray:
     """[G] index of the first row of each group (group ids are dense)."""
     B, G = batch.batch_size, batch.num_groups
-    return torch.full((G,), B, dtype=torch.int64).scatter_reduce_(
-        0, batch.group_ids.cpu(), torch.arange(B), "amin").numpy()
+    return (
+        torch.full((G,), B, dtype=torch.int64)
+        .scatter_reduce_(0, batch.group_ids.cpu(), torch.arange(B), "amin")
+        .numpy()
+    )
 
 
 def _prob_mean(batch, nf: Tensor) -> np.ndarray:
@@ -326,8 +380,9 @@ def _prompt_keys(batch, first: np.ndarray) -> pa.Array:
         return pa.nulls(B, pa.string())
     G = batch.num_groups
     first = first.tolist()
-    per_group = operator.itemgetter(*first)(batch.prompt_keys) if G > 1 \
-        else (batch.prompt_keys[first[0]],)
+    per_group = (
+        operator.itemgetter(*first)(batch.prompt_keys) if G > 1 else (batch.prompt_keys[first[0]],)
+    )
     try:
         dictionary = pa.array(list(per_group))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -335,5 +390,6 @@ def _prompt_keys(batch, first: np.ndarray) -> pa.Array:
     if dictionary is None or dictionary.type not in (pa.string(), pa.int64()):
         dictionary = pa.array([str(k) for k in per_group], type=pa.string())
     # rows of one group share its key (prompt_keys is per response; groups share a prompt)
-    return pa.DictionaryArray.from_arrays(pa.array(batch.group_ids.to(torch.int32).cpu().numpy()),
-                                          dictionary)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(batch.group_ids.to(torch.int32).cpu().numpy()), dictionary
+    )

@@ -6,7 +6,7 @@ same thing in the embedded engine and at verl's intake.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 import torch
 from torch import Tensor
@@ -17,10 +17,17 @@ from dataflex_rl.hosts.common.sampler import DomainSampler
 _POLICY_COUNTS = ("skipped", "skipped_easy", "skipped_hard")
 
 
-def draw_with_skipping(sampler: DomainSampler, key_of: Callable[[int, int], Hashable],
-                       quota: Tensor, strategy, step: int, generator: torch.Generator | None,
-                       candidate_factor: float, max_rounds: int, fill_with_skipped: bool
-                       ) -> tuple[list[tuple[int, int]], Tensor, dict[str, float]]:
+def draw_with_skipping(
+    sampler: DomainSampler,
+    key_of: Callable[[int, int], Hashable],
+    quota: Tensor,
+    strategy,
+    step: int,
+    generator: torch.Generator | None,
+    candidate_factor: float,
+    max_rounds: int,
+    fill_with_skipped: bool,
+) -> tuple[list[tuple[int, int]], Tensor, dict[str, float]]:
     """Draw candidates in rounds and keep, per domain, the first ones the strategy generates.
 
     Each round draws ``candidate_factor`` x the still-missing prompts of every domain and
@@ -61,7 +68,7 @@ def draw_with_skipping(sampler: DomainSampler, key_of: Callable[[int, int], Hash
         r_keys = [key_of(d, i) for d, i in drawn]
         r_dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
         keep, pre = strategy.filter_prompts(r_keys, step, generator)
-        for k, v in pre.items():   # policy counts add up over rounds; rates: the last one
+        for k, v in pre.items():  # policy counts add up over rounds; rates: the last one
             metrics[k] = metrics.get(k, 0.0) + v if k.rsplit("/", 1)[1] in _POLICY_COUNTS else v
         take = first_per_domain(r_dom, keep, left)
         plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
@@ -74,16 +81,21 @@ def draw_with_skipping(sampler: DomainSampler, key_of: Callable[[int, int], Hash
     none = torch.zeros(0, dtype=torch.bool)
     dom = torch.cat(doms) if doms else torch.zeros(0, dtype=torch.int64)
     generated = torch.cat(taken) if taken else none
-    forced = (first_per_domain(dom, ~torch.cat(kept), left) if fill_with_skipped and kept
-              else torch.zeros_like(generated))
+    forced = (
+        first_per_domain(dom, ~torch.cat(kept), left)
+        if fill_with_skipped and kept
+        else torch.zeros_like(generated)
+    )
     left -= torch.bincount(dom[forced], minlength=D)
     generated = generated | forced
     if "dataflex/prerollout/skipped" in metrics:
         metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
-            "dataflex/prerollout/skipped")
+            "dataflex/prerollout/skipped"
+        )
     if metrics.get("dataflex/prerollout/active"):
-        metrics.update(intake_metrics(strategy.history, keys,
-                                      torch.cat(plain) if plain else none, generated))
+        metrics.update(
+            intake_metrics(strategy.history, keys, torch.cat(plain) if plain else none, generated)
+        )
     metrics["dataflex/prerollout/candidates"] = float(len(items))
     metrics["dataflex/prerollout/forced"] = float(forced.sum())
     metrics["dataflex/prerollout/rounds"] = float(rounds)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -29,19 +29,22 @@ def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = Non
         ValueError: negative or all-zero proportions, or n < 0.
     """
     p = proportions.to(torch.float64)
-    if (n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all())
-            or not float(p.sum()) > 0):
-        raise ValueError(f"need n >= 0 and finite proportions >= 0 with a positive sum, "
-                         f"got n={n}, p={p.tolist()}")
+    if n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all()) or not float(p.sum()) > 0:
+        raise ValueError(
+            f"need n >= 0 and finite proportions >= 0 with a positive sum, "
+            f"got n={n}, p={p.tolist()}"
+        )
     D = p.shape[0]
-    cap = capacity.to(torch.int64) if capacity is not None else torch.full((D,), n, dtype=torch.int64)
+    cap = (
+        capacity.to(torch.int64) if capacity is not None else torch.full((D,), n, dtype=torch.int64)
+    )
     counts = torch.zeros(D, dtype=torch.int64)
     remaining = min(n, int(cap.sum()))
     open_ = cap > 0
-    while remaining > 0:   # at most D rounds: each round fills a domain or finishes
+    while remaining > 0:  # at most D rounds: each round fills a domain or finishes
         w = torch.where(open_, p, torch.zeros_like(p))
         if float(w.sum()) <= 0:
-            w = open_.to(torch.float64)   # all open domains have p=0: spread evenly
+            w = open_.to(torch.float64)  # all open domains have p=0: spread evenly
         quota = w / w.sum() * remaining
         base = torch.floor(quota).to(torch.int64)
         left = remaining - int(base.sum())
@@ -70,8 +73,9 @@ class DomainSampler:
         cycle: start a new epoch when a pool runs out.
     """
 
-    def __init__(self, pool_sizes: Sequence[int], domains: Sequence[str], seed: int = 0,
-                 cycle: bool = True) -> None:
+    def __init__(
+        self, pool_sizes: Sequence[int], domains: Sequence[str], seed: int = 0, cycle: bool = True
+    ) -> None:
         if len(pool_sizes) != len(domains):
             raise ValueError(f"{len(pool_sizes)} pool sizes for {len(domains)} domains")
         self.pool_sizes = [int(s) for s in pool_sizes]
@@ -112,13 +116,15 @@ class DomainSampler:
         counts = largest_remainder(proportions, n, self._capacity(n))
         if int(counts.sum()) < n and n > 0:
             if int(counts.sum()) == 0:
-                raise RuntimeError(f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})")
+                raise RuntimeError(
+                    f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})"
+                )
         out: list[tuple[int, int]] = []
-        for d, c in enumerate(counts.tolist()):   # loop over domains (D is small)
+        for d, c in enumerate(counts.tolist()):  # loop over domains (D is small)
             while c > 0:
                 order = self._order(d)
                 take = min(c, self.pool_sizes[d] - self._cursor[d])
-                idx = order[self._cursor[d]:self._cursor[d] + take].tolist()
+                idx = order[self._cursor[d] : self._cursor[d] + take].tolist()
                 out.extend((d, i) for i in idx)
                 self._cursor[d] += take
                 c -= take
@@ -132,20 +138,26 @@ class DomainSampler:
         return out, metrics
 
     def state_dict(self) -> dict:
-        return {"cursor": list(self._cursor), "epoch": list(self._epoch), "seed": self.seed,
-                "pool_sizes": list(self.pool_sizes)}
+        return {
+            "cursor": list(self._cursor),
+            "epoch": list(self._epoch),
+            "seed": self.seed,
+            "pool_sizes": list(self.pool_sizes),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if list(state["pool_sizes"]) != self.pool_sizes:
-            raise ValueError(f"sampler state is for pools {state['pool_sizes']}, "
-                             f"not {self.pool_sizes}")
+            raise ValueError(
+                f"sampler state is for pools {state['pool_sizes']}, not {self.pool_sizes}"
+            )
         self._cursor = list(state["cursor"])
         self._epoch = list(state["epoch"])
         self.seed = int(state["seed"])
 
 
-def draw_metrics(domains: Sequence[str], target: Tensor, counts: Tensor,
-                 available: Tensor) -> dict[str, float]:
+def draw_metrics(
+    domains: Sequence[str], target: Tensor, counts: Tensor, available: Tensor
+) -> dict[str, float]:
     """A host's per-domain figures for one draw of prompts (every host reports these).
 
     Args:

@@ -45,18 +45,19 @@ def load_state(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"no state file at {path}")
     if is_state_file(path) or not looks_like_pickle(path):
-        return load_state_file(path, KIND)   # corrupt: the error says what is wrong
+        return load_state_file(path, KIND)  # corrupt: the error says what is wrong
     import torch
 
     try:
         # from a buffer: torch.load picks its loader by the file name's extension otherwise
-        return torch.load(io.BytesIO(path.read_bytes()), map_location="cpu",
-                          weights_only=True)
+        return torch.load(io.BytesIO(path.read_bytes()), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise StateFileError(
             f"{path}: refused: it holds objects other than tensors and plain containers, and "
-            f"unpickling them could run arbitrary code ({first})") from None
+            f"unpickling them could run arbitrary code ({first})"
+        ) from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
-        raise StateFileError(f"{path}: unreadable torch.save file ({type(e).__name__}: "
-                             f"{e})") from None
+        raise StateFileError(
+            f"{path}: unreadable torch.save file ({type(e).__name__}: {e})"
+        ) from None

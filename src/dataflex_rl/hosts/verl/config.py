@@ -12,8 +12,9 @@ Every error is a `ConfigError` naming the key, like the engine's.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from dataflex_rl.core.config import Checked, field_rows, param, validate
 from dataflex_rl.core.registry import ConfigError
@@ -24,11 +25,33 @@ from dataflex_rl.hosts.common.config import DecisionLogConfig
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
 #: `RolloutBatch` fields the verl host fills (domains and prompt keys only with our intake)
-HOST_FIELDS = ("rewards", "response_mask", "group_ids", "advantages", "old_log_probs",
-               "is_padding", "step", "domain_ids", "prompt_keys")
+HOST_FIELDS = (
+    "rewards",
+    "response_mask",
+    "group_ids",
+    "advantages",
+    "old_log_probs",
+    "is_padding",
+    "step",
+    "domain_ids",
+    "prompt_keys",
+)
 #: verl policy losses that multiply ``rollout_is_weights`` into the per-token loss (0.9.1)
-WEIGHTED_LOSSES = frozenset({"vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov",
-                             "kl_cov", "geo_mean", "dro", "cispo"})
+WEIGHTED_LOSSES = frozenset(
+    {
+        "vanilla",
+        "dppo_tv",
+        "dppo_kl",
+        "gspo",
+        "sapo",
+        "gpg",
+        "clip_cov",
+        "kl_cov",
+        "geo_mean",
+        "dro",
+        "cispo",
+    }
+)
 #: estimators whose advantages `recompute_advantages` (GRPO re-centred on the kept subset) matches
 GRPO_LIKE = frozenset({"grpo", "grpo_vectorized"})
 
@@ -37,32 +60,45 @@ GRPO_LIKE = frozenset({"grpo", "grpo_vectorized"})
 class VerlHostConfig(Checked):
     """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
 
-    strategy: str | dict = param("baseline", "preset name, strategy YAML path or inline spec "
-                                             "(the engine's schema)")
-    domain_key: str | None = param(None, "dataset column with each prompt's domain (dotted "
-                                         "for a nested field, e.g. extra_info.domain); an error "
-                                         "when it is not a column; null: 'domain' if the "
-                                         "training set has it, else 'data_source'")
-    domains: list[str] | None = param(None, "domain names in id order (default: the sorted "
-                                            "values found in the training set)")
+    strategy: str | dict = param(
+        "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"
+    )
+    domain_key: str | None = param(
+        None,
+        "dataset column with each prompt's domain (dotted "
+        "for a nested field, e.g. extra_info.domain); an error "
+        "when it is not a column; null: 'domain' if the "
+        "training set has it, else 'data_source'",
+    )
+    domains: list[str] | None = param(
+        None, "domain names in id order (default: the sorted values found in the training set)"
+    )
     proportions: list[float] | dict[str, float] | None = param(
-        None, "intake proportions when the strategy pre-filters but does not mix (default: "
-              "the training set's own)", ge=0.0)
-    candidate_factor: float = param(2.0, "prerollout: candidates drawn per missing prompt in "
-                                         "each round", ge=1.0)
-    max_draw_rounds: int = param(8, "prerollout: candidate rounds before skipped prompts fill "
-                                    "the rest of the batch", ge=1)
+        None,
+        "intake proportions when the strategy pre-filters but does not mix (default: "
+        "the training set's own)",
+        ge=0.0,
+    )
+    candidate_factor: float = param(
+        2.0, "prerollout: candidates drawn per missing prompt in each round", ge=1.0
+    )
+    max_draw_rounds: int = param(
+        8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
+    )
     seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
-    poll_interval: float | None = param(None, "replay-buffer poll interval in seconds (null: "
-                                              "verl's default, 2 s)", gt=0.0)
+    poll_interval: float | None = param(
+        None, "replay-buffer poll interval in seconds (null: verl's default, 2 s)", gt=0.0
+    )
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
 
 def parse_host_config(block: Any) -> VerlHostConfig:
     """Validate the ``dataflex`` block (a mapping, or None for defaults)."""
     if block is None:
-        logger.warning("dataflex: trainer mode 'dataflex' without a 'dataflex' block; running "
-                       "the 'baseline' strategy (add +dataflex.strategy=<preset or path>)")
+        logger.warning(
+            "dataflex: trainer mode 'dataflex' without a 'dataflex' block; running "
+            "the 'baseline' strategy (add +dataflex.strategy=<preset or path>)"
+        )
     return validate(VerlHostConfig, block, "dataflex")
 
 
@@ -81,8 +117,9 @@ def resolved_option(strategy: Strategy, key: str) -> bool:
     return bool(value)
 
 
-def build_strategy(host: VerlHostConfig, config: Mapping, domains: tuple[str, ...] | None,
-                   *, early: bool = False) -> Strategy:
+def build_strategy(
+    host: VerlHostConfig, config: Mapping, domains: tuple[str, ...] | None, *, early: bool = False
+) -> Strategy:
     """The engine's `Strategy`, bound to verl's estimator; raises `ConfigError` on misfit.
 
     Args:
@@ -96,13 +133,21 @@ def build_strategy(host: VerlHostConfig, config: Mapping, domains: tuple[str, ..
     spec = parse_strategy(host.strategy, where="dataflex.strategy")
     if early and domains is None:
         domains = _placeholder_domains(host, spec)
-    strategy = Strategy(spec, domains=domains, advantage_estimator=estimator,
-                        available_fields=HOST_FIELDS, norm_adv_by_std=norm_by_std)
-    if host.proportions is not None and not ("prerollout" in strategy.parts
-                                             and "mix" not in strategy.parts):
-        raise ConfigError("dataflex.proportions: only used by a strategy that pre-filters "
-                          "without mixing; a mixing strategy sets its own prior "
-                          "(strategy.mix.prior)")
+    strategy = Strategy(
+        spec,
+        domains=domains,
+        advantage_estimator=estimator,
+        available_fields=HOST_FIELDS,
+        norm_adv_by_std=norm_by_std,
+    )
+    if host.proportions is not None and not (
+        "prerollout" in strategy.parts and "mix" not in strategy.parts
+    ):
+        raise ConfigError(
+            "dataflex.proportions: only used by a strategy that pre-filters "
+            "without mixing; a mixing strategy sets its own prior "
+            "(strategy.mix.prior)"
+        )
     check_host_fit(strategy, config)
     return strategy
 
@@ -129,28 +174,35 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
     """
     name = strategy.spec.name
     if not get_path(config, "trainer.use_v1", True):
-        raise ConfigError("trainer.use_v1: the 'dataflex' trainer mode is a v1 trainer; set "
-                          "trainer.use_v1=true")
+        raise ConfigError(
+            "trainer.use_v1: the 'dataflex' trainer mode is a v1 trainer; set trainer.use_v1=true"
+        )
     acts_on_loss = "select" in strategy.parts or "reweight" in strategy.parts
     loss_mode = str(get_path(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
     if acts_on_loss and loss_mode == "bypass_mode":
         raise ConfigError(
             f"actor_rollout_ref.actor.policy_loss.loss_mode: 'bypass_mode' ignores "
             f"rollout_is_weights, so strategy {name!r} (select/reweight) would have no effect. "
-            f"Use one of {', '.join(sorted(WEIGHTED_LOSSES))}")
+            f"Use one of {', '.join(sorted(WEIGHTED_LOSSES))}"
+        )
     if acts_on_loss and loss_mode not in WEIGHTED_LOSSES:
-        logger.warning("dataflex: policy loss %r is not one of verl 0.9.1's losses known to "
-                       "apply rollout_is_weights (%s); make sure it does, or strategy %r has "
-                       "no effect", loss_mode, ", ".join(sorted(WEIGHTED_LOSSES)), name)
+        logger.warning(
+            "dataflex: policy loss %r is not one of verl 0.9.1's losses known to "
+            "apply rollout_is_weights (%s); make sure it does, or strategy %r has "
+            "no effect",
+            loss_mode,
+            ", ".join(sorted(WEIGHTED_LOSSES)),
+            name,
+        )
     estimator = str(get_path(config, "algorithm.adv_estimator", "gae"))
     if resolved_option(strategy, "recompute_advantages") and estimator not in GRPO_LIKE:
         where = f"{name}.select.recompute_advantages"
-        hint = ("" if estimator in GROUP_ESTIMATORS else
-                " (and it is not a group estimator)")
+        hint = "" if estimator in GROUP_ESTIMATORS else " (and it is not a group estimator)"
         raise ConfigError(
             f"{where}: recomputes GRPO advantages on the kept subset, but "
             f"algorithm.adv_estimator is {estimator!r}{hint}. Set {where}: false, or use "
-            f"{' or '.join(sorted(GRPO_LIKE))}")
+            f"{' or '.join(sorted(GRPO_LIKE))}"
+        )
 
 
 def config_table() -> str:

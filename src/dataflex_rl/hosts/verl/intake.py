@@ -9,7 +9,8 @@ always exact. Needs no verl.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -25,9 +26,12 @@ from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, larges
 DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
 
 
-def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence] | None,
-                  key: str | None, all_columns: Sequence[str] | None = None,
-                  ) -> tuple[list[str], str]:
+def domain_column(
+    rows: Sequence[Mapping] | None,
+    columns: Mapping[str, Sequence] | None,
+    key: str | None,
+    all_columns: Sequence[str] | None = None,
+) -> tuple[list[str], str]:
     """Each row's domain, read from ``key`` (dotted for nested fields).
 
     Args:
@@ -44,6 +48,7 @@ def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence
         ConfigError: the column is not in the dataset (the message lists the columns), or
             some rows lack it.
     """
+
     def read(name: str) -> list | None:
         top, _, rest = name.partition(".")
         if columns is not None:
@@ -58,20 +63,29 @@ def domain_column(rows: Sequence[Mapping] | None, columns: Mapping[str, Sequence
         if values is not None and any(v is not None for v in values):
             missing = [i for i, v in enumerate(values) if v is None]
             if missing:
-                raise ConfigError(f"dataflex.domain_key: {len(missing)} training rows have no "
-                                  f"{name!r} (first: row {missing[0]})")
+                raise ConfigError(
+                    f"dataflex.domain_key: {len(missing)} training rows have no "
+                    f"{name!r} (first: row {missing[0]})"
+                )
             return [str(v) for v in values], name
     if all_columns is None:
-        all_columns = list(columns) if columns is not None else \
-            list(dict.fromkeys(k for r in (rows or [])[:1000] for k in r))
+        all_columns = (
+            list(columns)
+            if columns is not None
+            else list(dict.fromkeys(k for r in (rows or [])[:1000] for k in r))
+        )
     listed = ", ".join(map(repr, all_columns)) or "none"
     if key is not None:
-        raise ConfigError(f"dataflex.domain_key: {key!r} is not a column of the training set "
-                          f"(columns: {listed}); set dataflex.domain_key to the column that "
-                          "holds each prompt's domain")
-    raise ConfigError(f"dataflex.domain_key: the training set has neither "
-                      f"{' nor '.join(map(repr, DEFAULT_DOMAIN_COLUMNS))} (columns: {listed}); "
-                      "set dataflex.domain_key to the column that holds each prompt's domain")
+        raise ConfigError(
+            f"dataflex.domain_key: {key!r} is not a column of the training set "
+            f"(columns: {listed}); set dataflex.domain_key to the column that "
+            "holds each prompt's domain"
+        )
+    raise ConfigError(
+        f"dataflex.domain_key: the training set has neither "
+        f"{' nor '.join(map(repr, DEFAULT_DOMAIN_COLUMNS))} (columns: {listed}); "
+        "set dataflex.domain_key to the column that holds each prompt's domain"
+    )
 
 
 class Intake:
@@ -87,23 +101,34 @@ class Intake:
         max_rounds: candidate rounds before skipped candidates fill the rest.
     """
 
-    def __init__(self, row_domains: Sequence[str], domains: Sequence[str],
-                 proportions: Any = None, seed: int = 0, candidate_factor: float = 2.0,
-                 max_rounds: int = 8) -> None:
+    def __init__(
+        self,
+        row_domains: Sequence[str],
+        domains: Sequence[str],
+        proportions: Any = None,
+        seed: int = 0,
+        candidate_factor: float = 2.0,
+        max_rounds: int = 8,
+    ) -> None:
         self.domains = tuple(domains)
         index = {d: i for i, d in enumerate(self.domains)}
         unknown = sorted(set(row_domains) - set(index))
         if unknown:
-            raise ValueError(f"dataflex.domains: training rows have domains {unknown} that are "
-                             f"not listed in {list(self.domains)}")
+            raise ValueError(
+                f"dataflex.domains: training rows have domains {unknown} that are "
+                f"not listed in {list(self.domains)}"
+            )
         self.pools: list[list[int]] = [[] for _ in self.domains]
         for row, d in enumerate(row_domains):
             self.pools[index[d]].append(row)
         sizes = torch.tensor([len(p) for p in self.pools], dtype=torch.float64)
         if float(sizes.sum()) == 0:
             raise ValueError("dataflex: the training set is empty")
-        self.static = (normalize_proportions(proportions, self.domains, "dataflex.proportions")
-                       if proportions is not None else sizes / sizes.sum())
+        self.static = (
+            normalize_proportions(proportions, self.domains, "dataflex.proportions")
+            if proportions is not None
+            else sizes / sizes.sum()
+        )
         self.sampler = DomainSampler([len(p) for p in self.pools], self.domains, seed=seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.candidate_factor = candidate_factor
@@ -137,16 +162,25 @@ class Intake:
         metrics.update(draw_metrics(self.domains, props, counts, self.sampler.available()))
         return rows, dom, metrics
 
-    def _draw_filtered(self, quota: Tensor, strategy: Strategy, step: int,
-                       metrics: dict) -> tuple[list[int], list[int]]:
+    def _draw_filtered(
+        self, quota: Tensor, strategy: Strategy, step: int, metrics: dict
+    ) -> tuple[list[int], list[int]]:
         """Rounds of candidates until ``quota`` is filled by kept ones (see `draw`)."""
         chosen, left, pre = draw_with_skipping(
-            self.sampler, lambda d, i: self.pools[d][i], quota, strategy, step, self.generator,
-            self.candidate_factor, self.max_rounds, fill_with_skipped=True)
+            self.sampler,
+            lambda d, i: self.pools[d][i],
+            quota,
+            strategy,
+            step,
+            self.generator,
+            self.candidate_factor,
+            self.max_rounds,
+            fill_with_skipped=True,
+        )
         metrics.update(pre)
         rows = [self.pools[d][i] for d, i in chosen]
         dom = [d for d, _ in chosen]
-        if int(left.sum()) > 0:   # only when the policy skipped nothing more: plain draws
+        if int(left.sum()) > 0:  # only when the policy skipped nothing more: plain draws
             drawn, _ = self.sampler.sample(left.to(torch.float64), int(left.sum()))
             rows += [self.pools[d][i] for d, i in drawn]
             dom += [d for d, _ in drawn]

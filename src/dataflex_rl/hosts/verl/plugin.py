@@ -37,7 +37,7 @@ TRAINER_PACKAGE = "verl.trainer.ppo.v1"
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 try:
     logger.setLevel(os.environ.get("DATAFLEX_VERL_LOG_LEVEL", "INFO").upper())
-except ValueError:   # an unknown level name: keep the default rather than fail to load
+except ValueError:  # an unknown level name: keep the default rather than fail to load
     logger.setLevel(logging.INFO)
 
 
@@ -52,10 +52,16 @@ def check_version(installed: str) -> bool:
     low, high = SUPPORTED
     ok = _parse(low) <= _parse(installed) < _parse(high)
     if not ok:
-        logger.error("dataflex-rl: verl %s is outside the supported range >=%s,<%s; the "
-                     "'dataflex' trainer mode is registered but may break. Install "
-                     "verl>=%s,<%s (pip install 'dataflex-rl[verl]').", installed, low, high,
-                     low, high)
+        logger.error(
+            "dataflex-rl: verl %s is outside the supported range >=%s,<%s; the "
+            "'dataflex' trainer mode is registered but may break. Install "
+            "verl>=%s,<%s (pip install 'dataflex-rl[verl]').",
+            installed,
+            low,
+            high,
+            low,
+            high,
+        )
     return ok
 
 
@@ -75,11 +81,18 @@ def register() -> None:
     try:
         from dataflex_rl.hosts.verl import trainer  # registers on import
     except Exception:
-        logger.exception("dataflex-rl: FAILED to register verl trainer mode 'dataflex' (verl "
-                         "%s); trainer.v1.trainer_mode=dataflex will not be found", installed)
+        logger.exception(
+            "dataflex-rl: FAILED to register verl trainer mode 'dataflex' (verl "
+            "%s); trainer.v1.trainer_mode=dataflex will not be found",
+            installed,
+        )
         raise
-    logger.info("dataflex-rl: registered verl trainer mode %r (verl %s, pid %d)",
-                trainer.TRAINER_MODE, installed, os.getpid())
+    logger.info(
+        "dataflex-rl: registered verl trainer mode %r (verl %s, pid %d)",
+        trainer.TRAINER_MODE,
+        installed,
+        os.getpid(),
+    )
 
 
 def _register_quietly() -> None:
@@ -87,7 +100,7 @@ def _register_quietly() -> None:
     import of its trainer package (the other trainer modes still work)."""
     try:
         register()
-    except Exception:   # noqa: BLE001, S110  (already logged with the traceback)
+    except Exception:  # noqa: BLE001, S110  (already logged with the traceback)
         pass
 
 
@@ -105,7 +118,7 @@ class _ThenCall(importlib.abc.Loader):
         self._loader.exec_module(module)
         self._then()
 
-    def __getattr__(self, name: str):   # get_resource_reader, is_package, ...
+    def __getattr__(self, name: str):  # get_resource_reader, is_package, ...
         return getattr(self._loader, name)
 
 
@@ -121,7 +134,7 @@ class AfterImport(importlib.abc.MetaPathFinder):
         if fullname != self.name:
             return None
         self.remove()
-        spec = importlib.util.find_spec(fullname)   # the other finders (self is gone)
+        spec = importlib.util.find_spec(fullname)  # the other finders (self is gone)
         if spec is not None and spec.loader is not None:
             spec.loader = _ThenCall(spec.loader, self.then)
         return spec

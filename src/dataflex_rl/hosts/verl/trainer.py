@@ -46,8 +46,12 @@ STATE_FILE = "dataflex_state.safetensors"
 #: what earlier versions wrote (read with weights_only=True only)
 LEGACY_STATE_FILE = "dataflex_state.pt"
 #: verl settings the strategy checks read
-_VIEW_KEYS = ("trainer.use_v1", "algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo",
-              "actor_rollout_ref.actor.policy_loss.loss_mode")
+_VIEW_KEYS = (
+    "trainer.use_v1",
+    "algorithm.adv_estimator",
+    "algorithm.norm_adv_by_std_in_grpo",
+    "actor_rollout_ref.actor.policy_loss.loss_mode",
+)
 
 
 def host_view(config: DictConfig) -> dict:
@@ -75,11 +79,15 @@ def read_row_domains(dataset, key: str | None) -> list[str]:
     names = getattr(frame, "column_names", None)
     if names is not None:
         tops = {key.partition(".")[0]} if key is not None else set(DEFAULT_DOMAIN_COLUMNS)
-        values, used = domain_column(None, {c: frame[c] for c in tops & set(names)}, key,
-                                     all_columns=list(names))
+        values, used = domain_column(
+            None, {c: frame[c] for c in tops & set(names)}, key, all_columns=list(names)
+        )
     else:
-        logger.warning("dataflex: %s has no columnar dataframe; reading %d rows one by one",
-                       type(dataset).__name__, len(dataset))
+        logger.warning(
+            "dataflex: %s has no columnar dataframe; reading %d rows one by one",
+            type(dataset).__name__,
+            len(dataset),
+        )
         values, used = domain_column([dataset[i] for i in range(len(dataset))], None, key)
     if key is None:
         logger.info("dataflex: domains come from the %r column", used)
@@ -100,18 +108,18 @@ class DataflexTrainer(PPOTrainerSync):
         block = OmegaConf.to_container(block, resolve=True) if block is not None else None
         self.dataflex = parse_host_config(block)
         self._view = host_view(config)
-        build_strategy(self.dataflex, self._view, None, early=True)   # fail before workers start
+        build_strategy(self.dataflex, self._view, None, early=True)  # fail before workers start
         self.strategy = None
         self.intake: Intake | None = None
-        self._prompts: dict[str, tuple[int, int, int]] = {}   # uid -> (row, domain, step)
+        self._prompts: dict[str, tuple[int, int, int]] = {}  # uid -> (row, domain, step)
         self._pending_metrics: dict[str, float] = {}
-        self._gen_mark: tuple[int, float] = (-1, 0.0)   # (global step, gen seconds so far)
+        self._gen_mark: tuple[int, float] = (-1, 0.0)  # (global step, gen seconds so far)
         self.decision_log = None
         super().__init__(config)
 
     # ------------------------------------------------------------------ set-up
     def _build_replay_buffer(self):
-        self.trainer_mode = "sync"   # verl tests == "sync" in five places
+        self.trainer_mode = "sync"  # verl tests == "sync" in five places
         buffer = super()._build_replay_buffer()
         if self.dataflex.poll_interval is not None and hasattr(buffer, "poll_interval"):
             buffer.poll_interval = self.dataflex.poll_interval
@@ -125,13 +133,17 @@ class DataflexTrainer(PPOTrainerSync):
             row_domains = read_row_domains(self.train_dataset, self.dataflex.domain_key)
             domains = tuple(self.dataflex.domains or sorted(set(row_domains)))
             d = self.dataflex
-            self.intake = Intake(row_domains, domains, d.proportions, d.seed,
-                                 d.candidate_factor, d.max_draw_rounds)
+            self.intake = Intake(
+                row_domains, domains, d.proportions, d.seed, d.candidate_factor, d.max_draw_rounds
+            )
         self.strategy = build_strategy(self.dataflex, self._view, domains)
         self.decision_log = self._open_decision_log(domains)
-        logger.info("dataflex: strategy %r (%s)%s", self.strategy.spec.name,
-                       ", ".join(self.strategy.parts) or "no mechanism",
-                       f"; intake over domains {list(domains)}" if domains else "")
+        logger.info(
+            "dataflex: strategy %r (%s)%s",
+            self.strategy.spec.name,
+            ", ".join(self.strategy.parts) or "no mechanism",
+            f"; intake over domains {list(domains)}" if domains else "",
+        )
 
     # ------------------------------------------------------------------ intake
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
@@ -144,12 +156,21 @@ class DataflexTrainer(PPOTrainerSync):
         uids = [str(uuid.uuid4()) for _ in rows]
         batch_dict["uid"] = np.array(uids, dtype=object)
         self._prompts.update((u, (r, d, step)) for u, r, d in zip(uids, rows, doms))
-        for key, value in metrics.items():   # refills (DAPO) add to this step's counts
+        for key, value in metrics.items():  # refills (DAPO) add to this step's counts
             counted = key.startswith("dataflex/prerollout/") and key.rsplit("/", 1)[1] in (
-                "skipped", "skipped_easy", "skipped_hard", "candidates", "candidates_skipped",
-                "replacements", "tokens_saved_est", "forced", "rounds")
-            self._pending_metrics[key] = value + (self._pending_metrics.get(key, 0.0)
-                                                  if counted else 0.0)
+                "skipped",
+                "skipped_easy",
+                "skipped_hard",
+                "candidates",
+                "candidates_skipped",
+                "replacements",
+                "tokens_saved_est",
+                "forced",
+                "rounds",
+            )
+            self._pending_metrics[key] = value + (
+                self._pending_metrics.get(key, 0.0) if counted else 0.0
+            )
         batch = tu.get_tensordict(batch_dict)
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return batch
@@ -172,41 +193,67 @@ class DataflexTrainer(PPOTrainerSync):
         """Read the batch, decide, write weights/masks/advantages back; return the new meta."""
         present = set(batch.fields or ())
         optional = [f for f in ("old_log_probs", "rollout_is_weights") if f in present]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["uid", "response_mask", "loss_mask", "rm_scores",
-                                              "advantages", *optional])
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=[
+                "uid",
+                "response_mask",
+                "loss_mask",
+                "rm_scores",
+                "advantages",
+                *optional,
+            ],
+        )
         nested_mask = data["response_mask"]
         uids = [str(u) for u in data["uid"]]
         dense = data.exclude("uid").to_padded_tensor()
         step = self._strategy_step()
         rb, sessions = build_batch(
-            keys=batch.keys, uids=uids,
+            keys=batch.keys,
+            uids=uids,
             is_padding=[bool(t.get("is_padding", False)) for t in batch.tags],
-            rm_scores=dense["rm_scores"], response_mask=dense["response_mask"],
-            advantages=dense["advantages"], old_log_probs=dense.get("old_log_probs", None),
+            rm_scores=dense["rm_scores"],
+            response_mask=dense["response_mask"],
+            advantages=dense["advantages"],
+            old_log_probs=dense.get("old_log_probs", None),
             step=step,
             domains=self.intake.domains if self.intake is not None else None,
             domain_of_uid=(lambda u: self._submitted(u)[1]) if self.intake is not None else None,
-            prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None)
-        target = self.strategy.proportions   # what this batch was drawn at
+            prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None,
+        )
+        target = self.strategy.proportions  # what this batch was drawn at
         decision = self.strategy.decide(rb)
         metrics.update(decision.metrics)
         if self.decision_log is not None:
             self.decision_log.record(rb, decision, target=target, metrics=self._pending_metrics)
         if "prerollout" in self.strategy.parts:
-            metrics.update(generation_metrics(
-                rb, self._pending_metrics.get("dataflex/prerollout/tokens_saved_est"),
-                self._generation_seconds()))
+            metrics.update(
+                generation_metrics(
+                    rb,
+                    self._pending_metrics.get("dataflex/prerollout/tokens_saved_est"),
+                    self._generation_seconds(),
+                )
+            )
         self._forget_prompts(step)
         if "select" not in self.strategy.parts and "reweight" not in self.strategy.parts:
             return batch
-        wb = writeback(decision, rb, sessions, response_mask=dense["response_mask"],
-                       loss_mask=dense["loss_mask"], advantages=dense["advantages"],
-                       existing_weights=dense.get("rollout_is_weights", None))
+        wb = writeback(
+            decision,
+            rb,
+            sessions,
+            response_mask=dense["response_mask"],
+            loss_mask=dense["loss_mask"],
+            advantages=dense["advantages"],
+            existing_weights=dense.get("rollout_is_weights", None),
+        )
         metrics["dataflex/composed_rollout_is_weights"] = float("rollout_is_weights" in present)
         fields = {k: response_to_nested(v, nested_mask) for k, v in wb.fields().items()}
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                               fields=TensorDict(fields, batch_size=len(batch)))
+        return tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=TensorDict(fields, batch_size=len(batch)),
+        )
 
     def _generation_seconds(self) -> float | None:
         """Seconds verl's ``gen`` timer spent on this batch (None outside `fit`).
@@ -228,8 +275,10 @@ class DataflexTrainer(PPOTrainerSync):
         try:
             return self._prompts[uid]
         except KeyError:
-            raise KeyError(f"dataflex: prompt {uid!r} was not submitted by the dataflex intake "
-                           "(was it generated by another path?)") from None
+            raise KeyError(
+                f"dataflex: prompt {uid!r} was not submitted by the dataflex intake "
+                "(was it generated by another path?)"
+            ) from None
 
     def _forget_prompts(self, step: int) -> None:
         """Drop intake records older than the previous step (e.g. groups DAPO evicted)."""
@@ -243,14 +292,24 @@ class DataflexTrainer(PPOTrainerSync):
         c = self.dataflex.decision_log
         if not c.enabled:
             return None
-        folder = c.dir if os.path.isabs(c.dir) else os.path.join(
-            self.config.trainer.default_local_dir, c.dir)
+        folder = (
+            c.dir
+            if os.path.isabs(c.dir)
+            else os.path.join(self.config.trainer.default_local_dir, c.dir)
+        )
         logger.info("dataflex: decision log in %s", folder)
         return DecisionLog.from_config(
-            c, folder, domains=domains, strategy_spec=self.strategy.spec.to_dict(), host="verl",
-            settings={"advantage_estimator": self.strategy.advantage_estimator,
-                      "norm_adv_by_std": self.strategy.norm_adv_by_std,
-                      "seed": self.dataflex.seed})
+            c,
+            folder,
+            domains=domains,
+            strategy_spec=self.strategy.spec.to_dict(),
+            host="verl",
+            settings={
+                "advantage_estimator": self.strategy.advantage_estimator,
+                "norm_adv_by_std": self.strategy.norm_adv_by_std,
+                "seed": self.dataflex.seed,
+            },
+        )
 
     def fit(self, *args, **kwargs):
         try:
@@ -261,38 +320,60 @@ class DataflexTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ checkpoints
     def dataflex_state_dict(self) -> dict:
-        return {"format": 1, "strategy": self.strategy.state_dict(),
-                "intake": None if self.intake is None else self.intake.state_dict()}
+        return {
+            "format": 1,
+            "strategy": self.strategy.state_dict(),
+            "intake": None if self.intake is None else self.intake.state_dict(),
+        }
 
     def load_dataflex_state_dict(self, state: dict) -> None:
         self.strategy.load_state_dict(state["strategy"])
         if self.intake is not None:
             if state.get("intake") is None:
-                raise ValueError("dataflex: the checkpoint has no intake state, but the "
-                                 "strategy mixes or pre-filters")
+                raise ValueError(
+                    "dataflex: the checkpoint has no intake state, but the "
+                    "strategy mixes or pre-filters"
+                )
             self.intake.load_state_dict(state["intake"])
 
     def _save_checkpoint(self) -> None:
-        folder = os.path.join(self.config.trainer.default_local_dir,
-                              f"global_step_{self.global_steps}")
+        folder = os.path.join(
+            self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
+        )
         save_state(os.path.join(folder, STATE_FILE), self.dataflex_state_dict())
-        if self.decision_log is not None:   # the log never lags a checkpoint
+        if self.decision_log is not None:  # the log never lags a checkpoint
             self.decision_log.flush()
-        super()._save_checkpoint()   # writes latest_checkpointed_iteration.txt last
+        super()._save_checkpoint()  # writes latest_checkpointed_iteration.txt last
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()
-        if self.decision_log is not None:   # drop steps logged after the checkpoint
+        if self.decision_log is not None:  # drop steps logged after the checkpoint
             self.decision_log.truncate(max(int(self.global_steps), 0))
         if self.global_steps <= 0:
             return
         folder = self._resumed_folder()
-        path = next((p for p in (os.path.join(folder, STATE_FILE),
-                                 os.path.join(folder, LEGACY_STATE_FILE))
-                     if os.path.exists(p)), None) if folder else None
+        path = (
+            next(
+                (
+                    p
+                    for p in (
+                        os.path.join(folder, STATE_FILE),
+                        os.path.join(folder, LEGACY_STATE_FILE),
+                    )
+                    if os.path.exists(p)
+                ),
+                None,
+            )
+            if folder
+            else None
+        )
         if path is None:
-            logger.warning("dataflex: resuming at step %d without %s in %s; the strategy "
-                           "starts fresh", self.global_steps, STATE_FILE, folder)
+            logger.warning(
+                "dataflex: resuming at step %d without %s in %s; the strategy starts fresh",
+                self.global_steps,
+                STATE_FILE,
+                folder,
+            )
             return
         self.load_dataflex_state_dict(load_state(path))
         logger.info("dataflex: restored strategy state from %s", path)

@@ -19,13 +19,23 @@ from tests.decision_logs import DOMAINS, make_batch, write_log
 
 def test_hand_worked_step(tmp_path):
     # two groups of 3; group 0 solves 1 of 3 (rate 1/3: kept by difffilter), group 1 none
-    b = from_lists([1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0, 0, 0, 1, 1, 1], [3, 1, 2, 4, 4, 2],
-                   advantages=[1.1547, -0.5774, -0.5774, 0.0, 0.0, 0.0],
-                   prompt_keys=("a",) * 3 + ("b",) * 3, step=7)
+    b = from_lists(
+        [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [0, 0, 0, 1, 1, 1],
+        [3, 1, 2, 4, 4, 2],
+        advantages=[1.1547, -0.5774, -0.5774, 0.0, 0.0, 0.0],
+        prompt_keys=("a",) * 3 + ("b",) * 3,
+        step=7,
+    )
     st = Strategy("difffilter")
     d = st.decide(b)
-    log = DecisionLog(tmp_path, domains=("default",), strategy_spec=st.spec.to_dict(),
-                      host="test", steps_per_file=1)
+    log = DecisionLog(
+        tmp_path,
+        domains=("default",),
+        strategy_spec=st.spec.to_dict(),
+        host="test",
+        steps_per_file=1,
+    )
     log.record(b, d)
     t = pq.read_table(tmp_path / RESPONSES).to_pydict()
     assert t["step"] == [7] * 6
@@ -36,10 +46,16 @@ def test_hand_worked_step(tmp_path):
     assert t["keep"] == [True, True, True, False, False, False]
     assert t["weight"] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     assert t["advantage"] == pytest.approx([1.1547, -0.5774, -0.5774, 0, 0, 0], abs=1e-6)
-    assert np.isnan(t["logprob_mean"]).all()          # the batch has no old log-probs
+    assert np.isnan(t["logprob_mean"]).all()  # the batch has no old log-probs
     s = pq.read_table(tmp_path / STEPS).to_pylist()[0]
-    assert (s["step"], s["responses"], s["groups"], s["max_length"], s["tokens"], s["kept"]) \
-        == (7, 6, 2, 4, 16, 3)
+    assert (s["step"], s["responses"], s["groups"], s["max_length"], s["tokens"], s["kept"]) == (
+        7,
+        6,
+        2,
+        4,
+        16,
+        3,
+    )
     assert s["actual_default"] == 1.0 and np.isnan(s["target_default"])
 
 
@@ -51,14 +67,14 @@ def test_advantage_is_the_exact_token_value_and_the_mean_is_the_summary(tmp_path
     for s in range(4):
         b = make_batch(s)
         rows = t.filter(pq.filters_to_expression([("step", "=", s)])).to_pydict()
-        first = b.advantages[:, 0].numpy()                       # every length >= 1
+        first = b.advantages[:, 0].numpy()  # every length >= 1
         assert np.array_equal(np.array(rows["advantage"], np.float32), first)
         plain = (b.advantages.sum(1) / b.response_length).numpy()
         assert np.allclose(rows["advantage_mean"], plain, atol=1e-6)
         lp = ((b.old_log_probs * b.response_mask).sum(1) / b.response_length).numpy()
         assert np.allclose(rows["logprob_mean"], lp, atol=1e-5)
         keys = rows["prompt_key"]
-        assert tuple(keys) == b.prompt_keys                      # a plain-loop oracle
+        assert tuple(keys) == b.prompt_keys  # a plain-loop oracle
         assert [DOMAINS.index(x) for x in rows["domain"]] == b.domain_ids.tolist()
 
 
@@ -66,8 +82,11 @@ def test_files_per_n_steps_metadata_and_schema_version(tmp_path):
     st, _ = write_log(tmp_path, "dump_ucb", 10, steps_per_file=4)
     for table in (RESPONSES, STEPS):
         names = sorted(p.name for p in (tmp_path / table).iterdir())
-        assert names == ["part-000000000.parquet", "part-000000004.parquet",
-                         "part-000000008.parquet"]
+        assert names == [
+            "part-000000000.parquet",
+            "part-000000004.parquet",
+            "part-000000008.parquet",
+        ]
         meta = pq.read_schema(tmp_path / table / names[0]).metadata
         assert int(meta[b"dataflex.schema_version"]) == SCHEMA_VERSION
         assert meta[b"dataflex.table"].decode() == table
@@ -100,7 +119,7 @@ def test_full_tokens_are_list_columns_of_the_valid_tokens(tmp_path):
     t = pq.read_table(tmp_path / RESPONSES)
     b = make_batch(1)
     rows = t.filter(pq.filters_to_expression([("step", "=", 1)])).to_pydict()
-    for i in range(b.batch_size):                       # plain loop: the oracle
+    for i in range(b.batch_size):  # plain loop: the oracle
         n = int(b.response_length[i])
         assert rows["logprob_tokens"][i] == pytest.approx(b.old_log_probs[i, :n].tolist())
         assert rows["advantage_tokens"][i] == pytest.approx(b.advantages[i, :n].tolist())
@@ -118,13 +137,16 @@ def test_integer_prompt_keys_stay_integers(tmp_path):
 
 def test_readable_without_this_package(tmp_path):
     write_log(tmp_path, "difffilter", 3)
-    code = (f"import sys; sys.modules['dataflex_rl'] = None\n"
-            f"import pyarrow.parquet as pq\n"
-            f"t = pq.read_table({str(tmp_path / RESPONSES)!r})\n"
-            f"s = pq.read_table({str(tmp_path / STEPS)!r})\n"
-            f"print(t.num_rows, s.num_rows, sorted(set(t.column('domain').to_pylist())))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
+    code = (
+        f"import sys; sys.modules['dataflex_rl'] = None\n"
+        f"import pyarrow.parquet as pq\n"
+        f"t = pq.read_table({str(tmp_path / RESPONSES)!r})\n"
+        f"s = pq.read_table({str(tmp_path / STEPS)!r})\n"
+        f"print(t.num_rows, s.num_rows, sorted(set(t.column('domain').to_pylist())))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out[:2] == ["96", "3"]
     pd = pytest.importorskip("pandas")
     frame = pd.read_parquet(tmp_path / RESPONSES)

@@ -41,9 +41,15 @@ def test_largest_remainder_capacity_reallocates_in_proportion():
     assert out.tolist() == [1, 2, 2]
 
 
-@pytest.mark.parametrize("p, n", [
-    ([-0.1, 1.1], 3), ([float("nan"), 1.0], 3), ([0.5, 0.5], -1), ([0.0, 0.0], 3),
-])
+@pytest.mark.parametrize(
+    "p, n",
+    [
+        ([-0.1, 1.1], 3),
+        ([float("nan"), 1.0], 3),
+        ([0.5, 0.5], -1),
+        ([0.0, 0.0], 3),
+    ],
+)
 def test_largest_remainder_rejects_bad_input(p, n):
     with pytest.raises(ValueError):
         largest_remainder(P(p), n)
@@ -55,7 +61,7 @@ def test_sampler_follows_proportions_and_reports_them():
     drawn, m = s.sample(P([0.5, 0.3, 0.2]), 7)
     counts = [sum(1 for d, _ in drawn if d == k) for k in range(3)]
     assert counts == [4, 2, 1]
-    assert [d for d, _ in drawn] == sorted(d for d, _ in drawn)       # grouped by domain
+    assert [d for d, _ in drawn] == sorted(d for d, _ in drawn)  # grouped by domain
     assert m["dataflex/mix/domain/a/target"] == pytest.approx(0.5)
     assert m["dataflex/mix/domain/a/actual"] == pytest.approx(4 / 7)
     assert m["dataflex/mix/domain/c/prompts_available"] == 100.0
@@ -69,7 +75,7 @@ def test_sampler_is_deterministic_and_without_replacement_within_an_epoch():
     db = [b.sample(P([0.5, 0.5]), 4)[0] for _ in range(3)]
     assert da == db
     first_epoch_a = [i for batch in da for d, i in batch if d == 0][:5]
-    assert sorted(first_epoch_a) == [0, 1, 2, 3, 4]     # each item once before any repeats
+    assert sorted(first_epoch_a) == [0, 1, 2, 3, 4]  # each item once before any repeats
     other = DomainSampler([5, 5], ("a", "b"), seed=4)
     assert [other.sample(P([0.5, 0.5]), 4)[0] for _ in range(3)] != da
 
@@ -87,12 +93,12 @@ def test_exhausted_domains_without_cycling():
     d1, m1 = s.sample(P([0.5, 0.5]), 4)
     assert [d for d, _ in d1] == [0, 0, 1, 1]
     assert m1["dataflex/mix/domain/a/prompts_available"] == 0.0
-    d2, _ = s.sample(P([0.5, 0.5]), 4)          # a is exhausted: its share goes to b
+    d2, _ = s.sample(P([0.5, 0.5]), 4)  # a is exhausted: its share goes to b
     assert [d for d, _ in d2] == [1, 1, 1, 1]
-    d3, m3 = s.sample(P([0.5, 0.5]), 6)         # b has 4 left: shortfall 2
+    d3, m3 = s.sample(P([0.5, 0.5]), 6)  # b has 4 left: shortfall 2
     assert [d for d, _ in d3] == [1] * 4 and m3["dataflex/sampler/shortfall"] == 2.0
     all_b = [i for batch in (d1, d2, d3) for d, i in batch if d == 1]
-    assert sorted(all_b) == list(range(10))      # every prompt of b exactly once
+    assert sorted(all_b) == list(range(10))  # every prompt of b exactly once
     with pytest.raises(RuntimeError, match="exhausted"):
         s.sample(P([0.5, 0.5]), 1)
 
@@ -124,8 +130,12 @@ def test_sampler_checks_its_arguments():
 
 def test_draw_metrics_hand_worked_with_a_slash_in_a_domain():
     # target [2, 1, 1] normalizes to .5, .25, .25; drawn 3, 0, 1 of 4 -> .75, 0, .25
-    m = draw_metrics(("openai/gsm8k", "b c", "d"), P([2.0, 1.0, 1.0]),
-                     torch.tensor([3, 0, 1]), torch.tensor([10, 0, 5]))
+    m = draw_metrics(
+        ("openai/gsm8k", "b c", "d"),
+        P([2.0, 1.0, 1.0]),
+        torch.tensor([3, 0, 1]),
+        torch.tensor([10, 0, 5]),
+    )
     assert m == {
         "dataflex/mix/domain/openai_gsm8k/target": 0.5,
         "dataflex/mix/domain/openai_gsm8k/actual": 0.75,
@@ -135,7 +145,8 @@ def test_draw_metrics_hand_worked_with_a_slash_in_a_domain():
         "dataflex/mix/domain/b_c/prompts_available": 0.0,
         "dataflex/mix/domain/d/target": 0.25,
         "dataflex/mix/domain/d/actual": 0.25,
-        "dataflex/mix/domain/d/prompts_available": 5.0}
+        "dataflex/mix/domain/d/prompts_available": 5.0,
+    }
     # nothing drawn: actual 0, not NaN
     m = draw_metrics(("a",), P([1.0]), torch.tensor([0]), torch.tensor([0]))
     assert m["dataflex/mix/domain/a/actual"] == 0.0

@@ -14,15 +14,20 @@ from dataflex_rl.hosts.common.state import load_state, save_state
 
 
 def test_round_trip_keeps_tensors_and_python_objects(tmp_path):
-    state = {"t": torch.arange(3), "keys": ["a", ("b", 1)], "rng": torch.Generator().get_state(),
-             "by_id": {0: 1.5, 7: None}, "nan": float("nan")}
-    path = save_state(tmp_path / "sub" / "s.safetensors", state)   # creates the folder
+    state = {
+        "t": torch.arange(3),
+        "keys": ["a", ("b", 1)],
+        "rng": torch.Generator().get_state(),
+        "by_id": {0: 1.5, 7: None},
+        "nan": float("nan"),
+    }
+    path = save_state(tmp_path / "sub" / "s.safetensors", state)  # creates the folder
     assert path == tmp_path / "sub" / "s.safetensors"
     back = load_state(path)
     assert back["t"].tolist() == [0, 1, 2] and back["keys"] == ["a", ("b", 1)]
     assert torch.equal(back["rng"], state["rng"]) and back["by_id"] == {0: 1.5, 7: None}
     assert back["nan"] != back["nan"]
-    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["s.safetensors"]   # no temporary
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["s.safetensors"]  # no temporary
 
 
 def test_a_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
@@ -36,7 +41,7 @@ def test_a_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
         save_state(path, {"v": 2})
     monkeypatch.undo()
     assert load_state(path) == {"v": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["s.safetensors"]   # the temporary is gone
+    assert [p.name for p in tmp_path.iterdir()] == ["s.safetensors"]  # the temporary is gone
 
 
 def test_an_old_torch_save_of_plain_data_loads_but_code_does_not(tmp_path):
