@@ -45,7 +45,7 @@ MANIFEST = "MANIFEST.json"
 META = "meta.json"
 SCHEMA = 1
 KEEP = 2
-# parts of `GRPOTrainer.state_dict` stored as state files; the rest goes to meta.json
+# parts of `EmbeddedTrainer.state_dict` stored as state files; the rest goes to meta.json
 PARTS = ("model", "optimizer", "strategy", "sampler", "rng")
 
 
@@ -95,7 +95,7 @@ def has_checkpoint(directory: str | Path) -> bool:
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` (`GRPOTrainer.state_dict` output) as a new checkpoint; returns its folder.
+    """Write ``state`` (`EmbeddedTrainer.state_dict` output) as a new checkpoint; returns its folder.
 
     Raises:
         CheckpointError: the checkpoint could not be written (e.g. the disk is full); the
