@@ -172,8 +172,9 @@ def read_log(path: str | Path) -> DecisionLogData:
     dom = pc.index_in(pc.cast(resp["domain"], pa.string()), value_set=pa.array(domains))
     cols["domain"] = dom.to_numpy(zero_copy_only=False).astype(np.int64)
     keys = resp["prompt_key"]
-    cols["prompt_key"] = None if keys.null_count == len(keys) else \
-        pc.cast(keys, keys.type.value_type).to_pylist()
+    if pa.types.is_dictionary(keys.type):  # files may differ: dictionary-encoded or plain
+        keys = pc.cast(keys, keys.type.value_type)
+    cols["prompt_key"] = None if keys.null_count == len(keys) else keys.to_pylist()
     if "advantage_tokens" in resp.column_names:
         for name in ("advantage_tokens", "logprob_tokens"):
             lists = resp[name].combine_chunks()
