@@ -15,7 +15,7 @@ from torch import Tensor
 from dataflex_rl.core.base import SELECTORS, Selector
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.config import param
-from dataflex_rl.core.segment import lexsort, rank_in_segment, round_half_up, segment_min
+from dataflex_rl.core.segment import round_half_up, segment_min, segment_rank
 
 
 def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> Tensor:
@@ -55,14 +55,15 @@ class MaxVariance(Selector):
         lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
         s = torch.where(active, s - lo[batch.group_ids], torch.zeros_like(s))
         inactive_last = (~active).to(torch.int8)
-        order = lexsort(s, inactive_last, batch.group_ids)   # ascending within group
-        rank = rank_in_segment(order, batch.group_ids, G)
+        rank = segment_rank((s, inactive_last), batch.group_ids, G)   # ascending within group
         size = batch.group_size
         k = keep_counts(batch, self.keep_fraction)
         S = int(size.max()) if G else 0
-        sorted_r = torch.zeros(G, S + 1, dtype=torch.float64)
-        ok = active & (rank < S)
-        sorted_r[batch.group_ids[ok], rank[ok] + 1] = s[ok]       # column 0 stays 0
+        # row g: 0, then group g's active rewards ascending; inactive rows land in a spare cell
+        cell = torch.where(active, batch.group_ids * (S + 1) + rank + 1, G * (S + 1))
+        sorted_r = torch.zeros(G * (S + 1) + 1, dtype=torch.float64)
+        sorted_r[cell] = s                                           # s is 0 where inactive
+        sorted_r = sorted_r[:-1].view(G, S + 1)
         P = sorted_r.cumsum(1)                                     # P[:, j] = sum of j lowest
         Q = (sorted_r ** 2).cumsum(1)
         a = torch.arange(S + 1, dtype=torch.int64)[None, :]        # [1, S+1]
@@ -77,10 +78,9 @@ class MaxVariance(Selector):
         best = var.max(1, keepdim=True).values
         tol = 1e-12 * (1.0 + best.abs())
         a_star = ((var >= best - tol) & valid).to(torch.int64).argmax(1)   # first (smallest) a
-        low_keep = rank < a_star[batch.group_ids]
-        high_from = size[batch.group_ids] - (k - a_star)[batch.group_ids]
-        high_keep = (rank >= high_from) & (rank < size[batch.group_ids])
-        return (low_keep | high_keep) & active
+        # an active row's rank is below its group's size: the high block ends there
+        low_end, high_from = a_star[batch.group_ids], (size - k + a_star)[batch.group_ids]
+        return ((rank < low_end) | (rank >= high_from)) & active
 
 
 @SELECTORS.register("gfpo")
@@ -108,8 +108,7 @@ class GroupFilter(Selector):
         active = batch.active_mask
         s = scores.to(torch.float64)
         s = torch.where(active, -s if self.largest else s, torch.zeros_like(s))
-        order = lexsort(batch.response_length, -batch.clean_rewards.to(torch.float64), s,
-                        (~active).to(torch.int8), batch.group_ids)
-        rank = rank_in_segment(order, batch.group_ids, G)
+        rank = segment_rank((batch.response_length, -batch.clean_rewards.to(torch.float64), s,
+                             (~active).to(torch.int8)), batch.group_ids, G)
         k = keep_counts(batch, self.keep_fraction)
         return (rank < k[batch.group_ids]) & active
