@@ -115,7 +115,7 @@ SIZES = {"small": (64, 8, 1024), "medium": (256, 8, 2048), "large": (512, 16, 40
 DOMAINS = ("math", "logic", "science")
 MIX_PRESETS = loops.MIXERS
 TOKEN_LEVEL = ("ar",)
-REFERENCE = ("baseline",)          # no mechanism: shown, but no target applies
+REFERENCE = ("baseline",)  # no mechanism: shown, but no target applies
 MAX_MS, MAX_FUSED_RATIO = 5.0, 1.5
 
 
@@ -130,8 +130,9 @@ def make_tensors(prompts: int, G: int, T: int, seed: int = 0, n_pad: int = 4) ->
     group = torch.arange(prompts).repeat_interleave(G)
     u = torch.rand(prompts, generator=g)
     # a quarter of the prompts unsolved, a sixth always solved, the rest in between
-    p_solve = torch.where(u < 0.25, 0.0, torch.where(u > 5 / 6, 1.0, torch.rand(prompts,
-                                                                               generator=g)))
+    p_solve = torch.where(
+        u < 0.25, 0.0, torch.where(u > 5 / 6, 1.0, torch.rand(prompts, generator=g))
+    )
     rewards = (torch.rand(B, generator=g) < p_solve[group]).float()
     lengths = torch.randint(T // 16, T + 1, (B,), generator=g)
     lengths[torch.rand(B, generator=g) < 0.1] = T
@@ -152,17 +153,25 @@ def make_tensors(prompts: int, G: int, T: int, seed: int = 0, n_pad: int = 4) ->
         domain = torch.cat([domain, domain[idx]])
     is_padding = torch.zeros(B + n_pad, dtype=torch.bool)
     is_padding[B:] = True
-    return {"rewards": rewards, "response_mask": mask, "advantages": advantages,
-            "old_log_probs": old_log_probs, "group_ids": group, "domain_ids": domain,
-            "is_padding": is_padding}
+    return {
+        "rewards": rewards,
+        "response_mask": mask,
+        "advantages": advantages,
+        "old_log_probs": old_log_probs,
+        "group_ids": group,
+        "domain_ids": domain,
+        "is_padding": is_padding,
+    }
 
 
 def per_response_inputs(t: dict) -> dict:
     """The per-response inputs a GRPO host has: each response's advantage (constant over its
     tokens) and its length."""
     n = t["response_mask"].sum(1)
-    return {"response_advantages": torch.where(n > 0, t["advantages"][:, 0], 0.0),
-            "response_lengths": n}
+    return {
+        "response_advantages": torch.where(n > 0, t["advantages"][:, 0], 0.0),
+        "response_lengths": n,
+    }
 
 
 def make_batch(t: dict, step: int = 0) -> RolloutBatch:
@@ -190,25 +199,46 @@ def check_agreement(name: str, t: dict, decision, ref: dict) -> None:
         scores = torch.tensor(ref["scores"], dtype=torch.float64)
         cut = scores[ref_keep].min()
         assert int(keep.sum()) == int(ref_keep.sum()), f"{name}: kept counts differ"
-        assert torch.allclose(scores[diff], cut.expand(int(diff.sum())), rtol=1e-5), \
+        assert torch.allclose(scores[diff], cut.expand(int(diff.sum())), rtol=1e-5), (
             f"{name}: keep masks differ beyond rounding ties"
+        )
     else:
         assert torch.equal(keep, ref_keep), f"{name}: keep masks differ"
     if "weights" in ref:
-        torch.testing.assert_close(decision.weights_per_response.double(), ref["weights"],
-                                   rtol=1e-5, atol=1e-6, msg=f"{name}: weights differ")
+        torch.testing.assert_close(
+            decision.weights_per_response.double(),
+            ref["weights"],
+            rtol=1e-5,
+            atol=1e-6,
+            msg=f"{name}: weights differ",
+        )
     if "token_weights" in ref:
-        torch.testing.assert_close(decision.weights_per_token, ref["token_weights"],
-                                   rtol=1e-5, atol=1e-6, msg=f"{name}: token weights differ")
+        torch.testing.assert_close(
+            decision.weights_per_token,
+            ref["token_weights"],
+            rtol=1e-5,
+            atol=1e-6,
+            msg=f"{name}: token weights differ",
+        )
     if "advantages" in ref:
         assert decision.advantages is not None, f"{name}: advantages not recomputed"
         expected = ref["advantages"][:, None].float() * t["response_mask"]
-        torch.testing.assert_close(decision.advantages, expected, rtol=1e-5, atol=1e-5,
-                                   msg=f"{name}: recomputed advantages differ")
+        torch.testing.assert_close(
+            decision.advantages,
+            expected,
+            rtol=1e-5,
+            atol=1e-5,
+            msg=f"{name}: recomputed advantages differ",
+        )
     if "proportions" in ref:
         assert decision.proportions is not None, f"{name}: no proportions update"
-        torch.testing.assert_close(decision.proportions, ref["proportions"], rtol=1e-6,
-                                   atol=1e-9, msg=f"{name}: proportions differ")
+        torch.testing.assert_close(
+            decision.proportions,
+            ref["proportions"],
+            rtol=1e-6,
+            atol=1e-9,
+            msg=f"{name}: proportions differ",
+        )
 
 
 def agree(name: str, t: dict) -> None:
@@ -260,23 +290,23 @@ def read_floor(t: dict) -> None:
 class Row:
     preset: str
     size: str
-    inputs: str              # "token" ([B, T] tensors only) or "response" (+ per-response)
+    inputs: str  # "token" ([B, T] tensors only) or "response" (+ per-response)
     B: int
     T: int
-    ms_1t: float             # torch at 1 thread
-    ms_host: float           # torch at --threads, the Strategy's default (threads=1)
-    ms_free: float | None    # torch at --threads, Strategy(threads=None): the decision's ops
-                             # use every thread (what every decision did before)
+    ms_1t: float  # torch at 1 thread
+    ms_host: float  # torch at --threads, the Strategy's default (threads=1)
+    ms_free: float | None  # torch at --threads, Strategy(threads=None): the decision's ops
+    # use every thread (what every decision did before)
     loop_ms: float | None
     ratio: float | None
-    loaded: bool = False     # timed while --load busy processes ran
-    fused_ms: float | None = None      # one fused read-and-write pass, 1 thread
-    fused_ratio: float | None = None   # ms_1t / fused_ms (token-level presets)
-    read_ms: float | None = None       # decide + reading weights_per_token, 1 thread
+    loaded: bool = False  # timed while --load busy processes ran
+    fused_ms: float | None = None  # one fused read-and-write pass, 1 thread
+    fused_ratio: float | None = None  # ms_1t / fused_ms (token-level presets)
+    read_ms: float | None = None  # decide + reading weights_per_token, 1 thread
     ms_ok: bool | None = None
     fused_ok: bool | None = None
-    threads_ok: bool | None = None     # ms_host <= 2 x ms_1t
-    load: float = 0.0        # 1-minute load average of the machine when the row was timed
+    threads_ok: bool | None = None  # ms_host <= 2 x ms_1t
+    load: float = 0.0  # 1-minute load average of the machine when the row was timed
 
 
 def wait_for_quiet(max_load: float | None, patience_s: float = 300.0) -> float:
@@ -294,15 +324,17 @@ class BusyLoad:
         self.n = n
         self.procs: list[subprocess.Popen] = []
 
-    def __enter__(self) -> "BusyLoad":
-        code = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n" \
-               "while True:\n    pass\n"
+    def __enter__(self) -> BusyLoad:
+        code = (
+            "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+            "while True:\n    pass\n"
+        )
         self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(self.n)]
-        time.sleep(0.5)           # let them get on the CPUs
+        time.sleep(0.5)  # let them get on the CPUs
         return self
 
     def __exit__(self, *exc) -> None:
-        for p in self.procs:      # only the processes this object started, by pid
+        for p in self.procs:  # only the processes this object started, by pid
             p.terminate()
         for p in self.procs:
             try:
@@ -315,6 +347,7 @@ class BusyLoad:
 
 def with_threads(n: int, fn):
     """``fn`` called with torch at ``n`` threads (the previous count restored)."""
+
     def run():
         prev = torch.get_num_threads()
         torch.set_num_threads(n)
@@ -322,27 +355,49 @@ def with_threads(n: int, fn):
             return fn()
         finally:
             torch.set_num_threads(prev)
+
     return run
 
 
-def time_decision(name: str, t: dict, repeats: int, torch_threads: int,
-                  strategy_threads: int | None | str = "default", read: bool = False) -> float:
+def time_decision(
+    name: str,
+    t: dict,
+    repeats: int,
+    torch_threads: int,
+    strategy_threads: int | None | str = "default",
+    read: bool = False,
+) -> float:
     """Median ms of ``decide`` (with ``read``: and of reading its [B, T] token weights)."""
     kw = {} if strategy_threads == "default" else {"threads": strategy_threads}
     strategy = Strategy(strategy_spec(name), domains=DOMAINS, **kw)
     if read:
+
         def call(b):
             return strategy.decide(b).weights_per_token
     else:
         call = strategy.decide
-    xs = with_threads(torch_threads, lambda: timed(
-        lambda: (lambda b=make_batch(t): call(b)), repeats))()
+
+    def thunk():  # a fresh batch per repeat, built untimed
+        b = make_batch(t)
+        return lambda: call(b)
+
+    xs = with_threads(torch_threads, lambda: timed(thunk, repeats))()
     return statistics.median(xs)
 
 
-def bench_preset(name: str, size: str, inputs: str, t: dict, repeats: int,
-                 loop_repeats: int, fused: float, threads: int, loaded: bool,
-                 loops_too: bool, max_load: float | None = None) -> Row:
+def bench_preset(
+    name: str,
+    size: str,
+    inputs: str,
+    t: dict,
+    repeats: int,
+    loop_repeats: int,
+    fused: float,
+    threads: int,
+    loaded: bool,
+    loops_too: bool,
+    max_load: float | None = None,
+) -> Row:
     if loops_too:
         agree(name, t)
     load = wait_for_quiet(max_load)
@@ -352,10 +407,22 @@ def bench_preset(name: str, size: str, inputs: str, t: dict, repeats: int,
     lp = None
     if loops_too:
         loop = loop_for(name)
-        lp = statistics.median(timed(lambda: (lambda: loop(t)), loop_repeats))
+        lp = statistics.median(timed(lambda: lambda: loop(t), loop_repeats))
     B, T = t["response_mask"].shape
-    row = Row(name, size, inputs, B, T, ms_1t, ms_host, ms_free, lp,
-              None if lp is None else lp / ms_host, loaded, load=load)
+    row = Row(
+        name,
+        size,
+        inputs,
+        B,
+        T,
+        ms_1t,
+        ms_host,
+        ms_free,
+        lp,
+        None if lp is None else lp / ms_host,
+        loaded,
+        load=load,
+    )
     row.threads_ok = ms_host <= 2 * ms_1t
     if name in TOKEN_LEVEL:
         row.fused_ms = fused
@@ -376,26 +443,33 @@ def fmt(x: float | None, w: int = 8, d: int = 2) -> str:
 
 
 def print_header() -> None:
-    print(f"{'preset':11s} {'inputs':8s} {'1 thr':>8s} {'host':>8s} {'free':>9s} "
-          f"{'host/1':>6s} {'free/1':>7s} {'loop ms':>9s} {'loop/x':>7s} {'load':>5s}  target")
+    print(
+        f"{'preset':11s} {'inputs':8s} {'1 thr':>8s} {'host':>8s} {'free':>9s} "
+        f"{'host/1':>6s} {'free/1':>7s} {'loop ms':>9s} {'loop/x':>7s} {'load':>5s}  target"
+    )
 
 
 def print_row(r: Row) -> None:
     free = fmt(r.ms_free, 9)
     free_ratio = "-" if r.ms_free is None else f"{r.ms_free / r.ms_1t:.1f}"
     if r.fused_ms is not None:
-        target = (f"<={MAX_FUSED_RATIO:g}x fused ({r.fused_ms:.2f} ms): {yn(r.fused_ok)} "
-                  f"x{r.fused_ratio:.2f}; + reading weights_per_token {r.read_ms:.1f} ms "
-                  f"(x{r.read_ms / r.fused_ms:.2f})")
+        target = (
+            f"<={MAX_FUSED_RATIO:g}x fused ({r.fused_ms:.2f} ms): {yn(r.fused_ok)} "
+            f"x{r.fused_ratio:.2f}; + reading weights_per_token {r.read_ms:.1f} ms "
+            f"(x{r.read_ms / r.fused_ms:.2f})"
+        )
     elif r.ms_ok is not None:
         target = f"<={MAX_MS:g}ms: {yn(r.ms_ok)}"
     else:
         target = "(reference)"
     target += f"  host<=2x 1thr: {yn(r.threads_ok)}"
     loop_ratio = "-" if r.ratio is None else f"{r.ratio:.0f}x"
-    print(f"{r.preset:11s} {r.inputs:8s} {r.ms_1t:8.2f} {r.ms_host:8.2f} {free} "
-          f"{r.ms_host / r.ms_1t:6.1f} {free_ratio:>7s} {fmt(r.loop_ms, 9, 1)} "
-          f"{loop_ratio:>7s} {r.load:5.1f}  {target}", flush=True)
+    print(
+        f"{r.preset:11s} {r.inputs:8s} {r.ms_1t:8.2f} {r.ms_host:8.2f} {free} "
+        f"{r.ms_host / r.ms_1t:6.1f} {free_ratio:>7s} {fmt(r.loop_ms, 9, 1)} "
+        f"{loop_ratio:>7s} {r.load:5.1f}  {target}",
+        flush=True,
+    )
 
 
 def fused_pass(t: dict, out: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> None:
@@ -420,37 +494,60 @@ def scope_cost_us(threads: int, n: int = 2000) -> float:
         torch.set_num_threads(prev)
 
 
-def run_size(size: str, presets: list[str], inputs_modes: list[str], args, loop_repeats: int,
-             loaded: bool) -> list[Row]:
+def run_size(
+    size: str, presets: list[str], inputs_modes: list[str], args, loop_repeats: int, loaded: bool
+) -> list[Row]:
     prompts, G, T = SIZES[size]
     base = make_tensors(prompts, G, T)
     B = base["rewards"].shape[0]
     out = torch.empty_like(base["old_log_probs"])
     scale = torch.rand(B, 1)
     offset = torch.rand(B, 1)
-    fused = {k: statistics.median(with_threads(k, lambda: timed(
-        lambda: (lambda: fused_pass(base, out, scale, offset)), args.repeats))())
-        for k in (1, args.threads)}
-    rd = statistics.median(timed(lambda: (lambda: read_floor(base)), args.repeats))
-    exp1 = statistics.median(with_threads(1, lambda: timed(
-        lambda: (lambda: exp_only(base)), args.repeats))())
-    print(f"\n== {size}: {prompts} prompts x {G} = {B} rows (4 padding), T = {T}"
-          f"{' -- UNDER LOAD: %d busy processes' % args.load if loaded else ''}\n"
-          f"fused read-and-write pass (addcmul into a preallocated [B, T]): "
-          f"{fused[1]:.2f} ms at 1 thread, {fused[args.threads]:.2f} ms at {args.threads}; "
-          f"torch.exp into a new [B, T] (1 thread): {exp1:.2f} ms; "
-          f"reading adv + old_log_probs + mask once: {rd:.2f} ms")
+
+    def fused_thunk():
+        return lambda: fused_pass(base, out, scale, offset)
+
+    def read_thunk():
+        return lambda: read_floor(base)
+
+    def exp_thunk():
+        return lambda: exp_only(base)
+
+    fused = {
+        k: statistics.median(with_threads(k, lambda: timed(fused_thunk, args.repeats))())
+        for k in (1, args.threads)
+    }
+    rd = statistics.median(timed(read_thunk, args.repeats))
+    exp1 = statistics.median(with_threads(1, lambda: timed(exp_thunk, args.repeats))())
+    print(
+        f"\n== {size}: {prompts} prompts x {G} = {B} rows (4 padding), T = {T}"
+        f"{f' -- UNDER LOAD: {args.load} busy processes' if loaded else ''}\n"
+        f"fused read-and-write pass (addcmul into a preallocated [B, T]): "
+        f"{fused[1]:.2f} ms at 1 thread, {fused[args.threads]:.2f} ms at {args.threads}; "
+        f"torch.exp into a new [B, T] (1 thread): {exp1:.2f} ms; "
+        f"reading adv + old_log_probs + mask once: {rd:.2f} ms"
+    )
     print_header()
     rows = []
     for inputs in inputs_modes:
         t = dict(base, **per_response_inputs(base)) if inputs == "response" else base
         for name in presets:
-            row = bench_preset(name, size, inputs, t, args.repeats, loop_repeats, fused[1],
-                               args.threads, loaded, not args.skip_loops and inputs == "token",
-                               args.wait_quiet)
+            row = bench_preset(
+                name,
+                size,
+                inputs,
+                t,
+                args.repeats,
+                loop_repeats,
+                fused[1],
+                args.threads,
+                loaded,
+                not args.skip_loops and inputs == "token",
+                args.wait_quiet,
+            )
             rows.append(row)
             print_row(row)
-    del base, out
+    base = out = None  # free the [B, T] tensors before the next size
     gc.collect()
     return rows
 
@@ -463,53 +560,90 @@ def summarize(rows: list[Row], size: str, loaded: bool, threads: int) -> None:
     resp = [r for r in rows if r.ms_ok is not None and r.inputs == "response"]
     if resp and not loaded:
         miss = [f"{r.preset} ({r.ms_host:.1f} ms)" for r in resp if not r.ms_ok]
-        print(f"response/group-level <= {MAX_MS:g} ms with per-response inputs: "
-              f"{len(resp) - len(miss)}/{len(resp)} met"
-              + (f"; missed: {', '.join(miss)}" if miss else ""))
+        print(
+            f"response/group-level <= {MAX_MS:g} ms with per-response inputs: "
+            f"{len(resp) - len(miss)}/{len(resp)} met"
+            + (f"; missed: {', '.join(miss)}" if miss else "")
+        )
     for r in rows:
         if r.fused_ok is not None:
-            print(f"{r.preset} ({r.inputs} inputs) within {MAX_FUSED_RATIO:g}x of the fused pass "
-                  f"(1 thread): {yn(r.fused_ok)} ({r.ms_1t:.1f} ms vs {r.fused_ms:.1f} ms, "
-                  f"x{r.fused_ratio:.2f}); with the host reading the [B, T] weights "
-                  f"{r.read_ms:.1f} ms (x{r.read_ms / r.fused_ms:.2f})")
-    miss = [f"{r.preset}/{r.inputs} (x{r.ms_host / r.ms_1t:.1f})" for r in rows
-            if not r.threads_ok]
-    print(f"host at {threads} threads (Strategy default) no more than 2x the 1-thread time: "
-          f"{len(rows) - len(miss)}/{len(rows)} met" + (f"; missed: {', '.join(miss)}"
-                                                         if miss else ""))
+            print(
+                f"{r.preset} ({r.inputs} inputs) within {MAX_FUSED_RATIO:g}x of the fused pass "
+                f"(1 thread): {yn(r.fused_ok)} ({r.ms_1t:.1f} ms vs {r.fused_ms:.1f} ms, "
+                f"x{r.fused_ratio:.2f}); with the host reading the [B, T] weights "
+                f"{r.read_ms:.1f} ms (x{r.read_ms / r.fused_ms:.2f})"
+            )
+    miss = [f"{r.preset}/{r.inputs} (x{r.ms_host / r.ms_1t:.1f})" for r in rows if not r.threads_ok]
+    print(
+        f"host at {threads} threads (Strategy default) no more than 2x the 1-thread time: "
+        f"{len(rows) - len(miss)}/{len(rows)} met"
+        + (f"; missed: {', '.join(miss)}" if miss else "")
+    )
     free = [r for r in rows if r.ms_free is not None]
     if free:
         worst = max(free, key=lambda r: r.ms_free / r.ms_1t)
-        print(f"for comparison, decisions using every thread (threads=None): worst "
-              f"{worst.preset}/{worst.inputs} {worst.ms_free:.1f} ms vs {worst.ms_1t:.1f} ms "
-              f"at 1 thread (x{worst.ms_free / worst.ms_1t:.1f})")
+        print(
+            f"for comparison, decisions using every thread (threads=None): worst "
+            f"{worst.preset}/{worst.inputs} {worst.ms_free:.1f} ms vs {worst.ms_1t:.1f} ms "
+            f"at 1 thread (x{worst.ms_free / worst.ms_1t:.1f})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="all",
-                    help="small | medium | large | all, or a comma list (default all)")
+    ap.add_argument(
+        "--sizes", default="all", help="small | medium | large | all, or a comma list (default all)"
+    )
     ap.add_argument("--repeats", type=int, default=7, help="timed repeats per preset (median)")
-    ap.add_argument("--loop-repeats", type=int, default=None,
-                    help="timed repeats of the loop baseline (default: min(repeats, 3))")
-    ap.add_argument("--skip-loops", action="store_true",
-                    help="skip the loop baselines and the agreement check (saves CPU)")
+    ap.add_argument(
+        "--loop-repeats",
+        type=int,
+        default=None,
+        help="timed repeats of the loop baseline (default: min(repeats, 3))",
+    )
+    ap.add_argument(
+        "--skip-loops",
+        action="store_true",
+        help="skip the loop baselines and the agreement check (saves CPU)",
+    )
     ap.add_argument("--presets", default="", help="comma list (default: every preset)")
-    ap.add_argument("--inputs", choices=("token", "response", "both"), default="both",
-                    help="token: [B, T] advantages only; response: also response_advantages "
-                         "and response_lengths [B] (default: both)")
+    ap.add_argument(
+        "--inputs",
+        choices=("token", "response", "both"),
+        default="both",
+        help="token: [B, T] advantages only; response: also response_advantages "
+        "and response_lengths [B] (default: both)",
+    )
     ap.add_argument("--threads", type=int, default=2, help="the host's torch thread count")
-    ap.add_argument("--load", type=int, default=None, nargs="?", const=os.cpu_count() or 2,
-                    metavar="N",
-                    help="after the normal run, time everything again next to N busy "
-                         "processes (default N: the number of CPUs)")
-    ap.add_argument("--wait-quiet", type=float, default=None, metavar="LOAD",
-                    help="before each preset, wait (up to 5 min) for the 1-minute load average "
-                         "to drop to LOAD (not with --load)")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="wall time (default) or process CPU time (steadier on a busy machine)")
-    ap.add_argument("--out", default=None,
-                    help="write <out>.csv and <out>.json (e.g. benchmarks/results/overhead)")
+    ap.add_argument(
+        "--load",
+        type=int,
+        default=None,
+        nargs="?",
+        const=os.cpu_count() or 2,
+        metavar="N",
+        help="after the normal run, time everything again next to N busy "
+        "processes (default N: the number of CPUs)",
+    )
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=None,
+        metavar="LOAD",
+        help="before each preset, wait (up to 5 min) for the 1-minute load average "
+        "to drop to LOAD (not with --load)",
+    )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (default) or process CPU time (steadier on a busy machine)",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="write <out>.csv and <out>.json (e.g. benchmarks/results/overhead)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     global CLOCK
@@ -527,12 +661,16 @@ def main(argv: list[str] | None = None) -> int:
         print("this dataflex_rl has no per-response inputs: timing token inputs only")
         modes = ["token"]
     loop_repeats = args.loop_repeats or min(args.repeats, 3)
-    print(f"torch {torch.__version__}, host at {args.threads} threads, {args.clock} clock, "
-          f"median of {args.repeats} (loop: {loop_repeats}) after one warm-up call; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"torch {torch.__version__}, host at {args.threads} threads, {args.clock} clock, "
+        f"median of {args.repeats} (loop: {loop_repeats}) after one warm-up call; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
     if HAS_THREADS:
-        print(f"Strategy default threads={Strategy('baseline').threads}; the scoped thread "
-              f"count costs {scope_cost_us(args.threads):.1f} us per decision")
+        print(
+            f"Strategy default threads={Strategy('baseline').threads}; the scoped thread "
+            f"count costs {scope_cost_us(args.threads):.1f} us per decision"
+        )
     rows: list[Row] = []
     for size in sizes:
         rows += run_size(size, presets, modes, args, loop_repeats, loaded=False)
@@ -550,8 +688,14 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.DictWriter(f, fieldnames=list(records[0]))
             w.writeheader()
             w.writerows(records)
-        meta = {"torch": torch.__version__, "threads": args.threads, "load": args.load,
-                "repeats": args.repeats, "loop_repeats": loop_repeats, "rows": records}
+        meta = {
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "load": args.load,
+            "repeats": args.repeats,
+            "loop_repeats": loop_repeats,
+            "rows": records,
+        }
         out.with_suffix(".json").write_text(json.dumps(meta, indent=1))
         print(f"wrote {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
     return 0

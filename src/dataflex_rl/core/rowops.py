@@ -16,7 +16,7 @@ invalid tokens never enter a result, NaN included. Sums agree with
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -88,17 +88,17 @@ class TokenBlocks:
         if K % 8 or not 8 <= K <= MAX_BLOCK:
             raise ValueError(f"block must be a multiple of 8 in [8, {MAX_BLOCK}], got {K}")
         self.mask, self.K, self.nb = mask, K, T // K
-        counts = _block_counts(mask, self.nb, K)                      # [B, nb]
+        counts = _block_counts(mask, self.nb, K)  # [B, nb]
         self.not_full = counts != K
         self.empty = counts == 0
         mixed = ((counts > 0) & self.not_full).view(-1).nonzero().squeeze(1)
         self.mixed_rows = torch.div(mixed, max(self.nb, 1), rounding_mode="floor")
         self.mixed_cols = mixed - self.mixed_rows * self.nb
-        self.mixed_invalid = ~self._gather(mask)                      # [M, K] bool
-        self.tail = self.nb * K < T                                   # columns after the blocks
+        self.mixed_invalid = ~self._gather(mask)  # [M, K] bool
+        self.tail = self.nb * K < T  # columns after the blocks
         row_counts = counts.sum(1)
         if self.tail:
-            row_counts = row_counts + mask[:, self.nb * K:].sum(1)
+            row_counts = row_counts + mask[:, self.nb * K :].sum(1)
         self.row_counts = row_counts
         self._empty_at: tuple[Tensor, Tensor] | None = None
 
@@ -113,8 +113,9 @@ class TokenBlocks:
             return x.view(-1, self.K).index_select(0, flat)
         return self._blocks(x)[self.mixed_rows, self.mixed_cols]
 
-    def row_sums(self, values: Tensor, absolute: bool = False,
-                 center: Tensor | None = None) -> Tensor:
+    def row_sums(
+        self, values: Tensor, absolute: bool = False, center: Tensor | None = None
+    ) -> Tensor:
         """[B] sum over each row's valid tokens of ``values`` (of ``|values|`` if ``absolute``).
 
         Args:
@@ -127,8 +128,9 @@ class TokenBlocks:
             [B] in ``values.dtype``; 0 for rows without valid tokens.
         """
         if values.shape != self.mask.shape:
-            raise ValueError(f"values {tuple(values.shape)} do not match the mask "
-                             f"{tuple(self.mask.shape)}")
+            raise ValueError(
+                f"values {tuple(values.shape)} do not match the mask {tuple(self.mask.shape)}"
+            )
         c = None if center is None else center.to(values.dtype)[:, None]
         if self.nb:
             v3 = self._blocks(values)
@@ -138,7 +140,7 @@ class TokenBlocks:
                 bs = _block_sums(v3)
             out = bs.masked_fill_(self.not_full, 0.0).sum(1)
             if self.mixed_rows.numel():
-                part = self._gather(values)                                  # a copy: ours
+                part = self._gather(values)  # a copy: ours
                 part = part.abs_() if absolute else part
                 if c is not None:
                     part.sub_(c[self.mixed_rows])
@@ -147,10 +149,10 @@ class TokenBlocks:
         else:
             out = torch.zeros(values.shape[0], dtype=values.dtype, device=values.device)
         if self.tail:
-            v = values[:, self.nb * self.K:]
+            v = values[:, self.nb * self.K :]
             v = v.abs() if absolute else v
             v = v - c if c is not None else v
-            out = out + torch.where(self.mask[:, self.nb * self.K:], v, 0.0).sum(1)
+            out = out + torch.where(self.mask[:, self.nb * self.K :], v, 0.0).sum(1)
         return out
 
     def row_means(self, values: Tensor, absolute: bool = False) -> Tensor:
@@ -168,7 +170,7 @@ class TokenBlocks:
         col = torch.zeros_like(n)
         if T:
             lacking = (~self.mask[:, 0] & (n > 0)).nonzero().squeeze(1)
-            if lacking.numel():                   # rows with a hole at column 0 (rare)
+            if lacking.numel():  # rows with a hole at column 0 (rare)
                 col[lacking] = self.mask[lacking].to(torch.uint8).argmax(1)
             c = values[torch.arange(B, device=values.device), col]
         else:
@@ -178,7 +180,7 @@ class TokenBlocks:
         s = self.row_sums(values, absolute, center=c)
         bad = (~torch.isfinite(s) & torch.isfinite(c)).nonzero().squeeze(1)
         s = s.to(torch.float64)
-        if bad.numel():                           # overflow: those rows again in float64
+        if bad.numel():  # overflow: those rows again in float64
             v = values[bad].to(torch.float64)
             v = v.abs() if absolute else v
             v = v - c[bad].to(torch.float64)[:, None]
@@ -193,11 +195,11 @@ class TokenBlocks:
         if not x.is_contiguous():
             return x.masked_fill_(~self.mask, value)
         if self.nb:
-            if self._empty_at is None:          # (rows, cols) of the empty blocks, once
+            if self._empty_at is None:  # (rows, cols) of the empty blocks, once
                 e = self.empty.view(-1).nonzero().squeeze(1)
                 r = torch.div(e, self.nb, rounding_mode="floor")
                 self._empty_at = (r, e - r * self.nb)
-            self._blocks(x)[self._empty_at] = value       # writes only the empty blocks
+            self._blocks(x)[self._empty_at] = value  # writes only the empty blocks
             if self.mixed_rows.numel():
                 part = self._gather(x).masked_fill_(self.mixed_invalid, value)
                 if self.nb * self.K == x.shape[1]:
@@ -206,11 +208,12 @@ class TokenBlocks:
                 else:
                     self._blocks(x)[self.mixed_rows, self.mixed_cols] = part
         if self.tail:
-            x[:, self.nb * self.K:].masked_fill_(~self.mask[:, self.nb * self.K:], value)
+            x[:, self.nb * self.K :].masked_fill_(~self.mask[:, self.nb * self.K :], value)
         return x
 
-    def mapped_row_sums(self, values: Tensor,
-                        fn: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    def mapped_row_sums(
+        self, values: Tensor, fn: Callable[[Tensor, Tensor], Tensor]
+    ) -> tuple[Tensor, Tensor]:
         """([B] sum over each row's valid tokens of ``fn(values)``, [B] plain sum of
         ``values`` over *all* tokens), in one pass that reads ``values`` once.
 
@@ -220,8 +223,9 @@ class TokenBlocks:
         come from the same read: a finite plain sum proves its row has no non-finite value.
         """
         if values.shape != self.mask.shape:
-            raise ValueError(f"values {tuple(values.shape)} do not match the mask "
-                             f"{tuple(self.mask.shape)}")
+            raise ValueError(
+                f"values {tuple(values.shape)} do not match the mask {tuple(self.mask.shape)}"
+            )
         B, T = values.shape
         K, nb = self.K, self.nb
         out = torch.zeros(B, dtype=values.dtype, device=values.device)
@@ -229,7 +233,7 @@ class TokenBlocks:
         rows = max(1, CHUNK_ELEMS // max(T, 1))
         buf = torch.empty(min(rows, B), T, dtype=values.dtype, device=values.device)
         starts = torch.arange(0, B + rows, rows, device=values.device).clamp_(max=B)
-        cut = torch.searchsorted(self.mixed_rows, starts).tolist()   # mixed rows are sorted
+        cut = torch.searchsorted(self.mixed_rows, starts).tolist()  # mixed rows are sorted
         for c, i in enumerate(range(0, B, rows)):
             j = min(i + rows, B)
             xc = values[i:j]
@@ -243,10 +247,11 @@ class TokenBlocks:
                 if hi > lo:
                     r = self.mixed_rows[lo:hi] - i
                     part = v3[r, self.mixed_cols[lo:hi]].masked_fill_(
-                        self.mixed_invalid[lo:hi], 0.0)
+                        self.mixed_invalid[lo:hi], 0.0
+                    )
                     s.index_add_(0, r, part.sum(1))
             if self.tail:
-                s.add_(torch.where(self.mask[i:j, nb * K:], b[:, nb * K:], 0.0).sum(1))
+                s.add_(torch.where(self.mask[i:j, nb * K :], b[:, nb * K :], 0.0).sum(1))
         return out, plain
 
     def _shifted_block_sums(self, v3: Tensor, absolute: bool, c3: Tensor | None) -> Tensor:

@@ -43,8 +43,9 @@ def segment_min(values: Tensor, segment_ids: Tensor, num_segments: int, empty: f
     return out.scatter_reduce_(0, segment_ids, values, reduce="amin", include_self=False)
 
 
-def segment_moments(values: Tensor, segment_ids: Tensor, num_segments: int,
-                    mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def segment_moments(
+    values: Tensor, segment_ids: Tensor, num_segments: int, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per-segment mean and unbiased std of ``values`` over ``mask``, and each deviation.
 
     **The one rule for group statistics in this package.** Every group statistic (mean, std,
@@ -68,9 +69,10 @@ def segment_moments(values: Tensor, segment_ids: Tensor, num_segments: int,
         element's segment (0 where ``mask`` is False)).
     """
     x = torch.where(mask, values.to(torch.float64), torch.zeros((), dtype=torch.float64))
-    lo = segment_min(torch.where(mask, x, torch.full_like(x, float("inf"))), segment_ids,
-                     num_segments, empty=0.0)
-    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))      # empty: 0
+    lo = segment_min(
+        torch.where(mask, x, torch.full_like(x, float("inf"))), segment_ids, num_segments, empty=0.0
+    )
+    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))  # empty: 0
     shifted = torch.where(mask, x - lo[segment_ids], torch.zeros_like(x))
     n = segment_count(mask, segment_ids, num_segments).to(torch.float64)
     shifted_mean = segment_sum(shifted, segment_ids, num_segments) / n.clamp(min=1)
@@ -97,10 +99,10 @@ def _order_code(key: Tensor) -> tuple[Tensor, int | None]:
     """
     if not key.is_floating_point():
         return key.to(torch.int64), None
-    x = key + 0.0                       # -0.0 + 0.0 is 0.0
+    x = key + 0.0  # -0.0 + 0.0 is 0.0
     if x.dtype == torch.float64:
         as32 = x.to(torch.float32)
-        if not torch.equal(as32.to(torch.float64), x):     # (NaN compares unequal: also here)
+        if not torch.equal(as32.to(torch.float64), x):  # (NaN compares unequal: also here)
             bits = x.view(torch.int64)
             return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFFFFFFFFFF), _F64_INF_CODE
         x = as32
@@ -123,11 +125,11 @@ def _packed_words(keys: Sequence[Tensor]) -> list[Tensor]:
     words: list[list[tuple[Tensor, int]]] = []
     used = 64
     for (code, inf), (lo, hi) in zip(codes, bounds):
-        if inf is not None and (hi > inf or lo < -1 - inf):        # NaNs: one code, last
+        if inf is not None and (hi > inf or lo < -1 - inf):  # NaNs: one code, last
             code = torch.where((code > inf) | (code < -1 - inf), inf + 1, code)
             lo, hi = torch.stack(torch.aminmax(code)).tolist()
         width = (hi - lo).bit_length()
-        if width == 0:                  # a constant key orders nothing
+        if width == 0:  # a constant key orders nothing
             continue
         if width > 63:
             words.append([(code, 0)])
@@ -221,8 +223,9 @@ def segment_rank(keys: Sequence[Tensor], segment_ids: Tensor, num_segments: int)
     perm: Tensor | None = None
     for word in _packed_words(keys):
         # empty cells hold the largest value and follow every element: they sort last
-        table = torch.full((num_segments * S,), torch.iinfo(torch.int64).max,
-                           dtype=torch.int64, device=device)
+        table = torch.full(
+            (num_segments * S,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=device
+        )
         table[cell] = word
         table = table.view(num_segments, S)
         if perm is None:

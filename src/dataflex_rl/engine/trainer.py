@@ -44,8 +44,17 @@ from dataflex_rl.hosts.common.draw import draw_with_skipping
 from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
 
 #: RolloutBatch fields the engine fills
-ENGINE_FIELDS = ("rewards", "response_mask", "group_ids", "domain_ids", "advantages",
-                 "old_log_probs", "prompt_keys", "is_padding", "step")
+ENGINE_FIELDS = (
+    "rewards",
+    "response_mask",
+    "group_ids",
+    "domain_ids",
+    "advantages",
+    "old_log_probs",
+    "prompt_keys",
+    "is_padding",
+    "step",
+)
 
 
 def tasks_from_config(config: EngineConfig):
@@ -56,8 +65,15 @@ def tasks_from_config(config: EngineConfig):
     """
     t = config.tasks
     difficulty = default_difficulty(t.domains) if t.difficulty is None else t.difficulty
-    return build_tasks(t.domains, t.seed, train_size=t.train_size, eval_size=t.eval_size,
-                       eval_seed=t.eval_seed, difficulty=difficulty, warm_size=t.warm_size)
+    return build_tasks(
+        t.domains,
+        t.seed,
+        train_size=t.train_size,
+        eval_size=t.eval_size,
+        eval_seed=t.eval_seed,
+        difficulty=difficulty,
+        warm_size=t.warm_size,
+    )
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -83,8 +99,15 @@ class EmbeddedTrainer:
             ``config.tasks`` (held-out prompts may have been seen in its warm start).
     """
 
-    def __init__(self, config: EngineConfig, strategy: Any = None, *, seed: int | None = None,
-                 taskset=None, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        strategy: Any = None,
+        *,
+        seed: int | None = None,
+        taskset=None,
+        policy: Policy | None = None,
+    ) -> None:
         torch.set_num_threads(config.threads)
         self.config = config
         self.seed = config.seed if seed is None else seed
@@ -98,30 +121,42 @@ class EmbeddedTrainer:
         if g.kl_coef > 0:
             self.ref_model = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
         spec = config.strategy if strategy is None else strategy
-        self.strategy = spec if isinstance(spec, Strategy) else Strategy(
-            spec, domains=self.domains, advantage_estimator="grpo",
-            available_fields=ENGINE_FIELDS, norm_adv_by_std=g.norm_adv_by_std)
+        self.strategy = (
+            spec
+            if isinstance(spec, Strategy)
+            else Strategy(
+                spec,
+                domains=self.domains,
+                advantage_estimator="grpo",
+                available_fields=ENGINE_FIELDS,
+                norm_adv_by_std=g.norm_adv_by_std,
+            )
+        )
         pools = [len(self.taskset.train[d]) for d in self.domains]
         self.sampler = DomainSampler(pools, self.domains, seed=derive_seed(self.seed, "data"))
         D = len(self.domains)
-        self.static_proportions = normalize_proportions(
-            config.tasks.proportions, self.domains, "tasks.proportions") \
-            if config.tasks.proportions is not None else torch.full((D,), 1.0 / D,
-                                                                     dtype=torch.float64)
+        self.static_proportions = (
+            normalize_proportions(config.tasks.proportions, self.domains, "tasks.proportions")
+            if config.tasks.proportions is not None
+            else torch.full((D,), 1.0 / D, dtype=torch.float64)
+        )
         # sampling noise is keyed by (seed, noise stream, step, prompt, sample): common random
         # numbers across strategies run with one seed (engine/noise.py)
         self.noise_base = derive_seed(self.seed, f"rollout:{config.noise_stream}")
         self.gen_prerollout = torch.Generator().manual_seed(derive_seed(self.seed, "prerollout"))
         o = config.optim
         params = self.policy.model.parameters()
-        self.optimizer = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum,
-                                         weight_decay=o.weight_decay) if o.name == "sgd" \
-            else torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas),
-                                   weight_decay=o.weight_decay)
+        self.optimizer = (
+            torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+            if o.name == "sgd"
+            else torch.optim.AdamW(
+                params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+            )
+        )
         self.step = 0
         self._warned: set[type] = set()
-        self.decision_log = None   # a DecisionLog when the run logs decisions (engine/run.py)
-        self._target = None        # proportions of the current batch (for the log)
+        self.decision_log = None  # a DecisionLog when the run logs decisions (engine/run.py)
+        self._target = None  # proportions of the current batch (for the log)
 
     def _check_vocabulary(self) -> None:
         tok = self.policy.tokenizer
@@ -131,7 +166,8 @@ class EmbeddedTrainer:
                 raise ConfigError(
                     f"policy {self.policy.source!r}: its character vocabulary lacks {missing} "
                     f"used by domains {list(self.domains)}; bootstrap a policy for these "
-                    "domains ('dataflex-rl bootstrap')")
+                    "domains ('dataflex-rl bootstrap')"
+                )
 
     def _check_bootstrap_split(self) -> None:
         """Warn when the policy was warm-started beside another task split than ``tasks``.
@@ -144,12 +180,18 @@ class EmbeddedTrainer:
             return
         differ = split_differences(manifest, self.config.tasks)
         if differ:
-            what = "; ".join(f"tasks.{k}: {ours!r} (bootstrap: {theirs!r})"
-                             for k, (ours, theirs) in differ.items())
-            warnings.warn(f"policy {self.policy.source!r} was warm-started beside another task "
-                          f"split: {what}. Held-out prompts may have been seen in the warm "
-                          "start; set these tasks settings to the bootstrap's (its "
-                          "MANIFEST.json, bootstrap_args)", UserWarning, stacklevel=3)
+            what = "; ".join(
+                f"tasks.{k}: {ours!r} (bootstrap: {theirs!r})"
+                for k, (ours, theirs) in differ.items()
+            )
+            warnings.warn(
+                f"policy {self.policy.source!r} was warm-started beside another task "
+                f"split: {what}. Held-out prompts may have been seen in the warm "
+                "start; set these tasks settings to the bootstrap's (its "
+                "MANIFEST.json, bootstrap_args)",
+                UserWarning,
+                stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
@@ -171,19 +213,30 @@ class EmbeddedTrainer:
         metrics.update(decision.metrics)
         if self.decision_log is not None:
             self.decision_log.record(batch, decision, target=self._target, metrics=metrics)
-        advantages = decision.advantages if decision.advantages is not None \
-            else batch.advantages
+        advantages = decision.advantages if decision.advantages is not None else batch.advantages
         mask = decision.loss_mask if decision.renormalize else rollout.response_mask
         t2 = time.perf_counter()
-        metrics.update(self._update(rollout, advantages, decision.weights_per_token, mask,
-                                    decision.loss_mask, step))
+        metrics.update(
+            self._update(
+                rollout, advantages, decision.weights_per_token, mask, decision.loss_mask, step
+            )
+        )
         metrics.update(self._reward_metrics(rewards, domain_idx, G, rollout))
         if "prerollout" in self.strategy.parts:
-            metrics.update(generation_metrics(
-                batch, metrics.get("dataflex/prerollout/tokens_saved_est"), t_gen))
-        metrics.update({"time/generate_s": t_gen, "time/reward_s": t_rew,
-                        "time/strategy_s": t_strat, "time/update_s": time.perf_counter() - t2,
-                        "time/step_s": time.perf_counter() - t0})
+            metrics.update(
+                generation_metrics(
+                    batch, metrics.get("dataflex/prerollout/tokens_saved_est"), t_gen
+                )
+            )
+        metrics.update(
+            {
+                "time/generate_s": t_gen,
+                "time/reward_s": t_rew,
+                "time/strategy_s": t_strat,
+                "time/update_s": time.perf_counter() - t2,
+                "time/step_s": time.perf_counter() - t0,
+            }
+        )
         self.step += 1
         return metrics
 
@@ -196,8 +249,12 @@ class EmbeddedTrainer:
         for w in caught:
             if w.category not in self._warned:
                 self._warned.add(w.category)
-                warnings.warn(f"{w.message} (shown once per run; counted in the metric "
-                              "engine/strategy_warnings)", w.category, stacklevel=3)
+                warnings.warn(
+                    f"{w.message} (shown once per run; counted in the metric "
+                    "engine/strategy_warnings)",
+                    w.category,
+                    stacklevel=3,
+                )
         return decision
 
     def _draw_prompts(self, step: int) -> tuple[list, list[int], dict[str, float]]:
@@ -210,7 +267,7 @@ class EmbeddedTrainer:
         """
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
-        self._target = props   # what this step's batch is drawn at (decision log)
+        self._target = props  # what this step's batch is drawn at (decision log)
         n = self.config.grpo.prompts_per_step
         if "prerollout" not in self.strategy.parts:
             drawn, metrics = self.sampler.sample(props, n)
@@ -218,14 +275,24 @@ class EmbeddedTrainer:
             t = self.config.tasks
             quota = largest_remainder(props, n)
             drawn, _, metrics = draw_with_skipping(
-                self.sampler, lambda d, i: self.taskset.train[self.domains[d]][i].key, quota,
-                self.strategy, step, self.gen_prerollout, t.candidate_factor,
-                t.max_draw_rounds, fill_with_skipped=False)
-            counts = torch.bincount(torch.tensor([d for d, _ in drawn], dtype=torch.int64),
-                                    minlength=len(self.domains))
+                self.sampler,
+                lambda d, i: self.taskset.train[self.domains[d]][i].key,
+                quota,
+                self.strategy,
+                step,
+                self.gen_prerollout,
+                t.candidate_factor,
+                t.max_draw_rounds,
+                fill_with_skipped=False,
+            )
+            counts = torch.bincount(
+                torch.tensor([d for d, _ in drawn], dtype=torch.int64), minlength=len(self.domains)
+            )
             metrics.update(draw_metrics(self.domains, props, counts, self.sampler.available()))
             metrics["dataflex/sampler/shortfall"] = float(n - len(drawn))
-            metrics["engine/prompts_skipped"] = metrics["dataflex/prerollout/candidates"] - len(drawn)
+            metrics["engine/prompts_skipped"] = metrics["dataflex/prerollout/candidates"] - len(
+                drawn
+            )
         metrics["engine/prompts_generated"] = float(len(drawn))
         problems = [self.taskset.train[self.domains[d]][i] for d, i in drawn]
         return problems, [d for d, _ in drawn], metrics
@@ -237,31 +304,62 @@ class EmbeddedTrainer:
         t0 = time.perf_counter()
         ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
         keys = row_keys(self.noise_base, step, [p.key for p in problems], g.group_size)
-        rollout = sample_groups(self.policy.model, ids, g.group_size, g.max_new_tokens,
-                                eos_id=tok.eos_id, pad_id=tok.pad_id, temperature=g.temperature,
-                                noise_keys=keys)
+        rollout = sample_groups(
+            self.policy.model,
+            ids,
+            g.group_size,
+            g.max_new_tokens,
+            eos_id=tok.eos_id,
+            pad_id=tok.pad_id,
+            temperature=g.temperature,
+            noise_keys=keys,
+        )
         t1 = time.perf_counter()
         texts = [tok.decode(row) for row in rollout.response_ids.tolist()]
         per_row = [problems[i] for i in rollout.prompt_index.tolist()]
         rewards = score(self.taskset, per_row, texts)
         return rollout, rewards, t1 - t0, time.perf_counter() - t1
 
-    def _batch(self, rollout: Rollout, rewards: torch.Tensor, problems: list,
-               domain_idx: list[int], step: int) -> RolloutBatch:
+    def _batch(
+        self,
+        rollout: Rollout,
+        rewards: torch.Tensor,
+        problems: list,
+        domain_idx: list[int],
+        step: int,
+    ) -> RolloutBatch:
         g = self.config.grpo
         group_ids = rollout.prompt_index
-        adv = group_advantages(rewards.to(torch.float32), group_ids, len(problems),
-                               norm_by_std=g.norm_adv_by_std, eps=g.adv_eps, singleton="verl")
+        adv = group_advantages(
+            rewards.to(torch.float32),
+            group_ids,
+            len(problems),
+            norm_by_std=g.norm_adv_by_std,
+            eps=g.adv_eps,
+            singleton="verl",
+        )
         mask = rollout.response_mask
         return RolloutBatch(
-            rewards=rewards, response_mask=mask, group_ids=group_ids,
+            rewards=rewards,
+            response_mask=mask,
+            group_ids=group_ids,
             domain_ids=torch.tensor(domain_idx, dtype=torch.int64)[group_ids],
-            domains=self.domains, advantages=adv[:, None] * mask,
+            domains=self.domains,
+            advantages=adv[:, None] * mask,
             old_log_probs=rollout.old_log_probs,
-            prompt_keys=tuple(problems[i].key for i in group_ids.tolist()), step=step)
+            prompt_keys=tuple(problems[i].key for i in group_ids.tolist()),
+            step=step,
+        )
 
-    def _update(self, rollout: Rollout, advantages: torch.Tensor, weights: torch.Tensor,
-                mask: torch.Tensor, kept_mask: torch.Tensor, step: int) -> dict[str, float]:
+    def _update(
+        self,
+        rollout: Rollout,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+        mask: torch.Tensor,
+        kept_mask: torch.Tensor,
+        step: int,
+    ) -> dict[str, float]:
         """Policy-gradient update on the rows that can have a gradient.
 
         Rows whose weighted advantage is 0 on every token give no policy gradient, so they are
@@ -275,9 +373,12 @@ class EmbeddedTrainer:
         rows = informative | (kept_mask.any(1) if self.ref_model is not None else False)
         num_tokens = mask.sum() if g.loss_agg == "token-mean" else mask[informative].sum()
         lr = o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
-        out = {"engine/rows_in_loss_fraction": float(rows.float().mean()),
-               "engine/loss_tokens": float(num_tokens), "optim/lr": lr,
-               "engine/empty_update": float(not bool(rows.any()))}
+        out = {
+            "engine/rows_in_loss_fraction": float(rows.float().mean()),
+            "engine/loss_tokens": float(num_tokens),
+            "optim/lr": lr,
+            "engine/empty_update": float(not bool(rows.any())),
+        }
         if not bool(rows.any()):
             # nothing can have a gradient: no optimizer step (AdamW would still move the
             # parameters through its moments)
@@ -285,51 +386,78 @@ class EmbeddedTrainer:
             return out
         idx = rows.nonzero().squeeze(1)
         T = int(rollout.response_mask[idx].sum(1).max())
-        sub = {"resp": rollout.response_ids[idx, :T], "rmask": rollout.response_mask[idx, :T],
-               "old": rollout.old_log_probs[idx, :T], "adv": advantages[idx, :T],
-               "w": weights[idx, :T], "mask": mask[idx, :T], "kept": kept_mask[idx, :T]}
+        sub = {
+            "resp": rollout.response_ids[idx, :T],
+            "rmask": rollout.response_mask[idx, :T],
+            "old": rollout.old_log_probs[idx, :T],
+            "adv": advantages[idx, :T],
+            "w": weights[idx, :T],
+            "mask": mask[idx, :T],
+            "kept": kept_mask[idx, :T],
+        }
         pidx = rollout.prompt_index[idx]
         p_ids, p_mask = rollout.prompt_ids[pidx], rollout.prompt_mask[pidx]
         ref_logp = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logp = response_log_probs(self.ref_model, p_ids, p_mask, sub["resp"],
-                                              sub["rmask"], g.temperature)
+                ref_logp = response_log_probs(
+                    self.ref_model, p_ids, p_mask, sub["resp"], sub["rmask"], g.temperature
+                )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.policy.model.train()
         for _ in range(g.ppo_epochs):
-            logp = response_log_probs(self.policy.model, p_ids, p_mask, sub["resp"],
-                                      sub["rmask"], g.temperature)
-            loss, pg = policy_loss(logp, sub["old"], sub["adv"], sub["mask"], sub["w"],
-                                   g.clip_low, g.clip_high, g.clip_ratio_c, num_tokens=num_tokens)
+            logp = response_log_probs(
+                self.policy.model, p_ids, p_mask, sub["resp"], sub["rmask"], g.temperature
+            )
+            loss, pg = policy_loss(
+                logp,
+                sub["old"],
+                sub["adv"],
+                sub["mask"],
+                sub["w"],
+                g.clip_low,
+                g.clip_high,
+                g.clip_ratio_c,
+                num_tokens=num_tokens,
+            )
             total = loss
             if ref_logp is not None:
-                kl = masked_token_mean(kl_k3(logp, ref_logp), sub["kept"],
-                                       num_tokens=kept_mask.sum())
+                kl = masked_token_mean(
+                    kl_k3(logp, ref_logp), sub["kept"], num_tokens=kept_mask.sum()
+                )
                 total = loss + g.kl_coef * kl
                 out["loss/kl"] = float(kl.detach())
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
-            norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(),
-                                                  o.grad_clip if o.grad_clip > 0 else float("inf"))
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.policy.model.parameters(), o.grad_clip if o.grad_clip > 0 else float("inf")
+            )
             self.optimizer.step()
         self.policy.model.eval()
-        out.update({"loss/policy": float(loss.detach()), "loss/total": float(total.detach()),
-                    "optim/grad_norm": float(norm),
-                    **{f"loss/{k}": v for k, v in pg.items()}})
+        out.update(
+            {
+                "loss/policy": float(loss.detach()),
+                "loss/total": float(total.detach()),
+                "optim/grad_norm": float(norm),
+                **{f"loss/{k}": v for k, v in pg.items()},
+            }
+        )
         return out
 
-    def _reward_metrics(self, rewards: torch.Tensor, domain_idx: list[int], G: int,
-                        rollout: Rollout) -> dict[str, float]:
+    def _reward_metrics(
+        self, rewards: torch.Tensor, domain_idx: list[int], G: int, rollout: Rollout
+    ) -> dict[str, float]:
         d_rows = torch.tensor(domain_idx, dtype=torch.int64).repeat_interleave(G)
         D = len(self.domains)
         n = torch.bincount(d_rows, minlength=D)
         s = torch.zeros(D).index_add_(0, d_rows, rewards)
-        out = {"train/reward": float(rewards.mean()),
-               "train/response_length": float(rollout.response_mask.sum(1).float().mean()),
-               "train/truncated_fraction": float((~rollout.finished).float().mean()),
-               "engine/tokens_generated": float(rollout.num_tokens)}
+        out = {
+            "train/reward": float(rewards.mean()),
+            "train/response_length": float(rollout.response_mask.sum(1).float().mean()),
+            "train/truncated_fraction": float((~rollout.finished).float().mean()),
+            "engine/tokens_generated": float(rollout.num_tokens),
+        }
         for d, name in enumerate(self.domains):
             if int(n[d]):
                 out[f"train/{metric_domain(name)}/reward"] = float(s[d] / n[d])
@@ -344,9 +472,15 @@ class EmbeddedTrainer:
         from its baseline in training noise only, as two strategies do).
         """
         e = self.config.eval
-        return evaluate(self.policy, self.taskset, per_domain=e.per_domain, samples=e.samples,
-                        temperature=e.temperature, max_new_tokens=self.config.grpo.max_new_tokens,
-                        seed=derive_seed(self.seed, "eval"))
+        return evaluate(
+            self.policy,
+            self.taskset,
+            per_domain=e.per_domain,
+            samples=e.samples,
+            temperature=e.temperature,
+            max_new_tokens=self.config.grpo.max_new_tokens,
+            seed=derive_seed(self.seed, "eval"),
+        )
 
     def parameter_hash(self) -> str:
         """sha256 of the current policy parameters."""
@@ -356,12 +490,17 @@ class EmbeddedTrainer:
         """Everything needed to continue exactly: model, optimizer, strategy, sampler, RNGs."""
         from dataflex_rl.engine.checkpoint import global_rng_state
 
-        return {"step": self.step, "seed": self.seed, "config": self.config.to_dict(),
-                "model": self.policy.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(),
-                "rng": {"prerollout": self.gen_prerollout.get_state(),
-                        "global": global_rng_state()},
-                "parameter_sha256": self.parameter_hash()}
+        return {
+            "step": self.step,
+            "seed": self.seed,
+            "config": self.config.to_dict(),
+            "model": self.policy.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "strategy": self.strategy.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "rng": {"prerollout": self.gen_prerollout.get_state(), "global": global_rng_state()},
+            "parameter_sha256": self.parameter_hash(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict` output (same config, strategy and seed)."""
@@ -374,8 +513,9 @@ class EmbeddedTrainer:
         now = self.config.to_dict()
         changed = sorted(k for k in now if k not in free and now[k] != state["config"].get(k))
         if changed:
-            raise ValueError(f"cannot resume: the config differs from the checkpoint's in "
-                             f"{', '.join(changed)}")
+            raise ValueError(
+                f"cannot resume: the config differs from the checkpoint's in {', '.join(changed)}"
+            )
         self.policy.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.strategy.load_state_dict(state["strategy"])

@@ -54,9 +54,9 @@ class DecisionLogData:
     strategy: dict
     settings: dict
     host: str
-    columns: dict[str, Any]       # response columns, numpy (prompt_key: a Python list)
+    columns: dict[str, Any]  # response columns, numpy (prompt_key: a Python list)
     steps: dict[str, np.ndarray]  # step columns
-    bounds: np.ndarray            # [S + 1] row offsets of each step in ``columns``
+    bounds: np.ndarray  # [S + 1] row offsets of each step in ``columns``
 
     @property
     def num_steps(self) -> int:
@@ -80,33 +80,45 @@ class DecisionLogData:
             per_row = c.get("prob_mean")
             per_row = np.log(per_row[a:b]) if per_row is not None else c["logprob_mean"][a:b]
             if not np.isnan(per_row).all():
-                lp = torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))[:, None] \
+                lp = (
+                    torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))[:, None]
                     * maskf
+                )
         if adv is not None and bool(torch.isnan(adv).all()) and b > a:
             adv = None
         keys = c["prompt_key"]
         return RolloutBatch(
-            rewards=torch.from_numpy(c["reward"][a:b]), response_mask=mask,
+            rewards=torch.from_numpy(c["reward"][a:b]),
+            response_mask=mask,
             group_ids=torch.from_numpy(c["group"][a:b]),
-            domain_ids=torch.from_numpy(c["domain"][a:b]), domains=self.domains,
-            advantages=adv, old_log_probs=lp,
+            domain_ids=torch.from_numpy(c["domain"][a:b]),
+            domains=self.domains,
+            advantages=adv,
+            old_log_probs=lp,
             prompt_keys=None if keys is None else tuple(keys[a:b]),
-            is_padding=torch.from_numpy(c["is_padding"][a:b]), step=int(self.steps["step"][i]))
+            is_padding=torch.from_numpy(c["is_padding"][a:b]),
+            step=int(self.steps["step"][i]),
+        )
 
     def logged(self, i: int) -> dict[str, np.ndarray]:
         """The decision the host applied at the i-th logged step."""
         a, b = int(self.bounds[i]), int(self.bounds[i + 1])
         c = self.columns
         nxt = np.array([self.steps[f"next_{d}"][i] for d in self.domains])
-        return {"keep": c["keep"][a:b], "weight": c["weight"][a:b],
-                "decision_advantage": c["decision_advantage"][a:b], "next": nxt}
+        return {
+            "keep": c["keep"][a:b],
+            "weight": c["weight"][a:b],
+            "decision_advantage": c["decision_advantage"][a:b],
+            "next": nxt,
+        }
 
 
-def _scatter_tokens(values: np.ndarray, offsets: np.ndarray, a: int, b: int,
-                    mask: torch.Tensor) -> torch.Tensor:
+def _scatter_tokens(
+    values: np.ndarray, offsets: np.ndarray, a: int, b: int, mask: torch.Tensor
+) -> torch.Tensor:
     """[B, T] tensor holding rows a..b's logged valid-token values, right-aligned to ``mask``."""
     out = torch.zeros(mask.shape, dtype=torch.float32)
-    out[mask] = torch.from_numpy(values[offsets[a]:offsets[b]])
+    out[mask] = torch.from_numpy(values[offsets[a] : offsets[b]])
     return out
 
 
@@ -117,32 +129,42 @@ def resolve_log_dir(path: str | Path) -> Path:
         return p
     if (p / "decisions" / RESPONSES).is_dir():
         return p / "decisions"
-    raise ConfigError(f"{p}: no decision log here (expected {p}/{RESPONSES}/ or "
-                      f"{p}/decisions/{RESPONSES}/); enable it with decision_log.enabled: true "
-                      "(engine) or +dataflex.decision_log.enabled=true (verl)")
+    raise ConfigError(
+        f"{p}: no decision log here (expected {p}/{RESPONSES}/ or "
+        f"{p}/decisions/{RESPONSES}/); enable it with decision_log.enabled: true "
+        "(engine) or +dataflex.decision_log.enabled=true (verl)"
+    )
 
 
 def _meta(schema: pa.Schema, path: Path) -> dict[str, str]:
     raw = schema.metadata or {}
-    meta = {k.decode()[len(META_PREFIX):]: v.decode() for k, v in raw.items()
-            if k.decode().startswith(META_PREFIX)}
+    meta = {
+        k.decode()[len(META_PREFIX) :]: v.decode()
+        for k, v in raw.items()
+        if k.decode().startswith(META_PREFIX)
+    }
     if "schema_version" not in meta:
         raise ConfigError(f"{path}: not a dataflex decision log (no schema version)")
     if int(meta["schema_version"]) > SCHEMA_VERSION:
-        raise ConfigError(f"{path}: decision log schema {meta['schema_version']} is newer than "
-                          f"this dataflex-rl reads ({SCHEMA_VERSION}); upgrade dataflex-rl")
+        raise ConfigError(
+            f"{path}: decision log schema {meta['schema_version']} is newer than "
+            f"this dataflex-rl reads ({SCHEMA_VERSION}); upgrade dataflex-rl"
+        )
     return meta
 
 
 def _read_parts(folder: Path, table: str) -> tuple[pa.Table, dict[str, str]]:
     files = sorted((folder / table).glob("part-*.parquet"))
     if not files:
-        raise ConfigError(f"{folder / table}: no part-*.parquet files (a run shorter than "
-                          "steps_per_file that crashed before its first file?)")
+        raise ConfigError(
+            f"{folder / table}: no part-*.parquet files (a run shorter than "
+            "steps_per_file that crashed before its first file?)"
+        )
     parts = [pq.read_table(f) for f in files]
     meta = _meta(parts[0].schema, files[0])
-    return pa.concat_tables([p.replace_schema_metadata(None) for p in parts],
-                            promote_options="permissive"), meta
+    return pa.concat_tables(
+        [p.replace_schema_metadata(None) for p in parts], promote_options="permissive"
+    ), meta
 
 
 def read_log(path: str | Path) -> DecisionLogData:
@@ -162,11 +184,21 @@ def read_log(path: str | Path) -> DecisionLogData:
     bounds = np.searchsorted(step_col, np.append(steps["step"], np.iinfo(np.int64).max))
     bounds[-1] = len(step_col)
     cols: dict[str, Any] = {}
-    for name in ("group", "is_padding", "reward", "length", "advantage", "advantage_mean",
-                 "logprob_mean", "keep", "weight"):
+    for name in (
+        "group",
+        "is_padding",
+        "reward",
+        "length",
+        "advantage",
+        "advantage_mean",
+        "logprob_mean",
+        "keep",
+        "weight",
+    ):
         cols[name] = resp[name].to_numpy(zero_copy_only=False)
-    cols["decision_advantage"] = pc.fill_null(resp["decision_advantage"], math.nan) \
-        .to_numpy(zero_copy_only=False)
+    cols["decision_advantage"] = pc.fill_null(resp["decision_advantage"], math.nan).to_numpy(
+        zero_copy_only=False
+    )
     if "prob_mean" in resp.column_names:
         cols["prob_mean"] = resp["prob_mean"].to_numpy()
     dom = pc.index_in(pc.cast(resp["domain"], pa.string()), value_set=pa.array(domains))
@@ -182,12 +214,19 @@ def read_log(path: str | Path) -> DecisionLogData:
         cols["token_offsets"] = np.concatenate([[0], np.cumsum(cols["length"])])
     for name in ("group", "length"):
         cols[name] = cols[name].astype(np.int64, copy=False)
-    for name, v in cols.items():   # Arrow's buffers are read-only; torch wants writable ones
+    for name, v in cols.items():  # Arrow's buffers are read-only; torch wants writable ones
         if isinstance(v, np.ndarray) and not v.flags.writeable:
             cols[name] = v.copy()
-    return DecisionLogData(folder, domains, json.loads(meta["strategy"]),
-                           json.loads(meta.get("settings", "{}")), meta.get("host", "?"),
-                           cols, steps, bounds)
+    return DecisionLogData(
+        folder,
+        domains,
+        json.loads(meta["strategy"]),
+        json.loads(meta.get("settings", "{}")),
+        meta.get("host", "?"),
+        cols,
+        steps,
+        bounds,
+    )
 
 
 # ---------------------------------------------------------------------------- signals
@@ -202,24 +241,30 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
             name = type(comp).__name__
             if "old_log_probs" in reads and not full:
                 if "prob_mean" in c:
-                    notes.append(f"{mech}: {name} reads per-token probabilities; the log has "
-                                 "each response's mean (token_prob_mean), so kept sets and "
-                                 "per-response weights replay exactly up to float rounding, "
-                                 "token weights within a response do not (log them with "
-                                 "decision_log.full_tokens: true)")
+                    notes.append(
+                        f"{mech}: {name} reads per-token probabilities; the log has "
+                        "each response's mean (token_prob_mean), so kept sets and "
+                        "per-response weights replay exactly up to float rounding, "
+                        "token weights within a response do not (log them with "
+                        "decision_log.full_tokens: true)"
+                    )
                 else:
-                    notes.append(f"{mech}: {name} reads per-token probabilities; the log has "
-                                 "only each response's mean log-prob, so per-response weights "
-                                 "are approximate (exp of the mean log-prob). Set "
-                                 "decision_log.token_prob_mean: true (per-response weights) "
-                                 "or decision_log.full_tokens: true (token weights)")
+                    notes.append(
+                        f"{mech}: {name} reads per-token probabilities; the log has "
+                        "only each response's mean log-prob, so per-response weights "
+                        "are approximate (exp of the mean log-prob). Set "
+                        "decision_log.token_prob_mean: true (per-response weights) "
+                        "or decision_log.full_tokens: true (token weights)"
+                    )
             if "advantages" in reads and not full:
                 valid = (c["length"] > 0) & np.isfinite(c["advantage"])
                 a, m = c["advantage"][valid], c["advantage_mean"][valid]
                 if np.any(np.abs(a - m) > 1e-5 * np.maximum(1.0, np.abs(a))):
-                    notes.append(f"{mech}: {name} reads advantages, which vary over the tokens "
-                                 "of a response in this log; replay uses the first token's "
-                                 "value. Set decision_log.full_tokens: true")
+                    notes.append(
+                        f"{mech}: {name} reads advantages, which vary over the tokens "
+                        "of a response in this log; replay uses the first token's "
+                        "value. Set decision_log.full_tokens: true"
+                    )
     return notes
 
 
@@ -230,7 +275,7 @@ class ReplayResult:
 
     log: DecisionLogData
     strategies: list[str]
-    rows: list[dict] = field(default_factory=list)        # one per (strategy, step)
+    rows: list[dict] = field(default_factory=list)  # one per (strategy, step)
     overall: dict[str, dict] = field(default_factory=dict)
     pairwise: list[dict] = field(default_factory=list)
     notes: dict[str, list[str]] = field(default_factory=dict)
@@ -252,13 +297,17 @@ def strategy_label(spec: Any) -> str:
 def build_for_log(spec: Any, log: DecisionLogData) -> Strategy:
     """The strategy bound as the logging host bound its own."""
     s = log.settings
-    return Strategy(spec, domains=log.domains,
-                    advantage_estimator=s.get("advantage_estimator", "grpo"),
-                    norm_adv_by_std=bool(s.get("norm_adv_by_std", True)))
+    return Strategy(
+        spec,
+        domains=log.domains,
+        advantage_estimator=s.get("advantage_estimator", "grpo"),
+        norm_adv_by_std=bool(s.get("norm_adv_by_std", True)),
+    )
 
 
-def replay(log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] | None = None
-           ) -> ReplayResult:
+def replay(
+    log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] | None = None
+) -> ReplayResult:
     """Re-run every strategy in ``specs`` on ``log``, step by step.
 
     Per step and strategy: retention (kept / active responses), weight ESS as a fraction of the
@@ -277,17 +326,25 @@ def replay(log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] 
     if len(set(labels)) != len(labels):
         raise ConfigError(f"replay: strategy labels must differ, got {labels}")
     strategies = [build_for_log(s, log) for s in specs]
-    res = ReplayResult(log, labels, notes={lb: signal_notes(st, log)
-                                           for lb, st in zip(labels, strategies)})
+    res = ReplayResult(
+        log, labels, notes={lb: signal_notes(st, log) for lb, st in zip(labels, strategies)}
+    )
     seed = int(log.settings.get("prerollout_seed", 0))
     gens = [torch.Generator().manual_seed(seed) for _ in strategies]
     S, N, D = log.num_steps, int(log.bounds[-1]), len(log.domains)
     active = np.zeros(N, dtype=bool)
-    out = {lb: {"own": st.spec.to_dict() == log.strategy,
-                "keep": np.zeros(N, dtype=bool), "weight": np.zeros(N, dtype=np.float32),
-                "skip": np.zeros(N, dtype=bool), "exact": np.zeros(S, dtype=bool),
-                "updated": np.zeros(S, dtype=bool), "target": np.full((S, D), np.nan)}
-           for lb, st in zip(labels, strategies)}
+    out = {
+        lb: {
+            "own": st.spec.to_dict() == log.strategy,
+            "keep": np.zeros(N, dtype=bool),
+            "weight": np.zeros(N, dtype=np.float32),
+            "skip": np.zeros(N, dtype=bool),
+            "exact": np.zeros(S, dtype=bool),
+            "updated": np.zeros(S, dtype=bool),
+            "target": np.full((S, D), np.nan),
+        }
+        for lb, st in zip(labels, strategies)
+    }
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StrategyWarning)
@@ -314,16 +371,19 @@ def replay(log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] 
     return res
 
 
-def _skipped_groups(st: Strategy, batch: RolloutBatch, gen: torch.Generator
-                    ) -> np.ndarray | None:
+def _skipped_groups(st: Strategy, batch: RolloutBatch, gen: torch.Generator) -> np.ndarray | None:
     """[G] bool: groups whose prompt the pre-rollout policy would not have generated."""
     G = batch.num_groups
     if "prerollout" not in st.parts or batch.prompt_keys is None or G == 0:
         return None
     first = torch.full((G,), batch.batch_size, dtype=torch.int64).scatter_reduce_(
-        0, batch.group_ids, torch.arange(batch.batch_size), "amin")
-    keys = operator.itemgetter(*first.tolist())(batch.prompt_keys) if G > 1 \
+        0, batch.group_ids, torch.arange(batch.batch_size), "amin"
+    )
+    keys = (
+        operator.itemgetter(*first.tolist())(batch.prompt_keys)
+        if G > 1
         else (batch.prompt_keys[int(first[0])],)
+    )
     keep, _ = st.filter_prompts(list(keys), batch.step, gen)
     return (~keep).numpy()
 
@@ -332,14 +392,15 @@ def _identical(d, logged: dict) -> bool:
     """Keep mask, weights, recomputed advantages and mixer update bit-identical to the log."""
     adv = d.advantages_per_response
     adv = np.full(len(logged["keep"]), np.nan) if adv is None else adv.numpy()
-    nxt = np.full(len(logged["next"]), np.nan) if d.proportions is None \
-        else d.proportions.numpy()
-    return bool(np.array_equal(d.keep_mask.numpy(), logged["keep"])
-                and np.array_equal(d.weights_per_response.numpy(), logged["weight"])
-                and np.array_equal(adv.astype(np.float64),
-                                   logged["decision_advantage"].astype(np.float64),
-                                   equal_nan=True)
-                and np.array_equal(nxt, logged["next"], equal_nan=True))
+    nxt = np.full(len(logged["next"]), np.nan) if d.proportions is None else d.proportions.numpy()
+    return bool(
+        np.array_equal(d.keep_mask.numpy(), logged["keep"])
+        and np.array_equal(d.weights_per_response.numpy(), logged["weight"])
+        and np.array_equal(
+            adv.astype(np.float64), logged["decision_advantage"].astype(np.float64), equal_nan=True
+        )
+        and np.array_equal(nxt, logged["next"], equal_nan=True)
+    )
 
 
 def _seg(x: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -371,8 +432,9 @@ def _seg_corr(x: np.ndarray, y: np.ndarray, m: np.ndarray, bounds: np.ndarray) -
     return np.where(cx & cy, np.where(same, 1.0, np.nan), np.where(cx | cy, np.nan, r))
 
 
-def _figures(log: DecisionLogData, labels: list[str], out: dict, active: np.ndarray
-             ) -> tuple[list[dict], dict[str, dict]]:
+def _figures(
+    log: DecisionLogData, labels: list[str], out: dict, active: np.ndarray
+) -> tuple[list[dict], dict[str, dict]]:
     """Per-step rows (strategy-major) and overall figures, for all steps at once."""
     bounds = log.bounds
     c = log.columns
@@ -389,42 +451,54 @@ def _figures(log: DecisionLogData, labels: list[str], out: dict, active: np.ndar
         w = np.where(active, o["weight"], 0.0).astype(np.float64)
         kept = _seg(keep, bounds)
         sq = _seg(w * w, bounds)
-        ess = np.where((sq > 0) & (n_active > 0),
-                       _seg(w, bounds) ** 2 / np.maximum(sq, 1e-300) / np.maximum(n_active, 1),
-                       0.0)
+        ess = np.where(
+            (sq > 0) & (n_active > 0),
+            _seg(w, bounds) ** 2 / np.maximum(sq, 1e-300) / np.maximum(n_active, 1),
+            0.0,
+        )
         skipped_rows = o["skip"] & real
         groups = log.steps["groups"].astype(np.float64)
         skip_groups = _seg(skipped_rows & _first_of_group(c["group"], bounds), bounds)
-        fig = {"retention": np.where(n_active > 0, kept / np.maximum(n_active, 1), 0.0),
-               "ess_fraction": ess,
-               "skip_rate": np.where(groups > 0, skip_groups / np.maximum(groups, 1), 0.0),
-               "responses_saved": _seg(skipped_rows, bounds),
-               "tokens_saved": _seg(lengths * skipped_rows, bounds),
-               "jaccard_logged": _seg_jaccard(keep, logged_keep, bounds),
-               "weight_corr_logged": _seg_corr(o["weight"], c["weight"], active, bounds),
-               "weight_max_diff_logged": _seg_max(np.abs(o["weight"] - c["weight"]), bounds)}
+        fig = {
+            "retention": np.where(n_active > 0, kept / np.maximum(n_active, 1), 0.0),
+            "ess_fraction": ess,
+            "skip_rate": np.where(groups > 0, skip_groups / np.maximum(groups, 1), 0.0),
+            "responses_saved": _seg(skipped_rows, bounds),
+            "tokens_saved": _seg(lengths * skipped_rows, bounds),
+            "jaccard_logged": _seg_jaccard(keep, logged_keep, bounds),
+            "weight_corr_logged": _seg_corr(o["weight"], c["weight"], active, bounds),
+            "weight_max_diff_logged": _seg_max(np.abs(o["weight"] - c["weight"]), bounds),
+        }
         for i in range(len(steps)):
-            row = {"strategy": lb, "step": int(steps[i]), "responses": int(n_active[i]),
-                   "kept": int(kept[i]), "tokens": int(tokens[i])}
+            row = {
+                "strategy": lb,
+                "step": int(steps[i]),
+                "responses": int(n_active[i]),
+                "kept": int(kept[i]),
+                "tokens": int(tokens[i]),
+            }
             row.update({k: float(v[i]) for k, v in fig.items()})
             row["responses_saved"] = int(row["responses_saved"])
             row["tokens_saved"] = int(row["tokens_saved"])
             row["exact"] = bool(o["exact"][i]) if o["own"] else None
             row["mix_updated"] = bool(o["updated"][i])
-            row.update({f"target_{d}": float(o["target"][i, k])
-                        for k, d in enumerate(log.domains)})
+            row.update({f"target_{d}": float(o["target"][i, k]) for k, d in enumerate(log.domains)})
             rows.append(row)
         total_tokens = float(tokens.sum())
-        ov = {"steps": len(steps),
-              "retention": float(kept.sum() / max(n_active.sum(), 1)),
-              "ess_fraction": _nanmean(ess), "skip_rate": _nanmean(fig["skip_rate"]),
-              "responses_saved": int(fig["responses_saved"].sum()),
-              "tokens_saved": int(fig["tokens_saved"].sum()),
-              "tokens_saved_fraction": float(fig["tokens_saved"].sum() / total_tokens)
-              if total_tokens else 0.0,
-              "jaccard_logged": _nanmean(fig["jaccard_logged"]),
-              "weight_corr_logged": _nanmean(fig["weight_corr_logged"]),
-              "exact_steps": int(o["exact"].sum()) if o["own"] else None}
+        ov = {
+            "steps": len(steps),
+            "retention": float(kept.sum() / max(n_active.sum(), 1)),
+            "ess_fraction": _nanmean(ess),
+            "skip_rate": _nanmean(fig["skip_rate"]),
+            "responses_saved": int(fig["responses_saved"].sum()),
+            "tokens_saved": int(fig["tokens_saved"].sum()),
+            "tokens_saved_fraction": float(fig["tokens_saved"].sum() / total_tokens)
+            if total_tokens
+            else 0.0,
+            "jaccard_logged": _nanmean(fig["jaccard_logged"]),
+            "weight_corr_logged": _nanmean(fig["weight_corr_logged"]),
+            "exact_steps": int(o["exact"].sum()) if o["own"] else None,
+        }
         ov.update({f"target_{d}": _nanmean(o["target"][:, k]) for k, d in enumerate(log.domains)})
         overall[lb] = ov
     return rows, overall
@@ -447,8 +521,7 @@ def _seg_max(x: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pairwise(log: DecisionLogData, labels: list[str], out: dict, active: np.ndarray
-              ) -> list[dict]:
+def _pairwise(log: DecisionLogData, labels: list[str], out: dict, active: np.ndarray) -> list[dict]:
     rows = []
     steps = log.steps["step"]
     for x in range(len(labels)):
@@ -456,9 +529,16 @@ def _pairwise(log: DecisionLogData, labels: list[str], out: dict, active: np.nda
             a, b = out[labels[x]], out[labels[y]]
             jac = _seg_jaccard(a["keep"] & active, b["keep"] & active, log.bounds)
             cor = _seg_corr(a["weight"], b["weight"], active, log.bounds)
-            rows += [{"a": labels[x], "b": labels[y], "step": int(steps[i]),
-                      "jaccard": float(jac[i]), "weight_corr": float(cor[i])}
-                     for i in range(len(steps))]
+            rows += [
+                {
+                    "a": labels[x],
+                    "b": labels[y],
+                    "step": int(steps[i]),
+                    "jaccard": float(jac[i]),
+                    "weight_corr": float(cor[i]),
+                }
+                for i in range(len(steps))
+            ]
     return rows
 
 

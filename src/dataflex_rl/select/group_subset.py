@@ -50,23 +50,24 @@ class MaxVariance(Selector):
         s = torch.where(active, scores.to(torch.float64), torch.zeros(B, dtype=torch.float64))
         # shift by the group minimum (variance is shift-invariant): a constant group has all
         # zeros, so every subset scores exactly 0 and the first a wins (see segment_moments)
-        lo = segment_min(torch.where(active, s, torch.full_like(s, float("inf"))),
-                         batch.group_ids, G, empty=0.0)
+        lo = segment_min(
+            torch.where(active, s, torch.full_like(s, float("inf"))), batch.group_ids, G, empty=0.0
+        )
         lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
         s = torch.where(active, s - lo[batch.group_ids], torch.zeros_like(s))
         inactive_last = (~active).to(torch.int8)
-        rank = segment_rank((s, inactive_last), batch.group_ids, G)   # ascending within group
+        rank = segment_rank((s, inactive_last), batch.group_ids, G)  # ascending within group
         size = batch.group_size
         k = keep_counts(batch, self.keep_fraction)
         S = int(size.max()) if G else 0
         # row g: 0, then group g's active rewards ascending; inactive rows land in a spare cell
         cell = torch.where(active, batch.group_ids * (S + 1) + rank + 1, G * (S + 1))
         sorted_r = torch.zeros(G * (S + 1) + 1, dtype=torch.float64)
-        sorted_r[cell] = s                                           # s is 0 where inactive
+        sorted_r[cell] = s  # s is 0 where inactive
         sorted_r = sorted_r[:-1].view(G, S + 1)
-        P = sorted_r.cumsum(1)                                     # P[:, j] = sum of j lowest
-        Q = (sorted_r ** 2).cumsum(1)
-        a = torch.arange(S + 1, dtype=torch.int64)[None, :]        # [1, S+1]
+        P = sorted_r.cumsum(1)  # P[:, j] = sum of j lowest
+        Q = (sorted_r**2).cumsum(1)
+        a = torch.arange(S + 1, dtype=torch.int64)[None, :]  # [1, S+1]
         hi_start = (size[:, None] - (k[:, None] - a)).clamp(min=0, max=S)
         lo = a.clamp(max=S).expand(G, -1)
         sum_ = P.gather(1, lo) + P.gather(1, size[:, None]) - P.gather(1, hi_start)
@@ -77,7 +78,7 @@ class MaxVariance(Selector):
         var = torch.where(valid, var, torch.full_like(var, -1.0))
         best = var.max(1, keepdim=True).values
         tol = 1e-12 * (1.0 + best.abs())
-        a_star = ((var >= best - tol) & valid).to(torch.int64).argmax(1)   # first (smallest) a
+        a_star = ((var >= best - tol) & valid).to(torch.int64).argmax(1)  # first (smallest) a
         # an active row's rank is below its group's size: the high block ends there
         low_end, high_from = a_star[batch.group_ids], (size - k + a_star)[batch.group_ids]
         return ((rank < low_end) | (rank >= high_from)) & active
@@ -108,7 +109,15 @@ class GroupFilter(Selector):
         active = batch.active_mask
         s = scores.to(torch.float64)
         s = torch.where(active, -s if self.largest else s, torch.zeros_like(s))
-        rank = segment_rank((batch.response_length, -batch.clean_rewards.to(torch.float64), s,
-                             (~active).to(torch.int8)), batch.group_ids, G)
+        rank = segment_rank(
+            (
+                batch.response_length,
+                -batch.clean_rewards.to(torch.float64),
+                s,
+                (~active).to(torch.int8),
+            ),
+            batch.group_ids,
+            G,
+        )
         k = keep_counts(batch, self.keep_fraction)
         return (rank < k[batch.group_ids]) & active

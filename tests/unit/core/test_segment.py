@@ -58,31 +58,36 @@ def test_lexsort_float_ties_like_torch_sort():
     assert lexsort(x).tolist() == [5, 7, 0, 1, 6, 8, 4, 2, 3]
     assert lexsort(x.double()).tolist() == [5, 7, 0, 1, 6, 8, 4, 2, 3]
     # float64 values no float32 holds (1 + 2**-40 rounds to 1.0 in float32) keep their order
-    y = torch.tensor([1.0 + 2.0 ** -40, 1.0, -1e300, 1e300], dtype=torch.float64)
+    y = torch.tensor([1.0 + 2.0**-40, 1.0, -1e300, 1e300], dtype=torch.float64)
     assert lexsort(y).tolist() == [2, 1, 0, 3]
     # an int64 key spanning more than 63 bits sorts alone, still stable
-    z = torch.tensor([2 ** 63 - 1, -2 ** 63, 0, -2 ** 63])
+    z = torch.tensor([2**63 - 1, -(2**63), 0, -(2**63)])
     assert lexsort(torch.tensor([1, 0, 0, 1]), z).tolist() == [1, 3, 2, 0]
 
 
 def test_lexsort_packed_matches_one_sort_per_key():
     g = torch.Generator().manual_seed(3)
-    values = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.0, -1.0,
-                           0.5, 3.4e38, 1e-45])
+    values = torch.tensor(
+        [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.0, -1.0, 0.5, 3.4e38, 1e-45]
+    )
 
     def key(kind, n):
         pick = torch.randint(0, len(values), (n,), generator=g)
-        return {"f32": values[pick],
-                "f64": values[pick].double() + torch.randint(0, 2, (n,), generator=g) * 1e-12,
-                "f16": torch.randint(-3, 3, (n,), generator=g).half(),
-                "i8": torch.randint(0, 2, (n,), generator=g).to(torch.int8),
-                "bool": torch.randint(0, 2, (n,), generator=g).bool(),
-                "i64": torch.randint(-5, 500, (n,), generator=g)}[kind]
+        return {
+            "f32": values[pick],
+            "f64": values[pick].double() + torch.randint(0, 2, (n,), generator=g) * 1e-12,
+            "f16": torch.randint(-3, 3, (n,), generator=g).half(),
+            "i8": torch.randint(0, 2, (n,), generator=g).to(torch.int8),
+            "bool": torch.randint(0, 2, (n,), generator=g).bool(),
+            "i64": torch.randint(-5, 500, (n,), generator=g),
+        }[kind]
+
     kinds = ["f32", "f64", "f16", "i8", "bool", "i64"]
     for _ in range(200):
         n = int(torch.randint(1, 40, (1,), generator=g))
-        picks = torch.randint(0, len(kinds), (int(torch.randint(1, 6, (1,), generator=g)),),
-                              generator=g)
+        picks = torch.randint(
+            0, len(kinds), (int(torch.randint(1, 6, (1,), generator=g)),), generator=g
+        )
         keys = [key(kinds[int(i)], n) for i in picks]
         assert torch.equal(lexsort(*keys), _one_sort_per_key(*keys))
 
@@ -93,14 +98,16 @@ def test_segment_rank_matches_flat_sort():
         n = int(torch.randint(1, 60, (1,), generator=g))
         seg = torch.randint(0, 8, (n,), generator=g)
         if trial % 2:
-            seg = seg.sort().values          # contiguous segments: the table path
+            seg = seg.sort().values  # contiguous segments: the table path
         if trial % 5 == 0:
-            seg[: n // 2] = 0                # one large segment: the flat path
+            seg[: n // 2] = 0  # one large segment: the flat path
         seg = torch.unique(seg, return_inverse=True)[1]
         G = int(seg.max()) + 1
-        keys = [torch.randint(0, 3, (n,), generator=g).float(),
-                torch.randn(n, generator=g, dtype=torch.float64).round(),
-                torch.randint(0, 2, (n,), generator=g).to(torch.int8)][: trial % 4]
+        keys = [
+            torch.randint(0, 3, (n,), generator=g).float(),
+            torch.randn(n, generator=g, dtype=torch.float64).round(),
+            torch.randint(0, 2, (n,), generator=g).to(torch.int8),
+        ][: trial % 4]
         expected = rank_in_segment(_one_sort_per_key(*keys, seg), seg, G)
         assert torch.equal(segment_rank(keys, seg, G), expected)
 

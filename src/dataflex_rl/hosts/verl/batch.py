@@ -11,8 +11,8 @@ Shapes: B trajectories, S sessions (S = B without multi-output agent loops), T t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -44,7 +44,7 @@ def sessions_of(keys: Sequence[str]) -> Sessions:
     final: dict[str, tuple[int, int]] = {}
     session_ids: list[int] = []
     order: dict[str, int] = {}
-    for row, key in enumerate(keys):   # string parsing, once per trajectory
+    for row, key in enumerate(keys):  # string parsing, once per trajectory
         parts = key.rsplit("_", 2)
         if len(parts) != 3:
             raise ValueError(f"unexpected verl trajectory key {key!r} (want uid_session_index)")
@@ -54,8 +54,9 @@ def sessions_of(keys: Sequence[str]) -> Sessions:
         if session not in final or final[session][0] < index:
             final[session] = (index, row)
     rows = [final[s][1] for s in order]
-    return Sessions(torch.tensor(rows, dtype=torch.int64),
-                    torch.tensor(session_ids, dtype=torch.int64))
+    return Sessions(
+        torch.tensor(rows, dtype=torch.int64), torch.tensor(session_ids, dtype=torch.int64)
+    )
 
 
 def factorize(values: Sequence) -> Tensor:
@@ -64,13 +65,20 @@ def factorize(values: Sequence) -> Tensor:
     return torch.tensor([ids.setdefault(v, len(ids)) for v in values], dtype=torch.int64)
 
 
-def build_batch(*, keys: Sequence[str], uids: Sequence[str], is_padding: Sequence[bool],
-                rm_scores: Tensor, response_mask: Tensor, advantages: Tensor,
-                old_log_probs: Tensor | None, step: int,
-                domains: Sequence[str] | None = None,
-                domain_of_uid: Callable[[str], int] | None = None,
-                prompt_of_uid: Callable[[str], object] | None = None,
-                ) -> tuple[RolloutBatch, Sessions]:
+def build_batch(
+    *,
+    keys: Sequence[str],
+    uids: Sequence[str],
+    is_padding: Sequence[bool],
+    rm_scores: Tensor,
+    response_mask: Tensor,
+    advantages: Tensor,
+    old_log_probs: Tensor | None,
+    step: int,
+    domains: Sequence[str] | None = None,
+    domain_of_uid: Callable[[str], int] | None = None,
+    prompt_of_uid: Callable[[str], object] | None = None,
+) -> tuple[RolloutBatch, Sessions]:
     """A `RolloutBatch` of the sessions' final outputs.
 
     Args:
@@ -93,17 +101,20 @@ def build_batch(*, keys: Sequence[str], uids: Sequence[str], is_padding: Sequenc
     if domains is not None and domain_of_uid is not None:
         kwargs["domains"] = tuple(domains)
         kwargs["domain_ids"] = torch.tensor(
-            [0 if p else domain_of_uid(x) for x, p in zip(u, pad.tolist())], dtype=torch.int64)
+            [0 if p else domain_of_uid(x) for x, p in zip(u, pad.tolist())], dtype=torch.int64
+        )
     if prompt_of_uid is not None:
-        kwargs["prompt_keys"] = tuple(x if p else prompt_of_uid(x)
-                                      for x, p in zip(u, pad.tolist()))
+        kwargs["prompt_keys"] = tuple(x if p else prompt_of_uid(x) for x, p in zip(u, pad.tolist()))
     batch = RolloutBatch(
         rewards=pick(rm_scores).sum(-1).to(torch.float32),
         response_mask=pick(response_mask).bool(),
         group_ids=factorize(u),
         advantages=pick(advantages).to(torch.float32),
         old_log_probs=None if old_log_probs is None else pick(old_log_probs).to(torch.float32),
-        is_padding=pad, step=int(step), **kwargs)
+        is_padding=pad,
+        step=int(step),
+        **kwargs,
+    )
     return batch, sessions
 
 
@@ -125,9 +136,16 @@ class Writeback:
         return out
 
 
-def writeback(decision: Decision, batch: RolloutBatch, sessions: Sessions, *,
-              response_mask: Tensor, loss_mask: Tensor, advantages: Tensor,
-              existing_weights: Tensor | None) -> Writeback:
+def writeback(
+    decision: Decision,
+    batch: RolloutBatch,
+    sessions: Sessions,
+    *,
+    response_mask: Tensor,
+    loss_mask: Tensor,
+    advantages: Tensor,
+    existing_weights: Tensor | None,
+) -> Writeback:
     """The fields that make verl's loss follow ``decision``.
 
     * ``rollout_is_weights`` = existing (verl's rollout correction) x ours; 0 off the kept tokens.
@@ -178,6 +196,5 @@ def writeback(decision: Decision, batch: RolloutBatch, sessions: Sessions, *,
         adv = advantages.to(torch.float32) if new_adv is None else new_adv.to(torch.float32)
         out["advantages"] = torch.where(invalid[:, None], torch.zeros_like(adv), adv)
     if new_adv is not None:
-        out["returns"] = out["advantages"]   # as verl's GRPO sets them (critics need GAE)
+        out["returns"] = out["advantages"]  # as verl's GRPO sets them (critics need GAE)
     return Writeback(**out)
-
