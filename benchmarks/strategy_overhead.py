@@ -72,6 +72,14 @@ times are inflated ~5-10x and only same-run ratios mean much; 512 x 16 x 4096):
 * ar: the decision is 2.7x the fused pass in the after run (token inputs; 14x before), and
   11x with the host reading the [B, T] weights: the 1.5x target is not met.
 
+After the packed sorts (``core.segment.lexsort``/``segment_rank``), on a nearly idle machine
+(load average 0.9; ``--sizes large --inputs response --clock cpu --repeats 3 --skip-loops
+--threads 2``), host column: baseline 2.9 ms, difffilter 3.4, topk 4.0, softmax 3.2, per 2.9,
+diffband 3.7, static 2.3, reward_gap 3.0, dump_ucb 3.0, tscl 3.0; maxvar 5.4 and gfpo 5.9
+still miss 5 ms (their ``select()`` alone is ~3.0 ms; the rest is per-call overhead in
+metrics and advantage recompute); ar 3.0x the fused pass (111 vs 37 ms), 7.4x with the
+[B, T] weights read; host / 1 thread <= 1.2x for every preset.
+
 Usage::
 
     .venv/bin/python benchmarks/strategy_overhead.py --sizes large --load        # the targets
