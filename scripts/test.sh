@@ -14,3 +14,8 @@ if [ $# -eq 0 ] && [ "${DATAFLEX_SKIP_VERL:-0}" != 1 ]; then
   bash scripts/setup_verl.sh
   .venv-verl/bin/python -m pytest -q tests/hosts
 fi
+# the TRL host against real TRL 1.16, in its own venv (DATAFLEX_SKIP_TRL=1 skips it)
+if [ $# -eq 0 ] && [ "${DATAFLEX_SKIP_TRL:-0}" != 1 ]; then
+  bash scripts/setup_trl.sh
+  HF_HUB_OFFLINE=1 .venv-trl/bin/python -m pytest -q tests/hosts_trl
+fi
