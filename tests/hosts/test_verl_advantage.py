@@ -108,8 +108,8 @@ def test_recomputed_advantages_replace_verls():
 
 
 def test_mix_only_strategy_observes_domains_and_leaves_the_loss_alone():
+    from dataflex_rl.hosts.common.intake import Intake
     from dataflex_rl.hosts.verl.config import build_strategy
-    from dataflex_rl.hosts.verl.intake import Intake
 
     trainer = dataflex_trainer("+dataflex.strategy=reward_gap", build=False)
     domains = ("logic", "math")

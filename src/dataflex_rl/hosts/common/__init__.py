@@ -2,6 +2,7 @@
 
 * `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs)
   and `draw_metrics`, the per-domain figures every host reports for its draw;
+* `intake`: the rows a host with a map-style dataset generates next (`Intake`, `domain_column`);
 * `draw`: drawing a batch with pre-rollout skipping (candidate rounds until quotas are filled);
 * `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);
 * `state`: state files written atomically and read back;

@@ -1,10 +1,10 @@
-"""Intake: which dataset rows verl generates next (domain mixing and pre-rollout skipping).
+"""Intake: which dataset rows a host generates next (domain mixing and pre-rollout skipping).
 
-verl's sync trainer submits exactly ``train_batch_size`` prompts per step and its replay buffer
-waits for that many groups, so both mechanisms act here, before generation: the rows are drawn
-per domain at the strategy's proportions (`DomainSampler`, largest-remainder rounding), and
-pre-rollout skipping removes candidates, which are replaced by fresh draws. The count is
-always exact. Needs no verl.
+A host that owns a map-style dataset (verl's sync trainer, TRL's `GRPOTrainer`) generates for
+exactly a fixed number of prompts per step, so both mechanisms act here, before generation: the
+rows are drawn per domain at the strategy's proportions (`DomainSampler`, largest-remainder
+rounding), and pre-rollout skipping removes candidates, which are replaced by fresh draws. The
+count is always exact. Needs no host library.
 """
 
 from __future__ import annotations
