@@ -1,10 +1,18 @@
-"""Settings every host takes the same way (declared once, validated like every config)."""
+"""Settings every host takes the same way (declared once, validated like every config).
+
+`HostConfig` is the ``dataflex`` block of a host that trains on its own dataset (verl, TRL):
+which strategy, and how prompts are drawn at intake. A host adds its own keys by subclassing
+it; the helpers below are the checks every such host makes before training starts.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataflex_rl.core.config import Checked, param
+from dataflex_rl.core.config import Checked, field_rows, param
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.spec import StrategySpec
+from dataflex_rl.core.strategy import Strategy
 
 
 @dataclass
@@ -15,7 +23,8 @@ class DecisionLogConfig(Checked):
     enabled: bool = param(False, "write the decision log")
     dir: str = param(
         "decisions",
-        "log folder (relative: under the run's output folder; on verl trainer.default_local_dir)",
+        "log folder (relative: under the run's output folder: verl's "
+        "trainer.default_local_dir, TRL's output_dir)",
     )
     steps_per_file: int = param(
         100, "steps per Parquet file (a crash loses at most the open file's steps)", ge=1
@@ -31,3 +40,88 @@ class DecisionLogConfig(Checked):
         "pass over the tokens; replays the per-response weights "
         "of 'ar' without full_tokens)",
     )
+
+
+@dataclass
+class HostConfig(Checked):
+    """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
+
+    strategy: str | dict = param(
+        "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"
+    )
+    domain_key: str | None = param(
+        None,
+        "dataset column with each prompt's domain (dotted "
+        "for a nested field, e.g. extra_info.domain); an error "
+        "when it is not a column; null: 'domain' if the "
+        "training set has it, else 'data_source'",
+    )
+    domains: list[str] | None = param(
+        None, "domain names in id order (default: the sorted values found in the training set)"
+    )
+    proportions: list[float] | dict[str, float] | None = param(
+        None,
+        "intake proportions when the strategy pre-filters but does not mix (default: "
+        "the training set's own)",
+        ge=0.0,
+    )
+    candidate_factor: float = param(
+        2.0, "prerollout: candidates drawn per missing prompt in each round", ge=1.0
+    )
+    max_draw_rounds: int = param(
+        8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
+    )
+    seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
+    decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
+
+
+def uses_intake(strategy: Strategy) -> bool:
+    """Whether the strategy acts before generation (mix or prerollout)."""
+    return "mix" in strategy.parts or "prerollout" in strategy.parts
+
+
+def resolved_option(strategy: Strategy, key: str) -> bool:
+    """A select option after the selector's paper default is applied (False without select)."""
+    if "select" not in strategy.parts:
+        return False
+    value = strategy.spec.select.options.get(key)
+    if value is None:
+        value = getattr(type(strategy.parts["select"][1]), f"{key}_default", False)
+    return bool(value)
+
+
+def placeholder_domains(host: HostConfig, spec: StrategySpec) -> tuple[str, ...]:
+    """Domains to check a mixing strategy with before the training set is read."""
+    if host.domains:
+        return tuple(host.domains)
+    prior = spec.mix.options.get("prior") if spec.mix is not None else None
+    if isinstance(prior, dict) and prior:
+        return tuple(prior)
+    if isinstance(prior, list) and prior:
+        return tuple(f"_domain{i}" for i in range(len(prior)))
+    return ("_any",)
+
+
+def check_proportions(host: HostConfig, strategy: Strategy) -> None:
+    """``proportions`` is only read by a strategy that pre-filters without mixing.
+
+    Raises:
+        ConfigError: it is set for any other strategy.
+    """
+    if host.proportions is not None and not (
+        "prerollout" in strategy.parts and "mix" not in strategy.parts
+    ):
+        raise ConfigError(
+            "dataflex.proportions: only used by a strategy that pre-filters "
+            "without mixing; a mixing strategy sets its own prior "
+            "(strategy.mix.prior)"
+        )
+
+
+def config_table(schema: type) -> str:
+    """A host's ``dataflex`` block as a Markdown table (the host docs embed it verbatim)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for r in field_rows(schema):
+        shown = "null" if r["default"] is None else r["default"]
+        rows.append(f"| `{r['name']}` | `{shown}` | {r['doc']} |")
+    return "\n".join(rows) + "\n"

@@ -16,11 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dataflex_rl.core.config import Checked, field_rows, param, validate
+from dataflex_rl.core.config import param, validate
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
+from dataflex_rl.core.spec import get_path, parse_strategy
 from dataflex_rl.core.strategy import GROUP_ESTIMATORS, Strategy
-from dataflex_rl.hosts.common.config import DecisionLogConfig
+from dataflex_rl.hosts.common.config import (
+    HostConfig,
+    check_proportions,
+    placeholder_domains,
+    resolved_option,
+)
+from dataflex_rl.hosts.common.config import config_table as host_config_table
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -57,39 +63,12 @@ GRPO_LIKE = frozenset({"grpo", "grpo_vectorized"})
 
 
 @dataclass
-class VerlHostConfig(Checked):
-    """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
+class VerlHostConfig(HostConfig):
+    """The ``dataflex`` block of verl's config: `HostConfig` plus verl's own keys."""
 
-    strategy: str | dict = param(
-        "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"
-    )
-    domain_key: str | None = param(
-        None,
-        "dataset column with each prompt's domain (dotted "
-        "for a nested field, e.g. extra_info.domain); an error "
-        "when it is not a column; null: 'domain' if the "
-        "training set has it, else 'data_source'",
-    )
-    domains: list[str] | None = param(
-        None, "domain names in id order (default: the sorted values found in the training set)"
-    )
-    proportions: list[float] | dict[str, float] | None = param(
-        None,
-        "intake proportions when the strategy pre-filters but does not mix (default: "
-        "the training set's own)",
-        ge=0.0,
-    )
-    candidate_factor: float = param(
-        2.0, "prerollout: candidates drawn per missing prompt in each round", ge=1.0
-    )
-    max_draw_rounds: int = param(
-        8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
-    )
-    seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
     poll_interval: float | None = param(
         None, "replay-buffer poll interval in seconds (null: verl's default, 2 s)", gt=0.0
     )
-    decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
 
 def parse_host_config(block: Any) -> VerlHostConfig:
@@ -100,21 +79,6 @@ def parse_host_config(block: Any) -> VerlHostConfig:
             "the 'baseline' strategy (add +dataflex.strategy=<preset or path>)"
         )
     return validate(VerlHostConfig, block, "dataflex")
-
-
-def uses_intake(strategy: Strategy) -> bool:
-    """Whether the strategy acts before generation (mix or prerollout)."""
-    return "mix" in strategy.parts or "prerollout" in strategy.parts
-
-
-def resolved_option(strategy: Strategy, key: str) -> bool:
-    """A select option after the selector's paper default is applied (False without select)."""
-    if "select" not in strategy.parts:
-        return False
-    value = strategy.spec.select.options.get(key)
-    if value is None:
-        value = getattr(type(strategy.parts["select"][1]), f"{key}_default", False)
-    return bool(value)
 
 
 def build_strategy(
@@ -132,7 +96,7 @@ def build_strategy(
     norm_by_std = bool(get_path(config, "algorithm.norm_adv_by_std_in_grpo", True))
     spec = parse_strategy(host.strategy, where="dataflex.strategy")
     if early and domains is None:
-        domains = _placeholder_domains(host, spec)
+        domains = placeholder_domains(host, spec)
     strategy = Strategy(
         spec,
         domains=domains,
@@ -140,28 +104,9 @@ def build_strategy(
         available_fields=HOST_FIELDS,
         norm_adv_by_std=norm_by_std,
     )
-    if host.proportions is not None and not (
-        "prerollout" in strategy.parts and "mix" not in strategy.parts
-    ):
-        raise ConfigError(
-            "dataflex.proportions: only used by a strategy that pre-filters "
-            "without mixing; a mixing strategy sets its own prior "
-            "(strategy.mix.prior)"
-        )
+    check_proportions(host, strategy)
     check_host_fit(strategy, config)
     return strategy
-
-
-def _placeholder_domains(host: VerlHostConfig, spec: StrategySpec) -> tuple[str, ...]:
-    """Domains to check a mixing strategy with before the training set is read."""
-    if host.domains:
-        return tuple(host.domains)
-    prior = spec.mix.options.get("prior") if spec.mix is not None else None
-    if isinstance(prior, dict) and prior:
-        return tuple(prior)
-    if isinstance(prior, list) and prior:
-        return tuple(f"_domain{i}" for i in range(len(prior)))
-    return ("_any",)
 
 
 def check_host_fit(strategy: Strategy, config: Mapping) -> None:
@@ -207,8 +152,4 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
 
 def config_table() -> str:
     """The ``dataflex`` block as a Markdown table (docs/hosts/verl.md embeds it verbatim)."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    for r in field_rows(VerlHostConfig):
-        shown = "null" if r["default"] is None else r["default"]
-        rows.append(f"| `{r['name']}` | `{shown}` | {r['doc']} |")
-    return "\n".join(rows) + "\n"
+    return host_config_table(VerlHostConfig)

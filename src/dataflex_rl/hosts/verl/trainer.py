@@ -33,10 +33,11 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
 from dataflex_rl.hosts.common.accounting import generation_metrics
+from dataflex_rl.hosts.common.config import uses_intake
 from dataflex_rl.hosts.common.intake import DEFAULT_DOMAIN_COLUMNS, Intake, domain_column
 from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
-from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config, uses_intake
+from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
