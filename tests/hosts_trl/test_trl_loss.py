@@ -293,3 +293,32 @@ def test_random_keep_and_weights_equal_removal(setup, loss_type, keep_bits, weig
     if float(ref[1].abs().max()) == 0.0:  # every kept weight 0: nothing to compare to
         return
     _close(_loss_grad(trainer, batch), ref, loss_type, rtol=2e-6)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_kl_term_with_beta(setup, loss_type):
+    """beta > 0: the KL of dropped rows leaves with their masks. Token losses stay exact;
+    row-count losses scale the policy term by c but not the KL term (TRL adds beta * KL
+    after the advantages act), so the kept rows' KL is averaged over N rows, not R."""
+    trainers, out = setup
+    trainer = trainers[loss_type]
+    gen = torch.Generator().manual_seed(2)
+    base = _copy(out)
+    base["ref_per_token_logps"] = out["old_per_token_logps"] + 0.2 * torch.randn(
+        out["old_per_token_logps"].shape, generator=gen
+    )
+    masked = _copy(base)
+    m = apply_decision(masked, _decision(base, KEEP), slice(0, N), loss_type, _lengths(base))
+    stays = KEEP & out["completion_mask"].bool().any(1)
+    removed = _take(base, stays.nonzero().squeeze(1))
+    trainer.beta = 0.5
+    try:
+        got, want = _loss_grad(trainer, masked), _loss_grad(trainer, removed)
+        if loss_type in ("grpo", "sapo", "dr_grpo", "luspo"):
+            # the KL part alone: scaling beta by c makes it exact again
+            assert abs(got[0] - want[0]) > 1e-6
+            trainer.beta = 0.5 * m["dataflex/trl/advantage_scale"]
+            got = _loss_grad(trainer, masked)
+        _close(got, want, loss_type)
+    finally:
+        trainer.beta = 0.0

@@ -28,6 +28,11 @@ marked ``invalid`` (a non-finite reward) leave R either way. c only compensates 
 left a row-count denominator: weights are applied as the strategy normalized them (mean 1 over
 its normalization set), as the other hosts do. Masked rows still run through the forward and
 backward passes; TRL's split into equal micro-batches and DDP's equal step counts need them.
+
+With ``beta > 0`` TRL adds ``beta * KL`` per token after the advantages act, so c does not
+reach the KL term: a row-count loss averages the kept rows' KL over N rows instead of R unless
+the trainer also uses ``beta * c`` for this generation's micro-batches (exact again; the token
+losses need nothing, c = 1 there). The weights never scale the KL term, as in the verl host.
 """
 
 from __future__ import annotations
