@@ -14,11 +14,18 @@ DOMAINS = ("math", "logic", "science")
 
 
 def make_batch(
-    step: int, prompts: int = 8, G: int = 4, T: int = 12, seed: int = 0, n_prompts: int = 20
+    step: int,
+    prompts: int = 8,
+    G: int = 4,
+    T: int = 12,
+    seed: int = 0,
+    n_prompts: int = 20,
+    per_response: bool = False,
 ) -> RolloutBatch:
     """0/1 rewards from a per-group solve probability, GRPO advantages (constant per row),
     per-token old log-probs, right-padded variable lengths, three domains, prompt keys drawn
-    from ``n_prompts`` prompts (so histories see repeats)."""
+    from ``n_prompts`` prompts (so histories see repeats). ``per_response``: the advantages
+    and lengths are also passed per response, as the engine and verl hosts do."""
     g = torch.Generator().manual_seed(seed * 100_003 + step)
     B = prompts * G
     grp = torch.arange(prompts).repeat_interleave(G)
@@ -41,14 +48,23 @@ def make_batch(
         old_log_probs=lp,
         prompt_keys=tuple(f"p{int(k)}" for k in ids[grp]),
         step=step,
+        response_advantages=adv if per_response else None,
+        response_lengths=lengths if per_response else None,
     )
 
 
 def write_log(
-    folder: Path, spec, steps: int, *, steps_per_file: int = 4, close: bool = True, **log_kwargs
+    folder: Path,
+    spec,
+    steps: int,
+    *,
+    steps_per_file: int = 4,
+    close: bool = True,
+    per_response: bool = False,
+    **log_kwargs,
 ) -> tuple[Strategy, list]:
-    """Run ``spec`` on ``steps`` synthetic batches, logging each; returns the strategy and
-    the (batch, decision) pairs."""
+    """Run ``spec`` on ``steps`` synthetic batches (`make_batch`), logging each; returns the
+    strategy and the (batch, decision) pairs."""
     st = Strategy(spec, domains=DOMAINS)
     log = DecisionLog(
         folder,
@@ -61,7 +77,7 @@ def write_log(
     )
     out = []
     for s in range(steps):
-        b = make_batch(s)
+        b = make_batch(s, per_response=per_response)
         target = st.proportions
         d = st.decide(b)
         log.record(b, d, target=target)

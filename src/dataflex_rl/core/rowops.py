@@ -294,3 +294,27 @@ class TokenBlocks:
         out = torch.zeros_like(suspect)
         out[rows] = (self.mask[rows] & ~torch.isfinite(values[rows])).any(1)
         return out
+
+
+def first_valid_values(values: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:
+    """[B] each row's value on its first valid token (0 for rows without one).
+
+    Reads column 0 of ``values`` and ``mask``, and only the rows whose first valid token is
+    further right (holes at column 0, rare) in full. For advantages that are constant over a
+    row (outcome estimators) this is the per-response value itself, exactly, where a mean
+    over the row would add float rounding.
+
+    Args:
+        values: [B, T] float.
+        mask: [B, T] bool valid tokens.
+        lengths: [B] int64 valid tokens per row (``mask.sum(1)``).
+    """
+    B, T = values.shape
+    if T == 0:
+        return torch.zeros(B, dtype=values.dtype, device=values.device)
+    first = torch.where(mask[:, 0], values[:, 0], 0.0)
+    lacking = (~mask[:, 0] & (lengths > 0)).nonzero().squeeze(1)
+    if lacking.numel():
+        col = mask[lacking].to(torch.uint8).argmax(1)
+        first[lacking] = values[lacking, col]
+    return first

@@ -13,7 +13,10 @@ rollouts" and "how much generation would it skip", not "would it train better".
 How the per-token fields are rebuilt (per step, T = the logged ``max_length``, right-padded):
 
 * advantages: the logged first-token value on every valid token -- exactly what outcome-reward
-  estimators (GRPO, RLOO, ...) produce. Token-varying advantages need ``full_tokens``.
+  estimators (GRPO, RLOO, ...) produce. Token-varying advantages need ``full_tokens``. Where
+  the host passed per-response advantages (step column ``per_response_advantages``), the
+  logged values are passed the same way (``response_advantages``, ``response_lengths``), so
+  decisions read the values the host's did.
 * old log-probs: with ``full_tokens`` the logged tokens; else one value per response,
   ``log(prob_mean)`` when ``token_prob_mean`` was logged (token-level reweighters then give the
   logged per-response weights up to float rounding), else ``logprob_mean`` (exp(mean log p)
@@ -86,6 +89,15 @@ class DecisionLogData:
                 )
         if adv is not None and bool(torch.isnan(adv).all()) and b > a:
             adv = None
+        per_response = {}
+        flag = self.steps.get("per_response_advantages")
+        if adv is not None and flag is not None and bool(flag[i]):
+            # the host passed its per-response values: pass the logged ones (exact) the same
+            # way, so the decision reads what the host's did
+            per_response = {
+                "response_advantages": torch.from_numpy(c["advantage"][a:b]),
+                "response_lengths": length,
+            }
         keys = c["prompt_key"]
         return RolloutBatch(
             rewards=torch.from_numpy(c["reward"][a:b]),
@@ -98,6 +110,7 @@ class DecisionLogData:
             prompt_keys=None if keys is None else tuple(keys[a:b]),
             is_padding=torch.from_numpy(c["is_padding"][a:b]),
             step=int(self.steps["step"][i]),
+            **per_response,
         )
 
     def logged(self, i: int) -> dict[str, np.ndarray]:

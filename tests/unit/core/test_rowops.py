@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dataflex_rl.core.rowops import TokenBlocks, block_size
+from dataflex_rl.core.rowops import TokenBlocks, block_size, first_valid_values
 
 
 def _masks(seed: int):
@@ -156,3 +156,15 @@ def test_mapped_row_sums_match_a_masked_loop(T):
         out.double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6
     )
     assert torch.equal(torch.isfinite(plain), mask.all(1))
+
+
+def test_first_valid_values_match_a_plain_loop():
+    for seed, mask in enumerate(_masks(5)):
+        x = _values(mask, seed)
+        got = first_valid_values(x, mask, mask.sum(1))
+        want = torch.zeros(mask.shape[0])
+        for i in range(mask.shape[0]):  # the oracle: the first True column of each row
+            cols = mask[i].nonzero()
+            if cols.numel():
+                want[i] = x[i, cols[0, 0]]
+        assert torch.equal(got, want)

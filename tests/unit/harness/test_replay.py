@@ -37,6 +37,35 @@ def test_rebuilt_batch_gives_the_same_per_response_signals(tmp_path):
         assert torch.equal(back.advantage_per_response, orig.advantage_per_response)
 
 
+def test_per_response_advantages_are_rebuilt_as_the_host_passed_them(tmp_path):
+    write_log(tmp_path / "per", "baseline", 2, per_response=True)
+    write_log(tmp_path / "tok", "baseline", 2)
+    per, tok = read_log(tmp_path / "per"), read_log(tmp_path / "tok")
+    for i in range(2):
+        orig, back = make_batch(i, per_response=True), per.batch(i)
+        assert torch.equal(back.response_advantages, orig.response_advantages)
+        assert torch.equal(back.response_lengths, orig.response_lengths)
+        assert torch.equal(back.advantages, orig.advantages)
+        plain = tok.batch(i)  # a host without them: none rebuilt (its decisions read tokens)
+        assert plain.response_advantages is None and plain.response_lengths is None
+
+
+def test_a_log_without_the_step_column_rebuilds_token_advantages(tmp_path):
+    # logs written before the per_response_advantages column: token advantages, as then
+    write_log(tmp_path, "baseline", 2, per_response=True)
+    log = read_log(tmp_path)
+    del log.steps["per_response_advantages"]
+    assert log.batch(0).response_advantages is None and log.batch(0).advantages is not None
+
+
+@pytest.mark.parametrize("name", ["topk", "softmax", "per", "maxvar", "dump_ucb"])
+def test_replay_is_exact_on_logs_of_hosts_passing_per_response_advantages(tmp_path, name):
+    steps = 11 if name in MIX else 4
+    write_log(tmp_path, name, steps, per_response=True)
+    res = replay(read_log(tmp_path), [name])
+    assert res.overall[name]["exact_steps"] == steps
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
     steps = 11 if name in MIX else 4  # mixers: warm-up 5, every 5 -> two updates

@@ -27,7 +27,8 @@ Response columns (B rows per step):
 ``advantage``       float32, advantage on the first valid token: every token's value under
                     outcome-reward estimators (GRPO, RLOO, ...); NaN where a valid token's
                     advantage is not finite
-``advantage_mean``  float32, mean advantage over valid tokens
+``advantage_mean``  float32, mean advantage over valid tokens (with the host's per-response
+                    advantages, ``response_advantages``: that value, like ``advantage``)
 ``logprob_mean``    float32, mean old log-prob over valid tokens
 ``prob_mean``       float32, mean token probability (only with ``token_prob_mean``)
 ``keep``            bool, the decision's keep mask
@@ -38,7 +39,9 @@ Response columns (B rows per step):
 ==================  =========================================================================
 
 Step columns: ``step``, ``responses``, ``groups``, ``max_length`` (T), ``tokens`` (generated
-tokens, padding rows excluded), ``kept``, ``renormalize``, ``recomputed``, ``mix_updated``,
+tokens, padding rows excluded), ``kept``, ``renormalize``, ``recomputed``,
+``per_response_advantages`` (the host passed ``response_advantages``: replay passes the logged
+``advantage`` the same way, so decisions replay bit for bit), ``mix_updated``,
 ``decide_ms``, per domain ``target_<d>`` (proportions the batch was drawn at; NaN when the
 host did not say), ``actual_<d>`` (share of the batch's groups) and ``next_<d>`` (proportions
 the decision set; NaN when the mixer did not update), and the pre-rollout counts
@@ -65,6 +68,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
+
+from dataflex_rl.core.rowops import first_valid_values
 
 #: version of the columns above; readers refuse a newer major version
 SCHEMA_VERSION = 1
@@ -204,9 +209,14 @@ class DecisionLog:
             "reward": batch.rewards.detach().cpu().numpy(),
             "length": n.cpu().numpy(),
         }
-        if batch.advantages is not None:
+        if batch.response_advantages is not None:  # the host's per-response values: exact,
+            # and no [B, T] read
+            a = batch.response_advantages.detach()
+            a = torch.where(n > 0, a, torch.zeros_like(a)).to(torch.float32).cpu().numpy()
+            cols["advantage"], cols["advantage_mean"] = a, a.copy()
+        elif batch.advantages is not None:
             sums = batch._advantage_row_sums.detach()
-            first = _first_valid(batch.advantages.detach(), batch.response_mask, n)
+            first = first_valid_values(batch.advantages.detach(), batch.response_mask, n)
             first = torch.where(torch.isfinite(sums), first, sums)  # keep invalid rows invalid
             cols["advantage"] = first.to(torch.float32).cpu().numpy()
             cols["advantage_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
@@ -261,6 +271,7 @@ class DecisionLog:
             "kept": int(cols["keep"].sum()),
             "renormalize": bool(decision.renormalize),
             "recomputed": decision.advantages_per_response is not None,
+            "per_response_advantages": batch.response_advantages is not None,
             "mix_updated": decision.proportions is not None,
             "decide_ms": float(decision.metrics.get("dataflex/time_ms", math.nan)),
         }
@@ -340,19 +351,6 @@ def _unify(tables: list[pa.Table]) -> pa.Schema:
             if pa.types.is_null(schema.field(i).type) and not pa.types.is_null(f.type):
                 schema = schema.set(i, f)
     return schema
-
-
-def _first_valid(values: Tensor, mask: Tensor, n: Tensor) -> Tensor:
-    """[B] each row's value on its first valid token (0 for rows without one)."""
-    B, T = values.shape
-    if T == 0:
-        return torch.zeros(B, dtype=values.dtype, device=values.device)
-    first = torch.where(mask[:, 0], values[:, 0], 0.0)
-    lacking = (~mask[:, 0] & (n > 0)).nonzero().squeeze(1)
-    if lacking.numel():  # rows with a hole at column 0 (rare)
-        col = mask[lacking].to(torch.uint8).argmax(1)
-        first[lacking] = values[lacking, col]
-    return first
 
 
 def _first_rows(batch) -> np.ndarray:

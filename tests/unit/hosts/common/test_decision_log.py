@@ -78,6 +78,21 @@ def test_advantage_is_the_exact_token_value_and_the_mean_is_the_summary(tmp_path
         assert [DOMAINS.index(x) for x in rows["domain"]] == b.domain_ids.tolist()
 
 
+def test_per_response_advantages_are_logged_as_given_without_a_token_read(tmp_path):
+    # a host that passes response_advantages: both advantage columns are those values
+    # (exact), and the step says so (replay then passes them the same way)
+    _, pairs = write_log(tmp_path, "baseline", 2, per_response=True)
+    t = pq.read_table(tmp_path / RESPONSES).to_pydict()
+    steps = pq.read_table(tmp_path / STEPS).to_pydict()
+    assert steps["per_response_advantages"] == [True, True]
+    want = np.concatenate([b.response_advantages.numpy() for b, _ in pairs])
+    assert np.array_equal(np.array(t["advantage"], np.float32), want)
+    assert np.array_equal(np.array(t["advantage_mean"], np.float32), want)
+    assert "_advantage_row_sums" not in pairs[0][0].__dict__  # no [B, T] pass was made
+    write_log(tmp_path / "tok", "baseline", 1)
+    assert pq.read_table(tmp_path / "tok" / STEPS)["per_response_advantages"].to_pylist() == [False]
+
+
 def test_files_per_n_steps_metadata_and_schema_version(tmp_path):
     st, _ = write_log(tmp_path, "dump_ucb", 10, steps_per_file=4)
     for table in (RESPONSES, STEPS):
