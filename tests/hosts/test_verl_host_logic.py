@@ -121,6 +121,48 @@ def _trajectories(rewards, lengths, uids, keys=None, padding=None, adv=None):
     )
 
 
+def test_outcome_estimators_pass_each_rows_advantage_exactly():
+    # verl's outcome advantages: one float32 value per row times the mask. 0.1 over 3 tokens
+    # does not divide back exactly from a float32 row sum; the first valid token is the value.
+    # Row 2's first token was rejected by rollout correction (a hole at column 0); row 4 is
+    # padding with an all-zero mask.
+    t = _trajectories(
+        [1, 0, 1, 0, 0],
+        [3, 5, 7, 2, 1],
+        ["u0", "u0", "u0", "u1", "pad"],
+        padding=[False] * 4 + [True],
+        adv=[0.1, -0.3, 0.7, 1e-3, 0.0],
+    )
+    t["response_mask"][2, 0] = 0
+    t["response_mask"][4] = 0
+    exact = torch.tensor([0.1, -0.3, 0.7, 1e-3, 0.0])  # float32, as verl computes them
+    per, _ = build_batch(**t, per_response_advantages=True)
+    assert torch.equal(per.response_advantages, exact)
+    assert per.response_lengths.tolist() == [3, 5, 6, 2, 0]
+    assert torch.equal(per.advantage_per_response, exact)
+    tok, _ = build_batch(**t)  # token path: a mean over the row, equal up to float rounding
+    assert tok.response_advantages is None and tok.response_lengths is None
+    torch.testing.assert_close(tok.advantage_per_response, exact, rtol=2e-7, atol=0)
+    for preset in ("softmax", "topk", "difffilter"):
+        a, b = Strategy(preset).decide(per), Strategy(preset).decide(tok)
+        assert torch.equal(a.keep_mask, b.keep_mask), preset
+        assert torch.equal(a.weights_per_response, b.weights_per_response), preset
+
+
+def test_multi_output_sessions_pass_their_final_outputs_advantage():
+    keys = ["u0_0_0", "u0_0_1", "u0_1_0", "u1_0_0", "u1_1_0"]
+    t = _trajectories(
+        [0, 1, 0, 1, 1],
+        [2, 3, 2, 2, 2],
+        ["u0"] * 3 + ["u1"] * 2,
+        keys=keys,
+        adv=[0.5, 0.7, -0.7, 0, 0],
+    )
+    batch, _ = build_batch(**t, per_response_advantages=True)
+    assert batch.response_advantages.tolist() == torch.tensor([0.7, -0.7, 0.0, 0.0]).tolist()
+    assert batch.response_lengths.tolist() == [3, 2, 2, 2]
+
+
 def test_difffilter_weights_masks_and_composition():
     # two groups of 4: u0 all correct (solve rate 1, outside (0.2, 0.8)), u1 half correct
     t = _trajectories(

@@ -54,6 +54,8 @@ ENGINE_FIELDS = (
     "prompt_keys",
     "is_padding",
     "step",
+    "response_advantages",
+    "response_lengths",
 )
 
 
@@ -330,13 +332,14 @@ class EmbeddedTrainer:
     ) -> RolloutBatch:
         g = self.config.grpo
         group_ids = rollout.prompt_index
+        # every group holds grpo.group_size >= 2 responses (EngineConfig refuses fewer), so
+        # no group lacks a baseline: what a one-response group would get never applies here
         adv = group_advantages(
             rewards.to(torch.float32),
             group_ids,
             len(problems),
             norm_by_std=g.norm_adv_by_std,
             eps=g.adv_eps,
-            singleton="verl",
         )
         mask = rollout.response_mask
         return RolloutBatch(
@@ -345,10 +348,14 @@ class EmbeddedTrainer:
             group_ids=group_ids,
             domain_ids=torch.tensor(domain_idx, dtype=torch.int64)[group_ids],
             domains=self.domains,
-            advantages=adv[:, None] * mask,
+            advantages=adv[:, None] * mask,  # for the loss
             old_log_probs=rollout.old_log_probs,
             prompt_keys=tuple(problems[i].key for i in group_ids.tolist()),
             step=step,
+            # outcome advantages are one value per response: decisions read these B values
+            # (exact, not a mean over the row) and no [B, T] tensor
+            response_advantages=adv,
+            response_lengths=mask.sum(1),
         )
 
     def _update(

@@ -37,6 +37,24 @@ def test_derive_seed_is_stable_and_separates_streams():
     assert 0 <= derive_seed(123, "x") < 2**31
 
 
+def test_batch_passes_the_exact_per_response_advantages(tasks):
+    # GRPO outcome advantages are one value per response: the batch carries them (and the
+    # lengths) so decisions read B values; the token tensor (for the loss) holds the same value
+    tr = make_trainer(tasks, "softmax")
+    problems, domain_idx, _ = tr._draw_prompts(0)
+    rollout, rewards, _, _ = tr._rollout(problems, 0)
+    batch = tr._batch(rollout, rewards, problems, domain_idx, 0)
+    mask = rollout.response_mask
+    assert torch.equal(batch.response_lengths, mask.sum(1))
+    assert batch.response_advantages.dtype == torch.float32
+    assert torch.equal(batch.advantages, batch.response_advantages[:, None] * mask)
+    # the decision reads no [B, T] advantage: NaN tokens there would make every row invalid
+    poisoned = batch.replace(advantages=torch.full_like(batch.advantages, float("nan")))
+    d, p = tr.strategy.decide(batch), make_trainer(tasks, "softmax").strategy.decide(poisoned)
+    assert p.metrics["dataflex/invalid_responses"] == 0
+    assert torch.equal(d.weights_per_response, p.weights_per_response)
+
+
 def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
     tr = make_trainer(tasks)
     model = tr.policy.model

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.rowops import first_valid_values
 from dataflex_rl.core.strategy import Decision
 
 
@@ -78,6 +79,7 @@ def build_batch(
     domains: Sequence[str] | None = None,
     domain_of_uid: Callable[[str], int] | None = None,
     prompt_of_uid: Callable[[str], object] | None = None,
+    per_response_advantages: bool = False,
 ) -> tuple[RolloutBatch, Sessions]:
     """A `RolloutBatch` of the sessions' final outputs.
 
@@ -90,6 +92,11 @@ def build_batch(
         step: verl's global step.
         domains: domain names; with ``domain_of_uid`` each row's domain id.
         prompt_of_uid: stable prompt identity (dataset row) for pre-rollout histories.
+        per_response_advantages: verl's estimator gives one advantage per response, constant
+            over its valid tokens (`PER_RESPONSE_ESTIMATORS`): the batch also carries
+            ``response_advantages`` (each row's value on its first valid token, exactly verl's
+            per-response value) and ``response_lengths``, so response- and group-level
+            decisions read no [B, T] tensor.
     """
     sessions = sessions_of(keys)
     sel = sessions.final_rows
@@ -105,11 +112,17 @@ def build_batch(
         )
     if prompt_of_uid is not None:
         kwargs["prompt_keys"] = tuple(x if p else prompt_of_uid(x) for x, p in zip(u, pad.tolist()))
+    mask = pick(response_mask).bool()
+    adv = pick(advantages).to(torch.float32)
+    if per_response_advantages:
+        lengths = pick(response_mask).sum(-1).to(torch.int64)
+        kwargs["response_lengths"] = lengths
+        kwargs["response_advantages"] = first_valid_values(adv, mask, lengths)
     batch = RolloutBatch(
         rewards=pick(rm_scores).sum(-1).to(torch.float32),
-        response_mask=pick(response_mask).bool(),
+        response_mask=mask,
         group_ids=factorize(u),
-        advantages=pick(advantages).to(torch.float32),
+        advantages=adv,
         old_log_probs=None if old_log_probs is None else pick(old_log_probs).to(torch.float32),
         is_padding=pad,
         step=int(step),

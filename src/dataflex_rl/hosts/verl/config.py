@@ -60,6 +60,23 @@ WEIGHTED_LOSSES = frozenset(
 )
 #: estimators whose advantages `recompute_advantages` (GRPO re-centred on the kept subset) matches
 GRPO_LIKE = frozenset({"grpo", "grpo_vectorized"})
+#: estimators whose advantages are one value per response, the same on each of its valid tokens
+#: (verl 0.9.1 ``core_algos``: a per-response scalar times ``response_mask``; gdpo and
+#: reinforce_plus_plus_baseline then whiten elementwise, which keeps a row constant). The host
+#: passes these values to the strategy (``response_advantages``), read once per row.
+PER_RESPONSE_ESTIMATORS = frozenset(
+    {
+        "grpo",
+        "grpo_vectorized",
+        "grpo_passk",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "gpg",
+        "gdpo",
+        "reinforce_plus_plus_baseline",
+    }
+)
 
 
 @dataclass

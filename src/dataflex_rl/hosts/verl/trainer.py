@@ -37,7 +37,11 @@ from dataflex_rl.hosts.common.config import uses_intake
 from dataflex_rl.hosts.common.intake import DEFAULT_DOMAIN_COLUMNS, Intake, domain_column
 from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
-from dataflex_rl.hosts.verl.config import build_strategy, parse_host_config
+from dataflex_rl.hosts.verl.config import (
+    PER_RESPONSE_ESTIMATORS,
+    build_strategy,
+    parse_host_config,
+)
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
@@ -222,6 +226,7 @@ class DataflexTrainer(PPOTrainerSync):
             domains=self.intake.domains if self.intake is not None else None,
             domain_of_uid=(lambda u: self._submitted(u)[1]) if self.intake is not None else None,
             prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None,
+            per_response_advantages=self.strategy.advantage_estimator in PER_RESPONSE_ESTIMATORS,
         )
         target = self.strategy.proportions  # what this batch was drawn at
         decision = self.strategy.decide(rb)
