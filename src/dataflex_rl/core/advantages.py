@@ -3,13 +3,17 @@
 A response's advantage is ``(r - mean_g) / (std_g + eps)`` over the responses of its group that
 count (unbiased std, as verl; ``norm_by_std=False`` gives Dr. GRPO's ``r - mean_g``). Group
 statistics come from `segment_moments` (float64): a group whose rewards are all equal gets
-advantages exactly 0. The two callers differ only in what a group with a single counted
-response gets (``singleton``):
+advantages exactly 0.
 
-* ``"verl"``: mean 0 and std 1, so ``r / (1 + eps)`` (verl's ``compute_grpo_outcome_advantage``);
-  the embedded engine uses it so both hosts train alike.
-* ``"zero"``: 0, because one response has no baseline; a strategy re-centring advantages on the
-  responses it keeps (GFPO/PODS) uses it.
+A group with a single counted response gets 0: one response has no baseline to be better or
+worse than. This is the one rule, for both callers:
+
+* the embedded engine: every group has ``grpo.group_size`` >= 2 responses (the config refuses
+  fewer) and all of them count, so the case never arises there. (verl's
+  ``compute_grpo_outcome_advantage`` gives such a response ``r / (1 + eps)``; the verl host
+  uses verl's own advantages, so no dataflex code needs that convention.)
+* a strategy re-centring advantages on the responses it keeps (GFPO/PODS,
+  ``recompute_advantages``): a group left with one kept response carries no signal.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ from torch import Tensor
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.segment import segment_moments
 
-SINGLETON_RULES = ("zero", "verl")
-
 
 def group_advantages(
     rewards: Tensor,
@@ -31,7 +33,6 @@ def group_advantages(
     *,
     norm_by_std: bool = True,
     eps: float = 1e-6,
-    singleton: str = "zero",
 ) -> Tensor:
     """[B] GRPO advantages over the ``keep`` responses of each group.
 
@@ -42,24 +43,15 @@ def group_advantages(
         keep: [B] bool, the responses that count (default all); others get 0.
         norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
         eps: added to the std.
-        singleton: ``"zero"`` or ``"verl"``, see the module docstring.
 
     Returns:
         [B] in the rewards' dtype, clamped to its finite range.
     """
-    if singleton not in SINGLETON_RULES:
-        raise ValueError(f"singleton: expected one of {SINGLETON_RULES}, got {singleton!r}")
     k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
     _, std, dev = segment_moments(rewards, group_ids, num_groups, k)
     n = torch.bincount(group_ids[k], minlength=num_groups)[group_ids]  # counted in row's group
-    row_std = std[group_ids]
-    if singleton == "verl":
-        single = k & (n == 1)
-        dev = torch.where(single, rewards.to(torch.float64), dev)
-        row_std = torch.where(single, torch.ones_like(row_std), row_std)
-    adv = dev / (row_std + eps) if norm_by_std else dev
-    counted = k & (n > 1) if singleton == "zero" else k
-    adv = torch.where(counted, adv, torch.zeros_like(adv))
+    adv = dev / (std[group_ids] + eps) if norm_by_std else dev
+    adv = torch.where(k & (n > 1), adv, torch.zeros_like(adv))
     big = torch.finfo(rewards.dtype).max
     return adv.clamp(-big, big).to(rewards.dtype)
 
@@ -80,7 +72,7 @@ def grpo_advantages_per_response(
     batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
 ) -> Tensor:
     """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens):
-    `group_advantages` over the kept active responses, ``singleton="zero"``."""
+    `group_advantages` over the kept active responses."""
     return group_advantages(
         batch.rewards,
         batch.group_ids,

@@ -2,8 +2,8 @@
 
 Semantics follow verl's defaults so a strategy behaves the same under both hosts:
 
-* advantages: core's `group_advantages` with ``singleton="verl"`` (verl
-  ``compute_grpo_outcome_advantage``: a group of one response gets mean 0 and std 1).
+* advantages: core's `group_advantages` (verl's ``compute_grpo_outcome_advantage`` for the
+  engine's groups, which always hold ``group_size`` >= 2 responses).
 * policy loss: verl's ``vanilla`` loss (PPO clip with dual clip for negative advantages), with
   per-token weights multiplied into the per-token losses before aggregation, as verl does with
   ``rollout_is_weights``.

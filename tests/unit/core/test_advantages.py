@@ -1,21 +1,20 @@
 """`group_advantages`, the one GRPO advantage: hand-worked numbers and a per-group loop oracle.
 
-``singleton="verl"`` is what the embedded engine trains with (verl's convention for a group of
-one response); ``singleton="zero"`` is what a strategy re-centring on kept responses uses.
+One rule for a group with a single counted response: 0 (no baseline). The engine never meets
+it (its config refuses ``group_size`` < 2); a strategy re-centring on kept responses does.
 """
 
 from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 from dataflex_rl.core.advantages import group_advantages
 
 
-def _verl(r, g, **kw):
-    return group_advantages(r, g, int(g.max()) + 1, singleton="verl", **kw)
+def _adv(r, g, **kw):
+    return group_advantages(r, g, int(g.max()) + 1, **kw)
 
 
 def test_hand_worked():
@@ -27,62 +26,50 @@ def test_hand_worked():
     g = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     s = 0.5 / math.sqrt(1 / 3)
     expected = torch.tensor([s, -s, -s, s, 0.5, 0.5, 0.5, -1.5])
-    for rule in ("verl", "zero"):  # groups of 4: the rules agree
-        a = group_advantages(r, g, 2, eps=0.0, singleton=rule)
-        torch.testing.assert_close(a, expected)
-        assert a.dtype == torch.float32
+    a = group_advantages(r, g, 2, eps=0.0)
+    torch.testing.assert_close(a, expected)
+    assert a.dtype == torch.float32
 
 
-def test_constant_group_is_zero_and_single_response_group_by_rule():
+def test_constant_group_is_zero_and_single_response_group_is_zero():
     # all-equal group: deviations 0 -> A = 0 / (0 + eps) = 0 (exactly, also for 0.7s)
-    # single-response group: verl -> mean 0, std 1 -> A = r / (1 + eps); zero -> 0
+    # single-response group (G=1): no baseline -> 0, with or without the std
     r = torch.tensor([0.7, 0.7, 0.7, 0.7])
     g = torch.tensor([0, 0, 0, 1])
-    torch.testing.assert_close(
-        _verl(r, g, eps=1e-6), torch.tensor([0.0, 0.0, 0.0, 0.7 / (1 + 1e-6)])
-    )
     assert group_advantages(r, g, 2).tolist() == [0.0, 0.0, 0.0, 0.0]
-    # without std: verl's single-response advantage is the reward itself
-    torch.testing.assert_close(_verl(r, g, norm_by_std=False), torch.tensor([0.0, 0.0, 0.0, 0.7]))
+    assert _adv(r, g, norm_by_std=False).tolist() == [0.0, 0.0, 0.0, 0.0]
+    # a batch of G=1 groups only: every advantage 0
+    one = torch.arange(3)
+    assert _adv(torch.tensor([1.0, 0.0, 1.0]), one).tolist() == [0.0, 0.0, 0.0]
 
 
 def test_without_std_is_centred_reward():
     r = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    a = _verl(r, torch.zeros(4, dtype=torch.int64), norm_by_std=False)
+    a = _adv(r, torch.zeros(4, dtype=torch.int64), norm_by_std=False)
     # mean 0.25 -> 0.75, -0.25, -0.25, -0.25
     torch.testing.assert_close(a, torch.tensor([0.75, -0.25, -0.25, -0.25]))
 
 
 def test_keep_restricts_the_group_and_zeroes_the_rest():
     # group 0 keeps rows 0, 1 (rewards 1, 0): mean .5, std sqrt(.5) -> +-0.70711; rows 2, 3 -> 0
-    # group 1 keeps only row 4: verl -> 1 / (1 + eps); zero -> 0
+    # group 1 keeps only row 4: one kept response, no baseline -> 0 (as re-centring gives)
     r = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
     g = torch.tensor([0, 0, 0, 0, 1, 1])
     keep = torch.tensor([True, True, False, False, True, False])
     s = 0.5 / math.sqrt(0.5)
     torch.testing.assert_close(
-        group_advantages(r, g, 2, keep, eps=0.0, singleton="verl"),
-        torch.tensor([s, -s, 0.0, 0.0, 1.0, 0.0]),
-    )
-    torch.testing.assert_close(
         group_advantages(r, g, 2, keep, eps=0.0), torch.tensor([s, -s, 0.0, 0.0, 0.0, 0.0])
     )
 
 
-def test_unknown_singleton_rule_is_named():
-    with pytest.raises(ValueError, match="singleton"):
-        group_advantages(torch.ones(2), torch.zeros(2, dtype=torch.int64), 1, singleton="one")
-
-
-@pytest.mark.parametrize("rule", ["verl", "zero"])
-def test_vectorized_matches_loop(rule):
+def test_vectorized_matches_loop():
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
         G = int(torch.randint(1, 6, (1,), generator=gen))
         g = torch.randint(0, G, (40,), generator=gen)
         g = torch.unique(g, return_inverse=True)[1]  # dense ids
         r = torch.randint(0, 2, (40,), generator=gen).float()
-        fast = group_advantages(r, g, int(g.max()) + 1, singleton=rule)
+        fast = group_advantages(r, g, int(g.max()) + 1)
         slow = torch.empty(40)
         for gid in g.unique().tolist():  # the oracle: verl's per-group loop
             idx = (g == gid).nonzero().squeeze(1)
@@ -90,5 +77,5 @@ def test_vectorized_matches_loop(rule):
             if len(idx) > 1:
                 slow[idx] = (vals - vals.mean()) / (vals.std() + 1e-6)
             else:
-                slow[idx] = vals / (1 + 1e-6) if rule == "verl" else 0.0
+                slow[idx] = 0.0
         torch.testing.assert_close(fast, slow)

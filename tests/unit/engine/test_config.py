@@ -100,3 +100,11 @@ def test_tasks_warm_size_is_validated_and_reaches_the_task_set():
     )
     ts = tasks_from_config(cfg)
     assert [len(ts.eval["logic"]), len(ts.train["logic"]), len(ts.warm["logic"])] == [5, 30, 12]
+
+
+def test_group_size_below_two_is_refused():
+    # the engine's groups then always have a baseline: core's group_advantages gives a
+    # one-response group 0, a rule the engine never meets (engine/trainer.py, _batch)
+    assert load_config({"grpo": {"group_size": 2}}).grpo.group_size == 2
+    with pytest.raises(ConfigError, match="grpo.group_size"):
+        load_config({"grpo": {"group_size": 1}})
