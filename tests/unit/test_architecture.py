@@ -24,6 +24,8 @@ ROOT = SRC.parent
 PYPROJECT = ROOT / "pyproject.toml"
 #: modules that import verl at import time (checked by the verl host tests)
 NEEDS_VERL = {"dataflex_rl.hosts.verl.plugin", "dataflex_rl.hosts.verl.trainer"}
+#: modules that import TRL at import time (checked by the TRL host tests, tests/hosts_trl)
+NEEDS_TRL = {"dataflex_rl.hosts.trl.trainer"}
 
 
 def _env() -> dict[str, str]:
@@ -113,7 +115,7 @@ def test_importing_the_package_changes_no_global_state():
     names = sorted(
         m.name
         for m in pkgutil.walk_packages(dataflex_rl.__path__, "dataflex_rl.")
-        if m.name not in NEEDS_VERL and not m.name.endswith("__main__")
+        if m.name not in NEEDS_VERL | NEEDS_TRL and not m.name.endswith("__main__")
     )
     out = subprocess.run(
         [sys.executable, "-c", _SNAPSHOT, json.dumps(names)],

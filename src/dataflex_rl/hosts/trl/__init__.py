@@ -1,5 +1,20 @@
 """The TRL host: dataflex strategies inside trl 1.16's ``GRPOTrainer``, without a fork.
 
-`dataflex_rl.hosts.trl.loss` (no TRL import) applies a `Decision` to TRL's generation output.
-Only this package imports TRL; importing ``loss`` works without it installed.
+``from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer``: the trainer
+module (`dataflex_rl.hosts.trl.trainer`), which imports TRL, loads on first use. Only this
+package imports TRL; `config` (the ``dataflex`` block and the checks), `batch` (TRL's gathered
+batch as a `RolloutBatch`) and `loss` (a `Decision` applied to TRL's generation output) need
+no TRL, so the checks and ``describe`` work without it installed.
 """
+
+from __future__ import annotations
+
+_LAZY = frozenset({"DataflexGRPOConfig", "DataflexGRPOTrainer"})
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from dataflex_rl.hosts.trl import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

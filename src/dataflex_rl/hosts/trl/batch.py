@@ -1,0 +1,86 @@
+"""TRL's gathered generation batch -> `RolloutBatch`. Needs no TRL.
+
+``GRPOTrainer`` scores the N = n x P completions of a generation batch on every rank (the
+rewards are gathered) and keeps the rows of each prompt's G completions contiguous in the
+global order, so the groups are ``arange(N) // G``. Its advantages are one value per
+completion (outcome rewards), so the strategy gets them as ``response_advantages`` with the
+lengths as ``response_lengths``, and reads no [N, T] tensor unless a component declares one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.batch import RolloutBatch
+
+
+def trl_rewards(rewards_per_func: Tensor, reward_weights: Tensor) -> Tensor:
+    """[N] float32 weighted reward sum, NaN where every reward function returned None
+    (TRL's rule for an unscorable completion; such rows are invalid for the strategy).
+
+    Args:
+        rewards_per_func: [N, F] gathered rewards (NaN where a function returned None).
+        reward_weights: [F] TRL's ``reward_weights``.
+    """
+    r = rewards_per_func.detach().to("cpu", torch.float32)
+    w = reward_weights.detach().to("cpu", torch.float32)
+    rewards = (r * w[None, :]).nansum(1)
+    return torch.where(torch.isnan(r).all(1), torch.full_like(rewards, float("nan")), rewards)
+
+
+def prefix_mask(lengths: Tensor) -> Tensor:
+    """[N, T] bool mask of the first ``lengths[i]`` tokens of each row (T = max length, >= 1)."""
+    T = max(int(lengths.max()) if lengths.numel() else 0, 1)
+    return torch.arange(T)[None, :] < lengths[:, None]
+
+
+def build_batch(
+    *,
+    rewards: Tensor,
+    advantages: Tensor,
+    lengths: Tensor,
+    group_size: int,
+    step: int,
+    domains: Sequence[str] | None = None,
+    domain_ids: Tensor | None = None,
+    prompt_keys: Sequence | None = None,
+    response_mask: Tensor | None = None,
+    old_log_probs: Tensor | None = None,
+) -> RolloutBatch:
+    """A `RolloutBatch` of the N global completions, in TRL's global row order.
+
+    Args:
+        rewards: [N] from `trl_rewards` (NaN: unscorable).
+        advantages: [N] TRL's advantages, gathered (0 where the reward is NaN).
+        lengths: [N] loss tokens per completion (``completion_mask`` x ``tool_mask``), gathered.
+        group_size: G, TRL's ``num_generations``; N must be a multiple of it.
+        step: the strategy step (decisions made so far).
+        domains, domain_ids: domain names and [N] ids (with the dataflex intake), or None.
+        prompt_keys: N stable prompt identities (dataset rows), or None.
+        response_mask: [N, T] the real loss mask, padded across ranks; None: the first
+            ``lengths[i]`` tokens (enough when no component reads token tensors).
+        old_log_probs: [N, T] aligned with ``response_mask``, or None.
+    """
+    N = int(rewards.shape[0])
+    if N % group_size:
+        raise ValueError(f"{N} completions are not whole groups of num_generations={group_size}")
+    lengths = lengths.to("cpu", torch.int64)
+    mask = prefix_mask(lengths) if response_mask is None else response_mask.to("cpu").bool()
+    kwargs: dict = {}
+    if domain_ids is not None:
+        kwargs["domains"] = tuple(domains)
+        kwargs["domain_ids"] = domain_ids.to("cpu", torch.int64)
+    return RolloutBatch(
+        rewards=rewards.to("cpu", torch.float32),
+        response_mask=mask,
+        group_ids=torch.arange(N, dtype=torch.int64) // group_size,
+        old_log_probs=None if old_log_probs is None else old_log_probs.to("cpu", torch.float32),
+        prompt_keys=None if prompt_keys is None else tuple(prompt_keys),
+        step=int(step),
+        response_advantages=advantages.detach().to("cpu", torch.float32),
+        response_lengths=lengths,
+        **kwargs,
+    )

@@ -1,0 +1,163 @@
+"""The ``dataflex`` block of a TRL run, and the checks made before training starts.
+
+Needs no TRL: the settings are read by attribute from a ``GRPOConfig`` (or anything with the
+same attributes), so the checks run, and are tested, without it. The block has the schema of
+the verl host's (`dataflex_rl.hosts.common.config.HostConfig`)::
+
+    DataflexGRPOConfig(..., dataflex={"strategy": "difffilter"})
+    DataflexGRPOConfig(..., dataflex="dataflex.yaml")   # the block, or {dataflex: block}
+
+Every error is a `ConfigError` naming the key, like the engine's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.config import validate
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.spec import load_yaml, parse_strategy
+from dataflex_rl.core.strategy import Strategy
+from dataflex_rl.hosts.common.config import (
+    HostConfig,
+    check_proportions,
+    placeholder_domains,
+    resolved_option,
+)
+from dataflex_rl.hosts.common.config import config_table as host_config_table
+
+logger = logging.getLogger("dataflex_rl.hosts.trl")
+
+#: `RolloutBatch` fields the TRL host fills (domains and prompt keys only with our intake)
+HOST_FIELDS = (
+    "rewards",
+    "response_mask",
+    "group_ids",
+    "advantages",
+    "response_advantages",
+    "response_lengths",
+    "old_log_probs",
+    "step",
+    "domain_ids",
+    "prompt_keys",
+)
+
+
+def parse_block(value: Any) -> HostConfig:
+    """Validate the ``dataflex`` block: a mapping, a YAML file holding one (at its top level
+    or under a ``dataflex`` key), or None for the defaults (the ``baseline`` strategy).
+
+    Raises:
+        ConfigError: a missing or malformed file, or a bad key (named, with suggestions).
+    """
+    if isinstance(value, HostConfig):
+        return value
+    if isinstance(value, (str, Path)):
+        path = str(value)
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"dataflex: {path!r} is not a file; pass the block as a mapping "
+                "(e.g. {'strategy': 'difffilter'}) or the path of a YAML file holding it"
+            )
+        value = load_yaml(path)
+        if isinstance(value, Mapping) and set(value) == {"dataflex"}:
+            value = value["dataflex"]
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"dataflex: {path} must hold a mapping, got {type(value).__name__}")
+    elif value is not None and not isinstance(value, Mapping):
+        raise ConfigError(
+            f"dataflex: must be a mapping or the path of a YAML file, got {type(value).__name__}"
+        )
+    return validate(HostConfig, None if value is None else dict(value), "dataflex")
+
+
+def norm_adv_by_std(args: Any) -> bool:
+    """Whether TRL divides advantages by a std (``scale_rewards`` 'group' or 'batch')."""
+    return str(getattr(args, "scale_rewards", "group")) != "none"
+
+
+def build_strategy(
+    host: HostConfig, args: Any, domains: tuple[str, ...] | None, *, early: bool = False
+) -> Strategy:
+    """The engine's `Strategy` for TRL's GRPO advantages; raises `ConfigError` on misfit.
+
+    Args:
+        host: the parsed ``dataflex`` block.
+        args: TRL's ``GRPOConfig`` (read by attribute; TRL's defaults for missing ones).
+        domains: domain names of the intake (None without mix/prerollout).
+        early: check before the training set is read: placeholder domains stand in.
+    """
+    spec = parse_strategy(host.strategy, where="dataflex.strategy")
+    if early and domains is None:
+        domains = placeholder_domains(host, spec)
+    aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
+    if aggregation == "normalize_then_sum":
+        # TRL then normalizes the summed reward over the whole batch: no group advantages
+        try:
+            Strategy(spec, domains=domains, advantage_estimator="reinforce_plus_plus")
+        except ConfigError as e:
+            raise ConfigError(
+                "multi_objective_aggregation: 'normalize_then_sum' normalizes advantages "
+                f"over the whole batch, not per prompt group, but strategy {spec.name!r} "
+                f"needs groups ({str(e).split(': ', 1)[-1]}). Use 'sum_then_normalize' "
+                "(TRL's default) or a response-level strategy"
+            ) from None
+    strategy = Strategy(
+        spec,
+        domains=domains,
+        advantage_estimator="grpo",
+        available_fields=HOST_FIELDS,
+        norm_adv_by_std=norm_adv_by_std(args),
+    )
+    check_proportions(host, strategy)
+    check_host_fit(strategy, args)
+    return strategy
+
+
+def check_host_fit(strategy: Strategy, args: Any) -> None:
+    """TRL settings that would silently defeat the strategy are errors.
+
+    Raises:
+        ConfigError: a ``loss_type`` the host cannot renormalize; ``recompute_advantages``
+            (GRPO advantages on the kept subset) when TRL's advantages are not group-normalized
+            (``scale_rewards='batch'``, ``multi_objective_aggregation='normalize_then_sum'``).
+    """
+    from dataflex_rl.hosts.trl.loss import LOSS_TYPES
+
+    name = strategy.spec.name
+    loss_type = str(getattr(args, "loss_type", "dapo"))
+    if loss_type not in LOSS_TYPES:
+        raise ConfigError(
+            f"loss_type: {loss_type!r} is not one the dataflex TRL host can renormalize "
+            f"(trl 1.16); use one of {', '.join(sorted(LOSS_TYPES))}"
+        )
+    if resolved_option(strategy, "recompute_advantages"):
+        where = f"{name}.select.recompute_advantages"
+        scale = str(getattr(args, "scale_rewards", "group"))
+        aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
+        if scale == "batch" or aggregation != "sum_then_normalize":
+            raise ConfigError(
+                f"{where}: recomputes group-normalized GRPO advantages on the kept subset, but "
+                f"TRL normalizes over the batch (scale_rewards={scale!r}, "
+                f"multi_objective_aggregation={aggregation!r}). Set {where}: false, or use "
+                "scale_rewards 'group' or 'none' with 'sum_then_normalize'"
+            )
+    spg = getattr(args, "steps_per_generation", None)
+    ga = getattr(args, "gradient_accumulation_steps", 1)
+    acts_on_loss = "select" in strategy.parts or "reweight" in strategy.parts
+    if acts_on_loss and spg is not None and spg != ga:
+        logger.warning(
+            "dataflex: steps_per_generation (%s) != gradient_accumulation_steps (%s): one "
+            "decision covers a generation batch that spans several optimizer steps, so the "
+            "kept rows are renormalized over the generation batch, not per optimizer step",
+            spg,
+            ga,
+        )
+
+
+def config_table() -> str:
+    """The ``dataflex`` block as a Markdown table (docs/hosts/trl.md may embed it verbatim)."""
+    return host_config_table(HostConfig)

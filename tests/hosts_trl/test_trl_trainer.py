@@ -1,0 +1,100 @@
+"""`DataflexGRPOTrainer` / `DataflexGRPOConfig` on real TRL: the block is checked before any
+work (errors name the key), it can come from the config or the trainer, and evaluation goes
+through TRL's own path untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+
+from dataflex_rl.core.registry import ConfigError  # noqa: E402
+from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from tests.hosts_trl.trainers import dataflex_trainer, grpo_args, logged  # noqa: E402
+
+#: a model path that does not exist: a check that raises first did no work before it
+NO_MODEL = "/nonexistent/model"
+
+
+def test_config_checks_the_block_when_built(tmp_path):
+    from dataflex_rl.hosts.trl import DataflexGRPOConfig
+
+    with pytest.raises(ConfigError, match=r"dataflex\.strategi.*Did you mean 'strategy'"):
+        grpo_args(tmp_path, DataflexGRPOConfig, dataflex={"strategi": "difffilter"})
+    args = grpo_args(tmp_path, DataflexGRPOConfig, dataflex={"strategy": "difffilter"})
+    assert args.to_dict()["dataflex"] == {"strategy": "difffilter"}  # plain data in the args
+
+
+def test_trainer_errors_come_before_the_model_is_loaded(tmp_path):
+    from trl import GRPOConfig
+
+    from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer
+
+    def build(args, **kw):
+        return DataflexGRPOTrainer(model=NO_MODEL, reward_funcs=hashed_reward, args=args, **kw)
+
+    with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
+        build(grpo_args(tmp_path), dataflex={"strategy": "difffilterr"})
+    with pytest.raises(ConfigError, match="multi_objective_aggregation: 'normalize_then_sum'"):
+        build(
+            grpo_args(tmp_path, multi_objective_aggregation="normalize_then_sum"),
+            dataflex={"strategy": "maxvar"},
+        )
+    with pytest.raises(ConfigError, match=r"recompute_advantages.*scale_rewards='batch'"):
+        spec = {"select": {"preset": "difffilter", "recompute_advantages": True}}
+        build(grpo_args(tmp_path, scale_rewards="batch"), dataflex={"strategy": spec})
+    with pytest.raises(ConfigError, match="given both to DataflexGRPOTrainer"):
+        build(
+            grpo_args(tmp_path, DataflexGRPOConfig, dataflex={"strategy": "topk"}),
+            dataflex={"strategy": "topk"},
+        )
+    assert isinstance(grpo_args(tmp_path), GRPOConfig)
+
+
+def test_block_from_the_trainer_or_a_yaml_file(tmp_path):
+    from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer
+
+    tok = tiny_tokenizer()
+    plain = DataflexGRPOTrainer(
+        model=tiny_model(tok),
+        reward_funcs=hashed_reward,
+        args=grpo_args(tmp_path),  # a stock GRPOConfig
+        train_dataset=tiny_dataset(),
+        processing_class=tok,
+        dataflex={"strategy": "topk"},
+    )
+    assert plain.strategy.spec.name == "topk" and plain.intake is None
+    block = tmp_path / "dataflex.yaml"
+    block.write_text("dataflex:\n  strategy: static\n  seed: 4\n")
+    from_file = DataflexGRPOTrainer(
+        model=tiny_model(tok),
+        reward_funcs=hashed_reward,
+        args=grpo_args(tmp_path, DataflexGRPOConfig, dataflex=str(block)),
+        train_dataset=tiny_dataset(),
+        processing_class=tok,
+    )
+    assert from_file.strategy.spec.name == "static" and from_file.dataflex.seed == 4
+    assert from_file.intake.domains == ("easy", "hard", "mid")
+
+
+def test_evaluation_passes_through_untouched(tmp_path):
+    trainer = dataflex_trainer(
+        tmp_path,
+        "maxvar",
+        max_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=8,
+        eval_dataset=tiny_dataset(per_domain=2),
+    )
+    calls = []
+    decide = trainer.strategy.decide
+    trainer.strategy.decide = lambda b: calls.append(b.batch_size) or decide(b)
+    metrics = trainer.evaluate()
+    assert calls == [] and trainer._dataflex_step == 0
+    assert not [k for k in metrics if "dataflex" in k] and "eval_reward" in metrics
+    trainer.train()  # training decides once per generation; evaluation still does not
+    assert calls == [16] and trainer._dataflex_step == 1
+    evals = [e for e in trainer.state.log_history if "eval_reward" in e]
+    assert evals and not [k for e in evals for k in e if "dataflex" in k]
+    assert logged(trainer, "dataflex/kept_response_fraction") == [0.5]

@@ -1,0 +1,103 @@
+"""Build a `DataflexGRPOTrainer` (or a stock ``GRPOTrainer``) on the tiny offline setup, and
+record what each generation batch saw: the intake's draw, the strategy's batch and decision,
+and the output TRL's loss reads. Import after ``pytest.importorskip("trl")``."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_tokenizer
+
+#: a generation batch of 16 completions: 4 prompts x G = 4, two micro-batches of 8
+GEN = {"per_device_train_batch_size": 8, "num_generations": 4, "gradient_accumulation_steps": 2}
+
+
+def grpo_args(output_dir, cls=None, **overrides):
+    """TRL settings for a few fast, exact CPU steps (fp32, no saving, log every step)."""
+    from trl import GRPOConfig
+
+    kw = {
+        **GEN,
+        "output_dir": str(output_dir),
+        "max_completion_length": 8,
+        "max_steps": 2,
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "seed": 0,
+        "disable_tqdm": True,
+    }
+    kw.update(overrides)
+    return (cls or GRPOConfig)(**kw)
+
+
+def dataflex_trainer(
+    output_dir, strategy="baseline", dataset=None, reward=None, eval_dataset=None, **overrides
+):
+    """A `DataflexGRPOTrainer` with ``dataflex={"strategy": strategy}`` (a dict block when
+    ``strategy`` is a dict with a ``strategy`` key) and `grpo_args` ``overrides``."""
+    from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer
+
+    block = strategy if isinstance(strategy, dict) and "strategy" in strategy else None
+    block = block or {"strategy": strategy}
+    tok = tiny_tokenizer()
+    return DataflexGRPOTrainer(
+        model=tiny_model(tok),
+        reward_funcs=reward or hashed_reward,
+        args=grpo_args(output_dir, DataflexGRPOConfig, dataflex=block, **overrides),
+        train_dataset=tiny_dataset() if dataset is None else dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tok,
+    )
+
+
+class Recorder:
+    """Per generation: ``draws`` (rows, domain ids, proportions in force), ``batches`` and
+    ``decisions`` (what `Strategy.decide` saw and returned), ``outs`` (copies of the output
+    after the decision was applied)."""
+
+    def __init__(self, trainer) -> None:
+        self.draws, self.batches, self.decisions, self.outs = [], [], [], []
+        strategy = trainer.strategy
+        decide = strategy.decide
+
+        def recorded_decide(batch):
+            decision = decide(batch)
+            self.batches.append(batch)
+            self.decisions.append(decision)
+            return decision
+
+        strategy.decide = recorded_decide
+        if trainer.intake is not None:
+            draw = trainer.intake.draw
+
+            def recorded_draw(n, strat, step):
+                props = strat.proportions
+                rows, doms, metrics = draw(n, strat, step)
+                self.draws.append((list(rows), list(doms), props))
+                return rows, doms, metrics
+
+            trainer.intake.draw = recorded_draw
+        generate = trainer._generate_and_score_completions
+
+        def recorded_generate(inputs):
+            out = generate(inputs)
+            if trainer.model.training:
+                self.outs.append(
+                    {
+                        k: v.detach().clone() if torch.is_tensor(v) else copy.copy(v)
+                        for k, v in out.items()
+                    }
+                )
+            return out
+
+        trainer._generate_and_score_completions = recorded_generate
+
+
+def logged(trainer, key: str) -> list[float]:
+    """The values of ``key`` in the trainer's log history, in order."""
+    return [e[key] for e in trainer.state.log_history if key in e]

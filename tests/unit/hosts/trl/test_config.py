@@ -1,0 +1,113 @@
+"""The TRL host's ``dataflex`` block and its checks against TRL settings; needs no TRL (the
+settings are read by attribute, so a namespace stands in for ``GRPOConfig``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.common.config import HostConfig
+from dataflex_rl.hosts.trl.config import build_strategy, config_table, parse_block
+
+
+def trl_args(**kw):
+    """TRL 1.16's defaults for the settings the checks read."""
+    base = {
+        "loss_type": "dapo",
+        "scale_rewards": "group",
+        "multi_objective_aggregation": "sum_then_normalize",
+        "steps_per_generation": 2,
+        "gradient_accumulation_steps": 2,
+    }
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_block_from_a_mapping_none_or_a_yaml_file(tmp_path):
+    assert parse_block(None).strategy == "baseline"
+    assert parse_block({"strategy": "difffilter", "seed": 3}).seed == 3
+    block = tmp_path / "dataflex.yaml"
+    block.write_text("strategy: maxvar\ndomain_key: topic\n")
+    assert parse_block(str(block)).domain_key == "topic"
+    nested = tmp_path / "nested.yaml"  # a file shared with a verl config: {dataflex: block}
+    nested.write_text("dataflex:\n  strategy: topk\n")
+    assert parse_block(nested).strategy == "topk"
+    parsed = parse_block({"strategy": "topk"})
+    assert isinstance(parsed, HostConfig) and parse_block(parsed) is parsed
+
+
+def test_block_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"dataflex\.strategi.*Did you mean 'strategy'"):
+        parse_block({"strategi": "difffilter"})
+    with pytest.raises(ConfigError, match=r"dataflex\.candidate_factor: must be >= 1"):
+        parse_block({"candidate_factor": 0.5})
+    with pytest.raises(ConfigError, match="'nope.yaml' is not a file"):
+        parse_block("nope.yaml")
+    with pytest.raises(ConfigError, match="must be a mapping or the path of a YAML file, got int"):
+        parse_block(3)
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    f = tmp_path / "list.yaml"
+    f.write_text("- strategy\n")
+    with pytest.raises(ConfigError, match="must hold a mapping, got list"):
+        parse_block(f)
+
+
+def test_strategy_built_for_grpo_advantages():
+    s = build_strategy(parse_block({"strategy": "difffilter"}), trl_args(), None)
+    assert s.advantage_estimator == "grpo" and s.norm_adv_by_std
+    s = build_strategy(
+        parse_block({"strategy": "difffilter"}), trl_args(scale_rewards="none"), None
+    )
+    assert not s.norm_adv_by_std  # Dr. GRPO: recomputed advantages are not divided by a std
+
+
+def test_unknown_strategy_name_is_the_engines_error():
+    with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
+        build_strategy(parse_block({"strategy": "difffilterr"}), trl_args(), None, early=True)
+
+
+def test_group_strategy_refused_under_normalize_then_sum():
+    args = trl_args(multi_objective_aggregation="normalize_then_sum")
+    with pytest.raises(
+        ConfigError,
+        match="multi_objective_aggregation: 'normalize_then_sum'.*'difffilter' needs groups",
+    ):
+        build_strategy(parse_block({"strategy": "difffilter"}), args, None)
+    # a response-level strategy does not need groups
+    assert "select" in build_strategy(parse_block({"strategy": "topk"}), args, None).parts
+
+
+def test_recompute_advantages_needs_group_normalized_advantages():
+    block = parse_block(
+        {"strategy": {"select": {"preset": "difffilter", "recompute_advantages": True}}}
+    )
+    build_strategy(block, trl_args(), None)
+    with pytest.raises(ConfigError, match=r"select\.recompute_advantages.*scale_rewards='batch'"):
+        build_strategy(block, trl_args(scale_rewards="batch"), None)
+
+
+def test_unknown_loss_type_is_refused_listing_the_known_ones():
+    with pytest.raises(ConfigError, match=r"loss_type: 'foo'.*bnpo, cispo, dapo"):
+        build_strategy(parse_block(None), trl_args(loss_type="foo"), None)
+
+
+def test_proportions_only_for_prerollout_without_mix():
+    block = parse_block({"strategy": "difffilter", "proportions": [0.5, 0.5]})
+    with pytest.raises(ConfigError, match="dataflex.proportions: only used"):
+        build_strategy(block, trl_args(), None)
+
+
+def test_mixer_checked_early_with_placeholder_domains():
+    block = parse_block({"strategy": {"mix": {"actuator": "static", "prior": [0.5, 0.5]}}})
+    s = build_strategy(block, trl_args(), None, early=True)
+    assert s.domains == ("_domain0", "_domain1")
+
+
+def test_config_table_lists_every_key():
+    table = config_table()
+    for key in ("strategy", "domain_key", "seed", "decision_log.enabled"):
+        assert f"| `{key}` |" in table
+    assert "poll_interval" not in table  # verl's own key
