@@ -4,7 +4,8 @@
 pydantic). The extras add the rest:
 
 * ``engine``: transformers (the embedded engine's policy) and matplotlib (PNG plots);
-* ``tasks``: reasoning-gym, math-verify and pyarrow (real verifiers, parquet datasets);
+* ``tasks``: reasoning-gym, math-verify and pyarrow (real verifiers, parquet and save_to_disk
+  datasets; HF ``datasets`` is used when installed, not needed);
 * ``verl``: the verl host.
 
 A command calls `require` for what it cannot do without (an error naming the extra, before

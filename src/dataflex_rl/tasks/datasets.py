@@ -21,13 +21,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dataflex_rl.core.registry import ConfigError, import_object
+from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import get_path
+from dataflex_rl.deps import available
 from dataflex_rl.tasks.base import Domain, Problem, TaskSet, exact_match
+from dataflex_rl.tasks.verifiers import build_verifier, verifier_kinds
 
 log = logging.getLogger(__name__)
 _MISSING = object()
-VERIFIERS = ("exact", "math")
+PathLike = str | Path
+#: files of HF ``datasets``' save_to_disk layout
+STATE_FILE, DATASET_DICT_FILE = "state.json", "dataset_dict.json"
+#: splits of a DatasetDict used for evaluation, in order of preference
+EVAL_SPLITS = ("test", "validation")
 
 
 def problem_key(domain: str, prompt: str) -> str:
@@ -48,36 +54,56 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet`` file.
+def read_rows(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet`` file, or of a
+    directory written by HF ``datasets``' ``save_to_disk`` (see `read_saved`).
+
+    Args:
+        path: the file or directory.
+        split: the split of a ``DatasetDict`` directory (ignored for a file or a ``Dataset``).
 
     Raises:
-        ConfigError: missing file, unknown suffix, unreadable content, or no parquet reader.
+        ConfigError: a path that does not exist, an unknown suffix, an empty file or dataset,
+            unreadable content, or no parquet reader; one line naming the path.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"dataset {str(p)!r}: no such file")
-    suffix = p.suffix.lower()
-    try:
-        if suffix == ".jsonl":
-            with p.open(encoding="utf-8") as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-        elif suffix == ".json":
-            rows = json.loads(p.read_text(encoding="utf-8"))
-            if not isinstance(rows, list):
-                raise ConfigError(f"dataset {str(p)!r}: a .json dataset must be a list of rows")
-        elif suffix == ".parquet":
-            rows = _read_parquet(p)
-        else:
-            raise ConfigError(
-                f"dataset {str(p)!r}: unknown format {suffix!r}; use .parquet, .jsonl or .json"
-            )
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"dataset {str(p)!r}: invalid JSON ({e})") from e
+    if p.is_dir():
+        rows = read_saved(p, split)
+    elif not p.is_file():
+        raise ConfigError(f"dataset {str(p)!r}: no such file or directory")
+    else:
+        rows = _read_file(p)
+    if not rows:
+        raise ConfigError(f"dataset {str(p)!r}: no rows (the file or dataset is empty)")
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
     if bad is not None:
         raise ConfigError(f"dataset {str(p)!r}: row {bad} is not an object")
     return rows
+
+
+def _read_file(p: Path) -> list[Any]:
+    suffix = p.suffix.lower()
+    if suffix not in (".jsonl", ".json", ".parquet"):
+        raise ConfigError(
+            f"dataset {str(p)!r}: unknown format {suffix!r}; use .parquet, .jsonl, .json or a "
+            "save_to_disk directory"
+        )
+    if p.stat().st_size == 0:
+        raise ConfigError(f"dataset {str(p)!r}: the file is empty")
+    try:
+        if suffix == ".jsonl":
+            with p.open(encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        if suffix == ".json":
+            rows = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(rows, list):
+                raise ConfigError(f"dataset {str(p)!r}: a .json dataset must be a list of rows")
+            return rows
+        return _read_parquet(p)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"dataset {str(p)!r}: invalid JSON ({e})") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"dataset {str(p)!r}: not UTF-8 text ({e.reason})") from e
 
 
 def _read_parquet(p: Path) -> list[dict[str, Any]]:
@@ -93,7 +119,113 @@ def _read_parquet(p: Path) -> list[dict[str, Any]]:
                 "nothing"
             ) from None
         return [_plain(r) for r in pd.read_parquet(p).to_dict(orient="records")]
-    return pq.read_table(p).to_pylist()
+    try:
+        return pq.read_table(p).to_pylist()
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
+        raise ConfigError(
+            f"dataset {str(p)!r}: not a readable parquet file ({_first_line(e)})"
+        ) from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def saved_splits(path: str | Path) -> list[str] | None:
+    """The split names of a ``DatasetDict.save_to_disk`` directory, or None if ``path`` is
+    not one."""
+    p = Path(path) / DATASET_DICT_FILE
+    if not p.is_file():
+        return None
+    try:
+        splits = json.loads(p.read_text())["splits"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"dataset {str(p)!r}: not a datasets split list ({e})") from None
+    return [str(s) for s in splits]
+
+
+def read_saved(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a directory written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``.
+
+    With the ``datasets`` package installed, ``datasets.load_from_disk`` reads it; without,
+    pyarrow reads the Arrow stream files that ``state.json`` lists, in its order (the layout
+    ``save_to_disk`` has written since datasets 2.x; indices of a shuffled or selected
+    dataset are applied when it is saved, so the files hold the rows in order).
+
+    Args:
+        path: the directory.
+        split: the split of a ``DatasetDict`` (required for one; ignored for a ``Dataset``).
+
+    Raises:
+        ConfigError: not a save_to_disk directory, an unknown or missing split (the splits
+            are listed), unreadable files.
+    """
+    p = Path(path)
+    splits = saved_splits(p)
+    if splits is not None:
+        if split is None or split not in splits:
+            what = "choose a split" if split is None else f"no split {split!r}"
+            raise ConfigError(f"dataset {str(p)!r}: {what}; splits there: {', '.join(splits)}")
+        p = p / split
+    if not (p / STATE_FILE).is_file():
+        raise ConfigError(
+            f"dataset {str(p)!r}: a directory, but not one written by datasets' save_to_disk "
+            f"(no {STATE_FILE} or {DATASET_DICT_FILE})"
+        )
+    try:
+        if available("datasets"):
+            import datasets
+
+            return datasets.load_from_disk(str(p)).to_list()
+        return _read_arrow_shards(p)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"dataset {str(p)!r}: cannot read it ({_first_line(e)})") from None
+
+
+def _read_arrow_shards(p: Path) -> list[dict[str, Any]]:
+    """The rows of a save_to_disk ``Dataset`` directory, read with pyarrow alone."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise ConfigError(
+            f"dataset {str(p)!r}: reading a save_to_disk directory needs pyarrow "
+            '(pip install "dataflex-rl[tasks]") or datasets'
+        ) from None
+    state = json.loads((p / STATE_FILE).read_text())
+    files = [f["filename"] for f in state["_data_files"]]
+    rows: list[dict[str, Any]] = []
+    for name in files:
+        with pa.memory_map(str(p / name)) as source:
+            rows.extend(pa.ipc.open_stream(source).read_all().to_pylist())
+    return rows
+
+
+def content_sha256(path: str | Path) -> str:
+    """SHA-256 of a dataset's content: a file's bytes, or for a directory every file's
+    relative path and bytes, in path order (a renamed, added or changed shard changes it)."""
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        h.update((f.relative_to(p).as_posix() if f != p else "").encode() + b"\0")
+        with f.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _columns(row: Mapping[str, Any]) -> list[str]:
+    """The columns of a row, nested mappings as dotted paths one level down."""
+    out = []
+    for k, v in row.items():
+        out.append(str(k))
+        if isinstance(v, Mapping):
+            out.extend(f"{k}.{sub}" for sub in v)
+    return out
 
 
 def _prompt_text(value: Any, where: str) -> tuple[str, list | None]:
@@ -112,72 +244,94 @@ def _prompt_text(value: Any, where: str) -> tuple[str, list | None]:
     )
 
 
+def _sources(path: PathLike | Sequence[PathLike]) -> list[Path]:
+    """One path or a list of paths, as a non-empty list."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    if not paths:
+        raise ConfigError("dataset: an empty list of files")
+    return [Path(p) for p in paths]
+
+
 def load_problems(
-    path: str | Path,
+    path: PathLike | Sequence[PathLike],
     domain_column: str = "domain",
     *,
     prompt_column: str = "prompt",
     answer_column: str = "reward_model.ground_truth",
     limit: int | None = None,
+    split: str | None = None,
 ) -> dict[str, list[Problem]]:
-    """Problems of a verl-schema file, per domain, in file order.
+    """Problems of verl-schema files, per domain, in file order (files in the given order).
 
     Chat prompts are joined into ``prompt`` (contents separated by blank lines) and kept in
     ``extra["messages"]``; a list ground truth becomes ``answer`` (first) and
     ``extra["answers"]`` (all). A repeated prompt within a domain keeps its first row.
+    ``extra["row"]`` says where a problem came from (``"<file> row <i>"``).
 
     Args:
-        path: ``.parquet``, ``.jsonl`` or ``.json`` file.
+        path: a ``.parquet``, ``.jsonl`` or ``.json`` file, a save_to_disk directory, or a
+            list of them.
         domain_column: column (or dotted path) naming the domain; rows without it use
             ``data_source``.
         prompt_column: column of the prompt.
         answer_column: column (or dotted path) of the ground truth.
         limit: keep at most this many rows per domain.
+        split: the split of a ``DatasetDict`` directory.
 
     Raises:
-        ConfigError: missing file, or a row without a required column (path and column named).
+        ConfigError: missing file, or a row without a required column (path, row and column
+            named, with the columns the row has).
     """
-    rows = read_rows(path)
-    where = f"dataset {str(path)!r}"
     pools: dict[str, list[Problem]] = {}
     seen: dict[str, set[str]] = {}
     duplicates = 0
-    for i, row in enumerate(rows):
-        domain = get_path(row, domain_column, _MISSING)
-        if domain is _MISSING or domain is None:
-            domain = row.get("data_source")
-        if domain is None:
-            raise ConfigError(
-                f"{where}: row {i} has neither the domain column "
-                f"{domain_column!r} nor 'data_source'"
-            )
-        raw_prompt = get_path(row, prompt_column, _MISSING)
-        if raw_prompt is _MISSING:
-            raise ConfigError(f"{where}: row {i} has no prompt column {prompt_column!r}")
-        truth = get_path(row, answer_column, _MISSING)
-        if truth is _MISSING or truth is None:
-            raise ConfigError(f"{where}: row {i} has no answer column {answer_column!r}")
-        domain = str(domain)
-        prompt, messages = _prompt_text(raw_prompt, f"{where}: row {i}")
-        truth = _plain(truth)
-        answers = [str(t) for t in truth] if isinstance(truth, list) else [str(truth)]
-        if not answers:
-            raise ConfigError(f"{where}: row {i} has an empty answer list in {answer_column!r}")
-        if prompt in seen.setdefault(domain, set()):
-            duplicates += 1
-            continue
-        pool = pools.setdefault(domain, [])
-        if limit is not None and len(pool) >= limit:
-            continue
-        seen[domain].add(prompt)
-        extra = {k: _plain(row[k]) for k in ("data_source", "ability", "extra_info") if k in row}
-        if messages is not None:
-            extra["messages"] = messages
-        if len(answers) > 1:
-            extra["answers"] = answers
-        pool.append(Problem(problem_key(domain, prompt), domain, prompt, answers[0], extra))
+    for source in _sources(path):
+        where = f"dataset {str(source)!r}"
+        for i, row in enumerate(read_rows(source, split)):
+            domain = get_path(row, domain_column, _MISSING)
+            if domain is _MISSING or domain is None:
+                domain = row.get("data_source")
+            if domain is None:
+                raise ConfigError(
+                    f"{where}: row {i} has neither the domain column {domain_column!r} nor "
+                    f"'data_source'; columns present: {', '.join(_columns(row))}"
+                )
+            raw_prompt = get_path(row, prompt_column, _MISSING)
+            if raw_prompt is _MISSING or raw_prompt is None:
+                raise ConfigError(
+                    f"{where}: row {i} has no prompt column {prompt_column!r}; columns "
+                    f"present: {', '.join(_columns(row))}"
+                )
+            truth = get_path(row, answer_column, _MISSING)
+            if truth is _MISSING or truth is None:
+                raise ConfigError(
+                    f"{where}: row {i} has no ground-truth column {answer_column!r}; columns "
+                    f"present: {', '.join(_columns(row))}"
+                )
+            domain = str(domain)
+            prompt, messages = _prompt_text(raw_prompt, f"{where}: row {i}")
+            truth = _plain(truth)
+            answers = [str(t) for t in truth] if isinstance(truth, list) else [str(truth)]
+            if not answers:
+                raise ConfigError(f"{where}: row {i} has an empty answer list in {answer_column!r}")
+            if prompt in seen.setdefault(domain, set()):
+                duplicates += 1
+                continue
+            pool = pools.setdefault(domain, [])
+            if limit is not None and len(pool) >= limit:
+                continue
+            seen[domain].add(prompt)
+            extra = {
+                k: _plain(row[k]) for k in ("data_source", "ability", "extra_info") if k in row
+            }
+            extra["row"] = f"{source} row {i}"
+            if messages is not None:
+                extra["messages"] = messages
+            if len(answers) > 1:
+                extra["answers"] = answers
+            pool.append(Problem(problem_key(domain, prompt), domain, prompt, answers[0], extra))
     if duplicates:
-        log.info("%s: skipped %d rows repeating a prompt of their domain", where, duplicates)
+        log.info("%s: skipped %d rows repeating a prompt of their domain", path, duplicates)
     return pools
 
 
@@ -186,32 +340,18 @@ class LoadedDomain(Domain):
 
     Args:
         name: the domain name.
-        verifier: ``"exact"`` (canonical string match), ``"math"`` (math-verify), or
-            ``"module:attr"`` naming a ``(response, ground_truth) -> float`` callable (scores
-            below 1 count as 0).
+        verifier: a verifier kind (``"exact"``, ``"numeric"``, ``"math"``), a mapping
+            ``{kind: ..., **params}``, ``"module:attr"`` naming a
+            ``(response, ground_truth) -> float`` callable (scores below 1 count as 0), or
+            such a callable itself (see `dataflex_rl.tasks.verifiers`).
     """
 
-    def __init__(self, name: str, verifier: str = "exact") -> None:
+    def __init__(self, name: str, verifier: Any = "exact") -> None:
         self.name = name  # type: ignore[misc]
-        self.verifier = verifier
-        self.settings = {"verifier": verifier}
-        self._check: Callable[[str | None, str], float]
-        if verifier == "exact":
-            self._check = exact_match_response
-        elif verifier == "math":
-            from dataflex_rl.tasks.math_verify import MathVerifier
-
-            self._check = MathVerifier()
-        elif ":" in verifier:
-            fn = import_object(verifier, f"verifier of domain {name!r}")
-            if not callable(fn):
-                raise ConfigError(f"verifier {verifier!r} of domain {name!r} is not callable")
-            self._check = fn  # type: ignore[assignment]
-        else:
-            raise ConfigError(
-                f"verifier of domain {name!r}: unknown {verifier!r}; use one of "
-                f"{', '.join(VERIFIERS)} or 'module:attr'"
-            )
+        self.settings = {"verifier": verifier if not callable(verifier) else repr(verifier)}
+        self._check: Callable[[str | None, str], float] = (
+            verifier if callable(verifier) else build_verifier(verifier, f"verifiers.{name}")
+        )
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
         raise ConfigError(
@@ -220,6 +360,14 @@ class LoadedDomain(Domain):
 
     def charset(self) -> str:
         return ""
+
+    def check_truth(self, problem: Problem) -> str | None:
+        """Why ``problem``'s ground truth cannot be verified (None if it can)."""
+        check = getattr(self._check, "check_truth", None)
+        if check is None:
+            return None
+        answers = (problem.extra.get("answers") if problem.extra else None) or [problem.answer]
+        return next((why for why in map(check, answers) if why is not None), None)
 
     def verify(self, problem: Problem, response: str | None) -> float:
         answers = (problem.extra.get("answers") if problem.extra else None) or [problem.answer]
@@ -244,36 +392,52 @@ def _split(
     )
 
 
+def default_eval_split(path: PathLike | Sequence[PathLike]) -> str | None:
+    """The held-out split of a ``DatasetDict`` training directory (``test``, else
+    ``validation``), or None (not a DatasetDict, or neither split is there)."""
+    paths = _sources(path)
+    splits = saved_splits(paths[0]) if len(paths) == 1 and paths[0].is_dir() else None
+    return next((s for s in EVAL_SPLITS if s in (splits or ())), None)
+
+
 def load_dataset(
-    path: str | Path,
+    path: PathLike | Sequence[PathLike],
     domain_column: str = "domain",
     *,
-    eval_path: str | Path | None = None,
+    eval_path: PathLike | Sequence[PathLike] | None = None,
     eval_fraction: float = 0.0,
     seed: int = 0,
     domains: Sequence[str] | None = None,
-    verifier: str | Mapping[str, str] = "exact",
+    verifier: Any = "exact",
     limit: int | None = None,
     prompt_column: str = "prompt",
     answer_column: str = "reward_model.ground_truth",
 ) -> TaskSet:
     """A `TaskSet` from verl-schema files: training pools and disjoint eval sets per domain.
 
+    A ``DatasetDict`` directory gives its ``train`` split for training and, as ``eval_path``
+    (or as ``path`` when neither ``eval_path`` nor ``eval_fraction`` is given), its ``test``
+    split (else ``validation``) for evaluation.
+
     Args:
-        path: training file (``.parquet``, ``.jsonl`` or ``.json``).
+        path: training file(s) (``.parquet``, ``.jsonl``, ``.json``, save_to_disk directory).
         domain_column: column naming the domain (falls back to ``data_source``).
-        eval_path: held-out file; its prompts are removed from the training pools.
+        eval_path: held-out file(s); their prompts are removed from the training pools.
         eval_fraction: without ``eval_path``, hold out this fraction of each domain
             (deterministic given ``seed``).
         seed: seed of the held-out split.
-        domains: keep only these domains, in this order (default: order of first appearance).
-        verifier: ``"exact"``, ``"math"`` or ``"module:attr"``, for all domains or per domain.
+        domains: keep only these domains, in this order (default: order of first appearance;
+            with a mapping ``verifier``, its key order).
+        verifier: one verifier spec for all domains, or a mapping domain -> spec that must
+            name every domain of the data (see `LoadedDomain`).
         limit: at most this many rows per domain and file.
         prompt_column: column of the prompt.
         answer_column: column (dotted path) of the ground truth.
 
     Raises:
-        ConfigError: missing file or column, unknown domain or verifier, bad fraction.
+        ConfigError: missing file or column, a domain without a verifier (the domains found
+            and the verifier kinds are listed), a verifier for a domain not in the data, a
+            ground truth the domain's verifier cannot check, bad fraction.
     """
     if not 0.0 <= eval_fraction < 1.0:
         raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}")
@@ -285,17 +449,35 @@ def load_dataset(
         answer_column=answer_column,
         limit=limit,
     )
-    train = load_problems(path, **cols)
-    evals = load_problems(eval_path, **cols) if eval_path is not None else {}
+    train = load_problems(path, split="train", **cols)
+    if eval_path is not None:
+        evals = load_problems(eval_path, split=default_eval_split(eval_path), **cols)
+    elif not eval_fraction and default_eval_split(path) is not None:
+        evals = load_problems(path, split=default_eval_split(path), **cols)
+    else:
+        evals = {}
     found = list(dict.fromkeys([*train, *evals]))
+    where = f"dataset {str(path)!r}"
+    if isinstance(verifier, Mapping):
+        undeclared = [d for d in found if d not in verifier]
+        if undeclared:
+            raise ConfigError(
+                f"{where}: no verifier declared for domain(s) {undeclared}; domains found: "
+                f"{found}. Declare one per domain (verifiers: {{{undeclared[0]}: KIND}}); "
+                f"kinds: {', '.join(verifier_kinds())}, or 'module:attr'"
+            )
+        absent = [d for d in verifier if d not in found]
+        if absent:
+            raise ConfigError(
+                f"verifiers: domain(s) {absent} are not in {str(path)!r}; domains found: "
+                f"{found}.{suggest(absent[0], found)}"
+            )
+        if domains is None:
+            domains = list(verifier)
     names = list(domains) if domains is not None else found
     unknown = [d for d in names if d not in found]
     if unknown:
         raise ConfigError(f"domains {unknown} are not in {str(path)!r} (domains there: {found})")
-    if isinstance(verifier, Mapping):
-        bad = set(verifier) - set(names)
-        if bad:
-            raise ConfigError(f"verifier: unknown domains {sorted(bad)}; domains: {names}")
     train_out, eval_out, handlers = {}, {}, {}
     for d in names:
         pool = train.get(d, [])
@@ -309,8 +491,15 @@ def load_dataset(
                 log.info("domain %r: dropped %d training rows whose prompt is held out", d, dropped)
                 pool = [p for p in pool if p.prompt not in held_prompts]
         train_out[d], eval_out[d] = pool, held
-        v = verifier.get(d, "exact") if isinstance(verifier, Mapping) else verifier
+        v = verifier.get(d) if isinstance(verifier, Mapping) else verifier
         handlers[d] = LoadedDomain(d, v)
+        for p in [*pool, *held]:
+            why = handlers[d].check_truth(p)
+            if why is not None:
+                raise ConfigError(
+                    f"{p.extra.get('row', where)}: {why}, but domain {d!r} is verified by "
+                    f"{handlers[d].settings['verifier']!r}"
+                )
     return TaskSet(tuple(names), train_out, eval_out, handlers)
 
 

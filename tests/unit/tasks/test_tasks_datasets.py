@@ -97,7 +97,7 @@ def test_long_prompts_get_hashed_keys():
 
 
 def test_missing_file_and_bad_format(tmp_path):
-    with pytest.raises(ConfigError, match="nope.jsonl.*no such file"):
+    with pytest.raises(ConfigError, match="nope.jsonl.*no such file or directory"):
         load_dataset(tmp_path / "nope.jsonl")
     (tmp_path / "d.csv").write_text("a,b\n")
     with pytest.raises(ConfigError, match="unknown format '.csv'"):
@@ -174,9 +174,11 @@ def test_domains_filter_limit_and_verifier_choice(tmp_path):
     assert ts.domains == ("c", "a") and len(ts.train["a"]) == 3
     with pytest.raises(ConfigError, match=r"\['z'\] are not in"):
         load_dataset(path, domains=["z"])
-    with pytest.raises(ConfigError, match="unknown 'fuzzy'"):
+    with pytest.raises(ConfigError, match="verifiers.a: unknown verifier kind 'fuzzy'"):
         load_dataset(path, verifier="fuzzy")
-    with pytest.raises(ConfigError, match="verifier: unknown domains"):
+    with pytest.raises(
+        ConfigError, match=r"no verifier declared for domain\(s\) \['a', 'b', 'c'\]"
+    ):
         load_dataset(path, verifier={"q": "exact"})
     custom = load_dataset(path, verifier=f"{__name__}:lenient")
     assert isinstance(custom.handler("a"), LoadedDomain)
@@ -201,5 +203,163 @@ def test_math_verifier_on_loaded_domain(tmp_path):
     path = _write_jsonl(tmp_path / "m.jsonl", [_row("What is half of 1?", "\\frac{1}{2}")])
     ts = load_dataset(path, verifier={"math": "math"})
     p = ts.train["math"][0]
+    assert p.extra["row"] == f"{path} row 0"
     assert ts.verify(p, "It is \\boxed{0.5}.") == 1.0
     assert ts.verify(p, "It is \\boxed{2}.") == 0.0
+
+
+# ---------------------------------------------------------------- real datasets: formats, errors
+THREE = {"math": "math", "logic": "exact", "science": {"kind": "numeric", "rel_tol": 1e-4}}
+
+
+def _three_domain_rows(n=6):
+    """verl rows of three domains: a math expression, a word answer, a number with units."""
+    rows = []
+    for i in range(n):
+        rows.append(_row(f"What is {i}/4 as a fraction?", f"\\frac{{{i}}}{{4}}", domain="math"))
+        rows.append(_row(f"Is {i} even? yes or no", "yes" if i % 2 == 0 else "no", domain="logic"))
+        rows.append(_row(f"{i + 1} km in m?", f"{(i + 1) * 1000}", domain="science"))
+    return rows
+
+
+def _save_to_disk(rows, path, num_shards=1):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(rows)
+    ds.save_to_disk(str(path), num_shards=num_shards)
+    return ds
+
+
+def test_parquet_jsonl_and_save_to_disk_give_the_same_problems(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _three_domain_rows()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    _write_jsonl(tmp_path / "d.jsonl", rows)
+    _save_to_disk(rows, tmp_path / "saved", num_shards=2)
+    sets = [
+        load_dataset(tmp_path / name, verifier=THREE, eval_fraction=0.25, seed=3)
+        for name in ("d.parquet", "d.jsonl", "saved")
+    ]
+    for ts in sets[1:]:
+        assert ts.domains == sets[0].domains == ("math", "logic", "science")
+        assert ts.train == sets[0].train and ts.eval == sets[0].eval
+    ts = sets[0]
+    sci = ts.train["science"][0]
+    # numeric accepts another spelling of the number, exact normalizes case and a period
+    assert ts.verify(sci, f"{float(sci.answer):.1f}") == 1.0 and ts.verify(sci, "1") == 0.0
+    logic = ts.train["logic"][0]
+    assert ts.verify(logic, logic.answer.upper() + ".") == 1.0
+
+
+def test_save_to_disk_read_with_pyarrow_alone_equals_datasets(tmp_path, monkeypatch):
+    from dataflex_rl.tasks import datasets as loader
+
+    rows = _three_domain_rows()
+    _save_to_disk(rows, tmp_path / "saved", num_shards=3)
+    with_datasets = loader.read_rows(tmp_path / "saved")
+    monkeypatch.setattr(loader, "available", lambda module: module != "datasets")
+    assert loader.read_rows(tmp_path / "saved") == with_datasets == rows
+
+
+def test_dataset_dict_train_and_test_splits(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = _three_domain_rows()
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(rows[:12]),
+            "test": datasets.Dataset.from_list(rows[12:]),
+        }
+    )
+    dd.save_to_disk(str(tmp_path / "dd"))
+    ts = load_dataset(tmp_path / "dd", verifier=THREE)  # eval defaults to the test split
+    assert sum(map(len, ts.train.values())) == 12 and sum(map(len, ts.eval.values())) == 6
+    same = load_dataset(tmp_path / "dd", eval_path=tmp_path / "dd", verifier=THREE)
+    assert same.eval == ts.eval and same.train == ts.train
+    datasets.DatasetDict({"test": dd["test"]}).save_to_disk(str(tmp_path / "t"))
+    with pytest.raises(ConfigError, match="no split 'train'; splits there: test"):
+        load_dataset(tmp_path / "t")
+
+
+def test_a_list_of_files_is_read_in_order(tmp_path):
+    rows = _three_domain_rows()
+    a = _write_jsonl(tmp_path / "a.jsonl", rows[:9])
+    b = _write_jsonl(tmp_path / "b.jsonl", rows[9:])
+    both = load_problems([a, b])
+    assert both == load_problems(_write_jsonl(tmp_path / "ab.jsonl", rows))
+    assert both["math"][-1].extra["row"] == f"{b} row 6"
+
+
+def test_empty_unreadable_and_missing_paths_are_one_line_errors(tmp_path):
+    pytest.importorskip("pyarrow")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
+    (tmp_path / "plain_dir").mkdir()
+    cases = {
+        "empty.jsonl": "the file is empty",
+        "blank.jsonl": "no rows",
+        "bad.parquet": "not a readable parquet file",
+        "nope.parquet": "no such file or directory",
+        "plain_dir": "not one written by datasets' save_to_disk",
+    }
+    for name, why in cases.items():
+        with pytest.raises(ConfigError) as e:
+            load_dataset(tmp_path / name, verifier="exact")
+        msg = str(e.value)
+        assert str(tmp_path / name) in msg and why in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize(
+    "column, option, what",
+    [
+        ("prompt", "prompt_column", "prompt"),
+        ("reward_model.ground_truth", "answer_column", "ground-truth"),
+        ("domain", "domain_column", "domain"),
+    ],
+)
+def test_a_missing_column_lists_the_present_ones(tmp_path, column, option, what):
+    path = _write_jsonl(tmp_path / "r.jsonl", [_row("1+1=", "2", source=None)])
+    with pytest.raises(ConfigError) as e:
+        load_dataset(path, **{option: "nope"})
+    msg = str(e.value)
+    assert "r.jsonl" in msg and "row 0" in msg and "'nope'" in msg and what in msg
+    assert "columns present: data_source, prompt, ability, reward_model" in msg
+    assert "reward_model.ground_truth" in msg  # nested columns are listed as dotted paths
+
+
+def test_every_domain_needs_a_declared_verifier(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", _three_domain_rows())
+    with pytest.raises(ConfigError) as e:
+        load_dataset(path, verifier={"math": "math", "logic": "exact"})
+    msg = str(e.value)
+    assert "no verifier declared for domain(s) ['science']" in msg
+    assert "domains found: ['math', 'logic', 'science']" in msg
+    assert "kinds: exact, math, numeric" in msg
+    with pytest.raises(ConfigError, match=r"\['sceince'\] are not in .* Did you mean 'science'"):
+        load_dataset(path, verifier={**THREE, "sceince": "exact"})
+
+
+def test_a_ground_truth_its_verifier_cannot_check_is_named(tmp_path):
+    rows = _three_domain_rows(2) + [_row("Speed of light?", "fast", domain="science")]
+    path = _write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(ConfigError) as e:
+        load_dataset(path, verifier=THREE)
+    assert str(e.value).startswith(f"{path} row 6: ground truth 'fast' is not a number")
+    assert "domain 'science' is verified by" in str(e.value)
+
+
+def test_content_hash_follows_the_bytes(tmp_path):
+    from dataflex_rl.tasks.datasets import content_sha256
+
+    rows = _three_domain_rows()
+    a = _write_jsonl(tmp_path / "a.jsonl", rows)
+    first = content_sha256(a)
+    assert content_sha256(_write_jsonl(tmp_path / "b.jsonl", rows)) == first
+    _write_jsonl(a, rows[:-1])
+    assert content_sha256(a) != first
+    _save_to_disk(rows, tmp_path / "s")
+    h = content_sha256(tmp_path / "s")
+    (tmp_path / "s" / "extra.txt").write_text("x")
+    assert content_sha256(tmp_path / "s") != h
