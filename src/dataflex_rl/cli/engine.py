@@ -94,8 +94,11 @@ def train_main(args: argparse.Namespace) -> int:
 def _train_side_by_side(config, args: argparse.Namespace) -> int:
     """The config's ``strategies`` on one seed; 1 when a run failed (the others still ran)."""
     from dataflex_rl.engine.run import format_table
+    from dataflex_rl.engine.taskio import load_file_tasks
     from dataflex_rl.harness.runner import side_by_side
 
+    if config.tasks.source == "files":
+        load_file_tasks(config.tasks)  # every data error before any run starts
     ex = side_by_side(
         config,
         config.strategies,

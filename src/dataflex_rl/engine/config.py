@@ -31,11 +31,58 @@ def default_difficulty(domains: Sequence[str]) -> dict[str, int]:
     return {d: DEFAULT_DIFFICULTY[d] for d in domains if d in DEFAULT_DIFFICULTY}
 
 
+#: the built-in domains of ``source: generated`` (the default of ``tasks.domains``)
+BUILTIN_DOMAINS = ("math", "logic", "science")
+#: `TasksConfig` keys that only apply with ``source: files``
+FILE_KEYS = ("train", "eval", "verifiers")
+
+
 @dataclass
 class TasksConfig(Checked):
     """Which tasks, and how prompts are drawn when the strategy has no ``mix``."""
 
-    domains: list[str] = param(["math", "logic", "science"], "task domains, in id order")
+    source: str = param(
+        "generated",
+        "where the prompts come from: 'generated' (the built-in domains' generators) or "
+        "'files' (a verl-schema dataset: tasks.train, tasks.verifiers; docs/datasets.md)",
+        choices=("generated", "files"),
+    )
+    train: str | list[str] | None = param(
+        None,
+        "source files: the training data, a .parquet/.jsonl/.json file, a list of them, or a "
+        "save_to_disk directory (a DatasetDict gives its 'train' split); relative paths are "
+        "resolved against the config file's folder",
+    )
+    eval: str | list[str] | None = param(
+        None,
+        "source files: held-out data (null: the 'test' or 'validation' split of a "
+        "DatasetDict train directory, else tasks.eval_fraction of each domain of train, "
+        "split by tasks.eval_seed)",
+    )
+    eval_fraction: float = param(
+        0.1, "source files without eval data: fraction of each domain held out", gt=0.0, lt=1.0
+    )
+    domain_column: str = param(
+        "domain",
+        "source files: column (dotted path) naming a row's domain; rows without it use "
+        "'data_source'",
+    )
+    prompt_column: str = param(
+        "prompt", "source files: column of the prompt (a string or a chat list of messages)"
+    )
+    answer_column: str = param(
+        "reward_model.ground_truth", "source files: column (dotted path) of the ground truth"
+    )
+    verifiers: dict[str, str | dict[str, Any]] = param(
+        {},
+        "source files: the verifier of every domain of the data, a kind ('exact', 'numeric', "
+        "'math', or 'module:attr') or {kind: ..., PARAM: value} (numeric: rel_tol, abs_tol); "
+        "the key order is the domain id order",
+    )
+    domains: list[str] = param(
+        list(BUILTIN_DOMAINS),
+        "task domains, in id order (source files: the keys of tasks.verifiers)",
+    )
     seed: int = param(
         0,
         "seed of the task stream: which prompts are drawn (one de-duplicated "
@@ -79,10 +126,50 @@ class TasksConfig(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.source == "files":
+            self._check_files()
+        else:
+            for key in FILE_KEYS:
+                if getattr(self, key):
+                    raise ConfigError(
+                        f"TasksConfig.{key}: only used with source: files (tasks.source is "
+                        f"{self.source!r}); set source: files or remove {key}"
+                    )
         if len(set(self.domains)) != len(self.domains) or not self.domains:
             raise ConfigError(
                 f"TasksConfig.domains: must be non-empty and unique, got {self.domains}"
             )
+
+    def _check_files(self) -> None:
+        """``source: files``: train and a verifier per domain are given, the verifiers build
+        (kinds and parameters checked), the domains are the verifiers' keys."""
+        from dataflex_rl.tasks.verifiers import build_verifier, verifier_kinds
+
+        if not self.train:
+            raise ConfigError(
+                "TasksConfig.train: required with source: files (a .parquet/.jsonl/.json "
+                "file, a list of them, or a save_to_disk directory)"
+            )
+        if not self.verifiers:
+            raise ConfigError(
+                "TasksConfig.verifiers: required with source: files: a verifier per domain "
+                f"of the data, e.g. {{math: math, logic: exact}}; kinds: "
+                f"{', '.join(verifier_kinds())}"
+            )
+        if self.difficulty is not None:
+            raise ConfigError(
+                "TasksConfig.difficulty: only used with source: generated (a dataset's "
+                "problems are given, not generated)"
+            )
+        for domain, spec in self.verifiers.items():
+            build_verifier(spec, f"TasksConfig.verifiers.{domain}")
+        keys = list(self.verifiers)
+        if self.domains not in (list(BUILTIN_DOMAINS), keys):
+            raise ConfigError(
+                f"TasksConfig.domains: with source: files the domains are the keys of "
+                f"tasks.verifiers ({keys}); got {self.domains}. Leave domains out"
+            )
+        self.domains = keys
 
 
 @dataclass
@@ -228,7 +315,7 @@ def load_config(
         dotted: ``key.sub=value`` overrides (the command line's), set before validation.
         overrides: top-level keys set before validation (None: not set).
 
-    Relative paths in ``strategy``/``strategies``/``policy`` are resolved against the YAML
+    Relative paths in ``strategy``/``strategies``/``policy``/``tasks.train``/``tasks.eval`` are resolved against the YAML
     file's directory when they exist there.
 
     Raises:
@@ -251,6 +338,13 @@ def load_config(
         if isinstance(cfg.strategy, str):
             cfg.strategy = _resolve(cfg.strategy, base)
         cfg.strategies = [_resolve(s, base) for s in cfg.strategies]
+        t = cfg.tasks
+        for key in ("train", "eval"):
+            value = getattr(t, key)
+            if isinstance(value, str):
+                setattr(t, key, _resolve(value, base))
+            elif isinstance(value, list):
+                setattr(t, key, [_resolve(v, base) for v in value])
     return cfg
 
 

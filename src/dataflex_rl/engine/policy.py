@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,68 @@ def build_tiny_policy(tokenizer: CharTokenizer, seed: int, **arch: Any) -> Polic
         model = LlamaForCausalLM(config)
     model.eval()
     return Policy(model, tokenizer, f"tiny-init(seed={seed})")
+
+
+def extend_vocabulary(policy: Policy, chars: Iterable[str], *, init_std: float = 0.02) -> list[str]:
+    """Add the characters of ``chars`` that a character tokenizer lacks, and grow the model.
+
+    The new characters are appended to the vocabulary in sorted order (so the same data gives
+    the same ids on every run and resume). Their embedding rows (and output rows when the head
+    is not tied) start at the mean of the existing rows plus Gaussian noise of std
+    ``init_std`` drawn from a generator seeded by the character itself: deterministic, and a
+    character gets the same start whatever else is added. The global RNG is untouched.
+    ``policy.tokenizer`` is replaced; a Hugging Face tokenizer is left as it is.
+
+    Args:
+        policy: the policy (changed in place).
+        chars: characters (or strings) the vocabulary must cover.
+        init_std: std of the noise added to the new rows.
+
+    Returns:
+        The added characters, in id order (empty: nothing changed).
+    """
+    tok = policy.tokenizer
+    if not isinstance(tok, CharTokenizer):
+        return []
+    added = sorted(set("".join(chars)) - set(tok.chars))
+    if not added:
+        return []
+    model = policy.model
+    old = model.get_input_embeddings().weight.detach().clone()
+    n_old = old.shape[0]
+    new_size = n_old + len(added)
+    kw = (
+        {"mean_resizing": False}
+        if "mean_resizing" in inspect.signature(model.resize_token_embeddings).parameters
+        else {}
+    )
+    with torch.random.fork_rng(devices=[]):
+        model.resize_token_embeddings(new_size, **kw)
+    rows = torch.stack([_char_row(c, old.mean(0), init_std) for c in added])
+    with torch.no_grad():
+        model.get_input_embeddings().weight[n_old:] = rows
+        head = model.get_output_embeddings()
+        if (
+            head is not None
+            and head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
+        ):
+            head.weight[n_old:] = rows
+    model.config.vocab_size = new_size
+    policy.tokenizer = CharTokenizer([*tok.chars, *added])
+    return added
+
+
+def _char_row(char: str, mean: Tensor, std: float) -> Tensor:
+    seed = int.from_bytes(hashlib.sha256(char.encode("utf-8")).digest()[:8], "little")
+    gen = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
+    return mean + std * torch.randn(mean.shape, generator=gen, dtype=mean.dtype)
+
+
+def context_length(policy: Policy) -> int | None:
+    """The most positions the policy's model was built for (``max_position_embeddings``),
+    or None when its config does not say."""
+    n = getattr(policy.model.config, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
 
 
 def save_policy(policy: Policy, directory: str | Path) -> Path:

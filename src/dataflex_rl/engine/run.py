@@ -2,8 +2,9 @@
 
 Outputs under ``out_dir``: ``config.json``, ``metrics.jsonl`` (one line per training step,
 ``"kind": "train"``, and one per evaluation, ``"kind": "eval"``), ``checkpoints/`` (the last
-two, see `dataflex_rl.engine.checkpoint`), ``summary.json``, ``plots/*.png`` and, when asked,
-TensorBoard events under ``tb/``.
+two, see `dataflex_rl.engine.checkpoint`), ``summary.json``, ``plots/*.png``, when asked,
+TensorBoard events under ``tb/``, and for a dataset loaded from files ``dataset.json`` and
+``tokenizer/``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.plots import plot_run
 from dataflex_rl.engine.runlog import METRICS_FILE, SUMMARY_FILE, MetricsWriter, read_metrics
 from dataflex_rl.engine.trainer import EmbeddedTrainer
+
+#: a loaded dataset's record in the run folder (`write_dataset_record`)
+DATASET_FILE = "dataset.json"
 
 
 def strategy_label(spec: Any) -> str:
@@ -150,6 +154,8 @@ def run_training(
         out / "config.json",
         {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed, "steps": total},
     )
+    if tr.data_report is not None:
+        write_dataset_record(tr, out)
     evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
     if not evals:
         evals.append(_evaluate(tr, writer))
@@ -178,6 +184,18 @@ def run_training(
     if plots:
         plot_run(out)
     return summary
+
+
+def write_dataset_record(tr: EmbeddedTrainer, out: Path) -> None:
+    """``dataset.json`` (the data files' paths and SHA-256, what was dropped, added to the
+    vocabulary or unknown, pool sizes) and, for a character tokenizer, ``tokenizer/`` (the
+    vocabulary the run trains and evaluates with)."""
+    atomic_write_json(
+        out / DATASET_FILE,
+        {"identity": tr.dataset, **(tr.data_report or {}), "sizes": tr.taskset.summary()},
+    )
+    if hasattr(tr.policy.tokenizer, "chars"):
+        tr.policy.tokenizer.save(out / "tokenizer")
 
 
 def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path, resume: bool) -> None:

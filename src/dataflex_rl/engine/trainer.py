@@ -35,9 +35,25 @@ from dataflex_rl.engine.loss import (
     response_log_probs,
 )
 from dataflex_rl.engine.noise import row_keys
-from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
+from dataflex_rl.engine.policy import (
+    Policy,
+    context_length,
+    extend_vocabulary,
+    load_policy,
+    parameter_hash,
+)
 from dataflex_rl.engine.sampler import Rollout, sample_groups
-from dataflex_rl.engine.taskio import build_tasks, domain_names, score, taskset_charset
+from dataflex_rl.engine.taskio import (
+    build_tasks,
+    dataset_identity,
+    domain_names,
+    fit_to_context,
+    load_file_tasks,
+    score,
+    taskset_charset,
+    train_charset,
+    unknown_characters,
+)
 from dataflex_rl.engine.warmstart import policy_manifest, split_differences
 from dataflex_rl.hosts.common.accounting import generation_metrics
 from dataflex_rl.hosts.common.draw import draw_with_skipping
@@ -60,12 +76,15 @@ ENGINE_FIELDS = (
 
 
 def tasks_from_config(config: EngineConfig):
-    """The `TaskSet` described by ``config.tasks``.
+    """The `TaskSet` described by ``config.tasks``: generated, or loaded from files.
 
     Raises:
-        ConfigError: a domain's settings have too few distinct prompts for the splits.
+        ConfigError: a domain's settings have too few distinct prompts for the splits; for
+            files, see `load_file_tasks`.
     """
     t = config.tasks
+    if t.source == "files":
+        return load_file_tasks(t)
     difficulty = default_difficulty(t.domains) if t.difficulty is None else t.difficulty
     return build_tasks(
         t.domains,
@@ -94,7 +113,14 @@ class EmbeddedTrainer:
         seed: seed of generation, data order and prerollout randomness (overrides
             ``config.seed`` when given).
         taskset: a prebuilt task set (default: built from ``config.tasks``).
-        policy: a preloaded `Policy` (default: ``load_policy(config.policy)``).
+        policy: a preloaded `Policy` (default: ``load_policy(config.policy)``); with
+            ``tasks.source: files`` a character vocabulary is extended in place.
+
+    With ``tasks.source: files``, before anything is trained: a character vocabulary is
+    extended with the training data's characters (`extend_vocabulary`), prompts that leave no
+    room for a response in the model's context are dropped (`fit_to_context`), and the
+    dataset's identity (paths and content hashes) is kept for the checkpoints;
+    ``data_report`` says what was added, dropped and unknown.
 
     Warns:
         UserWarning: the policy's bootstrap MANIFEST records another task split than
@@ -116,8 +142,13 @@ class EmbeddedTrainer:
         self.taskset = taskset if taskset is not None else tasks_from_config(config)
         self.domains = domain_names(self.taskset)
         self.policy = policy if policy is not None else load_policy(config.policy)
-        self._check_vocabulary()
-        self._check_bootstrap_split()
+        self.dataset = dataset_identity(config.tasks) if taskset is None else None
+        self.data_report: dict[str, Any] | None = None
+        if config.tasks.source == "files":
+            self._fit_data()
+        else:
+            self._check_vocabulary()
+            self._check_bootstrap_split()
         g = config.grpo
         self.ref_model = None
         if g.kl_coef > 0:
@@ -170,6 +201,45 @@ class EmbeddedTrainer:
                     f"used by domains {list(self.domains)}; bootstrap a policy for these "
                     "domains ('dataflex-rl bootstrap')"
                 )
+
+    def _fit_data(self) -> None:
+        """A loaded dataset: extend a character vocabulary, drop prompts that do not fit the
+        context, count held-out text the vocabulary lacks; one warning per finding."""
+        g = self.config.grpo
+        added = extend_vocabulary(self.policy, train_charset(self.taskset))
+        tok = self.policy.tokenizer
+        self.taskset, report = fit_to_context(
+            self.taskset, tok.encode, context_length(self.policy), g.max_new_tokens
+        )
+        report["vocabulary_added"] = "".join(added)
+        report["eval_unknown_characters"] = unknown_characters(self.taskset, tok)
+        self.data_report = report
+        for split, per_domain in report["dropped"].items():
+            if any(per_domain.values()):
+                warnings.warn(
+                    f"tasks.{split}: dropped prompts too long for the policy's context of "
+                    f"{context_length(self.policy)} tokens with grpo.max_new_tokens="
+                    f"{g.max_new_tokens}: {_counts(per_domain)}",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        long = report["long_answers"]["train"]
+        if any(long.values()):
+            warnings.warn(
+                f"tasks.train: ground truths longer than grpo.max_new_tokens={g.max_new_tokens}"
+                f" tokens (only an equivalent shorter answer can score): {_counts(long)}",
+                UserWarning,
+                stacklevel=3,
+            )
+        for d, found in report["eval_unknown_characters"].items():
+            warnings.warn(
+                f"tasks.eval: {found['prompts']} held-out prompts and {found['answers']} "
+                f"answers of domain {d!r} use characters not in the training data "
+                f"({found['chars']!r}); they are encoded as <unk>, and such an answer cannot "
+                "be generated",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _check_bootstrap_split(self) -> None:
         """Warn when the policy was warm-started beside another task split than ``tasks``.
@@ -489,6 +559,27 @@ class EmbeddedTrainer:
             seed=derive_seed(self.seed, "eval"),
         )
 
+    def _check_same_data(self, state: dict[str, Any]) -> None:
+        """Refuse a checkpoint taken on other data files or another character vocabulary."""
+        theirs = state.get("dataset")
+        if theirs is not None and self.dataset is not None and theirs != self.dataset:
+            changed = [
+                f"{now['path']} (sha256 {then['sha256'][:12]} at the checkpoint, "
+                f"{now['sha256'][:12]} now)"
+                for role in ("train", "eval")
+                for then, now in zip(theirs.get(role, []), self.dataset.get(role, []))
+                if then != now
+            ] or ["the list of files"]
+            raise ValueError(
+                "cannot resume: the dataset changed since the checkpoint: "
+                f"{'; '.join(changed)}. Restore the data or start a new run (another --out)"
+            )
+        vocab = list(getattr(self.policy.tokenizer, "chars", [])) or None
+        if state.get("vocabulary", vocab) != vocab:
+            raise ValueError(
+                "cannot resume: the policy's character vocabulary differs from the checkpoint's"
+            )
+
     def parameter_hash(self) -> str:
         """sha256 of the current policy parameters."""
         return parameter_hash(self.policy.model)
@@ -507,6 +598,8 @@ class EmbeddedTrainer:
             "sampler": self.sampler.state_dict(),
             "rng": {"prerollout": self.gen_prerollout.get_state(), "global": global_rng_state()},
             "parameter_sha256": self.parameter_hash(),
+            "dataset": self.dataset,
+            "vocabulary": list(getattr(self.policy.tokenizer, "chars", [])) or None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -523,6 +616,7 @@ class EmbeddedTrainer:
             raise ValueError(
                 f"cannot resume: the config differs from the checkpoint's in {', '.join(changed)}"
             )
+        self._check_same_data(state)
         self.policy.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.strategy.load_state_dict(state["strategy"])
@@ -532,3 +626,8 @@ class EmbeddedTrainer:
         self.step = int(state["step"])
         if self.parameter_hash() != state["parameter_sha256"]:
             raise ValueError("checkpoint parameters do not match their recorded hash")
+
+
+def _counts(per_domain: dict[str, int]) -> str:
+    """``"math 3, logic 1"`` for the non-zero counts."""
+    return ", ".join(f"{d} {n}" for d, n in per_domain.items() if n)
