@@ -98,3 +98,41 @@ def test_evaluation_passes_through_untouched(tmp_path):
     evals = [e for e in trainer.state.log_history if "eval_reward" in e]
     assert evals and not [k for e in evals for k in e if "dataflex" in k]
     assert logged(trainer, "dataflex/kept_response_fraction") == [0.5]
+
+
+def test_trl_parser_reads_the_block_from_the_command_line_or_the_config_file(tmp_path):
+    from trl import TrlParser
+
+    from dataflex_rl.hosts.trl import DataflexGRPOConfig
+
+    block = tmp_path / "dataflex.yaml"
+    block.write_text("strategy: difffilter\n")
+    common = ["--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false"]
+    parser = TrlParser((DataflexGRPOConfig,))
+    (args,) = parser.parse_args_and_config([*common, "--dataflex", str(block)])
+    assert args.dataflex == str(block)
+    config = tmp_path / "grpo.yaml"
+    config.write_text(f"output_dir: {tmp_path}\nuse_cpu: true\ndataflex:\n  strategy: maxvar\n")
+    (args,) = parser.parse_args_and_config(["--config", str(config)])
+    assert args.dataflex == {"strategy": "maxvar"}
+
+
+def test_num_iterations_reuses_one_decision(tmp_path):
+    """mu = 2: one generation (and one decision) per two optimizer steps; TRL reuses the
+    decided advantages and masks for both."""
+    trainer = dataflex_trainer(tmp_path, "maxvar", max_steps=4, num_iterations=2)
+    trainer.train()
+    assert trainer._dataflex_step == 2
+    assert logged(trainer, "dataflex/kept_response_fraction") == [0.5, 0.5]
+
+
+def test_decision_log_replays_exactly(tmp_path):
+    """The log of a TRL run (rank 0) replays the run's own decisions bit for bit."""
+    from dataflex_rl.harness.replay import read_log, replay
+
+    block = {"strategy": "difffilter", "decision_log": {"enabled": True, "steps_per_file": 1}}
+    trainer = dataflex_trainer(tmp_path, block, max_steps=2)
+    trainer.train()
+    log = read_log(tmp_path / "decisions")
+    assert log.host == "trl" and log.num_steps == 2 and log.settings["loss_type"] == "dapo"
+    assert replay(log, ["difffilter"]).overall["difffilter"]["exact_steps"] == 2
