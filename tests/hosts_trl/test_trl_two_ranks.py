@@ -1,0 +1,89 @@
+"""Two processes (torchrun, CPU, gloo) decide once on the gathered batch and agree.
+
+Each rank runs `tests/hosts_trl/trl_ranks_run.py` (every mechanism, token-level weights,
+``loss_type=grpo``, 2 steps) and writes what it saw; here the two views are compared: the
+same N, rewards, intake draws, keep masks, weights and proportions on both ranks, slices that
+tile the N rows, and each rank's masks, ``num_items_in_batch`` and advantage scale following
+its own slice of the one decision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "hosts_trl" / "trl_ranks_run.py"
+
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(out)]
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    return [json.loads((out / f"rank{p}.json").read_text()) for p in (0, 1)]
+
+
+def test_both_ranks_saw_two_generations(views):
+    assert [v["rank"] for v in views] == [0, 1] and {v["world"] for v in views} == {2}
+    assert [len(v["views"]) for v in views] == [2, 2]
+
+
+GLOBAL = ("step", "N", "lengths", "rewards", "prompt_keys", "keep", "weights", "proportions")
+
+
+def test_ranks_decide_the_same_on_the_gathered_batch(views):
+    for a, b in zip(views[0]["views"], views[1]["views"]):
+        for key in GLOBAL:
+            assert a[key] == b[key], key
+        assert a["N"] == 16 and len(a["prompt_keys"]) == 16
+        assert a["num_items_in_batch"] == b["num_items_in_batch"]
+        assert a["advantage_scale"] == b["advantage_scale"]
+        assert a["per_token_advantages"] and b["per_token_advantages"]
+
+
+def test_each_rank_applies_its_own_slice(views):
+    dropped_somewhere = False
+    for a, b in zip(views[0]["views"], views[1]["views"]):
+        assert a["rows"] == [0, 8] and b["rows"] == [8, 16]
+        N, keep, lengths = a["N"], a["keep"], a["lengths"]
+        stays = [k == 1 and n > 0 for k, n in zip(keep, lengths)]  # renormalize: kept, non-empty
+        assert a["local_loss_rows"] + b["local_loss_rows"] == [int(s) for s in stays]
+        assert a["local_kept_rows"] + b["local_kept_rows"] == sum(stays)
+        assert a["num_items_in_batch"] == sum(n for n, s in zip(lengths, stays) if s)
+        assert a["advantage_scale"] == pytest.approx(N / sum(stays))
+        dropped_somewhere |= sum(stays) < N
+    assert dropped_somewhere, "difffilter dropped nothing: the test shows no drop"
+
+
+def test_the_second_draw_follows_the_first_decisions_proportions(views):
+    """reward_gap updates after every decision; the next intake draws its quotas from them."""
+    first, second = views[0]["views"]
+    target = first["proportions"]  # over the sorted domains: easy, hard, mid
+    assert max(target) - min(target) > 0.1  # the mixer moved away from uniform
+    prompts = 4
+    floors = [int(p * prompts) for p in target]
+    by_remainder = sorted(range(3), key=lambda d: -(target[d] * prompts - floors[d]))
+    for d in by_remainder[: prompts - sum(floors)]:
+        floors[d] += 1
+    # tiny_dataset(16): rows 0-15 easy, 16-31 mid, 32-47 hard; one key per completion
+    name = {0: "easy", 1: "mid", 2: "hard"}
+    drawn = [name[int(k) // 16] for k in second["prompt_keys"][::4]]
+    assert [drawn.count(d) for d in ("easy", "hard", "mid")] == floors

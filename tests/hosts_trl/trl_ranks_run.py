@@ -1,0 +1,123 @@
+"""One rank of a multi-process TRL run with a dataflex strategy; writes what this rank saw.
+
+Run by ``tests/hosts_trl/test_trl_two_ranks.py`` as::
+
+    torchrun --standalone --nproc_per_node 2 tests/hosts_trl/trl_ranks_run.py OUT [LOSS_TYPE=grpo]
+
+(CPU, gloo). Every rank writes ``OUT/rank<p>.json``: per generation batch, the global view it
+decided on (N, the keep mask, the weights, the proportions, the intake's rows) and what it
+applied to its own slice (its rows, its kept rows, ``num_items_in_batch``, the host metrics).
+The test compares the files: the global views must be identical and the slices must tile N.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # tests.hosts_trl.tiny; the package comes from PYTHONPATH
+
+from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer  # noqa: E402
+from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+
+#: every mechanism, acting from the first or second generation; token-level weights (ar), so
+#: each rank cuts [n, T] weights to its own padding
+STRATEGY = {
+    "name": "ranks_all_four",
+    "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.5}, "warmup_steps": 1},
+    "mix": {"preset": "reward_gap", "warmup_steps": 1, "every": 1},
+    "select": {"preset": "difffilter"},
+    "reweight": {"preset": "ar"},
+}
+
+
+class RecordingTrainer(DataflexGRPOTrainer):
+    """Records each decision (global) and its application (this rank)."""
+
+    def _setup_strategy(self) -> None:
+        super()._setup_strategy()
+        self.views: list[dict] = []
+        decide = self.strategy.decide
+
+        def recording_decide(batch):
+            d = decide(batch)
+            self.views.append(
+                {
+                    "step": batch.step,
+                    "N": batch.batch_size,
+                    "lengths": batch.response_length.tolist(),
+                    "rewards": [None if r != r else r for r in batch.rewards.tolist()],
+                    "prompt_keys": list(batch.prompt_keys or ()),
+                    "keep": d.keep_mask.int().tolist(),
+                    "weights": [round(w, 6) for w in d.weights_per_response.tolist()],
+                    "renormalize": d.renormalize,
+                    "proportions": self.strategy.proportions.tolist(),
+                }
+            )
+            return d
+
+        self.strategy.decide = recording_decide  # instance attribute: this trainer only
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            n = out["advantages"].shape[0]
+            p = self.accelerator.process_index
+            train = self._metrics["train"]
+            self.views[-1].update(
+                {
+                    "rank": p,
+                    "rows": [p * n, (p + 1) * n],
+                    "local_kept_rows": int(out["completion_mask"].any(1).sum()),
+                    "local_loss_rows": out["completion_mask"].any(1).int().tolist(),
+                    "num_items_in_batch": int(out["num_items_in_batch"]),
+                    "advantage_scale": train["dataflex/trl/advantage_scale"][-1],
+                    "per_token_advantages": out["advantages"].dim() == 2,
+                    "kept_response_fraction": train["dataflex/kept_response_fraction"][-1],
+                }
+            )
+        return out
+
+
+def main(out_dir: str, loss_type: str = "grpo") -> None:
+    tok = tiny_tokenizer()
+    args = DataflexGRPOConfig(
+        output_dir=os.path.join(out_dir, "run"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        gradient_accumulation_steps=1,
+        max_completion_length=8,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        gradient_checkpointing=False,
+        loss_type=loss_type,
+        seed=0,
+        dataflex={"strategy": STRATEGY, "seed": 0},
+    )
+    trainer = RecordingTrainer(
+        model=tiny_model(tok),
+        reward_funcs=hashed_reward,
+        args=args,
+        train_dataset=tiny_dataset(16),
+        processing_class=tok,
+    )
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    world = trainer.accelerator.num_processes
+    Path(out_dir, f"rank{rank}.json").write_text(
+        json.dumps({"rank": rank, "world": world, "views": trainer.views}, indent=1)
+    )
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(*sys.argv[1:])
