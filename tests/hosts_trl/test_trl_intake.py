@@ -76,6 +76,15 @@ def test_iterable_dataset_is_refused_for_a_mixing_strategy(tmp_path):
         dataflex_trainer(tmp_path, "static", dataset=tiny_dataset().to_iterable_dataset())
 
 
+def test_iterable_dataset_trains_with_a_select_strategy(tmp_path):
+    """No intake: TRL's own dataloader order, and select acts as usual."""
+    ds = tiny_dataset().to_iterable_dataset()
+    trainer = dataflex_trainer(tmp_path, "maxvar", dataset=ds, max_steps=1)
+    assert trainer.intake is None
+    trainer.train()
+    assert logged(trainer, "dataflex/kept_response_fraction") == [0.5]
+
+
 def test_missing_domain_column_lists_the_columns(tmp_path):
     ds = tiny_dataset().rename_column("domain", "topic")
     with pytest.raises(

@@ -95,14 +95,14 @@ def check_map_style(dataset) -> None:
             / ``__len__``.
     """
     iterable = isinstance(dataset, IterableDataset) or type(dataset).__name__ == "IterableDataset"
-    if dataset is None or iterable or not hasattr(dataset, "__getitem__"):
+    indexable = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    if dataset is None or iterable or not indexable:
         raise ValueError(
             "train_dataset: a strategy that mixes domains or pre-filters prompts draws rows by "
             "index at generation time, so it needs a map-style dataset (datasets.Dataset or a "
             f"torch Dataset with __getitem__ and __len__), got {type(dataset).__name__}. "
             "Load it without streaming=True, or use a select/reweight-only strategy"
         )
-    len(dataset)
 
 
 class DataflexGRPOTrainer(GRPOTrainer):

@@ -111,3 +111,16 @@ def test_config_table_lists_every_key():
     for key in ("strategy", "domain_key", "seed", "decision_log.enabled"):
         assert f"| `{key}` |" in table
     assert "poll_interval" not in table  # verl's own key
+
+
+def test_generation_batch_spanning_optimizer_steps_is_announced(caplog):
+    block = parse_block({"strategy": "maxvar"})
+    with caplog.at_level("WARNING", logger="dataflex_rl.hosts.trl"):
+        build_strategy(block, trl_args(steps_per_generation=4), None)
+    assert "steps_per_generation (4) != gradient_accumulation_steps (2)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dataflex_rl.hosts.trl"):
+        build_strategy(
+            parse_block({"strategy": "static"}), trl_args(steps_per_generation=4), None, early=True
+        )
+    assert caplog.text == ""  # a mixer does not touch the loss
