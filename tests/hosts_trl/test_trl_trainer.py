@@ -136,3 +136,25 @@ def test_decision_log_replays_exactly(tmp_path):
     log = read_log(tmp_path / "decisions")
     assert log.host == "trl" and log.num_steps == 2 and log.settings["loss_type"] == "dapo"
     assert replay(log, ["difffilter"]).overall["difffilter"]["exact_steps"] == 2
+
+
+def test_kl_term_follows_the_row_count_renormalization(tmp_path, monkeypatch):
+    """grpo divides by the rows of the micro-batch: after maxvar drops half of them, the kept
+    rows' KL would be averaged over N rows; the loss runs with beta x c (c = N / R = 2)."""
+    from trl import GRPOTrainer
+
+    seen = []
+    stock = GRPOTrainer._compute_loss
+
+    def spy(self, model, inputs):
+        seen.append(self.beta)
+        return stock(self, model, inputs)
+
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", spy)
+    tiny_model(tiny_tokenizer()).save_pretrained(tmp_path / "tiny")  # TRL loads the reference
+    trainer = dataflex_trainer(
+        tmp_path, "maxvar", model=str(tmp_path / "tiny"), max_steps=1, beta=0.04, loss_type="grpo"
+    )
+    trainer.train()
+    assert logged(trainer, "dataflex/trl/advantage_scale") == [2.0]
+    assert seen == [pytest.approx(0.08)] * 2 and trainer.beta == 0.04  # 2 micro-batches

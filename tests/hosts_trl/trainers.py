@@ -36,17 +36,24 @@ def grpo_args(output_dir, cls=None, **overrides):
 
 
 def dataflex_trainer(
-    output_dir, strategy="baseline", dataset=None, reward=None, eval_dataset=None, **overrides
+    output_dir,
+    strategy="baseline",
+    dataset=None,
+    reward=None,
+    eval_dataset=None,
+    model=None,
+    **overrides,
 ):
     """A `DataflexGRPOTrainer` with ``dataflex={"strategy": strategy}`` (a dict block when
-    ``strategy`` is a dict with a ``strategy`` key) and `grpo_args` ``overrides``."""
+    ``strategy`` is a dict with a ``strategy`` key) and `grpo_args` ``overrides``; ``model``
+    (an object or a saved folder) defaults to a fresh `tiny_model`."""
     from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer
 
     block = strategy if isinstance(strategy, dict) and "strategy" in strategy else None
     block = block or {"strategy": strategy}
     tok = tiny_tokenizer()
     return DataflexGRPOTrainer(
-        model=tiny_model(tok),
+        model=tiny_model(tok) if model is None else model,
         reward_funcs=reward or hashed_reward,
         args=grpo_args(output_dir, DataflexGRPOConfig, dataflex=block, **overrides),
         train_dataset=tiny_dataset() if dataset is None else dataset,

@@ -6,7 +6,8 @@ One generation batch of TRL, with what this class adds (``docs/hosts/trl.md``)::
         [intake: mix + prerollout choose exactly gen_batch / G prompts, each G times]
         super(): generate, _calculate_rewards [keep the gathered rewards], advantages
         [gather advantages and lengths; strategy.decide on every rank; apply_decision]
-    _compute_loss per micro-batch (the weights ride in the advantages, drops in the masks)
+    _compute_loss per micro-batch (the weights ride in the advantages, drops in the masks;
+        with beta > 0 under a row-count loss_type, the KL term is scaled by c like them)
     _save_checkpoint / _load_optimizer_and_scheduler   [strategy and intake state]
 
 The dataloader keeps running as TRL built it, but with the intake it is only a clock: its
@@ -134,6 +135,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         self.decision_log = None
         self._dataflex_step = 0  # decisions made: one per generation batch
         self._dataflex_rewards = None  # the gathered [N, F] rewards of this generation
+        self._dataflex_kl_scale = 1.0  # c of the generation the loss now reads (beta x c)
         super().__init__(*args, **kwargs)
         self._setup_strategy()
 
@@ -197,6 +199,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         if self.intake is not None:
             inputs, drawn, pending = self._intake(inputs, step)
         self._dataflex_rewards = None
+        self._dataflex_kl_scale = 1.0
         t1 = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
         t2 = time.perf_counter()
@@ -293,7 +296,23 @@ class DataflexGRPOTrainer(GRPOTrainer):
                     invalid=batch.invalid_mask,
                 )
             )
+            # row-count losses average the kept rows' KL over N rows: beta x c keeps it
+            self._dataflex_kl_scale = metrics["dataflex/trl/advantage_scale"]
         return metrics
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; with ``beta > 0`` under a row-count ``loss_type`` after a drop, with
+        ``beta x c`` (c = N / R, `apply_decision`), so the KL term of the rows left is
+        averaged over them, as the policy term is (every micro-batch of the generation)."""
+        scale = self._dataflex_kl_scale
+        if scale == 1.0 or self.beta == 0.0 or not self.model.training:
+            return super()._compute_loss(model, inputs)
+        beta = self.beta
+        self.beta = beta * scale
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self.beta = beta
 
     def _gather_token_fields(self, out, loss_mask):
         """([N, T] loss mask, [N, T] old log-probs), padded across ranks and gathered.
