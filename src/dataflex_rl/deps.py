@@ -6,7 +6,8 @@ pydantic). The extras add the rest:
 * ``engine``: transformers (the embedded engine's policy) and matplotlib (PNG plots);
 * ``tasks``: reasoning-gym, math-verify and pyarrow (real verifiers, parquet and save_to_disk
   datasets; HF ``datasets`` is used when installed, not needed);
-* ``verl``: the verl host.
+* ``verl``: the verl host;
+* ``tensorboard``, ``wandb``, ``mlflow``: the experiment trackers of a ``tracking:`` section.
 
 A command calls `require` for what it cannot do without (an error naming the extra, before
 anything is trained or written) and `plots_available` for what it can skip (plots: one line
@@ -29,6 +30,11 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "math_verify": ("math-verify", "tasks"),
     "pyarrow": ("pyarrow", "tasks"),
     "verl": ("verl", "verl"),
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow-skinny", "mlflow"),
+    "sqlalchemy": ("sqlalchemy", "mlflow"),
+    "alembic": ("alembic", "mlflow"),
 }
 
 

@@ -191,15 +191,3 @@ def test_cli_train_and_errors(tmp_path, capsys):
     assert "polcy: unknown key" in capsys.readouterr().err
     assert main(["train", str(tmp_path / "missing.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
-
-
-def test_tensorboard_is_written_or_clearly_missing(tmp_path):
-    cfg = config(log={**BASE["log"], "tensorboard": True})
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match="pip install tensorboard"):
-            run_training(cfg, "baseline", steps=1, out_dir=tmp_path)
-        return
-    run_training(cfg, "baseline", steps=1, out_dir=tmp_path)
-    assert any((tmp_path / "tb").iterdir())

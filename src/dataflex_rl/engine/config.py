@@ -20,6 +20,7 @@ from dataflex_rl.core.config import Checked, apply_overrides, field_rows, param,
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
 from dataflex_rl.hosts.common.config import DecisionLogConfig
+from dataflex_rl.tracking.config import TrackingConfig
 
 #: difficulty levels of the engine's default task set; the shipped tiny policy was warm-started
 #: on them (used for the domains that have one when ``tasks.difficulty`` is null)
@@ -244,10 +245,9 @@ class EvalConfig(Checked):
 
 @dataclass
 class LogConfig(Checked):
-    """Outputs: progress bar, TensorBoard, checkpoints, plots."""
+    """Outputs: progress bar, checkpoints, plots (trackers: the ``tracking`` section)."""
 
     progress: bool = param(True, "show a progress bar")
-    tensorboard: bool = param(False, "also write TensorBoard events (needs tensorboard)")
     checkpoint_every: int = param(
         50, "save a checkpoint every N steps (and at the end; 0: only at the end)", ge=0
     )
@@ -291,6 +291,9 @@ class EngineConfig(Checked):
     eval: EvalConfig = param(EvalConfig(), "held-out evaluation")
     log: LogConfig = param(LogConfig(), "outputs")
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
+    tracking: TrackingConfig = param(
+        TrackingConfig(), "experiment trackers: TensorBoard, W&B, MLflow (docs/tracking.md)"
+    )
 
     def to_dict(self) -> dict:
         """Plain-data copy (for checkpoints and ``config.json``)."""

@@ -2,9 +2,9 @@
 
 Outputs under ``out_dir``: ``config.json``, ``metrics.jsonl`` (one line per training step,
 ``"kind": "train"``, and one per evaluation, ``"kind": "eval"``), ``checkpoints/`` (the last
-two, see `dataflex_rl.engine.checkpoint`), ``summary.json``, ``plots/*.png``, when asked,
-TensorBoard events under ``tb/``, and for a dataset loaded from files ``dataset.json`` and
-``tokenizer/``.
+two, see `dataflex_rl.engine.checkpoint`), ``summary.json``, ``plots/*.png``, for a dataset
+loaded from files ``dataset.json`` and ``tokenizer/``, and with a ``tracking`` section the
+trackers' files and ``tracking.json`` (docs/tracking.md).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.plots import plot_run
 from dataflex_rl.engine.runlog import METRICS_FILE, SUMMARY_FILE, MetricsWriter, read_metrics
 from dataflex_rl.engine.trainer import EmbeddedTrainer
+from dataflex_rl.tracking import Tracker, flatten, require_backends
 
 #: a loaded dataset's record in the run folder (`write_dataset_record`)
 DATASET_FILE = "dataset.json"
@@ -117,6 +118,7 @@ def run_training(
     seed = config.seed if seed is None else seed
     total = config.steps if steps is None else steps
     check(EngineConfig, {"seed": seed, "steps": total}, "run_training")  # the config's ranges
+    require_backends(config.tracking, "an engine run")  # before any work
     out = Path(out_dir or config.out or default_out_dir(spec, seed))
     if resume and not has_checkpoint(out):
         warnings.warn(
@@ -136,8 +138,10 @@ def run_training(
     plots = config.log.plots and plots_available(
         "engine run plots", say=lambda m: warnings.warn(m, stacklevel=3)
     )  # decided up front
-    writer = MetricsWriter(out, config.log.tensorboard)  # fails fast without tensorboard
+    writer = MetricsWriter(out)
     tr = trainer or EmbeddedTrainer(config, spec, seed=seed)
+    history: list[dict] = []
+    logged: dict[str, int] = {}
     if resume:
         tr.load_state_dict(load_checkpoint(out))
         if total < tr.step:
@@ -147,42 +151,56 @@ def run_training(
                 "another --out)"
             )
         discard_after(out, tr.step)
-        writer.truncate(tr.step)
+        history, dropped = writer.truncate(tr.step)
+        for r in history + dropped:
+            logged[r["kind"]] = max(r["step"], logged.get(r["kind"], r["step"]))
     if config.decision_log.enabled:
         attach_decision_log(tr, config, out, resume)
-    atomic_write_json(
-        out / "config.json",
-        {**config.to_dict(), "strategy": tr.strategy.spec.to_dict(), "seed": seed, "steps": total},
-    )
+    run_config = {
+        **config.to_dict(),
+        "strategy": tr.strategy.spec.to_dict(),
+        "seed": seed,
+        "steps": total,
+    }
+    atomic_write_json(out / "config.json", run_config)
     if tr.data_report is not None:
         write_dataset_record(tr, out)
-    evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
-    if not evals:
-        evals.append(_evaluate(tr, writer))
-    step_times = _loop(tr, writer, total, evals, progress, out)
-    if not evals or evals[-1]["step"] != tr.step:
-        evals.append(_evaluate(tr, writer))
-    if tr.decision_log is not None:
-        tr.decision_log.close()
-    if latest_step(out) != tr.step:
-        save_checkpoint(out, tr.state_dict())
-    writer.close()
-    summary = {
-        "strategy": strategy_label(spec),
-        "spec": tr.strategy.spec.to_dict(),
-        "seed": seed,
-        "steps": tr.step,
-        "out_dir": str(out),
-        "parameter_sha256": tr.parameter_hash(),
-        "initial_eval": _strip(evals[0]),
-        "final_eval": _strip(evals[-1]),
-        "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
-        "wall_seconds": time.perf_counter() - t0,
-        "cpu_seconds": time.process_time() - c0,
-    }
-    atomic_write_json(out / SUMMARY_FILE, summary)
-    if plots:
-        plot_run(out)
+    with Tracker.start(
+        config.tracking,
+        out,
+        params=flatten({k: v for k, v in run_config.items() if k != "tracking"}),
+        tags={"strategy": strategy_label(spec), "seed": str(seed)},
+        first_step=tr.step,
+        history=history,
+        logged=logged,
+    ) as tracker:  # closed as failed if the run raises
+        writer.track(tracker)
+        evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
+        if not evals:
+            evals.append(_evaluate(tr, writer))
+        step_times = _loop(tr, writer, total, evals, progress, out)
+        if not evals or evals[-1]["step"] != tr.step:
+            evals.append(_evaluate(tr, writer))
+        if tr.decision_log is not None:
+            tr.decision_log.close()
+        if latest_step(out) != tr.step:
+            save_checkpoint(out, tr.state_dict())
+        summary = {
+            "strategy": strategy_label(spec),
+            "spec": tr.strategy.spec.to_dict(),
+            "seed": seed,
+            "steps": tr.step,
+            "out_dir": str(out),
+            "parameter_sha256": tr.parameter_hash(),
+            "initial_eval": _strip(evals[0]),
+            "final_eval": _strip(evals[-1]),
+            "mean_step_seconds": sum(step_times) / len(step_times) if step_times else None,
+            "wall_seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0,
+        }
+        atomic_write_json(out / SUMMARY_FILE, summary)
+        plot_files = plot_run(out) if plots else []
+        tracker.log_files(images=plot_files, files=[out / SUMMARY_FILE])
     return summary
 
 

@@ -1,64 +1,61 @@
-"""The metrics log of an engine run: ``metrics.jsonl`` (one JSON record per line) and
-TensorBoard scalars when asked. Training writes it; plots, resume and the harness read it.
+"""The metrics log of an engine run: ``metrics.jsonl`` (one JSON record per line), copied to
+the configured experiment trackers (`dataflex_rl.tracking`). Training writes it; plots,
+resume and the harness read it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.tracking import Tracker
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 
 
 class MetricsWriter:
-    """Appends JSON lines to ``metrics.jsonl`` and, when asked, TensorBoard scalars."""
+    """Appends JSON lines to ``metrics.jsonl``; each record also goes to ``tracker`` (set it
+    with `track`) after it is written."""
 
-    def __init__(self, out_dir: Path, tensorboard: bool) -> None:
+    def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / METRICS_FILE
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ConfigError(
-                    "log.tensorboard: true needs the 'tensorboard' package "
-                    f"(pip install tensorboard): {e}"
-                ) from e
-            self.tb = SummaryWriter(str(out_dir / "tb"))
+        self.tracker: Tracker | None = None
 
-    def truncate(self, step: int) -> None:
+    def track(self, tracker: Tracker) -> None:
+        """Send every record written from now on to ``tracker`` too."""
+        self.tracker = tracker
+
+    def truncate(self, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step).
 
         A last line cut by a kill (not valid JSON) is dropped with a warning; afterwards the
         file is valid JSONL with one train record per step before ``step``.
+
+        Returns:
+            ``(kept, dropped)`` records (a resumed run writes the dropped steps again).
         """
         if not self.path.is_file():
-            return
+            return [], []
         records = parse_metrics(self.path, torn_tail_ok=True)
-        keep = [
-            r for r in records if r["step"] < step or (r["kind"] == "eval" and r["step"] <= step)
-        ]
-        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
+        kept: list[dict[str, Any]] = []
+        dropped: list[dict[str, Any]] = []
+        for r in records:
+            before = r["step"] < step or (r["kind"] == "eval" and r["step"] <= step)
+            (kept if before else dropped).append(r)
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        return kept, dropped
 
     def write(self, kind: str, step: int, metrics: dict[str, float]) -> None:
         record = {"kind": kind, **metrics, "step": step}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)) and math.isfinite(v):
-                    self.tb.add_scalar(k, v, step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        if self.tracker is not None:
+            self.tracker.log(kind, step, metrics)
 
 
 def parse_metrics(path: Path, *, torn_tail_ok: bool = False) -> list[dict[str, Any]]:
