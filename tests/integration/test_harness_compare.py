@@ -44,6 +44,7 @@ engine: {{policy: {small_policy}}}
 budget: {{steps: 2, prompts_per_step: 3, samples_per_prompt: 2}}
 evaluation: {{every: 1, per_domain: 4}}
 statistics: {{n_boot: 500}}
+tracking: {{backends: [mlflow]}}
 """)
     out = tmp_path / "out"
     assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
@@ -66,6 +67,28 @@ statistics: {{n_boot: 500}}
         "experiment.json",
     ):
         assert (out / f).is_file(), f
+    # every run and the report are MLflow runs in one database, grouped by the experiment
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out.resolve() / 'mlflow.db'}")
+    found = client.search_runs([client.get_experiment_by_name("dataflex-rl").experiment_id])
+    assert sorted(r.info.run_name for r in found) == [
+        "baseline-seed0",
+        "baseline-seed1",
+        "dump_ucb-seed0",
+        "dump_ucb-seed1",
+        "report",
+    ]
+    assert {r.data.tags["group"] for r in found} == {"tiny"}
+    assert {r.info.status for r in found} == {"FINISHED"}
+    run = next(r for r in found if r.info.run_name == "dump_ucb-seed1")
+    assert run.data.params["seed"] == "1" and run.data.tags["strategy"] == "dump_ucb"
+    metrics = [json.loads(x) for x in (out / "runs/dump_ucb/seed1/metrics.jsonl").open()]
+    greedy = client.get_metric_history(run.info.run_id, "eval/mean/greedy")
+    assert [(m.step, m.value) for m in greedy] == [
+        (r["step"], pytest.approx(r["eval/mean/greedy"])) for r in metrics if r["kind"] == "eval"
+    ]
     done = out / "runs" / "baseline" / "seed0" / "done.json"
     stamp = done.stat().st_mtime_ns
     capsys.readouterr()

@@ -125,14 +125,16 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
 
 
 def check_engine_dependencies(config, command: str):
-    """Before any work: the engine's policy needs transformers (an error naming the extra);
-    without matplotlib the plots are skipped with one line (the config is returned with
-    ``log.plots`` off)."""
+    """Before any work: the engine's policy needs transformers and each tracker of
+    ``tracking.backends`` its library (an error naming the extra); without matplotlib the
+    plots are skipped with one line (the config is returned with ``log.plots`` off)."""
     from dataclasses import replace
 
     from dataflex_rl.deps import plots_available, require
+    from dataflex_rl.tracking import require_backends
 
     require("transformers", f"{command} (the embedded engine's policy)")
+    require_backends(config.tracking, command)
     if config.log.plots and not plots_available(f"{command}: PNG plots"):
         config = replace(config, log=replace(config.log, plots=False))
     return config

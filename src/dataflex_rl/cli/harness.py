@@ -103,8 +103,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from dataflex_rl.harness.analysis import StatsOptions
     from dataflex_rl.harness.report import ReportInputs, write_report
     from dataflex_rl.harness.results import read_proportions_csv, read_results_csv
+    from dataflex_rl.tracking import TrackingConfig, require_backends
 
     _check_dependencies(args, [], "dataflex-rl report")
+    tracking = TrackingConfig(
+        backends=list(dict.fromkeys(args.track or [])), project=args.project or "dataflex-rl"
+    )
+    require_backends(tracking, "dataflex-rl report")
     rows = read_results_csv(args.from_csv)
     methods = list(dict.fromkeys(r.method for r in rows))
     baseline = args.baseline or ("baseline" if "baseline" in methods else methods[0])
@@ -127,6 +132,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
             setup=[f"results: `{csv_path}` ({len(rows)} rows)"],
             proportions=props,
             plots=not args.no_plots,
+            tracking=tracking,
+            params={"results": str(csv_path), "rows": len(rows)},
         ),
     )
     _print_summary(a, out)
@@ -333,6 +340,15 @@ def register_commands(subparsers) -> None:
         kind = field_type(Statistics, key)
         p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument(
+        "--track",
+        action="append",
+        choices=("tensorboard", "wandb", "mlflow"),
+        metavar="BACKEND",
+        help="also log the report to this tracker (tensorboard, wandb or mlflow; repeat for "
+        "several), its files under --out (docs/tracking.md)",
+    )
+    p.add_argument("--project", default=None, help="W&B project / MLflow experiment of --track")
     p.set_defaults(func=_cmd_report)
 
     p = subparsers.add_parser(

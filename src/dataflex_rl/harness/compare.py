@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dataflex_rl.core.config import validate
 from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.harness.analysis import Analysis
@@ -19,7 +20,9 @@ from dataflex_rl.harness.runner import (
     load_done,
     locked_output,
     plan,
+    run_tracking,
 )
+from dataflex_rl.tracking import TrackingConfig, flatten, prepare_store, require_backends
 
 
 @dataclass
@@ -158,6 +161,7 @@ def run_compare(
         train_fn: training function as ``module:attr`` (tests pass a fake engine).
     """
     out = Path(out_dir or Path("runs") / "compare" / exp.name)
+    require_backends(exp.tracking, "dataflex-rl compare")  # before any run starts
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(exp, out, train_fn)
     for r in runs:  # a finished run of another configuration: stop before writing anything
@@ -178,6 +182,10 @@ def run_compare(
             "statistics": asdict(exp.statistics),
         },
     )
+    tracking = validate(
+        TrackingConfig, run_tracking(exp.tracking, out, "report", exp.name), "tracking"
+    )
+    prepare_store(tracking)  # the shared MLflow database, before the workers open it
     execution = execute(runs, workers, progress)
     domains = list(exp.engine_config().tasks.domains)
     rows = result_rows(execution, domains, exp.evaluation.metric)
@@ -201,6 +209,16 @@ def run_compare(
             proportions=props,
             plots=plots,
             controls={k: v for k, v in exp.control_outcomes.items() if k in methods},
+            tracking=tracking,
+            params=flatten(
+                {
+                    "experiment": exp.name,
+                    "seeds": list(exp.seeds),
+                    "budget": asdict(exp.budget),
+                    "evaluation": asdict(exp.evaluation),
+                    "engine": {k: v for k, v in runs[0].config.items() if k != "tracking"},
+                }
+            ),
         )
         analysis = write_report(rows, out, inputs)
     else:

@@ -14,6 +14,8 @@ An experiment file (``configs/experiments/quick.yaml``)::
     statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
     # optional control arms (harness/controls.py): aa, no_update, half_lr, drop_half
     controls: [aa, {drop_half: {fraction: 0.5}}]
+    # optional experiment trackers for every run and the report (docs/tracking.md)
+    tracking: {backends: [tensorboard, mlflow]}
 
 Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
 """
@@ -32,6 +34,7 @@ from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.engine.config import EngineConfig, from_dict
 from dataflex_rl.harness.analysis import StatsOptions
 from dataflex_rl.harness.controls import Control, merge_overrides, parse_controls
+from dataflex_rl.tracking import TrackingConfig
 
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {
@@ -43,6 +46,7 @@ OWNED = {
     "eval": "evaluation",
     "grpo.prompts_per_step": "budget.prompts_per_step",
     "grpo.group_size": "budget.samples_per_prompt",
+    "tracking": "tracking (top level: every run and the report)",
 }
 
 
@@ -125,6 +129,8 @@ class Experiment:
     path: str | None = None
     #: the requested controls; their arms are the last entries of ``strategies``
     controls: tuple[Control, ...] = ()
+    #: trackers of every run and of the report
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
     def labels(self) -> list[str]:
@@ -184,6 +190,11 @@ class ExperimentFile(Checked):
         None,
         "control arms: aa, no_update, half_lr, drop_half (docs/controls.md)",
         expect="a list of control names or a mapping name -> parameters",
+    )
+    tracking: TrackingConfig = param(
+        TrackingConfig(),
+        "experiment trackers of every run (one tracker run per strategy and seed, grouped "
+        "by the experiment name) and of the report (docs/tracking.md)",
     )
 
 
@@ -325,6 +336,7 @@ def parse_experiment(
         evaluation=top.evaluation,
         statistics=top.statistics,
         path=where,
+        tracking=top.tracking,
     )
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(f"{where}.evaluation.samples: metric 'sampled' needs samples >= 1")

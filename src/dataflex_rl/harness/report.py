@@ -18,6 +18,8 @@ import numpy as np
 from dataflex_rl.core.io import atomic_path, atomic_write_text
 from dataflex_rl.harness import aggregates, narrative, plots
 from dataflex_rl.harness.analysis import (
+    BETTER,
+    WORSE,
     Analysis,
     StatsOptions,
     SummaryResult,
@@ -26,6 +28,7 @@ from dataflex_rl.harness.analysis import (
 )
 from dataflex_rl.harness.narrative import Fmt, pvalue
 from dataflex_rl.harness.results import Row
+from dataflex_rl.tracking import Tracker, TrackingConfig
 
 DEFINITIONS = """\
 - **mean [95% CI]**: mean over seeds, t interval mean ± t(0.975, n-1)·s/√n.
@@ -80,6 +83,8 @@ class ReportInputs:
         plots: write PNG plots.
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
             difference") or "worse" (a planted harm); see `analysis.analyze`.
+        tracking: experiment trackers that receive the report (`track_report`); None: none.
+        params: what the report is about, for the trackers (flattened dotted keys).
     """
 
     title: str
@@ -90,6 +95,8 @@ class ReportInputs:
     proportions: list[dict] = field(default_factory=list)
     plots: bool = True
     controls: dict[str, str] = field(default_factory=dict)
+    tracking: TrackingConfig | None = None
+    params: dict = field(default_factory=dict)
 
 
 def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
@@ -368,4 +375,67 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
             )
     write_statistics_csv(a, out / "statistics.csv")
     atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, rows))
+    if inputs.tracking is not None and inputs.tracking.backends:
+        track_report(a, out, inputs.tracking, inputs.params, list(files.values()))
     return a
+
+
+def report_metrics(a: Analysis) -> dict[str, float]:
+    """The summary tables as tracker metrics, ``report/<summary>/<method>/<quantity>``: the
+    mean and its interval for every method; for each compared method (controls included) the
+    paired Δ with its bootstrap and corrected intervals, p, p (Holm), MDE, ``verdict`` (+1
+    better, -1 worse, 0 otherwise) and ``decided`` (1 when better or worse). NaN and
+    infinite entries are left out by the trackers."""
+    out: dict[str, float] = {}
+    for s in a.summaries:
+        for m in s.methods + s.control_methods:
+            key = f"report/{s.name}/{m.method}"
+            out.update(
+                {f"{key}/mean": m.mean, f"{key}/mean_low": m.low, f"{key}/mean_high": m.high}
+            )
+        for c in s.comparisons + s.controls:
+            key = f"report/{s.name}/{c.method}"
+            sign = {BETTER: 1.0, WORSE: -1.0}.get(c.verdict, 0.0)
+            out.update(
+                {
+                    f"{key}/delta": c.delta,
+                    f"{key}/delta_low": c.ci[0],
+                    f"{key}/delta_high": c.ci[1],
+                    f"{key}/corrected_low": c.corrected_ci[0],
+                    f"{key}/corrected_high": c.corrected_ci[1],
+                    f"{key}/p": c.p,
+                    f"{key}/p_holm": c.p_holm,
+                    f"{key}/mde": c.mde,
+                    f"{key}/verdict": sign,
+                    f"{key}/decided": abs(sign),
+                }
+            )
+    return out
+
+
+def track_report(
+    a: Analysis, out: Path, tracking: TrackingConfig, params: dict, plot_files: list[Path]
+) -> None:
+    """Log the report to the trackers as one tracker run (``<out>/tracking.json`` keeps it):
+    `report_metrics` at step = seeds analyzed (a report rewritten with more seeds, as
+    ``--until-decided`` does, adds a step), the statistics options and ``params`` as
+    parameters, the plots as images and ``report.md``/``statistics.csv`` as artifacts."""
+    step = len(a.seeds)
+    o = a.options
+    with Tracker.start(
+        tracking,
+        out,
+        params={
+            **params,
+            "baseline": a.baseline,
+            "methods": ", ".join(a.methods),
+            "statistics.alpha": o.alpha,
+            "statistics.power": o.power,
+            "statistics.n_boot": o.n_boot,
+            "statistics.seed": o.seed,
+        },
+        tags={"kind": "report", "baseline": a.baseline},
+        first_step=step,
+    ) as tracker:
+        tracker.log("report", step, report_metrics(a))
+        tracker.log_files(images=plot_files, files=[out / "report.md", out / "statistics.csv"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import json
@@ -90,12 +91,13 @@ class RunSpec:
 
     @property
     def identity(self) -> dict:
-        """Everything that determines the run's result (as plain JSON data)."""
+        """Everything that determines the run's result (as plain JSON data); where it is
+        tracked does not."""
         return json.loads(
             json.dumps(
                 {
                     "strategy": self.strategy,
-                    "config": self.config,
+                    "config": {k: v for k, v in self.config.items() if k != "tracking"},
                     "seed": self.seed,
                     "steps": self.steps,
                 },
@@ -124,10 +126,23 @@ def locked_output(fn: Callable) -> Callable:
     return wrapper
 
 
+def run_tracking(tracking: Any, out_dir: str | Path, name: str, group: str) -> dict:
+    """The ``tracking`` section of one run of an experiment writing to ``out_dir``: named
+    ``name`` (after the experiment's ``run_name``, if set), in ``group`` unless one is set, and
+    sharing one MLflow database, ``<out_dir>/mlflow.db``, unless a store is set."""
+    t = dataclasses.asdict(tracking)
+    t["run_name"] = f"{t['run_name']}-{name}" if t["run_name"] else name
+    t["group"] = t["group"] or group
+    if not t["mlflow"]["tracking_uri"]:
+        t["mlflow"]["tracking_uri"] = f"sqlite:///{(Path(out_dir) / 'mlflow.db').resolve()}"
+    return t
+
+
 def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> list[RunSpec]:
     """The runs of ``experiment``, seed-major (every strategy of seed 0 first, so paired
     results arrive early). A control arm's engine overrides are merged into its config, so its
-    fingerprint differs from the baseline's."""
+    fingerprint differs from the baseline's. Each run is tracked as ``<label>-seed<s>``
+    (`run_tracking`)."""
     config = experiment.engine_config().to_dict()
     configs = {
         e.label: experiment.engine_config(e.engine).to_dict() if e.engine else config
@@ -139,7 +154,12 @@ def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> l
             e.label,
             s,
             e.to_dict(),
-            configs[e.label],
+            {
+                **configs[e.label],
+                "tracking": run_tracking(
+                    experiment.tracking, out_dir, f"{e.label}-seed{s}", experiment.name
+                ),
+            },
             experiment.budget.steps,
             str(root / e.label / f"seed{s}"),
             train_fn,
@@ -464,6 +484,9 @@ def side_by_side(
     """
     from dataflex_rl.core.spec import parse_strategy
     from dataflex_rl.engine.run import strategy_label
+    from dataflex_rl.tracking import require_backends
+
+    require_backends(config.tracking, "dataflex-rl train")  # before any run starts
 
     seed = config.seed if seed is None else seed
     steps = config.steps if steps is None else steps

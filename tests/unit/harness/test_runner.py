@@ -47,7 +47,12 @@ def test_plan_is_seed_major_and_paired(tmp_path):
         ("dump_ucb", 0),
         ("broken", 0),
     ]
-    assert all(r.config == runs[0].config for r in runs)  # one engine config for all
+    # one engine config for all; each run is its own tracker run
+    assert all(r.identity["config"] == runs[0].identity["config"] for r in runs)
+    assert [r.config["tracking"]["run_name"] for r in runs[:2]] == [
+        "baseline-seed0",
+        "difffilter-seed0",
+    ]
     assert runs[0].out_dir == str(tmp_path / "runs" / "baseline" / "seed0")
     assert len({r.fingerprint for r in runs}) == len(runs)
     assert [r.mixes for r in runs[:3]] == [False, False, True]
