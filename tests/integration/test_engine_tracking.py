@@ -101,6 +101,8 @@ def check_trackers(out: Path, strategy: str, seed: int) -> dict:
         assert same(seen[k], want[k], k), k
     images = {k.split("/")[1] for _, v in rows for k in v if k.startswith("plots/")}
     assert images == set(plots)
+    saved = [p for p in out.glob(f"wandb/*-{run_id}/files/summary.json")]
+    assert saved and not saved[-1].is_symlink()
     cfg = trackers.wandb_config(out, run_id)
     assert cfg["seed"] == seed and cfg["strategy.name"] == strategy and cfg["optim.lr"] > 0
     assert f"strategy:{strategy}" in trackers.wandb_tags(out, run_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,7 +106,7 @@ class TensorBoardBackend(Backend):
 class WandbBackend(Backend):
     """A W&B run (offline by default: a local folder for ``wandb sync``). Continuing a run
     reuses its id with ``resume="allow"``; plots are logged as ``wandb.Image`` and files
-    saved with the run."""
+    saved with the run (copied into its folder)."""
 
     name = "wandb"
 
@@ -150,8 +151,10 @@ class WandbBackend(Backend):
 
         if images:
             self.run.log({f"plots/{p.stem}": wandb.Image(str(p)) for p in images}, step=step)
-        for path in files:
-            self.run.save(str(path), base_path=str(path.parent), policy="now")
+        for path in files:  # a copy in the run's folder (W&B would link to the original)
+            copy = Path(self.run.dir) / path.name
+            shutil.copyfile(path, copy)
+            self.run.save(str(copy), base_path=self.run.dir, policy="now")
 
     def close(self, failed):
         self.run.finish(exit_code=1 if failed else 0)
