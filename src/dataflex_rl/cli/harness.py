@@ -142,7 +142,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 REPLAY_HELP = """\
 Re-run strategies on the rollouts a run logged (its decision log: decision_log.enabled: true in
-the engine config, +dataflex.decision_log.enabled=true on verl), step by step, each carrying its
+the engine config, +dataflex.decision_log.enabled=true on verl, dataflex={"decision_log":
+{"enabled": True}, ...} in TRL), step by step, each carrying its
 own state. Reports per step and overall: retention, weight ESS, domain proportions asked for,
 pre-rollout skip rate and the tokens it would not have generated, agreement with the logged
 decision (Jaccard, weight correlation, exact steps) and between the replayed strategies.
