@@ -14,7 +14,8 @@ _WANDB_BLOCK, _FULL, _FIRST, _MIDDLE, _LAST = 32768, 1, 2, 3, 4
 
 
 def offline_env(monkeypatch, tmp_path: Path) -> None:
-    """W&B offline, silent, with no error reporting or settings outside ``tmp_path``."""
+    """W&B offline, silent, with no error reporting or settings outside ``tmp_path``; MLflow's
+    usage telemetry off."""
     for key, value in {
         "WANDB_MODE": "offline",
         "WANDB_SILENT": "true",
@@ -24,6 +25,8 @@ def offline_env(monkeypatch, tmp_path: Path) -> None:
         "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
         "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
         "WANDB_DISABLE_GIT": "true",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
