@@ -98,13 +98,30 @@ class DomainSampler:
             left = [s if s > 0 else 0 for s in self.pool_sizes]
         return torch.tensor(left, dtype=torch.int64)
 
-    def _capacity(self, n: int) -> Tensor:
+    def capacity(self, n: int) -> Tensor:
+        """[D] int64 the most prompts each domain can give to a draw of ``n``: ``n`` for a
+        non-empty pool when cycling, else what is left of its epoch."""
         if self.cycle:
             return torch.tensor([n if s > 0 else 0 for s in self.pool_sizes], dtype=torch.int64)
         return self.available()
 
+    def quota(self, proportions: Tensor, n: int) -> Tensor:
+        """[D] int64 prompts per domain for a draw of ``n`` at ``proportions``
+        (`largest_remainder` within `capacity`; sums to less than ``n`` only when the pools
+        cannot give more).
+
+        Raises:
+            RuntimeError: every domain is exhausted (``cycle=False``).
+        """
+        counts = largest_remainder(proportions, n, self.capacity(n))
+        if n > 0 and int(counts.sum()) == 0:
+            raise RuntimeError(
+                f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})"
+            )
+        return counts
+
     def sample(self, proportions: Tensor, n: int) -> tuple[list[tuple[int, int]], dict]:
-        """Draw ``n`` prompts following ``proportions``.
+        """Draw ``n`` prompts following ``proportions`` (`quota`, then `take`).
 
         Returns:
             ([(domain_idx, item_idx)] grouped by domain, metrics with target and actual
@@ -113,12 +130,15 @@ class DomainSampler:
         Raises:
             RuntimeError: every domain is exhausted (``cycle=False``).
         """
-        counts = largest_remainder(proportions, n, self._capacity(n))
-        if int(counts.sum()) < n and n > 0:
-            if int(counts.sum()) == 0:
-                raise RuntimeError(
-                    f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})"
-                )
+        counts = self.quota(proportions, n)
+        out = self.take(counts)
+        metrics = draw_metrics(self.domains, proportions, counts, self.available())
+        metrics["dataflex/sampler/shortfall"] = float(n - int(counts.sum()))
+        return out, metrics
+
+    def take(self, counts: Tensor) -> list[tuple[int, int]]:
+        """Draw exactly ``counts[d]`` prompts of each domain d (fewer only from a domain that is
+        exhausted, ``cycle=False``): [(domain_idx, item_idx)] grouped by domain."""
         out: list[tuple[int, int]] = []
         for d, c in enumerate(counts.tolist()):  # loop over domains (D is small)
             while c > 0:
@@ -133,9 +153,7 @@ class DomainSampler:
                     self._epoch[d] += 1
                 elif take == 0:
                     break
-        metrics = draw_metrics(self.domains, proportions, counts, self.available())
-        metrics["dataflex/sampler/shortfall"] = float(n - int(counts.sum()))
-        return out, metrics
+        return out
 
     def state_dict(self) -> dict:
         return {
