@@ -56,8 +56,8 @@ from dataflex_rl.engine.taskio import (
 )
 from dataflex_rl.engine.warmstart import policy_manifest, split_differences
 from dataflex_rl.hosts.common.accounting import generation_metrics
-from dataflex_rl.hosts.common.draw import draw_with_skipping
-from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
+from dataflex_rl.hosts.common.draw import draw_batch
+from dataflex_rl.hosts.common.sampler import DomainSampler
 
 #: RolloutBatch fields the engine fills
 ENGINE_FIELDS = (
@@ -332,36 +332,28 @@ class EmbeddedTrainer:
     def _draw_prompts(self, step: int) -> tuple[list, list[int], dict[str, float]]:
         """Prerollout and mix: the problems to generate this step and their domain ids.
 
-        Without pre-rollout, the domain sampler draws ``prompts_per_step`` prompts at the
-        strategy's proportions. With it, `draw_with_skipping` draws rounds of
+        `draw_batch` with ``exact=False``: the domain sampler draws ``prompts_per_step``
+        prompts at the strategy's proportions; with pre-rollout, rounds of
         ``candidate_factor`` x the missing prompts per domain until the skip policy has kept
         enough, for at most ``max_draw_rounds`` rounds (then the batch stays short).
         """
         props = self.strategy.proportions
         props = self.static_proportions if props is None else props
         self._target = props  # what this step's batch is drawn at (decision log)
-        n = self.config.grpo.prompts_per_step
-        if "prerollout" not in self.strategy.parts:
-            drawn, metrics = self.sampler.sample(props, n)
-        else:
-            t = self.config.tasks
-            quota = largest_remainder(props, n)
-            drawn, _, metrics = draw_with_skipping(
-                self.sampler,
-                lambda d, i: self.taskset.train[self.domains[d]][i].key,
-                quota,
-                self.strategy,
-                step,
-                self.gen_prerollout,
-                t.candidate_factor,
-                t.max_draw_rounds,
-                fill_with_skipped=False,
-            )
-            counts = torch.bincount(
-                torch.tensor([d for d, _ in drawn], dtype=torch.int64), minlength=len(self.domains)
-            )
-            metrics.update(draw_metrics(self.domains, props, counts, self.sampler.available()))
-            metrics["dataflex/sampler/shortfall"] = float(n - len(drawn))
+        t = self.config.tasks
+        drawn, metrics = draw_batch(
+            self.sampler,
+            lambda d, i: self.taskset.train[self.domains[d]][i].key,
+            props,
+            self.config.grpo.prompts_per_step,
+            self.strategy,
+            step,
+            self.gen_prerollout,
+            t.candidate_factor,
+            t.max_draw_rounds,
+            exact=False,
+        )
+        if "prerollout" in self.strategy.parts:
             metrics["engine/prompts_skipped"] = metrics["dataflex/prerollout/candidates"] - len(
                 drawn
             )

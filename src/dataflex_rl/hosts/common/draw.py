@@ -1,7 +1,9 @@
-"""Drawing prompts with pre-rollout skipping: candidate rounds until every quota is filled.
+"""Drawing a step's prompts: quota -> draw (with pre-rollout skipping) -> metrics.
 
-Both hosts draw their batch through `draw_with_skipping`, so "keep the batch full" means the
-same thing in the embedded engine and at verl's intake.
+Every host draws its batch through `draw_batch` (the embedded engine directly, verl and TRL
+through `dataflex_rl.hosts.common.intake.Intake`), so quotas, candidate rounds, "keep the batch
+full" and the per-domain figures mean the same thing everywhere. The hosts differ in one
+explicit argument, ``exact``: whether the batch must hold exactly ``n`` prompts.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.hosts.common.accounting import first_per_domain, intake_metrics, plain_batch
-from dataflex_rl.hosts.common.sampler import DomainSampler
+from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics
 
 _POLICY_COUNTS = ("skipped", "skipped_easy", "skipped_hard")
 
@@ -101,3 +103,72 @@ def draw_with_skipping(
     metrics["dataflex/prerollout/rounds"] = float(rounds)
     chosen = [items[i] for i in generated.nonzero().squeeze(1).tolist()]
     return chosen, left, metrics
+
+
+def draw_batch(
+    sampler: DomainSampler,
+    key_of: Callable[[int, int], Hashable],
+    proportions: Tensor,
+    n: int,
+    strategy,
+    step: int,
+    generator: torch.Generator | None,
+    candidate_factor: float,
+    max_rounds: int,
+    *,
+    exact: bool,
+) -> tuple[list[tuple[int, int]], dict[str, float]]:
+    """The ``n`` prompts of one step, at ``proportions``, with the strategy's pre-rollout skipping.
+
+    The per-domain quota is `DomainSampler.quota` (largest remainder within what the pools
+    can give). Without pre-rollout the sampler takes it as it is. With it,
+    `draw_with_skipping` draws candidate rounds, and when ``max_rounds`` rounds did not fill
+    the quota the hosts differ, by ``exact``:
+
+    * ``exact=True``: the batch holds exactly the quota (verl's sync trainer waits for that
+      many groups; TRL's sampler yields a fixed count): skipped candidates fill what is missing
+      (``forced``), then plain draws if the policy skipped nothing more.
+    * ``exact=False`` (the embedded engine): the batch stays short, and the metric
+      ``dataflex/sampler/shortfall`` counts the prompts missing.
+
+    Args:
+        sampler: the host's `DomainSampler`.
+        key_of: the prompt key of a drawn (domain, item) (what the prompt history knows).
+        proportions: [D] the proportions the batch is drawn at.
+        n: prompts wanted.
+        strategy: the `Strategy` (``parts``, ``filter_prompts``, ``history``).
+        step: the strategy step.
+        generator: randomness of the skip policy.
+        candidate_factor, max_rounds: see `draw_with_skipping`.
+        exact: fill the batch to the quota (see above).
+
+    Returns:
+        (drawn (domain, item) pairs, metrics): the pre-rollout figures of
+        `draw_with_skipping` (with pre-rollout), the per-domain `draw_metrics` (target:
+        ``proportions``; actual: the drawn prompts) and, with ``exact=False``,
+        ``dataflex/sampler/shortfall``.
+    """
+    quota = sampler.quota(proportions, n)
+    metrics: dict[str, float] = {}
+    if "prerollout" not in strategy.parts:
+        drawn = sampler.take(quota)
+    else:
+        drawn, left, metrics = draw_with_skipping(
+            sampler,
+            key_of,
+            quota,
+            strategy,
+            step,
+            generator,
+            candidate_factor,
+            max_rounds,
+            fill_with_skipped=exact,
+        )
+        if exact and int(left.sum()) > 0:  # the policy skipped nothing more: plain draws
+            drawn += sampler.take(left)
+    D = quota.shape[0]
+    counts = torch.bincount(torch.tensor([d for d, _ in drawn], dtype=torch.int64), minlength=D)
+    metrics.update(draw_metrics(sampler.domains, proportions, counts, sampler.available()))
+    if not exact:
+        metrics["dataflex/sampler/shortfall"] = float(n - len(drawn))
+    return drawn, metrics

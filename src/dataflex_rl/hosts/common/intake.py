@@ -13,14 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
-from dataflex_rl.hosts.common.draw import draw_with_skipping
-from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
+from dataflex_rl.hosts.common.draw import draw_batch
+from dataflex_rl.hosts.common.sampler import DomainSampler
 
 #: the columns tried, in order, when ``domain_key`` is not set
 DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
@@ -137,54 +136,30 @@ class Intake:
     def draw(self, n: int, strategy: Strategy, step: int) -> tuple[list[int], list[int], dict]:
         """``n`` rows for step ``step``: (rows, their domain ids, metrics).
 
-        The per-domain quota comes from ``strategy.proportions`` (or the static proportions).
-        With pre-rollout, each round draws ``candidate_factor`` x the missing rows per domain
-        and takes, per domain, the first kept candidates; after ``max_rounds`` rounds,
-        skipped candidates fill what is still missing (``forced``). The plain batch is the
-        first round's first ``quota`` candidates per domain, the rows drawn without
-        pre-rollout; skipped / replacements / tokens_saved_est are counted against it
-        (`dataflex_rl.hosts.common.accounting`); ``candidates_skipped``, ``skipped_easy`` and
-        ``skipped_hard`` count every candidate the policy skipped, over all rounds.
+        `draw_batch` with ``exact=True``: the per-domain quota comes from
+        ``strategy.proportions`` (or the static proportions). With pre-rollout, each round
+        draws ``candidate_factor`` x the missing rows per domain and takes, per domain, the
+        first kept candidates; after ``max_rounds`` rounds, skipped candidates fill what is
+        still missing (``forced``). The plain batch is the first round's first ``quota``
+        candidates per domain, the rows drawn without pre-rollout; skipped / replacements /
+        tokens_saved_est are counted against it (`dataflex_rl.hosts.common.accounting`);
+        ``candidates_skipped``, ``skipped_easy`` and ``skipped_hard`` count every candidate
+        the policy skipped, over all rounds.
         """
         props = strategy.proportions
-        props = self.static if props is None else props
-        D = len(self.domains)
-        capacity = torch.tensor([n if p else 0 for p in self.pools], dtype=torch.int64)
-        quota = largest_remainder(props, n, capacity)
-        metrics: dict[str, float] = {}
-        if "prerollout" not in strategy.parts:
-            drawn, _ = self.sampler.sample(quota.to(torch.float64), int(quota.sum()))
-            rows = [self.pools[d][i] for d, i in drawn]
-            dom = [d for d, _ in drawn]
-        else:
-            rows, dom = self._draw_filtered(quota, strategy, step, metrics)
-        counts = torch.bincount(torch.tensor(dom, dtype=torch.int64), minlength=D)
-        metrics.update(draw_metrics(self.domains, props, counts, self.sampler.available()))
-        return rows, dom, metrics
-
-    def _draw_filtered(
-        self, quota: Tensor, strategy: Strategy, step: int, metrics: dict
-    ) -> tuple[list[int], list[int]]:
-        """Rounds of candidates until ``quota`` is filled by kept ones (see `draw`)."""
-        chosen, left, pre = draw_with_skipping(
+        drawn, metrics = draw_batch(
             self.sampler,
             lambda d, i: self.pools[d][i],
-            quota,
+            self.static if props is None else props,
+            n,
             strategy,
             step,
             self.generator,
             self.candidate_factor,
             self.max_rounds,
-            fill_with_skipped=True,
+            exact=True,
         )
-        metrics.update(pre)
-        rows = [self.pools[d][i] for d, i in chosen]
-        dom = [d for d, _ in chosen]
-        if int(left.sum()) > 0:  # only when the policy skipped nothing more: plain draws
-            drawn, _ = self.sampler.sample(left.to(torch.float64), int(left.sum()))
-            rows += [self.pools[d][i] for d, i in drawn]
-            dom += [d for d, _ in drawn]
-        return rows, dom
+        return [self.pools[d][i] for d, i in drawn], [d for d, _ in drawn], metrics
 
     def state_dict(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}
