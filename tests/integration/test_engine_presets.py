@@ -49,7 +49,7 @@ class Recorder:
     def __init__(self, trainer: EmbeddedTrainer) -> None:
         self.updates: list[dict] = []
         self.proportions: list[torch.Tensor] = []
-        update, sample = trainer._update, trainer.sampler.sample
+        update, quota = trainer._update, trainer.sampler.quota
 
         def _update(rollout, advantages, weights, mask, kept_mask, step):
             self.updates.append(
@@ -62,12 +62,12 @@ class Recorder:
             )
             return update(rollout, advantages, weights, mask, kept_mask, step)
 
-        def _sample(proportions, n):
+        def _quota(proportions, n):  # every draw asks the sampler for its quota once
             self.proportions.append(proportions.clone().double())
-            return sample(proportions, n)
+            return quota(proportions, n)
 
         trainer._update = _update
-        trainer.sampler.sample = _sample
+        trainer.sampler.quota = _quota
 
 
 def run_steps(strategy, steps, **overrides):
