@@ -275,7 +275,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         target = self.strategy.proportions  # what this batch was drawn at
         decision = self.strategy.decide(batch)
         self._dataflex_step += 1
-        metrics = {**pending, **decision.metrics}
+        metrics = {**decision.metrics, **pending}  # the draw's figures, as on verl
         if self.decision_log is not None:
             self.decision_log.record(batch, decision, target=target, metrics=pending)
         if "prerollout" in self.strategy.parts:
