@@ -341,14 +341,19 @@ def load_config(
         if isinstance(cfg.strategy, str):
             cfg.strategy = _resolve(cfg.strategy, base)
         cfg.strategies = [_resolve(s, base) for s in cfg.strategies]
-        t = cfg.tasks
         for key in ("train", "eval"):
-            value = getattr(t, key)
-            if isinstance(value, str):
-                setattr(t, key, _resolve(value, base))
-            elif isinstance(value, list):
-                setattr(t, key, [_resolve(v, base) for v in value])
+            setattr(cfg.tasks, key, resolve_paths(getattr(cfg.tasks, key), base))
     return cfg
+
+
+def resolve_paths(value: Any, base: Path) -> Any:
+    """A path or a list of paths (``tasks.train``/``tasks.eval``) with each relative one that
+    exists under ``base`` resolved against it; anything else as it is."""
+    if isinstance(value, str):
+        return _resolve(value, base)
+    if isinstance(value, list):
+        return [_resolve(v, base) if isinstance(v, str) else v for v in value]
+    return value
 
 
 def _resolve(value: str, base: Path) -> str:

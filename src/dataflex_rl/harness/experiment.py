@@ -31,7 +31,7 @@ from typing import Any
 from dataflex_rl.core.config import Checked, apply_overrides, param, validate
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
-from dataflex_rl.engine.config import EngineConfig, from_dict
+from dataflex_rl.engine.config import EngineConfig, from_dict, resolve_paths
 from dataflex_rl.harness.analysis import StatsOptions
 from dataflex_rl.harness.controls import Control, merge_overrides, parse_controls
 from dataflex_rl.tracking import TrackingConfig
@@ -276,7 +276,8 @@ def parse_experiment(
     Args:
         data: the parsed YAML.
         where: name used in error messages (the file path).
-        base: directory against which relative strategy paths and ``engine.policy`` resolve.
+        base: directory against which relative strategy paths, ``engine.policy`` and
+            ``engine.tasks.train``/``engine.tasks.eval`` resolve.
         controls: names of controls added from the command line (``--control``); one the file
             already lists is not added twice.
 
@@ -325,6 +326,11 @@ def parse_experiment(
         and (base / policy).exists()
     ):
         engine["policy"] = str(base / policy)
+    tasks = engine.get("tasks")
+    if base is not None and isinstance(tasks, dict):  # a dataset's files, like the policy
+        for key in ("train", "eval"):
+            if key in tasks:
+                tasks[key] = resolve_paths(tasks[key], base)
     exp = Experiment(
         name=name,
         description=description,

@@ -238,3 +238,33 @@ def test_shipped_example_data_is_what_its_script_writes(tmp_path):
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
     assert sum((data / n).stat().st_size for n in ("train.jsonl", "test.jsonl")) < 50_000
+
+
+def test_an_experiment_resolves_its_data_files_against_its_folder(tmp_path):
+    from dataflex_rl.harness.experiment import load_experiment
+
+    (tmp_path / "data").mkdir()
+    _jsonl(tmp_path / "data" / "t.jsonl", _rows())
+    (tmp_path / "exp.yaml").write_text(
+        "name: d\nstrategies: [baseline, difffilter]\nseeds: 2\nengine:\n  tasks:\n"
+        "    source: files\n    train: [data/t.jsonl]\n"
+        "    verifiers: {math: math, logic: exact, science: numeric}\n"
+    )
+    cfg = load_experiment(tmp_path / "exp.yaml").engine_config()
+    assert cfg.tasks.train == [str(tmp_path / "data" / "t.jsonl")]
+    assert cfg.tasks.domains == ["math", "logic", "science"]
+
+
+def test_side_by_side_checks_the_data_before_any_run_starts(tmp_path, capsys):
+    from dataflex_rl.cli import main
+
+    _jsonl(tmp_path / "t.jsonl", _rows()[:-1] + [{"domain": "science", "prompt": "x"}])
+    (tmp_path / "c.yaml").write_text(
+        "steps: 1\nstrategies: [baseline, topk]\ntasks:\n  source: files\n  train: t.jsonl\n"
+        "  verifiers: {math: math, logic: exact, science: numeric}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["train", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "row 23 has no ground-truth column 'reward_model.ground_truth'" in err
+    assert "columns present: domain, prompt" in err and not out.exists()
