@@ -8,7 +8,11 @@ A verl row looks like::
 
 The domain of a row is its ``domain_column`` (dotted paths such as ``"extra_info.domain"``
 work), falling back to ``data_source``. JSONL and JSON always work; parquet needs ``pyarrow``
-(or ``pandas``).
+(or ``pandas``); a directory written by HF ``datasets``' ``save_to_disk`` is read with
+``datasets`` when it is installed, else with pyarrow (`read_saved`). Each domain is verified by
+a declared verifier (`dataflex_rl.tasks.verifiers`); every problem of the data (a missing
+column, a domain without a verifier, a ground truth its verifier cannot check) is an error
+when the data is loaded.
 """
 
 from __future__ import annotations
