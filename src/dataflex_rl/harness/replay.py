@@ -87,13 +87,14 @@ class DecisionLogData:
                     torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))[:, None]
                     * maskf
                 )
-        if adv is not None and bool(torch.isnan(adv).all()) and b > a:
-            adv = None
+        if adv is not None and b > a and bool(torch.isnan(adv[mask]).all()):
+            adv = None  # the host logged no advantages (NaN on every valid token)
         per_response = {}
         flag = self.steps.get("per_response_advantages")
-        if adv is not None and flag is not None and bool(flag[i]):
+        if flag is not None and bool(flag[i]) and not np.isnan(c["advantage"][a:b]).all():
             # the host passed its per-response values: pass the logged ones (exact) the same
-            # way, so the decision reads what the host's did
+            # way, so the decision reads what the host's did (also when the host had no token
+            # advantages and the log's token columns hold none)
             per_response = {
                 "response_advantages": torch.from_numpy(c["advantage"][a:b]),
                 "response_lengths": length,

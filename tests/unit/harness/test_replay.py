@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from dataflex_rl import Strategy
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.replay import _seg_corr, _seg_jaccard, read_log, replay
+from dataflex_rl.hosts.common.decision_log import DecisionLog
 from dataflex_rl.presets import PRESETS
-from tests.decision_logs import make_batch, write_log
+from tests.decision_logs import DOMAINS, make_batch, write_log
 
 MIX = {n for n, p in PRESETS.items() if "mix" in p.spec}
 
@@ -48,6 +50,23 @@ def test_per_response_advantages_are_rebuilt_as_the_host_passed_them(tmp_path):
         assert torch.equal(back.advantages, orig.advantages)
         plain = tok.batch(i)  # a host without them: none rebuilt (its decisions read tokens)
         assert plain.response_advantages is None and plain.response_lengths is None
+
+
+def test_a_host_with_only_per_response_advantages_replays_with_full_tokens(tmp_path):
+    # a host like TRL passes response_advantages and no token advantages: the token columns
+    # hold NaN, the per-response values are still rebuilt and decisions replay exactly
+    st = Strategy("topk", domains=DOMAINS)
+    log = DecisionLog(
+        tmp_path, domains=DOMAINS, strategy_spec=st.spec.to_dict(), host="test", full_tokens=True
+    )
+    batches = [make_batch(i, per_response=True).replace(advantages=None) for i in range(3)]
+    for b in batches:
+        log.record(b, st.decide(b))
+    log.close()
+    back = read_log(tmp_path)
+    for i, b in enumerate(batches):
+        assert torch.equal(back.batch(i).response_advantages, b.response_advantages)
+    assert replay(back, ["topk"]).overall["topk"]["exact_steps"] == 3
 
 
 def test_a_log_without_the_step_column_rebuilds_token_advantages(tmp_path):
