@@ -217,7 +217,9 @@ def test_arms_have_their_own_config_and_fingerprint(tmp_path):
     assert aa.identity["config"]["noise_stream"] == 1 and aa.engine_overrides == {"noise_stream": 1}
     assert by[("no_update_control", 1)].config["optim"]["lr"] == 0.0
     assert by[("half_lr_control", 1)].config["optim"]["lr"] == EngineConfig().optim.lr / 2
-    assert by[("drop_half_control", 0)].config == base.config
+    # the same engine (only the tracker run's name differs)
+    assert by[("drop_half_control", 0)].identity["config"] == base.identity["config"]
+    assert by[("drop_half_control", 0)].config["tracking"]["run_name"] == "drop_half_control-seed0"
 
 
 def test_workers_get_the_arms_engine_and_adding_a_control_reuses_finished_runs(tmp_path):
