@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install dataflex-rl with the engine, tracker and test extras.
+# Create .venv (once) and install dataflex-rl.
+#   bash scripts/setup.sh        what the quickstart needs: the engine and task extras
+#   bash scripts/setup.sh test   also the test tools and every tracker (what scripts/test.sh runs)
 # torch is pinned to the CPU wheel by constraints/cpu.txt (an unpinned torch pulls a multi-GB CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "") extras="engine,tasks"; stamps=(.venv/.dataflex-installed .venv/.dataflex-installed-test) ;;
+  test) extras="engine,tasks,tensorboard,wandb,mlflow,dev"; stamps=(.venv/.dataflex-installed-test) ;;
+  *) echo "usage: bash scripts/setup.sh [test]" >&2; exit 2 ;;
+esac
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-stamp=.venv/.dataflex-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints/cpu.txt -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[engine,tasks,tensorboard,wandb,mlflow,dev]"
-  touch "$stamp"
-fi
+fresh() { [ -f "$1" ] && [ ! pyproject.toml -nt "$1" ] && [ ! constraints/cpu.txt -nt "$1" ]; }
+for stamp in "${stamps[@]}"; do
+  if fresh "$stamp"; then exit 0; fi  # installed since the last change (a test setup covers both)
+done
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[$extras]"
+touch "${stamps[0]}"

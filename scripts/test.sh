@@ -2,7 +2,7 @@
 # The test command: set up (if needed) and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test
 # lint and format are part of the test command (config in pyproject.toml [tool.ruff])
 .venv/bin/ruff check src tests benchmarks examples scripts
 .venv/bin/ruff format --check --quiet src tests benchmarks examples scripts

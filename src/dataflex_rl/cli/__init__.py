@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         import dataflex_rl  # noqa: F401  (registers components)
 
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse_args(parser, argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return 0
@@ -127,6 +127,28 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("dataflex-rl: interrupted", file=sys.stderr)
         return 130
+
+
+def parse_args(parser, argv: list[str]):
+    """``parser.parse_args``, but KEY=VALUE overrides may also follow options.
+
+    argparse stops filling a ``nargs="*"`` positional at the first option, so in
+    ``train cfg.yaml --out X eval.every=2`` the override would be refused as unrecognized.
+    Leftover words that look like ``KEY=VALUE`` join the command's overrides (in order);
+    anything else is the usual usage error.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all(_looks_like_override(w) for w in extra):
+            args.overrides = [*(args.overrides or ()), *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _looks_like_override(word: str) -> bool:
+    key, eq, _ = word.partition("=")
+    return bool(eq) and bool(key) and not word.startswith("-")
 
 
 def error_message(e: BaseException) -> str:

@@ -33,6 +33,8 @@ from dataflex_rl.tasks.verifiers import build_verifier, verifier_kinds
 
 log = logging.getLogger(__name__)
 _MISSING = object()
+#: the domain column when none is configured; rows without it fall back to ``data_source``
+DEFAULT_DOMAIN_COLUMN = "domain"
 PathLike = str | Path
 #: files of HF ``datasets``' save_to_disk layout
 STATE_FILE, DATASET_DICT_FILE = "state.json", "dataset_dict.json"
@@ -258,7 +260,7 @@ def _sources(path: PathLike | Sequence[PathLike]) -> list[Path]:
 
 def load_problems(
     path: PathLike | Sequence[PathLike],
-    domain_column: str = "domain",
+    domain_column: str = DEFAULT_DOMAIN_COLUMN,
     *,
     prompt_column: str = "prompt",
     answer_column: str = "reward_model.ground_truth",
@@ -276,7 +278,8 @@ def load_problems(
         path: a ``.parquet``, ``.jsonl`` or ``.json`` file, a save_to_disk directory, or a
             list of them.
         domain_column: column (or dotted path) naming the domain; rows without it use
-            ``data_source``.
+            ``data_source``, but a configured column (not the default ``"domain"``) that no
+            row of a file has is refused as a typo.
         prompt_column: column of the prompt.
         answer_column: column (or dotted path) of the ground truth.
         limit: keep at most this many rows per domain.
@@ -291,10 +294,14 @@ def load_problems(
     duplicates = 0
     for source in _sources(path):
         where = f"dataset {str(source)!r}"
+        has_column, first_row = False, None
         for i, row in enumerate(read_rows(source, split)):
+            first_row = row if first_row is None else first_row
             domain = get_path(row, domain_column, _MISSING)
             if domain is _MISSING or domain is None:
                 domain = row.get("data_source")
+            else:
+                has_column = True
             if domain is None:
                 raise ConfigError(
                     f"{where}: row {i} has neither the domain column {domain_column!r} nor "
@@ -334,6 +341,12 @@ def load_problems(
             if len(answers) > 1:
                 extra["answers"] = answers
             pool.append(Problem(problem_key(domain, prompt), domain, prompt, answers[0], extra))
+        if not has_column and first_row is not None and domain_column != DEFAULT_DOMAIN_COLUMN:
+            # a configured column that no row has is a typo, not verl's data_source fallback
+            raise ConfigError(
+                f"{where}: no row has the domain column {domain_column!r}; columns present: "
+                f"{', '.join(_columns(first_row))}"
+            )
     if duplicates:
         log.info("%s: skipped %d rows repeating a prompt of their domain", path, duplicates)
     return pools
@@ -406,7 +419,7 @@ def default_eval_split(path: PathLike | Sequence[PathLike]) -> str | None:
 
 def load_dataset(
     path: PathLike | Sequence[PathLike],
-    domain_column: str = "domain",
+    domain_column: str = DEFAULT_DOMAIN_COLUMN,
     *,
     eval_path: PathLike | Sequence[PathLike] | None = None,
     eval_fraction: float = 0.0,

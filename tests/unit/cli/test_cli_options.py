@@ -126,3 +126,20 @@ def test_compare_override_errors_name_the_key(capsys):
     assert "quick.yaml.statistics.alpha: must be < 1.0, got 1.5" in capsys.readouterr().err
     assert main(["compare", QUICK, "engine.optim.lr=-2", "--dry-run"]) == 2
     assert "engine.optim.lr: must be >= 0.0, got -2" in capsys.readouterr().err
+
+
+def test_overrides_after_an_option_still_reach_the_config(tmp_path, capsys):
+    # argparse alone refuses words after an option as unrecognized; they are overrides too
+    out = tmp_path / "o"
+    argv = ["compare", QUICK, "--out", str(out), "--dry-run", "seeds=3", "budget.steps=7"]
+    assert main(argv) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2 * 3
+    assert main(["train", QUICKSTART, "--steps", "1", "optim.lrr=3e-4"]) == 2
+    assert "optim.lrr: unknown key 'lrr' of optim" in capsys.readouterr().err
+
+
+def test_a_stray_word_after_options_is_still_a_usage_error(capsys):
+    err = _refused(["train", QUICKSTART, "--steps", "1", "stray"], capsys)
+    assert "unrecognized arguments: stray" in err
+    err = _refused(["train", QUICKSTART, "--steps", "1", "--bogus=1"], capsys)
+    assert "unrecognized arguments: --bogus=1" in err

@@ -68,6 +68,19 @@ def test_domain_column_falls_back_to_data_source(tmp_path):
     assert [p.prompt for p in nested["x"]] == ["3+3="]
 
 
+def test_a_configured_domain_column_no_row_has_is_refused_not_silently_replaced(tmp_path):
+    # a typo'd domain_column must not quietly fall back to data_source for every row
+    path = _write_jsonl(tmp_path / "d.jsonl", [_row("1+1=", "2", source="gsm")])
+    with pytest.raises(ConfigError) as e:
+        load_problems(path, domain_column="topic")
+    msg = str(e.value)
+    assert "no row has the domain column 'topic'" in msg and "columns present: data_source" in msg
+    assert "domain" in msg.split("columns present:")[1]
+    # the default column missing everywhere is verl's convention: data_source names the domain
+    plain = _write_jsonl(tmp_path / "p.jsonl", [_row("1+1=", "2", domain=None, source="gsm")])
+    assert list(load_problems(plain)) == ["gsm"]
+
+
 def test_chat_prompt_list_truth_and_duplicates(tmp_path):
     rows = [
         {
