@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.segment import segment_moments
+from dataflex_rl.core.segment import moments_and_counts
 
 
 def group_advantages(
@@ -48,12 +48,14 @@ def group_advantages(
         [B] in the rewards' dtype, clamped to its finite range.
     """
     k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
-    _, std, dev = segment_moments(rewards, group_ids, num_groups, k)
-    n = torch.bincount(group_ids[k], minlength=num_groups)[group_ids]  # counted in row's group
-    adv = dev / (std[group_ids] + eps) if norm_by_std else dev
-    adv = torch.where(k & (n > 1), adv, torch.zeros_like(adv))
+    _, std, dev, count = moments_and_counts(rewards, group_ids, num_groups, k)
+    # one gather of the row's group: [std, counted responses]
+    row = torch.stack([std, count.to(torch.float64)], 1).index_select(0, group_ids)
+    row_std, n = row[:, 0], row[:, 1]
+    adv = dev / (row_std + eps) if norm_by_std else dev
+    counted = k & (n > 1)
     big = torch.finfo(rewards.dtype).max
-    return adv.clamp(-big, big).to(rewards.dtype)
+    return torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)
 
 
 def grpo_advantages(

@@ -40,11 +40,13 @@ from torch import Tensor
 
 from dataflex_rl.core.rowops import TokenBlocks
 from dataflex_rl.core.segment import (
+    SegmentTable,
     lexsort,
     rank_in_segment,
     segment_count,
     segment_min,
     segment_moments,
+    segment_table,
 )
 
 #: Absolute advantage below which a response counts as carrying no learning signal.
@@ -240,10 +242,17 @@ class RolloutBatch:
     def replace(self, **changes) -> RolloutBatch:
         """A copy with some fields replaced (validated again).
 
-        The mask summary (`token_blocks`) carries over when ``response_mask`` is unchanged.
+        The mask summary (`token_blocks`) carries over when ``response_mask`` is unchanged,
+        the pass over ``old_log_probs`` when neither it nor the mask changes, the group layout
+        when ``group_ids`` is unchanged.
         """
         changes.setdefault("_num_groups", -1)
         new = dataclasses.replace(self, **changes)
+        if "group_ids" not in changes and "group_layout" in self.__dict__:
+            new.__dict__["group_layout"] = self.group_layout
+        same_tokens = "response_mask" not in changes and "old_log_probs" not in changes
+        if same_tokens and "_old_log_prob_pass" in self.__dict__:
+            new.__dict__["_old_log_prob_pass"] = self._old_log_prob_pass
         if (
             "response_mask" not in changes
             and "response_lengths" not in changes
@@ -267,7 +276,7 @@ class RolloutBatch:
         new = object.__new__(type(self))
         for f in dataclasses.fields(self):
             new.__dict__[f.name] = None if f.name in drop else self.__dict__[f.name]
-        for key in ("token_blocks", "invalid_reward_mask", "response_length"):
+        for key in ("token_blocks", "invalid_reward_mask", "response_length", "group_layout"):
             if key in self.__dict__:
                 new.__dict__[key] = self.__dict__[key]
         return new
@@ -276,38 +285,42 @@ class RolloutBatch:
     @cached_property
     def invalid_reward_mask(self) -> Tensor:
         """[B] bool: non-padding rows whose reward is NaN or infinite."""
-        return ~self.is_padding & ~torch.isfinite(self.rewards)
+        return ~self.is_padding & ~_finite(self.rewards)
 
     @cached_property
     def invalid_mask(self) -> Tensor:
         """[B] bool: non-padding rows with a non-finite reward, or a non-finite advantage or
         old log-prob on a valid token. Such rows are treated exactly like padding."""
-        bad = ~torch.isfinite(self.rewards)
+        bad = None
         if self.response_advantages is not None:  # B values stand for the advantages
-            bad = bad | (~torch.isfinite(self.response_advantages) & (self.response_length > 0))
+            bad = ~_finite(self.response_advantages) & (self.response_length > 0)
         elif self.advantages is not None:
-            bad = bad | self.token_blocks.nonfinite_rows(
+            bad = self.token_blocks.nonfinite_rows(
                 self.advantages, row_sums=self._advantage_row_sums
             )
         if self.old_log_probs is not None:
-            bad = bad | self._old_log_prob_pass[0]
-        return ~self.is_padding & bad
+            lp = self._old_log_prob_pass[0]
+            bad = lp if bad is None else bad | lp
+        if bad is None:
+            return self.invalid_reward_mask
+        return self.invalid_reward_mask | (~self.is_padding & bad)
 
     @cached_property
-    def _old_log_prob_pass(self) -> tuple[Tensor, Tensor]:
-        """One read of ``old_log_probs`` (`TokenBlocks.mapped_row_sums`, a chunk of rows at a
+    def _old_log_prob_pass(self) -> tuple[Tensor, Tensor, Tensor]:
+        """One read of ``old_log_probs`` (`TokenBlocks.prob_row_sums`, a chunk of rows at a
         time): ([B] bool, a non-finite value on a valid token; [B] float64,
-        `token_prob_sums`). A row whose plain sum over all its tokens is finite has no
-        non-finite value; only the others are checked token by token."""
-        x, m = self.old_log_probs.detach(), self.response_mask
-        mass, plain = self.token_blocks.mapped_row_sums(
-            x, lambda xc, out: torch.clamp(xc, max=0.0, out=out).exp_()
-        )
-        bad = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
-        suspect = (~torch.isfinite(plain)).nonzero().squeeze(1)
-        if suspect.numel():
-            bad[suspect] = (m[suspect] & ~torch.isfinite(x[suspect])).any(1)
-        return bad, mass.to(torch.float64)
+        `token_prob_sums`; [k] `token_prob_odd_rows`)."""
+        mass, bad, odd = self.token_blocks.prob_row_sums(self.old_log_probs.detach())
+        return bad, mass.to(torch.float64), odd
+
+    @property
+    def token_prob_odd_rows(self) -> Tensor:
+        """[k] int64 ascending: the rows where exp(old_log_prob) may differ from the sampling
+        probability exp(min(old_log_prob, 0)) on some token (a value > 0, a NaN, an infinity,
+        or one so small that exp underflows to 0; from the pass of `token_prob_sums`). On
+        every other row p = exp(old_log_prob) exactly, with no clamp."""
+        _check(self.old_log_probs is not None, "this needs 'old_log_probs', which the batch lacks")
+        return self._old_log_prob_pass[2]
 
     @property
     def token_prob_sums(self) -> Tensor:
@@ -406,9 +419,16 @@ class RolloutBatch:
         """
         if self.has_advantages:
             return self.active_mask & (self.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
-        return self.active_mask & (self.group_std > 0)[self.group_ids]
+        return self.active_mask & (self.group_std > 0).index_select(0, self.group_ids)
 
     # ------------------------------------------------------------------ group statistics
+    @cached_property
+    def group_layout(self) -> SegmentTable | None:
+        """The rows as a [G, largest group] table (`segment_table`), or None when the groups
+        are not listed one after another (up to a short tail of appended rows) or their sizes
+        differ too much. Group-wise sorts use it (`segment_rank`, ``max_variance``)."""
+        return segment_table(self.group_ids, self.num_groups)
+
     @cached_property
     def group_size(self) -> Tensor:
         """[G] int64 number of active responses per group."""
@@ -462,6 +482,11 @@ class RolloutBatch:
         idx = torch.arange(self.batch_size, device=self.group_ids.device)
         first = segment_min(idx, self.group_ids, self.num_groups, empty=0)
         return self.domain_ids[first]
+
+
+def _finite(x: Tensor) -> Tensor:
+    """``torch.isfinite`` in two ops (|x| < inf is False for NaN and +-inf)."""
+    return x.abs() < float("inf")
 
 
 def from_lists(

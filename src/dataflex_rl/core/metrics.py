@@ -14,6 +14,7 @@ groups).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -62,9 +63,29 @@ def check_domain_names(domains: Sequence[str], where: str = "domains") -> None:
         seen[name] = d
 
 
-def _frac(num: torch.Tensor | int, den: torch.Tensor | int) -> float:
-    den = float(den)
-    return float(num) / den if den > 0 else 0.0
+def _frac(num: float, den: float) -> float:
+    return num / den if den > 0 else 0.0
+
+
+#: the [B] flags `step_metrics` counts, in the order of its stacked reduction
+_FLAGS = ("active", "keep", "informative", "counted", "padding", "invalid_reward", "invalid")
+
+
+def _groups_with(flags: Tensor, group_ids: Tensor, num_groups: int) -> Tensor:
+    """[F, G] bool: the groups with at least one row of each of the F [B] flags.
+
+    Counted with one integer scatter-add: each flag's per-group count takes its own bit field
+    of an int64 (``B.bit_length()`` bits, so no field overflows into the next).
+    """
+    F, B = flags.shape
+    bits = max(1, B.bit_length())
+    if F * bits > 63:  # (over 2**21 rows for 3 flags) one scatter-add per flag
+        return torch.stack([segment_count(f, group_ids, num_groups) > 0 for f in flags])
+    shifts = torch.arange(F, device=flags.device) * bits
+    packed = (flags.to(torch.int64) << shifts[:, None]).sum(0)
+    per_group = torch.zeros(num_groups, dtype=torch.int64, device=flags.device)
+    per_group.index_add_(0, group_ids, packed)
+    return ((per_group[None, :] >> shifts[:, None]) & ((1 << bits) - 1)) > 0
 
 
 def step_metrics(
@@ -77,6 +98,9 @@ def step_metrics(
 ) -> dict:
     """Kept fractions, weight statistics, zero-advantage share and per-domain figures.
 
+    Every figure comes from a few stacked reductions over the [B] flags and one read back to
+    Python (a decision's metrics cost about as much as a dozen [B] ops, whatever the preset).
+
     Args:
         batch: the step's batch.
         keep: [B] bool, the decision's keep mask.
@@ -84,46 +108,83 @@ def step_metrics(
         per_domain: record per-domain figures (the strategy knows the domains).
         signal: [D] the mixing signal at the last update, if any.
     """
-    m: dict[str, float] = {}
     active = batch.active_mask
-    G = batch.num_groups
-    n_active = int(active.sum())
-    n_keep = int(keep.sum())
-    m["dataflex/responses"] = float(n_active)
-    m["dataflex/padding_responses"] = float(batch.is_padding.sum())
-    m["dataflex/invalid_reward_responses"] = float(batch.invalid_reward_mask.sum())
-    m["dataflex/invalid_responses"] = float(batch.invalid_mask.sum())
-    m["dataflex/kept_response_fraction"] = _frac(n_keep, n_active)
-    groups_active = segment_count(active, batch.group_ids, G) > 0
-    groups_kept = segment_count(keep, batch.group_ids, G) > 0
-    m["dataflex/kept_group_fraction"] = _frac(groups_kept.sum(), groups_active.sum())
     n_tok = batch.response_length
-    m["dataflex/kept_token_fraction"] = _frac(n_tok[keep].sum(), n_tok[active].sum())
-    m["dataflex/all_dropped"] = float(n_active > 0 and n_keep == 0)
-    informative = segment_count(batch.informative_mask, batch.group_ids, G) > 0
-    m["dataflex/zero_advantage_group_fraction"] = _frac(
-        (groups_active & ~informative).sum(), groups_active.sum()
-    )
+    G = batch.num_groups
     counted = keep & (n_tok > 0)  # a response without tokens has weight 0 by definition
-    w = weights_per_response[counted].to(torch.float64)
-    if w.numel():
-        m["dataflex/weight_mean"] = float(w.mean())
-        m["dataflex/weight_std"] = float(w.std(unbiased=False))
-        m["dataflex/weight_min"] = float(w.min())
-        m["dataflex/weight_max"] = float(w.max())
-        sq = float((w * w).sum())
-        ess = float(w.sum()) ** 2 / sq if sq > 0 else 0.0
+    flags = torch.stack(
+        [
+            active,
+            keep,
+            batch.informative_mask,
+            counted,
+            batch.is_padding,
+            batch.invalid_reward_mask,
+            batch.invalid_mask,
+        ]
+    )
+    counts = flags.sum(1)  # [7]
+    tokens = (flags[:2].to(torch.int64) * n_tok).sum(1)  # [2] valid tokens of active, kept rows
+    has = _groups_with(flags[:3], batch.group_ids, G)  # groups with an active/kept/informative row
+    g_active = has[0]
+    group_counts = torch.stack([g_active.sum(), has[1].sum(), (g_active & ~has[2]).sum()])
+    w = weights_per_response.to(torch.float64)
+    n_w = counts[3].clamp(min=1).to(torch.float64)
+    w_sum = torch.where(counted, w, 0.0).sum()
+    dev = torch.where(counted, w - w_sum / n_w, 0.0)
+    w_stats = torch.stack(
+        [
+            w_sum,
+            (dev * dev).sum() / n_w,
+            torch.where(counted, w, float("inf")).amin() if w.numel() else w_sum,
+            torch.where(counted, w, -float("inf")).amax() if w.numel() else w_sum,
+            torch.where(counted, w * w, 0.0).sum(),
+        ]
+    )  # sum, variance, min, max, sum of squares
+    parts = [counts.to(torch.float64), tokens.to(torch.float64), group_counts.to(torch.float64)]
+    parts.append(w_stats)
+    domains = per_domain and batch.batch_size > 0
+    if domains:
+        D = batch.num_domains
+        per_d = torch.zeros(D, dtype=torch.int64, device=active.device)
+        per_d.index_add_(0, batch.group_domain, g_active.to(torch.int64))
+        parts.append(per_d.to(torch.float64))
+        if signal is not None:
+            parts.append(signal.to(device=active.device, dtype=torch.float64).reshape(D))
+    v = torch.cat(parts).tolist()  # the one read back
+    c = dict(zip(_FLAGS, v[:7]))
+    tok_kept, tok_active = v[8], v[7]
+    g_act, g_kept, g_zero = v[9:12]
+    w_sum, w_var, w_min, w_max, w_sq = v[12:17]
+    m: dict[str, float] = {}
+    n_active, n_keep, n_w = c["active"], c["keep"], c["counted"]
+    m["dataflex/responses"] = n_active
+    m["dataflex/padding_responses"] = c["padding"]
+    m["dataflex/invalid_reward_responses"] = c["invalid_reward"]
+    m["dataflex/invalid_responses"] = c["invalid"]
+    m["dataflex/kept_response_fraction"] = _frac(n_keep, n_active)
+    m["dataflex/kept_group_fraction"] = _frac(g_kept, g_act)
+    m["dataflex/kept_token_fraction"] = _frac(tok_kept, tok_active)
+    m["dataflex/all_dropped"] = float(n_active > 0 and n_keep == 0)
+    m["dataflex/zero_advantage_group_fraction"] = _frac(g_zero, g_act)
+    if n_w > 0:
+        m["dataflex/weight_mean"] = w_sum / n_w
+        m["dataflex/weight_std"] = math.sqrt(w_var)
+        m["dataflex/weight_min"] = w_min
+        m["dataflex/weight_max"] = w_max
+        ess = w_sum**2 / w_sq if w_sq > 0 else 0.0
     else:
         for k in ("mean", "std", "min", "max"):
             m[f"dataflex/weight_{k}"] = 0.0
         ess = 0.0
     m["dataflex/weight_ess"] = ess
-    m["dataflex/weight_ess_fraction"] = _frac(ess, int(counted.sum()))
-    if per_domain and batch.batch_size:
-        D = batch.num_domains
-        counts = torch.bincount(batch.group_domain[groups_active], minlength=D)
+    m["dataflex/weight_ess_fraction"] = _frac(ess, n_w)
+    if domains:
+        per_d = v[17 : 17 + D]
+        total = sum(per_d)
+        sig = v[17 + D :]
         for d, name in enumerate(batch.domains):
-            m[domain_metric("batch", name, "actual")] = _frac(counts[d], counts.sum())
-            if signal is not None:
-                m[domain_metric("mix", name, "signal")] = float(signal[d])
+            m[domain_metric("batch", name, "actual")] = _frac(per_d[d], total)
+            if sig:
+                m[domain_metric("mix", name, "signal")] = sig[d]
     return m

@@ -227,32 +227,75 @@ class TokenBlocks:
                 f"values {tuple(values.shape)} do not match the mask {tuple(self.mask.shape)}"
             )
         B, T = values.shape
-        K, nb = self.K, self.nb
         out = torch.zeros(B, dtype=values.dtype, device=values.device)
         plain = torch.zeros(B, dtype=values.dtype, device=values.device)
+        for i, j, c, b in self._chunks(values):
+            torch.sum(values[i:j], 1, out=plain[i:j])
+            self._chunk_sums(fn(values[i:j], b), i, j, c, out[i:j])
+        return out, plain
+
+    def prob_row_sums(self, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """([B] sum over each row's valid tokens of p = exp(min(x, 0)), [B] bool: rows with a
+        non-finite value on a valid token, [k] int64 ascending: the rows where exp(x) is not
+        p everywhere ("odd" rows, see below)), in one read of ``log_probs`` [B, T].
+
+        A chunk of rows at a time: e = exp(x) into a cache-resident buffer, then each row's
+        largest and smallest e (over all its tokens). A row with 0 < e <= 1 everywhere has
+        only finite x <= 0, where e is p (and exp of a tiny x > 0 rounds to 1 = p); the other
+        rows (a NaN, an infinity, an x > 0, or an x so small that e underflows to 0: rare)
+        get p = exp(min(x, 0)) written exactly and are checked token by token. The sums are
+        the block sums of `mapped_row_sums` with ``fn = exp(min(x, 0))``, bit for bit.
+        """
+        if log_probs.shape != self.mask.shape:
+            raise ValueError(
+                f"values {tuple(log_probs.shape)} do not match the mask {tuple(self.mask.shape)}"
+            )
+        B = log_probs.shape[0]
+        out = torch.zeros(B, dtype=log_probs.dtype, device=log_probs.device)
+        odd_rows = []
+        for i, j, c, b in self._chunks(log_probs):
+            xc = log_probs[i:j]
+            torch.exp(xc, out=b)
+            odd = ~(b.amax(1) <= 1.0) | (b.amin(1) == 0.0)  # (NaN fails <=)
+            if bool(odd.any()):
+                r = odd.nonzero().squeeze(1)
+                b[r] = torch.clamp(xc[r], max=0.0).exp_()
+                odd_rows.append(r + i)
+            self._chunk_sums(b, i, j, c, out[i:j])
+        bad = torch.zeros(B, dtype=torch.bool, device=log_probs.device)
+        odd = torch.zeros(0, dtype=torch.int64, device=log_probs.device)
+        if odd_rows:
+            odd = torch.cat(odd_rows)
+            bad[odd] = (self.mask[odd] & ~torch.isfinite(log_probs[odd])).any(1)
+        return out, bad, odd
+
+    def _chunks(self, values: Tensor):
+        """(start, end, (first, last) of its mixed blocks, [end - start, T] buffer) for each
+        chunk of rows, with a buffer of `CHUNK_ELEMS` elements (it stays in cache) reused by
+        every chunk."""
+        B, T = values.shape
         rows = max(1, CHUNK_ELEMS // max(T, 1))
         buf = torch.empty(min(rows, B), T, dtype=values.dtype, device=values.device)
         starts = torch.arange(0, B + rows, rows, device=values.device).clamp_(max=B)
         cut = torch.searchsorted(self.mixed_rows, starts).tolist()  # mixed rows are sorted
         for c, i in enumerate(range(0, B, rows)):
             j = min(i + rows, B)
-            xc = values[i:j]
-            torch.sum(xc, 1, out=plain[i:j])
-            b = fn(xc, buf[: j - i])
-            s = out[i:j]
-            if nb:
-                v3 = b[:, : nb * K].reshape(j - i, nb, K)
-                s.copy_(_block_sums(v3).masked_fill_(self.not_full[i:j], 0.0).sum(1))
-                lo, hi = cut[c], cut[c + 1]
-                if hi > lo:
-                    r = self.mixed_rows[lo:hi] - i
-                    part = v3[r, self.mixed_cols[lo:hi]].masked_fill_(
-                        self.mixed_invalid[lo:hi], 0.0
-                    )
-                    s.index_add_(0, r, part.sum(1))
-            if self.tail:
-                s.add_(torch.where(self.mask[i:j, nb * K :], b[:, nb * K :], 0.0).sum(1))
-        return out, plain
+            yield i, j, (cut[c], cut[c + 1]), buf[: j - i]
+
+    def _chunk_sums(self, b: Tensor, i: int, j: int, cut: tuple[int, int], s: Tensor) -> None:
+        """``s`` [j - i] = sums over the valid tokens of rows i..j of ``b`` (their values);
+        ``cut``: the range of their mixed blocks."""
+        K, nb = self.K, self.nb
+        if nb:
+            v3 = b[:, : nb * K].reshape(j - i, nb, K)
+            s.copy_(_block_sums(v3).masked_fill_(self.not_full[i:j], 0.0).sum(1))
+            lo, hi = cut
+            if hi > lo:
+                r = self.mixed_rows[lo:hi] - i
+                part = v3[r, self.mixed_cols[lo:hi]].masked_fill_(self.mixed_invalid[lo:hi], 0.0)
+                s.index_add_(0, r, part.sum(1))
+        if self.tail:
+            s.add_(torch.where(self.mask[i:j, nb * K :], b[:, nb * K :], 0.0).sum(1))
 
     def _shifted_block_sums(self, v3: Tensor, absolute: bool, c3: Tensor | None) -> Tensor:
         """[B, nb] block sums of |v3| (or v3) minus ``c3`` [B, 1, 1], a chunk of rows at a

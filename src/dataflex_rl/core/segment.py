@@ -9,6 +9,7 @@ group-level selectors.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -68,18 +69,25 @@ def segment_moments(
         ``torch.std`` (0 for segments of size < 2), dev [N] float64 ``x - mean`` of the
         element's segment (0 where ``mask`` is False)).
     """
-    x = torch.where(mask, values.to(torch.float64), torch.zeros((), dtype=torch.float64))
-    lo = segment_min(
-        torch.where(mask, x, torch.full_like(x, float("inf"))), segment_ids, num_segments, empty=0.0
-    )
-    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))  # empty: 0
-    shifted = torch.where(mask, x - lo[segment_ids], torch.zeros_like(x))
-    n = segment_count(mask, segment_ids, num_segments).to(torch.float64)
+    mean, std, dev, _ = moments_and_counts(values, segment_ids, num_segments, mask)
+    return mean, std, dev
+
+
+def moments_and_counts(
+    values: Tensor, segment_ids: Tensor, num_segments: int, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`segment_moments` and the int64 [S] number of masked elements per segment."""
+    x = torch.where(mask, values.to(torch.float64), 0.0)
+    lo = segment_min(torch.where(mask, x, float("inf")), segment_ids, num_segments, empty=0.0)
+    lo = torch.where(torch.isfinite(lo), lo, 0.0)  # empty: 0
+    shifted = torch.where(mask, x - lo.index_select(0, segment_ids), 0.0)
+    count = segment_count(mask, segment_ids, num_segments)
+    n = count.to(torch.float64)
     shifted_mean = segment_sum(shifted, segment_ids, num_segments) / n.clamp(min=1)
-    dev = torch.where(mask, shifted - shifted_mean[segment_ids], torch.zeros_like(x))
+    dev = torch.where(mask, shifted - shifted_mean.index_select(0, segment_ids), 0.0)
     ss = segment_sum(dev * dev, segment_ids, num_segments)
-    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), torch.zeros_like(ss))
-    return lo + shifted_mean, var.sqrt(), dev
+    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), 0.0)
+    return lo + shifted_mean, var.sqrt(), dev, count
 
 
 #: order codes of +inf in float32 and float64; the codes of NaNs lie beyond +-inf
@@ -193,19 +201,90 @@ def rank_in_segment(sort_order: Tensor, segment_ids: Tensor, num_segments: int) 
     return ranks
 
 
-def segment_rank(keys: Sequence[Tensor], segment_ids: Tensor, num_segments: int) -> Tensor:
+#: most appended rows `segment_table` places with its [tail, tail] comparison
+MAX_TAIL = 256
+
+
+@dataclass(frozen=True, eq=False)
+class SegmentTable:
+    """N elements laid out as a [num_segments, width] table: row = segment, the elements of a
+    segment in index order from column 0, ``cell`` [N] the flat cell of each element; the
+    other cells are empty. Group-wise sorts become row sorts of the table (`segment_rank`)."""
+
+    cell: Tensor
+    num_segments: int
+    width: int
+
+    def fill(self, values: Tensor, empty) -> Tensor:
+        """[num_segments, width] table of ``values`` [N], ``empty`` in the empty cells."""
+        t = torch.full(
+            (self.num_segments * self.width,), empty, dtype=values.dtype, device=values.device
+        )
+        return t.scatter_(0, self.cell, values).view(self.num_segments, self.width)
+
+    def take(self, table: Tensor) -> Tensor:
+        """[N] each element's cell of ``table`` [num_segments, width]."""
+        return table.reshape(-1).index_select(0, self.cell)
+
+
+def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None:
+    """The `SegmentTable` of ``segment_ids``, or None when it is not cheap or not compact.
+
+    The elements must come segment after segment (ids non-decreasing, as GRPO groups are
+    listed), except for a tail of at most `MAX_TAIL` elements in any order (padding rows that
+    hosts append, copies of earlier rows): a segment's tail elements take the cells after its
+    in-order elements, in index order. None also when the table would have over 4N cells
+    (segment sizes far apart).
+    """
+    n = segment_ids.shape[0]
+    device = segment_ids.device
+    if n == 0:
+        return None
+    counts = torch.bincount(segment_ids, minlength=num_segments)
+    width = int(counts.max())
+    if num_segments * width > 4 * n:
+        return None
+    L = n
+    if n > 1:
+        down = segment_ids[1:] < segment_ids[:-1]
+        j = int(down.to(torch.uint8).argmax())
+        if bool(down[j]):
+            L = j + 1
+    if n - L > MAX_TAIL:
+        return None
+    head = segment_ids[:L]
+    head_counts = counts if L == n else torch.bincount(head, minlength=num_segments)
+    starts = torch.cumsum(head_counts, 0) - head_counts
+    cell = torch.arange(n, device=device)
+    cell[:L] += head * width - starts.index_select(0, head)
+    if L < n:
+        tail = segment_ids[L:]
+        same = tail[:, None] == tail[None, :]
+        earlier = torch.ones_like(same).tril_(-1)  # [i, j]: j < i
+        pos = (same & earlier).sum(1)  # tail elements of the segment before this one
+        cell[L:] = tail * width + head_counts.index_select(0, tail) + pos
+    return SegmentTable(cell, num_segments, width)
+
+
+def segment_rank(
+    keys: Sequence[Tensor],
+    segment_ids: Tensor,
+    num_segments: int,
+    table: SegmentTable | None | bool = True,
+) -> Tensor:
     """Rank of each element inside its segment by ``keys`` (last primary), ties by index.
 
     Exactly ``rank_in_segment(lexsort(*keys, segment_ids), segment_ids, num_segments)``. When
-    the segments come one after another (ids non-decreasing, as GRPO groups are listed) and
-    the largest segment is small, the elements are laid out as a [segments, largest segment]
-    table and the rows are sorted: several times cheaper than one sort over all N elements.
-    Otherwise the flat sort.
+    the segments have a `SegmentTable` (listed one after another up to a short tail of
+    appended rows, sizes alike), the keys are laid out in it and its rows are sorted: several
+    times cheaper than one sort over all N elements. Otherwise the flat sort.
 
     Args:
         keys: [N] tensors, least significant first (as for `lexsort`).
         segment_ids: [N] dense segment ids.
         num_segments: number of segments.
+        table: the layout when already known (`RolloutBatch.group_layout`), None for the flat
+            sort, True (default) to look for one.
 
     Returns:
         int64 [N]: 0 for the first element of its segment in that order, 1 for the next, ...
@@ -214,29 +293,24 @@ def segment_rank(keys: Sequence[Tensor], segment_ids: Tensor, num_segments: int)
     device = segment_ids.device
     if n == 0:
         return torch.zeros(0, dtype=torch.int64, device=device)
-    counts = torch.bincount(segment_ids, minlength=num_segments)
-    S = int(counts.max())
-    if num_segments * S > 4 * n or not bool((segment_ids[1:] >= segment_ids[:-1]).all()):
+    if table is True:
+        table = segment_table(segment_ids, num_segments)
+    if table is None or table is False:
         return rank_in_segment(lexsort(*keys, segment_ids), segment_ids, num_segments)
-    starts = torch.cumsum(counts, 0) - counts
-    cell = torch.arange(n, device=device) + (segment_ids * S - starts[segment_ids])
+    G, S = table.num_segments, table.width
     perm: Tensor | None = None
     for word in _packed_words(keys):
         # empty cells hold the largest value and follow every element: they sort last
-        table = torch.full(
-            (num_segments * S,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=device
-        )
-        table[cell] = word
-        table = table.view(num_segments, S)
+        t = table.fill(word, torch.iinfo(torch.int64).max)
         if perm is None:
-            perm = torch.sort(table, dim=1, stable=True).indices
+            perm = torch.sort(t, dim=1, stable=True).indices
         else:
-            perm = perm.gather(1, torch.sort(table.gather(1, perm), dim=1, stable=True).indices)
+            perm = perm.gather(1, torch.sort(t.gather(1, perm), dim=1, stable=True).indices)
     if perm is None:
-        return cell - segment_ids * S
-    ranks = torch.empty(num_segments, S, dtype=torch.int64, device=device)
-    ranks.scatter_(1, perm, torch.arange(S, device=device).expand(num_segments, S))
-    return ranks.view(-1)[cell]
+        return table.cell - segment_ids * S
+    ranks = torch.empty(G, S, dtype=torch.int64, device=device)
+    ranks.scatter_(1, perm, torch.arange(S, device=device).expand(G, S))
+    return table.take(ranks)
 
 
 def round_half_up(x: Tensor) -> Tensor:

@@ -65,7 +65,7 @@ def _due(step: int, warmup: int, every: int) -> bool:
 
 def broadcast_scores(scores: Tensor, granularity: str, batch: RolloutBatch) -> Tensor:
     """Group scores [G] -> response scores [B]; other levels unchanged."""
-    return scores[batch.group_ids] if granularity == "group" else scores
+    return scores.index_select(0, batch.group_ids) if granularity == "group" else scores
 
 
 @dataclass(eq=False)
@@ -117,6 +117,27 @@ class Decision:
         if self.token_weights_fn is not None:
             return self.token_weights_fn()
         return torch.where(self.loss_mask, self.weights_per_response[:, None], 0.0)
+
+    def write_weights_per_token(self, out: Tensor) -> Tensor:
+        """`weights_per_token` written into ``out`` [B, T] float32, a buffer the host keeps
+        from step to step (a fresh [B, T] tensor costs its page faults, at 8k x 4k tokens
+        about as much as a pass over it); returns ``out``."""
+        shape = tuple(self.response_mask.shape)
+        if tuple(out.shape) != shape or out.dtype != torch.float32 or not out.is_contiguous():
+            raise ValueError(
+                f"write_weights_per_token: out must be a contiguous float32 tensor of shape "
+                f"{shape}, got {out.dtype} {tuple(out.shape)}"
+            )
+        fn = self.token_weights_fn
+        if "weights_per_token" in self.__dict__ or self.token_weights is not None:
+            return out.copy_(self.weights_per_token)
+        if isinstance(fn, AffineTokenWeights):
+            return fn(out)
+        if fn is not None:
+            return out.copy_(fn())
+        zero = torch.zeros((), dtype=torch.float32, device=out.device)
+        w = self.weights_per_response.to(torch.float32)[:, None]
+        return torch.where(self.loss_mask, w, zero, out=out)
 
     @cached_property
     def advantages(self) -> Tensor | None:
@@ -594,25 +615,27 @@ def _token_scale(
 
 class AffineTokenWeights:
     """Builds [B, T] token weights ``A_i * s_t + C_i`` on the valid tokens of the ``rows``
-    (0 elsewhere), ``s`` the scorer's token scores, in one pass a chunk of rows at a time
-    (`Scorer.score_rows_` writes a chunk, scaled while in cache), then zeroes the invalid
-    tokens block by block (`TokenBlocks.fill_invalid_`) and the other rows."""
+    (0 elsewhere), ``s`` the scorer's token scores, in one pass a chunk of rows at a time:
+    `Scorer.score_rows_` writes a chunk, which is scaled and masked while it is in cache."""
 
     def __init__(
         self, batch: RolloutBatch, scorer: Scorer, A: Tensor, C: Tensor, rows: Tensor
     ) -> None:
         self.batch, self.scorer, self.A, self.C, self.rows = batch, scorer, A, C, rows
 
-    def __call__(self) -> Tensor:
+    def __call__(self, out: Tensor | None = None) -> Tensor:
+        """The weights, in a new tensor or written into ``out`` [B, T] float32."""
         m = self.batch.response_mask
         B, T = m.shape
-        out = torch.empty(B, T, dtype=torch.float32, device=m.device)
+        if out is None:
+            out = torch.empty(B, T, dtype=torch.float32, device=m.device)
+        zero = torch.zeros((), dtype=torch.float32, device=m.device)
         step = max(1, CHUNK_ELEMS // max(T, 1))
         for i in range(0, B, step):
             j = min(i + step, B)
             o = self.scorer.score_rows_(self.batch, i, out[i:j])
             torch.addcmul(self.C[i:j, None], o, self.A[i:j, None], out=o)
-        self.batch.token_blocks.fill_invalid_(out, 0.0)
+            torch.where(m[i:j], o, zero, out=o)
         dropped = (~self.rows).nonzero().squeeze(1)
         if dropped.numel():
             out[dropped] = 0.0

@@ -80,5 +80,13 @@ class TokenProb(Scorer):
         return torch.where(batch.active_mask, s, torch.zeros_like(s))
 
     def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
+        """p = exp(x) into ``out``, and exp(min(x, 0)) on the rare rows where they may differ
+        (`RolloutBatch.token_prob_odd_rows`): one elementwise op per chunk, not two."""
         x = batch.old_log_probs.detach()[start : start + out.shape[0]]
-        return torch.clamp(x, max=0.0, out=out).exp_()
+        torch.exp(x, out=out)
+        odd = batch.token_prob_odd_rows
+        if odd.numel():
+            r = odd[(odd >= start) & (odd < start + out.shape[0])] - start
+            if r.numel():
+                out[r] = torch.clamp(x[r], max=0.0).exp_()
+        return out

@@ -15,7 +15,7 @@ from torch import Tensor
 from dataflex_rl.core.base import SELECTORS, Selector
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.config import param
-from dataflex_rl.core.segment import round_half_up, segment_min, segment_rank
+from dataflex_rl.core.segment import SegmentTable, round_half_up, segment_min, segment_rank
 
 
 def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> Tensor:
@@ -47,24 +47,14 @@ class MaxVariance(Selector):
         if B == 0:
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
-        s = torch.where(active, scores.to(torch.float64), torch.zeros(B, dtype=torch.float64))
-        # shift by the group minimum (variance is shift-invariant): a constant group has all
-        # zeros, so every subset scores exactly 0 and the first a wins (see segment_moments)
-        lo = segment_min(
-            torch.where(active, s, torch.full_like(s, float("inf"))), batch.group_ids, G, empty=0.0
-        )
-        lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
-        s = torch.where(active, s - lo[batch.group_ids], torch.zeros_like(s))
-        inactive_last = (~active).to(torch.int8)
-        rank = segment_rank((s, inactive_last), batch.group_ids, G)  # ascending within group
         size = batch.group_size
         k = keep_counts(batch, self.keep_fraction)
-        S = int(size.max()) if G else 0
-        # row g: 0, then group g's active rewards ascending; inactive rows land in a spare cell
-        cell = torch.where(active, batch.group_ids * (S + 1) + rank + 1, G * (S + 1))
-        sorted_r = torch.zeros(G * (S + 1) + 1, dtype=torch.float64)
-        sorted_r[cell] = s  # s is 0 where inactive
-        sorted_r = sorted_r[:-1].view(G, S + 1)
+        layout = batch.group_layout
+        if layout is not None:
+            sorted_r, perm = _sorted_groups_table(scores, active, layout, size)
+        else:
+            sorted_r, rank = _sorted_groups_flat(scores, batch, size)
+        S = sorted_r.shape[1] - 1
         P = sorted_r.cumsum(1)  # P[:, j] = sum of j lowest
         Q = (sorted_r**2).cumsum(1)
         a = torch.arange(S + 1, dtype=torch.int64)[None, :]  # [1, S+1]
@@ -79,9 +69,55 @@ class MaxVariance(Selector):
         best = var.max(1, keepdim=True).values
         tol = 1e-12 * (1.0 + best.abs())
         a_star = ((var >= best - tol) & valid).to(torch.int64).argmax(1)  # first (smallest) a
+        if layout is not None:  # keep by sorted position, scattered back to the cells
+            j = a[:, :S]
+            keep_sorted = ((j < a_star[:, None]) | (j >= (size - k + a_star)[:, None])) & (
+                j < size[:, None]
+            )
+            cells = torch.zeros_like(keep_sorted).scatter_(1, perm, keep_sorted)
+            return layout.take(cells) & active
         # an active row's rank is below its group's size: the high block ends there
-        low_end, high_from = a_star[batch.group_ids], (size - k + a_star)[batch.group_ids]
-        return ((rank < low_end) | (rank >= high_from)) & active
+        ends = torch.stack([a_star, size - k + a_star], 1).index_select(0, batch.group_ids)
+        return ((rank < ends[:, 0]) | (rank >= ends[:, 1])) & active
+
+
+def _sorted_groups_table(
+    scores: Tensor, active: Tensor, layout: SegmentTable, size: Tensor
+) -> tuple[Tensor, Tensor]:
+    """([G, S + 1] float64: 0, then each group's active scores minus the group minimum,
+    ascending (ties by index), then zeros; [G, S] the sorting permutation of the layout's
+    cells), with one row sort of the group table."""
+    inf = float("inf")
+    vals = layout.fill(torch.where(active, scores.to(torch.float64), inf), inf)
+    # shift by the group minimum (variance is shift-invariant): a constant group has all
+    # zeros, so every subset scores exactly 0 and the first a wins (see segment_moments)
+    lo = vals.amin(1, keepdim=True)
+    lo = torch.where(lo.abs() < inf, lo, 0.0)  # groups without active rows: 0
+    ordered, perm = torch.sort(vals - lo, dim=1, stable=True)  # inactive (inf) last
+    G, S = ordered.shape
+    in_group = torch.arange(S, device=size.device)[None, :] < size[:, None]
+    sorted_r = torch.zeros(G, S + 1, dtype=torch.float64, device=ordered.device)
+    sorted_r[:, 1:] = torch.where(in_group, ordered, 0.0)
+    return sorted_r, perm
+
+
+def _sorted_groups_flat(scores: Tensor, batch: RolloutBatch, size: Tensor) -> tuple[Tensor, Tensor]:
+    """`_sorted_groups_table` for any group layout: ([G, S + 1] sorted shifted scores, [B]
+    each row's rank in its group) from one flat `segment_rank`."""
+    G = batch.num_groups
+    active = batch.active_mask
+    s = torch.where(active, scores.to(torch.float64), 0.0)
+    lo = segment_min(torch.where(active, s, float("inf")), batch.group_ids, G, empty=0.0)
+    lo = torch.where(lo.abs() < float("inf"), lo, 0.0)
+    s = torch.where(active, s - lo.index_select(0, batch.group_ids), 0.0)
+    inactive_last = (~active).to(torch.int8)
+    rank = segment_rank((s, inactive_last), batch.group_ids, G, table=None)
+    S = int(size.max()) if G else 0
+    # row g: 0, then group g's active scores ascending; inactive rows land in a spare cell
+    cell = torch.where(active, batch.group_ids * (S + 1) + rank + 1, G * (S + 1))
+    sorted_r = torch.zeros(G * (S + 1) + 1, dtype=torch.float64)
+    sorted_r.scatter_(0, cell, s)  # s is 0 where inactive (all land in the spare cell)
+    return sorted_r[:-1].view(G, S + 1), rank
 
 
 @SELECTORS.register("gfpo")
@@ -118,6 +154,7 @@ class GroupFilter(Selector):
             ),
             batch.group_ids,
             G,
+            table=batch.group_layout,
         )
         k = keep_counts(batch, self.keep_fraction)
-        return (rank < k[batch.group_ids]) & active
+        return (rank < k.index_select(0, batch.group_ids)) & active

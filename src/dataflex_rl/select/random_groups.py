@@ -106,4 +106,4 @@ class RandomGroups(Selector):
         s, gid = scores.to(torch.float64)[active], batch.group_ids[active]
         informative = segment_max(s, gid, G, 0.0) > segment_min(s, gid, G, 0.0)  # [G]
         dropped = informative & (group_uniforms(batch, self.salt) < self.fraction)
-        return active & ~dropped[batch.group_ids]
+        return active & ~dropped.index_select(0, batch.group_ids)

@@ -44,7 +44,7 @@ class TopFraction(Selector):
             G = batch.num_groups
             n = segment_count(active, batch.group_ids, G)
             mean, _, _ = segment_moments(scores, batch.group_ids, G, active)  # float64
-            return self._top(mean, n > 0)[batch.group_ids]
+            return self._top(mean, n > 0).index_select(0, batch.group_ids)
         return self._top(scores.to(torch.float64), active)
 
     def _top(self, score: Tensor, eligible: Tensor) -> Tensor:

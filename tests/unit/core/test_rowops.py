@@ -168,3 +168,43 @@ def test_first_valid_values_match_a_plain_loop():
             if cols.numel():
                 want[i] = x[i, cols[0, 0]]
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("T", [16, 20, 3, 256, 1030])
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_prob_row_sums_match_a_loop_and_the_clamped_pass(T, chunk, monkeypatch):
+    # valid tokens: log-probs <= 0, plus rows with a NaN, +-inf, a positive value or an
+    # underflowing one (exp = 0) on a valid token, and garbage on invalid ones
+    import dataflex_rl.core.rowops as rowops
+
+    if chunk is not None:  # several chunks of rows, odd rows in some of them
+        monkeypatch.setattr(rowops, "CHUNK_ELEMS", chunk * T)
+    g = torch.Generator().manual_seed(T)
+    B = 12
+    mask = torch.rand(B, T, generator=g) < 0.6
+    mask[0], mask[1] = True, False
+    x = -torch.rand(B, T, generator=g) * 5
+    specials = [float("nan"), float("inf"), -float("inf"), 0.7, -200.0, 1e-9]
+    for r, v in enumerate(specials, start=2):  # rows 2..7 hold one special valid token
+        col = int(mask[r].nonzero()[0]) if mask[r].any() else 0
+        mask[r, col] = True
+        x[r, col] = v
+    x[8][~mask[8]] = float("nan")  # garbage on invalid tokens only
+    x[9][~mask[9]] = 5.0
+    blocks = TokenBlocks(mask, block=8)
+    sums, bad, odd = blocks.prob_row_sums(x)
+    # rows 2..7 hold a value where exp(x) != exp(min(x, 0)) may happen; row 8: NaN garbage
+    assert set(odd.tolist()) >= {2, 3, 4, 5, 6} and odd.tolist() == sorted(odd.tolist())
+    # the clamped pass it replaces, bit for bit
+    ref, _ = blocks.mapped_row_sums(x, lambda xc, buf: torch.clamp(xc, max=0.0, out=buf).exp_())
+    assert torch.equal(sums.isnan(), ref.isnan())
+    assert torch.equal(sums[~ref.isnan()], ref[~ref.isnan()])
+    # plain loops: sum of exp(min(x, 0)) and "a non-finite value on a valid token"
+    for i in range(B):
+        vals = [float(v) for v, ok in zip(x[i], mask[i]) if ok]
+        want = sum(math.exp(min(v, 0.0)) for v in vals)
+        if math.isnan(want):
+            assert math.isnan(float(sums[i]))
+        else:
+            assert float(sums[i]) == pytest.approx(want, rel=1e-5, abs=1e-6)
+        assert bool(bad[i]) == any(not math.isfinite(v) for v in vals)

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflex_rl.core.segment import (
     lexsort,
@@ -12,6 +14,7 @@ from dataflex_rl.core.segment import (
     segment_min,
     segment_rank,
     segment_sum,
+    segment_table,
 )
 
 SEG = torch.tensor([1, 0, 1, 2, 0])  # segment 3 is empty
@@ -110,6 +113,62 @@ def test_segment_rank_matches_flat_sort():
         ][: trial % 4]
         expected = rank_in_segment(_one_sort_per_key(*keys, seg), seg, G)
         assert torch.equal(segment_rank(keys, seg, G), expected)
+
+
+def _loop_segment_rank(keys, seg):
+    """Plain loop: per segment, its elements sorted by (last key, ..., first key, index)."""
+    n = len(seg)
+    ranks = [0] * n
+    for s in set(seg.tolist()):
+        members = [i for i in range(n) if int(seg[i]) == s]
+        members.sort(key=lambda i: tuple(float(k[i]) for k in reversed(keys)) + (i,))
+        for r, i in enumerate(members):
+            ranks[i] = r
+    return ranks
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=12),
+    tail=st.lists(st.integers(0, 11), max_size=4),
+    values=st.lists(st.integers(-2, 2), min_size=100, max_size=100),
+    flags=st.lists(st.booleans(), min_size=100, max_size=100),
+    n_keys=st.integers(0, 2),
+)
+def test_segment_rank_with_appended_rows_matches_loop(sizes, tail, values, flags, n_keys):
+    # segments listed one after another, then a short tail of rows appended in any order
+    # (hosts append padding rows copied from earlier groups): the table path with a tail
+    head = [s for s, size in enumerate(sizes) for _ in range(size)]
+    seg = torch.tensor(head + [t % len(sizes) for t in tail], dtype=torch.int64)
+    n = seg.shape[0]
+    keys = [
+        torch.tensor(values[:n], dtype=torch.float32) / 2,
+        torch.tensor(flags[:n], dtype=torch.int8),
+    ][:n_keys]
+    expected = _loop_segment_rank(keys, seg)
+    assert segment_rank(keys, seg, len(sizes)).tolist() == expected
+    assert segment_rank(keys, seg, len(sizes), table=None).tolist() == expected  # flat sort
+
+
+def test_segment_table_cells_hand_worked():
+    # segments listed in order, then rows 4 (segment 0) and 5 (segment 1) appended
+    t = segment_table(torch.tensor([0, 0, 1, 1, 0, 1]), 2)
+    assert (t.num_segments, t.width) == (2, 3)
+    assert t.cell.tolist() == [0, 1, 3, 4, 2, 5]
+    assert t.fill(torch.arange(6.0), -1.0).tolist() == [[0.0, 1.0, 4.0], [2.0, 3.0, 5.0]]
+    assert t.take(t.fill(torch.arange(6.0), -1.0)).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    # a segment of 20 among segments of 1: 5 x 20 cells for 24 elements is too sparse (> 4N)
+    assert segment_table(torch.tensor([0] * 20 + [1, 2, 3, 4]), 5) is None
+
+
+def test_segment_rank_tail_hand_worked():
+    # segments 0: rows 0, 1 and appended row 4; 1: rows 2, 3 and appended row 5
+    seg = torch.tensor([0, 0, 1, 1, 0, 1])
+    val = torch.tensor([3.0, 1.0, 2.0, 2.0, 1.0, 0.0])
+    # segment 0: 1.0 (row 1), 1.0 (row 4, later index), 3.0 (row 0); segment 1: row 5, 2, 3
+    assert segment_rank([val], seg, 2).tolist() == [2, 0, 1, 2, 1, 0]
+    assert segment_rank([], seg, 2).tolist() == [0, 1, 0, 1, 2, 2]
+    assert segment_rank([val], seg, 2, table=None).tolist() == [2, 0, 1, 2, 1, 0]
 
 
 def test_segment_rank_hand_worked():

@@ -407,3 +407,23 @@ def test_strategy_pickles_mid_run():
     s2 = pickle.loads(pickle.dumps(s))
     for ra, rb in zip(_run(s, batches[3:], 0), _run(s2, batches[3:], 0)):
         assert all(_same(x, y) for x, y in zip(ra, rb))
+
+
+@pytest.mark.parametrize("spec", ["baseline", "softmax", "maxvar", "ar"])
+def test_write_weights_per_token_equals_weights_per_token(spec):
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        group_ids=torch.tensor([0, 0, 0, 0]),
+        response_mask=torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]),
+        advantages=torch.tensor([[1.0, 1.0, 0.0], [-2.0, 0.0, 0.0], [0.5] * 3, [0.0] * 3]),
+        old_log_probs=-torch.rand(4, 3),
+    )
+    d = Strategy(spec).decide(b)
+    out = torch.full((4, 3), float("nan"))
+    assert d.write_weights_per_token(out) is out
+    fresh = Strategy(spec).decide(b).weights_per_token
+    assert torch.equal(out, fresh)
+    with pytest.raises(
+        ValueError, match=r"out must be a contiguous float32 tensor of shape \(4, 3\)"
+    ):
+        d.write_weights_per_token(torch.zeros(4, 3, dtype=torch.float64))

@@ -108,6 +108,53 @@ def test_ar_token_weights_hand_worked():
     assert float(d.weights_per_token[d.loss_mask].mean()) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("write_into", [False, True])
+def test_ar_weights_with_odd_log_probs_equal_the_formula(write_into):
+    # valid tokens with a log-prob > 0 (p clamped to 1), one whose exp underflows to 0, a
+    # tiny positive one (exp rounds to 1); row 2 has -inf on a valid token (invalid row),
+    # row 3 garbage (NaN, 50.0) on its padding tokens; weights alpha * p + 1 - alpha, mean 1
+    lp = torch.tensor(
+        [
+            [0.7, -0.5, -200.0, 1e-9],
+            [-1.0, -2.0, -0.1, -0.3],
+            [-float("inf"), -1.0, -1.0, -1.0],
+            [-0.2, -0.4, float("nan"), 50.0],
+        ]
+    )
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]])
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        group_ids=torch.tensor([0, 0, 0, 0]),
+        response_mask=mask,
+        old_log_probs=lp,
+        advantages=torch.tensor([[1.0] * 4, [-1.0] * 4, [1.0] * 4, [-1.0] * 4]),
+    )
+    d = Strategy("ar").decide(b)
+    assert b.reading(["old_log_probs", "advantages"]).invalid_mask.tolist() == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    raw = {  # 0.5 * exp(min(x, 0)) + 0.5 on the valid tokens of the active rows
+        (i, t): 0.5 * math.exp(min(float(lp[i, t]), 0.0)) + 0.5
+        for i in (0, 1, 3)
+        for t in range(4)
+        if mask[i, t]
+    }
+    mean = sum(raw.values()) / len(raw)
+    expected = torch.zeros(4, 4)
+    for (i, t), v in raw.items():
+        expected[i, t] = v / mean
+    if write_into:
+        out = torch.full((4, 4), 7.0)
+        got = d.write_weights_per_token(out)
+        assert got.data_ptr() == out.data_ptr()
+    else:
+        got = d.weights_per_token
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+
+
 def test_raw_weights_are_finite_and_non_negative_for_extreme_scores():
     norm = torch.tensor([True, True, True])
     s = torch.tensor([0.0, 1e4, -1e4], dtype=torch.float64)
