@@ -111,12 +111,15 @@ import loop_baselines as loops  # noqa: E402
 
 from dataflex_rl import Strategy  # noqa: E402
 from dataflex_rl.core.batch import RolloutBatch  # noqa: E402
+from dataflex_rl.core.strategy import Decision  # noqa: E402
 from dataflex_rl.presets import PRESETS  # noqa: E402
 
 #: this checkout's RolloutBatch takes per-response inputs / its Strategy a ``threads`` option
 #: (the benchmark also runs against older checkouts, for before/after figures)
 HAS_PER_RESPONSE = "response_advantages" in {f.name for f in fields(RolloutBatch)}
 HAS_THREADS = "threads" in inspect.signature(Strategy).parameters
+#: ... and its Decision writes token weights into a host buffer
+HAS_WRITE = hasattr(Decision, "write_weights_per_token")
 
 #: name -> (prompts, samples per prompt G, response tokens T)
 SIZES = {"small": (64, 8, 1024), "medium": (256, 8, 2048), "large": (512, 16, 4096)}
@@ -278,9 +281,22 @@ def timed(fn, repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
-def exp_only(t: dict) -> None:
-    """A lower bound of any fused pass: one new [B, T] buffer written from old_log_probs."""
-    torch.exp(t["old_log_probs"])
+def exp_only(t: dict, out: torch.Tensor) -> None:
+    """exp of every old log-prob into a preallocated [B, T] buffer: what any exact ``ar``
+    pass must compute, whatever else it does."""
+    torch.exp(t["old_log_probs"], out=out)
+
+
+def exp_sum_floor(t: dict, buf: torch.Tensor, ones: torch.Tensor) -> None:
+    """The floor of the ``ar`` decision in eager torch: B row sums of exp(old_log_prob) with
+    one read of the tensor (a chunk of rows at a time: exp into a cache-resident buffer,
+    summed by a matrix-vector product), no masking and no validity check."""
+    x = t["old_log_probs"]
+    R = buf.shape[0]
+    for i in range(0, x.shape[0], R):
+        c = x[i : i + R]
+        b = buf[: c.shape[0]]
+        torch.mv(torch.exp(c, out=b), ones)
 
 
 def read_floor(t: dict) -> None:
@@ -309,8 +325,10 @@ class Row:
     ratio: float | None
     loaded: bool = False  # timed while --load busy processes ran
     fused_ms: float | None = None  # one fused read-and-write pass, 1 thread
-    fused_ratio: float | None = None  # ms_1t / fused_ms (token-level presets)
-    read_ms: float | None = None  # decide + reading weights_per_token, 1 thread
+    fused_ratio: float | None = None  # apply_ms / fused_ms (token-level presets): the target
+    read_ms: float | None = None  # decide + reading weights_per_token (new [B, T]), 1 thread
+    apply_ms: float | None = None  # decide + write_weights_per_token(host buffer), 1 thread
+    fused_new_ms: float | None = None  # the fused pass into a new [B, T] tensor, 1 thread
     ms_ok: bool | None = None
     fused_ok: bool | None = None
     threads_ok: bool | None = None  # ms_host <= 2 x ms_1t
@@ -374,11 +392,17 @@ def time_decision(
     torch_threads: int,
     strategy_threads: int | None | str = "default",
     read: bool = False,
+    into: torch.Tensor | None = None,
 ) -> float:
-    """Median ms of ``decide`` (with ``read``: and of reading its [B, T] token weights)."""
+    """Median ms of ``decide`` (with ``read``: and of reading its [B, T] token weights, a new
+    tensor; with ``into``: and of writing them into that host buffer)."""
     kw = {} if strategy_threads == "default" else {"threads": strategy_threads}
     strategy = Strategy(strategy_spec(name), domains=DOMAINS, **kw)
-    if read:
+    if into is not None:
+
+        def call(b):
+            return strategy.decide(b).write_weights_per_token(into)
+    elif read:
 
         def call(b):
             return strategy.decide(b).weights_per_token
@@ -400,7 +424,7 @@ def bench_preset(
     t: dict,
     repeats: int,
     loop_repeats: int,
-    fused: float,
+    fused: tuple[float, float, torch.Tensor],
     threads: int,
     loaded: bool,
     loops_too: bool,
@@ -433,10 +457,12 @@ def bench_preset(
     )
     row.threads_ok = ms_host <= 2 * ms_1t
     if name in TOKEN_LEVEL:
-        row.fused_ms = fused
-        row.fused_ratio = ms_1t / fused
-        row.fused_ok = row.fused_ratio <= MAX_FUSED_RATIO
+        row.fused_ms, row.fused_new_ms, out = fused
         row.read_ms = time_decision(name, t, repeats, 1, read=True)
+        # (an older checkout without write_weights_per_token: a new [B, T] copied into it)
+        row.apply_ms = time_decision(name, t, repeats, 1, into=out) if HAS_WRITE else None
+        row.fused_ratio = (row.apply_ms or row.read_ms) / row.fused_ms
+        row.fused_ok = row.fused_ratio <= MAX_FUSED_RATIO
     elif name not in REFERENCE:
         row.ms_ok = ms_host <= MAX_MS
     return row
@@ -462,9 +488,12 @@ def print_row(r: Row) -> None:
     free_ratio = "-" if r.ms_free is None else f"{r.ms_free / r.ms_1t:.1f}"
     if r.fused_ms is not None:
         target = (
-            f"<={MAX_FUSED_RATIO:g}x fused ({r.fused_ms:.2f} ms): {yn(r.fused_ok)} "
-            f"x{r.fused_ratio:.2f}; + reading weights_per_token {r.read_ms:.1f} ms "
-            f"(x{r.read_ms / r.fused_ms:.2f})"
+            f"decide + weights into a host buffer {fmt(r.apply_ms, 1, 1)} ms "
+            f"<={MAX_FUSED_RATIO:g}x "
+            f"fused ({r.fused_ms:.2f} ms): {yn(r.fused_ok)} x{r.fused_ratio:.2f}; decide alone "
+            f"x{r.ms_1t / r.fused_ms:.2f}; decide + weights_per_token (new [B, T]) "
+            f"{r.read_ms:.1f} ms vs the fused pass into a new [B, T] {r.fused_new_ms:.1f} ms: "
+            f"x{r.read_ms / r.fused_new_ms:.2f}"
         )
     elif r.ms_ok is not None:
         target = f"<={MAX_MS:g}ms: {yn(r.ms_ok)}"
@@ -480,10 +509,16 @@ def print_row(r: Row) -> None:
     )
 
 
-def fused_pass(t: dict, out: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> None:
+def fused_pass(
+    t: dict, out: torch.Tensor | None, scale: torch.Tensor, offset: torch.Tensor
+) -> torch.Tensor:
     """The fused baseline: one read of the [B, T] float32 token tensor and one write of a
-    preallocated [B, T] output (``offset + x * scale`` with per-row scale and offset)."""
-    torch.addcmul(offset, t["old_log_probs"], scale, out=out)
+    [B, T] output (``offset + x * scale`` with per-row scale and offset): ``out``, a
+    preallocated buffer, or a new tensor when None (its page faults included, like any op
+    that returns a new [B, T] tensor)."""
+    if out is None:
+        return torch.addcmul(offset, t["old_log_probs"], scale)
+    return torch.addcmul(offset, t["old_log_probs"], scale, out=out)
 
 
 def scope_cost_us(threads: int, n: int = 2000) -> float:
@@ -519,7 +554,16 @@ def run_size(
         return lambda: read_floor(base)
 
     def exp_thunk():
-        return lambda: exp_only(base)
+        return lambda: exp_only(base, out)
+
+    R = max(1, (1 << 18) // T)
+    buf, ones = torch.empty(R, T), torch.ones(T)
+
+    def floor_thunk():
+        return lambda: exp_sum_floor(base, buf, ones)
+
+    def fused_new_thunk():
+        return lambda: fused_pass(base, None, scale, offset)
 
     fused = {
         k: statistics.median(with_threads(k, lambda: timed(fused_thunk, args.repeats))())
@@ -527,12 +571,17 @@ def run_size(
     }
     rd = statistics.median(timed(read_thunk, args.repeats))
     exp1 = statistics.median(with_threads(1, lambda: timed(exp_thunk, args.repeats))())
+    floor1 = statistics.median(with_threads(1, lambda: timed(floor_thunk, args.repeats))())
+    fused_new = statistics.median(with_threads(1, lambda: timed(fused_new_thunk, args.repeats))())
     print(
         f"\n== {size}: {prompts} prompts x {G} = {B} rows (4 padding), T = {T}"
         f"{f' -- UNDER LOAD: {args.load} busy processes' if loaded else ''}\n"
         f"fused read-and-write pass (addcmul into a preallocated [B, T]): "
         f"{fused[1]:.2f} ms at 1 thread, {fused[args.threads]:.2f} ms at {args.threads}; "
-        f"torch.exp into a new [B, T] (1 thread): {exp1:.2f} ms; "
+        f"into a new [B, T]: {fused_new:.2f} ms at 1 thread; torch.exp into a preallocated "
+        f"[B, T] (1 thread): {exp1:.2f} ms (x{exp1 / fused[1]:.2f} the fused pass); B row sums "
+        f"of exp, chunked, no mask (the floor of an exact ar decision, 1 thread): "
+        f"{floor1:.2f} ms (x{floor1 / fused[1]:.2f}); "
         f"reading adv + old_log_probs + mask once: {rd:.2f} ms"
     )
     print_header()
@@ -547,7 +596,7 @@ def run_size(
                 t,
                 args.repeats,
                 loop_repeats,
-                fused[1],
+                (fused[1], fused_new, out),
                 args.threads,
                 loaded,
                 not args.skip_loops and inputs == "token",
@@ -555,7 +604,7 @@ def run_size(
             )
             rows.append(row)
             print_row(row)
-    base = out = None  # free the [B, T] tensors before the next size
+    base = out = buf = None  # free the [B, T] tensors before the next size
     gc.collect()
     return rows
 
@@ -576,10 +625,13 @@ def summarize(rows: list[Row], size: str, loaded: bool, threads: int) -> None:
     for r in rows:
         if r.fused_ok is not None:
             print(
-                f"{r.preset} ({r.inputs} inputs) within {MAX_FUSED_RATIO:g}x of the fused pass "
-                f"(1 thread): {yn(r.fused_ok)} ({r.ms_1t:.1f} ms vs {r.fused_ms:.1f} ms, "
-                f"x{r.fused_ratio:.2f}); with the host reading the [B, T] weights "
-                f"{r.read_ms:.1f} ms (x{r.read_ms / r.fused_ms:.2f})"
+                f"{r.preset} ({r.inputs} inputs): decision + its [B, T] weights written into a "
+                f"host buffer within {MAX_FUSED_RATIO:g}x of the fused pass (1 thread): "
+                f"{yn(r.fused_ok)} ({fmt(r.apply_ms, 1, 1)} ms vs {r.fused_ms:.1f} ms, "
+                f"x{r.fused_ratio:.2f}); the decision alone {r.ms_1t:.1f} ms "
+                f"(x{r.ms_1t / r.fused_ms:.2f}); with weights_per_token (a new [B, T]) "
+                f"{r.read_ms:.1f} ms vs {r.fused_new_ms:.1f} ms for the fused pass into a new "
+                f"[B, T] (x{r.read_ms / r.fused_new_ms:.2f})"
             )
     miss = [f"{r.preset}/{r.inputs} (x{r.ms_host / r.ms_1t:.1f})" for r in rows if not r.threads_ok]
     print(

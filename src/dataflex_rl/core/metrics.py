@@ -130,15 +130,16 @@ def step_metrics(
     group_counts = torch.stack([g_active.sum(), has[1].sum(), (g_active & ~has[2]).sum()])
     w = weights_per_response.to(torch.float64)
     n_w = counts[3].clamp(min=1).to(torch.float64)
-    w_sum = torch.where(counted, w, 0.0).sum()
+    wc = torch.where(counted, w, 0.0)
+    w_sum = wc.sum()
     dev = torch.where(counted, w - w_sum / n_w, 0.0)
     w_stats = torch.stack(
         [
             w_sum,
-            (dev * dev).sum() / n_w,
+            torch.dot(dev, dev) / n_w,
             torch.where(counted, w, float("inf")).amin() if w.numel() else w_sum,
             torch.where(counted, w, -float("inf")).amax() if w.numel() else w_sum,
-            torch.where(counted, w * w, 0.0).sum(),
+            torch.dot(wc, wc),
         ]
     )  # sum, variance, min, max, sum of squares
     parts = [counts.to(torch.float64), tokens.to(torch.float64), group_counts.to(torch.float64)]

@@ -77,9 +77,10 @@ def moments_and_counts(
     values: Tensor, segment_ids: Tensor, num_segments: int, mask: Tensor
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """`segment_moments` and the int64 [S] number of masked elements per segment."""
-    x = torch.where(mask, values.to(torch.float64), 0.0)
-    lo = segment_min(torch.where(mask, x, float("inf")), segment_ids, num_segments, empty=0.0)
-    lo = torch.where(torch.isfinite(lo), lo, 0.0)  # empty: 0
+    x = values.to(torch.float64)
+    inf = float("inf")
+    lo = segment_min(torch.where(mask, x, inf), segment_ids, num_segments, empty=0.0)
+    lo = torch.where(lo.abs() < inf, lo, 0.0)  # empty (or a masked -inf): 0
     shifted = torch.where(mask, x - lo.index_select(0, segment_ids), 0.0)
     count = segment_count(mask, segment_ids, num_segments)
     n = count.to(torch.float64)
@@ -254,15 +255,18 @@ def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None
         return None
     head = segment_ids[:L]
     head_counts = counts if L == n else torch.bincount(head, minlength=num_segments)
-    starts = torch.cumsum(head_counts, 0) - head_counts
+    # cell of an in-order element: its index + (segment * width - segment start)
+    offset = torch.arange(0, num_segments * width, width, device=device) + head_counts
+    offset -= torch.cumsum(head_counts, 0)
     cell = torch.arange(n, device=device)
-    cell[:L] += head * width - starts.index_select(0, head)
-    if L < n:
-        tail = segment_ids[L:]
-        same = tail[:, None] == tail[None, :]
-        earlier = torch.ones_like(same).tril_(-1)  # [i, j]: j < i
-        pos = (same & earlier).sum(1)  # tail elements of the segment before this one
-        cell[L:] = tail * width + head_counts.index_select(0, tail) + pos
+    if L == n:
+        return SegmentTable(cell + offset.index_select(0, segment_ids), num_segments, width)
+    cell[:L] += offset.index_select(0, head)
+    tail = segment_ids[L:]
+    same = tail[:, None] == tail[None, :]
+    earlier = torch.ones_like(same).tril_(-1)  # [i, j]: j < i
+    pos = (same & earlier).sum(1)  # tail elements of the segment before this one
+    cell[L:] = tail * width + head_counts.index_select(0, tail) + pos
     return SegmentTable(cell, num_segments, width)
 
 
