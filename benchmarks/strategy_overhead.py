@@ -19,8 +19,11 @@ read no [B, T] tensor at all. ``--load N`` then repeats everything next to N bus
 Targets at the largest size (512 prompts x 16 samples, 4096 tokens):
 
 * every response- or group-level preset: <= 5 ms (``host`` column) with per-response inputs;
-* the token-level ``ar``: within 1.5x of one fused read-and-write pass over the [B, T] tensor
-  (``torch.addcmul`` into a preallocated output), timed in the same run at 1 thread;
+* the token-level ``ar``: the decision plus writing its [B, T] weights into a host buffer
+  (``Decision.write_weights_per_token``: what a host must do to apply them) within 1.5x of
+  one fused read-and-write pass over the [B, T] tensor (``torch.addcmul`` into a
+  preallocated output), timed in the same run at 1 thread. Also shown: the decision alone,
+  and decision + ``weights_per_token`` (a new tensor) against the fused pass into a new one;
 * under ``--load``: no preset's ``host`` time more than 2x its ``1 thr`` time.
 
 Mixing presets run with ``warmup_steps: 0, every: 1``, so every timed call observes the batch
@@ -47,13 +50,22 @@ What makes a decision cheap (issue 13, item 4):
   other threads keep theirs, and the save/restore costs ~15 us (printed in the header). (b) is the
   ``Strategy(threads=1)`` default: the host keeps its own setting, the decision runs at 1
   thread, and ``threads=None`` keeps the old behaviour (the ``free`` column).
-* **Token level (ar).** The decision needs only B sums of p_t = exp(old_log_prob_t): one
-  chunked read of ``old_log_probs`` gives them together with the validity check
-  (`TokenBlocks.mapped_row_sums`); the [B, T] weights are written when the host reads
-  ``weights_per_token``, in one chunked pass (`AffineTokenWeights`). On this machine one
-  ``exp`` over the tensor alone costs about one fused read-and-write pass, so the decision
-  is bounded below by ~1.5-2x the fused pass; reading the weights adds a fresh [B, T]
-  buffer (its page faults cost about as much as a pass) and one more pass.
+* **Token level (ar).** The decision needs only B sums of p_t = exp(min(old_log_prob_t, 0)):
+  one chunked read of ``old_log_probs`` (`TokenBlocks.prob_row_sums`: exp into a
+  cache-resident buffer, each row's max and min of it, masked block sums) gives them with
+  the validity check; rows whose exp is not in (0, 1] everywhere (a value > 0, a non-finite
+  one, an underflow: rare) are redone exactly. The [B, T] weights are written when the host
+  reads ``weights_per_token`` (or calls ``write_weights_per_token(out)`` with its own
+  buffer), one chunked pass: exp, scale, mask, while in cache (`AffineTokenWeights`).
+* **Why ar misses 1.5x here.** Eager torch runs one op per elementwise step, and on this CPU
+  every op over [B, T] costs about a pass: ``exp`` alone is ~1.5x the fused pass and B row
+  sums of exp in one chunked read (no mask, no check: the floor of any exact decision) are
+  ~1.7-2.2x (both in the header of every run). An exact ar needs exp of every token for the
+  sums and again for the weights (or a stored p and one more pass), so decision + weights
+  is at least ~3x; it measures ~8-10x into a host buffer, ~2.1x against a fused pass that
+  also writes a new [B, T] (page faults of a new 134 MB tensor cost ~100 ms on both sides).
+  Closing the gap needs one fused kernel (exp + row sums, then exp + scale + mask), e.g.
+  torch.compile, which needs a C++ compiler at run time and minutes of compile on 2 CPUs.
 
 Figures (2026-12-01, 2 CPUs shared with other work: load average 10-25 throughout, so wall
 times are inflated ~5-10x and only same-run ratios mean much; 512 x 16 x 4096):
@@ -79,6 +91,23 @@ diffband 3.7, static 2.3, reward_gap 3.0, dump_ucb 3.0, tscl 3.0; maxvar 5.4 and
 still miss 5 ms (their ``select()`` alone is ~3.0 ms; the rest is per-call overhead in
 metrics and advantage recompute); ar 3.0x the fused pass (111 vs 37 ms), 7.4x with the
 [B, T] weights read; host / 1 thread <= 1.2x for every preset.
+
+Issue 13 follow-up (``--sizes large --inputs response --clock cpu --repeats 3 --skip-loops
+--threads 2``, 2 CPUs shared with 5 other sessions: load average 3-6, so figures are noisy;
+old = main at 8ea4827, new = this version, alternating, medians of 4 runs each), host column:
+baseline 2.39 -> 2.34 ms, difffilter 2.51 -> 2.65, maxvar 5.75 -> 6.37, gfpo 6.94 -> 5.06,
+topk 3.75 -> 3.14, softmax 3.25 -> 2.85, per 3.48 -> 3.04, diffband 3.25 -> 3.17, static
+2.87 -> 2.50, reward_gap 3.08 -> 3.60, dump_ucb 3.58 -> 3.51, tscl 3.13 -> 3.42. A steadier
+A/B of the decision alone (host at 2 threads, lower quartile of 25 calls, 3 alternating
+rounds, load 2-3): maxvar 5.12/5.72/5.31 -> 4.55/5.69/4.66 ms, gfpo 5.71/6.19/5.59 ->
+4.52/5.17/4.86, baseline 1.89/2.12/2.01 -> 1.77/1.86/1.85. What changed: groups listed in
+order with padding rows appended take the table path (`core.segment.segment_table`, cached
+as ``RolloutBatch.group_layout``); maxvar sorts its group table once; step metrics are a few
+stacked reductions with one read back; advanced indexing by group id became
+``index_select`` (4x cheaper at B = 8k). ar (1 thread): the decision 3.6-5.5x the fused
+pass (25-30 ms) in both versions (no measurable change); decision + weights into a host
+buffer 7.7-10.6x; decision + ``weights_per_token`` 2.1-3.5x the fused pass into a new
+[B, T]; exp alone 1.44-1.61x and the exp + row-sum floor 1.64-2.19x in the same runs.
 
 Usage::
 

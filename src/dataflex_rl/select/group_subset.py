@@ -55,16 +55,16 @@ class MaxVariance(Selector):
         else:
             sorted_r, rank = _sorted_groups_flat(scores, batch, size)
         S = sorted_r.shape[1] - 1
-        P = sorted_r.cumsum(1)  # P[:, j] = sum of j lowest
-        Q = (sorted_r**2).cumsum(1)
+        # [0]: P[:, j] = sum of the j lowest, [1]: Q, of their squares
+        PQ = torch.stack([sorted_r, sorted_r * sorted_r]).cumsum(2)
         a = torch.arange(S + 1, dtype=torch.int64)[None, :]  # [1, S+1]
         hi_start = (size[:, None] - (k[:, None] - a)).clamp(min=0, max=S)
-        lo = a.clamp(max=S).expand(G, -1)
-        sum_ = P.gather(1, lo) + P.gather(1, size[:, None]) - P.gather(1, hi_start)
-        sq = Q.gather(1, lo) + Q.gather(1, size[:, None]) - Q.gather(1, hi_start)
+        # subset "a lowest + (k - a) highest": P[a] + P[size] - P[size - k + a], likewise Q
+        total = PQ.gather(2, size[None, :, None].expand(2, G, 1))
+        sum_, sq = PQ + total - PQ.gather(2, hi_start.expand(2, G, S + 1))
         kf = k[:, None].clamp(min=1).to(torch.float64)
         var = sq / kf - (sum_ / kf) ** 2
-        valid = (a <= k[:, None]) & (hi_start >= lo)
+        valid = (a <= k[:, None]) & (hi_start >= a)
         var = torch.where(valid, var, torch.full_like(var, -1.0))
         best = var.max(1, keepdim=True).values
         tol = 1e-12 * (1.0 + best.abs())
