@@ -5,6 +5,7 @@ compare it with ``metrics.jsonl``: TensorBoard's EventAccumulator, W&B's transac
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -77,8 +78,17 @@ def wandb_records(wandb_file: Path) -> list:
 
 
 def wandb_runs(folder: Path, run_id: str) -> list[Path]:
-    """The transaction logs of W&B run ``run_id`` under ``folder`` (one per session)."""
-    return sorted(folder.glob(f"wandb/*-{run_id}/run-{run_id}.wandb"))
+    """The transaction logs of W&B run ``run_id`` under ``folder``, one per session in order.
+
+    A session's folder is ``offline-run-<start second>-<id>``, with ``-1``, ``-2``, ... added
+    when several sessions start within one second."""
+    pattern = re.compile(rf"(?:offline-)?run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
+    found = []
+    for path in folder.glob(f"wandb/*/run-{run_id}.wandb"):
+        m = pattern.fullmatch(path.parent.name)
+        if m:  # not the latest-run link
+            found.append(((m.group(1), int(m.group(2) or 0)), path))
+    return [p for _, p in sorted(found)]
 
 
 def wandb_history(folder: Path, run_id: str) -> list[tuple[int, dict[str, float]]]:
