@@ -51,6 +51,32 @@ def test_trainer_errors_come_before_the_model_is_loaded(tmp_path):
     assert isinstance(grpo_args(tmp_path), GRPOConfig)
 
 
+def test_dataset_errors_come_before_the_model_is_loaded(tmp_path):
+    """The intake's checks read only the block and the training set: with a model path that
+    does not exist, the dataset's error (not the model's OSError) proves they ran first."""
+    from datasets import Dataset
+
+    from dataflex_rl.hosts.trl import DataflexGRPOTrainer
+
+    no_domain = Dataset.from_dict({"prompt": ["a", "b"], "pid": ["0", "1"]})
+
+    def build(dataset, **block):
+        return DataflexGRPOTrainer(
+            model=NO_MODEL,
+            reward_funcs=hashed_reward,
+            args=grpo_args(tmp_path),
+            train_dataset=dataset,
+            dataflex={"strategy": "static", **block},
+        )
+
+    with pytest.raises(ConfigError, match="domain"):
+        build(no_domain)
+    with pytest.raises(ConfigError, match="'topic'.*prompt"):
+        build(tiny_dataset(per_domain=2), domain_key="topic")
+    with pytest.raises(ValueError, match="train_dataset: .*map-style.*IterableDataset"):
+        build(tiny_dataset(per_domain=2).to_iterable_dataset())
+
+
 def test_block_from_the_trainer_or_a_yaml_file(tmp_path):
     from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer
 

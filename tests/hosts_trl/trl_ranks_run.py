@@ -39,8 +39,8 @@ STRATEGY = {
 class RecordingTrainer(DataflexGRPOTrainer):
     """Records each decision (global) and its application (this rank)."""
 
-    def _setup_strategy(self) -> None:
-        super()._setup_strategy()
+    def _setup_strategy(self, row_domains) -> None:
+        super()._setup_strategy(row_domains)
         self.views: list[dict] = []
         decide = self.strategy.decide
 

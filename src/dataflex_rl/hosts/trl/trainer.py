@@ -64,10 +64,10 @@ class DataflexGRPOConfig(GRPOConfig):
         parse_block(self.dataflex)  # errors now, naming the key; the trainer parses it again
 
 
-def _bound_args(args: tuple, kwargs: dict):
-    """The ``args`` (a GRPOConfig or None) among GRPOTrainer's positional/keyword arguments."""
+def _bound_args(args: tuple, kwargs: dict) -> dict:
+    """GRPOTrainer's positional/keyword arguments by name (``args``, ``train_dataset``, ...)."""
     sig = inspect.signature(GRPOTrainer.__init__)
-    return sig.bind(None, *args, **kwargs).arguments.get("args")
+    return sig.bind(None, *args, **kwargs).arguments
 
 
 def read_row_domains(dataset, key: str | None) -> list[str]:
@@ -120,7 +120,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, dataflex: dict | str | HostConfig | None = None, **kwargs) -> None:
-        grpo_args = _bound_args(args, kwargs)
+        bound = _bound_args(args, kwargs)
+        grpo_args = bound.get("args")
         in_args = getattr(grpo_args, "dataflex", None)
         if dataflex is not None and in_args is not None:
             raise ConfigError(
@@ -128,8 +129,14 @@ class DataflexGRPOTrainer(GRPOTrainer):
                 "args.dataflex; pass the block once"
             )
         self.dataflex = parse_block(dataflex if dataflex is not None else in_args)
-        if grpo_args is not None:  # fail before the model and the datasets are prepared
-            build_strategy(self.dataflex, grpo_args, None, early=True)
+        # fail before the model and the datasets are prepared: every check that needs only
+        # the block, the args and the training set (args None: TRL's defaults, by getattr)
+        probe = build_strategy(self.dataflex, grpo_args, None, early=True)
+        row_domains = None
+        if uses_intake(probe):
+            train_dataset = bound.get("train_dataset")
+            check_map_style(train_dataset)
+            row_domains = read_row_domains(train_dataset, self.dataflex.domain_key)
         self.strategy = None
         self.intake: Intake | None = None
         self.decision_log = None
@@ -137,15 +144,14 @@ class DataflexGRPOTrainer(GRPOTrainer):
         self._dataflex_rewards = None  # the gathered [N, F] rewards of this generation
         self._dataflex_kl_scale = 1.0  # c of the generation the loss now reads (beta x c)
         super().__init__(*args, **kwargs)
-        self._setup_strategy()
+        self._setup_strategy(row_domains)
 
     # ------------------------------------------------------------------ set-up
-    def _setup_strategy(self) -> None:
-        probe = build_strategy(self.dataflex, self.args, None, early=True)
+    def _setup_strategy(self, row_domains: list[str] | None) -> None:
+        """Build the strategy on TRL's final args; ``row_domains`` (read before the model
+        was prepared) is None unless the strategy mixes or pre-filters."""
         domains = None
-        if uses_intake(probe):
-            check_map_style(self.train_dataset)
-            row_domains = read_row_domains(self.train_dataset, self.dataflex.domain_key)
+        if row_domains is not None:
             domains = tuple(self.dataflex.domains or sorted(set(row_domains)))
             d = self.dataflex
             self.intake = Intake(
