@@ -3,7 +3,8 @@
     # any local Hugging Face causal LM (a GPU if there is one), the strategy the verl examples use
     python examples/trl/train_grpo.py --model /path/to/Qwen2.5-0.5B-Instruct \\
         --strategy examples/verl/strategies/combined.yaml --steps 200
-    # no --model: a tiny 2-layer model and a character tokenizer built in code (CPU, seconds)
+    # no --model: a tiny 2-layer model and a character tokenizer built in code (CPU, seconds);
+    # its reward is a character hint it can partly earn (the verifiers it never passes)
     python examples/trl/train_grpo.py --steps 2
 
 Against a stock TRL script, two things change: the trainer class (`DataflexGRPOTrainer`) and one
@@ -35,7 +36,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="runs/trl_grpo", help="TRL's output_dir")
     p.add_argument("--loss-type", default="dapo", help="TRL's loss_type (every 1.16 one works)")
     p.add_argument("--prompts-per-domain", type=int, default=64, help="training prompts each")
-    p.add_argument("--batch", type=int, default=8, help="per_device_train_batch_size")
+    p.add_argument(
+        "--batch", type=int, default=None, help="per_device_train_batch_size (default 16 / 8)"
+    )
     p.add_argument("--num-generations", type=int, default=4, help="completions per prompt (G)")
     p.add_argument("--max-completion-length", type=int, default=None, help="default 16 / 256")
     p.add_argument("--lr", type=float, default=1e-5, help="learning rate")
@@ -69,6 +72,18 @@ def verifier_reward(tasks, problems):
         return [tasks.verify(problems[k], c) for k, c in zip(key, completions)]
 
     return correct
+
+
+def first_char_reward(problems):
+    """TRL reward function for the tiny model: 1.0 when the completion contains the first
+    character of the reference answer. A random 2-layer model never passes the verifier (every
+    group all 0, every response dropped), but earns this on some completions: groups with
+    mixed rewards and groups without, so the strategy has something to act on."""
+
+    def contains_first(prompts, completions, key, **_):
+        return [float(problems[k].answer[:1] in c) for k, c in zip(key, completions)]
+
+    return contains_first
 
 
 def tiny_model_and_tokenizer(charset: str, seed: int):
@@ -121,7 +136,8 @@ def main(argv=None) -> list[dict]:
     config = DataflexGRPOConfig(
         output_dir=args.output_dir,
         max_steps=args.steps,
-        per_device_train_batch_size=args.batch,
+        # tiny model: 4 prompts x G = 4 a step, enough for groups with and without a reward
+        per_device_train_batch_size=args.batch or (8 if args.model else 16),
         num_generations=args.num_generations,
         max_completion_length=args.max_completion_length or (256 if args.model else 16),
         learning_rate=args.lr,
@@ -138,7 +154,9 @@ def main(argv=None) -> list[dict]:
     )
     trainer = DataflexGRPOTrainer(
         model=model,
-        reward_funcs=verifier_reward(tasks, problems),
+        reward_funcs=verifier_reward(tasks, problems)
+        if args.model
+        else first_char_reward(problems),
         args=config,
         train_dataset=data,
         processing_class=tok,
