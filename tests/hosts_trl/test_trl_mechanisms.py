@@ -24,13 +24,24 @@ from tests.hosts_trl.tiny import (  # noqa: E402
     tiny_model,
     tiny_tokenizer,
 )
-from tests.hosts_trl.trainers import Recorder, dataflex_trainer, grpo_args, logged  # noqa: E402
+from tests.hosts_trl.trainers import (  # noqa: E402
+    Recorder,
+    dataflex_trainer,
+    grpo_args,
+    logged,
+    record_trl_generations,
+)
 
-NAMES = sorted(PRESETS.names() if hasattr(PRESETS, "names") else PRESETS)
+#: pre-rollout skip policies (no preset of their own): skip at once, from the first repeat
+SKIPS = {
+    "greso": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0},
+    "thompson": {"name": "thompson", "low": 0.3, "high": 0.7},
+}
+NAMES = sorted(PRESETS.names() if hasattr(PRESETS, "names") else PRESETS) + sorted(SKIPS)
 
 
 def _parts(name):
-    return set(Strategy(name, domains=("easy", "hard", "mid")).parts)
+    return set(Strategy(_spec(name), domains=("easy", "hard", "mid")).parts)
 
 
 def _spec(name):
@@ -40,7 +51,9 @@ def _spec(name):
     the informative groups: with G = 4 all of them are inside (1/4, 2/4, 3/4) and every weight
     is 1, so the band is narrowed to [0.3, 0.7] (2/4 inside, 1/4 and 3/4 outside).
     """
-    if "mix" in _parts(name):
+    if name in SKIPS:
+        return {"name": f"skip_{name}", "prerollout": {"actuator": SKIPS[name]}}
+    if name in PRESETS and "mix" in Strategy(name, domains=("easy", "hard", "mid")).parts:
         return {"mix": {"preset": name, "warmup_steps": 0, "every": 1}}
     if name == "diffband":
         return {"reweight": {"preset": name, "actuator": {"low": 0.3, "high": 0.7}}}
@@ -48,13 +61,23 @@ def _spec(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_every_preset_acts_in_real_steps(tmp_path, name):
+def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
     parts = _parts(name)
-    steps = 3 if "mix" in parts else 2
-    trainer = dataflex_trainer(tmp_path, _spec(name), max_steps=steps)
+    steps = 3 if "mix" in parts or "prerollout" in parts else 2
+    ds = tiny_dataset(per_domain=2 if "prerollout" in parts else 16)  # 6 prompts come back
+    trainer = dataflex_trainer(tmp_path, _spec(name), dataset=ds, max_steps=steps)
     rec = Recorder(trainer)
+    trl_saw = record_trl_generations(monkeypatch, trainer)
     trainer.train()
     assert len(rec.decisions) == steps and trainer._dataflex_step == steps
+    assert len(trl_saw) == steps
+    for saw, batch in zip(trl_saw, rec.batches):  # the strategy read TRL's own advantages
+        assert torch.equal(saw["advantages"].float(), batch.response_advantages)
+    if trainer.intake is not None:  # TRL generated for the drawn rows, each G times in a row
+        names = trainer.intake.domains
+        for saw, (rows, doms, _) in zip(trl_saw, rec.draws):
+            assert saw["pids"] == [ds[r]["pid"] for r in rows for _ in range(4)]
+            assert saw["domains"] == [names[d] for d in doms for _ in range(4)]
     assert len(logged(trainer, "dataflex/kept_response_fraction")) == steps
     assert len(logged(trainer, "dataflex/host_time_ms")) == steps
     for batch, decision, out in zip(rec.batches, rec.decisions, rec.outs):
@@ -75,7 +98,7 @@ def test_every_preset_acts_in_real_steps(tmp_path, name):
                 base[:, None] * w[:, : out["advantages"].shape[-1]] if w.dim() == 2 else base * w
             )
             assert torch.allclose(out["advantages"], expect, atol=1e-6)
-        else:  # mix and baseline leave TRL's loss alone
+        else:  # mix, pre-rollout and baseline leave TRL's loss alone
             assert torch.equal(out["advantages"], base)
             assert torch.equal(out["completion_mask"].sum(1), lengths)
     fractions = logged(trainer, "dataflex/kept_response_fraction")
@@ -89,15 +112,41 @@ def test_every_preset_acts_in_real_steps(tmp_path, name):
             for o, b in zip(rec.outs, rec.batches)
         ]
         assert any(changed), f"{name} left every advantage as TRL computed it"
+    if "prerollout" in parts:
+        assert sum(logged(trainer, "dataflex/prerollout/candidates_skipped")) > 0, name
     if "mix" in parts:
-        for _rows, doms, props in rec.draws:  # the quota of the proportions in force
-            counts = torch.bincount(torch.tensor(doms), minlength=3)
+        for saw, (_rows, _doms, props) in zip(trl_saw, rec.draws):  # the proportions' quota
+            generated = [trainer.intake.domains.index(d) for d in saw["domains"][::4]]
+            counts = torch.bincount(torch.tensor(generated), minlength=3)
             quota = largest_remainder(props, 4, torch.full((3,), 4))
             assert torch.equal(counts, quota)
         assert logged(trainer, "dataflex/mix/domain/easy/target")
         if name != "static":
             assert max(logged(trainer, "dataflex/mix/updated")) == 1.0
             assert not torch.allclose(rec.draws[-1][2], rec.draws[0][2]), "proportions never moved"
+
+
+def test_row_count_loss_scales_trl_advantages_by_weight_and_c(tmp_path, monkeypatch):
+    """loss_type grpo divides by rows: after a drop, every kept row's advantage is TRL's
+    advantage x its weight x c, c = N / R (R: kept rows with loss tokens)."""
+    spec = {"select": {"preset": "difffilter"}, "reweight": {"preset": "softmax"}}
+    trainer = dataflex_trainer(tmp_path, spec, loss_type="grpo", max_steps=2)
+    rec = Recorder(trainer)
+    trl_saw = record_trl_generations(monkeypatch, trainer)
+    trainer.train()
+    scales = logged(trainer, "dataflex/trl/advantage_scale")
+    assert len(trl_saw) == len(rec.outs) == len(scales) == 2
+    for saw, batch, decision, out, logged_c in zip(
+        trl_saw, rec.batches, rec.decisions, rec.outs, scales
+    ):
+        stays = decision.keep_mask & (batch.response_length > 0)
+        c = 16 / int(stays.sum())
+        assert logged_c == pytest.approx(c)
+        expect = saw["advantages"] * decision.weights_per_response * c
+        expect = torch.where(decision.weights_per_response > 0, expect, torch.zeros_like(expect))
+        assert torch.allclose(out["advantages"], expect, atol=1e-6)
+        assert torch.equal(out["completion_mask"].any(1), stays)
+    assert max(scales) > 1.0, f"difffilter dropped nothing: c = {scales}"
 
 
 def test_baseline_trains_exactly_like_stock_trl(tmp_path):

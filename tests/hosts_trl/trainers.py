@@ -108,3 +108,29 @@ class Recorder:
 def logged(trainer, key: str) -> list[float]:
     """The values of ``key`` in the trainer's log history, in order."""
     return [e[key] for e in trainer.state.log_history if key in e]
+
+
+def record_trl_generations(monkeypatch, trainer) -> list[dict]:
+    """What TRL's own ``GRPOTrainer._generate_and_score_completions`` received and returned,
+    per training generation of ``trainer``: ``pids`` and ``domains`` of the rows it generated
+    for, and a copy of the ``advantages`` it computed (before the strategy applied anything).
+    Patched on the class, so the ``super()`` call inside the dataflex trainer is seen."""
+    from trl import GRPOTrainer
+
+    seen: list[dict] = []
+    original = GRPOTrainer._generate_and_score_completions
+
+    def recorded(self, inputs):
+        out = original(self, inputs)
+        if self is trainer and self.model.training:
+            seen.append(
+                {
+                    "pids": [row["pid"] for row in inputs],
+                    "domains": [row["domain"] for row in inputs],
+                    "advantages": out["advantages"].detach().clone(),
+                }
+            )
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", recorded)
+    return seen
