@@ -2,9 +2,9 @@
 
 Each rank runs `tests/hosts_trl/trl_ranks_run.py` (every mechanism, token-level weights,
 ``loss_type=grpo``, 2 steps) and writes what it saw; here the two views are compared: the
-same N, rewards, intake draws, keep masks, weights and proportions on both ranks, slices that
-tile the N rows, and each rank's masks, ``num_items_in_batch`` and advantage scale following
-its own slice of the one decision.
+same N, rewards, intake draws, keep masks, weights (per response and ar's per token) and
+proportions on both ranks, slices that tile the N rows, and each rank's masks, per-token
+weights, ``num_items_in_batch`` and advantage scale following its own slice of the one decision.
 """
 
 from __future__ import annotations
@@ -46,7 +46,17 @@ def test_both_ranks_saw_two_generations(views):
     assert [len(v["views"]) for v in views] == [2, 2]
 
 
-GLOBAL = ("step", "N", "lengths", "rewards", "prompt_keys", "keep", "weights", "proportions")
+GLOBAL = (
+    "step",
+    "N",
+    "lengths",
+    "rewards",
+    "prompt_keys",
+    "keep",
+    "weights",
+    "token_weights",
+    "proportions",
+)
 
 
 def test_ranks_decide_the_same_on_the_gathered_batch(views):
@@ -71,6 +81,17 @@ def test_each_rank_applies_its_own_slice(views):
         assert a["advantage_scale"] == pytest.approx(N / sum(stays))
         dropped_somewhere |= sum(stays) < N
     assert dropped_somewhere, "difffilter dropped nothing: the test shows no drop"
+
+
+def test_each_rank_applies_its_slice_of_the_token_weights(views):
+    """ar: each rank's per-token weights for its rows, concatenated, are the [N, T] weights
+    of the one decision; and they are what its loss reads (advantage = TRL's x w_t x c)."""
+    for a, b in zip(views[0]["views"], views[1]["views"]):
+        assert a["token_weights_slice"] + b["token_weights_slice"] == a["token_weights"]
+        assert len(a["token_weights_slice"]) == len(b["token_weights_slice"]) == 8
+        assert a["applied_matches_weights"] and b["applied_matches_weights"]
+        kept = [w for row, k in zip(a["token_weights"], a["keep"]) if k for w in row if w > 0]
+        assert max(kept) - min(kept) > 1e-3, "ar weighted every token alike"
 
 
 def test_the_second_draw_follows_the_first_decisions_proportions(views):

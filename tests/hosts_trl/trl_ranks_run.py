@@ -5,8 +5,9 @@ Run by ``tests/hosts_trl/test_trl_two_ranks.py`` as::
     torchrun --standalone --nproc_per_node 2 tests/hosts_trl/trl_ranks_run.py OUT [LOSS_TYPE=grpo]
 
 (CPU, gloo). Every rank writes ``OUT/rank<p>.json``: per generation batch, the global view it
-decided on (N, the keep mask, the weights, the proportions, the intake's rows) and what it
-applied to its own slice (its rows, its kept rows, ``num_items_in_batch``, the host metrics).
+decided on (N, the keep mask, the weights per response and per token, the proportions, the
+intake's rows) and what it applied to its own slice (its rows, its kept rows, its per-token
+weights, ``num_items_in_batch``, the host metrics).
 The test compares the files: the global views must be identical and the slices must tile N.
 """
 
@@ -36,6 +37,11 @@ STRATEGY = {
 }
 
 
+def _rounded(weights: torch.Tensor) -> list:
+    """[rows, T] weights as nested lists, rounded so the JSON compares exactly."""
+    return [[round(w, 6) for w in row] for row in weights.tolist()]
+
+
 class RecordingTrainer(DataflexGRPOTrainer):
     """Records each decision (global) and its application (this rank)."""
 
@@ -46,6 +52,8 @@ class RecordingTrainer(DataflexGRPOTrainer):
 
         def recording_decide(batch):
             d = decide(batch)
+            self._last_decision = d
+            self._last_batch_advantages = batch.response_advantages
             self.views.append(
                 {
                     "step": batch.step,
@@ -55,6 +63,7 @@ class RecordingTrainer(DataflexGRPOTrainer):
                     "prompt_keys": list(batch.prompt_keys or ()),
                     "keep": d.keep_mask.int().tolist(),
                     "weights": [round(w, 6) for w in d.weights_per_response.tolist()],
+                    "token_weights": _rounded(d.weights_per_token),
                     "renormalize": d.renormalize,
                     "proportions": self.strategy.proportions.tolist(),
                 }
@@ -69,6 +78,19 @@ class RecordingTrainer(DataflexGRPOTrainer):
             n = out["advantages"].shape[0]
             p = self.accelerator.process_index
             train = self._metrics["train"]
+            # the per-token weights this rank applied: its rows of its own decision, and the
+            # advantages TRL's loss reads, divided back by (TRL's advantage x c) on loss tokens
+            w_local = self._last_decision.weights_per_token[p * n : (p + 1) * n]
+            base = self._last_batch_advantages[p * n : (p + 1) * n]
+            c = train["dataflex/trl/advantage_scale"][-1]
+            adv, mask = out["advantages"].detach(), out["completion_mask"].bool()
+            T = adv.shape[1]
+            expect = base[:, None] * w_local[:, :T] * c
+            applied = torch.where(mask, adv, torch.zeros_like(adv))
+            self.views[-1]["token_weights_slice"] = _rounded(w_local)
+            self.views[-1]["applied_matches_weights"] = bool(
+                torch.allclose(applied, torch.where(mask, expect, torch.zeros_like(expect)))
+            )
             self.views[-1].update(
                 {
                     "rank": p,
