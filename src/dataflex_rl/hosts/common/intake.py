@@ -9,6 +9,7 @@ count is always exact. Needs no host library.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.draw import draw_batch
 from dataflex_rl.hosts.common.sampler import DomainSampler
+
+logger = logging.getLogger("dataflex_rl.hosts.common")
 
 #: the columns tried, in order, when ``domain_key`` is not set
 DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
@@ -167,3 +170,55 @@ class Intake:
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self.generator.set_state(state["generator"])
+
+
+def read_row_domains(
+    dataset, key: str | None, table: Any = None, log: logging.Logger = logger
+) -> list[str]:
+    """The domain of every training row of a host's dataset.
+
+    Args:
+        dataset: the training set (indexable rows, for the slow path).
+        key: the configured ``domain_key`` (None tries `DEFAULT_DOMAIN_COLUMNS`).
+        table: a columnar view with ``column_names`` and ``table[column]`` (a HF ``Dataset``;
+            verl's ``RLHFDataset.dataframe``); when None or not columnar, rows are read one
+            by one, with a warning.
+        log: the host's logger, for the warning and the column used.
+
+    Raises:
+        ConfigError: ``key`` is not a column (the message lists the dataset's columns).
+    """
+    names = getattr(table, "column_names", None)
+    if names is not None:
+        names = list(names)
+        tops = {key.partition(".")[0]} if key is not None else set(DEFAULT_DOMAIN_COLUMNS)
+        columns = {c: table[c] for c in tops & set(names)}
+        values, used = domain_column(None, columns, key, all_columns=names)
+    else:
+        log.warning(
+            "dataflex: %s has no columnar view; reading %d rows one by one",
+            type(dataset).__name__,
+            len(dataset),
+        )
+        values, used = domain_column([dataset[i] for i in range(len(dataset))], None, key)
+    if key is None:
+        log.info("dataflex: domains come from the %r column", used)
+    return values
+
+
+def intake_for(block: Any, row_domains: Sequence[str]) -> tuple[tuple[str, ...], Intake]:
+    """A host's (domains, `Intake`) from its ``dataflex`` block and its rows' domains.
+
+    The domains are the block's ``domains`` (their order is the strategy's domain ids), or
+    the rows' distinct domains, sorted.
+    """
+    domains = tuple(block.domains or sorted(set(row_domains)))
+    intake = Intake(
+        row_domains,
+        domains,
+        block.proportions,
+        block.seed,
+        block.candidate_factor,
+        block.max_draw_rounds,
+    )
+    return domains, intake

@@ -35,7 +35,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.accounting import generation_metrics
 from dataflex_rl.hosts.common.config import HostConfig, uses_intake
-from dataflex_rl.hosts.common.intake import DEFAULT_DOMAIN_COLUMNS, Intake, domain_column
+from dataflex_rl.hosts.common.intake import Intake, intake_for, read_row_domains
 from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.trl.batch import build_batch, trl_rewards
 from dataflex_rl.hosts.trl.config import build_strategy, parse_block
@@ -68,24 +68,6 @@ def _bound_args(args: tuple, kwargs: dict) -> dict:
     """GRPOTrainer's positional/keyword arguments by name (``args``, ``train_dataset``, ...)."""
     sig = inspect.signature(GRPOTrainer.__init__)
     return sig.bind(None, *args, **kwargs).arguments
-
-
-def read_row_domains(dataset, key: str | None) -> list[str]:
-    """The domain of every training row (columnar fast path for a HF ``Dataset``).
-
-    Raises:
-        ConfigError: ``key`` is not a column (the message lists the dataset's columns).
-    """
-    names = getattr(dataset, "column_names", None)
-    if isinstance(names, list):
-        tops = {key.partition(".")[0]} if key is not None else set(DEFAULT_DOMAIN_COLUMNS)
-        columns = {c: dataset[c] for c in tops & set(names)}
-        values, used = domain_column(None, columns, key, all_columns=names)
-    else:
-        values, used = domain_column([dataset[i] for i in range(len(dataset))], None, key)
-    if key is None:
-        logger.info("dataflex: domains come from the %r column", used)
-    return values
 
 
 def check_map_style(dataset) -> None:
@@ -136,7 +118,9 @@ class DataflexGRPOTrainer(GRPOTrainer):
         if uses_intake(probe):
             train_dataset = bound.get("train_dataset")
             check_map_style(train_dataset)
-            row_domains = read_row_domains(train_dataset, self.dataflex.domain_key)
+            row_domains = read_row_domains(
+                train_dataset, self.dataflex.domain_key, train_dataset, logger
+            )
         self.strategy = None
         self.intake: Intake | None = None
         self.decision_log = None
@@ -152,11 +136,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         was prepared) is None unless the strategy mixes or pre-filters."""
         domains = None
         if row_domains is not None:
-            domains = tuple(self.dataflex.domains or sorted(set(row_domains)))
-            d = self.dataflex
-            self.intake = Intake(
-                row_domains, domains, d.proportions, d.seed, d.candidate_factor, d.max_draw_rounds
-            )
+            domains, self.intake = intake_for(self.dataflex, row_domains)
         self.strategy = build_strategy(self.dataflex, self.args, domains)
         self.decision_log = self._open_decision_log(domains)
         logger.info(

@@ -34,7 +34,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from dataflex_rl.hosts.common.accounting import generation_metrics
 from dataflex_rl.hosts.common.config import uses_intake
-from dataflex_rl.hosts.common.intake import DEFAULT_DOMAIN_COLUMNS, Intake, domain_column
+from dataflex_rl.hosts.common.intake import Intake, intake_for, read_row_domains
 from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import (
@@ -74,31 +74,6 @@ def host_view(config: DictConfig) -> dict:
     return view
 
 
-def read_row_domains(dataset, key: str | None) -> list[str]:
-    """The domain of every training row (columnar fast path for verl's RLHFDataset).
-
-    Raises:
-        ConfigError: ``key`` is not a column (the message lists the dataset's columns).
-    """
-    frame = getattr(dataset, "dataframe", None)
-    names = getattr(frame, "column_names", None)
-    if names is not None:
-        tops = {key.partition(".")[0]} if key is not None else set(DEFAULT_DOMAIN_COLUMNS)
-        values, used = domain_column(
-            None, {c: frame[c] for c in tops & set(names)}, key, all_columns=list(names)
-        )
-    else:
-        logger.warning(
-            "dataflex: %s has no columnar dataframe; reading %d rows one by one",
-            type(dataset).__name__,
-            len(dataset),
-        )
-        values, used = domain_column([dataset[i] for i in range(len(dataset))], None, key)
-    if key is None:
-        logger.info("dataflex: domains come from the %r column", used)
-    return values
-
-
 @register_trainer(TRAINER_MODE)
 class DataflexTrainer(PPOTrainerSync):
     """verl's sync trainer plus a dataflex `Strategy` (configured in the ``dataflex`` block).
@@ -135,12 +110,11 @@ class DataflexTrainer(PPOTrainerSync):
         probe = build_strategy(self.dataflex, self._view, None, early=True)
         domains = None
         if uses_intake(probe):
-            row_domains = read_row_domains(self.train_dataset, self.dataflex.domain_key)
-            domains = tuple(self.dataflex.domains or sorted(set(row_domains)))
-            d = self.dataflex
-            self.intake = Intake(
-                row_domains, domains, d.proportions, d.seed, d.candidate_factor, d.max_draw_rounds
+            table = getattr(self.train_dataset, "dataframe", None)
+            row_domains = read_row_domains(
+                self.train_dataset, self.dataflex.domain_key, table, logger
             )
+            domains, self.intake = intake_for(self.dataflex, row_domains)
         self.strategy = build_strategy(self.dataflex, self._view, domains)
         self.decision_log = self._open_decision_log(domains)
         logger.info(

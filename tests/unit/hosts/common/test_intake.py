@@ -173,3 +173,43 @@ def test_intake_state_round_trip():
 def test_unlisted_domain_is_an_error():
     with pytest.raises(ValueError, match=r"domains \['c'\] that are not listed"):
         Intake(["a", "c"], ("a", "b"))
+
+
+class _Columns:
+    """A columnar view like a HF ``Dataset``: ``column_names`` and ``table[column]``."""
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.column_names = list(data)
+
+    def __getitem__(self, column):
+        return self.data[column]
+
+
+def test_read_row_domains_columnar_and_row_by_row_agree(caplog):
+    from dataflex_rl.hosts.common.intake import read_row_domains
+
+    data = {"q": ["x", "y", "z"], "domain": ["math", "logic", "math"], "meta": [{"d": "a"}] * 3}
+    rows = [{k: v[i] for k, v in data.items()} for i in range(3)]
+    table = _Columns(data)
+    assert read_row_domains(rows, None, table) == ["math", "logic", "math"]
+    assert read_row_domains(rows, None) == ["math", "logic", "math"]  # no table: rows, warned
+    assert "reading 3 rows one by one" in caplog.text
+    assert read_row_domains(rows, "meta.d", table) == ["a", "a", "a"]
+    with pytest.raises(ConfigError, match=r"'topic' is not a column .*'q', 'domain', 'meta'"):
+        read_row_domains(rows, "topic", table)
+
+
+def test_intake_for_takes_the_blocks_domains_or_the_sorted_distinct_ones():
+    from types import SimpleNamespace
+
+    from dataflex_rl.hosts.common.intake import intake_for
+
+    block = SimpleNamespace(
+        domains=None, proportions=None, seed=0, candidate_factor=2.0, max_draw_rounds=8
+    )
+    domains, intake = intake_for(block, ["b", "a", "b"])
+    assert domains == ("a", "b") and intake.pools == [[1], [0, 2]]
+    block.domains = ["b", "a"]
+    domains, intake = intake_for(block, ["b", "a", "b"])
+    assert domains == ("b", "a") and intake.pools == [[0, 2], [1]]
