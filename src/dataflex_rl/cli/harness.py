@@ -49,6 +49,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("--until-decided needs --max-seeds N (the most seeds to run)")
     if not args.dry_run:
         _check_dependencies(args, plan(exp, out), "dataflex-rl compare")
+        engine = exp.engine_config()
+        if engine.tasks.source == "files":
+            from dataflex_rl.engine.taskio import load_file_tasks
+
+            load_file_tasks(engine.tasks)  # every data error before any run starts
     if args.dry_run:
         for r in plan(exp, out):
             extra = f"  engine {r.engine_overrides}" if r.engine_overrides else ""

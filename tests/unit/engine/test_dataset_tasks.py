@@ -268,3 +268,20 @@ def test_side_by_side_checks_the_data_before_any_run_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "row 23 has no ground-truth column 'reward_model.ground_truth'" in err
     assert "columns present: domain, prompt" in err and not out.exists()
+
+
+def test_compare_checks_the_data_before_any_run_starts(tmp_path, capsys):
+    from dataflex_rl.cli import main
+
+    _jsonl(tmp_path / "t.jsonl", _rows()[:-1] + [{"domain": "science", "prompt": "x"}])
+    (tmp_path / "exp.yaml").write_text(
+        "name: d\nstrategies: [baseline, topk]\nseeds: 2\nengine:\n  tasks:\n"
+        "    source: files\n    train: t.jsonl\n"
+        "    verifiers: {math: math, logic: exact, science: numeric}\n"
+    )
+    out = tmp_path / "out"
+    argv = ["compare", str(tmp_path / "exp.yaml"), "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "row 23 has no ground-truth column 'reward_model.ground_truth'" in err
+    assert not out.exists()
