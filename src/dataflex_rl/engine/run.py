@@ -222,19 +222,14 @@ def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path, re
     from dataflex_rl.engine.trainer import derive_seed
     from dataflex_rl.hosts.common.decision_log import DecisionLog
 
-    c = config.decision_log
     tr.decision_log = DecisionLog.from_config(
-        c,
-        out / c.dir,
+        config.decision_log,
+        out,
+        strategy=tr.strategy,
         domains=tr.domains,
-        strategy_spec=tr.strategy.spec.to_dict(),
         host="engine",
-        settings={
-            "advantage_estimator": tr.strategy.advantage_estimator,
-            "norm_adv_by_std": tr.strategy.norm_adv_by_std,
-            "seed": tr.seed,
-            "prerollout_seed": derive_seed(tr.seed, "prerollout"),
-        },
+        seed=tr.seed,
+        settings={"prerollout_seed": derive_seed(tr.seed, "prerollout")},
     )
     if resume:
         tr.decision_log.truncate(tr.step)

@@ -142,24 +142,41 @@ class DecisionLog:
     def from_config(
         cls,
         config,
-        folder: str | Path,
+        run_dir: str | Path,
         *,
+        strategy,
         domains: Sequence[str] | None,
-        strategy_spec: Mapping,
         host: str,
+        seed: int,
         settings: Mapping[str, Any] | None = None,
     ) -> DecisionLog:
-        """Build from a ``decision_log`` config section (``steps_per_file``, ``full_tokens``,
-        ``token_prob_mean``)."""
+        """Build from a ``decision_log`` config section (``dir``, ``steps_per_file``,
+        ``full_tokens``, ``token_prob_mean``) for a host's run.
+
+        Args:
+            config: the ``decision_log`` section.
+            run_dir: the run's folder; a relative ``config.dir`` is taken under it.
+            strategy: the `Strategy` whose decisions are logged (its spec, advantage
+                estimator and std normalization go into the log's settings).
+            domains: domain names in id order (None without an intake).
+            host: ``"engine"``, ``"verl"`` or ``"trl"``.
+            seed: the seed of the strategy's randomness.
+            settings: host-specific settings added to the common ones.
+        """
+        common = {
+            "advantage_estimator": strategy.advantage_estimator,
+            "norm_adv_by_std": strategy.norm_adv_by_std,
+            "seed": seed,
+        }
         return cls(
-            folder,
+            Path(run_dir) / config.dir,
             domains=domains,
-            strategy_spec=strategy_spec,
+            strategy_spec=strategy.spec.to_dict(),
             host=host,
             steps_per_file=config.steps_per_file,
             full_tokens=config.full_tokens,
             token_prob_mean=config.token_prob_mean,
-            settings=settings,
+            settings={**common, **(settings or {})},
         )
 
     # ------------------------------------------------------------------ per step

@@ -153,21 +153,17 @@ class DataflexGRPOTrainer(GRPOTrainer):
             return None
         from dataflex_rl.hosts.common.decision_log import DecisionLog
 
-        folder = c.dir if os.path.isabs(c.dir) else os.path.join(self.args.output_dir, c.dir)
-        logger.info("dataflex: decision log in %s", folder)
-        return DecisionLog.from_config(
+        log = DecisionLog.from_config(
             c,
-            folder,
+            self.args.output_dir,
+            strategy=self.strategy,
             domains=domains,
-            strategy_spec=self.strategy.spec.to_dict(),
             host="trl",
-            settings={
-                "advantage_estimator": self.strategy.advantage_estimator,
-                "norm_adv_by_std": self.strategy.norm_adv_by_std,
-                "seed": self.dataflex.seed,
-                "loss_type": self.args.loss_type,
-            },
+            seed=self.dataflex.seed,
+            settings={"loss_type": self.args.loss_type},
         )
+        logger.info("dataflex: decision log in %s", log.folder)
+        return log
 
     # ------------------------------------------------------------------ hooks
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

@@ -272,24 +272,16 @@ class DataflexTrainer(PPOTrainerSync):
         c = self.dataflex.decision_log
         if not c.enabled:
             return None
-        folder = (
-            c.dir
-            if os.path.isabs(c.dir)
-            else os.path.join(self.config.trainer.default_local_dir, c.dir)
-        )
-        logger.info("dataflex: decision log in %s", folder)
-        return DecisionLog.from_config(
+        log = DecisionLog.from_config(
             c,
-            folder,
+            self.config.trainer.default_local_dir,
+            strategy=self.strategy,
             domains=domains,
-            strategy_spec=self.strategy.spec.to_dict(),
             host="verl",
-            settings={
-                "advantage_estimator": self.strategy.advantage_estimator,
-                "norm_adv_by_std": self.strategy.norm_adv_by_std,
-                "seed": self.dataflex.seed,
-            },
+            seed=self.dataflex.seed,
         )
+        logger.info("dataflex: decision log in %s", log.folder)
+        return log
 
     def fit(self, *args, **kwargs):
         try:
