@@ -85,5 +85,9 @@ def test_import_verl_with_the_plugin_costs_nothing(tmp_path):
     assert on["env"] == off["env"]  # e.g. TORCH_CUDA_ARCH_LIST untouched
     off = [r["seconds"] for r in runs["none"]]
     t_on = min(r["seconds"] for r in runs["dataflex"])
-    # within 10%, or within the spread of the runs without the plugin (a loaded machine)
-    assert t_on <= max(1.10 * min(off), max(off)), (t_on, off)
+    # within 25%, or within the spread of the runs without the plugin (a loaded machine).
+    # Fastest-of-3 imports of verl (5-6 s) drift by up to ~20% between fresh interpreters even
+    # on an idle machine (a clean-clone CI measured 6.5 s against 5.4-6.0 s with the same
+    # module sets); the module sets above are the exact check, and the regression this guards
+    # (the trainer imported eagerly, +1,900 modules) costs several times that.
+    assert t_on <= max(1.25 * min(off), max(off)), (t_on, off)
