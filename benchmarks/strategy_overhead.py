@@ -50,22 +50,17 @@ What makes a decision cheap (issue 13, item 4):
   other threads keep theirs, and the save/restore costs ~15 us (printed in the header). (b) is the
   ``Strategy(threads=1)`` default: the host keeps its own setting, the decision runs at 1
   thread, and ``threads=None`` keeps the old behaviour (the ``free`` column).
-* **Token level (ar).** The decision needs only B sums of p_t = exp(min(old_log_prob_t, 0)):
-  one chunked read of ``old_log_probs`` (`TokenBlocks.prob_row_sums`: exp into a
-  cache-resident buffer, each row's max and min of it, masked block sums) gives them with
-  the validity check; rows whose exp is not in (0, 1] everywhere (a value > 0, a non-finite
-  one, an underflow: rare) are redone exactly. The [B, T] weights are written when the host
-  reads ``weights_per_token`` (or calls ``write_weights_per_token(out)`` with its own
-  buffer), one chunked pass: exp, scale, mask, while in cache (`AffineTokenWeights`).
-* **Why ar misses 1.5x here.** Eager torch runs one op per elementwise step, and on this CPU
-  every op over [B, T] costs about a pass: ``exp`` alone is ~1.5x the fused pass and B row
-  sums of exp in one chunked read (no mask, no check: the floor of any exact decision) are
-  ~1.7-2.2x (both in the header of every run). An exact ar needs exp of every token for the
-  sums and again for the weights (or a stored p and one more pass), so decision + weights
-  is at least ~3x; it measures ~8-10x into a host buffer, ~2.1x against a fused pass that
-  also writes a new [B, T] (page faults of a new 134 MB tensor cost ~100 ms on both sides).
-  Closing the gap needs one fused kernel (exp + row sums, then exp + scale + mask), e.g.
-  torch.compile, which needs a C++ compiler at run time and minutes of compile on 2 CPUs.
+* **Token level (ar): compiled kernels.** The decision needs B sums of p_t = exp(old_log_prob_t)
+  over the valid tokens, and the host then needs the [B, T] weights A_r * p_t + C_r. Eager
+  torch runs one op per elementwise step over the whole [B, T] tensor, padding included:
+  ``exp`` alone is ~1.1-1.5x the fused pass, B row sums of exp ~1.5-2.2x (both in the header
+  of every run), and the decision plus its weights measured 8-11x. `core.native` compiles
+  ``core/token_kernels.c`` on first use (the system C compiler, ~0.3 s, cached): one pass
+  over the mask checks right padding and gives the lengths; one loop per row over its valid
+  tokens gives the sums (exp as a vectorized polynomial, ~1.3 ulp; rows with a value outside
+  [-87, 0] are redone exactly in torch); one more writes the weights (streaming stores, the
+  padding zeroed without a read). ``ar[torch]`` (``Strategy(native=False)``) is timed next to
+  it in every run (``--no-torch-ar`` skips it). The before paragraphs below are the torch path.
 
 Figures (2026-12-01, 2 CPUs shared with other work: load average 10-25 throughout, so wall
 times are inflated ~5-10x and only same-run ratios mean much; 512 x 16 x 4096):
@@ -149,12 +144,17 @@ HAS_PER_RESPONSE = "response_advantages" in {f.name for f in fields(RolloutBatch
 HAS_THREADS = "threads" in inspect.signature(Strategy).parameters
 #: ... and its Decision writes token weights into a host buffer
 HAS_WRITE = hasattr(Decision, "write_weights_per_token")
+#: ... and its Strategy takes ``native`` (compiled token kernels for ar)
+HAS_NATIVE = "native" in inspect.signature(Strategy).parameters
+#: a preset name with this suffix runs with Strategy(native=False): the torch path, timed next
+#: to the default (kernels) for comparison
+TORCH_SUFFIX = "[torch]"
 
 #: name -> (prompts, samples per prompt G, response tokens T)
 SIZES = {"small": (64, 8, 1024), "medium": (256, 8, 2048), "large": (512, 16, 4096)}
 DOMAINS = ("math", "logic", "science")
 MIX_PRESETS = loops.MIXERS
-TOKEN_LEVEL = ("ar",)
+TOKEN_LEVEL = ("ar", "ar" + TORCH_SUFFIX)
 REFERENCE = ("baseline",)  # no mechanism: shown, but no target applies
 MAX_MS, MAX_FUSED_RATIO = 5.0, 1.5
 
@@ -218,13 +218,23 @@ def make_batch(t: dict, step: int = 0) -> RolloutBatch:
     return RolloutBatch(domains=DOMAINS, step=step, **t)
 
 
+def base_name(name: str) -> str:
+    return name.removesuffix(TORCH_SUFFIX)
+
+
+def strategy_kwargs(name: str) -> dict:
+    return {"native": False} if name.endswith(TORCH_SUFFIX) and HAS_NATIVE else {}
+
+
 def strategy_spec(name: str):
+    name = base_name(name)
     if name in MIX_PRESETS:  # update the proportions on every call
         return {"name": name, "mix": {"preset": name, "warmup_steps": 0, "every": 1}}
     return name
 
 
 def loop_for(name: str):
+    name = base_name(name)
     return loops.LoopMixer(name, len(DOMAINS)) if name in MIX_PRESETS else loops.LOOPS[name]
 
 
@@ -283,7 +293,8 @@ def check_agreement(name: str, t: dict, decision, ref: dict) -> None:
 
 def agree(name: str, t: dict) -> None:
     """Fresh strategy and loop; three steps for mixers (rewards shifted per step)."""
-    strategy, loop = Strategy(strategy_spec(name), domains=DOMAINS), loop_for(name)
+    strategy = Strategy(strategy_spec(name), domains=DOMAINS, **strategy_kwargs(name))
+    loop = loop_for(name)
     for k in range(3 if name in MIX_PRESETS else 1):
         tk = dict(t, rewards=torch.roll(t["rewards"], 7 * k)) if k else t
         decision, ref = strategy.decide(make_batch(tk)), loop(tk)
@@ -426,7 +437,7 @@ def time_decision(
     """Median ms of ``decide`` (with ``read``: and of reading its [B, T] token weights, a new
     tensor; with ``into``: and of writing them into that host buffer)."""
     kw = {} if strategy_threads == "default" else {"threads": strategy_threads}
-    strategy = Strategy(strategy_spec(name), domains=DOMAINS, **kw)
+    strategy = Strategy(strategy_spec(name), domains=DOMAINS, **kw, **strategy_kwargs(name))
     if into is not None:
 
         def call(b):
@@ -729,6 +740,12 @@ def main(argv: list[str] | None = None) -> int:
         help="wall time (default) or process CPU time (steadier on a busy machine)",
     )
     ap.add_argument(
+        "--no-torch-ar",
+        action="store_true",
+        help="time ar only as the Strategy runs it by default (compiled kernels when they "
+        "build), not also its torch path (Strategy(native=False), row 'ar[torch]')",
+    )
+    ap.add_argument(
         "--out",
         default=None,
         help="write <out>.csv and <out>.json (e.g. benchmarks/results/overhead)",
@@ -739,11 +756,13 @@ def main(argv: list[str] | None = None) -> int:
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     sizes = list(SIZES) if args.sizes == "all" else args.sizes.split(",")
     presets = args.presets.split(",") if args.presets else list(PRESETS)
+    if HAS_NATIVE and "ar" in presets and not args.no_torch_ar:  # the torch path, for comparison
+        presets.insert(presets.index("ar") + 1, "ar" + TORCH_SUFFIX)
     for s in sizes:
         if s not in SIZES:
             ap.error(f"unknown size {s!r}; choose from {', '.join(SIZES)} or all")
     for p in presets:
-        if p not in PRESETS:
+        if base_name(p) not in PRESETS:
             ap.error(f"unknown preset {p!r}; presets: {', '.join(PRESETS)}")
     modes = ["token", "response"] if args.inputs == "both" else [args.inputs]
     if not HAS_PER_RESPONSE and "response" in modes:

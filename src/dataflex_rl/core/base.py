@@ -65,6 +65,14 @@ class Scorer(Component):
         invalid tokens and inactive rows: the caller masks them); returns ``out``."""
         raise NotImplementedError
 
+    def write_affine_(self, batch: RolloutBatch, A: Tensor, C: Tensor, out: Tensor) -> bool:
+        """Token scorers with `row_sums`, optional: write ``A[r] * score + C[r]`` on the valid
+        tokens of every row and 0 elsewhere into ``out`` [B, T] (rows with A = C = 0 all 0)
+        in one fused pass, and return True; or return False (then the caller builds them
+        from `score_rows_`). `token_prob` does it with compiled kernels when the batch has
+        them (`RolloutBatch.with_kernels`)."""
+        return False
+
 
 def expected_score_shape(granularity: str, batch: RolloutBatch) -> tuple[int, ...]:
     """The shape a score of ``granularity`` must have for ``batch``."""

@@ -17,6 +17,7 @@ invalid tokens never enter a result, NaN included. Sums agree with
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -69,6 +70,15 @@ def _block_sums(v3: Tensor) -> Tensor:
     return v3.sum(2)
 
 
+def exact_prob_rows(log_probs: Tensor, mask: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """([k] sum over the valid tokens (``mask``) of each of ``rows`` of p = exp(min(x, 0)),
+    [k] bool: a non-finite value on one of those tokens), token by token: the exact path for
+    the rare rows a faster pass flags (a NaN stays NaN in the sum)."""
+    x, m = log_probs[rows], mask[rows]
+    p = torch.clamp(x, max=0.0).exp_()
+    return torch.where(m, p, 0.0).sum(1), (m & ~torch.isfinite(x)).any(1)
+
+
 class TokenBlocks:
     """Block summary of a [B, T] bool token mask, for fast masked per-row reductions.
 
@@ -89,6 +99,7 @@ class TokenBlocks:
             raise ValueError(f"block must be a multiple of 8 in [8, {MAX_BLOCK}], got {K}")
         self.mask, self.K, self.nb = mask, K, T // K
         counts = _block_counts(mask, self.nb, K)  # [B, nb]
+        self.counts = counts
         self.not_full = counts != K
         self.empty = counts == 0
         mixed = ((counts > 0) & self.not_full).view(-1).nonzero().squeeze(1)
@@ -101,6 +112,33 @@ class TokenBlocks:
             row_counts = row_counts + mask[:, self.nb * K :].sum(1)
         self.row_counts = row_counts
         self._empty_at: tuple[Tensor, Tensor] | None = None
+
+    @cached_property
+    def prefix_lengths(self) -> Tensor | None:
+        """[B] int64 `row_counts` when every row is right-padded (row r valid exactly on its
+        first ``row_counts[r]`` tokens), else None (a hole in some row).
+
+        From the block summary: each block's count must be its share of the row's length,
+        each mixed block's valid tokens must come first, and so must the tail's: no [B, T]
+        pass over the mask.
+        """
+        n, K, nb = self.row_counts, self.K, self.nb
+        dev = self.mask.device
+        if nb:
+            starts = torch.arange(nb, device=dev) * K
+            expect = (n[:, None] - starts).clamp_(0, K)
+            if not torch.equal(self.counts.to(torch.int64), expect):
+                return None
+            if self.mixed_rows.numel():
+                c = expect[self.mixed_rows, self.mixed_cols]
+                prefix = torch.arange(K, device=dev)[None, :] >= c[:, None]
+                if not torch.equal(self.mixed_invalid, prefix):
+                    return None
+        if self.tail:
+            cols = torch.arange(nb * K, self.mask.shape[1], device=dev)
+            if not torch.equal(self.mask[:, nb * K :], cols[None, :] < n[:, None]):
+                return None
+        return n.to(torch.int64)
 
     def _blocks(self, x: Tensor) -> Tensor:
         """[B, nb, K] view (or copy, for odd strides) of the first nb * K columns."""

@@ -30,6 +30,7 @@ from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
+from dataflex_rl.core.native import NativeUnavailable, TokenKernels, load_token_kernels
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.rowops import CHUNK_ELEMS
@@ -165,12 +166,21 @@ class Strategy:
             --load``). The count is set for the call and restored after it; torch's OpenMP
             thread count is per calling thread, but a thread that first uses torch *during*
             a decision would start with this count.
+        native: compiled token kernels (`core.native`) for token-level reweighting whose
+            weights are affine in ``token_prob`` (``ar``): its passes over the [B, T]
+            log-probs become one loop per row over the valid tokens (~1.3x one fused
+            read-and-write pass instead of ~8x, ``benchmarks/strategy_overhead.py``). None
+            (default): use them when a C compiler can build them (or a build is cached),
+            else torch, with a `StrategyWarning` saying why; True: require them (a
+            `ConfigError` here when they cannot be built); False: torch only. Other
+            strategies never build them.
 
     Attributes:
         reads: the optional per-token fields (`TOKEN_FIELDS`) the decision reads: the ones its
             components declare (``requires``) plus ``advantages``, which decide which rows are
             valid and informative. Components see `RolloutBatch.reading` of the batch: the
             other fields are absent, never read or validated.
+        kernels: the loaded `TokenKernels` when the decision uses them, else None.
     """
 
     def __init__(
@@ -182,6 +192,7 @@ class Strategy:
         available_fields: Sequence[str] | None = None,
         norm_adv_by_std: bool = True,
         threads: int | None = 1,
+        native: bool | None = None,
     ) -> None:
         self.spec: StrategySpec = parse_strategy(spec)
         if threads is not None and (
@@ -212,6 +223,7 @@ class Strategy:
             for c in (scorer, actuator):
                 declared.update(getattr(c, "requires", ()) if c is not None else ())
         self.reads: frozenset[str] = frozenset(f for f in TOKEN_FIELDS if f in declared)
+        self.kernels = self._load_kernels(native)
         self._drawn: Tensor | None = None
         self._drawn_last: Tensor | None = None  # that step's draws, replaced on a retry
         self._proportions: Tensor | None = None
@@ -233,6 +245,33 @@ class Strategy:
             self._history = PromptHistory(self.spec.prerollout.options["history_size"])
 
     # ------------------------------------------------------------------ build-time checks
+    def _load_kernels(self, native: bool | None) -> TokenKernels | None:
+        if native is not None and not isinstance(native, bool):
+            raise ConfigError(f"native: must be true, false or null, got {native!r}")
+        part = self.parts.get("reweight")
+        wants = (
+            part is not None
+            and part[1].level == "token"
+            and part[1].affine() is not None
+            and part[0] is not None
+            and type(part[0]).write_affine_ is not Scorer.write_affine_
+        )
+        if native is False or not wants:
+            return None
+        try:
+            return load_token_kernels()
+        except NativeUnavailable as e:
+            if native:
+                raise ConfigError(f"{self.spec.name}: native: {e}") from None
+            warnings.warn(
+                f"{self.spec.name}: token weights are computed in torch, several times "
+                f"slower (compiled kernels unavailable: {e}); Strategy(native=False) "
+                "silences this",
+                StrategyWarning,
+                stacklevel=3,
+            )
+            return None
+
     def _check_host_fit(self, mech, mspec, scorer, actuator, available, where) -> None:
         group_parts = [
             type(c).__name__
@@ -330,7 +369,7 @@ class Strategy:
 
     def _decide(self, batch: RolloutBatch) -> Decision:
         t0 = time.perf_counter()
-        batch = detach_batch(batch).reading(self.reads)
+        batch = detach_batch(batch).reading(self.reads).with_kernels(self.kernels)
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
@@ -629,6 +668,11 @@ class AffineTokenWeights:
         B, T = m.shape
         if out is None:
             out = torch.empty(B, T, dtype=torch.float32, device=m.device)
+        zero_rows = ~self.rows
+        A = self.A.masked_fill(zero_rows, 0.0)
+        C = self.C.masked_fill(zero_rows, 0.0)
+        if self.scorer.write_affine_(self.batch, A, C, out):
+            return out
         zero = torch.zeros((), dtype=torch.float32, device=m.device)
         step = max(1, CHUNK_ELEMS // max(T, 1))
         for i in range(0, B, step):

@@ -79,6 +79,23 @@ class TokenProb(Scorer):
         s = batch.token_prob_sums
         return torch.where(batch.active_mask, s, torch.zeros_like(s))
 
+    def write_affine_(self, batch: RolloutBatch, A: Tensor, C: Tensor, out: Tensor) -> bool:
+        """A[r] * p + C[r] on valid tokens (0 elsewhere) with the batch's compiled kernels,
+        when it has them (`RolloutBatch.token_kernels`): one pass over each row's valid
+        tokens; the rare odd rows (`token_prob_odd_rows`) are redone exactly in torch."""
+        kernels = batch.token_kernels
+        if kernels is None:
+            return False
+        x = batch.old_log_probs.detach()
+        kernels.affine_prob(x, batch.prefix_lengths, A, C, out)
+        odd = batch.token_prob_odd_rows
+        odd = odd[(A[odd] != 0) | (C[odd] != 0)]  # all-0 rows stay 0 (a NaN row too)
+        if odd.numel():
+            p = torch.clamp(x[odd], max=0.0).exp_()
+            w = torch.addcmul(C[odd, None], p, A[odd, None])
+            out[odd] = torch.where(batch.response_mask[odd], w, 0.0)
+        return True
+
     def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
         """p = exp(x) into ``out``, and exp(min(x, 0)) on the rare rows where they may differ
         (`RolloutBatch.token_prob_odd_rows`): one elementwise op per chunk, not two."""
