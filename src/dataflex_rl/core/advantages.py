@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.segment import moments_and_counts
+from dataflex_rl.core.segment import SegmentTable, moments_and_counts, table_moments
 
 
 def group_advantages(
@@ -33,6 +33,7 @@ def group_advantages(
     *,
     norm_by_std: bool = True,
     eps: float = 1e-6,
+    table: SegmentTable | None = None,
 ) -> Tensor:
     """[B] GRPO advantages over the ``keep`` responses of each group.
 
@@ -43,18 +44,26 @@ def group_advantages(
         keep: [B] bool, the responses that count (default all); others get 0.
         norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
         eps: added to the std.
+        table: the groups' `SegmentTable` when known (`RolloutBatch.group_layout`): the
+            same values from row reductions of a [G, width] table (`table_moments`).
 
     Returns:
         [B] in the rewards' dtype, clamped to its finite range.
     """
     k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
+    big = torch.finfo(rewards.dtype).max
+    if table is not None:
+        _, std, dev, count, counted = table_moments(rewards, k, table)
+        adv = dev / (std + eps) if norm_by_std else dev
+        counted &= count > 1
+        out = torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)
+        return table.take(out)
     _, std, dev, count = moments_and_counts(rewards, group_ids, num_groups, k)
     # one gather of the row's group: [std, counted responses]
     row = torch.stack([std, count.to(torch.float64)], 1).index_select(0, group_ids)
     row_std, n = row[:, 0], row[:, 1]
     adv = dev / (row_std + eps) if norm_by_std else dev
     counted = k & (n > 1)
-    big = torch.finfo(rewards.dtype).max
     return torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)
 
 
@@ -82,4 +91,5 @@ def grpo_advantages_per_response(
         keep & batch.active_mask,
         norm_by_std=norm_by_std,
         eps=eps,
+        table=batch.group_layout,
     )

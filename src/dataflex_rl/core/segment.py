@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -91,8 +92,34 @@ def moments_and_counts(
     return lo + shifted_mean, var.sqrt(), dev, count
 
 
+def table_moments(
+    values: Tensor, mask: Tensor, table: SegmentTable
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`moments_and_counts` with the segments laid out in ``table``: row reductions of the
+    [S, width] table instead of scatters, the same values (sums run left to right, in index
+    order, as the scatter-add runs; the shift by the minimum is the same, see
+    `segment_moments`).
+
+    Returns:
+        (mean [S, 1], std [S, 1], dev [S, width] (0 in empty cells and where ``mask`` is
+        False), count [S, 1] int64, [S, width] bool ``mask`` in the table).
+    """
+    inf = float("inf")
+    xt = table.fill(torch.where(mask, values.to(torch.float64), inf), inf)
+    mt = table.fill(mask, False)
+    lo = xt.amin(1, keepdim=True).nan_to_num_(0.0, 0.0, 0.0)  # empty (or a masked -inf): 0
+    shifted = torch.where(mt, xt - lo, 0.0)
+    count = mt.sum(1, keepdim=True)
+    n = count.to(torch.float64)
+    shifted_mean = shifted.cumsum(1)[:, -1:] / n.clamp(min=1)
+    dev = torch.where(mt, shifted - shifted_mean, 0.0)
+    ss = (dev * dev).cumsum(1)[:, -1:]
+    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), 0.0)
+    return lo + shifted_mean, var.sqrt_(), dev, count, mt
+
+
 #: order codes of +inf in float32 and float64; the codes of NaNs lie beyond +-inf
-_F32_INF_CODE = 0x7F800000
+F32_INF_CODE = 0x7F800000
 _F64_INF_CODE = 0x7FF0000000000000
 
 
@@ -116,7 +143,33 @@ def _order_code(key: Tensor) -> tuple[Tensor, int | None]:
             return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFFFFFFFFFF), _F64_INF_CODE
         x = as32
     bits = x.to(torch.float32).view(torch.int32).to(torch.int64)
-    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF), _F32_INF_CODE
+    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF), F32_INF_CODE
+
+
+def order_code32(key: Tensor) -> Tensor | None:
+    """int64 codes in [-2**31, 2**31) whose order is ``torch.sort``'s order of the float
+    tensor ``key`` (-0.0 ties 0.0; NaN codes lie beyond those of +-inf), or None when ``key``
+    is not float or holds a value float32 does not (`_order_code`). The code of -inf is
+    ``-1 - F32_INF_CODE``, of +inf ``F32_INF_CODE``; `order_code32_values` undoes it."""
+    if not key.is_floating_point():
+        return None
+    code, inf = _order_code(key)
+    return code if inf == F32_INF_CODE else None
+
+
+def order_code32_values(code: Tensor) -> Tensor:
+    """The float32 values of int64 `order_code32` codes (as float64; -0.0 comes back 0.0)."""
+    bits = code ^ ((code >> 63) & 0x7FFFFFFF)  # the code's map is its own inverse
+    return bits.to(torch.int32).view(torch.float32).to(torch.float64)
+
+
+def order_code64(key: Tensor) -> Tensor:
+    """int64 codes whose order is ``torch.sort``'s order of ``key`` as float64: -0.0 ties
+    0.0, NaNs (any sign or payload) tie with each other after +inf."""
+    x = key.to(torch.float64) + 0.0  # -0.0 + 0.0 is 0.0
+    bits = x.view(torch.int64)
+    code = bits ^ ((bits >> 63) & 0x7FFFFFFFFFFFFFFF)
+    return torch.where(x == x, code, _F64_INF_CODE + 1)
 
 
 def _packed_words(keys: Sequence[Tensor]) -> list[Tensor]:
@@ -227,6 +280,11 @@ class SegmentTable:
         """[N] each element's cell of ``table`` [num_segments, width]."""
         return table.reshape(-1).index_select(0, self.cell)
 
+    @cached_property
+    def column(self) -> Tensor:
+        """[N] int64 each element's column: its position in its segment, in index order."""
+        return torch.remainder(self.cell, self.width)
+
 
 def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None:
     """The `SegmentTable` of ``segment_ids``, or None when it is not cheap or not compact.
@@ -241,33 +299,32 @@ def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None
     device = segment_ids.device
     if n == 0:
         return None
-    counts = torch.bincount(segment_ids, minlength=num_segments)
-    width = int(counts.max())
-    if num_segments * width > 4 * n:
+    G = num_segments
+    counts = torch.bincount(segment_ids, minlength=G)
+    if n > 1:  # the first descent, if any (max gives the first index of the largest value)
+        down = torch.max((segment_ids[1:] < segment_ids[:-1]).view(torch.uint8), 0)
+        W, any_down, j = torch.stack([counts.max(), down.values, down.indices]).tolist()
+    else:
+        W, any_down, j = 1, 0, 0
+    if G * W > 4 * n:
         return None
-    L = n
-    if n > 1:
-        down = segment_ids[1:] < segment_ids[:-1]
-        j = int(down.to(torch.uint8).argmax())
-        if bool(down[j]):
-            L = j + 1
+    L = j + 1 if any_down else n
     if n - L > MAX_TAIL:
         return None
+    if L == n and G * W == n:  # every segment has W elements, in order: cell = index
+        return SegmentTable(torch.arange(n, device=device), G, W)
     head = segment_ids[:L]
-    head_counts = counts if L == n else torch.bincount(head, minlength=num_segments)
-    # cell of an in-order element: its index + (segment * width - segment start)
-    offset = torch.arange(0, num_segments * width, width, device=device) + head_counts
-    offset -= torch.cumsum(head_counts, 0)
-    cell = torch.arange(n, device=device)
-    if L == n:
-        return SegmentTable(cell + offset.index_select(0, segment_ids), num_segments, width)
-    cell[:L] += offset.index_select(0, head)
     tail = segment_ids[L:]
-    same = tail[:, None] == tail[None, :]
-    earlier = torch.ones_like(same).tril_(-1)  # [i, j]: j < i
-    pos = (same & earlier).sum(1)  # tail elements of the segment before this one
-    cell[L:] = tail * width + head_counts.index_select(0, tail) + pos
-    return SegmentTable(cell, num_segments, width)
+    head_counts = counts if L == n else counts - torch.bincount(tail, minlength=G)
+    # cell of an in-order element: its index + (segment * width - segment start)
+    offset = torch.arange(0, G * W, W, device=device) - (torch.cumsum(head_counts, 0) - head_counts)
+    cell = offset.index_select(0, head) + torch.arange(L, device=device)
+    if L == n:
+        return SegmentTable(cell, G, W)
+    # a tail element: after its segment's in-order elements and its earlier tail elements
+    pos = (tail[:, None] == tail[None, :]).tril_(-1).sum(1)
+    tail_cell = tail * W + head_counts.index_select(0, tail) + pos
+    return SegmentTable(torch.cat([cell, tail_cell]), G, W)
 
 
 def segment_rank(

@@ -6,6 +6,7 @@ the group's size): GRPO advantages need two responses to compare.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,7 +16,15 @@ from torch import Tensor
 from dataflex_rl.core.base import SELECTORS, Selector
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.config import param
-from dataflex_rl.core.segment import SegmentTable, round_half_up, segment_min, segment_rank
+from dataflex_rl.core.segment import (
+    SegmentTable,
+    order_code32,
+    order_code32_values,
+    order_code64,
+    round_half_up,
+    segment_min,
+    segment_rank,
+)
 
 
 def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> Tensor:
@@ -23,6 +32,13 @@ def keep_counts(batch: RolloutBatch, keep_fraction: float, minimum: int = 2) -> 
     size = batch.group_size
     n = round_half_up(keep_fraction * size.to(torch.float64)).to(torch.int64)
     return torch.minimum(n.clamp(min=minimum), size)
+
+
+def keep_count(keep_fraction: float, size: int, minimum: int = 2) -> int:
+    """`keep_counts` for one group size, in Python (the same float64 operations)."""
+    x = keep_fraction * float(size)
+    n = math.floor(x + 0.5 + 1e-9 * max(abs(x), 1.0))  # `round_half_up`
+    return min(max(n, minimum), size)
 
 
 @SELECTORS.register("max_variance")
@@ -43,34 +59,25 @@ class MaxVariance(Selector):
     keep_fraction: float = param(0.5, "fraction of each group kept", gt=0.0, le=1.0)
 
     def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
-        G, B = batch.num_groups, batch.batch_size
+        B = batch.batch_size
         if B == 0:
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
         size = batch.group_size
-        k = keep_counts(batch, self.keep_fraction)
         layout = batch.group_layout
+        if layout is not None:
+            keep = _max_variance_packed(scores, batch, layout, self.keep_fraction)
+            if keep is not None:
+                return keep
+        k = keep_counts(batch, self.keep_fraction)
         if layout is not None:
             sorted_r, perm = _sorted_groups_table(scores, active, layout, size)
         else:
             sorted_r, rank = _sorted_groups_flat(scores, batch, size)
         S = sorted_r.shape[1] - 1
-        # [0]: P[:, j] = sum of the j lowest, [1]: Q, of their squares
-        PQ = torch.stack([sorted_r, sorted_r * sorted_r]).cumsum(2)
-        a = torch.arange(S + 1, dtype=torch.int64)[None, :]  # [1, S+1]
-        hi_start = (size[:, None] - (k[:, None] - a)).clamp(min=0, max=S)
-        # subset "a lowest + (k - a) highest": P[a] + P[size] - P[size - k + a], likewise Q
-        total = PQ.gather(2, size[None, :, None].expand(2, G, 1))
-        sum_, sq = PQ + total - PQ.gather(2, hi_start.expand(2, G, S + 1))
-        kf = k[:, None].clamp(min=1).to(torch.float64)
-        var = sq / kf - (sum_ / kf) ** 2
-        valid = (a <= k[:, None]) & (hi_start >= a)
-        var = torch.where(valid, var, torch.full_like(var, -1.0))
-        best = var.max(1, keepdim=True).values
-        tol = 1e-12 * (1.0 + best.abs())
-        a_star = ((var >= best - tol) & valid).to(torch.int64).argmax(1)  # first (smallest) a
+        a_star = _best_low_count(sorted_r, size, k)
         if layout is not None:  # keep by sorted position, scattered back to the cells
-            j = a[:, :S]
+            j = torch.arange(S, dtype=torch.int64)[None, :]
             keep_sorted = ((j < a_star[:, None]) | (j >= (size - k + a_star)[:, None])) & (
                 j < size[:, None]
             )
@@ -79,6 +86,98 @@ class MaxVariance(Selector):
         # an active row's rank is below its group's size: the high block ends there
         ends = torch.stack([a_star, size - k + a_star], 1).index_select(0, batch.group_ids)
         return ((rank < ends[:, 0]) | (rank >= ends[:, 1])) & active
+
+
+def _best_low_count(sorted_r: Tensor, size: Tensor, k: Tensor) -> Tensor:
+    """[G] int64 a*: the smallest a whose subset "a lowest + (k - a) highest" has the largest
+    variance (within a relative 1e-12), from ``sorted_r`` [G, S + 1] (0, then each group's
+    active scores ascending, shifted by their minimum; entries past the group's size are
+    never read)."""
+    G, S = sorted_r.shape[0], sorted_r.shape[1] - 1
+    # [0]: P[:, j] = sum of the j lowest, [1]: Q, of their squares
+    PQ = torch.stack([sorted_r, sorted_r * sorted_r]).cumsum(2)
+    A = int(k.max()) if G else 0  # a > k is no subset
+    a = torch.arange(A + 1, dtype=torch.int64)[None, :]  # [1, A+1]
+    hi_start = (size[:, None] - (k[:, None] - a)).clamp(min=0, max=S)
+    # subset "a lowest + (k - a) highest": P[a] + P[size] - P[size - k + a], likewise Q
+    total = PQ.gather(2, size[None, :, None].expand(2, G, 1))
+    high = PQ.gather(2, hi_start.expand(2, G, A + 1))
+    sum_, sq = PQ[:, :, : A + 1] + total - high
+    kf = k[:, None].clamp(min=1).to(torch.float64)
+    var = sq / kf - (sum_ / kf) ** 2
+    valid = (a <= k[:, None]) & (hi_start >= a)
+    var = torch.where(valid, var, torch.full_like(var, -1.0))
+    best = var.max(1, keepdim=True).values
+    tol = 1e-12 * (1.0 + best.abs())
+    return ((var >= best - tol) & valid).to(torch.int64).argmax(1)  # first (smallest) a
+
+
+def _best_low_count_uniform(sorted_r: Tensor, size: int, k: int) -> Tensor:
+    """`_best_low_count` when every group has ``size`` active rows and keeps ``k``: every
+    a in 0..k is a subset, and P[size - k + a] is a column range (the same operations, so
+    the same values)."""
+    PQ = torch.stack([sorted_r, sorted_r * sorted_r]).cumsum(2)
+    sum_, sq = PQ[:, :, : k + 1] + PQ[:, :, size : size + 1] - PQ[:, :, size - k : size + 1]
+    kf = float(max(k, 1))
+    var = sq / kf - (sum_ / kf) ** 2
+    best = var.max(1, keepdim=True).values
+    tol = 1e-12 * (1.0 + best.abs())
+    return (var >= best - tol).to(torch.int64).argmax(1)  # first (smallest) a
+
+
+#: the key of inactive rows and empty cells in `_top_k_packed`'s tables: after every row
+_LAST = torch.iinfo(torch.int64).max
+#: 2**31 << column bits: the key of inactive rows and empty cells in packed tables, above
+#: every active row's key (`order_code32` codes are below 2**31); it decodes to -0.0
+_EMPTY_CODE = 2**31
+
+
+def _max_variance_packed(
+    scores: Tensor, batch: RolloutBatch, layout: SegmentTable, keep_fraction: float
+) -> Tensor | None:
+    """`MaxVariance.select` on the group table with one unstable row sort of packed keys, or
+    None when the keys do not pack (scores wider than float32, non-float scores) or when
+    shifting by the group minimum is not exact for some group (non-finite scores, or values
+    so far apart that two could round to one shifted value: the tie order would differ).
+
+    Each active row's key is its score's order code (`order_code32`) above its column: keys
+    are distinct, so an unstable sort orders the rows exactly as a stable sort of the
+    shifted scores does (ties by index). The sorted scores are decoded from the sorted keys,
+    and the kept rows are those whose key is below the a*-th sorted key or at least the
+    (size - k + a*)-th: no permutation is scattered back.
+    """
+    code = order_code32(scores)
+    if code is None:
+        return None
+    active, size = batch.active_mask, batch.group_size
+    G, W = layout.num_segments, layout.width
+    bits = (W - 1).bit_length()
+    empty = _EMPTY_CODE << bits
+    table = layout.fill(torch.where(active, (code << bits) + layout.column, empty), empty)
+    sorted_keys = torch.sort(table, dim=1).values  # distinct keys: stable or not alike
+    raw = order_code32_values(sorted_keys >> bits)  # the sorted scores; -0.0 past the size
+    lo = raw[:, :1]
+    sorted_r = torch.zeros(G, W + 1, dtype=torch.float64)
+    shifted = torch.sub(raw, lo, out=sorted_r[:, 1:])
+    # an exact shift keeps distinct scores distinct (x - lo + lo == x; NaN and infinities
+    # fail it too); read back with the group sizes
+    inexact = (raw - (shifted + lo)).any().to(torch.int64)
+    flags = torch.stack([inexact, *torch.aminmax(size)]).tolist()
+    if flags[0]:
+        return None
+    if flags[1] == flags[2]:  # every group the same size (the usual GRPO batch)
+        n = flags[1]
+        k = keep_count(keep_fraction, n)
+        a_star = _best_low_count_uniform(sorted_r, n, k)
+        ends = torch.stack([a_star, a_star + (n - k)], 1)
+    else:
+        kt = keep_counts(batch, keep_fraction)
+        a_star = _best_low_count(sorted_r, size, kt)
+        ends = torch.stack([a_star, size - kt + a_star], 1)
+    padded = torch.cat([sorted_keys, torch.full((G, 1), empty)], 1)
+    ends = padded.gather(1, ends)
+    keep = (table < ends[:, :1]) | (table >= ends[:, 1:])
+    return layout.take(keep) & active
 
 
 def _sorted_groups_table(
@@ -145,6 +244,11 @@ class GroupFilter(Selector):
         active = batch.active_mask
         s = scores.to(torch.float64)
         s = torch.where(active, -s if self.largest else s, torch.zeros_like(s))
+        layout = batch.group_layout
+        if layout is not None:
+            keep = _top_k_packed(s, batch, layout, self.keep_fraction)
+            if keep is not None:
+                return keep
         rank = segment_rank(
             (
                 batch.response_length,
@@ -154,7 +258,51 @@ class GroupFilter(Selector):
             ),
             batch.group_ids,
             G,
-            table=batch.group_layout,
+            table=layout,
         )
         k = keep_counts(batch, self.keep_fraction)
         return (rank < k.index_select(0, batch.group_ids)) & active
+
+
+def _top_k_packed(
+    s: Tensor, batch: RolloutBatch, layout: SegmentTable, keep_fraction: float
+) -> Tensor | None:
+    """`GroupFilter.select` on the group table: the rows of rank < k by (score ``s``
+    ascending, reward descending, length ascending, index), with two unstable row sorts
+    and no permutation; None when the tie-break keys do not pack into an int64 (rewards
+    wider than float32, very long responses in very large groups).
+
+    The k-th smallest score code of each group is its cut: rows below it are kept; of the
+    rows at it, the ``k - below`` smallest by one packed key (reward, length, column:
+    distinct within a group), found with a second sort of that key.
+    """
+    active = batch.active_mask
+    reward = order_code32(batch.clean_rewards)
+    W = layout.width
+    col_bits = (W - 1).bit_length()
+    len_bits = int(batch.response_mask.shape[1]).bit_length()
+    if reward is None or 32 + len_bits + col_bits > 63:
+        return None
+    size = batch.group_size
+    lo, hi = torch.stack(torch.aminmax(size)).tolist()
+    # primary: the score's order code; inactive rows after every active one
+    primary = layout.fill(torch.where(active, order_code64(s), _LAST), _LAST)
+    sorted_primary = torch.sort(primary, dim=1).values
+    if lo == hi:  # every group the same size (the usual GRPO batch)
+        k = keep_count(keep_fraction, lo)
+        if k == 0:
+            return torch.zeros_like(active)
+        cut = sorted_primary[:, k - 1 : k]
+    else:
+        k = keep_counts(batch, keep_fraction)[:, None]
+        cut = sorted_primary.gather(1, (k - 1).clamp(min=0))
+    below = primary < cut
+    tied = primary == cut
+    need = k - below.sum(1, keepdim=True)  # >= 1 where k >= 1: the k-th row is tied
+    # reward descending: 2**31 - 1 - code in [0, 2**32)
+    second = ((2**31 - 1 - reward) << (len_bits + col_bits)) + (
+        (batch.response_length << col_bits) + layout.column
+    )
+    second = torch.where(tied, layout.fill(second, _LAST), _LAST)
+    cut2 = torch.sort(second, dim=1).values.gather(1, (need - 1).clamp(min=0))
+    return layout.take(below | (second <= cut2)) & active
