@@ -7,6 +7,10 @@ from hypothesis import strategies as st
 
 from dataflex_rl.core.segment import (
     lexsort,
+    moments_and_counts,
+    order_code32,
+    order_code32_values,
+    order_code64,
     rank_in_segment,
     round_half_up,
     segment_count,
@@ -15,6 +19,7 @@ from dataflex_rl.core.segment import (
     segment_rank,
     segment_sum,
     segment_table,
+    table_moments,
 )
 
 SEG = torch.tensor([1, 0, 1, 2, 0])  # segment 3 is empty
@@ -159,6 +164,56 @@ def test_segment_table_cells_hand_worked():
     assert t.take(t.fill(torch.arange(6.0), -1.0)).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     # a segment of 20 among segments of 1: 5 x 20 cells for 24 elements is too sparse (> 4N)
     assert segment_table(torch.tensor([0] * 20 + [1, 2, 3, 4]), 5) is None
+
+
+def test_segment_table_identity_and_columns():
+    # every segment full and in order: each element's cell is its index
+    t = segment_table(torch.tensor([0, 0, 1, 1, 2, 2]), 3)
+    assert (t.num_segments, t.width) == (3, 2)
+    assert t.cell.tolist() == [0, 1, 2, 3, 4, 5] and t.column.tolist() == [0, 1] * 3
+    # one element; a descent at the very end (a tail of one)
+    assert segment_table(torch.tensor([0]), 1).cell.tolist() == [0]
+    t = segment_table(torch.tensor([0, 1, 1, 0]), 2)
+    assert t.cell.tolist() == [0, 2, 3, 1] and t.column.tolist() == [0, 0, 1, 1]
+    # groups out of order beyond a short tail: no table
+    assert segment_table(torch.tensor([1, 0] * 200), 2) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=10),
+    tail=st.lists(st.integers(0, 9), max_size=4),
+    values=st.lists(
+        st.sampled_from([0.0, 1.0, -2.5, 0.1, 1e-30, 3e38, -0.0]), min_size=70, max_size=70
+    ),
+    flags=st.lists(st.booleans(), min_size=70, max_size=70),
+)
+def test_table_moments_equal_segment_moments_exactly(sizes, tail, values, flags):
+    # the same float64 values bit for bit: sums run in index order in both
+    seg = torch.tensor(
+        [s for s, size in enumerate(sizes) for _ in range(size)] + [t % len(sizes) for t in tail]
+    )
+    n, S = seg.shape[0], len(sizes)
+    x, mask = torch.tensor(values[:n]), torch.tensor(flags[:n])
+    table = segment_table(seg, S)
+    assert table is not None
+    mean, std, dev, count = moments_and_counts(x, seg, S, mask)
+    t_mean, t_std, t_dev, t_count, t_mask = table_moments(x, mask, table)
+    assert torch.equal(t_mean[:, 0], mean) and torch.equal(t_std[:, 0], std)
+    assert torch.equal(table.take(t_dev), dev) and torch.equal(t_count[:, 0], count)
+    assert torch.equal(table.take(t_mask), mask)
+
+
+def test_order_code32_round_trip_and_order():
+    x = torch.tensor([0.0, -0.0, 1.0, -1.0, 3.4e38, -3.4e38, 1e-45, float("inf"), -float("inf")])
+    code = order_code32(x)
+    assert torch.equal(order_code32_values(code), (x + 0.0).double())  # -0.0 comes back 0.0
+    assert torch.equal(torch.sort(code, stable=True).indices, torch.sort(x, stable=True).indices)
+    assert order_code32(x.double() + 2.0**-40) is None  # values float32 does not hold
+    assert order_code32(torch.tensor([1, 2])) is None
+    y = torch.tensor([float("nan"), 2.0, -float("nan"), -0.0, 0.0, -1e300, float("inf")]).double()
+    # NaNs of either sign tie after +inf, -0.0 ties 0.0 (torch.sort's order, stable)
+    assert torch.sort(order_code64(y), stable=True).indices.tolist() == [5, 3, 4, 1, 6, 0, 2]
 
 
 def test_segment_rank_tail_hand_worked():
