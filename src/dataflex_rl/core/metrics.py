@@ -81,11 +81,12 @@ def _groups_with(flags: Tensor, group_ids: Tensor, num_groups: int) -> Tensor:
     bits = max(1, B.bit_length())
     if F * bits > 63:  # (over 2**21 rows for 3 flags) one scatter-add per flag
         return torch.stack([segment_count(f, group_ids, num_groups) > 0 for f in flags])
-    shifts = torch.arange(F, device=flags.device) * bits
-    packed = (flags.to(torch.int64) << shifts[:, None]).sum(0)
-    per_group = torch.zeros(num_groups, dtype=torch.int64, device=flags.device)
+    device = flags.device
+    fields = torch.tensor([[f * bits] for f in range(F)], device=device)
+    packed = (flags.to(torch.int64) << fields).sum(0)
+    per_group = torch.zeros(num_groups, dtype=torch.int64, device=device)
     per_group.index_add_(0, group_ids, packed)
-    return ((per_group[None, :] >> shifts[:, None]) & ((1 << bits) - 1)) > 0
+    return ((per_group >> fields) & ((1 << bits) - 1)) > 0
 
 
 def step_metrics(
@@ -124,10 +125,10 @@ def step_metrics(
         ]
     )
     counts = flags.sum(1)  # [7]
-    tokens = (flags[:2].to(torch.int64) * n_tok).sum(1)  # [2] valid tokens of active, kept rows
-    has = _groups_with(flags[:3], batch.group_ids, G)  # groups with an active/kept/informative row
-    g_active = has[0]
-    group_counts = torch.stack([g_active.sum(), has[1].sum(), (g_active & ~has[2]).sum()])
+    tokens = (flags[:2] * n_tok).sum(1)  # [2] valid tokens of active, kept rows
+    # groups with an active / kept / informative row (informative rows are active: a group
+    # without signal has an active row and no informative one)
+    has = _groups_with(flags[:3], batch.group_ids, G)
     w = weights_per_response.to(torch.float64)
     n_w = counts[3].clamp(min=1).to(torch.float64)
     wc = torch.where(counted, w, 0.0)
@@ -142,21 +143,22 @@ def step_metrics(
             torch.dot(wc, wc),
         ]
     )  # sum, variance, min, max, sum of squares
-    parts = [counts.to(torch.float64), tokens.to(torch.float64), group_counts.to(torch.float64)]
-    parts.append(w_stats)
+    ints = [counts, tokens, has.sum(1)]
     domains = per_domain and batch.batch_size > 0
     if domains:
         D = batch.num_domains
         per_d = torch.zeros(D, dtype=torch.int64, device=active.device)
-        per_d.index_add_(0, batch.group_domain, g_active.to(torch.int64))
-        parts.append(per_d.to(torch.float64))
-        if signal is not None:
-            parts.append(signal.to(device=active.device, dtype=torch.float64).reshape(D))
+        ints.append(per_d.index_add_(0, batch.group_domain, has[0].to(torch.int64)))
+    parts = [torch.cat(ints).to(torch.float64), w_stats]
+    if domains and signal is not None:
+        parts.append(signal.to(device=active.device, dtype=torch.float64).reshape(D))
     v = torch.cat(parts).tolist()  # the one read back
     c = dict(zip(_FLAGS, v[:7]))
     tok_kept, tok_active = v[8], v[7]
-    g_act, g_kept, g_zero = v[9:12]
-    w_sum, w_var, w_min, w_max, w_sq = v[12:17]
+    g_act, g_kept, g_informative = v[9:12]
+    g_zero = g_act - g_informative
+    off = 12 + (D if domains else 0)
+    w_sum, w_var, w_min, w_max, w_sq = v[off : off + 5]
     m: dict[str, float] = {}
     n_active, n_keep, n_w = c["active"], c["keep"], c["counted"]
     m["dataflex/responses"] = n_active
@@ -181,9 +183,9 @@ def step_metrics(
     m["dataflex/weight_ess"] = ess
     m["dataflex/weight_ess_fraction"] = _frac(ess, n_w)
     if domains:
-        per_d = v[17 : 17 + D]
+        per_d = v[12 : 12 + D]
         total = sum(per_d)
-        sig = v[17 + D :]
+        sig = v[off + 5 :]
         for d, name in enumerate(batch.domains):
             m[domain_metric("batch", name, "actual")] = _frac(per_d[d], total)
             if sig:

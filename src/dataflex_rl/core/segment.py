@@ -142,8 +142,10 @@ def _order_code(key: Tensor) -> tuple[Tensor, int | None]:
             bits = x.view(torch.int64)
             return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFFFFFFFFFF), _F64_INF_CODE
         x = as32
-    bits = x.to(torch.float32).view(torch.int32).to(torch.int64)
-    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF), F32_INF_CODE
+    if x.dtype != torch.float32:  # float16, bfloat16
+        x = x.to(torch.float32)
+    bits = x.view(torch.int32).to(torch.int64)
+    return bits ^ ((bits >> 63) & 0x7FFFFFFF), F32_INF_CODE
 
 
 def order_code32(key: Tensor) -> Tensor | None:

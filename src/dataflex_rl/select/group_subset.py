@@ -122,7 +122,7 @@ def _best_low_count_uniform(sorted_r: Tensor, size: int, k: int) -> Tensor:
     var = sq / kf - (sum_ / kf) ** 2
     best = var.max(1, keepdim=True).values
     tol = 1e-12 * (1.0 + best.abs())
-    return (var >= best - tol).to(torch.int64).argmax(1)  # first (smallest) a
+    return (var >= best - tol).view(torch.uint8).argmax(1)  # first (smallest) a
 
 
 #: the key of inactive rows and empty cells in `_top_k_packed`'s tables: after every row
@@ -161,7 +161,7 @@ def _max_variance_packed(
     shifted = torch.sub(raw, lo, out=sorted_r[:, 1:])
     # an exact shift keeps distinct scores distinct (x - lo + lo == x; NaN and infinities
     # fail it too); read back with the group sizes
-    inexact = (raw - (shifted + lo)).any().to(torch.int64)
+    inexact = (raw - (shifted + lo)).count_nonzero()
     flags = torch.stack([inexact, *torch.aminmax(size)]).tolist()
     if flags[0]:
         return None
