@@ -55,7 +55,7 @@ def group_advantages(
     if table is not None:
         _, std, dev, count, counted = table_moments(rewards, k, table)
         adv = dev / (std + eps) if norm_by_std else dev
-        counted &= count > 1
+        counted = counted & (count > 1)  # (the table may be a view of k)
         out = torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)
         return table.take(out)
     _, std, dev, count = moments_and_counts(rewards, group_ids, num_groups, k)

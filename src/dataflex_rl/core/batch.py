@@ -501,8 +501,19 @@ class RolloutBatch:
     def group_layout(self) -> SegmentTable | None:
         """The rows as a [G, largest group] table (`segment_table`), or None when the groups
         are not listed one after another (up to a short tail of appended rows) or their sizes
-        differ too much. Group-wise sorts use it (`segment_rank`, ``max_variance``)."""
-        return segment_table(self.group_ids, self.num_groups)
+        differ too much. Group-wise sorts and statistics use it (``max_variance``, ``gfpo``,
+        recomputed advantages).
+
+        Padding rows at the end of the batch (as hosts append them) are left out: they never
+        take part, and without them G groups of n rows fill a [G, n] table exactly (its
+        cells are the rows themselves, see `SegmentTable`)."""
+        B = self.batch_size
+        covered = B
+        if B:  # the last row that is not padding
+            last = torch.max((~self.is_padding).view(torch.uint8).flip(0), 0)
+            any_row, trailing = torch.stack([last.values.to(torch.int64), last.indices]).tolist()
+            covered = B - trailing if any_row else 0
+        return segment_table(self.group_ids, self.num_groups, covered)
 
     @cached_property
     def group_size(self) -> Tensor:

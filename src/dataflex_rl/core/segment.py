@@ -165,13 +165,15 @@ def order_code32_values(code: Tensor) -> Tensor:
     return bits.to(torch.int32).view(torch.float32).to(torch.float64)
 
 
-def order_code64(key: Tensor) -> Tensor:
-    """int64 codes whose order is ``torch.sort``'s order of ``key`` as float64: -0.0 ties
-    0.0, NaNs (any sign or payload) tie with each other after +inf."""
+def order_code64(key: Tensor, descending: bool = False) -> Tensor:
+    """int64 codes whose order is ``torch.sort``'s order of ``key`` as float64 (of ``-key``
+    with ``descending``): -0.0 ties 0.0, NaNs (any sign or payload) tie with each other after
+    every number either way."""
     x = key.to(torch.float64) + 0.0  # -0.0 + 0.0 is 0.0
     bits = x.view(torch.int64)
     code = bits ^ ((bits >> 63) & 0x7FFFFFFFFFFFFFFF)
-    return torch.where(x == x, code, _F64_INF_CODE + 1)
+    # numbers: [-inf code - 1, inf code], negated [-inf code, inf code + 1]; NaNs above both
+    return torch.where(x == x, -code if descending else code, _F64_INF_CODE + 2)
 
 
 def _packed_words(keys: Sequence[Tensor]) -> list[Tensor]:
@@ -264,44 +266,85 @@ MAX_TAIL = 256
 @dataclass(frozen=True, eq=False)
 class SegmentTable:
     """N elements laid out as a [num_segments, width] table: row = segment, the elements of a
-    segment in index order from column 0, ``cell`` [N] the flat cell of each element; the
-    other cells are empty. Group-wise sorts become row sorts of the table (`segment_rank`)."""
+    segment in index order from column 0, ``cell`` the flat cell of each element; the other
+    cells are empty. Group-wise sorts become row sorts of the table (`segment_rank`).
+
+    The table may leave out the elements past the first ``cell.shape[0]`` (``size`` counts
+    them all): rows a host appended that never take part (padding), so that the other rows
+    fill the table exactly. Such elements have no cell: `fill` ignores them and `take` gives
+    them ``outside``. ``identity``: every cell is filled, by the element of the same index.
+    """
 
     cell: Tensor
     num_segments: int
     width: int
+    size: int = -1
+    identity: bool = False
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            object.__setattr__(self, "size", int(self.cell.shape[0]))
+
+    @property
+    def covered(self) -> int:
+        """The number of leading elements laid out in the table."""
+        return int(self.cell.shape[0])
 
     def fill(self, values: Tensor, empty) -> Tensor:
-        """[num_segments, width] table of ``values`` [N], ``empty`` in the empty cells."""
+        """[num_segments, width] table of ``values`` [N], ``empty`` in the empty cells (with
+        ``identity``: a view of ``values``, not to be written into)."""
+        if self.covered < self.size:
+            values = values[: self.covered]
+        if self.identity:
+            return values.reshape(self.num_segments, self.width)
         t = torch.full(
             (self.num_segments * self.width,), empty, dtype=values.dtype, device=values.device
         )
         return t.scatter_(0, self.cell, values).view(self.num_segments, self.width)
 
-    def take(self, table: Tensor) -> Tensor:
-        """[N] each element's cell of ``table`` [num_segments, width]."""
-        return table.reshape(-1).index_select(0, self.cell)
+    def take(self, table: Tensor, outside=0) -> Tensor:
+        """[N] each element's cell of ``table`` [num_segments, width] (``outside`` for the
+        elements left out)."""
+        flat = table.reshape(-1)
+        out = flat if self.identity else flat.index_select(0, self.cell)
+        if self.covered < self.size:
+            out = torch.cat([out, out.new_full((self.size - self.covered,), outside)])
+        return out
 
     @cached_property
     def column(self) -> Tensor:
-        """[N] int64 each element's column: its position in its segment, in index order."""
-        return torch.remainder(self.cell, self.width)
+        """[N] int64 each element's column: its position in its segment, in index order (0
+        for the elements left out)."""
+        col = torch.remainder(self.cell, self.width)
+        if self.covered < self.size:
+            col = torch.cat([col, col.new_zeros(self.size - self.covered)])
+        return col
 
 
-def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None:
+def segment_table(
+    segment_ids: Tensor, num_segments: int, covered: int | None = None
+) -> SegmentTable | None:
     """The `SegmentTable` of ``segment_ids``, or None when it is not cheap or not compact.
 
     The elements must come segment after segment (ids non-decreasing, as GRPO groups are
     listed), except for a tail of at most `MAX_TAIL` elements in any order (padding rows that
     hosts append, copies of earlier rows): a segment's tail elements take the cells after its
     in-order elements, in index order. None also when the table would have over 4N cells
-    (segment sizes far apart).
+    (segment sizes far apart). With ``covered``, only the first ``covered`` elements are laid
+    out (the others have no cell, see `SegmentTable`).
     """
+    size = segment_ids.shape[0]
+    if covered is not None and covered < size:
+        segment_ids = segment_ids[:covered]
     n = segment_ids.shape[0]
     device = segment_ids.device
     if n == 0:
         return None
     G = num_segments
+    if n % G == 0:  # G segments of n / G elements, in order (the usual GRPO batch)?
+        cell = torch.arange(n, device=device)
+        if torch.equal(cell // (n // G), segment_ids):
+            return SegmentTable(cell, G, n // G, size, identity=True)
     counts = torch.bincount(segment_ids, minlength=G)
     if n > 1:  # the first descent, if any (max gives the first index of the largest value)
         down = torch.max((segment_ids[1:] < segment_ids[:-1]).view(torch.uint8), 0)
@@ -314,7 +357,7 @@ def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None
     if n - L > MAX_TAIL:
         return None
     if L == n and G * W == n:  # every segment has W elements, in order: cell = index
-        return SegmentTable(torch.arange(n, device=device), G, W)
+        return SegmentTable(torch.arange(n, device=device), G, W, size, identity=True)
     head = segment_ids[:L]
     tail = segment_ids[L:]
     head_counts = counts if L == n else counts - torch.bincount(tail, minlength=G)
@@ -322,11 +365,11 @@ def segment_table(segment_ids: Tensor, num_segments: int) -> SegmentTable | None
     offset = torch.arange(0, G * W, W, device=device) - (torch.cumsum(head_counts, 0) - head_counts)
     cell = offset.index_select(0, head) + torch.arange(L, device=device)
     if L == n:
-        return SegmentTable(cell, G, W)
+        return SegmentTable(cell, G, W, size)
     # a tail element: after its segment's in-order elements and its earlier tail elements
     pos = (tail[:, None] == tail[None, :]).tril_(-1).sum(1)
     tail_cell = tail * W + head_counts.index_select(0, tail) + pos
-    return SegmentTable(torch.cat([cell, tail_cell]), G, W)
+    return SegmentTable(torch.cat([cell, tail_cell]), G, W, size)
 
 
 def segment_rank(
@@ -356,8 +399,8 @@ def segment_rank(
     device = segment_ids.device
     if n == 0:
         return torch.zeros(0, dtype=torch.int64, device=device)
-    if table is True:
-        table = segment_table(segment_ids, num_segments)
+    if table is True or (isinstance(table, SegmentTable) and table.covered < n):
+        table = segment_table(segment_ids, num_segments)  # every element needs a rank
     if table is None or table is False:
         return rank_in_segment(lexsort(*keys, segment_ids), segment_ids, num_segments)
     G, S = table.num_segments, table.width

@@ -242,13 +242,13 @@ class GroupFilter(Selector):
         if B == 0:
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
-        s = scores.to(torch.float64)
-        s = torch.where(active, -s if self.largest else s, torch.zeros_like(s))
         layout = batch.group_layout
         if layout is not None:
-            keep = _top_k_packed(s, batch, layout, self.keep_fraction)
+            keep = _top_k_packed(scores, self.largest, batch, layout, self.keep_fraction)
             if keep is not None:
                 return keep
+        s = scores.to(torch.float64)
+        s = torch.where(active, -s if self.largest else s, torch.zeros_like(s))
         rank = segment_rank(
             (
                 batch.response_length,
@@ -265,10 +265,11 @@ class GroupFilter(Selector):
 
 
 def _top_k_packed(
-    s: Tensor, batch: RolloutBatch, layout: SegmentTable, keep_fraction: float
+    scores: Tensor, largest: bool, batch: RolloutBatch, layout: SegmentTable, keep_fraction: float
 ) -> Tensor | None:
-    """`GroupFilter.select` on the group table: the rows of rank < k by (score ``s``
-    ascending, reward descending, length ascending, index), with two unstable row sorts
+    """`GroupFilter.select` on the group table: the rows of rank < k by (score descending
+    when ``largest`` else ascending, reward descending, length ascending, index), with two
+    unstable row sorts
     and no permutation; None when the tie-break keys do not pack into an int64 (rewards
     wider than float32, very long responses in very large groups).
 
@@ -286,7 +287,7 @@ def _top_k_packed(
     size = batch.group_size
     lo, hi = torch.stack(torch.aminmax(size)).tolist()
     # primary: the score's order code; inactive rows after every active one
-    primary = layout.fill(torch.where(active, order_code64(s), _LAST), _LAST)
+    primary = layout.fill(torch.where(active, order_code64(scores, largest), _LAST), _LAST)
     sorted_primary = torch.sort(primary, dim=1).values
     if lo == hi:  # every group the same size (the usual GRPO batch)
         k = keep_count(keep_fraction, lo)

@@ -195,3 +195,15 @@ def test_non_finite_advantage_or_log_prob_on_a_valid_token_makes_the_row_invalid
     assert b.active_mask.tolist() == [False, True, False]
     assert b.group_size.tolist() == [1]
     assert b.advantage_per_response.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_group_layout_leaves_out_trailing_padding():
+    # 3 groups of 2, then 2 padding rows copied from the first rows: the table is [3, 2],
+    # its cells the first 6 rows; padding elsewhere keeps its cell
+    g = [0, 0, 1, 1, 2, 2, 0, 0]
+    pad = torch.tensor([False] * 6 + [True] * 2)
+    t = from_lists([1.0] * 8, g, is_padding=pad).group_layout
+    assert (t.identity, t.covered, t.size, t.width) == (True, 6, 8, 2)
+    t = from_lists([1.0] * 8, g, is_padding=pad.roll(-1)).group_layout  # rows 5, 6 padding
+    assert (t.covered, t.width) == (8, 4)
+    assert from_lists([1.0] * 2, [0, 0], is_padding=torch.tensor([True, True])).group_layout is None

@@ -179,6 +179,27 @@ def test_segment_table_identity_and_columns():
     assert segment_table(torch.tensor([1, 0] * 200), 2) is None
 
 
+def test_segment_table_leaving_out_the_last_elements():
+    # 3 segments of 2, then 2 appended elements (padding copies of rows 0, 1) left out: the
+    # first 6 fill a [3, 2] table exactly, the cells are the elements themselves
+    seg = torch.tensor([0, 0, 1, 1, 2, 2, 0, 0])
+    t = segment_table(seg, 3, covered=6)
+    assert (t.identity, t.covered, t.size, t.width) == (True, 6, 8, 2)
+    x = torch.arange(8.0)
+    assert t.fill(x, -1.0).tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert t.take(t.fill(x, -1.0), outside=-7.0).tolist() == [0, 1, 2, 3, 4, 5, -7, -7]
+    assert t.column.tolist() == [0, 1, 0, 1, 0, 1, 0, 0]
+    # not identity: segment 1 has one element before the left-out ones
+    t = segment_table(torch.tensor([0, 0, 1, 0]), 2, covered=3)
+    assert (t.identity, t.width, t.cell.tolist()) == (False, 2, [0, 1, 2])
+    assert t.fill(torch.tensor([5, 6, 7, 8]), 0).tolist() == [[5, 6], [7, 0]]
+    assert t.take(torch.tensor([[5, 6], [7, 0]]), outside=-1).tolist() == [5, 6, 7, -1]
+    # segment_rank needs every element: it lays out the whole table again
+    val = torch.tensor([3.0, 1.0, 2.0, 0.0])
+    assert segment_rank([val], torch.tensor([0, 0, 1, 0]), 2, table=t).tolist() == [2, 1, 0, 0]
+    assert segment_table(seg, 3, covered=0) is None
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 6), min_size=1, max_size=10),
@@ -214,6 +235,11 @@ def test_order_code32_round_trip_and_order():
     y = torch.tensor([float("nan"), 2.0, -float("nan"), -0.0, 0.0, -1e300, float("inf")]).double()
     # NaNs of either sign tie after +inf, -0.0 ties 0.0 (torch.sort's order, stable)
     assert torch.sort(order_code64(y), stable=True).indices.tolist() == [5, 3, 4, 1, 6, 0, 2]
+    # descending: the order of -y, NaNs still last (after -inf too)
+    z = torch.tensor([float("nan"), -float("inf"), 2.0, -0.0, 0.0, float("inf")])
+    assert torch.sort(order_code64(z, descending=True), stable=True).indices.tolist() == [
+        5, 2, 3, 4, 1, 0,
+    ]  # fmt: skip
 
 
 def test_segment_rank_tail_hand_worked():

@@ -163,6 +163,19 @@ def test_gfpo_packed_equals_row_sorts_and_flat(b, fraction, largest):
     assert packed.tolist() == sel.select(scores, _flat(b)).tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(grpo_batches(), st.sampled_from([0.25, 0.5, 0.75]), st.booleans(), st.data())
+def test_gfpo_packed_any_scores(b, fraction, largest, data):
+    # a user scorer's values: infinities, NaN (last either way, tied), -0.0 (ties 0.0)
+    value = st.sampled_from([0.0, -0.0, 1.0, float("inf"), -float("inf"), float("nan")])
+    scores = torch.tensor(data.draw(st.lists(value, min_size=b.batch_size, max_size=b.batch_size)))
+    sel = GroupFilter(keep_fraction=fraction, largest=largest)
+    packed = sel.select(scores, b)
+    with patch.object(group_subset, "_top_k_packed", return_value=None):
+        assert packed.tolist() == sel.select(scores, b).tolist()
+    assert packed.tolist() == sel.select(scores.double(), _flat(b)).tolist()
+
+
 def test_packed_paths_hand_worked_ties():
     # one group of 6, rewards 1, 0, 1, 0, 0, 1 (lengths 4, 2, 2, 4, 2, 3), keep 3
     b = from_lists([1.0, 0.0, 1.0, 0.0, 0.0, 1.0], [0] * 6, [4, 2, 2, 4, 2, 3])
