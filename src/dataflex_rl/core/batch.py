@@ -53,6 +53,15 @@ from dataflex_rl.core.segment import (
 if TYPE_CHECKING:
     from dataflex_rl.core.native import TokenKernels
 
+#: caches `RolloutBatch.with_kernels` keeps: they hold no float sum (exact on every path)
+_EXACT_CACHES = (
+    "token_blocks",
+    "invalid_reward_mask",
+    "response_length",
+    "group_layout",
+    "prefix_lengths",
+)
+
 #: Absolute advantage below which a response counts as carrying no learning signal.
 ZERO_ADVANTAGE_EPS = 1e-8
 
@@ -304,16 +313,19 @@ class RolloutBatch:
         """This batch, with its passes over ``old_log_probs`` done by compiled ``kernels``
         (`core.native`) where they apply: CPU, contiguous float32 log-probs and right-padded
         rows (`TokenBlocks.prefix_lengths`); torch otherwise. Results agree with torch's to
-        ~2e-7 relative. Returns ``self`` when ``kernels`` is None; the caches are shared,
-        except the pass over ``old_log_probs``."""
+        ~2e-7 relative. Returns ``self`` when ``kernels`` is None; the caches that hold no
+        float sum are shared."""
         if kernels is None:
             return self
         new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
+        for f in dataclasses.fields(self):
+            new.__dict__[f.name] = self.__dict__[f.name]
+        # only the caches that do not hold a sum: the kernels redo the sums, so a decision
+        # does not depend on what the host read before
+        for key in _EXACT_CACHES:
+            if key in self.__dict__:
+                new.__dict__[key] = self.__dict__[key]
         new.__dict__["_kernels"] = kernels
-        # the sums are redone by the kernels, so a decision does not depend on what the host
-        # read before (the validity result is the same either way: exact on both paths)
-        new.__dict__.pop("_old_log_prob_pass", None)
         return new
 
     @property
@@ -359,9 +371,15 @@ class RolloutBatch:
         if self.response_advantages is not None:  # B values stand for the advantages
             bad = ~_finite(self.response_advantages) & (self.response_length > 0)
         elif self.advantages is not None:
-            bad = self.token_blocks.nonfinite_rows(
-                self.advantages, row_sums=self._advantage_row_sums
-            )
+            s = self._advantage_row_sums
+            if self._kernel_lengths(self.advantages) is None:
+                bad = self.token_blocks.nonfinite_rows(self.advantages, row_sums=s)
+            else:  # a non-finite term makes the sum non-finite: check those rows only
+                bad = ~torch.isfinite(s)
+                rows = bad.nonzero().squeeze(1)
+                if rows.numel():
+                    x, m = self.advantages[rows], self.response_mask[rows]
+                    bad[rows] = (m & ~torch.isfinite(x)).any(1)
         if self.old_log_probs is not None:
             lp = self._old_log_prob_pass[0]
             bad = lp if bad is None else bad | lp
@@ -425,8 +443,20 @@ class RolloutBatch:
     @cached_property
     def _advantage_row_sums(self) -> Tensor:
         """[B] sum of the advantages over each row's valid tokens (one pass, shared by the
-        validity check and `advantage_per_response`)."""
+        validity check and `advantage_per_response`); with kernels, over each row's valid
+        tokens only."""
+        n = self._kernel_lengths(self.advantages)
+        if n is not None:
+            return self.__dict__["_kernels"].row_sums(self.advantages.detach(), n)
         return self.token_blocks.row_sums(self.advantages)
+
+    def _kernel_lengths(self, x: Tensor | None) -> Tensor | None:
+        """The row lengths when `with_kernels` kernels apply to ``x`` (CPU contiguous float32,
+        right-padded rows), else None."""
+        k = self.__dict__.get("_kernels")
+        if k is None or not k.supports(x):
+            return None
+        return self.prefix_lengths
 
     @property
     def has_advantages(self) -> bool:
@@ -460,6 +490,8 @@ class RolloutBatch:
         read of the mask)."""
         if self.response_lengths is not None:
             return self.response_lengths
+        if "_kernels" in self.__dict__ and (n := self.prefix_lengths) is not None:
+            return n  # the kernels' pass over the mask: no block summary
         return self.token_blocks.row_counts
 
     @cached_property

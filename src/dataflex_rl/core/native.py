@@ -5,14 +5,17 @@ the [B, T] weights A_r * p_t + C_r. Eager torch spends several passes over the [
 on each (exp, mask, sum; exp, scale, mask) and always covers the padding; the kernels in
 ``token_kernels.c`` do each in one vectorized loop per row over its valid tokens only. On this
 project's CPU (``benchmarks/strategy_overhead.py``) the decision plus writing its weights into
-a host buffer costs ~1.3x one fused read-and-write pass over the tensor, against ~8x eagerly.
+a host buffer costs 1.3-1.5x one fused read-and-write pass over the tensor (with per-response
+advantages), against 5-8x eagerly.
 
 The C file is compiled on first use with the system C compiler (``$CC``, else ``cc``, ``gcc``
 or ``clang``; ~0.3 s) into a cache folder (``$DATAFLEX_RL_CACHE``, else
 ``$XDG_CACHE_HOME/dataflex-rl``, else ``~/.cache/dataflex-rl``), named by a hash of the source,
-the compiler and the flags, and written atomically, so processes that start together share one
-build. Without a compiler `load_token_kernels` raises `NativeUnavailable` and `Strategy` falls
-back to torch (or refuses, with ``native=True``).
+the flags and the machine type, and written atomically, so processes that start together share
+one build; a cached build is used without a compiler. When none can be built or loaded (no
+compiler, an unwritable cache) `load_token_kernels` raises `NativeUnavailable` and `Strategy`
+falls back to torch with a warning (or refuses, with ``native=True``), also when a pickled
+strategy arrives in a process that cannot load them.
 
 Kernels take CPU, contiguous float32 log-probs of right-padded rows (row r's valid tokens are
 its first ``lengths[r]``; `TokenBlocks.prefix_lengths` tells). Their exp is a polynomial with
@@ -28,6 +31,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -58,16 +62,18 @@ def cache_dir() -> Path:
     return Path(base) / "dataflex-rl"
 
 
-def find_compiler() -> str:
-    """The C compiler: ``$CC`` when set, else the first of cc, gcc, clang on the PATH."""
+def find_compiler() -> list[str]:
+    """The C compiler command: ``$CC`` when set (a command line, e.g. ``ccache gcc``), else
+    the first of cc, gcc, clang on the PATH."""
     if cc := os.environ.get("CC"):
-        path = shutil.which(cc.split()[0])
+        cmd = shlex.split(cc)
+        path = shutil.which(cmd[0]) if cmd else None
         if path is None:
             raise NativeUnavailable(f"$CC is {cc!r}, which is not on the PATH")
-        return path
+        return [path, *cmd[1:]]
     for name in ("cc", "gcc", "clang"):
         if path := shutil.which(name):
-            return path
+            return [path]
     raise NativeUnavailable("no C compiler found (set $CC, or install gcc or clang)")
 
 
@@ -87,37 +93,38 @@ def arch_flags() -> tuple[str, ...]:
 
 
 def build(cache: Path | None = None, arch: tuple[str, ...] | None = None) -> Path:
-    """The shared library, compiled into ``cache`` (default `cache_dir`) with ``arch`` flags
-    (default `arch_flags`) unless a build of the same source, compiler and flags is there
-    already."""
-    cc = find_compiler()
+    """The shared library in ``cache`` (default `cache_dir`), compiled with ``arch`` flags
+    (default `arch_flags`) unless a build of the same source and flags for this machine is
+    there already: a cached build is used without looking for a compiler (delete the cache
+    folder to rebuild with another one)."""
     flags = FLAGS + (arch_flags() if arch is None else tuple(arch))
     source = SOURCE.read_bytes()
     key = hashlib.sha256(
-        b"\0".join([source, cc.encode(), " ".join(flags).encode(), platform.machine().encode()])
+        b"\0".join([source, " ".join(flags).encode(), platform.machine().encode()])
     ).hexdigest()[:16]
     folder = (cache or cache_dir()) / "kernels"
     lib = folder / f"token_kernels-{key}.so"
     if lib.exists():
         return lib
+    cc = find_compiler()
+    tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NativeUnavailable(f"cannot create the kernel cache {folder}: {e}") from None
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".so")
-    os.close(fd)
-    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".so")
+        os.close(fd)
         done = subprocess.run(
-            [cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=120
+            [*cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=120
         )
         if done.returncode != 0:
             msg = (done.stderr or done.stdout).strip().splitlines()[:5]
-            raise NativeUnavailable(f"{cc} failed on {SOURCE.name}: " + " | ".join(msg))
+            raise NativeUnavailable(f"{' '.join(cc)} failed on {SOURCE.name}: " + " | ".join(msg))
         os.replace(tmp, lib)  # atomic: a concurrent build of the same key writes the same file
     except (OSError, subprocess.SubprocessError) as e:
-        raise NativeUnavailable(f"building {SOURCE.name} with {cc} failed: {e}") from None
+        raise NativeUnavailable(
+            f"building {SOURCE.name} with {' '.join(cc)} in {folder} failed: {e}"
+        ) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return lib
 
@@ -136,8 +143,9 @@ def load_token_kernels(
     lib.dfx_prob_row_sums.argtypes = [_P, _P, _I, _I, _P, _P]
     lib.dfx_affine_prob.argtypes = [_P, _P, _I, _I, _P, _P, _P]
     lib.dfx_prefix_lengths.argtypes = [_P, _I, _I, _P]
+    lib.dfx_row_sums.argtypes = [_P, _P, _I, _I, _P]
     lib.dfx_prefix_lengths.restype = ctypes.c_int64
-    for f in (lib.dfx_exp, lib.dfx_prob_row_sums, lib.dfx_affine_prob):
+    for f in (lib.dfx_exp, lib.dfx_prob_row_sums, lib.dfx_affine_prob, lib.dfx_row_sums):
         f.restype = None
     return TokenKernels(lib, path)
 
@@ -193,6 +201,16 @@ class TokenKernels:
         if n.shape != (B,) or (n.numel() and (int(n.min()) < 0 or int(n.max()) > T)):
             raise ValueError(f"lengths must be [{B}] in [0, {T}], got {tuple(n.shape)}")
         return n
+
+    def row_sums(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """[B] float64 sum of x[r, :lengths[r]] (non-finite when one of them is)."""
+        if not self.supports(x):
+            raise ValueError("row_sums needs a CPU, contiguous float32 [B, T] tensor")
+        n = self._lengths(x, lengths)
+        B, T = x.shape
+        sums = torch.empty(B, dtype=torch.float64)
+        self.lib.dfx_row_sums(_ptr(x), _ptr(n), B, T, _ptr(sums))
+        return sums
 
     def prob_row_sums(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """([B] float64 sum of exp(x[r, :lengths[r]]), [B] bool odd rows: a value outside

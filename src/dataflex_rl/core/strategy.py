@@ -168,9 +168,9 @@ class Strategy:
             a decision would start with this count.
         native: compiled token kernels (`core.native`) for token-level reweighting whose
             weights are affine in ``token_prob`` (``ar``): its passes over the [B, T]
-            log-probs become one loop per row over the valid tokens (~1.3x one fused
+            log-probs become one loop per row over the valid tokens (1.3-1.5x one fused
             read-and-write pass instead of ~8x, ``benchmarks/strategy_overhead.py``). None
-            (default): use them when a C compiler can build them (or a build is cached),
+            (default): use them when a build is cached or a C compiler can make one,
             else torch, with a `StrategyWarning` saying why; True: require them (a
             `ConfigError` here when they cannot be built); False: torch only. Other
             strategies never build them.
@@ -223,6 +223,7 @@ class Strategy:
             for c in (scorer, actuator):
                 declared.update(getattr(c, "requires", ()) if c is not None else ())
         self.reads: frozenset[str] = frozenset(f for f in TOKEN_FIELDS if f in declared)
+        self._native = native
         self.kernels = self._load_kernels(native)
         self._drawn: Tensor | None = None
         self._drawn_last: Tensor | None = None  # that step's draws, replaced on a retry
@@ -243,6 +244,17 @@ class Strategy:
             self._drawn_last = torch.zeros_like(self._drawn)
         if "prerollout" in self.parts:
             self._history = PromptHistory(self.spec.prerollout.options["history_size"])
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["kernels"] = None  # a handle to this process's library: loaded again there
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        # in the receiving process (a Ray worker, a copy): as at construction, so a machine
+        # without a compiler or a cached build falls back to torch with a warning
+        self.kernels = self._load_kernels(self.__dict__.get("_native"))
 
     # ------------------------------------------------------------------ build-time checks
     def _load_kernels(self, native: bool | None) -> TokenKernels | None:

@@ -8,8 +8,8 @@
  *
  * exp is computed here, not by libm, so the loops vectorize without -ffast-math or a vector
  * math library: x = k ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-7 Taylor polynomial
- * (truncation < 6e-9 relative), 2^k from the exponent bits. Relative error about 2 float ulp
- * on [-87, 0], the range every value of a "plain" row lies in. A row with a value outside it
+ * (truncation < 6e-9 relative), 2^k from the exponent bits. Relative error 1.3 float ulp at
+ * most on [-87, 0] (measured; the tests allow 2), the range every value of a "plain" row lies in. A row with a value outside it
  * (> 0, < -87, NaN, infinite) is flagged odd and redone exactly by the caller in torch.
  */
 #include <stdint.h>
@@ -36,9 +36,9 @@ static inline float exp_plain(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t tb;
+    uint32_t tb; /* unsigned: any input (NaN, out of range) wraps, never undefined */
     memcpy(&tb, &t, sizeof tb);
-    int32_t bits = (tb + (127 - ROUNDER_BITS)) << 23; /* 2^k: exponent field k + 127 */
+    uint32_t bits = (tb + (uint32_t)(127 - ROUNDER_BITS)) << 23; /* 2^k: exponent k + 127 */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
@@ -85,6 +85,23 @@ int64_t dfx_prefix_lengths(const uint8_t *mask, int64_t B, int64_t T, int64_t *l
     return -1;
 }
 
+/* sums[r] = sum over t < len[r] of x[r, t] (a NaN or infinity makes it non-finite). */
+void dfx_row_sums(const float *x, const int64_t *len, int64_t B, int64_t T, double *sums) {
+    for (int64_t r = 0; r < B; r++) {
+        const float *xr = x + r * T;
+        int64_t n = len[r];
+        double total = 0.0;
+        for (int64_t s = 0; s < n; s += 512) { /* float partial sums, added in double */
+            int64_t e = s + 512 < n ? s + 512 : n;
+            float part = 0.0f;
+#pragma omp simd reduction(+ : part)
+            for (int64_t t = s; t < e; t++) part += xr[t];
+            total += part;
+        }
+        sums[r] = total;
+    }
+}
+
 /* sums[r] = sum over t < len[r] of exp(x[r, t]); odd[r] = 1 when a value of those is not in
  * [LOWEST, 0] (a NaN included): then sums[r] is garbage and the caller redoes the row. No
  * clamp in the loop: odd values only make odd rows' results wrong, never undefined. */
@@ -114,49 +131,56 @@ void dfx_prob_row_sums(const float *x, const int64_t *len, int64_t B, int64_t T,
     }
 }
 
-/* out[r, t] = A[r] * exp(x[r, t]) + C[r] for t < len[r], 0 after; a row with A[r] = C[r] = 0
- * is all 0 (x not read). Odd rows' values are garbage: the caller redoes them.
- *
- * With AVX, 8 values at a time go to memory with streaming stores: the [B, T] output is far
- * larger than the caches and is not read back here, so a normal store would first read each
- * line it writes (the fused torch pass it is compared with pays that). */
+/* One row of dfx_affine_prob with plain stores. */
+static void affine_row(const float *xr, float *o, int64_t n, int64_t T, float a, float c) {
+#pragma omp simd
+    for (int64_t t = 0; t < n; t++) o[t] = a * exp_plain(xr[t]) + c;
+    if (n < T) memset(o + n, 0, (size_t)(T - n) * sizeof(float));
+}
+
 #if defined(__AVX__)
 #include <immintrin.h>
-void dfx_affine_prob(const float *x, const int64_t *len, int64_t B, int64_t T, const float *A,
-                     const float *C, float *out) {
+/* One row with streaming stores (8 floats at a time, 32-byte aligned; the ends plain). */
+static void affine_row_stream(const float *xr, float *o, int64_t n, int64_t T, float a, float c) {
     const __m256 zero = _mm256_setzero_ps();
-    for (int64_t r = 0; r < B; r++) {
-        const float *xr = x + r * T;
-        float *o = out + r * T;
-        int64_t n = len[r], t = 0;
-        float a = A[r], c = C[r];
-        if (a == 0.0f && c == 0.0f) n = 0;
-        for (; t < n && ((uintptr_t)(o + t) & 31); t++) o[t] = a * exp_plain(xr[t]) + c;
-        for (; t + 8 <= n; t += 8) {
-            float v[8];
+    int64_t t = 0;
+    for (; t < n && ((uintptr_t)(o + t) & 31); t++) o[t] = a * exp_plain(xr[t]) + c;
+    for (; t + 8 <= n; t += 8) {
+        float v[8];
 #pragma omp simd
-            for (int k = 0; k < 8; k++) v[k] = a * exp_plain(xr[t + k]) + c;
-            _mm256_stream_ps(o + t, _mm256_loadu_ps(v));
-        }
-        for (; t < n; t++) o[t] = a * exp_plain(xr[t]) + c;
-        for (; t < T && ((uintptr_t)(o + t) & 31); t++) o[t] = 0.0f;
-        for (; t + 8 <= T; t += 8) _mm256_stream_ps(o + t, zero);
-        for (; t < T; t++) o[t] = 0.0f;
+        for (int k = 0; k < 8; k++) v[k] = a * exp_plain(xr[t + k]) + c;
+        _mm256_stream_ps(o + t, _mm256_loadu_ps(v));
     }
-    _mm_sfence(); /* streaming stores are visible to every reader after this */
-}
-#else
-void dfx_affine_prob(const float *x, const int64_t *len, int64_t B, int64_t T, const float *A,
-                     const float *C, float *out) {
-    for (int64_t r = 0; r < B; r++) {
-        const float *xr = x + r * T;
-        float *o = out + r * T;
-        int64_t n = len[r];
-        float a = A[r], c = C[r];
-        if (a == 0.0f && c == 0.0f) n = 0;
-#pragma omp simd
-        for (int64_t t = 0; t < n; t++) o[t] = a * exp_plain(xr[t]) + c;
-        if (n < T) memset(o + n, 0, (size_t)(T - n) * sizeof(float));
-    }
+    for (; t < n; t++) o[t] = a * exp_plain(xr[t]) + c;
+    for (; t < T && ((uintptr_t)(o + t) & 31); t++) o[t] = 0.0f;
+    for (; t + 8 <= T; t += 8) _mm256_stream_ps(o + t, zero);
+    for (; t < T; t++) o[t] = 0.0f;
 }
 #endif
+
+/* Outputs of at least this many floats (64 MiB) are written with streaming stores (with AVX):
+ * far larger than the caches and not read back here, so a normal store would first read
+ * each line it writes; a smaller output stays in cache for the loss that reads it next. */
+#define STREAM_MIN ((int64_t)1 << 24)
+
+/* out[r, t] = A[r] * exp(x[r, t]) + C[r] for t < len[r], 0 after; a row with A[r] = C[r] = 0
+ * is all 0 (x not read). Odd rows' values are garbage: the caller redoes them. */
+void dfx_affine_prob(const float *x, const int64_t *len, int64_t B, int64_t T, const float *A,
+                     const float *C, float *out) {
+#if defined(__AVX__)
+    int stream = B * T >= STREAM_MIN;
+#endif
+    for (int64_t r = 0; r < B; r++) {
+        int64_t n = (A[r] == 0.0f && C[r] == 0.0f) ? 0 : len[r];
+#if defined(__AVX__)
+        if (stream) {
+            affine_row_stream(x + r * T, out + r * T, n, T, A[r], C[r]);
+            continue;
+        }
+#endif
+        affine_row(x + r * T, out + r * T, n, T, A[r], C[r]);
+    }
+#if defined(__AVX__)
+    if (stream) _mm_sfence(); /* streaming stores are visible to every reader after this */
+#endif
+}
