@@ -72,6 +72,12 @@ class HostConfig(Checked):
         8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
     )
     seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
+    native: bool | None = param(
+        None,
+        "compiled token kernels for 'ar' (built on first use with the system C compiler, "
+        "cached): null uses them when they build, else torch with a warning; true requires "
+        "them; false keeps torch",
+    )
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
 
