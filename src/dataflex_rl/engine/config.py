@@ -285,6 +285,12 @@ class EngineConfig(Checked):
         "torch CPU threads (1 is fastest for the tiny model; run processes in parallel instead)",
         ge=1,
     )
+    native: bool | None = param(
+        None,
+        "compiled token kernels for 'ar' (built on first use with the system C compiler, "
+        "cached): null uses them when they build, else torch with a warning; true requires "
+        "them; false keeps torch",
+    )
     tasks: TasksConfig = param(TasksConfig(), "task domains and prompt drawing")
     grpo: GRPOConfig = param(GRPOConfig(), "rollouts and loss")
     optim: OptimConfig = param(OptimConfig(), "optimizer")

@@ -108,3 +108,10 @@ def test_group_size_below_two_is_refused():
     assert load_config({"grpo": {"group_size": 2}}).grpo.group_size == 2
     with pytest.raises(ConfigError, match="grpo.group_size"):
         load_config({"grpo": {"group_size": 1}})
+
+
+def test_native_is_a_validated_setting():
+    assert load_config().native is None
+    assert load_config({"native": False}).native is False
+    with pytest.raises(ConfigError, match="native"):
+        load_config({"native": "fast"})
