@@ -225,34 +225,26 @@ _TYPE_ERRORS = frozenset(
 )
 
 
-def _real_path(loc: tuple, data: Any) -> tuple[list, Any]:
-    """The part of a pydantic ``loc`` that indexes into ``data`` (union and validator tags
-    dropped), and the value found there (None where the path leaves ``data``)."""
+def _real_path(loc: tuple, data: Any, kind: str = "") -> tuple[list, Any]:
+    """The part of a pydantic ``loc`` that indexes into ``data``, and the value found there.
+
+    Every part that does not index into the data at that point is a tag pydantic adds for a
+    union member or a validator (``constrained-int``, ``function-before[...]``, ``FooSchema``,
+    ``dict[str,float]``, ``[key]``, ...) and is dropped, whatever its spelling; only the last
+    part of a ``missing`` error names a key that is absent from the data (its value is None).
+    """
     path, node = [], data
-    for part in loc:
+    for i, part in enumerate(loc):
         indexes = (isinstance(node, dict) and part in node) or (
-            isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node)
+            isinstance(node, (list, tuple)) and isinstance(part, int) and 0 <= part < len(node)
         )
         if indexes:
             path.append(part)
             node = node[part]
-        elif isinstance(part, str) and _is_schema_tag(part):
-            continue
-        else:
+        elif kind == "missing" and i == len(loc) - 1:
             path.append(part)
             return path, None
     return path, node
-
-
-def _is_schema_tag(part: str) -> bool:
-    """A union-member or validator tag in a pydantic ``loc`` (not a data key)."""
-    return bool(
-        re.search(
-            r"[\[\]]|Schema$|^(function-|is-instance|str$|int$|float$|bool$|"
-            r"none$|dict$|list$|tuple$)",
-            part,
-        )
-    )
 
 
 def _join(where: str, path: list) -> str:
@@ -302,7 +294,8 @@ def _keys_of(schema: type, path: list) -> list[str]:
 
 def _format(err: dict, data: Any, schema: type, where: str, noun: str) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
-    path, value = _real_path(err["loc"], data)
+    path, value = _real_path(err["loc"], data, kind)
+    value = err.get("input", value)  # the value given where the check failed
     at = _join(where, path)
     if kind == "extra_forbidden":
         valid = _keys_of(schema, path[:-1])
@@ -353,7 +346,7 @@ def _first_error(errors: list[dict], data: Any) -> dict:
     among type errors the deepest (a union branch that matched further)."""
 
     def rank(e: dict) -> tuple:
-        path, _ = _real_path(e["loc"], data)
+        path, _ = _real_path(e["loc"], data, e["type"])
         return (e["type"] in _TYPE_ERRORS, -len(path) if e["type"] in _TYPE_ERRORS else 0)
 
     return min(errors, key=rank)

@@ -154,6 +154,28 @@ def test_bounds_apply_to_every_number_of_a_list_or_mapping():
     )
 
 
+@dataclasses.dataclass
+class Seeds(Checked):
+    seeds: int | list[int] = param(doc="a count or a list", ge=0)
+    scale: float | None = param(None, "a bounded optional float", gt=0.0)
+
+
+def test_constrained_union_members_name_the_key_and_the_value_given():
+    # pydantic tags a bounded member `constrained-int` in the error location: the message
+    # names the key and the value given, not the tag and None
+    def err(data):
+        with pytest.raises(ConfigError) as e:
+            validate(Seeds, data, "cfg")
+        return str(e.value)
+
+    assert err({"seeds": "abc"}) == "cfg.seeds: expected int | list[int], got str ('abc')"
+    assert err({"seeds": -1}) == "cfg.seeds: must be >= 0, got -1"
+    assert err({"seeds": [1, -2]}) == "cfg.seeds[1]: must be >= 0, got -2"
+    assert err({"seeds": [1, "x"]}) == "cfg.seeds[1]: expected int, got str ('x')"
+    assert err({"seeds": 1, "scale": 0}) == "cfg.scale: must be > 0.0, got 0"
+    assert err({"seeds": 1, "scale": "s"}) == "cfg.scale: expected float | null, got str ('s')"
+
+
 def test_missing_required_key():
     assert _err({}) == "cfg: missing required key 'name'"
 
