@@ -33,7 +33,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="KEY=VALUE",
         help="config overrides, e.g. optim.lr=3e-4 grpo.group_size=4 "
-        "strategy=maxvar (values are YAML; checked like the file)",
+        "strategy=maxvar (values are YAML; checked like the file; strategy=... runs just that "
+        "strategy instead of the config's 'strategies', strategies=[a,b] runs several)",
     )
     parser.add_argument(
         "--strategy",

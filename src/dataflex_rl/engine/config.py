@@ -267,7 +267,8 @@ class EngineConfig(Checked):
     strategies: list[str] = param(
         [],
         "strategies run side by side by 'dataflex-rl train' (preset "
-        "names or YAML paths); empty: just 'strategy'",
+        "names or YAML paths); empty: just 'strategy' (a strategy set on the command line, "
+        "strategy=NAME or --strategy NAME, runs just that one)",
     )
     seed: int = param(0, "seed of sampling, data order and prerollout randomness", ge=0)
     noise_stream: int = param(
@@ -341,6 +342,9 @@ def load_config(
         raise ConfigError(f"{where}: the top level must be a mapping of keys")
     data = apply_overrides(data, dotted, EngineConfig)
     data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {item.partition("=")[0].strip().split(".")[0] for item in dotted}
+    given |= {k for k, v in overrides.items() if v is not None}
+    _one_strategy_key(data, given)
     cfg = from_dict(EngineConfig, data, where)
     if base is not None:
         cfg.policy = _resolve(cfg.policy, base)
@@ -349,7 +353,41 @@ def load_config(
         cfg.strategies = [_resolve(s, base) for s in cfg.strategies]
         for key in ("train", "eval"):
             setattr(cfg.tasks, key, resolve_paths(getattr(cfg.tasks, key), base))
+    _check_strategies(cfg, where)
     return cfg
+
+
+def _one_strategy_key(data: dict, given: set[str]) -> None:
+    """An override of ``strategy`` runs just that strategy.
+
+    ``strategy=maxvar`` or ``strategy.select.preset=...`` on the command line drops the config's
+    ``strategies`` (as ``--strategy`` does), so the strategy asked for is the one that runs.
+    Overriding both ``strategy`` and a non-empty ``strategies`` is ambiguous and refused, naming
+    both keys. (In a file, ``strategies`` wins and ``strategy`` is its documented fallback.)
+    """
+    if "strategy" not in given:
+        return
+    if "strategies" not in given:
+        data["strategies"] = []
+    elif data.get("strategies"):
+        raise ConfigError(
+            f"overrides: both strategy ({data['strategy']!r}) and strategies "
+            f"({data['strategies']!r}) are set; strategies runs side by side and ignores "
+            f"strategy: "
+            f"keep one (e.g. strategies=[maxvar, baseline], or just strategy=maxvar)"
+        )
+
+
+def _check_strategies(cfg: EngineConfig, where: str) -> None:
+    """Parse the strategy (or each of ``strategies``) now, so an unknown preset, a missing
+    strategy file or a bad parameter is refused before any work, with the valid names."""
+    from dataflex_rl.core.spec import parse_strategy
+
+    if cfg.strategies:
+        for i, s in enumerate(cfg.strategies):
+            parse_strategy(s, f"{where}: strategies[{i}]")
+    else:
+        parse_strategy(cfg.strategy, f"{where}: strategy")
 
 
 def resolve_paths(value: Any, base: Path) -> Any:

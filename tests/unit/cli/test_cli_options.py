@@ -90,6 +90,40 @@ def test_train_override_value_is_checked_like_the_file(capsys):
     assert "quickstart.yaml.optim.lr: must be >= 0.0, got -1" in capsys.readouterr().err
 
 
+def test_train_strategy_override_runs_that_strategy_alone(monkeypatch, capsys):
+    # quickstart.yaml has strategies [baseline, difffilter]; `strategy=maxvar` (the example of
+    # train --help) runs maxvar alone instead of being ignored
+    import dataflex_rl.engine.run as run
+
+    seen = []
+
+    def fake_run(config, strategy, **kw):
+        seen.append((strategy, config.strategies))
+        return {"out_dir": "o", "parameter_sha256": "0" * 64}
+
+    monkeypatch.setattr(run, "run_training", fake_run)
+    monkeypatch.setattr(run, "format_table", lambda rows: "table")
+    monkeypatch.setattr(
+        "dataflex_rl.harness.runner.side_by_side",
+        lambda *a, **k: pytest.fail("strategy=maxvar ran the config's strategies"),
+    )
+    assert main(["train", QUICKSTART, "strategy=maxvar"]) == 0
+    assert main(["train", QUICKSTART, "strategy.select.preset=maxvar"]) == 0
+    assert seen == [("maxvar", []), ({"select": {"preset": "maxvar"}}, [])]
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "strategy=maxvar" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "override", ["strategy=maxvr", "strategy.select.preset=maxvr", "strategies=[maxvr]"]
+)
+def test_train_unknown_strategy_override_is_refused_before_any_work(override, capsys):
+    assert main(["train", QUICKSTART, override]) == 2
+    err = capsys.readouterr().err
+    assert "'maxvr'. Did you mean 'maxvar'?" in err and "difffilter" in err
+
+
 def test_compare_overrides_reach_the_plan(tmp_path, capsys):
     out = tmp_path / "o"
     assert (

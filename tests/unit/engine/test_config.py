@@ -115,3 +115,36 @@ def test_native_is_a_validated_setting():
     assert load_config({"native": False}).native is False
     with pytest.raises(ConfigError, match="native"):
         load_config({"native": "fast"})
+
+
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+
+def test_a_strategy_override_runs_just_that_strategy():
+    # examples/quickstart.yaml runs strategies [baseline, difffilter] side by side; the
+    # override `strategy=maxvar` (train --help's example) must run maxvar, not be ignored
+    assert load_config(QUICKSTART).strategies == ["baseline", "difffilter"]
+    cfg = load_config(QUICKSTART, dotted=["strategy=maxvar"])
+    assert cfg.strategy == "maxvar" and cfg.strategies == []
+    cfg = load_config(QUICKSTART, dotted=["strategy.select.preset=maxvar"])
+    assert cfg.strategy == {"select": {"preset": "maxvar"}} and cfg.strategies == []
+    assert load_config(QUICKSTART, strategy="gfpo").strategies == []
+    # strategies overridden too: that list runs; both non-empty is ambiguous
+    cfg = load_config(QUICKSTART, dotted=["strategies=[maxvar, baseline]"])
+    assert cfg.strategies == ["maxvar", "baseline"]
+    with pytest.raises(ConfigError, match=r"both strategy \('maxvar'\) and strategies"):
+        load_config(QUICKSTART, dotted=["strategy=maxvar", "strategies=[gfpo]"])
+    assert load_config(QUICKSTART, dotted=["strategy=maxvar", "strategies=[]"]).strategies == []
+
+
+def test_unknown_strategy_presets_are_refused_at_load_with_the_valid_names():
+    for dotted, key in [
+        (["strategy=maxvr"], "strategy"),
+        (["strategy.select.preset=maxvr"], "strategy.select"),
+        (["strategies=[baseline, maxvr]"], r"strategies\[1\]"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"{key}.*'maxvr'.*Did you mean 'maxvar'") as e:
+            load_config(QUICKSTART, dotted=dotted)
+        assert "maxvar" in str(e.value) and "difffilter" in str(e.value)
+    with pytest.raises(ConfigError, match=r"strategy: unknown strategy preset 'nope'"):
+        load_config({"strategy": "nope"})
