@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.registry import ConfigError, suggest
 
 
 def apply_floor(raw: Tensor, floor: float) -> Tensor:
@@ -25,7 +25,11 @@ def normalize_proportions(value: list | dict, domains: Sequence[str], where: str
     if isinstance(value, dict):
         unknown = [k for k in value if k not in domains]
         if unknown:
-            raise ConfigError(f"{where}: unknown domain(s) {unknown}; domains: {list(domains)}")
+            names = ", ".join(map(repr, unknown))
+            raise ConfigError(
+                f"{where}: unknown domain{'s' if len(unknown) > 1 else ''} {names}."
+                f"{suggest(str(unknown[0]), list(domains))} Domains: {', '.join(domains)}"
+            )
         value = [float(value.get(d, 0.0)) for d in domains]
     if len(value) != D:
         raise ConfigError(f"{where}: needs {D} values (domains {list(domains)}), got {len(value)}")

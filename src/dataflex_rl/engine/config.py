@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dataflex_rl.core.config import Checked, apply_overrides, field_rows, param, validate
+from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
 from dataflex_rl.hosts.common.config import DecisionLogConfig
@@ -140,6 +141,8 @@ class TasksConfig(Checked):
             raise ConfigError(
                 f"TasksConfig.domains: must be non-empty and unique, got {self.domains}"
             )
+        if self.proportions is not None:  # a misspelt domain is refused here, before any run
+            normalize_proportions(self.proportions, self.domains, "TasksConfig.proportions")
 
     def _check_files(self) -> None:
         """``source: files``: train and a verifier per domain are given, the verifiers build

@@ -124,6 +124,17 @@ def test_train_unknown_strategy_override_is_refused_before_any_work(override, ca
     assert "'maxvr'. Did you mean 'maxvar'?" in err and "difffilter" in err
 
 
+def test_proportions_of_a_misspelt_domain_are_refused_before_any_work(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    argv = ["compare", QUICK, "engine.tasks.proportions.mth=0.5", "--dry-run", "--out", out]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "tasks.proportions: unknown domain 'mth'. Did you mean 'math'?" in err
+    assert not (tmp_path / "o").exists()
+    assert main(["train", QUICKSTART, "tasks.proportions.mth=0.5", "--out", out]) == 2
+    assert "unknown domain 'mth'. Did you mean 'math'?" in capsys.readouterr().err
+
+
 def test_compare_overrides_reach_the_plan(tmp_path, capsys):
     out = tmp_path / "o"
     assert (

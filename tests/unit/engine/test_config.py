@@ -148,3 +148,18 @@ def test_unknown_strategy_presets_are_refused_at_load_with_the_valid_names():
         assert "maxvar" in str(e.value) and "difffilter" in str(e.value)
     with pytest.raises(ConfigError, match=r"strategy: unknown strategy preset 'nope'"):
         load_config({"strategy": "nope"})
+
+
+def test_proportions_of_unknown_domains_are_refused_at_validation():
+    with pytest.raises(
+        ConfigError,
+        match=r"^config\.tasks\.proportions: unknown domain 'mth'\. Did you mean 'math'\? "
+        r"Domains: math, logic, science$",
+    ):
+        load_config({"tasks": {"proportions": {"math": 0.25, "mth": 0.5}}})
+    with pytest.raises(ConfigError, match=r"tasks\.proportions: needs 2 values"):
+        load_config({"tasks": {"domains": ["math", "logic"], "proportions": [1, 2, 3]}})
+    with pytest.raises(ConfigError, match=r"tasks\.proportions: .*positive sum"):
+        load_config({"tasks": {"proportions": {"math": 0}}})
+    cfg = load_config(QUICKSTART, dotted=["tasks.proportions.math=0.5"])
+    assert cfg.tasks.proportions == {"math": 0.5, "logic": 0.5, "science": 0.25}
