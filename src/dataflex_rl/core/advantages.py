@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.segment import SegmentTable, moments_and_counts, table_moments
+from dataflex_rl.core.segment import SegmentTable, moments_and_counts, table_std_dev
 
 
 def group_advantages(
@@ -53,7 +53,7 @@ def group_advantages(
     k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
     big = torch.finfo(rewards.dtype).max
     if table is not None:
-        _, std, dev, count, counted = table_moments(rewards, k, table)
+        std, dev, count, counted = table_std_dev(rewards, k, table)  # groups of 2+ count
         adv = dev / (std + eps) if norm_by_std else dev
         counted = counted & (count > 1)  # (the table may be a view of k)
         out = torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)

@@ -540,11 +540,8 @@ class RolloutBatch:
         take part, and without them G groups of n rows fill a [G, n] table exactly (its
         cells are the rows themselves, see `SegmentTable`)."""
         B = self.batch_size
-        covered = B
-        if B:  # the last row that is not padding
-            last = torch.max((~self.is_padding).view(torch.uint8).flip(0), 0)
-            any_row, trailing = torch.stack([last.values.to(torch.int64), last.indices]).tolist()
-            covered = B - trailing if any_row else 0
+        n_pad = int(self.is_padding.sum()) if B else 0
+        covered = B - n_pad if n_pad and bool(self.is_padding[B - n_pad :].all()) else B
         return segment_table(self.group_ids, self.num_groups, covered)
 
     @cached_property

@@ -104,18 +104,37 @@ def table_moments(
         (mean [S, 1], std [S, 1], dev [S, width] (0 in empty cells and where ``mask`` is
         False), count [S, 1] int64, [S, width] bool ``mask`` in the table).
     """
+    lo, shifted_mean, dev, ss, count, mt = _table_deviations(values, mask, table)
+    n = count.to(torch.float64)
+    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), 0.0)
+    return lo + shifted_mean, var.sqrt_(), dev, count, mt
+
+
+def _table_deviations(
+    values: Tensor, mask: Tensor, table: SegmentTable
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`table_moments` before the variance: (lo, shifted mean, dev, sum of dev**2, count,
+    mask table), [S, 1] columns but dev and the mask [S, width]."""
     inf = float("inf")
     xt = table.fill(torch.where(mask, values.to(torch.float64), inf), inf)
     mt = table.fill(mask, False)
     lo = xt.amin(1, keepdim=True).nan_to_num_(0.0, 0.0, 0.0)  # empty (or a masked -inf): 0
     shifted = torch.where(mt, xt - lo, 0.0)
     count = mt.sum(1, keepdim=True)
-    n = count.to(torch.float64)
-    shifted_mean = shifted.cumsum(1)[:, -1:] / n.clamp(min=1)
+    shifted_mean = shifted.cumsum(1)[:, -1:] / count.clamp(min=1)
     dev = torch.where(mt, shifted - shifted_mean, 0.0)
     ss = (dev * dev).cumsum(1)[:, -1:]
-    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), 0.0)
-    return lo + shifted_mean, var.sqrt_(), dev, count, mt
+    return lo, shifted_mean, dev, ss, count, mt
+
+
+def table_std_dev(
+    values: Tensor, mask: Tensor, table: SegmentTable
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(std [S, 1], dev, count [S, 1], mask table) of `table_moments`, except that std is
+    not forced to 0 for segments of fewer than two masked elements (it is 0 there anyway when
+    their values are finite; callers that use only segments of two or more need no more)."""
+    _, _, dev, ss, count, mt = _table_deviations(values, mask, table)
+    return (ss / (count - 1).clamp(min=1)).sqrt_(), dev, count, mt
 
 
 #: order codes of +inf in float32 and float64; the codes of NaNs lie beyond +-inf
