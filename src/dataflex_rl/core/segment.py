@@ -171,17 +171,11 @@ def order_code32(key: Tensor) -> Tensor | None:
     """int64 codes in [-2**31, 2**31) whose order is ``torch.sort``'s order of the float
     tensor ``key`` (-0.0 ties 0.0; NaN codes lie beyond those of +-inf), or None when ``key``
     is not float or holds a value float32 does not (`_order_code`). The code of -inf is
-    ``-1 - F32_INF_CODE``, of +inf ``F32_INF_CODE``; `order_code32_values` undoes it."""
+    ``-1 - F32_INF_CODE``, of +inf ``F32_INF_CODE``."""
     if not key.is_floating_point():
         return None
     code, inf = _order_code(key)
     return code if inf == F32_INF_CODE else None
-
-
-def order_code32_values(code: Tensor) -> Tensor:
-    """The float32 values of int64 `order_code32` codes (as float64; -0.0 comes back 0.0)."""
-    bits = code ^ ((code >> 63) & 0x7FFFFFFF)  # the code's map is its own inverse
-    return bits.to(torch.int32).view(torch.float32).to(torch.float64)
 
 
 def order_code64(key: Tensor, descending: bool = False) -> Tensor:

@@ -19,7 +19,6 @@ from dataflex_rl.core.config import param
 from dataflex_rl.core.segment import (
     SegmentTable,
     order_code32,
-    order_code32_values,
     order_code64,
     round_half_up,
     segment_min,
@@ -127,8 +126,8 @@ def _best_low_count_uniform(sorted_r: Tensor, size: int, k: int) -> Tensor:
 
 #: the key of inactive rows and empty cells in `_top_k_packed`'s tables: after every row
 _LAST = torch.iinfo(torch.int64).max
-#: 2**31 << column bits: the key of inactive rows and empty cells in packed tables, above
-#: every active row's key (`order_code32` codes are below 2**31); it decodes to -0.0
+#: 2**31 << column bits: the key of inactive rows and empty cells in `_max_variance_packed`,
+#: above every active row's key (`order_code32` codes are below 2**31)
 _EMPTY_CODE = 2**31
 
 
@@ -142,8 +141,7 @@ def _max_variance_packed(
 
     Each active row's key is its score's order code (`order_code32`) above its column: keys
     are distinct, so an unstable sort orders the rows exactly as a stable sort of the
-    shifted scores does (ties by index). The sorted scores are decoded from the sorted keys,
-    and the kept rows are those whose key is below the a*-th sorted key or at least the
+    shifted scores does (ties by index). The kept rows are those whose key is below the a*-th sorted key or at least the
     (size - k + a*)-th: no permutation is scattered back.
     """
     code = order_code32(scores)
@@ -154,8 +152,10 @@ def _max_variance_packed(
     bits = (W - 1).bit_length()
     empty = _EMPTY_CODE << bits
     table = layout.fill(torch.where(active, (code << bits) + layout.column, empty), empty)
-    sorted_keys = torch.sort(table, dim=1).values  # distinct keys: stable or not alike
-    raw = order_code32_values(sorted_keys >> bits)  # the sorted scores; -0.0 past the size
+    sorted_keys, order = torch.sort(table, dim=1)  # distinct keys: stable or not alike
+    # the sorted scores (0 past each group's size)
+    values = layout.fill(torch.where(active, scores, 0.0), 0)
+    raw = values.gather(1, order).to(torch.float64)
     lo = raw[:, :1]
     sorted_r = torch.zeros(G, W + 1, dtype=torch.float64)
     shifted = torch.sub(raw, lo, out=sorted_r[:, 1:])

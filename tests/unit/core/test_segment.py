@@ -9,7 +9,6 @@ from dataflex_rl.core.segment import (
     lexsort,
     moments_and_counts,
     order_code32,
-    order_code32_values,
     order_code64,
     rank_in_segment,
     round_half_up,
@@ -225,10 +224,10 @@ def test_table_moments_equal_segment_moments_exactly(sizes, tail, values, flags)
     assert torch.equal(table.take(t_mask), mask)
 
 
-def test_order_code32_round_trip_and_order():
+def test_order_codes_order_like_torch_sort():
     x = torch.tensor([0.0, -0.0, 1.0, -1.0, 3.4e38, -3.4e38, 1e-45, float("inf"), -float("inf")])
     code = order_code32(x)
-    assert torch.equal(order_code32_values(code), (x + 0.0).double())  # -0.0 comes back 0.0
+    assert code.tolist()[:2] == [0, 0]  # -0.0 ties 0.0
     assert torch.equal(torch.sort(code, stable=True).indices, torch.sort(x, stable=True).indices)
     assert order_code32(x.double() + 2.0**-40) is None  # values float32 does not hold
     assert order_code32(torch.tensor([1, 2])) is None
