@@ -594,6 +594,9 @@ class RolloutBatch:
     @cached_property
     def group_domain(self) -> Tensor:
         """[G] int64 domain of each group (of its first row)."""
+        layout = self.__dict__.get("group_layout")  # when built: no scatter needed
+        if layout is not None and layout.identity:  # group g's first row is row g * width
+            return self.domain_ids[: layout.covered : layout.width]
         idx = torch.arange(self.batch_size, device=self.group_ids.device)
         first = segment_min(idx, self.group_ids, self.num_groups, empty=0)
         return self.domain_ids[first]

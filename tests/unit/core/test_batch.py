@@ -207,3 +207,13 @@ def test_group_layout_leaves_out_trailing_padding():
     t = from_lists([1.0] * 8, g, is_padding=pad.roll(-1)).group_layout  # rows 5, 6 padding
     assert (t.covered, t.width) == (8, 4)
     assert from_lists([1.0] * 2, [0, 0], is_padding=torch.tensor([True, True])).group_layout is None
+
+
+def test_group_domain_from_the_group_table():
+    # 3 groups of 2 in domains 1, 0, 1, then a padding row: the first row of each group
+    d = torch.tensor([1, 1, 0, 0, 1, 1, 1])
+    pad = torch.tensor([False] * 6 + [True])
+    kw = dict(domains=("a", "b"), domain_ids=d, is_padding=pad)
+    b = from_lists([1.0] * 7, [0, 0, 1, 1, 2, 2, 0], **kw)
+    assert b.group_layout.identity and b.group_domain.tolist() == [1, 0, 1]
+    assert from_lists([1.0] * 7, [0, 0, 1, 1, 2, 2, 0], **kw).group_domain.tolist() == [1, 0, 1]
