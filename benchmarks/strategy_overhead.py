@@ -111,6 +111,23 @@ pass (25-30 ms) in both versions (no measurable change); decision + weights into
 buffer 7.7-10.6x; decision + ``weights_per_token`` 2.1-3.5x the fused pass into a new
 [B, T]; exp alone 1.44-1.61x and the exp + row-sum floor 1.64-2.19x in the same runs.
 
+maxvar and gfpo on the group table (2026-12-01; ``--sizes large --inputs response --clock cpu
+--repeats 5 --skip-loops --threads 2 --presets baseline,maxvar,gfpo``, before = main at
+2b26f84, after = this version, alternating, 3 pairs, load average 2.9-3.4 from other work),
+host column: maxvar 6.81/6.46/7.86 -> 5.22/3.96/5.03 ms, gfpo 5.77/4.72/7.11 ->
+5.21/4.69/4.51, baseline 2.75/2.12/2.76 -> 2.38/2.26/2.68. The same decisions timed 150
+times each after ``gc.collect()`` as the benchmark does (3 pairs, load 1.7-2.9), fastest
+call: maxvar 4.27-4.35 -> 3.50-3.62 ms, gfpo 4.43-4.59 -> 3.32-3.74, baseline 1.79-1.93 ->
+1.67-1.82 (medians ~1.5 ms higher on the loaded machine). What changed: padding rows
+appended at the end are left out of the group table, so G groups of n rows are a [G, n]
+view of the rows; maxvar sorts one table of distinct packed keys (score order code above
+the column: an unstable sort gives the stable order) and keeps rows by comparing keys with
+the a*-th and (n - k + a*)-th sorted keys; gfpo cuts at each group's k-th score code and
+breaks ties with one packed (reward, length, column) key; advantages are recomputed by row
+reductions of the table; metrics take 45 torch calls instead of 57. What is left is per-op
+cost (~190 torch calls for maxvar, ~15-20 us each right after ``gc.collect()``): a compiled
+kernel (as `core.native` does for ar) would be the next step.
+
 Usage::
 
     .venv/bin/python benchmarks/strategy_overhead.py --sizes large --load        # the targets
