@@ -60,73 +60,9 @@ What makes a decision cheap (issue 13, item 4):
   tokens gives the sums (exp as a vectorized polynomial, ~1.3 ulp; rows with a value outside
   [-87, 0] are redone exactly in torch); one more writes the weights (streaming stores, the
   padding zeroed without a read). ``ar[torch]`` (``Strategy(native=False)``) is timed next to
-  it in every run (``--no-torch-ar`` skips it). The before paragraphs below are the torch path.
-  Figures (2026-12-01, ``--sizes large --inputs both --clock cpu --repeats 5 --skip-loops
-  --threads 2 --presets ar``, two runs, load average 1.3-2.3 from other work), decision + its
-  weights written into a host buffer against the fused pass (35-36 ms), 1 thread: response
-  inputs 1.48x and 1.34x (decision alone 0.66-0.70x) with the kernels, 5.1-7.0x in torch;
-  token inputs 2.2-2.4x with the kernels (the decision also reads the [B, T] advantages, in
-  torch: ~35 ms of its 57-66), 6.9-8.8x in torch. Per call (cProfile, 5 calls): row sums
-  14 ms, the mask check 3.4 ms, the weights 18 ms, everything else ~3 ms.
+  it in every run (``--no-torch-ar`` skips it).
 
-Figures (2026-12-01, 2 CPUs shared with other work: load average 10-25 throughout, so wall
-times are inflated ~5-10x and only same-run ratios mean much; 512 x 16 x 4096):
-
-* before (the previous main, token inputs, decisions on every thread), host at 2 threads
-  against 1 thread, no ``--load``: 2.2x (baseline) to 12.3x (dump_ucb), topk 9.7x, softmax
-  7.7x; with ``--load 2``: topk 20.3 s vs 2.3 s, softmax 20.8 s vs 2.4 s (8.8x).
-* after, same run conditions (``--inputs both --load 2 --skip-loops --repeats 2``): host
-  (``threads=1`` default) / 1 thread is 0.7-1.5x for every token-input preset, with and without
-  ``--load``; the ``free`` column (threads=None) shows what was fixed: topk 18x, softmax
-  25x, ar 21x its 1-thread time.
-* per-response inputs, ``--clock cpu`` (process CPU time, robust to the other load), host
-  column: baseline 1.9 ms, difffilter 2.4, topk 4.7, softmax 3.2, per 2.9, diffband 2.7,
-  static 3.8, dump_ucb 3.4, tscl 3.2, reward_gap 5.4; maxvar 7.1 and gfpo 7.8 miss the 5 ms
-  target (their several stable sorts over B).
-* ar: the decision is 2.7x the fused pass in the after run (token inputs; 14x before), and
-  11x with the host reading the [B, T] weights: the 1.5x target is not met.
-
-After the packed sorts (``core.segment.lexsort``/``segment_rank``), on a nearly idle machine
-(load average 0.9; ``--sizes large --inputs response --clock cpu --repeats 3 --skip-loops
---threads 2``), host column: baseline 2.9 ms, difffilter 3.4, topk 4.0, softmax 3.2, per 2.9,
-diffband 3.7, static 2.3, reward_gap 3.0, dump_ucb 3.0, tscl 3.0; maxvar 5.4 and gfpo 5.9
-still miss 5 ms (their ``select()`` alone is ~3.0 ms; the rest is per-call overhead in
-metrics and advantage recompute); ar 3.0x the fused pass (111 vs 37 ms), 7.4x with the
-[B, T] weights read; host / 1 thread <= 1.2x for every preset.
-
-Issue 13 follow-up (``--sizes large --inputs response --clock cpu --repeats 3 --skip-loops
---threads 2``, 2 CPUs shared with 5 other sessions: load average 3-6, so figures are noisy;
-old = main at 8ea4827, new = this version, alternating, medians of 4 runs each), host column:
-baseline 2.39 -> 2.34 ms, difffilter 2.51 -> 2.65, maxvar 5.75 -> 6.37, gfpo 6.94 -> 5.06,
-topk 3.75 -> 3.14, softmax 3.25 -> 2.85, per 3.48 -> 3.04, diffband 3.25 -> 3.17, static
-2.87 -> 2.50, reward_gap 3.08 -> 3.60, dump_ucb 3.58 -> 3.51, tscl 3.13 -> 3.42. A steadier
-A/B of the decision alone (host at 2 threads, lower quartile of 25 calls, 3 alternating
-rounds, load 2-3): maxvar 5.12/5.72/5.31 -> 4.55/5.69/4.66 ms, gfpo 5.71/6.19/5.59 ->
-4.52/5.17/4.86, baseline 1.89/2.12/2.01 -> 1.77/1.86/1.85. What changed: groups listed in
-order with padding rows appended take the table path (`core.segment.segment_table`, cached
-as ``RolloutBatch.group_layout``); maxvar sorts its group table once; step metrics are a few
-stacked reductions with one read back; advanced indexing by group id became
-``index_select`` (4x cheaper at B = 8k). ar (1 thread): the decision 3.6-5.5x the fused
-pass (25-30 ms) in both versions (no measurable change); decision + weights into a host
-buffer 7.7-10.6x; decision + ``weights_per_token`` 2.1-3.5x the fused pass into a new
-[B, T]; exp alone 1.44-1.61x and the exp + row-sum floor 1.64-2.19x in the same runs.
-
-maxvar and gfpo on the group table (2026-12-01; ``--sizes large --inputs response --clock cpu
---repeats 5 --skip-loops --threads 2 --presets baseline,maxvar,gfpo``, before = main at
-2b26f84, after = this version, alternating, 3 pairs, load average 2.9-3.4 from other work),
-host column: maxvar 6.81/6.46/7.86 -> 5.22/3.96/5.03 ms, gfpo 5.77/4.72/7.11 ->
-5.21/4.69/4.51, baseline 2.75/2.12/2.76 -> 2.38/2.26/2.68. The same decisions timed 150
-times each after ``gc.collect()`` as the benchmark does (3 pairs, load 1.7-2.9), fastest
-call: maxvar 4.27-4.35 -> 3.50-3.62 ms, gfpo 4.43-4.59 -> 3.32-3.74, baseline 1.79-1.93 ->
-1.67-1.82 (medians ~1.5 ms higher on the loaded machine). What changed: padding rows
-appended at the end are left out of the group table, so G groups of n rows are a [G, n]
-view of the rows; maxvar sorts one table of distinct packed keys (score order code above
-the column: an unstable sort gives the stable order) and keeps rows by comparing keys with
-the a*-th and (n - k + a*)-th sorted keys; gfpo cuts at each group's k-th score code and
-breaks ties with one packed (reward, length, column) key; advantages are recomputed by row
-reductions of the table; metrics take 45 torch calls instead of 57. What is left is per-op
-cost (~190 torch calls for maxvar, ~15-20 us each right after ``gc.collect()``): a compiled
-kernel (as `core.native` does for ar) would be the next step.
+Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.
 
 Usage::
 
