@@ -247,10 +247,28 @@ def _real_path(loc: tuple, data: Any, kind: str = "") -> tuple[list, Any]:
     return path, node
 
 
+#: a ``where`` ending so names a file: its keys follow after ``": "`` (``cfg.yaml: optim.lr``)
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def key_path(where: str, key: str | int) -> str:
+    """The place of ``key`` under ``where``, for messages: ``engine.optim`` + ``lr`` ->
+    ``engine.optim.lr``; an index -> ``strategies[1]``. Under a source (a file path, or
+    ``override KEY=VALUE``) the key path starts after a colon: ``quickstart.yaml: optim.lr``,
+    so the file name and the key path read apart."""
+    if isinstance(key, int):
+        return f"{where}[{key}]" if where else f"[{key}]"
+    if not where:
+        return key
+    if where.endswith(_FILE_SUFFIXES) or where.startswith("override "):
+        return f"{where}: {key}"
+    return f"{where}.{key}"
+
+
 def _join(where: str, path: list) -> str:
     out = where
     for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+        out = key_path(out, p)
     return out
 
 
@@ -407,14 +425,16 @@ def _build(schema: type, data: dict, where: str) -> Any:
             else None
         )
         kwargs[key] = (
-            _build(nested, value, f"{where}.{key}") if nested is not None else copy.deepcopy(value)
+            _build(nested, value, key_path(where, key))
+            if nested is not None
+            else copy.deepcopy(value)
         )
     try:
         return schema(**kwargs)
     except ConfigError as e:  # a cross-field check: "Cls.key: ..." -> "where.key: ..."
         msg, prefix = str(e), f"{schema.__name__}."
         raise ConfigError(
-            f"{where}.{msg[len(prefix) :]}" if msg.startswith(prefix) else f"{where}: {msg}"
+            key_path(where, msg[len(prefix) :]) if msg.startswith(prefix) else f"{where}: {msg}"
         ) from None
 
 
@@ -522,26 +542,27 @@ def parse_scalar(text: str) -> Any:
 
 
 def apply_overrides(
-    data: Any, overrides: list[str] | tuple[str, ...], schema: type, where: str = "override"
+    data: Any, overrides: list[str] | tuple[str, ...], schema: type, where: str = "the config"
 ) -> dict:
     """``data`` (a mapping or None) with ``key.sub=value`` overrides set, before validation.
 
     A path must follow declared keys while it is inside declared dataclasses (an unknown key is
-    an error naming the path, with close matches); below a free-form mapping any key goes.
-    Intermediate mappings are created where missing.
+    an error naming the override, with close matches); below a free-form mapping any key goes.
+    Intermediate mappings are created where missing. ``where`` names ``data`` (the file).
 
     Raises:
         ConfigError: not ``key=value``, unknown key, or a path through a non-mapping.
     """
     out = copy.deepcopy(data) if data is not None else {}
     if not isinstance(out, dict):
-        raise ConfigError(f"{where}: the config's top level must be a mapping to override keys")
+        raise ConfigError(f"{where}: the top level must be a mapping to override keys")
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not p for p in key.split(".")):
             raise ConfigError(
-                f"{item!r}: an override is KEY=VALUE with a dotted KEY (e.g. optim.lr=3e-4)"
+                f"override {item!r}: an override is KEY=VALUE with a dotted KEY "
+                "(e.g. optim.lr=3e-4)"
             )
         parts = key.split(".")
         tp: Any = schema
@@ -554,7 +575,7 @@ def apply_overrides(
                     aliases = list(getattr(declared, "aliases", {}) or {})
                     if part not in aliases:
                         raise ConfigError(
-                            f"{key}: unknown key {part!r} of "
+                            f"override {item}: unknown key {part!r} of "
                             f"{'.'.join(parts[:i]) or 'the config'}."
                             f"{suggest(part, valid + aliases)} Valid keys: {', '.join(valid)}"
                         )
@@ -569,11 +590,59 @@ def apply_overrides(
                 child = node[part] = {}
             if not isinstance(child, dict):
                 raise ConfigError(
-                    f"{key}: {'.'.join(parts[: i + 1])} is {child!r}, not a "
+                    f"override {item}: {'.'.join(parts[: i + 1])} is {child!r}, not a "
                     f"mapping; set it as a whole ({'.'.join(parts[: i + 1])}=...)"
                 )
             node = child
     return out
+
+
+def with_overrides(
+    data: Any,
+    overrides: list[str] | tuple[str, ...],
+    schema: type,
+    where: str,
+    build: Callable[[dict, list[str]], Any],
+) -> Any:
+    """``build(data with the overrides set, the overrides)``; a problem is reported where it is.
+
+    ``build`` validates (it raises `ConfigError` naming ``where`` and the key path). When it
+    refuses the overridden data, the overrides are applied one at a time to find the first one
+    that brings the refusal in; the message then names that override instead of the file:
+    ``override optim.lr=abc: expected float, got str ('abc')``. A problem already in ``data``
+    keeps the file's name (``quickstart.yaml: optim.lr: ...``).
+
+    Raises:
+        ConfigError: as described.
+    """
+    overrides = list(overrides)
+    merged = apply_overrides(data, overrides, schema, where)  # names a bad override itself
+    try:
+        return build(merged, overrides)
+    except ConfigError as e:
+        if not overrides:
+            raise
+        refusal, error = e, str(e)
+    for k in range(len(overrides) + 1):
+        try:
+            build(apply_overrides(data, overrides[:k], schema, where), overrides[:k])
+        except ConfigError as e:
+            if str(e) != error:
+                continue
+            if k == 0:
+                break  # the data's own problem, named by the file
+            raise ConfigError(_blame(error, where, overrides[k - 1])) from refusal
+    raise refusal
+
+
+def _blame(message: str, where: str, item: str) -> str:
+    """``message`` (about ``where``) re-worded to name the override ``item`` that caused it."""
+    key = item.partition("=")[0].strip()
+    for head in (f"{where}: ", f"{where}."):
+        if message.startswith(head):
+            message = message[len(head) :]
+            break
+    return f"override {item}: {message.removeprefix(f'{key}: ')}"
 
 
 def _declared_schema(tp: Any) -> type | None:

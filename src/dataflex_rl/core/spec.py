@@ -28,7 +28,7 @@ import yaml
 
 from dataflex_rl.core.base import MECHANISM_REGISTRIES, SCORERS, Scorer
 from dataflex_rl.core.component import Component
-from dataflex_rl.core.config import param, validate
+from dataflex_rl.core.config import key_path, param, validate
 from dataflex_rl.core.preset import PRESETS
 from dataflex_rl.core.registry import ConfigError, suggest
 
@@ -338,7 +338,7 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
     top = validate(StrategyFile, value, where)
     name, description = top.name, top.description
     parts = {
-        m: parse_mechanism(m, value[m], f"{where}.{m}")
+        m: parse_mechanism(m, value[m], key_path(where, m))
         for m in MECHANISMS
         if value.get(m) is not None
     }

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from dataflex_rl.core.config import Checked, apply_overrides, field_rows, param, validate
+from dataflex_rl.core.config import Checked, field_rows, key_path, param, validate, with_overrides
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
@@ -343,21 +343,24 @@ def load_config(
         data, where = copy.deepcopy(source or {}), "config"
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level must be a mapping of keys")
-    data = apply_overrides(data, dotted, EngineConfig)
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    given = {item.partition("=")[0].strip().split(".")[0] for item in dotted}
-    given |= {k for k, v in overrides.items() if v is not None}
-    _one_strategy_key(data, given)
-    cfg = from_dict(EngineConfig, data, where)
-    if base is not None:
-        cfg.policy = _resolve(cfg.policy, base)
-        if isinstance(cfg.strategy, str):
-            cfg.strategy = _resolve(cfg.strategy, base)
-        cfg.strategies = [_resolve(s, base) for s in cfg.strategies]
-        for key in ("train", "eval"):
-            setattr(cfg.tasks, key, resolve_paths(getattr(cfg.tasks, key), base))
-    _check_strategies(cfg, where)
-    return cfg
+    keywords = {k: v for k, v in overrides.items() if v is not None}
+
+    def build(data: dict, dotted: list[str]) -> EngineConfig:
+        data.update(keywords)
+        given = {item.partition("=")[0].strip().split(".")[0] for item in dotted}
+        _one_strategy_key(data, given | set(keywords))
+        cfg = from_dict(EngineConfig, data, where)
+        if base is not None:
+            cfg.policy = _resolve(cfg.policy, base)
+            if isinstance(cfg.strategy, str):
+                cfg.strategy = _resolve(cfg.strategy, base)
+            cfg.strategies = [_resolve(s, base) for s in cfg.strategies]
+            for key in ("train", "eval"):
+                setattr(cfg.tasks, key, resolve_paths(getattr(cfg.tasks, key), base))
+        _check_strategies(cfg, where)
+        return cfg
+
+    return with_overrides(data, dotted, EngineConfig, where, build)
 
 
 def _one_strategy_key(data: dict, given: set[str]) -> None:
@@ -374,9 +377,8 @@ def _one_strategy_key(data: dict, given: set[str]) -> None:
         data["strategies"] = []
     elif data.get("strategies"):
         raise ConfigError(
-            f"overrides: both strategy ({data['strategy']!r}) and strategies "
-            f"({data['strategies']!r}) are set; strategies runs side by side and ignores "
-            f"strategy: "
+            f"both strategy ({data['strategy']!r}) and strategies ({data['strategies']!r}) "
+            f"are set by overrides; strategies runs side by side and ignores strategy: "
             f"keep one (e.g. strategies=[maxvar, baseline], or just strategy=maxvar)"
         )
 
@@ -388,9 +390,9 @@ def _check_strategies(cfg: EngineConfig, where: str) -> None:
 
     if cfg.strategies:
         for i, s in enumerate(cfg.strategies):
-            parse_strategy(s, f"{where}: strategies[{i}]")
+            parse_strategy(s, key_path(where, f"strategies[{i}]"))
     else:
-        parse_strategy(cfg.strategy, f"{where}: strategy")
+        parse_strategy(cfg.strategy, key_path(where, "strategy"))
 
 
 def resolve_paths(value: Any, base: Path) -> Any:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataflex_rl.core.config import Checked, apply_overrides, param, validate
+from dataflex_rl.core.config import Checked, key_path, param, validate, with_overrides
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.engine.config import EngineConfig, from_dict, resolve_paths
@@ -160,7 +160,7 @@ class Experiment:
         log = data.setdefault("log", {})
         log.setdefault("progress", False)
         log.setdefault("plots", False)
-        return from_dict(EngineConfig, data, f"{self.path or self.name}.engine")
+        return from_dict(EngineConfig, data, key_path(self.path or self.name, "engine"))
 
 
 @dataclass
@@ -291,21 +291,25 @@ def parse_experiment(
     top = validate(ExperimentFile, data, where)
     name, description = top.name, top.description
     if not name or "/" in name:
-        raise ConfigError(f"{where}.name: expected a non-empty str without '/', got {name!r}")
+        raise ConfigError(
+            f"{key_path(where, 'name')}: expected a non-empty str without '/', got {name!r}"
+        )
     raw = top.strategies
     if not raw:
-        raise ConfigError(f"{where}.strategies: expected a non-empty list")
-    entries = tuple(_strategy_entry(v, f"{where}.strategies[{i}]", base) for i, v in enumerate(raw))
+        raise ConfigError(f"{key_path(where, 'strategies')}: expected a non-empty list")
+    entries = tuple(
+        _strategy_entry(v, key_path(where, f"strategies[{i}]"), base) for i, v in enumerate(raw)
+    )
     labels = [e.label for e in entries]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise ConfigError(
-            f"{where}.strategies: labels repeat: {', '.join(dupes)} (give "
+            f"{key_path(where, 'strategies')}: labels repeat: {', '.join(dupes)} (give "
             "{label, strategy} entries to tell them apart)"
         )
     bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
     if bad:
-        raise ConfigError(f"{where}.strategies: label {bad[0]!r} cannot name a folder")
+        raise ConfigError(f"{key_path(where, 'strategies')}: label {bad[0]!r} cannot name a folder")
     baseline = (
         top.baseline
         if top.baseline is not None
@@ -313,10 +317,10 @@ def parse_experiment(
     )
     if baseline not in labels:
         raise ConfigError(
-            f"{where}.baseline: {baseline!r} is not one of the strategies."
+            f"{key_path(where, 'baseline')}: {baseline!r} is not one of the strategies."
             f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}"
         )
-    engine = _check_engine(top.engine, f"{where}.engine")
+    engine = _check_engine(top.engine, key_path(where, "engine"))
     policy = engine.get("policy")
     if (
         isinstance(policy, str)
@@ -336,7 +340,7 @@ def parse_experiment(
         description=description,
         strategies=entries,
         baseline=baseline,
-        seeds=_seeds(top.seeds, f"{where}.seeds"),
+        seeds=_seeds(top.seeds, key_path(where, "seeds")),
         engine=engine,
         budget=top.budget,
         evaluation=top.evaluation,
@@ -345,14 +349,16 @@ def parse_experiment(
         tracking=top.tracking,
     )
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
-        raise ConfigError(f"{where}.evaluation.samples: metric 'sampled' needs samples >= 1")
+        raise ConfigError(
+            f"{key_path(where, 'evaluation.samples')}: metric 'sampled' needs samples >= 1"
+        )
     exp.engine_config()  # validates the engine section now, not in a worker
     return _with_controls(exp, top.controls, list(controls), where)
 
 
 def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) -> Experiment:
     """The experiment with its control arms appended to ``strategies``."""
-    parsed = list(parse_controls(value, f"{where}.controls"))
+    parsed = list(parse_controls(value, key_path(where, "controls")))
     for name in extra:
         if not any(c.name == name for c in parsed):
             parsed += parse_controls({name: None}, "--control")
@@ -362,7 +368,7 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
     engine = exp.engine_config()
     arms = []
     for c in parsed:
-        at = f"{where}.controls.{c.name}"
+        at = key_path(where, f"controls.{c.name}")
         if c.label in exp.labels:
             raise ConfigError(
                 f"{at}: its arm's label {c.label!r} is already a strategy label; "
@@ -395,11 +401,16 @@ def load_experiment(
     """
     p = Path(path)
     data = load_yaml(p)
-    if dotted:
-        data = apply_overrides(data, dotted, ExperimentFile, str(path))
-    if seeds is not None:
-        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-            raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
-        if isinstance(data, dict):
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
+    if not dotted:
+        if seeds is not None and isinstance(data, dict):
             data = {**data, "seeds": seeds}
-    return parse_experiment(data, str(path), p.resolve().parent, controls)
+        return parse_experiment(data, str(path), p.resolve().parent, controls)
+
+    def build(data: dict, dotted: list[str]) -> Experiment:
+        if seeds is not None:
+            data["seeds"] = seeds
+        return parse_experiment(data, str(path), p.resolve().parent, controls)
+
+    return with_overrides(data, dotted, ExperimentFile, str(path), build)

@@ -82,12 +82,12 @@ def test_help_lists_the_config_keys_with_ranges(capsys):
 def test_train_override_with_an_unknown_key_is_refused_naming_it(capsys):
     assert main(["train", QUICKSTART, "optim.lrr=3e-4"]) == 2
     err = capsys.readouterr().err
-    assert "optim.lrr: unknown key 'lrr' of optim. Did you mean 'lr'?" in err
+    assert "override optim.lrr=3e-4: unknown key 'lrr' of optim. Did you mean 'lr'?" in err
 
 
 def test_train_override_value_is_checked_like_the_file(capsys):
     assert main(["train", QUICKSTART, "optim.lr=-1"]) == 2
-    assert "quickstart.yaml.optim.lr: must be >= 0.0, got -1" in capsys.readouterr().err
+    assert "error: override optim.lr=-1: must be >= 0.0, got -1\n" in capsys.readouterr().err
 
 
 def test_train_strategy_override_runs_that_strategy_alone(monkeypatch, capsys):
@@ -135,6 +135,20 @@ def test_proportions_of_a_misspelt_domain_are_refused_before_any_work(tmp_path, 
     assert "unknown domain 'mth'. Did you mean 'math'?" in capsys.readouterr().err
 
 
+def test_errors_name_the_file_or_the_override_that_holds_the_bad_value(tmp_path, capsys):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("optim:\n  lr: abc\n")
+    assert main(["train", str(cfg), "steps=3"]) == 2
+    assert f"error: {cfg}: optim.lr: expected float, got str ('abc')\n" in capsys.readouterr().err
+    # the review's reproduction: the key and the value given, named by the override
+    for value, message in [
+        ("abc", "expected int | list[int], got str ('abc')"),
+        ("-1", "must be >= 0, got -1"),
+    ]:
+        assert main(["compare", QUICK, "--dry-run", f"seeds={value}"]) == 2
+        assert f"error: override seeds={value}: {message}\n" in capsys.readouterr().err
+
+
 def test_compare_overrides_reach_the_plan(tmp_path, capsys):
     out = tmp_path / "o"
     assert (
@@ -164,13 +178,13 @@ def test_compare_overrides_reach_the_plan(tmp_path, capsys):
 def test_compare_override_errors_name_the_key(capsys):
     assert main(["compare", QUICK, "budget.stepz=7", "--dry-run"]) == 2
     assert (
-        "budget.stepz: unknown key 'stepz' of budget. Did you mean 'steps'?"
+        "override budget.stepz=7: unknown key 'stepz' of budget. Did you mean 'steps'?"
         in capsys.readouterr().err
     )
     assert main(["compare", QUICK, "statistics.alpha=1.5", "--dry-run"]) == 2
-    assert "quick.yaml.statistics.alpha: must be < 1.0, got 1.5" in capsys.readouterr().err
+    assert "override statistics.alpha=1.5: must be < 1.0, got 1.5" in capsys.readouterr().err
     assert main(["compare", QUICK, "engine.optim.lr=-2", "--dry-run"]) == 2
-    assert "engine.optim.lr: must be >= 0.0, got -2" in capsys.readouterr().err
+    assert "override engine.optim.lr=-2: must be >= 0.0, got -2" in capsys.readouterr().err
 
 
 def test_overrides_after_an_option_still_reach_the_config(tmp_path, capsys):
@@ -180,7 +194,7 @@ def test_overrides_after_an_option_still_reach_the_config(tmp_path, capsys):
     assert main(argv) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2 * 3
     assert main(["train", QUICKSTART, "--steps", "1", "optim.lrr=3e-4"]) == 2
-    assert "optim.lrr: unknown key 'lrr' of optim" in capsys.readouterr().err
+    assert "override optim.lrr=3e-4: unknown key 'lrr' of optim" in capsys.readouterr().err
 
 
 def test_a_stray_word_after_options_is_still_a_usage_error(capsys):

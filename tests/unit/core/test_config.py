@@ -18,11 +18,13 @@ from dataflex_rl.core.config import (
     apply_overrides,
     check,
     field_rows,
+    key_path,
     number_type,
     param,
     parse_scalar,
     range_text,
     validate,
+    with_overrides,
 )
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import parse_strategy
@@ -253,18 +255,75 @@ def test_overrides_set_nested_keys_before_validation():
 def test_override_of_an_unknown_path_names_it_and_suggests():
     with pytest.raises(ConfigError) as e:
         apply_overrides({}, ["optim.lrr=1"], EngineConfig)
-    assert str(e.value).startswith("optim.lrr: unknown key 'lrr' of optim. Did you mean 'lr'?")
+    assert str(e.value).startswith(
+        "override optim.lrr=1: unknown key 'lrr' of optim. Did you mean 'lr'?"
+    )
     with pytest.raises(
-        ConfigError, match="optm.lr: unknown key 'optm' of the config. Did you mean 'optim'"
+        ConfigError,
+        match="override optm.lr=1: unknown key 'optm' of the config. Did you mean 'optim'",
     ):
         apply_overrides({}, ["optm.lr=1"], EngineConfig)
 
 
 def test_override_values_are_validated_like_the_file():
-    with pytest.raises(ConfigError, match=r"^config\.optim\.lr: must be >= 0\.0, got -1$"):
+    # a bad value is blamed on the override that set it, not on the file
+    with pytest.raises(ConfigError, match=r"^override optim\.lr=-1: must be >= 0\.0, got -1$"):
         load_config({}, dotted=["optim.lr=-1"])
-    with pytest.raises(ConfigError, match=r"config\.steps: expected int, got str"):
-        load_config({}, dotted=["steps=many"])
+    with pytest.raises(ConfigError, match=r"^override steps=many: expected int, got str"):
+        load_config({}, dotted=["steps=1", "steps=many"])
+
+
+def test_a_file_name_and_the_key_path_read_apart():
+    assert _err_at("runs/cfg.yaml", {"name": "x", "mid": {"inner": {"alpha": 2}}}) == (
+        "runs/cfg.yaml: mid.inner.alpha: must be <= 1.0, got 2"
+    )
+    assert _err_at("cfg.yml", {"name": "x", "mid": {"weights": [1, -1]}}) == (
+        "cfg.yml: mid.weights[1]: must be >= 0.0, got -1"
+    )
+    assert _err_at("cfg.yaml", {}) == "cfg.yaml: missing required key 'name'"
+    assert key_path("engine", "optim") == "engine.optim" and key_path("s", 2) == "s[2]"
+    assert key_path("e.yaml", "engine") == "e.yaml: engine"
+    assert key_path(key_path("e.yaml", "engine"), "lr") == "e.yaml: engine.lr"
+    with pytest.raises(ConfigError, match=r"^e\.yaml: optim\.betas: needs two values"):
+        validate(EngineConfig, {"optim": {"betas": [0.9]}}, "e.yaml")
+
+
+def _err_at(where: str, data: dict) -> str:
+    with pytest.raises(ConfigError) as e:
+        validate(Outer, data, where)
+    return str(e.value)
+
+
+def _build_outer(data: dict, applied: list[str]) -> Outer:
+    return validate(Outer, data, "cfg.yaml")
+
+
+def test_overrides_are_named_for_their_own_problems_and_the_file_for_its():
+    good = {"name": "x"}
+    with pytest.raises(ConfigError) as e:
+        with_overrides(
+            good, ["mid.inner.count=2", "mid.inner.alpha=abc"], Outer, "cfg.yaml", _build_outer
+        )
+    assert str(e.value) == "override mid.inner.alpha=abc: expected float, got str ('abc')"
+    # an override that puts a wrong mapping in: the key path below it is named
+    with pytest.raises(ConfigError) as e:
+        with_overrides(good, ["mid={inner: {mode: fats}}"], Outer, "cfg.yaml", _build_outer)
+    assert str(e.value).startswith(
+        "override mid={inner: {mode: fats}}: mid.inner.mode: must be one of 'fast', 'slow'"
+    )
+    # the file's own problem stays the file's, overrides or not
+    bad = {"name": "x", "mid": {"inner": {"count": 0}}}
+    with pytest.raises(ConfigError) as e:
+        with_overrides(bad, ["mid.inner.alpha=0.5"], Outer, "cfg.yaml", _build_outer)
+    assert str(e.value) == "cfg.yaml: mid.inner.count: must be > 0, got 0"
+    # an override that repairs the file is fine; the value set is the one built
+    out = with_overrides(bad, ["mid.inner.count=3"], Outer, "cfg.yaml", _build_outer)
+    assert out.mid.inner.count == 3
+    # a cross-field check an override breaks names the override
+    with pytest.raises(
+        ConfigError, match=r"^override optim\.betas=\[0\.9\]: needs two values, got \[0\.9\]$"
+    ):
+        load_config({}, dotted=["optim.lr=0.1", "optim.betas=[0.9]"])
 
 
 def test_malformed_overrides_are_refused():

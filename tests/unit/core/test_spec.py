@@ -265,7 +265,7 @@ def test_unknown_actuator_lists_valid_names():
 def test_errors_inside_a_yaml_file_name_the_file(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("select: {preset: difffilter, every: 0}\n")
-    with pytest.raises(ConfigError, match=rf"{p}\.select\.every: must be >= 1"):
+    with pytest.raises(ConfigError, match=rf"^{p}: select\.every: must be >= 1"):
         parse_strategy(p)
 
 
