@@ -154,15 +154,17 @@ pre-rollout skip rate and the tokens it would not have generated, agreement with
 decision (Jaccard, weight correlation, exact steps) and between the replayed strategies.
 Counterfactual on fixed rollouts: it says what a strategy would select and ask for, not whether
 it would train better (docs/replay.md).
-Example: dataflex-rl replay runs/baseline-s0 --strategy difffilter --strategy softmax"""
+Example: dataflex-rl replay runs/baseline-s0 --strategy difffilter --strategy softmax
+KEY=VALUE overrides after LOG_DIR are set in every replayed strategy (checked like a strategy
+file): dataflex-rl replay runs/baseline-s0 --strategy difffilter select.actuator.low=0.3"""
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from dataflex_rl.harness.replay import read_log, replay
+    from dataflex_rl.harness.replay import read_log, replay, strategies_with_overrides
     from dataflex_rl.harness.replay_report import write_replay_report
 
     log = read_log(args.log_dir)
-    specs = args.strategy or [log.strategy]
+    specs = strategies_with_overrides(args.strategy or [log.strategy], args.overrides or ())
     res = replay(log, specs)
     out = Path(args.out or log.folder.parent / "replay")
     files = write_replay_report(res, out, plots=not args.no_plots)
@@ -368,6 +370,13 @@ def register_commands(subparsers) -> None:
         "log_dir",
         metavar="LOG_DIR",
         help="a decision log folder, or a run folder holding decisions/",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="strategy overrides set in every replayed strategy, e.g. select.actuator.low=0.3 "
+        "(values are YAML; checked like a strategy file)",
     )
     p.add_argument(
         "--strategy",

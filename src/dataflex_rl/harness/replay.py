@@ -308,6 +308,43 @@ def strategy_label(spec: Any) -> str:
     return Path(s).stem if s.endswith((".yaml", ".yml")) else s
 
 
+def strategies_with_overrides(specs: Sequence[Any], dotted: Sequence[str]) -> list[Any]:
+    """Each strategy of ``specs`` with the ``KEY=VALUE`` overrides set (``dataflex-rl replay
+    LOG --strategy difffilter select.actuator.low=0.3``), checked like a strategy file.
+
+    A strategy is expanded to its full mapping (presets resolved, every parameter written
+    out), so any parameter can be set; its label stays. Without overrides ``specs`` is
+    returned as it is (the run's own strategy then replays exactly).
+
+    Raises:
+        ConfigError: an unknown key or a bad value, naming the override (and, with several
+            strategies, the one it broke).
+    """
+    from dataflex_rl.core.config import with_overrides
+    from dataflex_rl.core.spec import StrategyFile, parse_strategy
+
+    if not dotted:
+        return list(specs)
+
+    out = []
+    for spec in specs:
+        label = strategy_label(spec)
+        where = f"strategy {label}"
+        data = {**parse_strategy(spec, where).to_dict(), "name": label}
+
+        def build(data: dict, _: list[str], where: str = where) -> dict:
+            parse_strategy(data, where)
+            return data
+
+        try:
+            out.append(with_overrides(data, dotted, StrategyFile, where, build))
+        except ConfigError as e:
+            if len(specs) == 1:
+                raise
+            raise ConfigError(f"{where}: {e}") from e
+    return out
+
+
 def build_for_log(spec: Any, log: DecisionLogData) -> Strategy:
     """The strategy bound as the logging host bound its own."""
     s = log.settings

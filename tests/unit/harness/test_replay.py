@@ -10,7 +10,13 @@ import torch
 
 from dataflex_rl import Strategy
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.replay import _seg_corr, _seg_jaccard, read_log, replay
+from dataflex_rl.harness.replay import (
+    _seg_corr,
+    _seg_jaccard,
+    read_log,
+    replay,
+    strategies_with_overrides,
+)
 from dataflex_rl.hosts.common.decision_log import DecisionLog
 from dataflex_rl.presets import PRESETS
 from tests.decision_logs import DOMAINS, make_batch, write_log
@@ -221,3 +227,56 @@ def test_cli_writes_report_csv_and_plots(tmp_path, capsys):
     ):
         assert (tmp_path / "out" / f).is_file(), f
     assert "steps/s" in capsys.readouterr().out
+
+
+WIDE_BAND = [
+    "select.actuator.low=0.0",
+    "select.actuator.high=1.0",
+    "select.actuator.inclusive=true",
+]
+
+
+def test_overrides_set_parameters_of_every_replayed_strategy(tmp_path):
+    write_log(tmp_path, "difffilter", 4)
+    log = read_log(tmp_path)
+    assert strategies_with_overrides([log.strategy, "maxvar"], []) == [log.strategy, "maxvar"]
+    (wide,) = strategies_with_overrides([log.strategy], WIDE_BAND)
+    assert wide["name"] == "difffilter"
+    assert wide["select"]["actuator"] == {
+        "name": "band",
+        "low": 0.0,
+        "high": 1.0,
+        "inclusive": True,
+    }
+    own, wider = replay(log, [log.strategy]), replay(log, [wide])
+    assert own.overall["difffilter"]["exact_steps"] == 4
+    # the closed band [0, 1] keeps every group: retention 1, and no longer the logged decision
+    assert wider.overall["difffilter"]["retention"] == 1.0
+    assert wider.overall["difffilter"]["exact_steps"] is None
+    assert own.overall["difffilter"]["retention"] < 1.0
+
+
+def test_override_errors_name_the_override_and_the_strategy():
+    with pytest.raises(ConfigError, match=r"^override select\.actuator\.low=abc: expected float"):
+        strategies_with_overrides(["difffilter"], ["select.actuator.low=abc"])
+    with pytest.raises(ConfigError, match=r"^override selct\.x=1: unknown key 'selct'.*'select'"):
+        strategies_with_overrides(["difffilter"], ["selct.x=1"])
+    # baseline has no select section: the override cannot complete one there
+    with pytest.raises(ConfigError, match=r"^strategy baseline: override select\.actuator\.low"):
+        strategies_with_overrides(["difffilter", "baseline"], ["select.actuator.low=0.1"])
+
+
+def test_cli_takes_overrides_and_refuses_a_bad_one_before_replaying(tmp_path, capsys):
+    from dataflex_rl.cli import main
+
+    write_log(tmp_path / "run" / "decisions", "difffilter", 3)
+    argv = ["replay", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--no-plots"]
+    assert main([*argv, "select.actuator.low=abc"]) == 2
+    assert "error: override select.actuator.low=abc: expected float, got str ('abc')" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "out").exists()
+    assert main([*argv, *WIDE_BAND]) == 0
+    row = next(r for r in capsys.readouterr().out.splitlines() if r.startswith("difffilter"))
+    assert row.split()[:3] == ["difffilter", "1.000", "1.000"]  # retention, ESS: all kept
+    assert (tmp_path / "out" / "replay.md").is_file()
