@@ -7,6 +7,7 @@ back up a layer fails here instead of waiting for a review.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pkgutil
@@ -15,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 
 import dataflex_rl
 
@@ -36,12 +36,34 @@ def _env() -> dict[str, str]:
     }
 
 
+def _require(*modules: str, why: str):
+    """The first of ``modules`` that imports; a test failure saying ``why`` when none does (a
+    check CI must run is never skipped for a missing tool)."""
+    for name in modules:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    pytest.fail(f"{' or '.join(modules)} is not installed: {why}", pytrace=False)
+
+
 def _contracts() -> list[dict]:
-    return tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    # tomllib is Python 3.11+; on 3.10 import-linter (the dev extra) brings tomli
+    toml = _require(
+        "tomllib", "tomli", why="reading pyproject.toml; install the dev extra (.[dev])"
+    )
+    return toml.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+
+
+def test_a_missing_checker_fails_the_test_instead_of_skipping_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "importlinter", None)  # import fails as if not installed
+    with pytest.raises(pytest.fail.Exception, match="importlinter is not installed: the dev"):
+        _require("importlinter", why="the dev extra has it")
+    assert _require("json", why="") is json
 
 
 def test_import_contracts_are_kept():
-    pytest.importorskip("importlinter")
+    _require("importlinter", why="it checks the layers contract; install the dev extra (.[dev])")
     code = (
         "import sys; from importlinter.cli import lint_imports; "
         f"sys.exit(lint_imports(config_filename={str(PYPROJECT)!r}, no_cache=True, "

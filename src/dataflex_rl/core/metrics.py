@@ -46,6 +46,16 @@ def domain_metric(stage: str, domain: str, quantity: str) -> str:
     return f"{PREFIX}{stage}/domain/{metric_domain(domain)}/{quantity}"
 
 
+def split_domain_metric(key: str, stage: str) -> tuple[str, str] | None:
+    """``(domain as written, quantity)`` of a per-domain key of ``stage`` (the inverse of
+    `domain_metric`), or None for any other key."""
+    head = f"{PREFIX}{stage}/domain/"
+    if not key.startswith(head):
+        return None
+    domain, sep, quantity = key[len(head) :].partition("/")
+    return (domain, quantity) if sep and domain and quantity else None
+
+
 def check_domain_names(domains: Sequence[str], where: str = "domains") -> None:
     """Refuse domains that would share metric keys (``a/b`` and ``a_b``).
 

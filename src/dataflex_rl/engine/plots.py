@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.io import atomic_path
+from dataflex_rl.core.metrics import domain_metric, split_domain_metric
 from dataflex_rl.engine.runlog import read_metrics
 
 PLOTS_DIR = "plots"
@@ -75,18 +76,18 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     paths.append(_save(fig, out / "accuracy.png"))
 
     fig, ax = _axes()
-    prefix = "dataflex/mix/domain/"
     names = sorted(
         {
-            k[len(prefix) : -len("/actual")]
+            d
             for r in train
             for k in r
-            if k.startswith(prefix) and k.endswith("/actual")
+            for d, quantity in [split_domain_metric(k, "mix") or ("", "")]
+            if quantity == "actual"
         }
     )
     for i, d in enumerate(names):
         for key, style in (("target", "--"), ("actual", "-")):
-            x, y = _series(train, f"{prefix}{d}/{key}")
+            x, y = _series(train, domain_metric("mix", d, key))
             ax.plot(x, y, style, color=f"C{i}", label=f"{d} {key}")
     ax.set(
         xlabel="step",

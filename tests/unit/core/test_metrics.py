@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflex_rl.core.batch import from_lists
-from dataflex_rl.core.metrics import check_domain_names, domain_metric, metric_domain, step_metrics
+from dataflex_rl.core.metrics import (
+    check_domain_names,
+    domain_metric,
+    metric_domain,
+    split_domain_metric,
+    step_metrics,
+)
 from dataflex_rl.core.registry import ConfigError
 
 
@@ -30,6 +36,15 @@ def test_domain_metric_is_one_key_level_per_part():
     key = domain_metric("mix", "openai/gsm8k", "target")
     assert key == "dataflex/mix/domain/openai_gsm8k/target"
     assert key.split("/") == ["dataflex", "mix", "domain", "openai_gsm8k", "target"]
+
+
+def test_split_domain_metric_inverts_domain_metric():
+    for stage, domain, quantity in [("mix", "openai/gsm8k", "target"), ("batch", "a b", "actual")]:
+        key = domain_metric(stage, domain, quantity)
+        assert split_domain_metric(key, stage) == (metric_domain(domain), quantity)
+        assert split_domain_metric(key, "other") is None
+    for key in ("dataflex/mix/kept", "dataflex/mix/domain/math", "eval/math/greedy", ""):
+        assert split_domain_metric(key, "mix") is None
 
 
 def test_check_domain_names_refuses_collisions_only():
