@@ -7,7 +7,8 @@ both). Each preset is timed three ways in the same run:
 
 * ``1 thr``: torch at 1 thread;
 * ``host``: torch at ``--threads`` (the host's setting), the Strategy's default ``threads=1``
-  (the decision scopes torch to 1 thread and restores the host's count);
+  (the decision scopes torch to 1 thread and restores the host's count); these two are timed
+  in alternate calls, so load from other work weighs on both alike;
 * ``free``: torch at ``--threads`` with ``Strategy(threads=None)``: the decision's ops use
   every thread, which is what every decision did before the ``threads`` option.
 
@@ -417,6 +418,29 @@ def time_decision(
     return statistics.median(xs)
 
 
+def time_pair(name: str, t: dict, repeats: int, threads: int) -> tuple[float, float]:
+    """Median ms of ``decide`` with torch at 1 thread and at ``threads`` (the Strategy's
+    default), timed one after the other in each of ``repeats`` rounds (after a warm-up round):
+    under ``--load`` a millisecond decision is slowed mostly by when the scheduler runs it,
+    and alternating rounds give both columns the same luck."""
+    strategy = Strategy(strategy_spec(name), domains=DOMAINS, **strategy_kwargs(name))
+    one, host = [], []
+    for i in range(repeats + 1):
+        for n, out in ((1, one), (threads, host)):
+            b = make_batch(t)
+            gc.collect()
+
+            def call(b=b):
+                t0 = CLOCK()
+                strategy.decide(b)
+                return (CLOCK() - t0) * 1e3
+
+            ms = with_threads(n, call)()
+            if i:
+                out.append(ms)
+    return statistics.median(one), statistics.median(host)
+
+
 def interleaved(name: str, t: dict, repeats: int, out: torch.Tensor, fused_call) -> tuple:
     """Median ms of (decide + write_weights_per_token(out), the fused pass into ``out``), at 1
     thread, timed one after the other in each of ``repeats`` rounds (after a warm-up round)."""
@@ -458,8 +482,7 @@ def bench_preset(
     if loops_too:
         agree(name, t)
     load = wait_for_quiet(max_load)
-    ms_1t = time_decision(name, t, repeats, 1)
-    ms_host = time_decision(name, t, repeats, threads)
+    ms_1t, ms_host = time_pair(name, t, repeats, threads)
     ms_free = time_decision(name, t, repeats, threads, None) if HAS_THREADS else None
     lp = None
     if loops_too:
