@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.rowops import TokenBlocks, exact_prob_rows
+from dataflex_rl.core.rowops import TokenBlocks, exact_prob_rows, nonfinite_rows_from_sums
 from dataflex_rl.core.segment import (
     SegmentTable,
     lexsort,
@@ -53,7 +53,8 @@ from dataflex_rl.core.segment import (
 if TYPE_CHECKING:
     from dataflex_rl.core.native import TokenKernels
 
-#: caches `RolloutBatch.with_kernels` keeps: they hold no float sum (exact on every path)
+#: caches `RolloutBatch.reading` and `with_kernels` keep: they hold no float sum (exact on every
+#: path) and depend on no per-token field a decision may leave out
 _EXACT_CACHES = (
     "token_blocks",
     "invalid_reward_mask",
@@ -297,14 +298,7 @@ class RolloutBatch:
         new = object.__new__(type(self))
         for f in dataclasses.fields(self):
             new.__dict__[f.name] = None if f.name in drop else self.__dict__[f.name]
-        for key in (
-            "token_blocks",
-            "invalid_reward_mask",
-            "response_length",
-            "group_layout",
-            "prefix_lengths",
-            "_kernels",
-        ):
+        for key in (*_EXACT_CACHES, "_kernels"):
             if key in self.__dict__:
                 new.__dict__[key] = self.__dict__[key]
         return new
@@ -332,10 +326,9 @@ class RolloutBatch:
     def token_kernels(self) -> TokenKernels | None:
         """The kernels of `with_kernels` when they apply to this batch's ``old_log_probs``
         and mask, else None."""
-        k = self.__dict__.get("_kernels")
-        if k is None or not k.supports(self.old_log_probs):
+        if self._kernel_lengths(self.old_log_probs) is None:
             return None
-        return None if self.prefix_lengths is None else k
+        return self.__dict__["_kernels"]
 
     @cached_property
     def prefix_lengths(self) -> Tensor | None:
@@ -371,15 +364,10 @@ class RolloutBatch:
         if self.response_advantages is not None:  # B values stand for the advantages
             bad = ~_finite(self.response_advantages) & (self.response_length > 0)
         elif self.advantages is not None:
-            s = self._advantage_row_sums
-            if self._kernel_lengths(self.advantages) is None:
-                bad = self.token_blocks.nonfinite_rows(self.advantages, row_sums=s)
-            else:  # a non-finite term makes the sum non-finite: check those rows only
-                bad = ~torch.isfinite(s)
-                rows = bad.nonzero().squeeze(1)
-                if rows.numel():
-                    x, m = self.advantages[rows], self.response_mask[rows]
-                    bad[rows] = (m & ~torch.isfinite(x)).any(1)
+            # (no block summary: the kernels' sums need only the mask's rows it flags)
+            bad = nonfinite_rows_from_sums(
+                self.advantages, self.response_mask, self._advantage_row_sums
+            )
         if self.old_log_probs is not None:
             lp = self._old_log_prob_pass[0]
             bad = lp if bad is None else bad | lp

@@ -79,6 +79,19 @@ def exact_prob_rows(log_probs: Tensor, mask: Tensor, rows: Tensor) -> tuple[Tens
     return torch.where(m, p, 0.0).sum(1), (m & ~torch.isfinite(x)).any(1)
 
 
+def nonfinite_rows_from_sums(values: Tensor, mask: Tensor, row_sums: Tensor) -> Tensor:
+    """[B] bool: rows with a NaN or infinite value on a valid token, given each row's masked
+    sum: a sum with a non-finite term is non-finite, so only rows whose sum is not finite (a
+    bad value, or a rare overflow) are checked token by token."""
+    suspect = ~torch.isfinite(row_sums)
+    if not bool(suspect.any()):
+        return suspect
+    rows = suspect.nonzero().squeeze(1)
+    out = torch.zeros_like(suspect)
+    out[rows] = (mask[rows] & ~torch.isfinite(values[rows])).any(1)
+    return out
+
+
 class TokenBlocks:
     """Block summary of a [B, T] bool token mask, for fast masked per-row reductions.
 
@@ -368,13 +381,7 @@ class TokenBlocks:
             row_sums: ``row_sums(values)`` when already computed.
         """
         s = self.row_sums(values) if row_sums is None else row_sums
-        suspect = ~torch.isfinite(s)
-        if not bool(suspect.any()):
-            return suspect
-        rows = suspect.nonzero().squeeze(1)
-        out = torch.zeros_like(suspect)
-        out[rows] = (self.mask[rows] & ~torch.isfinite(values[rows])).any(1)
-        return out
+        return nonfinite_rows_from_sums(values, self.mask, s)
 
 
 def first_valid_values(values: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:

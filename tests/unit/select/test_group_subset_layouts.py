@@ -30,10 +30,16 @@ def host_batches(draw):
     B = len(group_ids)
     value = st.sampled_from([0.0, 1.0, 0.5, 0.25, float("nan")])
     rewards = draw(st.lists(value, min_size=B, max_size=B))
-    n_pad = draw(st.integers(0, min(4, B)))
-    group_ids += group_ids[:n_pad]
-    rewards += rewards[:n_pad]
-    T = 6
+    return padded_batch(draw, group_ids, rewards, max_pad=4, T=6)
+
+
+def padded_batch(draw, group_ids: list, rewards: list, max_pad: int, T: int) -> RolloutBatch:
+    """The groups' rows, then up to ``max_pad`` padding rows copied from the first rows (what
+    verl appends to balance a batch), with drawn right-padded lengths of at most T tokens."""
+    B = len(group_ids)
+    n_pad = draw(st.integers(0, min(max_pad, B)))
+    group_ids = group_ids + group_ids[:n_pad]
+    rewards = rewards + rewards[:n_pad]
     lengths = draw(st.lists(st.integers(0, T), min_size=B + n_pad, max_size=B + n_pad))
     mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
     return RolloutBatch(
@@ -126,18 +132,7 @@ def grpo_batches(draw):
     elif value == "nan":
         plain = st.one_of(plain, st.just(float("nan")))
     rewards = draw(st.lists(plain, min_size=B, max_size=B))
-    n_pad = draw(st.integers(0, min(3, B)))
-    group_ids += group_ids[:n_pad]
-    rewards += rewards[:n_pad]
-    T = 5
-    lengths = draw(st.lists(st.integers(0, T), min_size=B + n_pad, max_size=B + n_pad))
-    mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
-    return RolloutBatch(
-        rewards=torch.tensor(rewards),
-        response_mask=mask,
-        group_ids=torch.tensor(group_ids),
-        is_padding=torch.arange(B + n_pad) >= B,
-    )
+    return padded_batch(draw, group_ids, rewards, max_pad=3, T=5)
 
 
 @settings(max_examples=200, deadline=None)
