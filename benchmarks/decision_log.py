@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # strategy_overhead, w
 import strategy_overhead as so
 
 from dataflex_rl import Strategy
-from dataflex_rl.harness.replay import read_log, replay
+from dataflex_rl.harness.replay.replay import read_log, replay
 from dataflex_rl.hosts.common.decision_log import DecisionLog
 
 

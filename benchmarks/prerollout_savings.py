@@ -12,7 +12,7 @@ same warm start, same task pools, same evaluation prompts) until they have the s
 Reported per seed: generated tokens per effective group (and their ratio, skipping /
 baseline), steps, generation seconds, skipped prompts, replacements, the share of generated
 groups with zero variance, and held-out greedy accuracy (start -> end); the paired accuracy
-deltas get the harness's statistics (`dataflex_rl.harness.stats`: t interval, paired
+deltas get the harness's statistics (`dataflex_rl.harness.statistics.stats`: t interval, paired
 bootstrap, exact sign-flip p-value, minimum detectable difference). The training pools are
 bounded (``--train-size`` prompts per domain) so that prompts recur over several epochs, as in
 real RLVR runs; with thousands of prompts and few steps nothing is ever skipped. Smaller pools
@@ -169,7 +169,7 @@ def _one(job: tuple) -> dict:
 def main() -> None:
     import numpy as np
 
-    from dataflex_rl.harness import stats
+    from dataflex_rl.harness.statistics import stats
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])

@@ -6,7 +6,7 @@ import pytest
 
 verl = pytest.importorskip("verl")
 
-from dataflex_rl.harness.replay import read_log, replay  # noqa: E402
+from dataflex_rl.harness.replay.replay import read_log, replay  # noqa: E402
 from tests.hosts.verl_helpers import dataflex_trainer, put_groups, read, sample  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tq_train")

@@ -166,7 +166,7 @@ def test_strategy_state_survives_a_resume(mix_runs):
 
 
 def test_the_loss_runs_decision_log_replays_exactly(loss_run):
-    from dataflex_rl.harness.replay import read_log, replay
+    from dataflex_rl.harness.replay.replay import read_log, replay
 
     _, record = loss_run
     log = read_log(record.parent / "ckpt" / "decisions")
@@ -177,7 +177,7 @@ def test_the_loss_runs_decision_log_replays_exactly(loss_run):
 
 
 def test_the_mix_runs_decision_log_replays_exactly_across_the_resume(mix_runs):
-    from dataflex_rl.harness.replay import read_log, replay
+    from dataflex_rl.harness.replay.replay import read_log, replay
 
     work, _, _ = mix_runs
     log = read_log(work / "ckpt" / "decisions")  # steps 0-1, then step 2 after the resume

@@ -154,7 +154,7 @@ def test_num_iterations_reuses_one_decision(tmp_path):
 
 def test_decision_log_replays_exactly(tmp_path):
     """The log of a TRL run (rank 0) replays the run's own decisions bit for bit."""
-    from dataflex_rl.harness.replay import read_log, replay
+    from dataflex_rl.harness.replay.replay import read_log, replay
 
     block = {"strategy": "difffilter", "decision_log": {"enabled": True, "steps_per_file": 1}}
     trainer = dataflex_trainer(tmp_path, block, max_steps=2)

@@ -52,7 +52,7 @@ EXPERIMENT = {
 
 
 def experiment():
-    from dataflex_rl.harness.experiment import parse_experiment
+    from dataflex_rl.harness.running.experiment import parse_experiment
 
     return parse_experiment(EXPERIMENT)
 
@@ -85,7 +85,7 @@ def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resu
 
 
 def _compare(out: str) -> None:
-    from dataflex_rl.harness.compare import run_compare
+    from dataflex_rl.harness.running.compare import run_compare
 
     run_compare(experiment(), out, workers=1, progress=False, plots=False, train_fn=SLOW)
 

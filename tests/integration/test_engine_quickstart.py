@@ -10,7 +10,7 @@ import pytest
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.run import format_table
-from dataflex_rl.harness.runner import side_by_side
+from dataflex_rl.harness.running.runner import side_by_side
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.policy import load_policy
 from dataflex_rl.engine.run import attach_decision_log, run_training
 from dataflex_rl.engine.trainer import EmbeddedTrainer, tasks_from_config
-from dataflex_rl.harness.replay import read_log, replay
+from dataflex_rl.harness.replay.replay import read_log, replay
 from dataflex_rl.presets import PRESETS
 
 MIX = {n for n, p in PRESETS.items() if "mix" in p.spec}

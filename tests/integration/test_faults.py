@@ -34,8 +34,8 @@ from dataflex_rl.engine.checkpoint import CheckpointError, checkpoint_dirs, load
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.run import run_training
 from dataflex_rl.engine.runlog import read_metrics
-from dataflex_rl.harness.compare import run_compare
-from dataflex_rl.harness.results import Row, write_results_csv
+from dataflex_rl.harness.running.compare import run_compare
+from dataflex_rl.harness.statistics.results import Row, write_results_csv
 from dataflex_rl.hosts.common.state import load_state, save_state
 from tests.integration import fault_engine as fe
 
@@ -394,7 +394,7 @@ def test_a_dead_holders_lock_is_taken_over_and_the_holder_may_reenter(tmp_path):
 
 
 def test_a_partial_run_without_a_usable_checkpoint_starts_over(tmp_path):
-    from dataflex_rl.harness.runner import execute_run, plan
+    from dataflex_rl.harness.running.runner import execute_run, plan
 
     run = plan(fe.experiment(), tmp_path, fe.UNUSABLE)[1]
     d = Path(run.out_dir)

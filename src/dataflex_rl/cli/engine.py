@@ -61,7 +61,7 @@ def train_main(args: argparse.Namespace) -> int:
     """Run ``dataflex-rl train``; prints the summary or the side-by-side table.
 
     A config's ``strategies`` run side by side through the harness runner
-    (`dataflex_rl.harness.runner.side_by_side`), one process per strategy.
+    (`dataflex_rl.harness.running.runner.side_by_side`), one process per strategy.
     """
     from dataflex_rl.engine.config import load_config
     from dataflex_rl.engine.run import format_table, run_training
@@ -96,7 +96,7 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
     """The config's ``strategies`` on one seed; 1 when a run failed (the others still ran)."""
     from dataflex_rl.engine.run import format_table
     from dataflex_rl.engine.taskio import load_file_tasks
-    from dataflex_rl.harness.runner import side_by_side
+    from dataflex_rl.harness.running.runner import side_by_side
 
     if config.tasks.source == "files":
         load_file_tasks(config.tasks)  # every data error before any run starts

@@ -30,9 +30,9 @@ Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campai
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from dataflex_rl.core.registry import ConfigError
-    from dataflex_rl.harness.compare import run_compare
-    from dataflex_rl.harness.experiment import load_experiment
-    from dataflex_rl.harness.runner import plan
+    from dataflex_rl.harness.running.compare import run_compare
+    from dataflex_rl.harness.running.experiment import load_experiment
+    from dataflex_rl.harness.running.runner import plan
 
     exp = load_experiment(
         args.experiment, args.control or (), seeds=args.seeds, dotted=args.overrides or ()
@@ -60,7 +60,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             print(f"{r.method:<18} seed {r.seed:<4} -> {r.out_dir}{extra}")
         return 0
     if args.until_decided:
-        from dataflex_rl.harness.until_decided import run_until_decided
+        from dataflex_rl.harness.running.until_decided import run_until_decided
 
         res, seq = run_until_decided(
             exp,
@@ -95,7 +95,7 @@ def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
     """Before any run starts: the embedded engine needs transformers (an error naming the
     extra); without matplotlib, ``--no-plots`` is implied, with one line saying so."""
     from dataflex_rl.deps import plots_available, require
-    from dataflex_rl.harness.runner import DEFAULT_TRAIN_FN
+    from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN
 
     if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
         require("transformers", f"{command} (the embedded engine's policy)")
@@ -105,9 +105,9 @@ def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from dataflex_rl.core.registry import ConfigError
-    from dataflex_rl.harness.analysis import StatsOptions
-    from dataflex_rl.harness.report import ReportInputs, write_report
-    from dataflex_rl.harness.results import read_proportions_csv, read_results_csv
+    from dataflex_rl.harness.reporting.report import ReportInputs, write_report
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+    from dataflex_rl.harness.statistics.results import read_proportions_csv, read_results_csv
     from dataflex_rl.tracking import TrackingConfig, require_backends
 
     _check_dependencies(args, [], "dataflex-rl report")
@@ -160,8 +160,8 @@ file): dataflex-rl replay runs/baseline-s0 --strategy difffilter select.actuator
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from dataflex_rl.harness.replay import read_log, replay, strategies_with_overrides
-    from dataflex_rl.harness.replay_report import write_replay_report
+    from dataflex_rl.harness.replay.replay import read_log, replay, strategies_with_overrides
+    from dataflex_rl.harness.replay.report import write_replay_report
 
     log = read_log(args.log_dir)
     specs = strategies_with_overrides(args.strategy or [log.strategy], args.overrides or ())
@@ -191,7 +191,7 @@ def _print_summary(analysis, out: Path) -> None:
     if analysis is None:
         print(f"no statistics (the baseline has no finished run); see {out / 'report.md'}")
         return
-    from dataflex_rl.harness.narrative import Fmt, headline
+    from dataflex_rl.harness.reporting.narrative import Fmt, headline
 
     s = analysis.primary
     fmt = Fmt(100.0, "points") if all(0 <= m.mean <= 1 for m in s.methods if m.n) else Fmt(1.0, "")
@@ -220,7 +220,7 @@ def _print_summary(analysis, out: Path) -> None:
 def register_commands(subparsers) -> None:
     """Add ``compare``, ``report`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
     from dataflex_rl.core.config import field_type, help_text, number_type, with_range
-    from dataflex_rl.harness.experiment import ExperimentFile, Statistics
+    from dataflex_rl.harness.running.experiment import ExperimentFile, Statistics
 
     fmt = argparse.RawDescriptionHelpFormatter
     count = number_type(int, ge=1)

@@ -13,7 +13,11 @@ import pytest
 
 from dataflex_rl.cli import main
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.results import read_proportions_csv, read_results_csv, seed_label
+from dataflex_rl.harness.statistics.results import (
+    read_proportions_csv,
+    read_results_csv,
+    seed_label,
+)
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 

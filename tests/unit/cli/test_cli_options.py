@@ -104,7 +104,7 @@ def test_train_strategy_override_runs_that_strategy_alone(monkeypatch, capsys):
     monkeypatch.setattr(run, "run_training", fake_run)
     monkeypatch.setattr(run, "format_table", lambda rows: "table")
     monkeypatch.setattr(
-        "dataflex_rl.harness.runner.side_by_side",
+        "dataflex_rl.harness.running.runner.side_by_side",
         lambda *a, **k: pytest.fail("strategy=maxvar ran the config's strategies"),
     )
     assert main(["train", QUICKSTART, "strategy=maxvar"]) == 0
@@ -168,7 +168,7 @@ def test_compare_overrides_reach_the_plan(tmp_path, capsys):
     )
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 * 3  # two strategies x three seeds
-    from dataflex_rl.harness.experiment import load_experiment
+    from dataflex_rl.harness.running.experiment import load_experiment
 
     exp = load_experiment(QUICK, dotted=["budget.steps=7", "engine.optim.lr=0.01"])
     assert exp.budget.steps == 7 and exp.engine_config().optim.lr == 0.01

@@ -241,7 +241,7 @@ def test_shipped_example_data_is_what_its_script_writes(tmp_path):
 
 
 def test_an_experiment_resolves_its_data_files_against_its_folder(tmp_path):
-    from dataflex_rl.harness.experiment import load_experiment
+    from dataflex_rl.harness.running.experiment import load_experiment
 
     (tmp_path / "data").mkdir()
     _jsonl(tmp_path / "data" / "t.jsonl", _rows())

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dataflex_rl.harness.experiment import Budget, Evaluation, Statistics, parse_experiment
+from dataflex_rl.harness.running.experiment import Budget, Evaluation, Statistics, parse_experiment
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "harness.md"
 
@@ -28,7 +28,7 @@ def test_example_experiment_parses():
 
 
 def test_compare_dry_run_lists_the_matrix(capsys, tmp_path):
-    from tests.unit.harness.test_report import run_cli
+    from tests.unit.harness.reporting.test_report import run_cli
 
     root = DOC.parents[1]
     assert (

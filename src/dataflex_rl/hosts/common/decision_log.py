@@ -1,7 +1,7 @@
 """The decision log: per step, the signals a strategy reads and the decision the host applied.
 
 Every host writes it the same way (one call after ``strategy.decide``); ``dataflex-rl replay``
-reads it to re-run any strategy on the logged rollouts (`dataflex_rl.harness.replay`).
+reads it to re-run any strategy on the logged rollouts (`dataflex_rl.harness.replay.replay`).
 
 Layout of a log folder (Apache Parquet, plain column types: readable by pyarrow, pandas,
 polars or duckdb without this package)::

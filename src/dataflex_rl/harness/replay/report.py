@@ -1,0 +1,222 @@
+"""``replay.md``, ``replay_steps.csv``, ``replay_summary.json`` and plots of a `ReplayResult`."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+
+from dataflex_rl.core.io import atomic_path, atomic_write_json, atomic_write_text
+from dataflex_rl.harness.replay.replay import ReplayResult
+
+FRAMING = (
+    "Replay is counterfactual on fixed rollouts: each strategy decides on the rollouts "
+    "the logged run produced. Had it been run, the policy -- and so the rollouts -- "
+    'would have changed too. Read it as "what would it keep, weight and ask for" and '
+    '"how much generation would it skip", not as "would it train better" (for that, '
+    "`dataflex-rl compare`)."
+)
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return (
+        "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+    )
+
+
+def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -> str:
+    log = res.log
+    logged = log.strategy.get("name", "?")
+    responses = int(log.bounds[-1])
+    lines = [
+        "# Replay of a decision log",
+        "",
+        (
+            f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, "
+            f"{responses} responses, domains {', '.join(log.domains)}; the run's strategy: "
+            f"**{logged}**."
+        ),
+        "",
+        FRAMING,
+        "",
+        (
+            f"Replayed {len(res.strategies)} strategies in {res.seconds:.2f} s "
+            f"({res.steps_per_second:.0f} logged steps/s, all strategies together)."
+        ),
+        "",
+        "## Overall",
+        "",
+        "| strategy | retention | weight ESS | skip rate | tokens saved | "
+        "Jaccard vs logged | weight corr vs logged | identical to logged | "
+        + " | ".join(f"target {d}" for d in log.domains)
+        + " |",
+        "|---" * (8 + len(log.domains)) + "|",
+    ]
+    for lb in res.strategies:
+        o = res.overall[lb]
+        lines.append(
+            f"| {lb} | {_f(o['retention'])} | {_f(o['ess_fraction'])} | {_f(o['skip_rate'])} | "
+            f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%) | "
+            f"{_f(o['jaccard_logged'])} | {_f(o['weight_corr_logged'])} | "
+            f"{_exact(o)} | " + " | ".join(_f(o[f"target_{d}"]) for d in log.domains) + " |"
+        )
+    lines += [
+        "",
+        (
+            "retention: kept / active responses over all steps; weight ESS: "
+            "(Σw)²/Σw² over active responses, as a fraction of them (mean over steps); skip "
+            "rate: share of the step's prompts the pre-rollout policy would not generate, and "
+            "the tokens of their responses (share of all generated tokens); vs logged: the "
+            "decision the run applied (Jaccard of kept sets, Pearson correlation of weights; "
+            "— where one side is constant); identical to logged: for the run's own "
+            "strategy, the steps whose keep mask, weights, recomputed advantages and mixer "
+            "update are bit-identical to the logged ones (all of them unless a signal is "
+            "only approximate, see below); target: mean over steps of the domain "
+            "proportions the strategy asks for (— without mix)."
+        ),
+        "",
+    ]
+    if res.pairwise:
+        lines += [
+            "## Pairwise agreement (mean over steps)",
+            "",
+            "| strategy A | strategy B | Jaccard of kept sets | weight correlation |",
+            "|---|---|---|---|",
+        ]
+        pairs = dict.fromkeys((p["a"], p["b"]) for p in res.pairwise)
+        for a, b in pairs:
+            sel = [p for p in res.pairwise if p["a"] == a and p["b"] == b]
+            lines.append(
+                f"| {a} | {b} | {_f(_mean(p['jaccard'] for p in sel))} | "
+                f"{_f(_mean(p['weight_corr'] for p in sel))} |"
+            )
+        lines.append("")
+    notes = [f"- **{lb}**: {n}" for lb in res.strategies for n in res.notes[lb]]
+    if notes:
+        lines += ["## Signals the log holds only approximately", "", *notes, ""]
+    if plot_files:
+        lines += ["## Plots", ""]
+        lines += [f"![{k}]({p.relative_to(out)})" for k, p in plot_files.items()]
+        lines.append("")
+    lines += [
+        (
+            "Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
+            "`replay_pairwise.csv`; overall: `replay_summary.json`."
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _exact(o: dict) -> str:
+    return "—" if o["exact_steps"] is None else f"{o['exact_steps']}/{o['steps']}"
+
+
+def _mean(values) -> float:
+    v = np.asarray(list(values), dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else math.nan
+
+
+def _write_csv(rows: list[dict], path: Path) -> Path:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return path
+
+
+def write_replay_report(
+    res: ReplayResult, out_dir: str | Path, plots: bool = True
+) -> dict[str, Path]:
+    """Write the report files under ``out_dir``; returns name -> path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "steps_csv": _write_csv(res.rows, out / "replay_steps.csv"),
+        "pairwise_csv": _write_csv(res.pairwise, out / "replay_pairwise.csv"),
+    }
+    summary = {
+        "log": str(res.log.folder),
+        "host": res.log.host,
+        "steps": res.log.num_steps,
+        "logged_strategy": res.log.strategy,
+        "seconds": res.seconds,
+        "steps_per_second": res.steps_per_second,
+        "overall": res.overall,
+        "notes": res.notes,
+    }
+    files["summary"] = out / "replay_summary.json"
+    atomic_write_json(files["summary"], summary)
+    plot_files: dict[str, Path] = {}
+    if plots and importlib.util.find_spec("matplotlib") is not None:
+        plot_files["replay"] = replay_plot(res, out / "plots" / "replay.png")
+        props = proportions_plot(res, out / "plots" / "replay_proportions.png")
+        if props is not None:
+            plot_files["proportions"] = props
+    files.update(plot_files)
+    files["report"] = out / "replay.md"
+    atomic_write_text(files["report"], render_markdown(res, plot_files, out))
+    return files
+
+
+def replay_plot(res: ReplayResult, path: Path) -> Path:
+    """Four panels per step: retention, weight ESS, Jaccard vs logged, tokens saved."""
+    from dataflex_rl.harness.reporting.plots import _figure, _save
+
+    panels = (
+        ("retention", "retention (kept / active)"),
+        ("ess_fraction", "weight ESS / active"),
+        ("jaccard_logged", "Jaccard vs logged kept set"),
+        ("tokens_saved", "tokens not generated (pre-rollout)"),
+    )
+    fig, axes = _figure(len(panels), w=3.4, h=2.8)
+    for ax, (key, title) in zip(axes[0], panels):
+        for k, lb in enumerate(res.strategies):
+            sel = [r for r in res.rows if r["strategy"] == lb]
+            ax.plot(
+                [r["step"] for r in sel],
+                [r[key] for r in sel],
+                lw=1.1,
+                color=f"C{k % 10}",
+                ls=("-", "--", ":")[k // 10 % 3],
+                label=lb,
+            )
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7, frameon=False)
+    return _save(fig, path)
+
+
+def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
+    """Per mixing strategy: the domain proportions it asks for per step (None without one)."""
+    from dataflex_rl.harness.reporting.plots import _figure, _save
+
+    domains = res.log.domains
+    mixers = [
+        lb
+        for lb in res.strategies
+        if any(math.isfinite(r[f"target_{domains[0]}"]) for r in res.rows if r["strategy"] == lb)
+    ]
+    if not mixers:
+        return None
+    fig, axes = _figure(len(mixers), w=3.4, h=2.8)
+    for ax, lb in zip(axes[0], mixers):
+        sel = [r for r in res.rows if r["strategy"] == lb]
+        for k, d in enumerate(domains):
+            ax.plot(
+                [r["step"] for r in sel],
+                [r[f"target_{d}"] for r in sel],
+                color=f"C{k}",
+                lw=1.2,
+                label=d,
+            )
+        ax.set_title(f"{lb}: proportions asked for", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+    axes[0][0].legend(fontsize=7, frameon=False)
+    return _save(fig, path)

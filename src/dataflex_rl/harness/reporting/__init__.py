@@ -1,0 +1,1 @@
+"""Reporting: report.md, statistics.csv, plots and trackers, formatted from a stored analysis."""

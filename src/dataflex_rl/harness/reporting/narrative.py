@@ -1,0 +1,268 @@
+"""Sentences generated from the numbers of an `Analysis` (no hand-written claims)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dataflex_rl.harness.statistics import power, stats
+from dataflex_rl.harness.statistics.analysis import (
+    BETTER,
+    NO_DIFF,
+    TOO_FEW,
+    WORSE,
+    Analysis,
+    SummaryResult,
+)
+
+
+class Fmt:
+    """Formats scores: accuracies in [0, 1] are shown as points (×100)."""
+
+    def __init__(self, scale: float, unit: str) -> None:
+        self.scale, self.unit = scale, unit
+
+    @classmethod
+    def for_scores(cls, scores) -> Fmt:
+        a = np.asarray(list(scores), dtype=float)
+        if a.size and np.all((a >= 0) & (a <= 1)):
+            return cls(100.0, "points")
+        return cls(1.0, "")
+
+    def value(self, v: float, signed: bool = False) -> str:
+        if not math.isfinite(v):
+            return "n/a"
+        digits = 1 if self.scale == 100.0 else 3
+        x = round(v * self.scale, digits) + 0.0  # no "-0.0"
+        return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+    def interval(self, lo: float, hi: float, signed: bool = False) -> str:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return "n/a"
+        return f"[{self.value(lo, signed)}, {self.value(hi, signed)}]"
+
+    def amount(self, v: float, signed: bool = False) -> str:
+        """``1.2 points`` (or a plain number for other scales)."""
+        return f"{self.value(v, signed)} {self.unit}".rstrip()
+
+
+def pvalue(p: float) -> str:
+    if not math.isfinite(p):
+        return "n/a"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def pooled_sd(summary: SummaryResult) -> float:
+    """Root mean square of the SDs of paired differences over methods (NaN if none).
+
+    A method whose every run equals the baseline's (SD exactly 0, e.g. a static uniform mix
+    that draws the baseline's prompt stream) says nothing about the noise and is left out.
+    """
+    sds = [c.sd_diff for c in summary.comparisons if math.isfinite(c.sd_diff) and c.sd_diff > 0]
+    return math.sqrt(float(np.mean(np.square(sds)))) if sds else math.nan
+
+
+def paired_seeds(s: SummaryResult) -> str:
+    """ "8" or "6–8": paired seeds of the real comparisons (seeds both runs have)."""
+    lo, hi = s.pair_counts()
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def family_mde(a: Analysis, s: SummaryResult) -> float:
+    """Simulated MDE of the verdict rule at the fewest paired seeds of ``s``, for its Holm
+    family of real comparisons, at the pooled SD of paired differences."""
+    n, _ = s.pair_counts()
+    return power.simulated_mde(
+        pooled_sd(s), n, m=max(1, len(s.comparisons)), alpha=a.options.alpha, power=a.options.power
+    )
+
+
+def _mde_text(mde: float, fmt: Fmt) -> str:
+    return "none (no verdict is possible)" if math.isinf(mde) else f"{fmt.amount(mde)}"
+
+
+def headline(a: Analysis, fmt: Fmt) -> list[str]:
+    """The opening paragraph: verdict counts, the largest gain against the MDE, power."""
+    s = a.primary
+    m = len(s.comparisons)
+    counts = {
+        v: sum(c.verdict == v for c in s.comparisons) for v in (BETTER, WORSE, NO_DIFF, TOO_FEW)
+    }
+    where = "the average" if len(a.summaries) > 1 else f"'{s.name}'"
+    out = [
+        f"Against **{a.baseline}** on {where}, with {paired_seeds(s)} paired seed(s) and "
+        f"Holm's correction over {m} method(s) at α = {a.options.alpha:g}: "
+        f"**{counts[BETTER]} better, {counts[WORSE]} worse, {counts[NO_DIFF]} no detectable "
+        "difference**"
+        + (f", {counts[TOO_FEW]} with too few paired seeds." if counts[TOO_FEW] else ".")
+    ]
+    tested = [c for c in s.comparisons if math.isfinite(c.delta)]
+    if tested:
+        best = max(tested, key=lambda c: c.delta)
+        worst = min(tested, key=lambda c: c.delta)
+        n, _ = s.pair_counts()
+        out.append(
+            f"Observed differences range from {fmt.value(worst.delta, True)} "
+            f"({worst.method}) to {fmt.value(best.delta, True)} ({best.method}); "
+            f"the minimum detectable effect at {n} paired seeds is "
+            f"{_mde_text(family_mde(a, s), fmt)} (simulated verdict rule, α = "
+            f"{a.options.alpha:g}, power {a.options.power:g}, Holm over {max(1, m)}, "
+            f"pooled SD of paired differences {fmt.amount(pooled_sd(s))})."
+        )
+    out.extend(power_sentences(a, fmt))
+    return out
+
+
+def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
+    """What the seed count allows: the floor of the exact test and seeds needed (simulated)."""
+    n, _ = a.primary.pair_counts()
+    m = max(1, len(a.primary.comparisons))
+    alpha = a.options.alpha
+    out = []
+    floor = stats.min_pvalue(n)
+    if floor > alpha / m:
+        need = f"at least {power.min_seeds(1, alpha)} paired seeds" + (
+            f" for one comparison and {power.min_seeds(m, alpha)} for the best of {m} under "
+            "Holm's correction"
+            if m > 1
+            else ""
+        )
+        out.append(
+            f"With {n} seeds the exact sign-flip test cannot give p below "
+            f"{floor:.3g}, so no method can be declared better or worse, whatever the "
+            f"numbers: that needs {need}."
+        )
+    sd = pooled_sd(a.primary)
+    target = 0.01 if fmt.scale == 100.0 else None
+    if target is not None and math.isfinite(sd) and sd > 0:
+        k = power.simulated_seeds_needed(sd, target, m=m, alpha=alpha, power=a.options.power)
+        caveat = f" (from an SD estimated on only {n} seeds, itself uncertain)" if n < 5 else ""
+        out.append(
+            f"Detecting a 1-point difference with power {a.options.power:g} among {m} "
+            "comparison(s) would take "
+            + (f"about {k} paired seeds" if k else "more than 64 paired seeds")
+            + f" (simulated verdict rule){caveat}."
+        )
+    return out
+
+
+def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
+    """How sensitive the instrument was in this experiment (before any ranking): noise, MDE
+    at this seed count, the controls' outcomes, the pairing correlation."""
+    s = a.primary
+    n, _ = s.pair_counts()
+    m = max(1, len(s.comparisons))
+    out = [
+        f"paired seeds: {paired_seeds(s)} (seeds with both the baseline's and the method's "
+        f"run) on '{s.name}'",
+        f"noise: pooled SD of paired differences {fmt.amount(pooled_sd(s))}"
+        + "".join(
+            f"; {c.method} (control) {fmt.amount(c.sd_diff)}"
+            for c in s.controls
+            if c.control == "same" and math.isfinite(c.sd_diff)
+        ),
+        f"minimum detectable effect at {n} paired seeds, Holm over {m}: "
+        f"{_mde_text(family_mde(a, s), fmt)} (power {a.options.power:g}, simulated with "
+        "the exact verdict rule; `dataflex_rl.harness.statistics.power`)",
+    ]
+    corr = [c for c in s.comparisons + s.controls if math.isfinite(c.corr)]
+    if corr:
+        weak = [c.method for c in corr if c.corr < 0.3]
+        out.append(
+            "pairing correlation (Pearson, method vs baseline across seeds): "
+            + ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
+            + (
+                f" — near 0 or negative for {', '.join(weak)}: pairing by seed removes "
+                "little noise there (or the seeds barely differ)"
+                if weak
+                else ""
+            )
+        )
+    for c in s.controls:
+        want = "no detectable difference" if c.control == "same" else "worse"
+        state = {True: "**passed**", False: "**FAILED**", None: "not checked"}[c.control_passed]
+        out.append(
+            f"control {c.method} (must be {want}): {c.verdict}, "
+            f"{fmt.amount(c.delta, signed=True)}, p = {pvalue(c.p_holm)} (tested on "
+            f"its own) — {state}"
+        )
+    if not s.controls:
+        out.append(
+            "no control arms: the report cannot show that this instrument finds a "
+            "planted harm or stays quiet on an A/A copy"
+        )
+    return out
+
+
+def verdict_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
+    """One sentence per method of summary ``s`` with a detectable difference, or whose plain
+    95% interval excludes zero while the corrected test does not."""
+    out = []
+    for c in s.comparisons:
+        if c.verdict in (BETTER, WORSE):
+            out.append(
+                f"**{c.method}** is {c.verdict} than {a.baseline} on '{s.name}': "
+                f"{fmt.amount(c.delta, signed=True)} (corrected "
+                f"{100 * (1 - c.level):.1f}% interval "
+                f"{fmt.interval(*c.corrected_ci, signed=True)}, Holm p = "
+                f"{pvalue(c.p_holm)})."
+            )
+        elif c.verdict == NO_DIFF and (c.ci[0] > 0 or c.ci[1] < 0):
+            out.append(
+                f"{c.method} on '{s.name}': the uncorrected 95% bootstrap interval "
+                f"{fmt.interval(*c.ci, signed=True)} excludes zero, but the "
+                f"corrected test does not (Holm p = {pvalue(c.p_holm)}, corrected "
+                f"interval {fmt.interval(*c.corrected_ci, signed=True)}): not a "
+                "detectable difference."
+            )
+    if not out:
+        out.append(f"No method differs detectably from {a.baseline} on '{s.name}'.")
+    return out
+
+
+def sign_changes(a: Analysis) -> list[str]:
+    """Methods detectably better under one summary and worse under another."""
+    out = []
+    for method in a.methods[1:]:
+        verdicts = {
+            s.name: next(c.verdict for c in s.comparisons if c.method == method)
+            for s in a.summaries
+        }
+        kinds = {v for v in verdicts.values() if v in (BETTER, WORSE)}
+        if len(kinds) == 2:
+            parts = ", ".join(f"{v} on '{k}'" for k, v in verdicts.items() if v in kinds)
+            out.append(f"{method} is {parts}: the summary used decides the sign.")
+    return out
+
+
+def ranking_sentences(a: Analysis) -> list[str]:
+    """Which method leads under each summary, and Kendall's tau against the average."""
+    if len(a.summaries) < 2 or len(a.methods) < 2:
+        return []
+    best = {
+        s.name: max(s.methods, key=lambda m: m.mean if math.isfinite(m.mean) else -1e300)
+        for s in a.summaries
+    }
+    avg = a.primary.name
+    out = [
+        f"The highest mean on '{avg}' is {best[avg].method}; per summary: "
+        + ", ".join(f"{k} → {v.method}" for k, v in best.items() if k != avg)
+        + "."
+    ]
+    k = len(a.summaries) - 1
+    taus = [(s.name, a.tau[i, k]) for i, s in enumerate(a.summaries[:-1])]
+    out.append(
+        "Kendall's tau between each summary's ranking and the average ranking "
+        "(1 = same order, 0 = unrelated, -1 = reversed): "
+        + ", ".join(f"{n} {t:.2f}" if math.isfinite(t) else f"{n} n/a" for n, t in taus)
+        + "."
+    )
+    low = [n for n, t in taus if math.isfinite(t) and t < 0.5]
+    if low:
+        out.append(
+            "The ranking changes substantially (tau < 0.5) on: "
+            + ", ".join(low)
+            + "; a method's place depends on the summary chosen."
+        )
+    return out

@@ -1,0 +1,442 @@
+"""``report.md``, ``statistics.csv`` and plots from result rows (a compare, or external CSV).
+
+`write_report` is the single entry: ``dataflex-rl compare`` calls it after the runs, and
+``dataflex-rl report --from-csv FILE`` calls it on external rows, so both give the same
+statistics, tables and sentences.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dataflex_rl.core.io import atomic_path, atomic_write_text
+from dataflex_rl.harness.reporting import narrative, plots
+from dataflex_rl.harness.reporting.narrative import Fmt, pvalue
+from dataflex_rl.harness.statistics import aggregates
+from dataflex_rl.harness.statistics.analysis import (
+    BETTER,
+    WORSE,
+    Analysis,
+    StatsOptions,
+    SummaryResult,
+    analyze,
+    score_matrices,
+)
+from dataflex_rl.harness.statistics.results import Row
+from dataflex_rl.tracking import Tracker, TrackingConfig
+
+DEFINITIONS = """\
+- **mean [95% CI]**: mean over seeds, t interval mean ± t(0.975, n-1)·s/√n.
+- **Δ [95% CI]**: mean paired difference method − baseline over seeds both have, with a
+  paired-bootstrap percentile interval ({n_boot} resamples of the seeds' differences).
+- **p**: two-sided paired permutation test of the mean difference by sign flips (all 2^n sign
+  patterns when n ≤ 16: exact; the smallest possible p is 2/2^n).
+- **p (Holm)**: Holm's step-down adjustment over the methods compared under the same summary.
+- **corrected CI**: the bootstrap interval at level 1 − α/(m − i + 1), i the method's rank by
+  raw p among the m methods (Holm's per-step level; ties take the smaller rank).
+- **verdict**: "better"/"worse" only when p (Holm) ≤ α **and** the corrected interval excludes
+  zero; otherwise "no detectable difference".
+- **MDE**: the smallest true mean difference that this verdict rule (exact sign-flip test,
+  Holm over the comparison's family, corrected bootstrap interval) calls "better" with
+  probability {power:g} at α = {alpha:g}, simulated at the comparison's paired seeds and observed
+  SD of paired differences s_d, the other comparisons of the family taken as null;
+  "inf" when the seed count allows no verdict.
+- **r**: Pearson correlation across paired seeds between the method's and the baseline's
+  final scores (how much pairing by seed removes).
+- **controls**: arms with a known answer, each tested on its own against the baseline
+  (outside the real methods' Holm family, so they do not weaken the real comparisons) and left out of rankings and aggregates.
+- **IQM**, **P(>baseline)**, **profile**: interquartile mean of the run × benchmark scores,
+  probability that a random run beats a random baseline run on a benchmark (averaged over
+  benchmarks; unpaired), fraction of run × benchmark scores above a threshold; 95% stratified
+  bootstrap (runs resampled within each benchmark) (Agarwal et al. 2021).
+- **average**: per run, the mean over domains (each domain weighs the same) or over benchmarks
+  when no domains are given; Kendall's tau-b compares the method rankings of two summaries.
+"""
+
+
+@dataclass
+class Failure:
+    """A run that did not finish: which, the error line and the traceback."""
+
+    method: str
+    seed: str
+    error: str
+    traceback: str = ""
+
+
+@dataclass
+class ReportInputs:
+    """Everything a report is made of besides the rows.
+
+    Args:
+        title: the report's title (experiment name or CSV file name).
+        baseline: the reference method.
+        options: statistics options.
+        setup: lines describing the experiment (budget, engine, pairing checks).
+        failures: runs that failed.
+        proportions: rows of ``proportions.csv`` (mixers), for the trace plot.
+        plots: write PNG plots.
+        controls: method label -> required outcome, "same" (A/A: must be "no detectable
+            difference") or "worse" (a planted harm); see `analysis.analyze`.
+        tracking: experiment trackers that receive the report (`track_report`); None: none.
+        params: what the report is about, for the trackers (flattened dotted keys).
+    """
+
+    title: str
+    baseline: str
+    options: StatsOptions = field(default_factory=StatsOptions)
+    setup: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    proportions: list[dict] = field(default_factory=list)
+    plots: bool = True
+    controls: dict[str, str] = field(default_factory=dict)
+    tracking: TrackingConfig | None = None
+    params: dict = field(default_factory=dict)
+
+
+def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
+    unit = f" ({fmt.unit})" if fmt.unit else ""
+    lines = [
+        f"| method | n | mean{unit} [95% CI] | Δ{unit} [95% CI] | corrected CI (level) "
+        "| p | p (Holm) | MDE | r | verdict |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    comps = {c.method: c for c in s.comparisons + s.controls}
+    for m in s.methods + s.control_methods:
+        head = f"| {m.method} | {m.n} | {fmt.value(m.mean)} {fmt.interval(m.low, m.high)} "
+        c = comps.get(m.method)
+        if c is None:
+            lines.append(head + "| (baseline) | | | | | | |")
+            continue
+        level = f" ({100 * (1 - c.level):.1f}%)" if math.isfinite(c.level) else ""
+        mde = "inf" if math.isinf(c.mde) else fmt.value(c.mde)
+        r = f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a"
+        verdict = f"{c.verdict} (control: {c.control})" if c.control else c.verdict
+        lines.append(
+            head + f"| {fmt.value(c.delta, True)} {fmt.interval(*c.ci, True)} "
+            f"| {fmt.interval(*c.corrected_ci, True)}{level} | {pvalue(c.p)} "
+            f"| {pvalue(c.p_holm)} | {mde} | {r} | {verdict} |"
+        )
+    return lines
+
+
+def _aggregate_table(a: Analysis, rows: list[Row], fmt: Fmt) -> list[str]:
+    """IQM and probability of improvement over runs × benchmarks (real methods only)."""
+    scores = aggregate_scores(a, rows)
+    if len(scores) < 2 or a.baseline not in scores:
+        return []
+    taus = (
+        np.linspace(0, 1, 21)
+        if fmt.scale == 100.0
+        else np.quantile(
+            np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21)
+        )
+    )
+    aggs = aggregates.aggregate(
+        scores, a.baseline, taus, np.random.default_rng(a.options.seed), n_boot=2000, alpha=0.05
+    )
+    unit = f" ({fmt.unit})" if fmt.unit else ""
+    lines = [
+        f"| method | runs × benchmarks | IQM{unit} [95% CI] | P(> {a.baseline}) [95% CI] |",
+        "|---|---:|---|---|",
+    ]
+    for g in aggs:
+        poi = (
+            "—"
+            if g.method == a.baseline
+            else (f"{g.poi:.2f} [{g.poi_ci[0]:.2f}, {g.poi_ci[1]:.2f}]")
+        )
+        lines.append(
+            f"| {g.method} | {g.runs} × {g.tasks} | {fmt.value(g.iqm)} "
+            f"{fmt.interval(*g.iqm_ci)} | {poi} |"
+        )
+    return lines
+
+
+def aggregate_scores(a: Analysis, rows: list[Row]) -> dict[str, np.ndarray]:
+    """method -> [R, T] final scores over benchmarks, runs with every benchmark only; controls
+    left out."""
+    _, seeds, mats, _ = score_matrices(rows)
+    methods = list(dict.fromkeys(r.method for r in rows))
+    bench = [x for kind, x in mats.values() if kind == "benchmark"]
+    out = {}
+    for m in a.methods:
+        x = np.stack([b[methods.index(m)] for b in bench], axis=1)  # [S, T]
+        x = x[np.all(np.isfinite(x), axis=1)]
+        if x.shape[0] >= 2:
+            out[m] = x
+    return out
+
+
+def _ranking_table(a: Analysis) -> list[str]:
+    from dataflex_rl.harness.statistics.stats import ranks
+
+    names = [s.name for s in a.summaries]
+    table = {s.name: ranks([s.mean_of(m) for m in a.methods]) for s in a.summaries}
+    lines = ["| method | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for i, m in enumerate(a.methods):
+        lines.append(f"| {m} | " + " | ".join(str(int(table[n][i])) for n in names) + " |")
+    lines += [
+        "",
+        "Kendall's tau-b between rankings:",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for i, n in enumerate(names):
+        lines.append(
+            f"| {n} | "
+            + " | ".join(f"{t:.2f}" if math.isfinite(t) else "n/a" for t in a.tau[i])
+            + " |"
+        )
+    return lines
+
+
+def render_markdown(
+    a: Analysis,
+    inputs: ReportInputs,
+    fmt: Fmt,
+    plot_files: dict[str, Path],
+    out_dir: Path,
+    rows: list[Row] | None = None,
+) -> str:
+    """The text of ``report.md``."""
+    o = a.options
+    md = [f"# {inputs.title}", "", " ".join(narrative.headline(a, fmt)), ""]
+    md += [
+        "## Sensitivity of this instrument",
+        "",
+        *(f"- {t}" for t in narrative.sensitivity_lines(a, fmt)),
+        "",
+    ]
+    rows = rows or []
+    md += [
+        "## Setup",
+        "",
+        f"- baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}"
+        + (
+            f"; controls: {', '.join(f'{k} ({v})' for k, v in a.controls.items())}"
+            if a.controls
+            else ""
+        ),
+        f"- seeds ({len(a.seeds)}): {', '.join(a.seeds)}",
+        *(f"- {line}" for line in inputs.setup),
+        *(f"- note: {n}" for n in a.notes),
+    ]
+    if inputs.failures:
+        md.append(
+            f"- **{len(inputs.failures)} run(s) failed** (see 'Failed runs'); the "
+            "statistics use the runs that finished."
+        )
+    md += [
+        "",
+        f"## Verdicts on '{a.primary.name}'",
+        "",
+        *_summary_table(a.primary, a, fmt),
+        "",
+        *(f"- {t}" for t in narrative.verdict_sentences(a, a.primary, fmt)),
+        "",
+    ]
+    if "forest" in plot_files:
+        md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
+    agg = _aggregate_table(a, rows, fmt)
+    if agg:
+        md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
+        if "profiles" in plot_files:
+            md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})", ""]
+    if len(a.summaries) > 1:
+        md += ["## Per benchmark / domain", ""]
+        for s in a.summaries[:-1]:
+            md += [
+                f"### {s.name}",
+                "",
+                *_summary_table(s, a, fmt),
+                "",
+                *(f"- {t}" for t in narrative.verdict_sentences(a, s, fmt)),
+                "",
+            ]
+        md += [
+            "## Ranking",
+            "",
+            *_ranking_table(a),
+            "",
+            *(f"- {t}" for t in narrative.ranking_sentences(a) + narrative.sign_changes(a)),
+            "",
+        ]
+    for key, title in (("curves", "Learning curves"), ("proportions", "Domain proportions")):
+        if key in plot_files:
+            md += [f"## {title}", "", f"![{key}]({plot_files[key].relative_to(out_dir)})", ""]
+    if inputs.failures:
+        md += ["## Failed runs", ""]
+        for f in inputs.failures:
+            md += [f"- **{f.method}**, seed {f.seed}: `{f.error}`"]
+            if f.traceback:
+                md += [
+                    "",
+                    "  <details><summary>traceback</summary>",
+                    "",
+                    "  ```",
+                    *("  " + line for line in f.traceback.rstrip().splitlines()[-30:]),
+                    "  ```",
+                    "  </details>",
+                    "",
+                ]
+        md.append("")
+    md += ["## Definitions", "", DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha, power=o.power)]
+    return "\n".join(md)
+
+
+def write_statistics_csv(a: Analysis, path: Path) -> Path:
+    """One row per summary × method with every number of the tables."""
+    cols = [
+        "summary",
+        "kind",
+        "method",
+        "n",
+        "mean",
+        "ci_low",
+        "ci_high",
+        "n_pairs",
+        "delta",
+        "delta_ci_low",
+        "delta_ci_high",
+        "corrected_level",
+        "corrected_ci_low",
+        "corrected_ci_high",
+        "p",
+        "p_holm",
+        "sd_diff",
+        "mde",
+        "corr",
+        "verdict",
+        "control",
+        "control_passed",
+    ]
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for s in a.summaries:
+            comps = {c.method: c for c in s.comparisons + s.controls}
+            for m in s.methods + s.control_methods:
+                c = comps.get(m.method)
+                tail = (
+                    [""] * 13 + ["baseline", "", ""]
+                    if c is None
+                    else [
+                        c.n_pairs,
+                        c.delta,
+                        *c.ci,
+                        1 - c.level if math.isfinite(c.level) else "",
+                        *c.corrected_ci,
+                        c.p,
+                        c.p_holm,
+                        c.sd_diff,
+                        c.mde,
+                        c.corr,
+                        c.verdict,
+                        c.control,
+                        "" if c.control_passed is None else c.control_passed,
+                    ]
+                )
+                w.writerow([s.name, s.kind, m.method, m.n, m.mean, m.low, m.high, *tail])
+    return path
+
+
+def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
+    """Analyze ``rows`` and write ``report.md``, ``statistics.csv`` and ``plots/*.png``.
+
+    Returns:
+        The `Analysis`.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    a = analyze(rows, inputs.baseline, inputs.options, controls=inputs.controls)
+    fmt = Fmt.for_scores(r.score for r in rows)
+    files: dict[str, Path] = {}
+    if inputs.plots and importlib.util.find_spec("matplotlib") is None:
+        a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
+    elif inputs.plots:
+        files["forest"] = plots.forest_plot(a, out / "plots" / "forest.png", fmt)
+        curves = plots.learning_curves(rows, a.methods, out / "plots" / "learning_curves.png", fmt)
+        if curves is not None:
+            files["curves"] = curves
+        props = plots.proportion_traces(inputs.proportions, out / "plots" / "proportions.png")
+        if props is not None:
+            files["proportions"] = props
+        scores = aggregate_scores(a, rows)
+        if len(scores) >= 2:
+            files["profiles"] = plots.performance_profiles(
+                scores, out / "plots" / "profiles.png", fmt
+            )
+    write_statistics_csv(a, out / "statistics.csv")
+    atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, rows))
+    if inputs.tracking is not None and inputs.tracking.backends:
+        track_report(a, out, inputs.tracking, inputs.params, list(files.values()))
+    return a
+
+
+def report_metrics(a: Analysis) -> dict[str, float]:
+    """The summary tables as tracker metrics, ``report/<summary>/<method>/<quantity>``: the
+    mean and its interval for every method; for each compared method (controls included) the
+    paired Δ with its bootstrap and corrected intervals, p, p (Holm), MDE, ``verdict`` (+1
+    better, -1 worse, 0 otherwise) and ``decided`` (1 when better or worse). NaN and
+    infinite entries are left out by the trackers."""
+    out: dict[str, float] = {}
+    for s in a.summaries:
+        for m in s.methods + s.control_methods:
+            key = f"report/{s.name}/{m.method}"
+            out.update(
+                {f"{key}/mean": m.mean, f"{key}/mean_low": m.low, f"{key}/mean_high": m.high}
+            )
+        for c in s.comparisons + s.controls:
+            key = f"report/{s.name}/{c.method}"
+            sign = {BETTER: 1.0, WORSE: -1.0}.get(c.verdict, 0.0)
+            out.update(
+                {
+                    f"{key}/delta": c.delta,
+                    f"{key}/delta_low": c.ci[0],
+                    f"{key}/delta_high": c.ci[1],
+                    f"{key}/corrected_low": c.corrected_ci[0],
+                    f"{key}/corrected_high": c.corrected_ci[1],
+                    f"{key}/p": c.p,
+                    f"{key}/p_holm": c.p_holm,
+                    f"{key}/mde": c.mde,
+                    f"{key}/verdict": sign,
+                    f"{key}/decided": abs(sign),
+                }
+            )
+    return out
+
+
+def track_report(
+    a: Analysis, out: Path, tracking: TrackingConfig, params: dict, plot_files: list[Path]
+) -> None:
+    """Log the report to the trackers as one tracker run (``<out>/tracking.json`` keeps it):
+    `report_metrics` at step = seeds analyzed (a report rewritten with more seeds, as
+    ``--until-decided`` does, adds a step), the statistics options and ``params`` as
+    parameters, the plots as images and ``report.md``/``statistics.csv`` as artifacts."""
+    step = len(a.seeds)
+    o = a.options
+    with Tracker.start(
+        tracking,
+        out,
+        params={
+            **params,
+            "baseline": a.baseline,
+            "methods": ", ".join(a.methods),
+            "statistics.alpha": o.alpha,
+            "statistics.power": o.power,
+            "statistics.n_boot": o.n_boot,
+            "statistics.seed": o.seed,
+        },
+        tags={"kind": "report", "baseline": a.baseline},
+        first_step=step,
+    ) as tracker:
+        tracker.log("report", step, report_metrics(a))
+        tracker.log_files(images=plot_files, files=[out / "report.md", out / "statistics.csv"])

@@ -1,0 +1,231 @@
+"""``compare``: an experiment file -> runs -> results.csv, proportions.csv, report.md, plots."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dataflex_rl.core.config import validate
+from dataflex_rl.core.io import atomic_write_json, atomic_write_text
+from dataflex_rl.core.metrics import metric_domain
+from dataflex_rl.harness.reporting.report import Failure, ReportInputs, write_report
+from dataflex_rl.harness.running.experiment import Experiment
+from dataflex_rl.harness.running.runner import (
+    DEFAULT_TRAIN_FN,
+    Execution,
+    execute,
+    load_done,
+    locked_output,
+    plan,
+    run_tracking,
+)
+from dataflex_rl.harness.statistics.analysis import Analysis
+from dataflex_rl.harness.statistics.results import Row, write_proportions_csv, write_results_csv
+from dataflex_rl.tracking import TrackingConfig, flatten, prepare_store, require_backends
+
+
+@dataclass
+class CompareResult:
+    """What ``compare`` produced."""
+
+    out_dir: Path
+    execution: Execution
+    analysis: Analysis | None
+    runs: int
+
+
+def result_rows(execution: Execution, domains: list[str], metric: str) -> list[Row]:
+    """One row per finished run × domain × evaluation checkpoint; ``score`` is ``metric``."""
+    rows = []
+    for r in execution.done:
+        for e in r["evals"]:
+            for d in domains:
+                name = metric_domain(d)
+                extra = {k: e[f"{name}/{k}"] for k in ("greedy", "sampled") if f"{name}/{k}" in e}
+                if metric in extra:
+                    rows.append(
+                        Row(
+                            r["method"],
+                            str(r["seed"]),
+                            d,
+                            float(extra[metric]),
+                            d,
+                            int(e["step"]),
+                            extra,
+                        )
+                    )
+    return rows
+
+
+def proportion_rows(execution: Execution) -> list[dict]:
+    return [
+        {"method": r["method"], "seed": r["seed"], **p}
+        for r in execution.done
+        for p in r.get("proportions", [])
+    ]
+
+
+def pairing_check(execution: Execution) -> str:
+    """Whether the step-0 evaluation is identical across strategies for every seed."""
+    by_seed: dict[int, dict[str, dict]] = {}
+    for r in execution.done:
+        first = min(r["evals"], key=lambda e: e["step"])
+        if first["step"] == 0:
+            by_seed.setdefault(r["seed"], {})[r["method"]] = {
+                k: v for k, v in first.items() if k.endswith(("/greedy", "/sampled"))
+            }
+    bad = [
+        s
+        for s, evals in by_seed.items()
+        if len({json.dumps(e, sort_keys=True) for e in evals.values()}) > 1
+    ]
+    if bad:
+        return (
+            f"**pairing check FAILED**: the step-0 evaluation differs across strategies for "
+            f"seed(s) {', '.join(map(str, sorted(bad)))}; runs are not paired"
+        )
+    if not by_seed:
+        return "pairing check: no step-0 evaluations to compare"
+    return (
+        "pairing check passed: for each seed the step-0 held-out evaluation is identical "
+        "across strategies (same initial policy, same evaluation problems)"
+    )
+
+
+def setup_lines(exp: Experiment, execution: Execution, runs: int) -> list[str]:
+    b, e = exp.budget, exp.evaluation
+    cfg = exp.engine_config()
+    cpu = sum(r.get("wall_seconds", 0.0) for r in execution.results)
+    mixers = [s.label for s in exp.strategies if s.mixes or s.spec.prerollout is not None]
+    return [
+        f"experiment: `{exp.path or exp.name}`"
+        + (f": {exp.description}" if exp.description else ""),
+        f"engine: policy `{cfg.policy}`, domains {', '.join(cfg.tasks.domains)}; budget "
+        f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples",
+        f"score: {e.metric} held-out accuracy on {e.per_domain} problems per domain, at the "
+        f"last checkpoint (learning curves: every {e.every or b.steps} steps)",
+        pairing_check(execution),
+        "prompt stream: identical per seed for strategies without mix or prerollout"
+        + (f"; {', '.join(mixers)} change which prompts are drawn" if mixers else ""),
+        *_control_lines(exp),
+        *_warning_lines(execution),
+        f"compute: {runs} runs ({execution.skipped} already finished), "
+        f"{len(execution.failed)} failed; this invocation {execution.wall_seconds / 60:.1f} "
+        f"min wall, run time {cpu / 60:.1f} min summed over runs",
+    ]
+
+
+def _control_lines(exp: Experiment) -> list[str]:
+    """One line per control arm: what it is and the outcome it must have."""
+    arms = {s.label: s for s in exp.strategies}
+    return [
+        f"control `{c.label}` ({c.name}, must be {c.outcome}): {c.kind.summary}"
+        + (f"; engine {arms[c.label].engine}" if arms[c.label].engine else "")
+        for c in exp.controls
+    ]
+
+
+def _warning_lines(execution: Execution) -> list[str]:
+    """Warnings raised inside runs: each distinct message with the runs it occurred in."""
+    where: dict[str, list[str]] = {}
+    for r in execution.done:
+        for w in r.get("warnings", []):
+            message = w.split("× ", 1)[-1]
+            where.setdefault(message, []).append(f"{r['method']}/seed{r['seed']}")
+    return [
+        f"warning in {len(runs)} run(s) ({', '.join(runs[:4])}"
+        + (", ..." if len(runs) > 4 else "")
+        + f"): {message}"
+        for message, runs in list(where.items())[:5]
+    ]
+
+
+@locked_output
+def run_compare(
+    exp: Experiment,
+    out_dir: str | Path | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    plots: bool = True,
+    train_fn: str = DEFAULT_TRAIN_FN,
+) -> CompareResult:
+    """Run (or resume) the experiment's matrix and write its report.
+
+    Args:
+        exp: the experiment.
+        out_dir: output folder (default ``runs/compare/<name>``).
+        workers: worker processes (default: one per core).
+        progress: show the overall progress bar.
+        plots: write PNG plots.
+        train_fn: training function as ``module:attr`` (tests pass a fake engine).
+    """
+    out = Path(out_dir or Path("runs") / "compare" / exp.name)
+    require_backends(exp.tracking, "dataflex-rl compare")  # before any run starts
+    out.mkdir(parents=True, exist_ok=True)
+    runs = plan(exp, out, train_fn)
+    for r in runs:  # a finished run of another configuration: stop before writing anything
+        load_done(r)
+    atomic_write_json(
+        out / "experiment.json",
+        {
+            "name": exp.name,
+            "path": exp.path,
+            "baseline": exp.baseline,
+            "seeds": exp.seeds,
+            "strategies": {s.label: s.to_dict() for s in exp.strategies},
+            "controls": exp.control_outcomes,
+            "engine_overrides": {s.label: s.engine for s in exp.strategies if s.engine},
+            "engine": runs[0].config,
+            "budget": asdict(exp.budget),
+            "evaluation": asdict(exp.evaluation),
+            "statistics": asdict(exp.statistics),
+        },
+    )
+    tracking = validate(
+        TrackingConfig, run_tracking(exp.tracking, out, "report", exp.name), "tracking"
+    )
+    prepare_store(tracking)  # the shared MLflow database, before the workers open it
+    execution = execute(runs, workers, progress)
+    domains = list(exp.engine_config().tasks.domains)
+    rows = result_rows(execution, domains, exp.evaluation.metric)
+    write_results_csv(rows, out / "results.csv")
+    props = proportion_rows(execution)
+    write_proportions_csv(props, out / "proportions.csv")
+    failures = [
+        Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", ""))
+        for r in execution.failed
+    ]
+    atomic_write_json(out / "failures.json", execution.failed)
+    analysis = None
+    methods = {r.method for r in rows}
+    if exp.baseline in methods:
+        inputs = ReportInputs(
+            title=f"Comparison: {exp.name}",
+            baseline=exp.baseline,
+            options=exp.stats_options(),
+            setup=setup_lines(exp, execution, len(runs)),
+            failures=failures,
+            proportions=props,
+            plots=plots,
+            controls={k: v for k, v in exp.control_outcomes.items() if k in methods},
+            tracking=tracking,
+            params=flatten(
+                {
+                    "experiment": exp.name,
+                    "seeds": list(exp.seeds),
+                    "budget": asdict(exp.budget),
+                    "evaluation": asdict(exp.evaluation),
+                    "engine": {k: v for k, v in runs[0].config.items() if k != "tracking"},
+                }
+            ),
+        )
+        analysis = write_report(rows, out, inputs)
+    else:
+        atomic_write_text(
+            out / "report.md",
+            f"# Comparison: {exp.name}\n\nNo statistics: the baseline {exp.baseline!r} has no "
+            f"finished run.\n\n"
+            + "".join(f"- {f.method} seed {f.seed}: `{f.error}`\n" for f in failures),
+        )
+    return CompareResult(out, execution, analysis, len(runs))

@@ -1,0 +1,416 @@
+"""Experiment files: strategies × seeds on one engine configuration and budget.
+
+An experiment file (``configs/experiments/quick.yaml``)::
+
+    name: quick
+    # preset names, strategy YAML paths (relative to this file) or {label, strategy}
+    strategies: [baseline, difffilter]
+    # a list of seeds, or a count n (seeds 0..n-1)
+    seeds: 2
+    # EngineConfig keys (policy, threads, tasks, optim, grpo, log) except the ones below
+    engine: {policy: tiny}
+    budget: {steps: 20, prompts_per_step: 16, samples_per_prompt: 8}
+    evaluation: {metric: greedy, every: 10, per_domain: 100, samples: 0}
+    statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
+    # optional control arms (harness/running/controls.py): aa, no_update, half_lr, drop_half
+    controls: [aa, {drop_half: {fraction: 0.5}}]
+    # optional experiment trackers for every run and the report (docs/tracking.md)
+    tracking: {backends: [tensorboard, mlflow]}
+
+Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.config import Checked, key_path, param, validate, with_overrides
+from dataflex_rl.core.registry import ConfigError, suggest
+from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
+from dataflex_rl.engine.config import EngineConfig, from_dict, resolve_paths
+from dataflex_rl.harness.running.controls import Control, merge_overrides, parse_controls
+from dataflex_rl.harness.statistics.analysis import StatsOptions
+from dataflex_rl.tracking import TrackingConfig
+
+#: engine keys the experiment owns elsewhere: key -> where to set it
+OWNED = {
+    "strategy": "strategies",
+    "strategies": "strategies",
+    "seed": "seeds",
+    "steps": "budget.steps",
+    "out": "--out",
+    "eval": "evaluation",
+    "grpo.prompts_per_step": "budget.prompts_per_step",
+    "grpo.group_size": "budget.samples_per_prompt",
+    "tracking": "tracking (top level: every run and the report)",
+}
+
+
+@dataclass
+class Budget(Checked):
+    """Training budget of every run."""
+
+    steps: int = param(100, "GRPO steps per run", ge=0)
+    prompts_per_step: int = param(16, "prompts (groups) per step", ge=1)
+    samples_per_prompt: int = param(8, "G: sampled responses per prompt", ge=2)
+
+
+@dataclass
+class Evaluation(Checked):
+    """Held-out evaluation of every run (the same problems for every strategy and seed)."""
+
+    metric: str = param(
+        "greedy",
+        "accuracy compared: greedy (temperature 0) or sampled "
+        "(mean over 'samples' responses at temperature 1)",
+        choices=("greedy", "sampled"),
+    )
+    every: int = param(
+        25,
+        "evaluate every N steps, and at the start and the end (0: start and "
+        "end only); each checkpoint is a row of results.csv",
+        ge=0,
+    )
+    per_domain: int = param(200, "held-out problems per domain", ge=1)
+    samples: int = param(
+        0, "sampled responses per problem for the sampled accuracy (0: greedy only, faster)", ge=0
+    )
+
+
+@dataclass
+class Statistics(Checked):
+    """Options of the paired statistics."""
+
+    alpha: float = param(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
+    power: float = param(0.8, "power of the minimum detectable effect", gt=0.0, lt=1.0)
+    n_boot: int = param(10_000, "bootstrap resamples", ge=100)
+    n_perm: int = param(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
+    seed: int = param(0, "seed of the bootstrap and random sign flips", ge=0)
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    """One strategy of the matrix: its label, its fully expanded spec and, for a control arm,
+    its engine overrides and the control's name."""
+
+    label: str
+    spec: StrategySpec
+    #: engine settings of this arm only, merged into the experiment's (e.g. {"optim": {"lr": 0}})
+    engine: dict = field(default_factory=dict)
+    #: the control this arm is (harness/running/controls.py), None for the experiment's strategies
+    control: str | None = None
+
+    def to_dict(self) -> dict:
+        """The spec as a plain mapping named by the label (what each worker rebuilds)."""
+        return {**self.spec.to_dict(), "name": self.label}
+
+    @property
+    def mixes(self) -> bool:
+        return self.spec.mix is not None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment file."""
+
+    name: str
+    strategies: tuple[StrategyEntry, ...]
+    baseline: str
+    seeds: tuple[int, ...]
+    engine: dict = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    statistics: Statistics = field(default_factory=Statistics)
+    description: str = ""
+    path: str | None = None
+    #: the requested controls; their arms are the last entries of ``strategies``
+    controls: tuple[Control, ...] = ()
+    #: trackers of every run and of the report
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    @property
+    def labels(self) -> list[str]:
+        return [s.label for s in self.strategies]
+
+    @property
+    def control_outcomes(self) -> dict[str, str]:
+        """Control arm label -> the outcome it must have: "same" or "worse"."""
+        return {c.label: c.outcome for c in self.controls}
+
+    def stats_options(self) -> StatsOptions:
+        s = self.statistics
+        return StatsOptions(
+            alpha=s.alpha, power=s.power, n_boot=s.n_boot, n_perm=s.n_perm, seed=s.seed
+        )
+
+    def engine_config(self, overrides: dict | None = None) -> EngineConfig:
+        """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
+        control arm's ``overrides`` merged in."""
+        data = merge_overrides(self.engine, overrides or {})
+        b, e = self.budget, self.evaluation
+        data["steps"] = b.steps
+        data.setdefault("grpo", {}).update(
+            prompts_per_step=b.prompts_per_step, group_size=b.samples_per_prompt
+        )
+        data["eval"] = {"every": e.every, "per_domain": e.per_domain, "samples": e.samples}
+        log = data.setdefault("log", {})
+        log.setdefault("progress", False)
+        log.setdefault("plots", False)
+        return from_dict(EngineConfig, data, key_path(self.path or self.name, "engine"))
+
+
+@dataclass
+class ExperimentFile(Checked):
+    """The keys of an experiment file (``parse_experiment`` checks what spans keys)."""
+
+    name: str = param(doc="experiment name; names the output folder (no '/')")
+    strategies: list[str | dict] = param(
+        doc="preset names, strategy YAML paths (relative to the file) or {label, strategy}",
+        expect="a non-empty list of preset names, YAML paths or {label, strategy}",
+    )
+    seeds: int | list[int] = param(doc="a count n (seeds 0..n-1) or a list of distinct seeds", ge=0)
+    description: str = param("", "one line on what is compared")
+    baseline: str | None = param(
+        None, "label the others are compared with (default 'baseline' if present, else the first)"
+    )
+    engine: dict | None = param(
+        None,
+        "EngineConfig keys (policy, threads, tasks, optim, grpo, "
+        "log) except steps, seed, strategy and eval, which the "
+        "experiment sets",
+    )
+    budget: Budget = param(Budget(), "training budget of every run")
+    evaluation: Evaluation = param(Evaluation(), "held-out evaluation of every run")
+    statistics: Statistics = param(Statistics(), "options of the paired statistics")
+    controls: list | dict | None = param(
+        None,
+        "control arms: aa, no_update, half_lr, drop_half (docs/controls.md)",
+        expect="a list of control names or a mapping name -> parameters",
+    )
+    tracking: TrackingConfig = param(
+        TrackingConfig(),
+        "experiment trackers of every run (one tracker run per strategy and seed, grouped "
+        "by the experiment name) and of the report (docs/tracking.md)",
+    )
+
+
+TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentFile))
+
+
+def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
+    if isinstance(value, dict) and "label" in value:
+        extra = [k for k in value if k not in ("label", "strategy")]
+        if extra:
+            raise ConfigError(
+                f"{where}.{extra[0]}: unknown key. A strategy entry is a preset "
+                "name, a YAML path, or a mapping with 'label' and 'strategy'"
+            )
+        label, source = value["label"], value.get("strategy", value["label"])
+        if not isinstance(label, str) or not label:
+            raise ConfigError(f"{where}.label: expected a non-empty str")
+    elif isinstance(value, str):
+        label, source = (Path(value).stem if value.endswith((".yaml", ".yml")) else value), value
+    else:
+        raise ConfigError(
+            f"{where}: expected a preset name, a strategy YAML path or a mapping "
+            f"{{label, strategy}}, got {type(value).__name__}"
+        )
+    if (
+        isinstance(source, str)
+        and source.endswith((".yaml", ".yml"))
+        and base is not None
+        and not Path(source).is_absolute()
+        and (base / source).is_file()
+    ):
+        source = str(base / source)
+    return StrategyEntry(label, parse_strategy(source, where))
+
+
+def _seeds(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ConfigError(f"{where}: a seed count must be >= 1, got {value}")
+        return tuple(range(value))
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    ):
+        if len(set(value)) != len(value):
+            raise ConfigError(f"{where}: seeds repeat: {value}")
+        return tuple(value)
+    raise ConfigError(
+        f"{where}: expected a count (int >= 1) or a non-empty list of distinct "
+        f"ints >= 0, got {value!r}"
+    )
+
+
+def _check_engine(engine: Any, where: str) -> dict:
+    if engine is None:
+        return {}
+    if not isinstance(engine, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(engine).__name__}")
+    for key, home in OWNED.items():
+        head, _, tail = key.partition(".")
+        if head in engine and (
+            not tail or (isinstance(engine[head], dict) and tail in engine[head])
+        ):
+            raise ConfigError(
+                f"{where}.{key}: set by the experiment, not the engine section; use {home}"
+            )
+    return copy.deepcopy(engine)
+
+
+def parse_experiment(
+    data: Any,
+    where: str = "experiment",
+    base: Path | None = None,
+    controls: tuple[str, ...] | list[str] = (),
+) -> Experiment:
+    """Validate an experiment mapping.
+
+    Args:
+        data: the parsed YAML.
+        where: name used in error messages (the file path).
+        base: directory against which relative strategy paths, ``engine.policy`` and
+            ``engine.tasks.train``/``engine.tasks.eval`` resolve.
+        controls: names of controls added from the command line (``--control``); one the file
+            already lists is not added twice.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{where}: the top level must be a mapping with keys {', '.join(TOP_KEYS)}"
+        )
+    top = validate(ExperimentFile, data, where)
+    name, description = top.name, top.description
+    if not name or "/" in name:
+        raise ConfigError(
+            f"{key_path(where, 'name')}: expected a non-empty str without '/', got {name!r}"
+        )
+    raw = top.strategies
+    if not raw:
+        raise ConfigError(f"{key_path(where, 'strategies')}: expected a non-empty list")
+    entries = tuple(
+        _strategy_entry(v, key_path(where, f"strategies[{i}]"), base) for i, v in enumerate(raw)
+    )
+    labels = [e.label for e in entries]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise ConfigError(
+            f"{key_path(where, 'strategies')}: labels repeat: {', '.join(dupes)} (give "
+            "{label, strategy} entries to tell them apart)"
+        )
+    bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
+    if bad:
+        raise ConfigError(f"{key_path(where, 'strategies')}: label {bad[0]!r} cannot name a folder")
+    baseline = (
+        top.baseline
+        if top.baseline is not None
+        else ("baseline" if "baseline" in labels else labels[0])
+    )
+    if baseline not in labels:
+        raise ConfigError(
+            f"{key_path(where, 'baseline')}: {baseline!r} is not one of the strategies."
+            f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}"
+        )
+    engine = _check_engine(top.engine, key_path(where, "engine"))
+    policy = engine.get("policy")
+    if (
+        isinstance(policy, str)
+        and base is not None
+        and policy != "tiny"
+        and not Path(policy).is_absolute()
+        and (base / policy).exists()
+    ):
+        engine["policy"] = str(base / policy)
+    tasks = engine.get("tasks")
+    if base is not None and isinstance(tasks, dict):  # a dataset's files, like the policy
+        for key in ("train", "eval"):
+            if key in tasks:
+                tasks[key] = resolve_paths(tasks[key], base)
+    exp = Experiment(
+        name=name,
+        description=description,
+        strategies=entries,
+        baseline=baseline,
+        seeds=_seeds(top.seeds, key_path(where, "seeds")),
+        engine=engine,
+        budget=top.budget,
+        evaluation=top.evaluation,
+        statistics=top.statistics,
+        path=where,
+        tracking=top.tracking,
+    )
+    if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
+        raise ConfigError(
+            f"{key_path(where, 'evaluation.samples')}: metric 'sampled' needs samples >= 1"
+        )
+    exp.engine_config()  # validates the engine section now, not in a worker
+    return _with_controls(exp, top.controls, list(controls), where)
+
+
+def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) -> Experiment:
+    """The experiment with its control arms appended to ``strategies``."""
+    parsed = list(parse_controls(value, key_path(where, "controls")))
+    for name in extra:
+        if not any(c.name == name for c in parsed):
+            parsed += parse_controls({name: None}, "--control")
+    if not parsed:
+        return exp
+    base = next(s for s in exp.strategies if s.label == exp.baseline)
+    engine = exp.engine_config()
+    arms = []
+    for c in parsed:
+        at = key_path(where, f"controls.{c.name}")
+        if c.label in exp.labels:
+            raise ConfigError(
+                f"{at}: its arm's label {c.label!r} is already a strategy label; "
+                "rename that strategy"
+            )
+        spec, overrides = c.arm(base.spec, engine, at)
+        arms.append(StrategyEntry(c.label, spec, overrides, c.name))
+    exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms), controls=tuple(parsed))
+    for arm in arms:  # validates each arm's engine settings now, not in a worker
+        exp.engine_config(arm.engine)
+    return exp
+
+
+def load_experiment(
+    path: str | Path,
+    controls: tuple[str, ...] | list[str] = (),
+    seeds: int | None = None,
+    dotted: tuple[str, ...] | list[str] = (),
+) -> Experiment:
+    """Read and validate an experiment YAML file.
+
+    Args:
+        controls: control names added to the file's own.
+        seeds: run seeds ``0..seeds-1`` instead of the file's ``seeds`` (``compare --seeds``).
+        dotted: ``key.sub=value`` overrides (``compare EXP budget.steps=50``), set before
+            validation, so they are checked like the file.
+
+    Raises:
+        ConfigError: missing or malformed file, or an invalid key (named).
+    """
+    p = Path(path)
+    data = load_yaml(p)
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
+    if not dotted:
+        if seeds is not None and isinstance(data, dict):
+            data = {**data, "seeds": seeds}
+        return parse_experiment(data, str(path), p.resolve().parent, controls)
+
+    def build(data: dict, dotted: list[str]) -> Experiment:
+        if seeds is not None:
+            data["seeds"] = seeds
+        return parse_experiment(data, str(path), p.resolve().parent, controls)
+
+    return with_overrides(data, dotted, ExperimentFile, str(path), build)

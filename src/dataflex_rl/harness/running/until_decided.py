@@ -1,0 +1,297 @@
+"""``compare --until-decided``: add seeds in rounds until every comparison is decided.
+
+Round 1 runs the experiment's own seeds; every later round adds ``round_size`` new seeds (the
+smallest unused integers). After each round the paired differences method − baseline on the
+primary summary (the average over domains of the evaluation metric, each run's last checkpoint)
+go, in seed-addition order, to an anytime-valid rule (`harness.sequential.sequential_verdicts`),
+which calls each comparison better, worse, equivalent (within ±margin) or undecided with its
+type-I error controlled at α however many rounds are looked at. The loop stops when every
+comparison of the experiment's strategies is decided, or at ``max_seeds``.
+
+Controls (harness/running/controls.py) run every round on the same seeds, but do not keep the loop
+going: they check the instrument, they are not what the experiment asks. Their verdicts go to
+the rule as a family of their own (so they do not dilute the strategies' α) and are reported.
+Without strategies other than the baseline, the controls are the comparisons.
+
+Finished runs are never rerun (the runner's resume); the report is rewritten after each round,
+so an interrupted loop leaves the report of its last round. At the end ``sequential.json`` holds
+the rounds, and report.md gets a section with them and the seeds a fixed-n design would have
+needed (`harness.power.simulated_seeds_needed` at the pooled SD of the paired differences, for
+an effect equal to the margin).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dataflex_rl.core.io import atomic_write_json, atomic_write_text
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
+from dataflex_rl.harness.running.experiment import Experiment
+from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN, locked_output
+from dataflex_rl.harness.statistics.analysis import score_matrices
+from dataflex_rl.harness.statistics.results import Row
+
+UNDECIDED = "undecided"
+#: ``rule(diffs, alpha=, margin=, bound=)`` -> {label: result with verdict, n, low, high}
+Rule = Callable[..., Mapping[str, Any]]
+
+
+def default_rule() -> Rule:
+    """The harness's anytime-valid rule (`harness.sequential.sequential_verdicts`)."""
+    from dataflex_rl.harness.statistics.sequential import sequential_verdicts
+
+    return sequential_verdicts
+
+
+def fixed_design_seeds(sd: float, effect: float, m: int, alpha: float, power: float) -> int | None:
+    """Paired seeds a fixed-n design needs to detect ``effect`` (None: over 64, or unknown)."""
+    from dataflex_rl.harness.statistics.power import simulated_seeds_needed
+
+    return simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power)
+
+
+@dataclass
+class Round:
+    """One round: the seeds so far and every comparison's verdict after it."""
+
+    index: int
+    seeds: list[int]
+    verdicts: dict[str, dict]
+
+
+@dataclass
+class Sequential:
+    """What the loop did."""
+
+    rounds: list[Round] = field(default_factory=list)
+    comparisons: list[str] = field(default_factory=list)
+    controls: list[str] = field(default_factory=list)
+    stopped: str = ""
+    max_seeds: int = 0
+    round_size: int = 0
+    margin: float = 0.0
+    alpha: float = 0.05
+    fixed_n: int | None = None
+    pooled_sd: float = math.nan
+
+    @property
+    def seeds(self) -> list[int]:
+        return self.rounds[-1].seeds if self.rounds else []
+
+    def to_dict(self) -> dict:
+        return {
+            **dataclasses.asdict(self),
+            "seeds_used": len(self.seeds),
+            "seeds_saved": None if self.fixed_n is None else self.fixed_n - len(self.seeds),
+        }
+
+
+def next_seeds(used: list[int], k: int) -> list[int]:
+    """The ``k`` smallest integers >= 0 not in ``used``."""
+    taken, out, s = set(used), [], 0
+    while len(out) < k:
+        if s not in taken:
+            out.append(s)
+        s += 1
+    return out
+
+
+def paired_differences(
+    rows: list[Row], baseline: str, labels: list[str], seed_order: list[int]
+) -> dict[str, np.ndarray]:
+    """label -> [n] method − baseline on the primary summary, in ``seed_order``, over the seeds
+    both finished (labels without any finished run get an empty array)."""
+    out = {label: np.zeros(0) for label in labels}
+    if not rows:
+        return out
+    methods, seeds, matrices, _ = score_matrices(rows)
+    average = matrices["average"][1]
+    cols = [seeds.index(str(s)) for s in seed_order if str(s) in seeds]
+    if baseline not in methods:
+        return out
+    base = average[methods.index(baseline), cols]
+    for label in labels:
+        if label in methods:
+            d = average[methods.index(label), cols] - base
+            out[label] = d[np.isfinite(d)]
+    return out
+
+
+def _verdicts(
+    rule: Rule, diffs: dict[str, np.ndarray], alpha: float, margin: float
+) -> dict[str, dict]:
+    if not diffs:
+        return {}
+    res = rule(diffs, alpha=alpha, margin=margin, bound=1.0)
+    return {
+        k: {"verdict": str(r.verdict), "n": int(r.n), "low": float(r.low), "high": float(r.high)}
+        for k, r in res.items()
+    }
+
+
+@locked_output
+def run_until_decided(
+    exp: Experiment,
+    out_dir: str | Path,
+    *,
+    max_seeds: int,
+    round_size: int = 2,
+    margin: float = 0.02,
+    workers: int | None = None,
+    progress: bool = True,
+    plots: bool = True,
+    train_fn: str = DEFAULT_TRAIN_FN,
+    rule: Rule | None = None,
+    echo: Callable[[str], None] = print,
+) -> tuple[CompareResult, Sequential]:
+    """Run the experiment in rounds of seeds until every comparison is decided.
+
+    Args:
+        exp: the experiment; its seeds are the first round.
+        out_dir: output folder (as ``compare``).
+        max_seeds: stop at this many seeds.
+        round_size: seeds added per round.
+        margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
+        workers, progress, plots, train_fn: as `run_compare`.
+        rule: the sequential rule (default `default_rule`).
+        echo: where the one line per round goes.
+
+    Raises:
+        ConfigError: ``max_seeds`` below the experiment's seed count, bad sizes.
+    """
+    if round_size < 1:
+        raise ConfigError(f"--round: must be >= 1, got {round_size}")
+    if not margin > 0:
+        raise ConfigError(f"--margin: must be > 0, got {margin}")
+    if max_seeds < len(exp.seeds):
+        raise ConfigError(f"--max-seeds {max_seeds}: below the experiment's {len(exp.seeds)} seeds")
+    rule = rule or default_rule()
+    controls = [label for label in exp.control_outcomes]
+    comparisons = [x for x in exp.labels if x != exp.baseline and x not in controls]
+    if not comparisons:
+        comparisons, controls = controls, []
+    alpha = exp.statistics.alpha
+    seq = Sequential(
+        comparisons=comparisons,
+        controls=controls,
+        max_seeds=max_seeds,
+        round_size=round_size,
+        margin=margin,
+        alpha=alpha,
+    )
+    domains = list(exp.engine_config().tasks.domains)
+    seeds = list(exp.seeds)
+    while True:
+        current = dataclasses.replace(exp, seeds=tuple(seeds))
+        res = run_compare(
+            current, out_dir, workers=workers, progress=progress, plots=plots, train_fn=train_fn
+        )
+        rows = result_rows(res.execution, domains, exp.evaluation.metric)
+        diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
+        verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
+        verdicts.update(_verdicts(rule, {k: diffs[k] for k in controls}, alpha, margin))
+        seq.rounds.append(Round(len(seq.rounds) + 1, list(seeds), verdicts))
+        echo(round_line(seq.rounds[-1], comparisons, controls))
+        if all(verdicts[k]["verdict"] != UNDECIDED for k in comparisons):
+            seq.stopped = "every comparison decided"
+            break
+        if len(seeds) >= max_seeds:
+            seq.stopped = f"--max-seeds {max_seeds} reached"
+            break
+        seeds += next_seeds(seeds, min(round_size, max_seeds - len(seeds)))
+    _fixed_design(seq, diffs, exp)
+    write_sequential(seq, Path(res.out_dir))
+    return res, seq
+
+
+def round_line(r: Round, comparisons: list[str], controls: list[str]) -> str:
+    """``round 2, 4 seeds: difffilter undecided (n=4); controls: aa_control undecided (n=4)``."""
+
+    def part(labels: list[str]) -> str:
+        return ", ".join(f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']})" for k in labels)
+
+    line = f"round {r.index}, {len(r.seeds)} seeds: {part(comparisons)}"
+    return line + (f"; controls: {part(controls)}" if controls else "")
+
+
+def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment) -> None:
+    sds = [float(np.std(diffs[k], ddof=1)) for k in seq.comparisons if diffs[k].size > 1]
+    sds = [s for s in sds if s > 0]
+    if not sds:
+        return
+    seq.pooled_sd = math.sqrt(sum(s * s for s in sds) / len(sds))
+    try:
+        seq.fixed_n = fixed_design_seeds(
+            seq.pooled_sd, seq.margin, len(seq.comparisons), seq.alpha, exp.statistics.power
+        )
+    except ImportError:  # harness.power not available: the section says so
+        seq.fixed_n = None
+
+
+def section(seq: Sequential) -> str:
+    """The report.md section of the loop."""
+    pts = 100.0
+    labels = seq.comparisons + seq.controls
+    lines = [
+        "## Sequential comparison (--until-decided)",
+        "",
+        f"Seeds were added in rounds of {seq.round_size} (at most {seq.max_seeds}) until "
+        f"every comparison was decided by the anytime-valid rule at α = {seq.alpha:g}: "
+        f"better, worse, or equivalent within ±{seq.margin * pts:g} points. Controls run on "
+        "the same seeds but do not keep the loop going; they form their own family.",
+        "",
+        "| round | seeds | " + " | ".join(labels) + " |",
+        "|---:|---:|" + "---|" * len(labels),
+    ]
+    for r in seq.rounds:
+        cells = []
+        for k in labels:
+            v = r.verdicts.get(k)
+            cells.append(
+                "—"
+                if v is None
+                else f"{v['verdict']} [{v['low'] * pts:+.1f}, {v['high'] * pts:+.1f}]"
+            )
+        lines.append(f"| {r.index} | {len(r.seeds)} | " + " | ".join(cells) + " |")
+    used = len(seq.seeds)
+    lines += ["", f"Stopped: {seq.stopped}, after {used} seeds ({', '.join(map(str, seq.seeds))})."]
+    if seq.fixed_n is not None:
+        saved = seq.fixed_n - used
+        lines.append(
+            f"A fixed-n design detecting a {seq.margin * pts:g}-point difference with power "
+            f"at the pooled SD of the paired differences ({seq.pooled_sd * pts:.2f} points, "
+            f"{len(seq.comparisons)} comparison(s)) needs {seq.fixed_n} seeds: "
+            + (f"{saved} seed(s) saved." if saved >= 0 else f"{-saved} seed(s) more were used.")
+        )
+    elif not math.isnan(seq.pooled_sd):
+        lines.append(
+            f"A fixed-n design for a {seq.margin * pts:g}-point difference at the "
+            f"pooled SD ({seq.pooled_sd * pts:.2f} points) needs more than 64 seeds "
+            "(or could not be computed)."
+        )
+    else:
+        lines.append(
+            "No fixed-n comparison: the paired differences have no spread yet "
+            "(fewer than two, or all equal)."
+        )
+    lines.append(
+        "Intervals: the rule's anytime-valid interval of the mean difference, in "
+        "points, at each round."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_sequential(seq: Sequential, out: Path) -> None:
+    """``sequential.json`` and the report.md section."""
+    atomic_write_json(out / "sequential.json", seq.to_dict())
+    report = out / "report.md"
+    text = report.read_text() if report.is_file() else ""
+    atomic_write_text(report, text.rstrip("\n") + "\n\n" + section(seq))

@@ -1,0 +1,1 @@
+"""Statistics of paired seeds: tests, intervals, power, sequential verdicts and the analysis."""

@@ -1,0 +1,370 @@
+"""From final scores to the comparison: per summary (benchmark, domain, average), per method.
+
+A *summary* is one way to reduce a run to a number: each benchmark, each domain (the mean of its
+benchmarks, when a domain groups several) and the average (the mean over domains, each domain
+weighing the same; over benchmarks when no domains are given). Within each summary the m
+non-baseline methods form one family for the Holm correction.
+
+Verdict of a method against the baseline, per summary: "better" (or "worse") when the
+Holm-adjusted permutation p-value is at most alpha **and** the corrected bootstrap interval
+(level 1 - α_(i), see `stats.holm`) lies entirely above (below) zero; otherwise
+"no detectable difference". The interval alone is not enough: with few seeds the percentile
+bootstrap is too narrow (with 3 seeds it is about the range of the 3 deltas), while the exact
+sign-flip test cannot go below 2 / 2^n.
+
+**Controls** (``controls={label: "same" | "worse"}``): arms with a known answer (an A/A copy of
+the baseline must come out "no detectable difference", a planted harm "worse"). They are compared
+against the baseline like any method but each control is tested on its own (a family of one, not
+part of the real methods' Holm family), so adding them does not weaken the real comparisons and
+an A/A arm does not hide a harm; they stay out of the rankings. A control whose seed count cannot
+reach a verdict (2 / 2^n > α) is "untested", not failed.
+
+**MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
+family's size and the observed SD of its paired differences: the smallest true difference this
+rule calls "better" with probability ``power``.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dataflex_rl.harness.statistics import power, stats
+from dataflex_rl.harness.statistics.results import Row, final_scores, seed_sort_key
+
+BETTER, WORSE, NO_DIFF, TOO_FEW = (
+    "better",
+    "worse",
+    "no detectable difference",
+    "not enough paired seeds",
+)
+#: a control's required outcome -> the verdict it must get
+CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
+
+
+@dataclass(frozen=True)
+class StatsOptions:
+    """Options of the statistics.
+
+    Args:
+        alpha: family-wise error rate (and 1 - confidence of the plain intervals).
+        power: power of the minimum detectable effect.
+        n_boot: bootstrap resamples.
+        n_perm: random sign flips when a method has more than 16 paired seeds.
+        seed: seed of the bootstrap and random sign flips.
+    """
+
+    alpha: float = 0.05
+    power: float = 0.8
+    n_boot: int = 10_000
+    n_perm: int = 10_000
+    seed: int = 0
+
+
+@dataclass
+class MethodStats:
+    """One method under one summary: mean over seeds with its t interval."""
+
+    method: str
+    n: int
+    mean: float
+    low: float
+    high: float
+    sd: float
+
+
+@dataclass
+class Comparison:
+    """One method minus the baseline under one summary, paired by seed."""
+
+    method: str
+    n_pairs: int
+    delta: float = math.nan
+    sd_diff: float = math.nan
+    ci: tuple[float, float] = (math.nan, math.nan)
+    level: float = math.nan
+    corrected_ci: tuple[float, float] = (math.nan, math.nan)
+    p: float = math.nan
+    p_holm: float = math.nan
+    #: simulated MDE of the verdict rule at n_pairs seeds in this comparison's Holm family
+    mde: float = math.nan
+    verdict: str = TOO_FEW
+    #: Pearson correlation across paired seeds of the method's and the baseline's scores
+    corr: float = math.nan
+    #: a control's required outcome ("same" or "worse"); "" for a real method
+    control: str = ""
+
+    @property
+    def control_passed(self) -> bool | None:
+        """Whether a control got its required verdict; None when not a control or untested
+        (too few paired seeds, or too few for the exact test to reach the level: 2 / 2^n)."""
+        if not self.control or self.verdict == TOO_FEW:
+            return None
+        if self.control == "worse" and not stats.min_pvalue(self.n_pairs) <= self.level:
+            return None
+        return self.verdict == CONTROL_KINDS[self.control]
+
+
+@dataclass
+class SummaryResult:
+    """Every method under one summary."""
+
+    name: str
+    kind: str  # "benchmark", "domain" or "average"
+    methods: list[MethodStats]
+    comparisons: list[Comparison]
+    #: control arms: their means and comparisons (each a family of one)
+    control_methods: list[MethodStats] = field(default_factory=list)
+    controls: list[Comparison] = field(default_factory=list)
+
+    def mean_of(self, method: str) -> float:
+        return next(m.mean for m in self.methods if m.method == method)
+
+    def pair_counts(self) -> tuple[int, int]:
+        """(min, max) paired seeds over the real comparisons ((0, 0) without any)."""
+        ns = [c.n_pairs for c in self.comparisons]
+        return (min(ns), max(ns)) if ns else (0, 0)
+
+
+@dataclass
+class Analysis:
+    """The whole comparison."""
+
+    baseline: str
+    methods: list[str]
+    seeds: list[str]
+    summaries: list[SummaryResult]
+    #: [S, S] Kendall tau-b between the method rankings of the summaries
+    tau: np.ndarray
+    options: StatsOptions
+    notes: list[str] = field(default_factory=list)
+    #: control label -> required outcome ("same" or "worse"); not in ``methods``
+    controls: dict[str, str] = field(default_factory=dict)
+
+    def summary(self, name: str) -> SummaryResult:
+        return next(s for s in self.summaries if s.name == name)
+
+    @property
+    def primary(self) -> SummaryResult:
+        """The average summary (the last one)."""
+        return self.summaries[-1]
+
+
+Matrices = dict[str, tuple[str, np.ndarray]]
+
+
+def score_matrices(rows: list[Row]) -> tuple[list[str], list[str], Matrices, list[str]]:
+    """Final scores as [M, S] matrices per summary (NaN where a run lacks the benchmark).
+
+    Returns:
+        ``(methods, seeds, {summary: (kind, matrix)}, notes)``; methods in first-seen order,
+        the average summary last.
+    """
+    final = final_scores(rows)
+    methods = list(dict.fromkeys(r.method for r in rows))
+    seeds = sorted({r.seed for r in rows}, key=seed_sort_key)
+    benchmarks = list(dict.fromkeys(r.benchmark for r in rows))
+    domain_of = {r.benchmark: r.domain or r.benchmark for r in rows}
+    domains = list(dict.fromkeys(domain_of[b] for b in benchmarks))
+    mi, si = {m: i for i, m in enumerate(methods)}, {s: i for i, s in enumerate(seeds)}
+    bench = {b: np.full((len(methods), len(seeds)), np.nan) for b in benchmarks}
+    for (m, s, b), v in final.items():
+        bench[b][mi[m], si[s]] = v
+    out: dict[str, tuple[str, np.ndarray]] = {b: ("benchmark", x) for b, x in bench.items()}
+    by_domain = {
+        d: np.mean([bench[b] for b in benchmarks if domain_of[b] == d], axis=0) for d in domains
+    }
+    if 1 < len(domains) < len(benchmarks):  # only domains that group several benchmarks
+        sizes = {d: sum(domain_of[b] == d for b in benchmarks) for d in domains}
+        out.update(
+            {d: ("domain", x) for d, x in by_domain.items() if sizes[d] > 1 and d not in out}
+        )
+    parts = list(by_domain.values()) if len(domains) > 1 else list(bench.values())
+    average = np.mean(parts, axis=0)  # NaN for a run that lacks any benchmark
+    out["average"] = ("average", average)
+    notes = [
+        f"average: mean over {len(domains)} domains ({', '.join(domains)}), each weighing the same"
+        if len(domains) > 1
+        else f"average: mean over {len(benchmarks)} benchmark(s)"
+    ]
+    lacking = int(
+        np.sum(np.isnan(average) & ~np.all([np.isnan(x) for x in bench.values()], axis=0))
+    )
+    if lacking:
+        notes.append(f"{lacking} run(s) lack some benchmark and are left out of the average.")
+    return methods, seeds, out, notes
+
+
+def _rng(options: StatsOptions, summary: str, method: str) -> np.random.Generator:
+    """A generator per (summary, method): results do not depend on which others are compared."""
+    return np.random.default_rng(
+        [options.seed, zlib.crc32(summary.encode()), zlib.crc32(method.encode())]
+    )
+
+
+def _method_stats(method: str, x: np.ndarray, alpha: float) -> MethodStats:
+    x = x[np.isfinite(x)]
+    mean, low, high = stats.t_interval(x, alpha)
+    sd = float(x.std(ddof=1)) if x.size > 1 else math.nan
+    return MethodStats(method, int(x.size), mean, low, high, sd)
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of two [n] arrays; NaN when n < 3 or either is constant."""
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _compare(
+    summary: str, method: str, x: np.ndarray, base: np.ndarray, options: StatsOptions
+) -> tuple[Comparison, np.ndarray | None]:
+    paired = np.isfinite(x) & np.isfinite(base)
+    d = x[paired] - base[paired]
+    c = Comparison(method, int(d.size))
+    if d.size == 0:
+        return c, None
+    c.delta = float(d.mean())
+    if d.size < 2:
+        return c, None
+    rng = _rng(options, summary, method)
+    c.sd_diff = float(d.std(ddof=1))
+    c.corr = pearson(x[paired], base[paired])
+    c.p = stats.sign_flip_pvalue(d, rng, options.n_perm)
+    return c, stats.bootstrap_means(d, rng, options.n_boot)
+
+
+def _interval(means: np.ndarray, alpha: float) -> tuple[float, float]:
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def _family(
+    name: str, labels: list[str], rows: np.ndarray, base: np.ndarray, options: StatsOptions
+) -> list[Comparison]:
+    """Paired comparisons of ``labels`` ([K, S] ``rows``) against ``base`` [S], one Holm
+    family: p-values, corrected intervals, verdicts and simulated MDEs."""
+    comps, boots = [], []
+    for m, x in zip(labels, rows):
+        c, means = _compare(name, m, x, base, options)
+        comps.append(c)
+        boots.append(means)
+    adjusted, level = stats.holm([c.p for c in comps], options.alpha)
+    for c, means, p_adj, lev in zip(comps, boots, adjusted, level):
+        if means is None:
+            continue
+        c.p_holm, c.level = float(p_adj), float(lev)
+        c.ci = _interval(means, options.alpha)
+        c.corrected_ci = _interval(means, c.level)
+        c.mde = power.simulated_mde(
+            c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha, power=options.power
+        )
+        c.verdict = NO_DIFF
+        if c.p_holm <= options.alpha and c.corrected_ci[0] > 0:
+            c.verdict = BETTER
+        elif c.p_holm <= options.alpha and c.corrected_ci[1] < 0:
+            c.verdict = WORSE
+    return comps
+
+
+def analyze_summary(
+    name: str,
+    kind: str,
+    methods: list[str],
+    matrix: np.ndarray,
+    baseline: str,
+    options: StatsOptions,
+    controls: Mapping[str, str] | None = None,
+) -> SummaryResult:
+    """Means, paired comparisons against ``baseline``, Holm over the other methods.
+
+    Args:
+        name: summary name (seeds the bootstrap with the method name).
+        kind: "benchmark", "domain" or "average".
+        methods: [M] method names, rows of ``matrix`` (controls included).
+        matrix: [M, S] final scores, NaN where missing.
+        baseline: the reference method.
+        options: `StatsOptions`.
+        controls: control label -> required outcome; each is tested on its own.
+    """
+    controls = dict(controls or {})
+    b = methods.index(baseline)
+    real = [i for i, m in enumerate(methods) if i != b and m not in controls]
+    ctrl = [i for i, m in enumerate(methods) if m in controls]
+    stats_of = [_method_stats(m, matrix[i], options.alpha) for i, m in enumerate(methods)]
+    comps = _family(name, [methods[i] for i in real], matrix[real], matrix[b], options)
+    # each control is its own check of the instrument (a family of one): an A/A copy must show
+    # the false-positive rate of a single test, a harm the power of a single test; pooling
+    # them would make a harm undetectable whenever an A/A arm is added (Holm doubles its p)
+    ctrl_comps = [_family(name, [methods[i]], matrix[[i]], matrix[b], options)[0] for i in ctrl]
+    for c in ctrl_comps:
+        c.control = controls[c.method]
+    return SummaryResult(
+        name,
+        kind,
+        [stats_of[i] for i in range(len(methods)) if i not in ctrl],
+        comps,
+        [stats_of[i] for i in ctrl],
+        ctrl_comps,
+    )
+
+
+def _check_controls(controls: Mapping[str, str], methods: list[str], baseline: str) -> None:
+    for label, kind in controls.items():
+        if kind not in CONTROL_KINDS:
+            raise ValueError(
+                f"control {label!r}: required outcome {kind!r}, expected one of "
+                f"{', '.join(CONTROL_KINDS)}"
+            )
+        if label == baseline:
+            raise ValueError(f"control {label!r} is the baseline")
+        if label not in methods:
+            raise ValueError(f"control {label!r} has no results; methods: {', '.join(methods)}")
+
+
+def analyze(
+    rows: list[Row],
+    baseline: str,
+    options: StatsOptions | None = None,
+    controls: Mapping[str, str] | None = None,
+) -> Analysis:
+    """The full comparison of every method against ``baseline`` under every summary.
+
+    Args:
+        rows: result rows.
+        baseline: the reference method.
+        options: `StatsOptions`.
+        controls: method label -> required outcome, "same" (A/A: must be "no detectable
+            difference") or "worse" (a planted harm). Each control is tested on its own (a family
+            of one) and they are left out of ``Analysis.methods`` and the rankings.
+
+    Raises:
+        ValueError: no rows, ``baseline`` has no rows, or a bad control.
+    """
+    options = options or StatsOptions()
+    controls = dict(controls or {})
+    if not rows:
+        raise ValueError("no results to analyze")
+    methods, seeds, matrices, notes = score_matrices(rows)
+    if baseline not in methods:
+        raise ValueError(f"baseline {baseline!r} has no results; methods: {', '.join(methods)}")
+    _check_controls(controls, methods, baseline)
+    methods = [baseline] + [m for m in methods if m != baseline]
+    summaries = []
+    first_seen = list(dict.fromkeys(r.method for r in rows))
+    perm = [first_seen.index(m) for m in methods]
+    for name, (kind, x) in matrices.items():
+        summaries.append(analyze_summary(name, kind, methods, x[perm], baseline, options, controls))
+    methods = [m for m in methods if m not in controls]
+    means = np.array([[s.mean_of(m) for m in methods] for s in summaries])
+    k = len(summaries)
+    tau = np.full((k, k), np.nan)
+    for i in range(k):
+        for j in range(k):
+            ok = np.isfinite(means[i]) & np.isfinite(means[j])
+            tau[i, j] = stats.kendall_tau(means[i][ok], means[j][ok])
+    return Analysis(baseline, methods, seeds, summaries, tau, options, notes, controls)

@@ -1,0 +1,277 @@
+"""Power of the harness's own verdict rule, by simulation (not the t approximation).
+
+A method is called "better" by `analysis.analyze_summary` when its Holm-adjusted exact sign-flip
+p-value is at most α **and** its bootstrap percentile interval at the Holm level lies above zero.
+The t-test formula (`stats.mde_paired`) ignores all three ingredients: the exact test cannot go
+below 2/2^n (no verdict at all below 6 seeds for α = 0.05), Holm divides α by up to m, and the
+interval must exclude zero too. Its MDE is detected with probability 0.25–0.65, not 0.8.
+
+This module simulates the rule itself. Paired differences are d = effect + sd · z with z standard
+normal (n per simulated experiment, ``reps`` experiments). Everything scales with sd, so one
+simulation per (n, m, α) gives, for every experiment, the *critical effect* in units of sd: the
+smallest effect at which that experiment's verdict turns "better". Then
+
+- ``power(effect) = mean(critical · sd < effect)`` — monotone in the effect by construction (the
+  same z for every effect: common random numbers), and
+- ``MDE = the power-quantile of critical · sd``, exactly (no bisection needed).
+
+Why a critical effect exists: with the noise fixed, raising the effect by e raises |Σd| by n·e
+and any sign-flipped |Σ s·d| by at most |Σ s|·e ≤ n·e, so a pattern that stops being "as
+extreme" never becomes extreme again, and each pattern has a threshold e_s (solved in closed
+form, `_pattern_thresholds`). The p-value is below c as soon as fewer than c·2^n patterns
+remain. The bootstrap interval of d shifts by exactly e (same resamples), so its lower bound
+exceeds zero above −sd·q, q the α_(i)/2 quantile of the resampled means of z.
+
+**The other m − 1 comparisons** of the Holm family are assumed null (no true difference): the
+usual case for data strategies, and the least favourable for Holm, since every rejected other
+comparison would relax the remaining levels. The method is then scored as ranked first: p · m ≤ α
+and the interval at level 1 − α/m. That is exactly Holm's rule whenever no null comparison has a
+smaller p-value, and never calls "better" where Holm would not (p ≤ α/m implies every smaller p
+passes its step too); it can only under-state power, by at most the chance that a null comparison
+ranks ahead of the method and is itself rejected (< α).
+``tests/unit/harness/statistics/test_power.py`` checks it against `analysis.analyze_summary` run on
+simulated data, nulls included.
+
+For n > 16 the harness draws ``n_perm`` random sign patterns (p = (1 + hits) / (1 + n_perm)); the
+simulation does the same with one set of patterns for all experiments.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from dataflex_rl.harness.statistics import stats
+
+#: default simulated experiments per (n, m, α): power SE ≤ 0.011, MDE quantile SE ≈ 2%
+REPS = 2000
+#: default bootstrap resamples in the simulation (the analysis's default)
+N_BOOT = 10_000
+#: entries per chunk of the [experiments, patterns] threshold matrix (memory bound, 8 B each)
+_CHUNK = 1 << 22
+
+
+def _pattern_thresholds(z: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+    """[R, P] effect (in sd units) below which sign pattern s is "as extreme" as the identity.
+
+    Args:
+        z: [R, n] standard-normal noise, one row per simulated experiment.
+        patterns: [P, n] ±1 sign patterns.
+
+    With A = Σ s, B = s · z and Z = Σ z, pattern s is a hit at effect e iff
+    |e·A + B| ≥ n·e + Z, i.e. e ≤ (B − Z)/(n − A) or e ≤ −(Z + B)/(n + A); the identity
+    (A = n) and the all-flipped pattern (A = −n) are always hits (+inf). A pattern and its
+    negation have the same threshold.
+    """
+    n = z.shape[1]
+    a = patterns.sum(axis=1)
+    b = z @ patterns.T
+    zs = z.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.maximum((b - zs) * (1.0 / (n - a)), -(zs + b) * (1.0 / (n + a)))
+    always = np.abs(a) == n
+    if always.any():
+        t[:, always] = np.inf
+    return t
+
+
+def _quantile_rows(x: np.ndarray, q: float) -> np.ndarray:
+    """[R] ``np.quantile(x, q, axis=1)`` (linear interpolation) by partial sorting."""
+    pos = q * (x.shape[1] - 1)
+    j = min(int(math.floor(pos)), x.shape[1] - 2)
+    part = np.partition(x, (j, j + 1), axis=1)
+    return part[:, j] + (pos - j) * (part[:, j + 1] - part[:, j])
+
+
+def _kth_largest(x: np.ndarray, k: int) -> np.ndarray:
+    """[R] the (k+1)-th largest entry of each row (k 0-based); -inf when k ≥ columns."""
+    if k >= x.shape[1]:
+        return np.full(x.shape[0], -np.inf)
+    return -np.partition(-x, k, axis=1)[:, k]
+
+
+@lru_cache(maxsize=256)
+def critical_effects(
+    n: int,
+    m: int = 1,
+    alpha: float = 0.05,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    n_perm: int = 10_000,
+) -> np.ndarray:
+    """[reps] per simulated experiment, the smallest effect (in units of the paired sd) that the
+    harness calls "better" with n paired seeds as the first of m Holm comparisons at level α.
+
+    +inf where no effect can be detected (the exact test's floor 2/2^n is above α/m). Sorted
+    ascending (read-only, cached).
+    """
+    if n < 2:
+        raise ValueError(f"critical_effects: n={n}, need at least 2 paired seeds")
+    level = alpha / m
+    rng = np.random.default_rng([seed, n, m])
+    z = rng.standard_normal((reps, n))
+    if n <= stats.EXACT_MAX_N:
+        # p = hits / 2^n ≤ level  <=>  hits ≤ floor(level · 2^n). s and −s share a threshold
+        # and the identity and its negation always hit: hits = 2 + 2 · (hits among the
+        # patterns with last sign + other than the identity)
+        patterns = stats.sign_patterns(n)[1 : 2 ** (n - 1)]
+        k = (math.floor(level * 2**n * (1 + 1e-12)) - 2) // 2
+    else:
+        patterns = rng.choice(np.array([-1.0, 1.0]), size=(n_perm, n))
+        # p = (1 + hits) / (1 + n_perm) ≤ level  <=>  hits ≤ floor(level (1 + n_perm)) - 1
+        k = math.floor(level * (1 + n_perm) * (1 + 1e-12)) - 1
+    e_p = np.full(reps, np.inf)
+    if k >= 0:
+        step = max(1, _CHUNK // patterns.shape[0])
+        for i in range(0, reps, step):  # chunks of experiments, bounded memory
+            e_p[i : i + step] = _kth_largest(_pattern_thresholds(z[i : i + step], patterns), k)
+    # the test is two-sided: "better" also needs a positive mean
+    e_p = np.maximum(e_p, -z.mean(axis=1))
+    # bootstrap: resample counts [n, n_boot] / n, the same resamples for every experiment
+    idx = rng.integers(0, n, size=(n_boot, n))
+    flat = (idx + n * np.arange(n_boot)[:, None]).ravel()
+    weights = np.bincount(flat, minlength=n * n_boot).reshape(n_boot, n).T / n
+    e_ci = np.empty(reps)
+    step = max(1, _CHUNK // n_boot)
+    for i in range(0, reps, step):
+        e_ci[i : i + step] = -_quantile_rows(z[i : i + step] @ weights, level / 2)
+    out = np.sort(np.maximum(e_p, e_ci))
+    out.flags.writeable = False
+    return out
+
+
+def simulate_power(
+    effect: float,
+    sd: float,
+    n: int,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> float:
+    """Probability that the harness calls a method "better".
+
+    Args:
+        effect: true mean paired difference (method − baseline).
+        sd: true SD of the paired differences.
+        n: paired seeds.
+        m: comparisons in the Holm family (the other m − 1 assumed null, see the module doc).
+        alpha: family-wise error rate.
+        reps: simulated experiments.
+        n_boot: bootstrap resamples per simulated experiment.
+        seed: seed of the simulation (the same noise for every effect and sd).
+
+    Returns:
+        The fraction of simulated experiments with verdict "better"; 0 when n < 2.
+    """
+    if n < 2 or not math.isfinite(sd):
+        return 0.0 if n < 2 else math.nan
+    crit = critical_effects(n, m, alpha, reps, n_boot, seed)
+    if sd == 0:
+        return float(effect > 0 and math.isfinite(crit[-1]))
+    return float(np.searchsorted(crit * sd, effect, side="left") / crit.size)
+
+
+def simulated_mde(
+    sd: float,
+    n: int,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> float:
+    """Smallest true effect the harness calls "better" with probability ``power``.
+
+    Returns:
+        The effect (same units as ``sd``); +inf when n seeds cannot give a verdict with that
+        probability (the exact test's floor), NaN when n < 2 or sd is NaN.
+    """
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    crit = critical_effects(n, m, alpha, reps, n_boot, seed)
+    c = float(crit[max(0, math.ceil(power * crit.size) - 1)])
+    return math.inf if math.isinf(c) else c * sd
+
+
+def min_seeds(m: int = 1, alpha: float = 0.05) -> int:
+    """Fewest paired seeds at which the exact sign-flip test can pass Holm's first step:
+    2/2^n ≤ α/m."""
+    return max(2, math.ceil(math.log2(2 * m / alpha) - 1e-12))
+
+
+def simulated_seeds_needed(
+    sd: float,
+    effect: float,
+    *,
+    m: int = 1,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_n: int = 64,
+    reps: int = REPS,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> int | None:
+    """Fewest paired seeds at which `simulated_mde` is at most ``effect``.
+
+    Searches up from `min_seeds` by doubling, then bisects (the MDE falls with n up to the
+    simulation's noise). None when more than ``max_n`` are needed or the inputs are not finite.
+    """
+    if not (math.isfinite(sd) and math.isfinite(effect)) or effect <= 0:
+        return None
+
+    def ok(k: int) -> bool:
+        return (
+            simulated_mde(sd, k, m=m, alpha=alpha, power=power, reps=reps, n_boot=n_boot, seed=seed)
+            <= effect
+        )
+
+    lo = min_seeds(m, alpha)
+    if lo > max_n:
+        return None
+    if ok(lo):
+        return lo
+    hi = lo
+    while not ok(hi):  # invariant: ok(lo) is False
+        lo, hi = hi, min(max_n, hi * 2)
+        if lo == max_n:
+            return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+# python -m dataflex_rl.harness.statistics.power: the figures of docs/harness.md
+def _main() -> None:
+    print(
+        "MDE in units of the paired SD (simulated verdict rule, alpha 0.05, power 0.8) and "
+        "the power the t formula's MDE really has"
+    )
+    print(f"{'n':>3} {'m':>3} {'t-MDE':>7} {'power@t-MDE':>12} {'sim MDE':>8}")
+    for m in (1, 3, 12):
+        for n in (6, 8, 9, 12, 16, 20, 24):
+            t_mde = stats.mde_paired(1.0, n)
+            print(
+                f"{n:>3} {m:>3} {t_mde:>7.3f} {simulate_power(t_mde, 1.0, n, m=m):>12.2f} "
+                f"{simulated_mde(1.0, n, m=m):>8.3f}"
+            )
+    sd = 0.011  # paper13's pooled SD of paired differences on the average (3 seeds)
+    for m in (1, 12):
+        print(
+            f"sd {sd}, effect 0.01, m {m}: power at 12 seeds "
+            f"{simulate_power(0.01, sd, 12, m=m):.2f}, at 20 "
+            f"{simulate_power(0.01, sd, 20, m=m):.2f}; seeds needed "
+            f"{simulated_seeds_needed(sd, 0.01, m=m)}"
+        )
+
+
+if __name__ == "__main__":
+    _main()
