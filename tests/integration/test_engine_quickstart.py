@@ -29,8 +29,10 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
     assert all(s["steps"] == 2 for s in summaries)
     table = format_table(summaries)
     lines = table.splitlines()
-    assert lines[0].split()[:4] == ["strategy", "logic", "math", "science"]
-    assert lines[2].startswith("baseline") and lines[3].startswith(cfg.strategies[1])
+    # the decision metric (sampled) leads, labelled; greedy beside it
+    assert lines[0].split()[:4] == ["sampled", "accuracy", "(decision", "metric)"]
+    assert lines[1].split()[:4] == ["strategy", "logic", "math", "science"]
+    assert lines[3].startswith("baseline") and lines[4].startswith(cfg.strategies[1])
     for s in cfg.strategies:
         assert (tmp_path / s / "metrics.jsonl").is_file()
     # a second run into the same folders is refused before anything starts (nothing deleted)

@@ -141,7 +141,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             params={"results": str(csv_path), "rows": len(rows)},
         ),
     )
-    _print_summary(a, out)
+    _print_summary(a, out, rows)
     return 0
 
 
@@ -187,34 +187,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(analysis, out: Path) -> None:
-    if analysis is None:
-        print(f"no statistics (the baseline has no finished run); see {out / 'report.md'}")
-        return
-    from dataflex_rl.harness.reporting.narrative import Fmt, headline
+def _print_summary(analysis, out: Path, rows=None) -> None:
+    """Headline and table (`harness.reporting.terminal`); ``rows`` default to ``out``/results.csv."""
+    from dataflex_rl.harness.reporting.terminal import summary_text
+    from dataflex_rl.harness.statistics.results import read_results_csv
 
-    s = analysis.primary
-    fmt = Fmt(100.0, "points") if all(0 <= m.mean <= 1 for m in s.methods if m.n) else Fmt(1.0, "")
-    print(" ".join(headline(analysis, fmt)))
-    print(f"\n{'method':<20}{'mean':>8}{'delta':>8}  {'corrected CI':<18}{'p(Holm)':>8}  verdict")
-    comps = {c.method: c for c in s.comparisons + s.controls}
-    for m in s.methods + s.control_methods:
-        c = comps.get(m.method)
-        tail = (
-            "  (baseline)"
-            if c is None
-            else (
-                f"{fmt.value(c.delta, True):>8}  {fmt.interval(*c.corrected_ci, True):<18}"
-                f"{c.p_holm:>8.3f}  {c.verdict}"
-            )
-        )
-        if c is not None and c.control:
-            passed = c.control_passed
-            tail += f"  [control, must be {c.control}: " + (
-                "untested]" if passed is None else "as required]" if passed else "FAILED]"
-            )
-        print(f"{m.method:<20}{fmt.value(m.mean):>8}{tail}")
-    print(f"\nreport: {out / 'report.md'}")
+    if rows is None and analysis is not None:
+        rows = read_results_csv(out / "results.csv")
+    print(summary_text(analysis, rows or [], str(out / "report.md")))
 
 
 def register_commands(subparsers) -> None:

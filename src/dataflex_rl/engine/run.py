@@ -18,6 +18,7 @@ from typing import Any
 from dataflex_rl.core.config import check
 from dataflex_rl.core.io import atomic_write_json
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.texttable import text_table
 from dataflex_rl.deps import plots_available
 from dataflex_rl.engine.checkpoint import (
     discard_after,
@@ -50,40 +51,37 @@ def default_out_dir(spec: Any, seed: int) -> Path:
 
 
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table of training summaries: held-out accuracy per domain (greedy), mean
-    greedy and sampled, their change from the start (the shared initial policy), wall time."""
+    """A plain-text table of training summaries, the decision metric first: held-out sampled
+    accuracy per domain, its mean over domains and the mean's change from the start (the
+    shared initial policy), then the same for greedy accuracy beside it, then wall time.
+    Without sampled accuracy (``eval.samples: 0``) greedy leads, alone."""
+    finals = [s["final_eval"] for s in summaries]
+    metrics = [k for k in ("sampled", "greedy") if any(f"eval/mean/{k}" in f for f in finals)]
+    metrics = metrics or ["greedy"]
     domains = sorted(
         {
             k.split("/")[1]
-            for s in summaries
-            for k in s["final_eval"]
-            if k.endswith("/greedy") and "/mean/" not in k
+            for f in finals
+            for k in f
+            if k.endswith(("/greedy", "/sampled")) and not k.startswith("eval/mean/")
         }
     )
-    head = ["strategy", *domains, "mean", "sampled", "Δ mean", "Δ sampled", "time"]
+    groups = [("", ["strategy"])]
+    for i, m in enumerate(metrics):
+        label = f"{m} accuracy" + (" (decision metric)" if i == 0 and len(metrics) > 1 else "")
+        groups.append((label, [*domains, "mean", "Δ mean"]))
+    groups.append(("", ["time"]))
     rows = []
     for s in summaries:
         f, i = s["final_eval"], s["initial_eval"]
-        rows.append(
-            [
-                s["strategy"],
-                *(f"{f.get(f'eval/{d}/greedy', float('nan')):.3f}" for d in domains),
-                f"{f.get('eval/mean/greedy', float('nan')):.3f}",
-                f"{f.get('eval/mean/sampled', float('nan')):.3f}",
-                f"{f.get('eval/mean/greedy', 0) - i.get('eval/mean/greedy', 0):+.3f}",
-                f"{f.get('eval/mean/sampled', 0) - i.get('eval/mean/sampled', 0):+.3f}",
-                f"{s['wall_seconds']:.0f}s",
-            ]
-        )
-    widths = [max(len(str(r[c])) for r in [head, *rows]) for c in range(len(head))]
-
-    def fmt(r: list) -> str:
-        return "  ".join(
-            str(v).ljust(w) if c == 0 else str(v).rjust(w)
-            for c, (v, w) in enumerate(zip(r, widths))
-        )
-
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
+        cells = [s["strategy"]]
+        for m in metrics:
+            nan = float("nan")
+            cells += [f"{f.get(f'eval/{d}/{m}', nan):.3f}" for d in domains]
+            mean, start = f.get(f"eval/mean/{m}", nan), i.get(f"eval/mean/{m}", nan)
+            cells += [f"{mean:.3f}", f"{mean - start:+.3f}"]
+        rows.append([*cells, f"{s['wall_seconds']:.0f}s"])
+    return text_table(groups, rows)
 
 
 def run_training(

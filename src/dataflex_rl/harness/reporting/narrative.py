@@ -47,6 +47,14 @@ class Fmt:
         return f"{self.value(v, signed)} {self.unit}".rstrip()
 
 
+def delta_interval(c, fmt: Fmt, corrected: bool = False) -> str:
+    """A comparison's bootstrap interval (``corrected``: at its Holm level) as text, or
+    ``n/a (3 seeds)`` where its seed count allows no verdict (no interval is computed there)."""
+    if not c.verdict_possible:
+        return f"n/a ({c.n_pairs} seed{'s' if c.n_pairs != 1 else ''})"
+    return fmt.interval(*(c.corrected_ci if corrected else c.ci), True)
+
+
 def pvalue(p: float) -> str:
     if not math.isfinite(p):
         return "n/a"
@@ -65,7 +73,13 @@ def pooled_sd(summary: SummaryResult) -> float:
 
 def paired_seeds(s: SummaryResult) -> str:
     """ "8" or "6–8": paired seeds of the real comparisons (seeds both runs have)."""
-    lo, hi = s.pair_counts()
+    return paired_seeds_of(s.comparisons)
+
+
+def paired_seeds_of(comparisons) -> str:
+    """ "8" or "6–8": the paired-seed counts of ``comparisons`` ("0" without any)."""
+    ns = [c.n_pairs for c in comparisons] or [0]
+    lo, hi = min(ns), max(ns)
     return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
 
@@ -199,16 +213,27 @@ def verdict_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
     """One sentence per method of summary ``s`` with a detectable difference, or whose plain
     95% interval excludes zero while the corrected test does not."""
     out = []
+    blocked = [c for c in s.comparisons if not c.verdict_possible and c.n_pairs >= 2]
+    if blocked:
+        names = ", ".join(c.method for c in blocked)
+        floor = min(c.p_holm_floor for c in blocked)
+        out.append(
+            f"No verdict is possible for {names} on '{s.name}': with "
+            f"{paired_seeds_of(blocked)} paired seeds the exact sign-flip test, Holm over "
+            f"{len(s.comparisons)}, cannot give an adjusted p below {floor:.3g} > α = "
+            f"{a.options.alpha:g}, whatever the scores; intervals are not shown (a bootstrap "
+            "over so few seeds is too narrow to read)."
+        )
     for c in s.comparisons:
         if c.verdict in (BETTER, WORSE):
             out.append(
                 f"**{c.method}** is {c.verdict} than {a.baseline} on '{s.name}': "
                 f"{fmt.amount(c.delta, signed=True)} (corrected "
                 f"{100 * (1 - c.level):.1f}% interval "
-                f"{fmt.interval(*c.corrected_ci, signed=True)}, Holm p = "
+                f"{delta_interval(c, fmt, corrected=True)}, Holm p = "
                 f"{pvalue(c.p_holm)})."
             )
-        elif c.verdict == NO_DIFF and (c.ci[0] > 0 or c.ci[1] < 0):
+        elif c.verdict == NO_DIFF and c.verdict_possible and (c.ci[0] > 0 or c.ci[1] < 0):
             out.append(
                 f"{c.method} on '{s.name}': the uncorrected 95% bootstrap interval "
                 f"{fmt.interval(*c.ci, signed=True)} excludes zero, but the "

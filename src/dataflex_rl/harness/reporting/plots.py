@@ -37,7 +37,8 @@ def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2):
 
 def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     """One panel per summary; a row per method: delta (dot), 95% interval (thin), corrected
-    interval (thick, coloured by verdict); the grey band is ± the pooled MDE."""
+    interval (thick, coloured by verdict); the grey band is ± the pooled MDE. Where the seed
+    count allows no verdict there is no bar, only the dot and "n/a (N seeds)"."""
     summaries = a.summaries
     methods = a.methods[1:]
     fig, axes = _figure(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6)
@@ -67,6 +68,15 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
                 ax.plot(np.array(c.ci) * fmt.scale, [yi, yi], color=color, lw=1)
             if math.isfinite(c.delta):
                 ax.plot([c.delta * fmt.scale], [yi], "o", color=color, ms=4)
+            if not c.verdict_possible:  # no bar: no interval where no verdict is possible
+                ax.annotate(
+                    f"n/a ({c.n_pairs} seeds)",
+                    (c.delta * fmt.scale if math.isfinite(c.delta) else 0.0, yi),
+                    xytext=(5, 3),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="0.3",
+                )
         ax.set_yticks(y, methods if ax is axes[0][0] else [""] * len(methods))
         ax.set_title(s.name)
         ax.set_xlabel(f"Δ vs {a.baseline}" + (f" ({fmt.unit})" if fmt.unit else ""))

@@ -17,7 +17,7 @@ import numpy as np
 
 from dataflex_rl.core.io import atomic_path, atomic_write_text
 from dataflex_rl.harness.reporting import narrative, plots
-from dataflex_rl.harness.reporting.narrative import Fmt, pvalue
+from dataflex_rl.harness.reporting.narrative import Fmt, delta_interval, pvalue
 from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import (
     BETTER,
@@ -42,6 +42,10 @@ DEFINITIONS = """\
   raw p among the m methods (Holm's per-step level; ties take the smaller rank).
 - **verdict**: "better"/"worse" only when p (Holm) ≤ α **and** the corrected interval excludes
   zero; otherwise "no detectable difference".
+- **n/a (N seeds)**: no verdict is possible at N paired seeds, whatever the scores: the
+  smallest Holm-adjusted p the exact test can give there (2/2^N, times up to the family size)
+  is above α; no interval is shown (statistics.csv: `verdict_possible` False, interval cells
+  empty, the floor in `p_holm_floor`).
 - **MDE**: the smallest true mean difference that this verdict rule (exact sign-flip test,
   Holm over the comparison's family, corrected bootstrap interval) calls "better" with
   probability {power:g} at α = {alpha:g}, simulated at the comparison's paired seeds and observed
@@ -118,9 +122,10 @@ def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
         mde = "inf" if math.isinf(c.mde) else fmt.value(c.mde)
         r = f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a"
         verdict = f"{c.verdict} (control: {c.control})" if c.control else c.verdict
+        level = level if c.verdict_possible else ""
         lines.append(
-            head + f"| {fmt.value(c.delta, True)} {fmt.interval(*c.ci, True)} "
-            f"| {fmt.interval(*c.corrected_ci, True)}{level} | {pvalue(c.p)} "
+            head + f"| {fmt.value(c.delta, True)} {delta_interval(c, fmt)} "
+            f"| {delta_interval(c, fmt, corrected=True)}{level} | {pvalue(c.p)} "
             f"| {pvalue(c.p_holm)} | {mde} | {r} | {verdict} |"
         )
     return lines
@@ -292,60 +297,98 @@ def render_markdown(
     return "\n".join(md)
 
 
-def write_statistics_csv(a: Analysis, path: Path) -> Path:
-    """One row per summary × method with every number of the tables."""
-    cols = [
-        "summary",
-        "kind",
-        "method",
-        "n",
-        "mean",
-        "ci_low",
-        "ci_high",
-        "n_pairs",
-        "delta",
-        "delta_ci_low",
-        "delta_ci_high",
-        "corrected_level",
-        "corrected_ci_low",
-        "corrected_ci_high",
-        "p",
-        "p_holm",
-        "sd_diff",
-        "mde",
-        "corr",
-        "verdict",
-        "control",
-        "control_passed",
-    ]
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        for s in a.summaries:
-            comps = {c.method: c for c in s.comparisons + s.controls}
-            for m in s.methods + s.control_methods:
-                c = comps.get(m.method)
-                tail = (
-                    [""] * 13 + ["baseline", "", ""]
-                    if c is None
-                    else [
-                        c.n_pairs,
-                        c.delta,
-                        *c.ci,
-                        1 - c.level if math.isfinite(c.level) else "",
-                        *c.corrected_ci,
-                        c.p,
-                        c.p_holm,
-                        c.sd_diff,
-                        c.mde,
-                        c.corr,
-                        c.verdict,
-                        c.control,
-                        "" if c.control_passed is None else c.control_passed,
-                    ]
+#: columns of ``statistics.csv``: one row per summary × method (a baseline row leaves the
+#: comparison's columns empty and reads "baseline" under ``verdict``). Where no verdict is
+#: possible (``verdict_possible`` False) the interval columns are empty.
+STATISTICS_COLUMNS = (
+    "summary",
+    "kind",
+    "method",
+    "n",
+    "mean",
+    "ci_low",
+    "ci_high",
+    "n_pairs",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "corrected_level",
+    "corrected_ci_low",
+    "corrected_ci_high",
+    "p",
+    "p_holm",
+    "p_holm_floor",
+    "verdict_possible",
+    "sd_diff",
+    "mde",
+    "corr",
+    "verdict",
+    "control",
+    "control_passed",
+)
+
+
+def _cell(v):
+    """A CSV cell: NaN is an empty cell (pandas reads it back as NaN)."""
+    return "" if isinstance(v, float) and math.isnan(v) else v
+
+
+def statistics_rows(a: Analysis) -> list[dict]:
+    """The rows of ``statistics.csv`` as mappings over `STATISTICS_COLUMNS` (NaN as "")."""
+    out = []
+    for s in a.summaries:
+        comps = {c.method: c for c in s.comparisons + s.controls}
+        for m in s.methods + s.control_methods:
+            row = dict.fromkeys(STATISTICS_COLUMNS, "")
+            row.update(
+                summary=s.name,
+                kind=s.kind,
+                method=m.method,
+                n=m.n,
+                mean=m.mean,
+                ci_low=m.low,
+                ci_high=m.high,
+            )
+            c = comps.get(m.method)
+            if c is None:
+                row["verdict"] = "baseline"
+            else:
+                row.update(
+                    n_pairs=c.n_pairs,
+                    delta=c.delta,
+                    delta_ci_low=c.ci[0],
+                    delta_ci_high=c.ci[1],
+                    corrected_level=1 - c.level,
+                    corrected_ci_low=c.corrected_ci[0],
+                    corrected_ci_high=c.corrected_ci[1],
+                    p=c.p,
+                    p_holm=c.p_holm,
+                    p_holm_floor=c.p_holm_floor,
+                    verdict_possible=c.verdict_possible,
+                    sd_diff=c.sd_diff,
+                    mde=c.mde,
+                    corr=c.corr,
+                    verdict=c.verdict,
+                    control=c.control,
+                    control_passed="" if c.control_passed is None else c.control_passed,
                 )
-                w.writerow([s.name, s.kind, m.method, m.n, m.mean, m.low, m.high, *tail])
+            out.append({k: _cell(v) for k, v in row.items()})
+    return out
+
+
+def write_csv(rows: list[dict], columns: list[str] | tuple[str, ...], path: Path) -> Path:
+    """Write ``rows`` (mappings over exactly ``columns``) as a CSV with that header."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
+        w.writeheader()
+        w.writerows(rows)
     return path
+
+
+def write_statistics_csv(a: Analysis, path: Path) -> Path:
+    """One row per summary × method with every number of the tables (`STATISTICS_COLUMNS`)."""
+    return write_csv(statistics_rows(a), STATISTICS_COLUMNS, path)
 
 
 def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
@@ -385,7 +428,8 @@ def report_metrics(a: Analysis) -> dict[str, float]:
     """The summary tables as tracker metrics, ``report/<summary>/<method>/<quantity>``: the
     mean and its interval for every method; for each compared method (controls included) the
     paired Δ with its bootstrap and corrected intervals, p, p (Holm), MDE, ``verdict`` (+1
-    better, -1 worse, 0 otherwise) and ``decided`` (1 when better or worse). NaN and
+    better, -1 worse, 0 otherwise), ``decided`` (1 when better or worse) and
+    ``verdict_possible`` (0 where the seed count allows no verdict: no intervals). NaN and
     infinite entries are left out by the trackers."""
     out: dict[str, float] = {}
     for s in a.summaries:
@@ -409,6 +453,7 @@ def report_metrics(a: Analysis) -> dict[str, float]:
                     f"{key}/mde": c.mde,
                     f"{key}/verdict": sign,
                     f"{key}/decided": abs(sign),
+                    f"{key}/verdict_possible": float(c.verdict_possible),
                 }
             )
     return out

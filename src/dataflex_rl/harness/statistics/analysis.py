@@ -10,7 +10,9 @@ Holm-adjusted permutation p-value is at most alpha **and** the corrected bootstr
 (level 1 - α_(i), see `stats.holm`) lies entirely above (below) zero; otherwise
 "no detectable difference". The interval alone is not enough: with few seeds the percentile
 bootstrap is too narrow (with 3 seeds it is about the range of the 3 deltas), while the exact
-sign-flip test cannot go below 2 / 2^n.
+sign-flip test cannot go below 2 / 2^n. Where the seed counts allow no verdict at all (the
+smallest Holm-adjusted p the family can give, `stats.holm_floors`, is above alpha: with one
+method, fewer than 6 seeds at alpha = 0.05) no interval is computed (``verdict_possible`` False).
 
 **Controls** (``controls={label: "same" | "worse"}``): arms with a known answer (an A/A copy of
 the baseline must come out "no detectable difference", a planted harm "worse"). They are compared
@@ -97,6 +99,13 @@ class Comparison:
     corr: float = math.nan
     #: a control's required outcome ("same" or "worse"); "" for a real method
     control: str = ""
+    #: the smallest Holm-adjusted p this comparison could get in its family, whatever the
+    #: data (`stats.holm_floors` of the exact test's floors 2 / 2^n); 1 below 2 pairs
+    p_holm_floor: float = 1.0
+    #: whether the verdict rule can call it better or worse at all (``p_holm_floor <= alpha``);
+    #: when not, ``ci`` and ``corrected_ci`` stay NaN: an interval is not shown where no
+    #: verdict is possible (with 3 seeds a bootstrap interval is about the range of 3 deltas)
+    verdict_possible: bool = False
 
     @property
     def control_passed(self) -> bool | None:
@@ -167,9 +176,7 @@ def score_matrices(rows: list[Row]) -> tuple[list[str], list[str], Matrices, lis
     final = final_scores(rows)
     methods = list(dict.fromkeys(r.method for r in rows))
     seeds = sorted({r.seed for r in rows}, key=seed_sort_key)
-    benchmarks = list(dict.fromkeys(r.benchmark for r in rows))
-    domain_of = {r.benchmark: r.domain or r.benchmark for r in rows}
-    domains = list(dict.fromkeys(domain_of[b] for b in benchmarks))
+    benchmarks, domain_of, domains = _domains(rows)
     mi, si = {m: i for i, m in enumerate(methods)}, {s: i for i, s in enumerate(seeds)}
     bench = {b: np.full((len(methods), len(seeds)), np.nan) for b in benchmarks}
     for (m, s, b), v in final.items():
@@ -197,6 +204,26 @@ def score_matrices(rows: list[Row]) -> tuple[list[str], list[str], Matrices, lis
     if lacking:
         notes.append(f"{lacking} run(s) lack some benchmark and are left out of the average.")
     return methods, seeds, out, notes
+
+
+def _domains(rows: list[Row]) -> tuple[list[str], dict[str, str], list[str]]:
+    """(benchmarks, benchmark -> domain, domains), in first-seen order."""
+    benchmarks = list(dict.fromkeys(r.benchmark for r in rows))
+    domain_of = {r.benchmark: r.domain or r.benchmark for r in rows}
+    return benchmarks, domain_of, list(dict.fromkeys(domain_of[b] for b in benchmarks))
+
+
+def average_parts(rows: list[Row]) -> list[str]:
+    """Names of the summaries the average is the mean of: one per domain (a domain of one
+    benchmark is that benchmark's summary), or the benchmarks when no domains are given;
+    empty when there is only one benchmark (the average is it)."""
+    benchmarks, domain_of, domains = _domains(rows)
+    if len(benchmarks) < 2:
+        return []
+    if len(domains) < 2:
+        return benchmarks
+    members = {d: [b for b in benchmarks if domain_of[b] == d] for d in domains}
+    return [d if len(bs) > 1 else bs[0] for d, bs in members.items()]
 
 
 def _rng(options: StatsOptions, summary: str, method: str) -> np.random.Generator:
@@ -254,12 +281,18 @@ def _family(
         comps.append(c)
         boots.append(means)
     adjusted, level = stats.holm([c.p for c in comps], options.alpha)
-    for c, means, p_adj, lev in zip(comps, boots, adjusted, level):
+    floors = stats.holm_floors(
+        [stats.pvalue_floor(c.n_pairs, options.n_perm) if c.n_pairs >= 2 else 1.0 for c in comps]
+    )
+    for c, means, p_adj, lev, floor in zip(comps, boots, adjusted, level, floors):
         if means is None:
             continue
         c.p_holm, c.level = float(p_adj), float(lev)
-        c.ci = _interval(means, options.alpha)
-        c.corrected_ci = _interval(means, c.level)
+        c.p_holm_floor = float(floor)
+        c.verdict_possible = c.p_holm_floor <= options.alpha
+        if c.verdict_possible:
+            c.ci = _interval(means, options.alpha)
+            c.corrected_ci = _interval(means, c.level)
         c.mde = power.simulated_mde(
             c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha, power=options.power
         )

@@ -141,6 +141,36 @@ def min_pvalue(n: int) -> float:
     return min(1.0, 2.0 / 2**n) if n > 0 else 1.0
 
 
+def pvalue_floor(n: int, n_perm: int = 10_000, exact_max_n: int = EXACT_MAX_N) -> float:
+    """Smallest p-value `sign_flip_pvalue` can return with n pairs, whatever the data: 2 / 2^n
+    when it enumerates every pattern, 1 / (1 + n_perm) above ``exact_max_n`` (random flips);
+    1 for fewer than 2 pairs (no test)."""
+    if n < 2:
+        return 1.0
+    return min_pvalue(n) if n <= exact_max_n else max(min_pvalue(n), 1.0 / (1 + n_perm))
+
+
+def holm_floors(floors) -> np.ndarray:
+    """[m] per hypothesis, the smallest Holm-adjusted p-value it can get when hypothesis j's raw
+    p-value can be as small as ``floors[j]`` and no smaller (e.g. `pvalue_floor` of its pairs).
+
+    The best case for hypothesis i: its p at its floor f_i, every hypothesis whose floor is
+    below f_i at its own floor (ranked ahead), the others above f_i (ranked behind, no effect).
+    Holm's adjusted p is then max over the ranks r ahead and i of (m - r + 1) · p_(r). With equal
+    floors f this is m · f: Holm's first step must pass, 2 / 2^n ≤ α / m. A hypothesis whose
+    value exceeds α can never be rejected, whatever the data.
+    """
+    f = _as_1d(floors, "floors")
+    m = f.size
+    if m == 0:
+        return f.copy()
+    ranked = np.sort(f)
+    steps = np.maximum.accumulate((m - np.arange(m)) * ranked)  # Holm's running max
+    ahead = np.searchsorted(ranked, f, side="left")  # hypotheses with a smaller floor
+    before = np.where(ahead > 0, steps[np.maximum(ahead - 1, 0)], -np.inf)
+    return np.maximum(before, (m - ahead) * f)
+
+
 def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """Holm step-down correction over m hypotheses.
 

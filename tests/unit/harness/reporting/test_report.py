@@ -56,8 +56,30 @@ def test_three_seeds_say_no_verdict_is_possible(tmp_path):
     text = (tmp_path / "report.md").read_text()
     assert "**0 better, 0 worse, 1 no detectable difference**" in text
     assert "With 3 seeds the exact sign-flip test cannot give p below 0.25" in text
-    assert "excludes zero, but the corrected test does not" in text
+    # every seed +5 points: a bootstrap over 3 deltas would read [+5.0, +5.0]; no verdict is
+    # possible (2/2^3 = 0.25 > 0.05), so no interval is shown, in the table or the CSV
+    assert (
+        "No verdict is possible for up on 'average': with 3 paired seeds the exact sign-flip "
+        "test, Holm over 1, cannot give an adjusted p below 0.25 > α = 0.05"
+    ) in text
+    assert "| up | 3 | " in text and "+5.0 n/a (3 seeds) | n/a (3 seeds) | 0.250 |" in text
+    assert "[+5.0, +5.0]" not in text
+    stats_rows = list(csv.DictReader((tmp_path / "statistics.csv").open()))
+    up = next(r for r in stats_rows if r["summary"] == "average" and r["method"] == "up")
+    assert up["verdict_possible"] == "False" and up["p_holm_floor"] == "0.25"
+    for col in ("delta_ci_low", "delta_ci_high", "corrected_ci_low", "corrected_ci_high"):
+        assert up[col] == "", col
     assert not (tmp_path / "plots").exists()
+
+
+def test_six_seeds_show_intervals_and_a_verdict(tmp_path):
+    # 6 seeds, one method: the floor 2/2^6 = 0.03125 <= 0.05, so a verdict is possible
+    a = write_report(constant_gain_rows(6), tmp_path, ReportInputs("t", "baseline", plots=False))
+    c = a.primary.comparisons[0]
+    assert c.verdict_possible and c.p_holm_floor == pytest.approx(2 / 64)
+    assert c.verdict == "better" and c.corrected_ci == pytest.approx((0.05, 0.05))
+    assert "seeds) |" not in (tmp_path / "report.md").read_text()
+    assert "| +5.0 [+5.0, +5.0] | [+5.0, +5.0] (95.0%) |" in (tmp_path / "report.md").read_text()
 
 
 def test_failures_and_proportions_are_reported(tmp_path):

@@ -35,9 +35,24 @@ def test_three_seeds_can_never_be_a_verdict():
     a = analyze(rows, "baseline")
     c = a.primary.comparisons[0]
     assert c.delta == pytest.approx(0.1)
-    assert c.ci == pytest.approx((0.1, 0.1))
     assert c.p == pytest.approx(0.25) and c.p_holm == pytest.approx(0.25)
     assert c.verdict == NO_DIFF
+    # no interval where no verdict is possible (the bootstrap would say [0.1, 0.1])
+    assert not c.verdict_possible and c.p_holm_floor == pytest.approx(0.25)
+    assert all(math.isnan(v) for v in (*c.ci, *c.corrected_ci))
+
+
+def test_verdict_possible_follows_holm_over_the_family():
+    # 3 methods at 6 seeds: floor 3 * 2/64 = 0.094 > 0.05: none can be decided, though one
+    # method alone could (2/64 = 0.031); at 7 seeds 3 * 2/128 = 0.047 <= 0.05: all can
+    base = list(np.linspace(0.4, 0.6, 7))
+    table = {"baseline": base, **{m: [b + k * 0.01 for b in base] for k, m in enumerate("xyz")}}
+    six = analyze(rows_from({m: v[:6] for m, v in table.items()}), "baseline")
+    assert [c.p_holm_floor for c in six.primary.comparisons] == pytest.approx([3 * 2 / 64] * 3)
+    assert not any(c.verdict_possible for c in six.primary.comparisons)
+    seven = analyze(rows_from(table), "baseline")
+    assert all(c.verdict_possible for c in seven.primary.comparisons)
+    assert math.isfinite(seven.primary.comparisons[1].corrected_ci[0])
 
 
 def test_better_and_worse_with_eight_seeds():

@@ -94,6 +94,41 @@ def test_min_pvalue():
     assert stats.min_pvalue(6) == pytest.approx(0.03125)
 
 
+def test_pvalue_floor_is_reached_by_the_test():
+    # 3 pairs: the exact two-sided floor 2/2^3 = 0.25, reached by three positive deltas
+    assert stats.pvalue_floor(3) == 0.25
+    assert stats.sign_flip_pvalue([0.1, 0.2, 0.3]) == 0.25
+    assert stats.pvalue_floor(1) == 1.0
+    # random flips above 16 pairs: p = (1 + hits) / (1 + n_perm) >= 1 / 101
+    assert stats.pvalue_floor(20, n_perm=100) == pytest.approx(1 / 101)
+
+
+def test_holm_floors_hand_cases():
+    # equal floors: Holm's first step, m * f (3 methods at 6 seeds: 3 * 2/64 = 0.09375)
+    assert stats.holm_floors([2 / 64] * 3) == pytest.approx([0.09375] * 3)
+    # 3 seeds beside 10 seeds (m = 2): the 10-seed one ranks first, 2 * 2/1024; the 3-seed
+    # one at best ranks second: max(2 * 2/1024, 1 * 0.25) = 0.25
+    assert stats.holm_floors([0.25, 2 / 1024]) == pytest.approx([0.25, 4 / 1024])
+
+
+def test_holm_floors_match_the_best_case_by_enumeration():
+    # oracle: every other hypothesis either at its floor or at 1 (behind); the smallest
+    # adjusted p of hypothesis i that Holm itself gives over those choices
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        f = 2.0 / 2.0 ** rng.integers(2, 9, size=rng.integers(1, 5))
+        m = f.size
+        want = []
+        for i in range(m):
+            best = math.inf
+            for ahead in itertools.product([True, False], repeat=m):
+                p = np.where(ahead, f, 1.0)
+                p[i] = f[i]
+                best = min(best, stats.holm(p)[0][i])
+            want.append(best)
+        assert stats.holm_floors(f) == pytest.approx(want), f
+
+
 def test_sign_patterns_are_all_distinct():
     s = stats.sign_patterns(4)
     assert s.shape == (16, 4) and len({tuple(r) for r in s}) == 16
