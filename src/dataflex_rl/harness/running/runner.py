@@ -18,6 +18,10 @@ A run with ``done.json`` is skipped; one with a checkpoint made with the same co
 (``run.json`` holds its fingerprint) resumes from it; anything else starts over. A failing run
 writes its traceback to ``error.json``, is reported, and the others go on.
 
+The worker processes, signals and the progress bar are harness/running/supervisor.py's; this
+module plans the runs, fingerprints them, decides what resumes, and runs one run in a worker
+(`execute_run`).
+
 `side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
 one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
 existing run is never deleted there.
@@ -25,24 +29,17 @@ existing run is never deleted there.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import contextlib
-import ctypes
 import dataclasses
 import functools
 import hashlib
 import json
-import multiprocessing
 import os
 import re
 import shutil
-import signal
-import sys
-import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,7 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.running.supervisor import Progress, default_workers, supervise
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 DEFAULT_TRAIN_FN = "dataflex_rl.engine.run:run_training"
@@ -370,11 +368,27 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".") or "(all)"]
 
 
-def _train_lines(path: Path) -> int:
+def steps_done(out_dir: Path, tail_bytes: int = 65536) -> int:
+    """Training steps a run's records show done: the newest ``"train"`` record's ``step`` + 1
+    in its ``metrics.jsonl`` (read from the end; a line cut mid-write is skipped), 0 when
+    there is none yet. A resumed run's log is cut back to its checkpoint, so this counts again
+    from there."""
     try:
-        return path.read_text().count('"kind": "train"')
+        with (out_dir / METRICS_FILE).open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            f.seek(max(0, end - tail_bytes))
+            lines = f.read().splitlines()
     except OSError:
         return 0
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:  # cut mid-write, or the first line of the tail cut by the seek
+            continue
+        if isinstance(record, dict) and record.get("kind") == "train":
+            return int(record["step"]) + 1
+    return steps_done(out_dir, end) if end > tail_bytes else 0
 
 
 @dataclass
@@ -394,24 +408,17 @@ class Execution:
         return [r for r in self.results if r["status"] == "done"]
 
 
-def default_workers() -> int:
-    """One worker per core available to this process."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
 def execute(
     runs: list[RunSpec], workers: int | None = None, progress: bool = True, desc: str = "compare"
 ) -> Execution:
     """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped,
     unless a run says whether to resume: see `RunSpec.resume`).
 
-    Failures are collected, never raised. Ctrl-C or SIGTERM stops every worker and
-    re-raises; workers also die if this process is killed outright (`die_with_parent`).
-    Stopped runs continue from their checkpoints on the next call. ``desc`` names the
-    progress bar.
+    Failures are collected, never raised. The processes are `supervisor.supervise`'s: Ctrl-C
+    or SIGTERM stops every worker and re-raises, workers die if this process is killed
+    outright, a run whose worker died is retried once alone. Stopped runs continue from their
+    checkpoints on the next call. The progress bar (``desc`` names it) counts the steps each
+    run's records show done (`steps_done`).
     """
     t0 = time.perf_counter()
     ex = Execution()
@@ -425,28 +432,20 @@ def execute(
             todo.append(run)
     if todo:
         workers = max(1, min(workers or default_workers(), len(todo)))
-        with (
-            _sigterm_raises(),
-            _Progress(runs, len(runs) - len(todo), workers, progress, desc) as bar,
-        ):
-            results = _run_shared(todo, workers, bar)
-            # a worker process that died (killed, out of memory) breaks the whole pool and
-            # fails every run still in it: retry those once, each in a process of its own, so
-            # a run that kills its process again takes no other run with it
-            retry = [
-                r
-                for r in todo
-                if (r.method, r.seed)
-                in {(x["method"], x["seed"]) for x in results if x.get("broken_pool")}
-            ]
-            if retry:
-                results = [x for x in results if not x.get("broken_pool")]
-                results += _run_isolated(retry, workers, bar)
-        ex.results += results
+        steps = max(r.steps for r in runs)
+        bar = Progress(
+            len(runs), len(runs) - len(todo), steps, _steps_done, workers, progress, desc
+        )
+        with bar:
+            ex.results += supervise(todo, execute_run, workers, bar)
     order = {(r.method, r.seed): i for i, r in enumerate(runs)}
     ex.results.sort(key=lambda r: order[(r["method"], r["seed"])])
     ex.wall_seconds = time.perf_counter() - t0
     return ex
+
+
+def _steps_done(run: RunSpec) -> int:
+    return steps_done(Path(run.out_dir))
 
 
 def side_by_side(
@@ -511,175 +510,3 @@ def side_by_side(
                         "to continue it or choose another --out"
                     )
         return execute(runs, workers, progress, desc="train")
-
-
-class _Progress:
-    """One overall bar in steps, fed by the runs' ``metrics.jsonl`` files."""
-
-    def __init__(
-        self, runs: list[RunSpec], finished: int, workers: int, show: bool, desc: str = "compare"
-    ) -> None:
-        self.steps = max(1, max(r.steps for r in runs))
-        self.runs, self.base = runs, finished * self.steps
-        self.bar = None
-        self.results: list[dict] = []
-        if show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=self.steps * len(runs),
-                initial=self.base,
-                unit="step",
-                dynamic_ncols=True,
-                desc=f"{desc} ({len(runs)} runs, {workers} workers)",
-            )
-        self.todo = [
-            r for r in runs if r.resume is not None or not (Path(r.out_dir) / DONE_FILE).is_file()
-        ]
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.refresh()
-            self.bar.close()
-
-    def add(self, result: dict) -> None:
-        self.results.append(result)
-
-    def refresh(self) -> None:
-        if self.bar is None:
-            return
-        n = self.base + sum(
-            min(self.steps, _train_lines(Path(r.out_dir) / METRICS_FILE)) for r in self.todo
-        )
-        self.bar.update(max(0, min(n, self.bar.total) - self.bar.n))
-        self.bar.set_postfix(
-            done=sum(r["status"] == "done" for r in self.results),
-            failed=sum(r["status"] == "failed" for r in self.results),
-        )
-
-
-def _pool(workers: int) -> cf.ProcessPoolExecutor:
-    return cf.ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=die_with_parent,
-        initargs=(os.getpid(),),
-    )
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
-    """Make this (worker) process die when ``parent_pid`` does, however the parent ends.
-
-    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``);
-    everywhere, a daemon thread also polls the parent pid and exits the process once the
-    parent is gone (reparented). Called as the worker pool's initializer.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before the line above ran
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
-
-
-def _kill_workers(pool: cf.ProcessPoolExecutor) -> None:
-    """Stop a pool now: cancel what has not started and SIGKILL its worker processes (their
-    runs are unfinished and continue from their checkpoints on the next call)."""
-    procs = list(getattr(pool, "_processes", None) or {})
-    pool.shutdown(wait=False, cancel_futures=True)
-    for pid in procs:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises SystemExit(143) in the main thread (so workers are stopped on the way
-    out, as for Ctrl-C); the previous handler is restored afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run_shared(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]:
-    """Every run in one pool of ``workers`` processes (imports are paid once per worker)."""
-    results: list[dict] = []
-    pool = _pool(workers)
-    try:
-        futures = {pool.submit(execute_run, r): r for r in todo}
-        pending = set(futures)
-        while pending:
-            finished, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
-            for fut in finished:
-                results.append(_outcome(fut, futures[fut]))
-                bar.add(results[-1])
-            bar.refresh()
-    except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
-        _kill_workers(pool)
-        raise
-    finally:
-        pool.shutdown(wait=True)
-    return results
-
-
-def _run_isolated(todo: list[RunSpec], workers: int, bar: _Progress) -> list[dict]:
-    """Each run in a fresh one-process pool, at most ``workers`` at a time."""
-    results: list[dict] = []
-    queue, active = list(todo), {}
-    try:
-        while queue or active:
-            while queue and len(active) < workers:
-                run = queue.pop(0)
-                pool = _pool(1)
-                active[pool.submit(execute_run, run)] = (run, pool)
-            finished, _ = cf.wait(set(active), timeout=1.0, return_when=cf.FIRST_COMPLETED)
-            for fut in finished:
-                run, pool = active.pop(fut)
-                results.append(_outcome(fut, run))
-                bar.add(results[-1])
-                pool.shutdown(wait=True)
-            bar.refresh()
-    finally:
-        for _, pool in active.values():
-            _kill_workers(pool)
-    return results
-
-
-def _outcome(fut: cf.Future, run: RunSpec) -> dict:
-    """A finished future's result, or a failure record when its worker process died."""
-    try:
-        return fut.result()
-    except Exception as e:  # noqa: BLE001  (e.g. BrokenProcessPool: a worker was killed)
-        return {
-            "status": "failed",
-            "method": run.method,
-            "seed": run.seed,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": "".join(traceback.format_exception(e)),
-            "wall_seconds": 0.0,
-            "broken_pool": isinstance(e, cf.process.BrokenProcessPool),
-        }

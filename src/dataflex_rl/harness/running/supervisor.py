@@ -1,0 +1,255 @@
+"""Process supervision: jobs in spawned worker processes, stopped together, never orphaned.
+
+`supervise` runs jobs (picklable objects with ``method``, ``seed`` and ``steps``; the runner's
+`RunSpec`) through a work function in a pool of worker processes and returns each job's record
+(a dict with ``status``, ``method`` and ``seed``). It owns everything about processes:
+
+- one shared pool first (imports are paid once per worker); a worker that dies (killed, out of
+  memory) breaks that pool and fails every job still in it, so those jobs are retried once, each
+  in a process of its own: a job that kills its process again takes no other job with it;
+- Ctrl-C or SIGTERM stops every worker and re-raises; a worker also dies when this process is
+  killed outright (`die_with_parent`);
+- one progress bar in steps, fed by what each job's own records say it has done (a function of
+  the job, `Progress`), polled about once a second while the jobs run.
+
+What a job is, where it writes and how it resumes is the runner's (harness/running/runner.py).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+#: how long the supervisor waits for a job to finish before it refreshes the progress bar
+POLL_SECONDS = 1.0
+PR_SET_PDEATHSIG = 1
+
+
+def default_workers() -> int:
+    """One worker per core available to this process."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class Progress:
+    """One overall bar in steps over ``total`` jobs of ``steps`` steps each, ``finished`` of
+    them already done before any starts.
+
+    Args:
+        total: every job of the matrix, finished ones included.
+        finished: jobs done before this call (counted as complete).
+        steps: steps per job (the bar's unit).
+        steps_done: job -> how many steps its records show done (read on every refresh).
+        workers: shown in the bar's title.
+        show: draw the bar (False: `refresh` only tracks results).
+        desc: the bar's name.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        finished: int,
+        steps: int,
+        steps_done: Callable[[Any], int],
+        workers: int,
+        show: bool,
+        desc: str = "compare",
+    ) -> None:
+        self.steps = max(1, steps)
+        self.base = finished * self.steps
+        self.steps_done = steps_done
+        self.running: list[Any] = []
+        self.results: list[dict] = []
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=self.steps * total,
+                initial=self.base,
+                unit="step",
+                dynamic_ncols=True,
+                desc=f"{desc} ({total} runs, {workers} workers)",
+            )
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.refresh()
+            self.bar.close()
+
+    def add(self, result: dict) -> None:
+        self.results.append(result)
+
+    def count(self) -> int:
+        """Steps done over the matrix: the finished jobs' and each started job's own count."""
+        return self.base + sum(min(self.steps, self.steps_done(j)) for j in self.running)
+
+    def refresh(self) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(max(0, min(self.count(), self.bar.total) - self.bar.n))
+        self.bar.set_postfix(
+            done=sum(r["status"] == "done" for r in self.results),
+            failed=sum(r["status"] == "failed" for r in self.results),
+        )
+
+
+def supervise(
+    jobs: Sequence[Any], work: Callable[[Any], dict], workers: int, progress: Progress
+) -> list[dict]:
+    """``work(job)`` for every job in ``workers`` spawned processes; the records in the order
+    the jobs finish. ``work`` must be importable by name (the workers are spawned) and should
+    return a record rather than raise; a job whose process dies gets a failure record."""
+    progress.running = list(jobs)
+    with _sigterm_raises():
+        results, broken = _run_shared(jobs, work, workers, progress)
+        if broken:
+            results += _run_isolated(broken, work, workers, progress)
+    return results
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
+
+
+def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Make this (worker) process die when ``parent_pid`` does, however the parent ends.
+
+    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``);
+    everywhere, a daemon thread also polls the parent pid and exits the process once the
+    parent is gone (reparented). Called as the worker pool's initializer.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the line above ran
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
+
+
+def _kill_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started and SIGKILL its worker processes (their
+    jobs are unfinished and continue from their checkpoints on the next call)."""
+    procs = list(getattr(pool, "_processes", None) or {})
+    pool.shutdown(wait=False, cancel_futures=True)
+    for pid in procs:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) in the main thread (so workers are stopped on the way
+    out, as for Ctrl-C); the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_shared(
+    jobs: Sequence[Any], work: Callable, workers: int, progress: Progress
+) -> tuple[list[dict], list[Any]]:
+    """Every job in one pool of ``workers`` processes: ``(records, jobs whose worker died)``
+    (a dead worker breaks the pool, and with it every job still in it)."""
+    results: list[dict] = []
+    broken: list[Any] = []
+    pool = _pool(workers)
+    try:
+        futures = {pool.submit(work, j): j for j in jobs}
+        pending = set(futures)
+        while pending:
+            finished, pending = cf.wait(
+                pending, timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED
+            )
+            for fut in finished:
+                if isinstance(fut.exception(), cf.process.BrokenProcessPool):
+                    broken.append(futures[fut])
+                else:
+                    results.append(_outcome(fut, futures[fut]))
+                    progress.add(results[-1])
+            progress.refresh()
+    except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
+        _kill_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    order = {id(j): i for i, j in enumerate(jobs)}
+    return results, sorted(broken, key=lambda j: order[id(j)])
+
+
+def _run_isolated(
+    jobs: Sequence[Any], work: Callable, workers: int, progress: Progress
+) -> list[dict]:
+    """Each job in a fresh one-process pool, at most ``workers`` at a time."""
+    results: list[dict] = []
+    queue, active = list(jobs), {}
+    try:
+        while queue or active:
+            while queue and len(active) < workers:
+                job = queue.pop(0)
+                pool = _pool(1)
+                active[pool.submit(work, job)] = (job, pool)
+            finished, _ = cf.wait(set(active), timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                job, pool = active.pop(fut)
+                results.append(_outcome(fut, job))
+                progress.add(results[-1])
+                pool.shutdown(wait=True)
+            progress.refresh()
+    finally:
+        for _, pool in active.values():
+            _kill_workers(pool)
+    return results
+
+
+def _outcome(fut: cf.Future, job: Any) -> dict:
+    """A finished future's record, or a failure record when its worker process died."""
+    try:
+        return fut.result()
+    except Exception as e:  # noqa: BLE001  (e.g. BrokenProcessPool: a worker was killed)
+        return {
+            "status": "failed",
+            "method": job.method,
+            "seed": job.seed,
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": "".join(traceback.format_exception(e)),
+            "wall_seconds": 0.0,
+        }
