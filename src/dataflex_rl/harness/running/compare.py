@@ -149,6 +149,7 @@ def run_compare(
     progress: bool = True,
     plots: bool = True,
     train_fn: str = DEFAULT_TRAIN_FN,
+    cells: set[tuple[str, int]] | None = None,
 ) -> CompareResult:
     """Run (or resume) the experiment's matrix and write its report.
 
@@ -159,11 +160,15 @@ def run_compare(
         progress: show the overall progress bar.
         plots: write PNG plots.
         train_fn: training function as ``module:attr`` (tests pass a fake engine).
+        cells: the ``(label, seed)`` runs of the matrix to run and report (None: every one;
+            ``--until-decided`` leaves out the later seeds of decided comparisons).
     """
     out = Path(out_dir or Path("runs") / "compare" / exp.name)
     require_backends(exp.tracking, "dataflex-rl compare")  # before any run starts
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(exp, out, train_fn)
+    if cells is not None:
+        runs = [r for r in runs if (r.method, r.seed) in cells]
     for r in runs:  # a finished run of another configuration: stop before writing anything
         load_done(r)
     atomic_write_json(

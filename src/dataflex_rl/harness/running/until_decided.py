@@ -8,6 +8,15 @@ which calls each comparison better, worse, equivalent (within ±margin) or undec
 type-I error controlled at α however many rounds are looked at. The loop stops when every
 comparison of the experiment's strategies is decided, or at ``max_seeds``.
 
+Later rounds run only the baseline, the comparisons still undecided and the controls: a
+comparison decided at round r keeps its verdict and gets no more seeds. That is valid because
+its confidence sequence holds at any stopping time, including one chosen per comparison (each
+is at level α/m, so the family's error stays ≤ α by the union bound). More seeds would not
+contradict it: the running intersection only narrows, so better stays better, worse stays
+worse, and equivalent stays inside ±margin (it may turn better or worse within the margin).
+`Sequential.runs_used` against `Sequential.runs_all_arms` is what this saves; simulated for a
+13-arm study by ``python -m dataflex_rl.harness.statistics.sequential --adaptive``.
+
 Controls (harness/running/controls.py) run every round on the same seeds, but do not keep the loop
 going: they check the instrument, they are not what the experiment asks. Their verdicts go to
 the rule as a family of their own (so they do not dilute the strategies' α) and are reported.
@@ -81,16 +90,32 @@ class Sequential:
     alpha: float = 0.05
     fixed_n: int | None = None
     pooled_sd: float = math.nan
+    #: comparison -> the round it was decided at (it ran no later seeds)
+    decided_at: dict[str, int] = field(default_factory=dict)
+    #: label -> the seeds it ran (the baseline and the controls: every seed)
+    seeds_of: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
         return self.rounds[-1].seeds if self.rounds else []
+
+    @property
+    def runs_used(self) -> int:
+        return sum(len(s) for s in self.seeds_of.values())
+
+    @property
+    def runs_all_arms(self) -> int:
+        """Runs of the same loop had every round run every arm (same stop, same verdicts up
+        to an equivalence refined within the margin)."""
+        return len(self.seeds_of) * len(self.seeds)
 
     def to_dict(self) -> dict:
         return {
             **dataclasses.asdict(self),
             "seeds_used": len(self.seeds),
             "seeds_saved": None if self.fixed_n is None else self.fixed_n - len(self.seeds),
+            "runs_used": self.runs_used,
+            "runs_all_arms": self.runs_all_arms,
         }
 
 
@@ -188,35 +213,64 @@ def run_until_decided(
         alpha=alpha,
     )
     domains = list(exp.engine_config().tasks.domains)
-    seeds = list(exp.seeds)
+    seeds, new = list(exp.seeds), list(exp.seeds)
+    seq.seeds_of = {label: [] for label in exp.labels}
+    frozen: dict[str, dict] = {}  # the verdicts of decided comparisons, as decided
     while True:
+        for label, ran in seq.seeds_of.items():
+            if label not in seq.decided_at:
+                ran += new
+        cells = {(label, s) for label, ran in seq.seeds_of.items() for s in ran}
         current = dataclasses.replace(exp, seeds=tuple(seeds))
         res = run_compare(
-            current, out_dir, workers=workers, progress=progress, plots=plots, train_fn=train_fn
+            current,
+            out_dir,
+            workers=workers,
+            progress=progress,
+            plots=plots,
+            train_fn=train_fn,
+            cells=cells,
         )
         rows = result_rows(res.execution, domains, exp.evaluation.metric)
         diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
         verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
+        verdicts.update(frozen)
         verdicts.update(_verdicts(rule, {k: diffs[k] for k in controls}, alpha, margin))
         seq.rounds.append(Round(len(seq.rounds) + 1, list(seeds), verdicts))
-        echo(round_line(seq.rounds[-1], comparisons, controls))
-        if all(verdicts[k]["verdict"] != UNDECIDED for k in comparisons):
+        for k in comparisons:
+            if k not in frozen and verdicts[k]["verdict"] != UNDECIDED:
+                frozen[k], seq.decided_at[k] = verdicts[k], seq.rounds[-1].index
+        echo(round_line(seq.rounds[-1], comparisons, controls, seq.decided_at))
+        if len(frozen) == len(comparisons):
             seq.stopped = "every comparison decided"
             break
         if len(seeds) >= max_seeds:
             seq.stopped = f"--max-seeds {max_seeds} reached"
             break
-        seeds += next_seeds(seeds, min(round_size, max_seeds - len(seeds)))
+        new = next_seeds(seeds, min(round_size, max_seeds - len(seeds)))
+        seeds += new
     _fixed_design(seq, diffs, exp)
     write_sequential(seq, Path(res.out_dir))
     return res, seq
 
 
-def round_line(r: Round, comparisons: list[str], controls: list[str]) -> str:
-    """``round 2, 4 seeds: difffilter undecided (n=4); controls: aa_control undecided (n=4)``."""
+def round_line(
+    r: Round, comparisons: list[str], controls: list[str], decided_at: dict[str, int] | None = None
+) -> str:
+    """``round 2, 4 seeds: difffilter undecided (n=4); controls: aa_control undecided (n=4)``;
+    a comparison decided at an earlier round says so (``better (n=4, stopped at round 2)``)."""
+    decided_at = decided_at or {}
 
     def part(labels: list[str]) -> str:
-        return ", ".join(f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']})" for k in labels)
+        return ", ".join(
+            f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']}"
+            + (
+                f", stopped at round {decided_at[k]})"
+                if decided_at.get(k, r.index) < r.index
+                else ")"
+            )
+            for k in labels
+        )
 
     line = f"round {r.index}, {len(r.seeds)} seeds: {part(comparisons)}"
     return line + (f"; controls: {part(controls)}" if controls else "")
@@ -263,6 +317,21 @@ def section(seq: Sequential) -> str:
         lines.append(f"| {r.index} | {len(r.seeds)} | " + " | ".join(cells) + " |")
     used = len(seq.seeds)
     lines += ["", f"Stopped: {seq.stopped}, after {used} seeds ({', '.join(map(str, seq.seeds))})."]
+    if seq.decided_at:
+        lines.append(
+            "Decided, then given no more seeds: "
+            + ", ".join(
+                f"{k} at round {r} ({len(seq.seeds_of.get(k, []))} seeds)"
+                for k, r in seq.decided_at.items()
+            )
+            + "."
+        )
+    if seq.seeds_of:
+        saved = seq.runs_all_arms - seq.runs_used
+        lines.append(
+            f"Runs: {seq.runs_used}, against {seq.runs_all_arms} had every round run every arm: "
+            f"{saved} saved."
+        )
     if seq.fixed_n is not None:
         saved = seq.fixed_n - used
         lines.append(

@@ -242,9 +242,118 @@ def simulate_sequential(
     }
 
 
+def simulate_adaptive(
+    effects,
+    sd: float,
+    *,
+    alpha: float = 0.05,
+    margin: float,
+    round_size: int = 2,
+    max_seeds: int = 24,
+    min_seeds: int = 3,
+    reps: int = 2000,
+    seed: int = 0,
+    prior_scale: float = PRIOR_SCALE,
+) -> dict:
+    """Runs spent by the rounds loop when a decided comparison gets no more seeds (adaptive)
+    against every round running every arm (all arms), on the same simulated experiments:
+    ``len(effects)`` comparisons against one baseline, comparison j with true paired mean
+    ``effects[j]`` and SD ``sd`` (normal), looked at after ``min_seeds`` seeds and every
+    ``round_size`` more, stopped when all are decided or at ``max_seeds``.
+
+    Returns:
+        ``runs_all_arms`` and ``runs_adaptive`` (mean over experiments; the baseline counts as
+        an arm), ``saved_fraction`` (mean of 1 − adaptive/all arms), ``mean_seeds`` (mean
+        seeds at the stop), ``arm_seeds`` [m] (mean seeds each comparison ran),
+        ``arm_decided`` [m] (fraction decided), ``changed`` (fraction of comparisons whose
+        verdict at the stop, had they kept running, differs from the one they stopped with:
+        only equivalent turning better or worse, never a reversal) and the inputs.
+    """
+    effects = np.asarray(effects, dtype=np.float64)
+    m = effects.size
+    rng = np.random.default_rng([seed, m, max_seeds])
+    x = effects + sd * rng.standard_normal((max_seeds, reps, m))
+    low, high = confidence_sequence(x, alpha / m, 1.0, prior_scale)
+    looks = np.arange(min_seeds, max_seeds + 1, round_size)
+    if looks[-1] != max_seeds:
+        looks = np.append(looks, max_seeds)
+    v = verdicts_of(low[looks - 1], high[looks - 1], margin)  # [L, reps, m]
+    decided = v != UNDECIDED
+    first = np.where(decided.any(axis=0), decided.argmax(axis=0), len(looks) - 1)  # [reps, m]
+    stop = first.max(axis=1)  # [reps]: the loop stops once every comparison is decided
+    rows = np.arange(reps)[:, None]
+    frozen, kept_running = v[first, rows, np.arange(m)], v[stop[:, None], rows, np.arange(m)]
+    all_arms = (m + 1) * looks[stop]
+    adaptive = looks[stop] + looks[first].sum(axis=1)
+    return {
+        "effects": effects.tolist(),
+        "sd": sd,
+        "alpha": alpha,
+        "margin": margin,
+        "reps": reps,
+        "round_size": round_size,
+        "min_seeds": min_seeds,
+        "max_seeds": max_seeds,
+        "runs_all_arms": float(all_arms.mean()),
+        "runs_adaptive": float(adaptive.mean()),
+        "saved_fraction": float((1 - adaptive / all_arms).mean()),
+        "mean_seeds": float(looks[stop].mean()),
+        "arm_seeds": looks[first].mean(axis=0).tolist(),
+        "arm_decided": decided[first, rows, np.arange(m)].mean(axis=0).tolist(),
+        "changed": float((frozen != kept_running).mean()),
+    }
+
+
+#: 13-arm studies (a baseline and 12 comparisons) of `_adaptive_section`: name -> effects
+STUDIES_13 = {
+    "4 better (+3 pts), 2 worse (-3), 6 null": [0.03] * 4 + [-0.03] * 2 + [0.0] * 6,
+    "1 better (+5 pts), 11 null": [0.05] + [0.0] * 11,
+    "12 null (an A/A study)": [0.0] * 12,
+    "12 spread from -6 to +5 pts": list(np.linspace(-0.06, 0.05, 12)),
+}
+
+
+def _adaptive_section(reps: int) -> None:
+    sd, margin = 0.011, 0.02
+    print(
+        f"\n13-arm study (baseline + 12 comparisons), paired SD {sd * 100:g} points (paper13's "
+        f"pooled SD), margin {margin * 100:g} points, rounds of 2 from 3 seeds, at most 24, "
+        f"alpha 0.05, {reps} experiments"
+    )
+    print(
+        f"{'study':<40} {'seeds':>5} {'runs all arms':>13} {'adaptive':>8} {'saved':>6} "
+        f"{'changed':>7}  seeds per comparison"
+    )
+    for name, effects in STUDIES_13.items():
+        r = simulate_adaptive(effects, sd, margin=margin, reps=reps)
+        per_arm = " ".join(f"{s:.0f}" for s in r["arm_seeds"])
+        print(
+            f"{name:<40} {r['mean_seeds']:>5.1f} {r['runs_all_arms']:>13.1f} "
+            f"{r['runs_adaptive']:>8.1f} {r['saved_fraction']:>6.0%} {r['changed']:>7.3f}  "
+            f"{per_arm}"
+        )
+
+
 # python -m dataflex_rl.harness.statistics.sequential: figures of docs/harness.md
-def _main() -> None:
-    print("rounds of 2 seeds from 3, at most 24, alpha 0.05, margin 0.01, 2000 experiments")
+def _main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m dataflex_rl.harness.statistics.sequential",
+        description="Simulated figures of the anytime-valid rule (docs/harness.md): error "
+        "rates and seeds to a decision; with --adaptive, the runs a 13-arm study saves when "
+        "decided comparisons get no more seeds.",
+    )
+    p.add_argument("--adaptive", action="store_true", help="only the 13-arm runs-saved section")
+    p.add_argument("--reps", type=int, default=2000, help="simulated experiments per row")
+    args = p.parse_args(argv)
+    if not args.adaptive:
+        _verdicts_section(args.reps)
+    _adaptive_section(args.reps)
+
+
+def _verdicts_section(reps: int) -> None:
+    print(f"rounds of 2 seeds from 3, at most 24, alpha 0.05, margin 0.01, {reps} experiments")
     print(
         f"{'sd':>5} {'effect':>6} {'m':>3} {'error':>6} {'better':>6} {'decided':>7} "
         f"{'mean n':>6} {'median':>6} {'fixed n (power 0.8)':>19}"
@@ -261,7 +370,7 @@ def _main() -> None:
         (0.03, 0.10, 12),
         (0.01, 0.02, 12),
     ]:
-        r = simulate_sequential(effect, sd, m=m, margin=0.01, reps=2000)
+        r = simulate_sequential(effect, sd, m=m, margin=0.01, reps=reps)
         print(
             f"{sd:>5} {effect:>6} {m:>3} {r['error_rate']:>6.3f} {r['better_rate']:>6.2f} "
             f"{r['decided_rate']:>7.2f} {r['mean_seeds']:>6.1f} {r['median_seeds']:>6.0f} "

@@ -2,6 +2,7 @@
 stand-in sequential rule: rounds of seeds, stopping, resume, controls, sequential.json and the
 report."""
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,13 @@ from dataflex_rl.harness.statistics.results import Row
 
 TRAIN = "tests.unit.harness.running.test_until_decided:noisy_train"
 #: true effect per method; each seed adds +-0.01 of noise to every method but the baseline
-EFFECT = {"baseline": 0.0, "difffilter": 0.05, "aa_control": 0.0, "no_update_control": -0.1}
+EFFECT = {
+    "baseline": 0.0,
+    "difffilter": 0.05,
+    "maxvar": -0.03,
+    "aa_control": 0.0,
+    "no_update_control": -0.1,
+}
 
 
 def noisy_train(config, strategy, *, seed, steps, out_dir, resume, progress):
@@ -53,9 +60,9 @@ class Result:
     high: float
 
 
-def stand_in_rule(decide_at: int = 4, decide_controls: bool = True):
-    """Decides a comparison once it has ``decide_at`` pairs (sign of the mean), else undecided;
-    records every call."""
+def stand_in_rule(decide_at: int | dict = 4, decide_controls: bool = True):
+    """Decides a comparison once it has ``decide_at`` pairs (per label, when a mapping; sign of
+    the mean), else undecided; records every call."""
     calls = []
 
     def rule(diffs, *, alpha, margin, bound):
@@ -63,7 +70,8 @@ def stand_in_rule(decide_at: int = 4, decide_controls: bool = True):
         out = {}
         for k, d in diffs.items():
             m = float(d.mean()) if d.size else 0.0
-            decided = d.size >= decide_at and (decide_controls or not k.endswith("_control"))
+            at = decide_at.get(k, 99) if isinstance(decide_at, dict) else decide_at
+            decided = d.size >= at and (decide_controls or not k.endswith("_control"))
             verdict = ("better" if m > 0 else "worse") if decided else "undecided"
             out[k] = Result(verdict, int(d.size), m - 0.01, m + 0.01)
         return out
@@ -156,6 +164,42 @@ def test_controls_run_every_round_but_do_not_keep_the_loop_going(tmp_path):
     assert lines == [
         "round 1, 2 seeds: difffilter better (n=2); controls: aa_control "
         "undecided (n=2), no_update_control undecided (n=2)"
+    ]
+
+
+def test_later_rounds_run_only_the_baseline_undecided_arms_and_controls(tmp_path):
+    # difffilter is decided with 2 pairs (round 1), maxvar with 6 (round 3); aa runs every round
+    rule = stand_in_rule(decide_at={"difffilter": 2, "maxvar": 6}, decide_controls=False)
+    exp = experiment(strategies=["baseline", "difffilter", "maxvar"], controls=["aa"])
+    res, seq, lines = run(tmp_path, exp, rule, max_seeds=10, round_size=2)
+    assert [len(r.seeds) for r in seq.rounds] == [2, 4, 6]
+    assert seq.decided_at == {"difffilter": 1, "maxvar": 3}
+    ran = sorted((tmp_path / "calls.log").read_text().splitlines())
+    expected = [f"{m} {s}" for m in ("baseline", "maxvar", "aa_control") for s in range(6)]
+    assert ran == sorted(expected + ["difffilter 0", "difffilter 1"])
+    # the decided comparison keeps its verdict (from 2 pairs) and is not given to the rule again
+    # with more pairs: the rule sees difffilter's 2 differences in every round
+    assert [len(c["difffilter"]) for c in rule.calls if "difffilter" in c] == [2, 2, 2]
+    assert seq.rounds[-1].verdicts["difffilter"] == seq.rounds[0].verdicts["difffilter"]
+    assert lines[1] == (
+        "round 2, 4 seeds: difffilter better (n=2, stopped at round 1), maxvar undecided (n=4); "
+        "controls: aa_control undecided (n=4)"
+    )
+    # 4 arms x 6 seeds had every round run every arm; difffilter ran 2 of its 6
+    assert (seq.runs_used, seq.runs_all_arms) == (20, 24)
+    assert seq.seeds_of["difffilter"] == [0, 1] and seq.seeds_of["aa_control"] == list(range(6))
+    data = json.loads((tmp_path / "sequential.json").read_text())
+    assert data["decided_at"] == {"difffilter": 1, "maxvar": 3} and data["runs_used"] == 20
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "Decided, then given no more seeds: difffilter at round 1 (2 seeds), maxvar at " in report
+    )
+    assert "Runs: 20, against 24 had every round run every arm: 4 saved." in report
+    # results.csv holds exactly the runs that ran (difffilter: seeds 0 and 1 only)
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert sorted({r["seed"] for r in rows if r["method"] == "difffilter"}) == ["0", "1"]
+    assert sorted({r["seed"] for r in rows if r["method"] == "maxvar"}, key=int) == [
+        str(s) for s in range(6)
     ]
 
 

@@ -106,3 +106,40 @@ def test_a_real_effect_is_found_early():
     r = sq.simulate_sequential(0.05, 0.02, m=3, margin=0.01, max_seeds=24, reps=1000)
     assert r["better_rate"] > 0.95 and r["error_rate"] <= 0.05
     assert r["mean_seeds"] < 10 and r["fixed_n"] == 7
+
+
+def _loop_runs(x: np.ndarray, looks: list[int], alpha: float, margin: float) -> tuple[int, int]:
+    """Plain-loop oracle of one simulated experiment x [N, m]: the rounds loop with
+    `sequential_verdicts`, a comparison frozen once decided; (runs adaptive, runs all arms)."""
+    m = x.shape[1]
+    decided_at: dict[int, int] = {}
+    for n in looks:
+        res = sq.sequential_verdicts({j: x[:n, j] for j in range(m)}, alpha=alpha, margin=margin)
+        for j in range(m):
+            if j not in decided_at and res[j].verdict != sq.UNDECIDED:
+                decided_at[j] = n
+        if len(decided_at) == m:
+            break
+    return n + sum(decided_at.get(j, n) for j in range(m)), (m + 1) * n
+
+
+def test_adaptive_runs_equal_the_plain_loop():
+    effects, sd, reps = [0.04, -0.03, 0.0], 0.02, 40
+    r = sq.simulate_adaptive(effects, sd, margin=0.01, reps=reps, max_seeds=12, min_seeds=3)
+    rng = np.random.default_rng([0, 3, 12])  # the simulation's own stream
+    x = np.asarray(effects) + sd * rng.standard_normal((12, reps, 3))
+    runs = [_loop_runs(x[:, i], [3, 5, 7, 9, 11, 12], 0.05, 0.01) for i in range(reps)]
+    assert r["runs_adaptive"] == pytest.approx(np.mean([a for a, _ in runs]))
+    assert r["runs_all_arms"] == pytest.approx(np.mean([b for _, b in runs]))
+    assert r["runs_adaptive"] < r["runs_all_arms"]
+
+
+def test_adaptive_saves_the_seeds_after_each_decision():
+    # +50 points at SD 0.1 point is decided at the first look with a finite interval (n = 5,
+    # rounds of 2 from 3: looks at 3, 5, 7, 9); 0 with margin 1e-9 is not decided in these 20
+    # experiments (a false better/worse has probability <= alpha/2 each), so the loop runs to
+    # 9 seeds: all arms 3 x 9 = 27 runs, adaptive 9 (baseline) + 5 + 9 = 23
+    r = sq.simulate_adaptive([0.5, 0.0], 0.001, margin=1e-9, reps=20, max_seeds=9)
+    assert r["arm_seeds"] == [5.0, 9.0] and r["arm_decided"] == [1.0, 0.0]
+    assert (r["runs_all_arms"], r["runs_adaptive"]) == (27.0, 23.0)
+    assert r["saved_fraction"] == pytest.approx(4 / 27) and r["changed"] == 0.0
