@@ -9,8 +9,9 @@ from pathlib import Path
 COMPARE_HELP = """\
 Run an experiment: every strategy × every seed on the embedded engine, paired by seed (same
 initial policy, same evaluation problems, same prompt stream where the strategy allows), in
-parallel worker processes; then write report.md (tables and generated sentences), results.csv
-(one row per run × domain × checkpoint), statistics.csv and plots/ under --out.
+parallel worker processes; then write report.md (tables and generated sentences), report.html
+(the same as one self-contained page), results.csv (one row per run × domain × checkpoint),
+statistics.csv and plots/ under --out.
 Resumable: run the same command again and finished runs are skipped, interrupted runs continue
 from their checkpoint. A failed run is reported with its error; the others go on.
 Controls (--control, or the experiment's 'controls' key) add arms whose outcome is known: aa
@@ -194,7 +195,10 @@ def _print_summary(analysis, out: Path, rows=None) -> None:
 
     if rows is None and analysis is not None:
         rows = read_results_csv(out / "results.csv")
-    print(summary_text(analysis, rows or [], str(out / "report.md")))
+    where = str(out / "report.md") + (
+        f" (one page: {out / 'report.html'})" if analysis is not None else ""
+    )
+    print(summary_text(analysis, rows or [], where))
 
 
 def register_commands(subparsers) -> None:
@@ -289,7 +293,7 @@ def register_commands(subparsers) -> None:
 
     p = subparsers.add_parser(
         "report",
-        help="paired statistics and report.md from a CSV of external results",
+        help="paired statistics, report.md and report.html from a CSV of external results",
         description=REPORT_HELP,
         formatter_class=fmt,
     )

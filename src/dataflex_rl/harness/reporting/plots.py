@@ -23,6 +23,16 @@ from dataflex_rl.harness.statistics.analysis import BETTER, WORSE, Analysis
 from dataflex_rl.harness.statistics.results import Row
 
 COLORS = {BETTER: "tab:green", WORSE: "tab:red"}
+#: panels per row: more wrap onto further rows (a figure stays readable at a page's width)
+MAX_COLS = 3
+#: line colours of methods: tab10 without its green and red, which mean better and worse
+METHOD_COLORS = ("C0", "C1", "C4", "C5", "C6", "C7", "C8", "C9")
+
+
+def _method_style(k: int) -> dict:
+    """Colour and line style of the k-th method (a new line style every 8 methods)."""
+    n = len(METHOD_COLORS)
+    return {"color": METHOD_COLORS[k % n], "ls": ("-", "--", ":")[k // n % 3]}
 
 
 def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2):
@@ -35,15 +45,26 @@ def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2):
     return fig, axes
 
 
+def _panels(n: int, w: float = 4.2, h: float = 3.2):
+    """A figure of ``n`` panels, at most `MAX_COLS` per row; returns ``(fig, [n] axes,
+    columns)`` (the grid's unused cells are hidden)."""
+    ncols = min(n, MAX_COLS)
+    fig, grid = _figure(ncols, -(-n // ncols), w=w, h=h)
+    axes = list(grid.ravel())
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n], ncols
+
+
 def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     """One panel per summary; a row per method: delta (dot), 95% interval (thin), corrected
     interval (thick, coloured by verdict); the grey band is ± the pooled MDE. Where the seed
     count allows no verdict there is no bar, only the dot and "n/a (N seeds)"."""
     summaries = a.summaries
     methods = a.methods[1:]
-    fig, axes = _figure(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6)
+    fig, axes, ncols = _panels(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6)
     y = np.arange(len(methods))[::-1]
-    for ax, s in zip(axes[0], summaries):
+    for i, (ax, s) in enumerate(zip(axes, summaries)):
         mde = family_mde(a, s)
         if math.isfinite(mde):
             ax.axvspan(
@@ -77,11 +98,11 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
                     fontsize=7,
                     color="0.3",
                 )
-        ax.set_yticks(y, methods if ax is axes[0][0] else [""] * len(methods))
+        ax.set_yticks(y, methods if i % ncols == 0 else [""] * len(methods))
         ax.set_title(s.name)
         ax.set_xlabel(f"Δ vs {a.baseline}" + (f" ({fmt.unit})" if fmt.unit else ""))
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(loc="lower left", fontsize=7, frameon=False)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(loc="lower left", fontsize=7, frameon=False)
     fig.suptitle("paired deltas: thin = 95% bootstrap, thick = Holm-corrected", fontsize=9)
     return _save(fig, path)
 
@@ -105,8 +126,8 @@ def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: 
     for (m, step, seed), v in per_run.items():
         if len(v) == len(benchmarks):
             cells[("average", m, step)][seed] = float(np.mean(v))
-    fig, axes = _figure(len(panels))
-    for ax, panel in zip(axes[0], panels):
+    fig, axes, ncols = _panels(len(panels))
+    for i, (ax, panel) in enumerate(zip(axes, panels)):
         for k, m in enumerate(methods):
             steps = sorted(st for (p, mm, st) in cells if p == panel and mm == m)
             if not steps:
@@ -117,14 +138,13 @@ def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: 
                 np.array([v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else 0.0 for v in vals])
                 * fmt.scale
             )
-            (line,) = ax.plot(
-                steps, mean, lw=1.2, label=m, color=f"C{k % 10}", ls=("-", "--", ":")[k // 10 % 3]
-            )
+            (line,) = ax.plot(steps, mean, lw=1.2, label=m, **_method_style(k))
             ax.fill_between(steps, mean - se, mean + se, color=line.get_color(), alpha=0.12)
         ax.set_title(panel)
         ax.set_xlabel("step")
-    axes[0][0].set_ylabel("held-out score" + (f" ({fmt.unit})" if fmt.unit else ""))
-    axes[0][-1].legend(fontsize=6, frameon=False, ncol=2)
+        if i % ncols == 0:
+            ax.set_ylabel("held-out score" + (f" ({fmt.unit})" if fmt.unit else ""))
+    axes[-1].legend(fontsize=6, frameon=False, ncol=2)
     return _save(fig, path)
 
 
@@ -135,8 +155,8 @@ def proportion_traces(rows: list[dict], path: str | Path) -> Path | None:
         return None
     methods = list(dict.fromkeys(r["method"] for r in rows))
     domains = list(dict.fromkeys(r["domain"] for r in rows))
-    fig, axes = _figure(len(methods))
-    for ax, m in zip(axes[0], methods):
+    fig, axes, ncols = _panels(len(methods))
+    for i, (ax, m) in enumerate(zip(axes, methods)):
         for k, d in enumerate(domains):
             sel = [r for r in rows if r["method"] == m and r["domain"] == d]
             steps = sorted({r["step"] for r in sel})
@@ -154,11 +174,13 @@ def proportion_traces(rows: list[dict], path: str | Path) -> Path | None:
         ax.set_title(m)
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)
-    axes[0][0].set_ylabel("domain proportion")
+        if i % ncols == 0:
+            ax.set_ylabel("domain proportion")
     fig.suptitle(
-        "mixers: target proportion (solid) and sampled share (dotted), mean over seeds", fontsize=9
+        "mixers' domain proportions, mean over seeds:\ntarget (solid), sampled share (dotted)",
+        fontsize=9,
     )
-    axes[0][0].legend(fontsize=7, frameon=False)
+    axes[0].legend(fontsize=7, frameon=False)
     return _save(fig, path)
 
 
@@ -179,8 +201,7 @@ def performance_profiles(
             aggregates.performance_profile(x, taus),
             lw=1.2,
             label=m,
-            color=f"C{k % 10}",
-            ls=("-", "--", ":")[k // 10 % 3],
+            **_method_style(k),
         )
         ax.fill_between(taus * fmt.scale, lo, hi, color=line.get_color(), alpha=0.12)
     ax.set_xlabel("score τ" + (f" ({fmt.unit})" if fmt.unit else ""))
@@ -189,9 +210,14 @@ def performance_profiles(
     return _save(fig, path)
 
 
-def _save(fig, path: str | Path) -> Path:
+def _save(fig, path: str | Path, svg: bool = True) -> Path:
+    """Write ``path`` (PNG) and, with ``svg``, the same figure as SVG beside it (report.html
+    inlines it)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(p) as tmp:
         fig.savefig(tmp, dpi=110, format=p.suffix.lstrip(".") or "png")
+    if svg:
+        with atomic_path(p.with_suffix(".svg")) as tmp:
+            fig.savefig(tmp, format="svg", metadata={"Date": None})
     return p

@@ -16,15 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from dataflex_rl.core.io import atomic_path, atomic_write_text
-from dataflex_rl.harness.reporting import narrative, plots
-from dataflex_rl.harness.reporting.narrative import Fmt, delta_interval, pvalue
+from dataflex_rl.harness.reporting import narrative, plots, provenance, tables
+from dataflex_rl.harness.reporting.html_report import render_html
+from dataflex_rl.harness.reporting.narrative import Fmt
+from dataflex_rl.harness.reporting.provenance import Provenance
 from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import (
     BETTER,
     WORSE,
     Analysis,
     StatsOptions,
-    SummaryResult,
     analyze,
     score_matrices,
 )
@@ -104,35 +105,9 @@ class ReportInputs:
     params: dict = field(default_factory=dict)
 
 
-def _summary_table(s: SummaryResult, a: Analysis, fmt: Fmt) -> list[str]:
-    unit = f" ({fmt.unit})" if fmt.unit else ""
-    lines = [
-        f"| method | n | mean{unit} [95% CI] | Δ{unit} [95% CI] | corrected CI (level) "
-        "| p | p (Holm) | MDE | r | verdict |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---|",
-    ]
-    comps = {c.method: c for c in s.comparisons + s.controls}
-    for m in s.methods + s.control_methods:
-        head = f"| {m.method} | {m.n} | {fmt.value(m.mean)} {fmt.interval(m.low, m.high)} "
-        c = comps.get(m.method)
-        if c is None:
-            lines.append(head + "| (baseline) | | | | | | |")
-            continue
-        level = f" ({100 * (1 - c.level):.1f}%)" if math.isfinite(c.level) else ""
-        mde = "inf" if math.isinf(c.mde) else fmt.value(c.mde)
-        r = f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a"
-        verdict = f"{c.verdict} (control: {c.control})" if c.control else c.verdict
-        level = level if c.verdict_possible else ""
-        lines.append(
-            head + f"| {fmt.value(c.delta, True)} {delta_interval(c, fmt)} "
-            f"| {delta_interval(c, fmt, corrected=True)}{level} | {pvalue(c.p)} "
-            f"| {pvalue(c.p_holm)} | {mde} | {r} | {verdict} |"
-        )
-    return lines
-
-
-def _aggregate_table(a: Analysis, rows: list[Row], fmt: Fmt) -> list[str]:
-    """IQM and probability of improvement over runs × benchmarks (real methods only)."""
+def compute_aggregates(a: Analysis, rows: list[Row], fmt: Fmt) -> list[aggregates.MethodAggregate]:
+    """IQM and probability of improvement over runs × benchmarks (real methods only); empty
+    with fewer than two methods that have every benchmark."""
     scores = aggregate_scores(a, rows)
     if len(scores) < 2 or a.baseline not in scores:
         return []
@@ -143,25 +118,9 @@ def _aggregate_table(a: Analysis, rows: list[Row], fmt: Fmt) -> list[str]:
             np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21)
         )
     )
-    aggs = aggregates.aggregate(
+    return aggregates.aggregate(
         scores, a.baseline, taus, np.random.default_rng(a.options.seed), n_boot=2000, alpha=0.05
     )
-    unit = f" ({fmt.unit})" if fmt.unit else ""
-    lines = [
-        f"| method | runs × benchmarks | IQM{unit} [95% CI] | P(> {a.baseline}) [95% CI] |",
-        "|---|---:|---|---|",
-    ]
-    for g in aggs:
-        poi = (
-            "—"
-            if g.method == a.baseline
-            else (f"{g.poi:.2f} [{g.poi_ci[0]:.2f}, {g.poi_ci[1]:.2f}]")
-        )
-        lines.append(
-            f"| {g.method} | {g.runs} × {g.tasks} | {fmt.value(g.iqm)} "
-            f"{fmt.interval(*g.iqm_ci)} | {poi} |"
-        )
-    return lines
 
 
 def aggregate_scores(a: Analysis, rows: list[Row]) -> dict[str, np.ndarray]:
@@ -179,39 +138,16 @@ def aggregate_scores(a: Analysis, rows: list[Row]) -> dict[str, np.ndarray]:
     return out
 
 
-def _ranking_table(a: Analysis) -> list[str]:
-    from dataflex_rl.harness.statistics.stats import ranks
-
-    names = [s.name for s in a.summaries]
-    table = {s.name: ranks([s.mean_of(m) for m in a.methods]) for s in a.summaries}
-    lines = ["| method | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for i, m in enumerate(a.methods):
-        lines.append(f"| {m} | " + " | ".join(str(int(table[n][i])) for n in names) + " |")
-    lines += [
-        "",
-        "Kendall's tau-b between rankings:",
-        "",
-        "| | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(names),
-    ]
-    for i, n in enumerate(names):
-        lines.append(
-            f"| {n} | "
-            + " | ".join(f"{t:.2f}" if math.isfinite(t) else "n/a" for t in a.tau[i])
-            + " |"
-        )
-    return lines
-
-
 def render_markdown(
     a: Analysis,
     inputs: ReportInputs,
     fmt: Fmt,
     plot_files: dict[str, Path],
     out_dir: Path,
-    rows: list[Row] | None = None,
+    aggs: list[aggregates.MethodAggregate],
+    prov: Provenance,
 ) -> str:
-    """The text of ``report.md``."""
+    """The text of ``report.md`` (``aggs``: `compute_aggregates`; ``prov``: what wrote it)."""
     o = a.options
     md = [f"# {inputs.title}", "", " ".join(narrative.headline(a, fmt)), ""]
     md += [
@@ -220,38 +156,20 @@ def render_markdown(
         *(f"- {t}" for t in narrative.sensitivity_lines(a, fmt)),
         "",
     ]
-    rows = rows or []
-    md += [
-        "## Setup",
-        "",
-        f"- baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}"
-        + (
-            f"; controls: {', '.join(f'{k} ({v})' for k, v in a.controls.items())}"
-            if a.controls
-            else ""
-        ),
-        f"- seeds ({len(a.seeds)}): {', '.join(a.seeds)}",
-        *(f"- {line}" for line in inputs.setup),
-        *(f"- note: {n}" for n in a.notes),
-    ]
-    if inputs.failures:
-        md.append(
-            f"- **{len(inputs.failures)} run(s) failed** (see 'Failed runs'); the "
-            "statistics use the runs that finished."
-        )
+    md += ["## Setup", "", *(f"- {line}" for line in setup_lines(a, inputs))]
     md += [
         "",
         f"## Verdicts on '{a.primary.name}'",
         "",
-        *_summary_table(a.primary, a, fmt),
+        *tables.markdown(tables.summary_table(a.primary, fmt)),
         "",
         *(f"- {t}" for t in narrative.verdict_sentences(a, a.primary, fmt)),
         "",
     ]
     if "forest" in plot_files:
         md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
-    agg = _aggregate_table(a, rows, fmt)
-    if agg:
+    if aggs:
+        agg = tables.markdown(tables.aggregate_table(aggs, a.baseline, fmt))
         md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
         if "profiles" in plot_files:
             md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})", ""]
@@ -261,7 +179,7 @@ def render_markdown(
             md += [
                 f"### {s.name}",
                 "",
-                *_summary_table(s, a, fmt),
+                *tables.markdown(tables.summary_table(s, fmt)),
                 "",
                 *(f"- {t}" for t in narrative.verdict_sentences(a, s, fmt)),
                 "",
@@ -269,7 +187,11 @@ def render_markdown(
         md += [
             "## Ranking",
             "",
-            *_ranking_table(a),
+            *tables.markdown(tables.ranking_table(a)),
+            "",
+            "Kendall's tau-b between rankings:",
+            "",
+            *tables.markdown(tables.tau_table(a)),
             "",
             *(f"- {t}" for t in narrative.ranking_sentences(a) + narrative.sign_changes(a)),
             "",
@@ -293,8 +215,33 @@ def render_markdown(
                     "",
                 ]
         md.append("")
-    md += ["## Definitions", "", DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha, power=o.power)]
+    md += ["## How this report was produced", "", *(f"- {t}" for t in prov.lines()), ""]
+    md += ["## Definitions", "", definitions(o)]
     return "\n".join(md)
+
+
+def definitions(o: StatsOptions) -> str:
+    """`DEFINITIONS` with the options' numbers (a markdown list)."""
+    return DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha, power=o.power)
+
+
+def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
+    """The Setup list (markdown items): baseline, methods, controls, seeds, the caller's
+    lines, the analysis' notes, failed runs."""
+    controls = ", ".join(f"{k} ({v})" for k, v in a.controls.items())
+    out = [
+        f"baseline: **{a.baseline}**; methods: {', '.join(a.methods[1:])}"
+        + (f"; controls: {controls}" if controls else ""),
+        f"seeds ({len(a.seeds)}): {', '.join(a.seeds)}",
+        *inputs.setup,
+        *(f"note: {n}" for n in a.notes),
+    ]
+    if inputs.failures:
+        out.append(
+            f"**{len(inputs.failures)} run(s) failed** (see 'Failed runs'); the statistics use "
+            "the runs that finished."
+        )
+    return out
 
 
 #: columns of ``statistics.csv``: one row per summary × method (a baseline row leaves the
@@ -392,7 +339,8 @@ def write_statistics_csv(a: Analysis, path: Path) -> Path:
 
 
 def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
-    """Analyze ``rows`` and write ``report.md``, ``statistics.csv`` and ``plots/*.png``.
+    """Analyze ``rows`` and write ``report.md``, ``report.html`` (the same, one self-contained
+    page), ``statistics.csv`` and ``plots/*.png`` (with an SVG of each, inlined in the page).
 
     Returns:
         The `Analysis`.
@@ -418,7 +366,14 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
                 scores, out / "plots" / "profiles.png", fmt
             )
     write_statistics_csv(a, out / "statistics.csv")
-    atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, rows))
+    aggs = compute_aggregates(a, rows, fmt)
+    prov = provenance.current()
+    atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, aggs, prov))
+    setup = setup_lines(a, inputs)
+    page = render_html(
+        a, inputs.title, inputs.failures, fmt, files, out, aggs, prov, setup, definitions(a.options)
+    )
+    atomic_write_text(out / "report.html", page)
     if inputs.tracking is not None and inputs.tracking.backends:
         track_report(a, out, inputs.tracking, inputs.params, list(files.values()))
     return a

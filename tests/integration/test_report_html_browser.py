@@ -1,0 +1,117 @@
+"""report.html in a real headless Chromium (Debian's, driven by selenium and chromedriver).
+
+At a laptop and a phone viewport the page loads with no console message of level error or
+warning, requests nothing but itself and data: URIs (DevTools network events), every plot
+decodes, the page itself never scrolls sideways (only tables and plots, in their own boxes),
+and a screenshot is taken: ``<tmp>/report_html_{laptop,phone}.png`` (the top of the page; the
+phone's from the verdict table on), also written to docs/img/ with DATAFLEX_DOCS_IMG=1. Chromium comes from ``bash scripts/setup_browser.sh`` (run by
+``scripts/setup.sh test``); without it the test fails, it does not skip.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dataflex_rl.harness.reporting.report import write_report
+from dataflex_rl.harness.statistics.analysis import StatsOptions
+from tests import report_rows
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+#: the flags that work headless as root on a closed network (no background connections)
+FLAGS = (
+    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+    "--disable-background-networking --disable-component-update --disable-sync"
+).split()
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+#: name -> (width, height, device pixel ratio, mobile, section the screenshot starts at)
+VIEWPORTS = {"laptop": (1366, 800, 1, False, ""), "phone": (390, 844, 2, True, "verdicts")}
+
+
+def _runs(exe: Path) -> bool:
+    try:
+        return subprocess.run([exe, "--version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not _runs(p)]
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing or not running: install Debian's Chromium with "
+            "`bash scripts/setup_browser.sh` (as root; scripts/setup.sh test runs it)",
+            pytrace=False,
+        )
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail("selenium is missing: pip install -e '.[dev]'", pytrace=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    yield d
+    d.quit()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    write_report(report_rows.rows(), out, report_rows.inputs(options=StatsOptions(n_boot=1000)))
+    return out / "report.html"
+
+
+def _requests(driver) -> list[str]:
+    """URLs of the requests since the last call (DevTools ``Network.requestWillBeSent``)."""
+    events = (json.loads(e["message"])["message"] for e in driver.get_log("performance"))
+    return [
+        e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"
+    ]
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_report_html_in_chromium(driver, page, viewport, tmp_path):
+    width, height, ratio, mobile, anchor = VIEWPORTS[viewport]
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": ratio, "mobile": mobile},
+    )
+    driver.get("about:blank")
+    driver.get_log("browser"), _requests(driver)  # drop what came before this page
+    url = page.as_uri()
+    driver.get(url)
+    state = driver.execute_script(
+        "return {ready: document.readyState, inner: window.innerWidth,"
+        " scroll: document.documentElement.scrollWidth,"
+        " sections: [...document.querySelectorAll('main > section')].map(s => s.id),"
+        " images: [...document.images].map(i => [i.complete, i.naturalWidth]),"
+        " h1: document.querySelector('h1').textContent}"
+    )
+    messages = [m for m in driver.get_log("browser") if m["level"] in ("SEVERE", "WARNING")]
+    assert messages == [], f"console messages at {viewport}: {messages}"
+    outside = [u for u in _requests(driver) if u != url and not u.startswith("data:")]
+    assert outside == [], f"requests at {viewport} besides the page and data: URIs: {outside}"
+    assert state["ready"] == "complete"
+    assert state["h1"] == report_rows.TITLE  # escaped in the source, shown as typed
+    assert state["sections"][:3] == ["sensitivity", "verdicts", "forest"]
+    assert len(state["images"]) == 4 and all(ok and w > 0 for ok, w in state["images"])
+    assert state["scroll"] <= state["inner"], f"the page scrolls sideways at {viewport}"
+    if anchor:
+        driver.execute_script(f"document.getElementById('{anchor}').scrollIntoView()")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})["data"]
+    path = tmp_path / f"report_html_{viewport}.png"
+    path.write_bytes(base64.b64decode(shot))
+    print(f"screenshot: {path}")
+    if os.environ.get("DATAFLEX_DOCS_IMG") == "1":
+        shutil.copy(path, DOCS_IMG / path.name)
