@@ -4,6 +4,7 @@ a kernel cache of the test run's own (`core.native`), so tests never write to ~/
 import os
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # inherited by the processes tests start (CLI runs, torchrun ranks): one build per test run
@@ -16,3 +17,16 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("dataflex")
+
+
+@pytest.fixture(scope="session")
+def synthetic_report(tmp_path_factory):
+    """The folder of a report written once per test run from `tests.report_rows` (every
+    section filled); tests only read it."""
+    from dataflex_rl.harness.reporting.report import write_report
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+    from tests import report_rows
+
+    out = tmp_path_factory.mktemp("synthetic_report")
+    write_report(report_rows.rows(), out, report_rows.inputs(options=StatsOptions(n_boot=1000)))
+    return out

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from dataflex_rl.harness.reporting.report import write_report
-from dataflex_rl.harness.statistics.analysis import StatsOptions
 from tests import report_rows
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -66,10 +64,8 @@ def driver(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    write_report(report_rows.rows(), out, report_rows.inputs(options=StatsOptions(n_boot=1000)))
-    return out / "report.html"
+def page(synthetic_report) -> Path:
+    return synthetic_report / "report.html"
 
 
 def _requests(driver) -> list[str]:

@@ -70,10 +70,8 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    write_report(report_rows.rows(), out, report_rows.inputs(options=StatsOptions(n_boot=1000)))
-    return out
+def report(synthetic_report):
+    return synthetic_report
 
 
 @pytest.fixture(scope="module")
