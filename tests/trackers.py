@@ -1,17 +1,16 @@
 """Read back what the experiment trackers stored, with the trackers' own readers, so tests
 compare it with ``metrics.jsonl``: TensorBoard's EventAccumulator, W&B's transaction log
-(``run-<id>.wandb``, the records ``wandb sync`` uploads) and MLflow's client."""
+(``run-<id>.wandb``, the records ``wandb sync`` uploads, through the product's framing reader
+`dataflex_rl.tracking.read_wandb`, itself tested on logs written by wandb in
+tests/unit/tracking/test_stores.py) and MLflow's client."""
 
 from __future__ import annotations
 
+import csv
 import json
-import re
-import struct
 from pathlib import Path
 
-#: W&B's transaction log: a 7-byte header, then LevelDB-style 32 KiB blocks of chunks, each
-#: with a 7-byte header (crc32c, length, type: 1 whole, 2 first, 3 middle, 4 last)
-_WANDB_BLOCK, _FULL, _FIRST, _MIDDLE, _LAST = 32768, 1, 2, 3, 4
+import pytest
 
 
 def offline_env(monkeypatch, tmp_path: Path) -> None:
@@ -53,42 +52,16 @@ def tensorboard_accumulator(log_dir: Path):
 
 def wandb_records(wandb_file: Path) -> list:
     """The protobuf records of a ``run-<id>.wandb`` transaction log."""
-    from wandb.proto import wandb_internal_pb2
+    from dataflex_rl.tracking.read_wandb import records
 
-    data = wandb_file.read_bytes()
-    assert data[:4] == b":W&B", f"{wandb_file}: not a W&B transaction log"
-    pos, pending, out = 7, b"", []
-    while pos + 7 <= len(data):
-        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
-        if left < 7:  # a block's tail too short for a header is padding
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if length == 0 and kind == 0:
-            pos += left
-            continue
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
-        if kind in (_FULL, _LAST):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            out.append(record)
-    return out
+    return records(wandb_file)
 
 
 def wandb_runs(folder: Path, run_id: str) -> list[Path]:
-    """The transaction logs of W&B run ``run_id`` under ``folder``, one per session in order.
+    """The transaction logs of W&B run ``run_id`` under ``folder``, one per session in order."""
+    from dataflex_rl.tracking.read_wandb import sessions
 
-    A session's folder is ``offline-run-<start second>-<id>``, with ``-1``, ``-2``, ... added
-    when several sessions start within one second."""
-    pattern = re.compile(rf"(?:offline-)?run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
-    found = []
-    for path in folder.glob(f"wandb/*/run-{run_id}.wandb"):
-        m = pattern.fullmatch(path.parent.name)
-        if m:  # not the latest-run link
-            found.append(((m.group(1), int(m.group(2) or 0)), path))
-    return [p for _, p in sorted(found)]
+    return sessions(folder).get(run_id, [])
 
 
 def wandb_history(folder: Path, run_id: str) -> list[tuple[int, dict[str, float]]]:
@@ -126,3 +99,25 @@ def mlflow_client(uri: str):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
+
+
+def same_statistics(got: Path, want: Path) -> None:
+    """Two ``statistics.csv`` files hold the same table: the same rows (summary × method, in
+    any order: a tracker may not keep the order benchmarks were logged in), cell by cell,
+    numbers to 1e-9."""
+
+    def table(path: Path) -> tuple[list[str], dict[tuple, list[str]]]:
+        with path.open(newline="") as f:
+            header, *rows = list(csv.reader(f))
+        return header, {(r[0], r[2]): r for r in rows}
+
+    (head_a, a), (head_b, b) = table(got), table(want)
+    assert head_a == head_b and a.keys() == b.keys()
+    for key, x in a.items():
+        y = b[key]
+        assert len(x) == len(y), key
+        for cx, cy in zip(x, y):
+            try:
+                assert float(cx) == pytest.approx(float(cy), rel=1e-9, abs=1e-12, nan_ok=True)
+            except ValueError:
+                assert cx == cy, key

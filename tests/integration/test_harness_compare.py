@@ -1,7 +1,8 @@
 """``dataflex-rl compare`` end to end on the real engine: a tiny matrix, then a resume.
 
 The policy is a small untrained model built here (seconds), so the test checks the plumbing —
-pairing, files, statistics, resume — not learning.
+pairing, files, statistics, the three trackers (their copies read back by `report
+--from-tracker` give the same statistics), resume — not learning.
 """
 
 import csv
@@ -9,6 +10,7 @@ import json
 
 import pytest
 
+from tests import trackers
 from tests.harness_cli import run_cli
 
 pytest.importorskip("transformers")
@@ -34,7 +36,10 @@ def small_policy(tmp_path_factory):
     return save_policy(policy, tmp_path_factory.mktemp("policy"))
 
 
-def test_compare_then_resume(tmp_path, small_policy, capsys):
+def test_compare_then_resume(tmp_path, small_policy, capsys, monkeypatch):
+    for module in ("mlflow", "tensorboard", "wandb"):
+        pytest.importorskip(module)
+    trackers.offline_env(monkeypatch, tmp_path)
     exp = tmp_path / "tiny.yaml"
     exp.write_text(f"""\
 name: tiny
@@ -44,7 +49,7 @@ engine: {{policy: {small_policy}}}
 budget: {{steps: 2, prompts_per_step: 3, samples_per_prompt: 2}}
 evaluation: {{every: 1, per_domain: 4}}
 statistics: {{n_boot: 500}}
-tracking: {{backends: [mlflow]}}
+tracking: {{backends: [tensorboard, wandb, mlflow]}}
 """)
     out = tmp_path / "out"
     assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
@@ -68,7 +73,6 @@ tracking: {{backends: [mlflow]}}
     ):
         assert (out / f).is_file(), f
     # every run and the report are MLflow runs in one database, grouped by the experiment
-    pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{out.resolve() / 'mlflow.db'}")
@@ -89,6 +93,17 @@ tracking: {{backends: [mlflow]}}
     assert [(m.step, m.value) for m in greedy] == [
         (r["step"], pytest.approx(r["eval/mean/greedy"])) for r in metrics if r["kind"] == "eval"
     ]
+    # each tracker's copy gives the compare's own statistics (`report --from-tracker`)
+    for source in (
+        f"mlflow:sqlite:///{out.resolve() / 'mlflow.db'}",
+        f"tensorboard:{out}",
+        f"wandb:{out}",
+    ):
+        dest = tmp_path / source.partition(":")[0]
+        argv = ["report", "--from-tracker", source, "--out", str(dest), "--n-boot", "500"]
+        assert run_cli([*argv, "--no-plots"]) == 0
+        trackers.same_statistics(dest / "statistics.csv", out / "statistics.csv")
+        assert "skipped 1 run(s) (no matching metric)" in (dest / "report.md").read_text()
     done = out / "runs" / "baseline" / "seed0" / "done.json"
     stamp = done.stat().st_mtime_ns
     capsys.readouterr()

@@ -26,7 +26,14 @@ The statistics and report of 'compare' for results produced elsewhere (e.g. verl
 GPUs). The CSV needs the columns method, seed, benchmark, score; optional: domain (groups
 benchmarks) and step (checkpoint; the last is the final score). Runs of different methods
 with the same seed label are paired.
-Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campaign_report"""
+Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campaign_report
+--from-tracker BACKEND:LOCATION reads the runs of a tracker store instead: mlflow:URI (an MLflow
+tracking URI, e.g. sqlite:///runs/compare/quick/mlflow.db), tensorboard:DIR (every event folder
+below DIR) or wandb:DIR (every W&B run folder below DIR, offline runs included). Select runs
+with --experiment / --group / --tag, name the fields holding the method and the seed, and the
+metrics that are benchmarks; the defaults read what a 'tracking:' section writes
+(docs/tracking.md). Example: dataflex-rl report --from-tracker wandb:runs/compare/quick \
+  --group quick --out quick_from_wandb"""
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -108,7 +115,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.harness.reporting.report import ReportInputs, write_report
     from dataflex_rl.harness.statistics.analysis import StatsOptions
-    from dataflex_rl.harness.statistics.results import read_proportions_csv, read_results_csv
+    from dataflex_rl.harness.statistics.results import read_proportions_csv
     from dataflex_rl.tracking import TrackingConfig, require_backends
 
     _check_dependencies(args, [], "dataflex-rl report")
@@ -116,34 +123,78 @@ def _cmd_report(args: argparse.Namespace) -> int:
         backends=list(dict.fromkeys(args.track or [])), project=args.project or "dataflex-rl"
     )
     require_backends(tracking, "dataflex-rl report")
-    rows = read_results_csv(args.from_csv)
+    rows, label, setup, default_out = _report_rows(args)
     methods = list(dict.fromkeys(r.method for r in rows))
     baseline = args.baseline or ("baseline" if "baseline" in methods else methods[0])
     if baseline not in methods:
         raise ConfigError(
-            f"--baseline {baseline!r}: not a method of {args.from_csv}; "
-            f"methods: {', '.join(methods)}"
+            f"--baseline {baseline!r}: not a method of {label}; methods: {', '.join(methods)}"
         )
-    csv_path = Path(args.from_csv)
-    out = Path(args.out or csv_path.parent / f"{csv_path.stem}_report")
+    out = Path(args.out or default_out)
     props = read_proportions_csv(args.proportions) if args.proportions else []
     options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot, seed=args.seed)
     a = write_report(
         rows,
         out,
         ReportInputs(
-            title=args.title or f"Comparison: {csv_path.name}",
+            title=args.title or f"Comparison: {label}",
             baseline=baseline,
             options=options,
-            setup=[f"results: `{csv_path}` ({len(rows)} rows)"],
+            setup=setup,
             proportions=props,
             plots=not args.no_plots,
             tracking=tracking,
-            params={"results": str(csv_path), "rows": len(rows)},
+            params={"results": label, "rows": len(rows)},
         ),
     )
     _print_summary(a, out, rows)
     return 0
+
+
+def _report_rows(args: argparse.Namespace) -> tuple[list, str, list[str], Path]:
+    """``(rows, what they are, setup lines, default output folder)`` of ``report``'s input:
+    a results CSV or a tracker store."""
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.harness.statistics.results import read_results_csv
+
+    tracker_only = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in TRACKER_FLAGS}
+    if args.from_csv is not None:
+        given = [flag for flag, value in tracker_only.items() if value is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: only with --from-tracker, not --from-csv")
+        csv_path = Path(args.from_csv)
+        rows = read_results_csv(csv_path)
+        setup = [f"results: `{csv_path}` ({len(rows)} rows)"]
+        return rows, csv_path.name, setup, csv_path.parent / f"{csv_path.stem}_report"
+    from dataflex_rl.harness.statistics import tracked
+
+    query = tracked.TrackerQuery(
+        args.from_tracker,
+        experiment=args.experiment,
+        group=args.group,
+        tags=tuple(args.tag or ()),
+        method_field=args.method_field or tracked.METHOD_FIELD,
+        seed_field=args.seed_field or tracked.SEED_FIELD,
+        metrics=args.metrics or tracked.METRICS,
+        exclude=tracked.EXCLUDE if args.exclude is None else tuple(args.exclude),
+        step=args.step,
+    )
+    found = tracked.read_tracker(query)
+    backend = args.from_tracker.partition(":")[0]
+    return found.rows, args.from_tracker, found.setup, Path(f"{backend}_report")
+
+
+#: options of ``report`` that only ``--from-tracker`` reads
+TRACKER_FLAGS = (
+    "--experiment",
+    "--group",
+    "--tag",
+    "--method-field",
+    "--seed-field",
+    "--metrics",
+    "--exclude",
+    "--step",
+)
 
 
 REPLAY_HELP = """\
@@ -199,6 +250,68 @@ def _print_summary(analysis, out: Path, rows=None) -> None:
         f" (one page: {out / 'report.html'})" if analysis is not None else ""
     )
     print(summary_text(analysis, rows or [], where))
+
+
+def _tracker_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``report --from-tracker``: which runs, and how they become rows."""
+    from dataflex_rl.core.config import number_type, with_range
+    from dataflex_rl.harness.statistics import tracked
+
+    g = p.add_argument_group(
+        "reading a tracker store (--from-tracker)",
+        "The defaults read what a 'tracking:' section writes: method = the 'strategy' tag, "
+        "seed = 'seed', benchmarks = the engine's held-out greedy accuracies.",
+    )
+    g.add_argument(
+        "--experiment", default=None, help="only runs of this MLflow experiment / W&B project"
+    )
+    g.add_argument("--group", default=None, help="only runs of this W&B group / MLflow 'group' tag")
+    g.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only runs with this tag (a W&B tag, an MLflow tag name) or KEY=VALUE (a "
+        "parameter, config value or tag of that value); repeat: all must hold",
+    )
+    for flag, default, what, example in (
+        ("--method-field", tracked.METHOD_FIELD, "method", "name~^(.+)-seed"),
+        ("--seed-field", tracked.SEED_FIELD, "seed", "name~seed(\\d+)$"),
+    ):
+        g.add_argument(
+            flag,
+            default=None,
+            metavar="FIELD[~REGEX]",
+            help=f"the run field holding the {what}: a parameter, config key or tag, or the "
+            f"run's name, id, group or experiment; ~REGEX takes the regex's first group in "
+            f"it (e.g. '{example}'); default {default}",
+        )
+    g.add_argument(
+        "--metrics",
+        default=None,
+        metavar="GLOB|re:REGEX",
+        help="metric keys that are benchmarks; a glob's benchmark is the part between its "
+        f"first and last wildcard (default {tracked.METRICS}: one benchmark per domain), a regex's "
+        "its 'benchmark' group or first group (e.g. 're:val/(.+)/acc')",
+    )
+    g.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GLOB",
+        help=f"metric keys left out (repeatable; default {' '.join(tracked.EXCLUDE)}, the "
+        "mean over domains)",
+    )
+    step = number_type(int, ge=0)
+    g.add_argument(
+        "--step",
+        type=step,
+        default=None,
+        metavar="N",
+        help=with_range(
+            "read the metrics at step N (every run must have it); default every step, the "
+            "last one being the final score",
+            step,
+        ),
+    )
 
 
 def register_commands(subparsers) -> None:
@@ -297,11 +410,17 @@ def register_commands(subparsers) -> None:
         description=REPORT_HELP,
         formatter_class=fmt,
     )
-    p.add_argument(
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--from-csv",
-        required=True,
         metavar="FILE",
         help="CSV with columns method, seed, benchmark, score[, domain, step]",
+    )
+    source.add_argument(
+        "--from-tracker",
+        metavar="BACKEND:LOCATION",
+        help="a tracker store: mlflow:TRACKING_URI, tensorboard:DIR or wandb:DIR "
+        "(see 'reading a tracker store' below)",
     )
     p.add_argument(
         "--baseline",
@@ -313,7 +432,8 @@ def register_commands(subparsers) -> None:
         "--out",
         default=None,
         metavar="DIR",
-        help="output folder (default <FILE stem>_report next to FILE)",
+        help="output folder (default <FILE stem>_report next to FILE; with --from-tracker "
+        "<BACKEND>_report here)",
     )
     p.add_argument(
         "--proportions",
@@ -341,6 +461,7 @@ def register_commands(subparsers) -> None:
         "several), its files under --out (docs/tracking.md)",
     )
     p.add_argument("--project", default=None, help="W&B project / MLflow experiment of --track")
+    _tracker_options(p)
     p.set_defaults(func=_cmd_report)
 
     p = subparsers.add_parser(

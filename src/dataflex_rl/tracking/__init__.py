@@ -2,7 +2,8 @@
 reports, configured by a ``tracking:`` section (docs/tracking.md).
 
 Sits between the hosts' shared code and the engine/harness: it uses only ``core`` and
-``deps``, and imports each tracker's library only when a run opens it.
+``deps``, and imports each tracker's library only when a run opens it. `stores` reads runs
+back from the trackers' stores (``report --from-tracker``), with the same libraries.
 """
 
 from dataflex_rl.tracking.config import BACKENDS, TrackingConfig, flatten

@@ -14,6 +14,7 @@ from dataflex_rl.core.config import validate
 from dataflex_rl.deps import MissingDependencyError
 from dataflex_rl.tracking import STATE_FILE, Tracker, TrackingConfig, require_backends
 from dataflex_rl.tracking import backends as B
+from dataflex_rl.tracking.stores import read_runs
 from tests import trackers
 
 
@@ -237,6 +238,9 @@ def test_tensorboard_event_files_read_back(tmp_path, offline):
     state = two_sessions(tmp_path, "tensorboard")
     assert state["tensorboard"]["dir"] == str(tmp_path / "tensorboard")
     assert trackers.tensorboard_scalars(tmp_path / "tensorboard") == WANT
+    (run,) = read_runs("tensorboard", str(tmp_path))  # what `report --from-tracker` reads
+    assert run.metrics == WANT
+    assert run.fields["strategy"] == "maxvar" and run.fields["seed"] == "7"
 
 
 def test_wandb_offline_run_reads_back_one_row_per_step(tmp_path, offline):
@@ -254,6 +258,10 @@ def test_wandb_offline_run_reads_back_one_row_per_step(tmp_path, offline):
         "seed:7",
         "strategy:maxvar",
     ]
+    (run,) = read_runs("wandb", str(tmp_path))  # what `report --from-tracker` reads
+    assert (run.id, run.name, run.experiment) == (state["wandb"]["id"], "r", "unit")
+    assert run.metrics == WANT and run.status == "finished"
+    assert run.fields["strategy"] == "maxvar" and run.fields["seed"] == "7"
 
 
 def test_mlflow_sqlite_store_reads_back_one_point_per_step(tmp_path, offline):
@@ -269,8 +277,11 @@ def test_mlflow_sqlite_store_reads_back_one_point_per_step(tmp_path, offline):
             for k in WANT
         }
         points = len(client.get_metric_history(run.info.run_id, "train/reward"))
+        (back,) = read_runs("mlflow", state["mlflow"]["tracking_uri"])  # `report --from-tracker`
     assert state["mlflow"]["tracking_uri"] == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     assert got == WANT and points == 5
     assert run.info.status == "FINISHED" and run.info.run_name == "r"
     assert run.data.params == {"seed": "7", "strategy.name": "maxvar"}
     assert run.data.tags["strategy"] == "maxvar"
+    assert back.metrics == WANT and back.status == "finished" and back.experiment == "unit"
+    assert back.fields["strategy"] == "maxvar" and back.fields["seed"] == "7"

@@ -1,0 +1,279 @@
+"""Result rows from a tracker store: ``dataflex-rl report --from-tracker BACKEND:LOCATION``.
+
+The runs of an MLflow store, TensorBoard event folders or W&B run folders (read by
+`dataflex_rl.tracking.stores`) are selected (experiment, group, tags), each is named by two of
+its fields (which is the method, which the seed), and its metrics whose keys match a pattern
+become benchmarks: the rows `report --from-csv` reads (method, seed, benchmark, step, score),
+so both go through the same analysis and report. The defaults read what ``tracking:``
+writes: method = the ``strategy`` tag, seed = ``seed``, benchmarks = the held-out greedy
+accuracies ``eval/<domain>/greedy`` (without their mean, ``eval/mean/greedy``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.statistics.results import Row, seed_label
+from dataflex_rl.tracking.runs import FAILED, TrackedRun
+from dataflex_rl.tracking.stores import parse_source, read_runs, require_reader
+
+#: what ``tracking:`` writes: the method is tagged ``strategy``, the seed ``seed``, and the
+#: engine's held-out accuracies are ``eval/<domain>/greedy`` (``eval/mean/...`` averages them)
+METHOD_FIELD, SEED_FIELD = "strategy", "seed"
+METRICS, EXCLUDE = "eval/*/greedy", ("eval/mean/*",)
+_RUN_ATTRIBUTES = ("name", "id", "group", "experiment")
+
+
+@dataclass(frozen=True)
+class TrackerQuery:
+    """Which runs of which store, and how they become rows.
+
+    Args:
+        source: ``BACKEND:LOCATION`` (``mlflow:sqlite:///x/mlflow.db``, ``tensorboard:DIR``,
+            ``wandb:DIR``).
+        experiment: only runs of this MLflow experiment / W&B project.
+        group: only runs of this W&B group / MLflow ``group`` tag.
+        tags: only runs carrying every one: ``LABEL`` (a W&B tag, an MLflow tag name) or
+            ``KEY=VALUE`` (a field of that value).
+        method_field: the field naming the method, ``FIELD`` or ``FIELD~REGEX`` (the regex's
+            first group, or its whole match, in the field's value).
+        seed_field: the field naming the seed, the same way.
+        metrics: metric keys that are benchmarks: a glob (``eval/*/greedy``: the benchmark is
+            the part between the first and the last wildcard) or ``re:REGEX`` (its
+            ``benchmark`` group, else its first group, else the whole key).
+        exclude: globs of metric keys left out.
+        step: the checkpoint read (None: every step, the last one being the final score).
+    """
+
+    source: str
+    experiment: str | None = None
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    method_field: str = METHOD_FIELD
+    seed_field: str = SEED_FIELD
+    metrics: str = METRICS
+    exclude: tuple[str, ...] = EXCLUDE
+    step: int | None = None
+
+
+@dataclass
+class TrackerResults:
+    """The rows read, the runs they came from, and what the report says about them."""
+
+    rows: list[Row]
+    runs: list[TrackedRun]
+    setup: list[str]
+
+
+def benchmark_namer(pattern: str, exclude: Sequence[str] = ()) -> Callable[[str], str | None]:
+    """``key -> benchmark name`` for the keys ``pattern`` matches (None for the others).
+
+    Raises:
+        ConfigError: a regex that does not compile.
+    """
+    if pattern.startswith("re:"):
+        try:
+            regex = re.compile(pattern[3:])
+        except re.error as e:
+            raise ConfigError(f"--metrics {pattern!r}: not a regular expression ({e})") from None
+        group = "benchmark" if "benchmark" in regex.groupindex else 1 if regex.groups else 0
+
+        def match(key: str) -> str | None:
+            m = regex.fullmatch(key)
+            return (m.group(group) or key) if m else None
+
+    else:
+        head, tail = _literal_ends(pattern)
+
+        def match(key: str) -> str | None:
+            if not fnmatch.fnmatchcase(key, pattern):
+                return None
+            return key[len(head) : len(key) - len(tail)] or key
+
+    def name(key: str) -> str | None:
+        if any(fnmatch.fnmatchcase(key, x) for x in exclude):
+            return None
+        return match(key)
+
+    return name
+
+
+def _literal_ends(pattern: str) -> tuple[str, str]:
+    """The text of a glob before its first wildcard and after its last (``*``, ``?`` or a
+    ``[...]`` set); ``("", "")`` without wildcards."""
+    first = last = None
+    i = 0
+    while i < len(pattern):
+        end, wild = i + 1, pattern[i] in "*?"
+        if pattern[i] == "[":  # a set, if it closes (a ']' right after '[' is in the set)
+            close = pattern.find("]", i + 2)
+            end, wild = (close + 1, True) if close > 0 else (end, False)
+        if wild:
+            first = i if first is None else first
+            last = end
+        i = end
+    if first is None:
+        return "", ""
+    return pattern[:first], pattern[last:]
+
+
+def run_value(run: TrackedRun, name: str) -> str | None:
+    """Field ``name`` of ``run``: a parameter, config value or tag, else the run's own
+    ``name``, ``id``, ``group`` or ``experiment``."""
+    if name in run.fields:
+        return run.fields[name]
+    return getattr(run, name) if name in _RUN_ATTRIBUTES else None
+
+
+def field_reader(spec: str, option: str) -> Callable[[TrackedRun], str]:
+    """``run -> value`` of ``FIELD`` or ``FIELD~REGEX`` (``option`` names the flag in errors).
+
+    Raises:
+        ConfigError: a bad regex; when called, a run without the field or whose value the
+            regex does not match (naming the run and the field).
+    """
+    name, sep, pattern = spec.partition("~")
+    if not name:
+        raise ConfigError(f"{option} {spec!r}: no field name")
+    try:
+        regex = re.compile(pattern) if sep else None
+    except re.error as e:
+        raise ConfigError(f"{option} {spec!r}: not a regular expression ({e})") from None
+
+    def read(run: TrackedRun) -> str:
+        value = run_value(run, name)
+        if value is None or value == "":
+            have = ", ".join(sorted(run.fields)[:12]) or "none"
+            raise ConfigError(
+                f"{run.where}: no field {name!r} ({option}); its fields: {have}"
+                + (" ..." if len(run.fields) > 12 else "")
+            )
+        if regex is None:
+            return value
+        m = regex.search(value)
+        if m is None:
+            raise ConfigError(f"{run.where}: {name} {value!r} does not match {option} {spec!r}")
+        return m.group(1) if regex.groups else m.group(0)
+
+    return read
+
+
+def matches(run: TrackedRun, query: TrackerQuery) -> bool:
+    """Whether ``run`` passes the query's group and tag filters."""
+    if query.group is not None and run.group != query.group:
+        return False
+    for tag in query.tags:
+        key, sep, value = tag.partition("=")
+        if not (run_value(run, key) == value if sep else tag in run.labels):
+            return False
+    return True
+
+
+def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> TrackerResults:
+    """The result rows of the runs ``query`` selects.
+
+    Raises:
+        MissingDependencyError: the backend's library is not installed (before any reading).
+        ConfigError: an unknown backend, no run selected, a run without the method or seed
+            field, or two runs giving the same method, seed and benchmark.
+    """
+    backend, location = parse_source(query.source)
+    require_reader(backend, location, purpose)
+    name = benchmark_namer(query.metrics, query.exclude)
+    method_of = field_reader(query.method_field, "--method-field")
+    seed_of = field_reader(query.seed_field, "--seed-field")
+    found = read_runs(backend, location, experiment=query.experiment, keep=lambda k: bool(name(k)))
+    chosen = [r for r in found if matches(r, query)]
+    if not chosen:
+        raise ConfigError(_nothing_matched(query, found))
+    # the readers load only matching keys; matching again keeps this independent of them
+    scores = {id(r): {k: v for k, v in r.metrics.items() if v and name(k)} for r in chosen}
+    failed = [r for r in chosen if r.status == FAILED]
+    empty = [r for r in chosen if r.status != FAILED and not scores[id(r)]]
+    used = [r for r in chosen if r.status != FAILED and scores[id(r)]]
+    if not used:
+        raise ConfigError(
+            f"{query.source}: no selected run has a finite metric matching --metrics "
+            f"{query.metrics!r}"
+            + _excluding(query)
+            + f" ({len(chosen)} runs selected"
+            + (f", {len(failed)} failed" if failed else "")
+            + ")"
+        )
+    rows, origin = [], {}
+    for run in used:
+        method, seed = method_of(run), seed_label(seed_of(run), run.where)
+        for key, series in scores[id(run)].items():
+            bench = name(key)
+            other = origin.setdefault((method, seed, bench), run)
+            if other is not run:
+                raise ConfigError(
+                    f"{other.where} and {run.where} are both method {method!r} seed {seed} "
+                    f"on benchmark {bench!r}; narrow the runs (--experiment, --group, --tag) "
+                    "or check --method-field / --seed-field"
+                )
+            rows.extend(
+                Row(method, seed, bench, v, "", s) for s, v in _points(run, key, series, query.step)
+            )
+    setup = [_source_line(query, used)]
+    for runs, why in ((failed, "the tracker marks them failed"), (empty, "no matching metric")):
+        if runs:
+            shown = ", ".join(r.name for r in runs[:6]) + (" ..." if len(runs) > 6 else "")
+            setup.append(f"skipped {len(runs)} run(s) ({why}): {shown}")
+    return TrackerResults(rows, used, setup)
+
+
+def _points(run: TrackedRun, key: str, series: dict, step: int | None) -> list[tuple]:
+    """``(step, value)`` of one metric: every step in order, or the one asked for."""
+    if step is None:
+        return sorted(series.items(), key=lambda sv: -1 if sv[0] is None else sv[0])
+    if step not in series:
+        steps = ", ".join(str(s) for s in sorted(s for s in series if s is not None))
+        raise ConfigError(
+            f"{run.where}: no value of {key!r} at --step {step} (its steps: {steps or 'none'})"
+        )
+    return [(step, series[step])]
+
+
+def _excluding(query: TrackerQuery) -> str:
+    return f" (excluding {', '.join(query.exclude)})" if query.exclude else ""
+
+
+def _source_line(query: TrackerQuery, used: list[TrackedRun]) -> str:
+    filters = [
+        f"{flag} {value}"
+        for flag, value in (("--experiment", query.experiment), ("--group", query.group))
+        if value is not None
+    ] + [f"--tag {t}" for t in query.tags]
+    return (
+        f"results: {len(used)} runs of `{query.source}`"
+        + (f" ({' '.join(filters)})" if filters else "")
+        + f"; method = field `{query.method_field}`, seed = field `{query.seed_field}`; "
+        f"benchmarks = metrics `{query.metrics}`{_excluding(query)}, "
+        + (
+            "every step (the last is the final score)"
+            if query.step is None
+            else f"at step {query.step}"
+        )
+    )
+
+
+def _nothing_matched(query: TrackerQuery, found: list[TrackedRun]) -> str:
+    """The error when no run passes the filters: what the store holds instead."""
+    if not found:
+        where = f" in experiment {query.experiment!r}" if query.experiment else ""
+        return f"{query.source}: no runs{where}"
+    groups = sorted({r.group for r in found if r.group})
+    labels = sorted({t for r in found for t in r.labels})
+    return (
+        f"{query.source}: none of its {len(found)} runs matched"
+        + (f" --group {query.group}" if query.group is not None else "")
+        + "".join(f" --tag {t}" for t in query.tags)
+        + f"; groups: {', '.join(groups) or 'none'}"
+        + f"; tags: {', '.join(labels[:12]) or 'none'}"
+        + (" ..." if len(labels) > 12 else "")
+    )
