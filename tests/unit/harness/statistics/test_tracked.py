@@ -9,7 +9,12 @@ import pytest
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.statistics import tracked
 from dataflex_rl.harness.statistics.results import Row
-from dataflex_rl.harness.statistics.tracked import TrackerQuery, benchmark_namer, field_reader, read_tracker
+from dataflex_rl.harness.statistics.tracked import (
+    TrackerQuery,
+    benchmark_namer,
+    field_reader,
+    read_tracker,
+)
 from dataflex_rl.tracking.runs import FAILED, FINISHED, TrackedRun
 
 
