@@ -23,10 +23,14 @@ Example: dataflex-rl compare configs/experiments/quick.yaml --seeds 6 --control 
 
 REPORT_HELP = """\
 The statistics and report of 'compare' for results produced elsewhere (e.g. verl campaigns on
-GPUs). The CSV needs the columns method, seed, benchmark, score; optional: domain (groups
-benchmarks) and step (checkpoint; the last is the final score). Runs of different methods
-with the same seed label are paired.
+GPUs). A long CSV has the columns method, seed, benchmark, score; optional: domain (groups
+benchmarks) and step (checkpoint; the last is the final score). A wide CSV (a paper's release
+table) has one row per run: method, seed, descriptive columns (run_id, campaign, model, steps,
+regime, any text) and one numeric column per benchmark; it is detected, or say --wide. Runs of
+different methods with the same seed label are paired; --by makes one comparison per stratum.
 Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campaign_report
+Example: dataflex-rl report --from-csv release.csv --by model,campaign,regime --scale 0.01
+  --domains domains.yaml --baseline grpo
 --from-tracker BACKEND:LOCATION reads the runs of a tracker store instead: mlflow:URI (an MLflow
 tracking URI, e.g. sqlite:///runs/compare/quick/mlflow.db), tensorboard:DIR (every event folder
 below DIR) or wandb:DIR (every W&B run folder below DIR, offline runs included). Select runs
@@ -112,8 +116,8 @@ def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.harness.reporting.report import ReportInputs, write_report
+    from dataflex_rl.harness.reporting.strata import pick_baseline, write_strata_report
     from dataflex_rl.harness.statistics.analysis import StatsOptions
     from dataflex_rl.harness.statistics.results import read_proportions_csv
     from dataflex_rl.tracking import TrackingConfig, require_backends
@@ -123,49 +127,63 @@ def _cmd_report(args: argparse.Namespace) -> int:
         backends=list(dict.fromkeys(args.track or [])), project=args.project or "dataflex-rl"
     )
     require_backends(tracking, "dataflex-rl report")
-    rows, label, setup, default_out = _report_rows(args)
-    methods = list(dict.fromkeys(r.method for r in rows))
-    baseline = args.baseline or ("baseline" if "baseline" in methods else methods[0])
-    if baseline not in methods:
-        raise ConfigError(
-            f"--baseline {baseline!r}: not a method of {label}; methods: {', '.join(methods)}"
-        )
+    table, label, setup, default_out = _report_table(args)
+    baseline = pick_baseline(table, args.baseline)
+    rows = table.rows
     out = Path(args.out or default_out)
     props = read_proportions_csv(args.proportions) if args.proportions else []
     options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot, seed=args.seed)
-    a = write_report(
-        rows,
-        out,
-        ReportInputs(
-            title=args.title or f"Comparison: {label}",
-            baseline=baseline,
-            options=options,
-            setup=setup,
-            proportions=props,
-            plots=not args.no_plots,
-            tracking=tracking,
-            params={"results": label, "rows": len(rows)},
-        ),
+    notes = [*table.notes, *_percent_hint(rows, args.scale)]
+    inputs = ReportInputs(
+        title=args.title or f"Comparison: {label}",
+        baseline=baseline,
+        options=options,
+        setup=[*setup, *notes],
+        proportions=props,
+        plots=not args.no_plots,
+        tracking=tracking,
+        params={"results": label, "rows": len(rows)},
     )
-    _print_summary(a, out, rows)
+    for n in notes:
+        print(f"note: {n}")
+    if not table.by:
+        _print_summary(write_report(rows, out, inputs), out, rows)
+        return 0
+    from dataflex_rl.harness.reporting.terminal import summary_text
+
+    for s, parts in zip(table.strata, write_strata_report(table, out, inputs)):
+        print(f"== {s.label} ==")
+        print(summary_text(parts.analysis, s.rows, str(parts.out / "report.md")), end="\n\n")
+    print(f"index of {len(table.strata)} comparisons: {out / 'report.md'}")
     return 0
 
 
-def _report_rows(args: argparse.Namespace) -> tuple[list, str, list[str], Path]:
-    """``(rows, what they are, setup lines, default output folder)`` of ``report``'s input:
-    a results CSV or a tracker store."""
+def _report_table(args: argparse.Namespace):
+    """``(ResultsTable, what it is, setup lines, default output folder)`` of ``report``'s
+    input: a results CSV (long or wide, --by strata) or a tracker store; --scale and
+    --domains apply to both."""
     from dataflex_rl.core.registry import ConfigError
-    from dataflex_rl.harness.statistics.results import read_results_csv
+    from dataflex_rl.harness.statistics.results_table import read_domains, read_table, table_of_rows
 
+    domains = read_domains(args.domains) if args.domains else None
+    scaled = f"; scores × {args.scale:g}" if args.scale != 1.0 else ""
     tracker_only = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in TRACKER_FLAGS}
     if args.from_csv is not None:
         given = [flag for flag, value in tracker_only.items() if value is not None]
         if given:
             raise ConfigError(f"{', '.join(given)}: only with --from-tracker, not --from-csv")
         csv_path = Path(args.from_csv)
-        rows = read_results_csv(csv_path)
-        setup = [f"results: `{csv_path}` ({len(rows)} rows)"]
-        return rows, csv_path.name, setup, csv_path.parent / f"{csv_path.stem}_report"
+        table = read_table(
+            csv_path, wide=args.wide or None, by=args.by or (), scale=args.scale, domains=domains
+        )
+        setup = [
+            f"results: `{csv_path}` ({table.layout} layout, {len(table.rows)} scores; "
+            f"benchmarks {', '.join(table.benchmarks)}){scaled}"
+        ]
+        return table, csv_path.name, setup, csv_path.parent / f"{csv_path.stem}_report"
+    given = [flag for flag, value in (("--wide", args.wide), ("--by", args.by)) if value]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: only with --from-csv, not --from-tracker")
     from dataflex_rl.harness.statistics import tracked
 
     query = tracked.TrackerQuery(
@@ -181,7 +199,17 @@ def _report_rows(args: argparse.Namespace) -> tuple[list, str, list[str], Path]:
     )
     found = tracked.read_tracker(query)
     backend = args.from_tracker.partition(":")[0]
-    return found.rows, args.from_tracker, found.setup, Path(f"{backend}_report")
+    table = table_of_rows(found.rows, args.from_tracker, scale=args.scale, domains=domains)
+    setup = [*found.setup, *([f"scores × {args.scale:g}"] if args.scale != 1.0 else [])]
+    return table, args.from_tracker, setup, Path(f"{backend}_report")
+
+
+def _percent_hint(rows, scale: float) -> list[str]:
+    """A note when scores look like percent and are reported as they are."""
+    scores = [r.score for r in rows]
+    if scale == 1.0 and scores and max(scores) > 1 and min(scores) >= 0 and max(scores) <= 100:
+        return ["scores look like percent (0-100): --scale 0.01 reports them in points"]
+    return []
 
 
 #: options of ``report`` that only ``--from-tracker`` reads
@@ -242,7 +270,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _print_summary(analysis, out: Path, rows=None) -> None:
     """Headline and table (`harness.reporting.terminal`); ``rows`` default to ``out``/results.csv."""
     from dataflex_rl.harness.reporting.terminal import summary_text
-    from dataflex_rl.harness.statistics.results import read_results_csv
+    from dataflex_rl.harness.statistics.results_table import read_results_csv
 
     if rows is None and analysis is not None:
         rows = read_results_csv(out / "results.csv")
@@ -312,6 +340,16 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
             step,
         ),
     )
+
+
+def _columns(text: str) -> tuple[str, ...]:
+    """``--by model,campaign`` -> ("model", "campaign")."""
+    cols = tuple(c.strip() for c in text.split(","))
+    if not all(cols) or len(set(cols)) != len(cols):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected distinct column names separated by commas"
+        )
+    return cols
 
 
 def register_commands(subparsers) -> None:
@@ -414,13 +452,45 @@ def register_commands(subparsers) -> None:
     source.add_argument(
         "--from-csv",
         metavar="FILE",
-        help="CSV with columns method, seed, benchmark, score[, domain, step]",
+        help="long CSV (method, seed, benchmark, score[, domain, step]) or wide CSV (one row "
+        "per run: method, seed, descriptive columns, one numeric column per benchmark)",
     )
     source.add_argument(
         "--from-tracker",
         metavar="BACKEND:LOCATION",
         help="a tracker store: mlflow:TRACKING_URI, tensorboard:DIR or wandb:DIR "
         "(see 'reading a tracker store' below)",
+    )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="FILE is wide (detected when it has no benchmark and score columns)",
+    )
+    p.add_argument(
+        "--by",
+        type=_columns,
+        default=None,
+        metavar="COL[,COL]",
+        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime): "
+        "a folder each, an index in report.md, every stratum in statistics.csv",
+    )
+    factor = number_type(float, gt=0.0)
+    p.add_argument(
+        "--scale",
+        type=factor,
+        default=1.0,
+        metavar="FACTOR",
+        help=with_range(
+            "multiply every score (0.01: percent scores become accuracies, shown in points)",
+            factor,
+        ),
+    )
+    p.add_argument(
+        "--domains",
+        default=None,
+        metavar="FILE",
+        help="benchmark -> domain (YAML 'math: [math500, aime24]' or 'math500: math', or a CSV "
+        "benchmark,domain); groups and selects the benchmarks",
     )
     p.add_argument(
         "--baseline",

@@ -13,11 +13,8 @@ import pytest
 
 from dataflex_rl.cli import main
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.statistics.results import (
-    read_proportions_csv,
-    read_results_csv,
-    seed_label,
-)
+from dataflex_rl.harness.statistics.results import read_proportions_csv, seed_label
+from dataflex_rl.harness.statistics.results_table import read_results_csv
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 

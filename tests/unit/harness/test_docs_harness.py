@@ -45,3 +45,16 @@ def test_compare_dry_run_lists_the_matrix(capsys, tmp_path):
     )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[0].split()[:3] == ["baseline", "seed", "0"]
+
+
+def test_wide_table_example_matches_the_reader(tmp_path):
+    """The wide CSV header and domains YAML in docs/harness.md are what the tests read."""
+    from dataflex_rl.harness.statistics.results_table import read_domains
+    from tests.release_table import BENCHMARKS, HEADER
+
+    text = DOC.read_text()
+    yaml_block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "math500" in b)
+    (tmp_path / "domains.yaml").write_text(yaml_block)
+    assert read_domains(tmp_path / "domains.yaml") == BENCHMARKS
+    csv_block = next(b for b in re.findall(r"```csv\n(.*?)```", text, re.S) if "run_id" in b)
+    assert csv_block.splitlines()[0].split(",") == HEADER

@@ -91,13 +91,18 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
                 ax.plot([c.delta * fmt.scale], [yi], "o", color=color, ms=4)
             if not c.verdict_possible:  # no bar: no interval where no verdict is possible
                 ax.annotate(
-                    f"n/a ({c.n_pairs} seeds)",
-                    (c.delta * fmt.scale if math.isfinite(c.delta) else 0.0, yi),
-                    xytext=(5, 3),
+                    f"interval n/a ({c.n_pairs} seeds)",
+                    (0.02, yi),
+                    xycoords=ax.get_yaxis_transform(),  # x in axes fraction, y in data
+                    xytext=(0, 4),
                     textcoords="offset points",
                     fontsize=7,
                     color="0.3",
                 )
+        if not any(c.verdict_possible for c in s.comparisons):
+            far = max([abs(c.delta) for c in s.comparisons if math.isfinite(c.delta)] or [0.0])
+            half = 1.3 * far * fmt.scale or 1.0
+            ax.set_xlim(-half, half)  # zero in the middle; the dots alone do not set the range
         ax.set_yticks(y, methods if i % ncols == 0 else [""] * len(methods))
         ax.set_title(s.name)
         ax.set_xlabel(f"Δ vs {a.baseline}" + (f" ({fmt.unit})" if fmt.unit else ""))

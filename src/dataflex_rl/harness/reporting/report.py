@@ -338,13 +338,35 @@ def write_statistics_csv(a: Analysis, path: Path) -> Path:
     return write_csv(statistics_rows(a), STATISTICS_COLUMNS, path)
 
 
-def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
-    """Analyze ``rows`` and write ``report.md``, ``report.html`` (the same, one self-contained
-    page), ``statistics.csv`` and ``plots/*.png`` (with an SVG of each, inlined in the page).
+@dataclass
+class ReportParts:
+    """A report's pieces, computed once; renderers (report.md, trackers, an index of strata)
+    read them.
 
-    Returns:
-        The `Analysis`.
+    Args:
+        analysis: the `Analysis`.
+        fmt: how scores are shown.
+        plots: plot name (forest, curves, proportions, profiles) -> PNG written.
+        rows: the result rows analyzed.
+        inputs: the `ReportInputs`.
+        out: the report's folder.
+        aggs: `compute_aggregates` of the rows.
+        prov: what produced the report (`provenance.current`).
     """
+
+    analysis: Analysis
+    fmt: Fmt
+    plots: dict[str, Path]
+    rows: list[Row]
+    inputs: ReportInputs
+    out: Path
+    aggs: list[aggregates.MethodAggregate]
+    prov: Provenance
+
+
+def prepare_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
+    """Analyze ``rows``, draw the plots under ``out_dir``/plots and compute the aggregates (no
+    text files yet)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     a = analyze(rows, inputs.baseline, inputs.options, controls=inputs.controls)
@@ -365,18 +387,45 @@ def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> 
             files["profiles"] = plots.performance_profiles(
                 scores, out / "plots" / "profiles.png", fmt
             )
-    write_statistics_csv(a, out / "statistics.csv")
     aggs = compute_aggregates(a, rows, fmt)
-    prov = provenance.current()
-    atomic_write_text(out / "report.md", render_markdown(a, inputs, fmt, files, out, aggs, prov))
-    setup = setup_lines(a, inputs)
+    return ReportParts(a, fmt, files, rows, inputs, out, aggs, provenance.current())
+
+
+def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
+    """Analyze ``rows`` and write ``report.md``, ``report.html`` (the same, one self-contained
+    page), ``statistics.csv`` and ``plots/*.png`` (with an SVG of each, inlined in the page):
+    `prepare_report`, then `write_report_files`.
+
+    Returns:
+        The `Analysis`.
+    """
+    parts = prepare_report(rows, out_dir, inputs)
+    write_report_files(parts)
+    return parts.analysis
+
+
+def write_report_files(parts: ReportParts) -> None:
+    """``statistics.csv``, ``report.md`` and ``report.html`` of ``parts``, and the trackers'
+    run."""
+    a, out, inputs = parts.analysis, parts.out, parts.inputs
+    write_statistics_csv(a, out / "statistics.csv")
+    text = render_markdown(a, inputs, parts.fmt, parts.plots, out, parts.aggs, parts.prov)
+    atomic_write_text(out / "report.md", text)
     page = render_html(
-        a, inputs.title, inputs.failures, fmt, files, out, aggs, prov, setup, definitions(a.options)
+        a,
+        inputs.title,
+        inputs.failures,
+        parts.fmt,
+        parts.plots,
+        out,
+        parts.aggs,
+        parts.prov,
+        setup_lines(a, inputs),
+        definitions(a.options),
     )
     atomic_write_text(out / "report.html", page)
     if inputs.tracking is not None and inputs.tracking.backends:
-        track_report(a, out, inputs.tracking, inputs.params, list(files.values()))
-    return a
+        track_report(a, out, inputs.tracking, inputs.params, list(parts.plots.values()))
 
 
 def report_metrics(a: Analysis) -> dict[str, float]:

@@ -4,7 +4,8 @@ Columns: ``method, seed, benchmark, domain, step, score`` and, from the embedded
 ``greedy`` and ``sampled`` (both accuracies; ``score`` is the one the experiment compares).
 Reading needs only ``method, seed, benchmark, score``; ``domain`` (groups benchmarks) and
 ``step`` (checkpoint; the last one is the final score) are optional and other columns are
-ignored, so external results (e.g. verl campaigns) and the harness's own file read the same way.
+ignored, so external results (e.g. verl campaigns) and the harness's own file read the same way
+(`results_table.read_results_csv`, which also reads wide tables).
 """
 
 from __future__ import annotations
@@ -73,33 +74,8 @@ def final_scores(rows: list[Row]) -> dict[tuple[str, str, str], float]:
     return {k: r.score for k, r in best.items()}
 
 
-def read_results_csv(path: str | Path) -> list[Row]:
-    """Rows of a results CSV (the harness's own ``results.csv`` or external results).
-
-    Raises:
-        ConfigError: missing file or column, or a bad value (names the line and column).
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{path}: no such file")
-    with p.open(newline="", encoding="utf-8-sig") as f:  # a leading BOM (Excel) is dropped
-        reader = csv.DictReader(f)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise ConfigError(
-                f"{path}: missing column(s) {', '.join(missing)}; a results CSV "
-                f"needs {', '.join(REQUIRED)} (optional: domain, step); "
-                f"found {', '.join(header) or 'no header'}"
-            )
-        reader.fieldnames = header
-        rows = [_parse_row(raw, f"{path}:{reader.line_num}") for raw in reader]
-    if not rows:
-        raise ConfigError(f"{path}: no result rows")
-    return rows
-
-
-def _parse_row(raw: dict, where: str) -> Row:
+def parse_row(raw: dict, where: str) -> Row:
+    """A `Row` from one record of a long results CSV (``where`` names it in errors)."""
     values = {k: (v or "").strip() for k, v in raw.items() if k is not None}
     for col in ("method", "seed", "benchmark"):
         if not values[col]:

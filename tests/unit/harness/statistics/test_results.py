@@ -3,12 +3,8 @@
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.statistics.results import (
-    Row,
-    final_scores,
-    read_results_csv,
-    write_results_csv,
-)
+from dataflex_rl.harness.statistics.results import Row, final_scores, write_results_csv
+from dataflex_rl.harness.statistics.results_table import read_results_csv
 
 
 def test_round_trip(tmp_path):

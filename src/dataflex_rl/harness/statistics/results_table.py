@@ -1,0 +1,449 @@
+"""Results tables as people have them: long or wide, one comparison per stratum.
+
+Two layouts are read:
+
+- **long** (``results.csv``, `read_results_csv`): one row per run × benchmark
+  [× checkpoint], columns ``method, seed, benchmark, score[, domain, step]``.
+- **wide** (a paper's release table): one row per run [× checkpoint], columns ``method, seed``,
+  descriptive columns (``run_id, campaign, model, steps, regime``, any text) and one numeric
+  column per benchmark (``math500, aime24, ..., gpqa_diamond``); an empty cell is a missing
+  score. A table without ``benchmark`` and ``score`` columns is read as wide (one with only
+  one of them is a long table missing a column); ``wide=True`` says so. Benchmark columns are
+  the numeric columns other than ``run_id, campaign, model, method, seed, step, steps,
+  regime`` and the ``by`` columns; a column of text is descriptive.
+
+``by`` columns split the rows into **strata** (e.g. ``model, campaign, regime``), each its own
+comparison. ``scale`` multiplies every score (0.01: percent scores become accuracies, reported
+in points). ``domains`` (benchmark -> domain, `read_domains`) groups benchmarks into domains and
+selects them: the benchmarks it does not name are left out (listed in ``notes``).
+
+Every refusal names the file, the line and the column: a duplicate (stratum, method, seed,
+benchmark[, step]) names both lines and the columns in which they differ, the candidates for
+``by``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dataflex_rl.core.registry import ConfigError, suggest
+from dataflex_rl.harness.statistics.results import (
+    REQUIRED,
+    Row,
+    parse_row,
+    seed_label,
+    seed_sort_key,
+)
+
+#: columns of a wide table that are never benchmarks, whatever they hold
+DESCRIPTIVE = ("run_id", "campaign", "model", "method", "seed", "step", "steps", "regime")
+LONG, WIDE = "long", "wide"
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """The rows of one comparison.
+
+    Args:
+        key: ``((column, value), ...)`` of the ``by`` columns; ``()`` without ``by``.
+        rows: its result rows (long form).
+    """
+
+    key: tuple[tuple[str, str], ...]
+    rows: list[Row]
+
+    @property
+    def label(self) -> str:
+        """``model=qwen, regime=long`` (``all`` without ``by`` columns)."""
+        return ", ".join(f"{c}={v}" for c, v in self.key) or "all"
+
+    @property
+    def values(self) -> dict[str, str]:
+        return dict(self.key)
+
+
+@dataclass
+class ResultsTable:
+    """A results file read into strata.
+
+    Args:
+        path: the file.
+        layout: "long" or "wide".
+        by: the stratum columns.
+        benchmarks: the benchmarks, in column (or first-seen) order.
+        strata: one per distinct value of the ``by`` columns, sorted by them (numbers as
+            numbers).
+        notes: what was left out or assumed (one line each).
+    """
+
+    path: Path
+    layout: str
+    by: tuple[str, ...]
+    benchmarks: list[str]
+    strata: list[Stratum]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for s in self.strata for r in s.rows]
+
+
+def read_results_csv(path: str | Path) -> list[Row]:
+    """Rows of a long results CSV (the harness's own ``results.csv`` or external results).
+
+    Raises:
+        ConfigError: missing file or column, or a bad value (names the line and column).
+    """
+    return read_table(path, wide=False).rows
+
+
+def read_table(
+    path: str | Path,
+    *,
+    wide: bool | None = None,
+    by: tuple[str, ...] | list[str] = (),
+    scale: float = 1.0,
+    domains: dict[str, str] | None = None,
+) -> ResultsTable:
+    """Read a long or wide results CSV into strata (see the module docstring).
+
+    Args:
+        path: the CSV.
+        wide: True: the wide layout; False: the long one; None: detect.
+        by: columns whose values make one comparison each.
+        scale: factor applied to every score.
+        domains: benchmark -> domain; selects and groups the benchmarks.
+
+    Raises:
+        ConfigError: a missing file or column, a bad cell, a duplicate result, no rows.
+    """
+    p = Path(path)
+    header, records = _read_records(p)
+    by = tuple(by)
+    layout = _layout(p, header, wide)
+    _check_by(p, header, by)
+    if not records:
+        raise ConfigError(f"{p}: no result rows")
+    notes: list[str] = []
+    if layout == WIDE:
+        benchmarks, notes = _benchmark_columns(p, header, records, by, domains)
+        cells = _melt(p, records, by, benchmarks, domains or {})
+    else:
+        cells = [
+            (
+                line,
+                _key(p, line, rec, by),
+                parse_row({k: v for k, v in rec.items() if k not in by}, f"{p}:{line}"),
+            )
+            for line, rec in records
+        ]
+        cells, benchmarks, notes = _in_domains(cells, domains, f"{p}: benchmarks")
+    cells = _scaled(cells, scale)
+    _refuse_duplicates(p, cells, records, by, layout)
+    groups: dict[tuple, list[Row]] = {}
+    for _, k, r in cells:
+        groups.setdefault(k, []).append(r)
+    if not groups:
+        raise ConfigError(f"{p}: no result rows")
+    order = sorted(groups, key=lambda k: [seed_sort_key(v) for _, v in k])
+    strata = [Stratum(k, groups[k]) for k in order]
+    return ResultsTable(p, layout, by, benchmarks, strata, notes)
+
+
+def table_of_rows(
+    rows: list[Row],
+    source: str,
+    *,
+    scale: float = 1.0,
+    domains: dict[str, str] | None = None,
+) -> ResultsTable:
+    """Rows read elsewhere (e.g. a tracker store, `tracked.read_tracker`) as one stratum, with
+    ``scale`` and ``domains`` applied as `read_table` applies them."""
+    cells, benchmarks, notes = _in_domains([(0, (), r) for r in rows], domains, source)
+    cells = _scaled(cells, scale)
+    if not cells:
+        raise ConfigError(f"{source}: no result rows")
+    return ResultsTable(
+        Path(source), LONG, (), benchmarks, [Stratum((), [r for *_, r in cells])], notes
+    )
+
+
+def _in_domains(cells: list, domains: dict[str, str] | None, what: str) -> tuple[list, list, list]:
+    """(cells of the benchmarks in ``domains`` with their domain, benchmarks, notes)."""
+    benchmarks = list(dict.fromkeys(r.benchmark for _, _, r in cells))
+    if domains is None:
+        return cells, benchmarks, []
+    _check_domains(domains, benchmarks, what)
+    left = [b for b in benchmarks if b not in domains]
+    kept = [
+        (n, k, replace(r, domain=domains[r.benchmark]))
+        for n, k, r in cells
+        if r.benchmark in domains
+    ]
+    notes = [f"benchmarks not in --domains, left out: {', '.join(left)}"] if left else []
+    return kept, [b for b in benchmarks if b in domains], notes
+
+
+def _scaled(cells: list, scale: float) -> list:
+    if not (math.isfinite(scale) and scale > 0):
+        raise ConfigError(f"--scale {scale!r}: must be a positive number (0.01 for percent)")
+    if scale == 1.0:
+        return cells
+    return [(n, k, replace(r, score=r.score * scale)) for n, k, r in cells]
+
+
+def _read_records(p: Path) -> tuple[list[str], list[tuple[int, dict]]]:
+    """(header, [(line number, {column: stripped cell})]); a short row's missing cells are
+    empty, a row with more non-empty fields than the header is refused."""
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such file")
+    with p.open(newline="", encoding="utf-8-sig") as f:  # a leading BOM (Excel) is dropped
+        reader = csv.reader(f)
+        header = [h.strip() for h in next(reader, [])]
+        dup = sorted({h for h in header if header.count(h) > 1})
+        if dup:
+            raise ConfigError(f"{p}: column(s) {', '.join(dup)} appear more than once")
+        records = []
+        for cells in reader:
+            if not any(c.strip() for c in cells):
+                continue
+            if len(cells) > len(header) and any(c.strip() for c in cells[len(header) :]):
+                raise ConfigError(
+                    f"{p}:{reader.line_num}: {len(cells)} fields for {len(header)} columns"
+                )
+            cells = cells + [""] * (len(header) - len(cells))  # a short row: empty cells
+            records.append((reader.line_num, {h: c.strip() for h, c in zip(header, cells)}))
+    return header, records
+
+
+def _layout(p: Path, header: list[str], wide: bool | None) -> str:
+    long_ok = all(c in header for c in REQUIRED)
+    # a benchmark or score column without the other is a long table missing a column
+    looks_long = "benchmark" in header or "score" in header
+    if wide is False or (wide is None and looks_long):
+        if not long_ok:
+            missing = [c for c in REQUIRED if c not in header]
+            raise ConfigError(
+                f"{p}: missing column(s) {', '.join(missing)}; a long results CSV needs "
+                f"{', '.join(REQUIRED)} (optional: domain, step); found "
+                f"{', '.join(header) or 'no header'}"
+            )
+        return LONG
+    missing = [c for c in ("method", "seed") if c not in header]
+    if missing:
+        raise ConfigError(
+            f"{p}: missing column(s) {', '.join(missing)}; a results CSV is long "
+            f"({', '.join(REQUIRED)}[, domain, step]) or wide (method, seed, then one "
+            f"numeric column per benchmark); found {', '.join(header) or 'no header'}"
+        )
+    return WIDE
+
+
+def _check_by(p: Path, header: list[str], by: tuple[str, ...]) -> None:
+    for col in by:
+        if col not in header:
+            raise ConfigError(
+                f"--by {col}: not a column of {p}.{suggest(col, header)} "
+                f"Columns: {', '.join(header)}"
+            )
+        if col in ("method", "seed", "benchmark", "score", "step"):
+            raise ConfigError(
+                f"--by {col}: {col} is part of every comparison; --by takes the columns "
+                "that tell comparisons apart (e.g. model, campaign, regime)"
+            )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _benchmark_columns(
+    p: Path,
+    header: list[str],
+    records: list[tuple[int, dict]],
+    by: tuple[str, ...],
+    domains: dict[str, str] | None,
+) -> tuple[list[str], list[str]]:
+    """(benchmark columns, notes) of a wide table."""
+    found, text = [], []
+    for col in header:
+        if col in DESCRIPTIVE or col in by:
+            continue
+        cells = [(line, rec[col]) for line, rec in records if rec[col]]
+        bad = [(line, v) for line, v in cells if not _is_number(v)]
+        if not cells or len(bad) == len(cells):
+            text.append(col)  # descriptive text (or empty)
+        elif bad and (domains is None or col in domains):
+            line, v = bad[0]
+            raise ConfigError(
+                f"{p}:{line}: column {col!r} holds {v!r}, not a number, while its other "
+                "cells are numbers: a benchmark column holds scores only (an empty cell is "
+                "a missing score)"
+            )
+        elif not bad:
+            found.append(col)
+    notes = []
+    if domains is not None:
+        _check_domains(domains, found, f"{p}: numeric columns")
+        left = [c for c in found if c not in domains]
+        found = [c for c in found if c in domains]
+        if left:
+            notes.append(f"numeric columns not in --domains, left out: {', '.join(left)}")
+    if not found:
+        raise ConfigError(
+            f"{p}: no benchmark columns: a wide table has one numeric column per benchmark "
+            f"besides {', '.join(DESCRIPTIVE)}; found {', '.join(header)}"
+        )
+    if text:
+        notes.append(f"descriptive columns (not benchmarks): {', '.join(text)}")
+    return found, notes
+
+
+def _key(p: Path, line: int, rec: dict, by: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    for col in by:
+        if not rec[col]:
+            raise ConfigError(f"{p}:{line}: empty {col!r} (a --by column)")
+    return tuple((col, rec[col]) for col in by)
+
+
+def _melt(
+    p: Path,
+    records: list[tuple[int, dict]],
+    by: tuple[str, ...],
+    benchmarks: list[str],
+    domains: dict[str, str],
+) -> list[tuple[int, tuple, Row]]:
+    """One (line, stratum key, Row) per non-empty benchmark cell of every record."""
+    out = []
+    for line, rec in records:
+        where = f"{p}:{line}"
+        for col in ("method", "seed"):
+            if not rec[col]:
+                raise ConfigError(f"{where}: empty {col!r}")
+        key = _key(p, line, rec, by)
+        seed = seed_label(rec["seed"], where)
+        step = None
+        if rec.get("step"):
+            try:
+                step = int(float(rec["step"]))
+            except ValueError:
+                raise ConfigError(f"{where}: step {rec['step']!r} is not an integer") from None
+        for b in benchmarks:
+            if not rec[b]:
+                continue
+            v = float(rec[b])
+            if not math.isfinite(v):
+                raise ConfigError(f"{where}: {b} is {rec[b]!r}; leave the cell empty instead")
+            out.append((line, key, Row(rec["method"], seed, b, v, domains.get(b, ""), step)))
+    return out
+
+
+def _refuse_duplicates(
+    p: Path, cells: list[tuple[int, tuple, Row]], records, by: tuple[str, ...], layout: str
+) -> None:
+    """Two cells with one (stratum, method, seed, benchmark, step): name both lines and the
+    columns in which their rows differ (what ``--by`` may be missing)."""
+    seen: dict[tuple, int] = {}
+    lines = dict(records)
+    for line, key, r in cells:
+        k = (key, r.method, r.seed, r.benchmark, r.step)
+        first = seen.setdefault(k, line)
+        if first == line:
+            continue
+        a, b = lines[first], lines[line]
+        keep = {"run_id", "benchmark", "score", "step", *by}
+        keep |= {"domain"} if layout == LONG else set()
+        differ = [c for c in a if c not in keep and a[c] != b[c] and not _is_number_pair(a, b, c)]
+        runs = f" (run_id {a['run_id']} and {b['run_id']})" if a.get("run_id") else ""
+        where = ", ".join(
+            [f"{c}={v}" for c, v in key]
+            + [f"method={r.method}", f"seed={r.seed}", f"benchmark={r.benchmark}"]
+            + ([f"step={r.step}"] if r.step is not None else [])
+        )
+        hint = (
+            f"the rows differ in {', '.join(differ)}: add the column that tells them apart "
+            "to --by (a checkpoint column is called step)"
+            if differ
+            else "the rows are the same result twice"
+        )
+        raise ConfigError(
+            f"{p}: duplicate result {where} at lines {first} and {line}{runs}; {hint}"
+        )
+
+
+def _is_number_pair(a: dict, b: dict, col: str) -> bool:
+    """Numeric cells (other benchmarks' scores) do not tell runs apart."""
+    return col not in DESCRIPTIVE and _is_number(a[col] or "0") and _is_number(b[col] or "0")
+
+
+def read_domains(path: str | Path) -> dict[str, str]:
+    """benchmark -> domain from a YAML file (``domain: [benchmark, ...]`` or
+    ``benchmark: domain`` entries) or a CSV with columns ``benchmark, domain``.
+
+    Raises:
+        ConfigError: a missing file, another structure, a benchmark given twice.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--domains {path}: no such file")
+    pairs: list[tuple[str, str]] = []
+    if p.suffix.lower() == ".csv":
+        with p.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            cols = [c.strip() for c in reader.fieldnames or []]
+            if not {"benchmark", "domain"} <= set(cols):
+                raise ConfigError(
+                    f"--domains {path}: a CSV needs columns benchmark, domain; found "
+                    f"{', '.join(cols) or 'no header'}"
+                )
+            reader.fieldnames = cols
+            pairs = [((r["benchmark"] or "").strip(), (r["domain"] or "").strip()) for r in reader]
+    else:
+        from dataflex_rl.core.spec import load_yaml
+
+        data = load_yaml(p)
+        if not isinstance(data, dict) or not data:
+            raise ConfigError(
+                f"--domains {path}: expected a mapping, domain: [benchmark, ...] or "
+                "benchmark: domain"
+            )
+        for k, v in data.items():
+            if isinstance(v, list):
+                pairs += [(str(b), str(k)) for b in v]
+            elif isinstance(v, (str, int, float)):
+                pairs.append((str(k), str(v)))
+            else:
+                raise ConfigError(
+                    f"--domains {path}: {k}: expected a list of benchmarks or a domain name"
+                )
+    out: dict[str, str] = {}
+    for b, d in pairs:
+        if not b or not d:
+            raise ConfigError(f"--domains {path}: an empty benchmark or domain name")
+        if out.setdefault(b, d) != d:
+            raise ConfigError(f"--domains {path}: {b} is in two domains, {out[b]} and {d}")
+    return out
+
+
+def _check_domains(domains: dict[str, str], benchmarks: list[str], what: str) -> None:
+    unknown = [b for b in domains if b not in benchmarks]
+    if unknown:
+        b = unknown[0]
+        raise ConfigError(
+            f"--domains: {', '.join(unknown)} not among the {what}.{suggest(b, benchmarks)} "
+            f"They are: {', '.join(benchmarks)}"
+        )
+
+
+def slug(stratum: Stratum) -> str:
+    """A folder name for a stratum: its values joined by ``_`` (unsafe characters as ``-``)."""
+    text = "_".join(v for _, v in stratum.key) or "all"
+    return re.sub(r"[^A-Za-z0-9._+=-]+", "-", text).strip("-.") or "stratum"

@@ -1,0 +1,97 @@
+"""A results table in a paper's release layout, generated: one row per run, columns
+``run_id, campaign, model, method, seed, steps, regime``, then one column per benchmark, scores
+in percent, several models, campaigns and regimes in one file, rows in no particular order.
+
+Campaign c1 has 3 seeds per (model, regime); c2 has 8, except llama-3.1-8b/long with 6. In c2,
+difffilter gains 3 points on every benchmark over grpo (the seed's noise, SD 2, is shared by
+every method of that seed; difffilter adds its own, SD 0.3, dump_ucb SD 1 and no gain). `long_rows` is the by-hand reshape the tests use as the oracle.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+MODELS = ("qwen2.5-math-7b", "llama-3.1-8b")
+CAMPAIGNS = ("c1", "c2")
+REGIMES = ("short", "long")
+METHODS = ("grpo", "difffilter", "dump_ucb")
+BENCHMARKS = {
+    "math500": "math",
+    "aime24": "math",
+    "amc23": "math",
+    "minerva_math": "math",
+    "gpqa_diamond": "science",
+    "mmlu_pro_physics": "science",
+}
+HEADER = ["run_id", "campaign", "model", "method", "seed", "steps", "regime", *BENCHMARKS]
+
+
+def seeds_of(campaign: str, model: str, regime: str) -> int:
+    if campaign == "c1":
+        return 3
+    return 6 if (model, regime) == ("llama-3.1-8b", "long") else 8
+
+
+def release_records(rng_seed: int = 0) -> list[dict]:
+    """The table's rows as dicts over `HEADER` (scores as text, one decimal)."""
+    rng = np.random.default_rng(rng_seed)
+    base = {b: 20 + 60 * rng.random() for b in BENCHMARKS}
+    rows = []
+    for campaign, model, regime in itertools.product(CAMPAIGNS, MODELS, REGIMES):
+        shift = (5.0 if model.startswith("qwen") else 0.0) + (2.0 if regime == "long" else 0.0)
+        for seed in range(seeds_of(campaign, model, regime)):
+            seed_noise = {b: rng.normal(0, 2.0) for b in BENCHMARKS}
+            for method in METHODS:
+                gain = 3.0 if (method == "difffilter" and campaign == "c2") else 0.0
+                own_sd = {"grpo": 0.0, "difffilter": 0.3, "dump_ucb": 1.0}[method]
+                row = {
+                    "campaign": campaign,
+                    "model": model,
+                    "method": method,
+                    "seed": seed,
+                    "steps": 500 if regime == "short" else 1000,
+                    "regime": regime,
+                }
+                for b in BENCHMARKS:
+                    v = base[b] + shift + seed_noise[b] + gain + rng.normal(0, own_sd)
+                    row[b] = f"{round(v, 1):.1f}"
+                rows.append(row)
+    order = rng.permutation(len(rows))
+    out = [rows[i] for i in order]
+    for k, r in enumerate(out):
+        r["run_id"] = f"r{k:03d}"
+    return out
+
+
+def write_release_csv(path: Path, records: list[dict] | None = None) -> Path:
+    records = release_records() if records is None else records
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=HEADER)
+        w.writeheader()
+        w.writerows(records)
+    return path
+
+
+def long_rows(records: list[dict], model: str, campaign: str, regime: str) -> list[list]:
+    """The by-hand reshape of one stratum: method, seed, benchmark, domain, score (percent)."""
+    return [
+        [r["method"], r["seed"], b, BENCHMARKS[b], r[b]]
+        for r in records
+        if (r["model"], r["campaign"], r["regime"]) == (model, campaign, regime)
+        for b in BENCHMARKS
+    ]
+
+
+def write_domains_yaml(path: Path) -> Path:
+    groups: dict[str, list[str]] = {}
+    for b, d in BENCHMARKS.items():
+        groups.setdefault(d, []).append(b)
+    path.write_text(
+        "# benchmark groups: each domain weighs the same in the average\n"
+        + "".join(f"{d}: [{', '.join(bs)}]\n" for d, bs in groups.items())
+    )
+    return path
