@@ -1,8 +1,9 @@
 """``dataflex-rl compare`` end to end on the real engine: a tiny matrix, then a resume.
 
-The policy is a small untrained model built here (seconds), so the test checks the plumbing —
-pairing, files, statistics, the three trackers (their copies read back by `report
---from-tracker` give the same statistics), resume — not learning.
+The policy is the shipped warm-started tiny model (non-zero accuracies, so the trackers' copies
+are compared on real numbers) trained for 2 steps, so the test checks the plumbing — pairing,
+files, statistics, the three trackers (their copies read back by `report --from-tracker` give
+the same rows and statistics), resume — not learning.
 """
 
 import csv
@@ -16,40 +17,20 @@ from tests.harness_cli import run_cli
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def small_policy(tmp_path_factory):
-    from dataflex_rl.engine.policy import build_tiny_policy, save_policy
-    from dataflex_rl.engine.taskio import build_tasks, taskset_charset
-    from dataflex_rl.engine.tokenizer import CharTokenizer
-
-    tasks = build_tasks(["math", "logic", "science"], 0)
-    tok = CharTokenizer.from_charset(taskset_charset(tasks))
-    policy = build_tiny_policy(
-        tok,
-        seed=0,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    return save_policy(policy, tmp_path_factory.mktemp("policy"))
-
-
-def test_compare_then_resume(tmp_path, small_policy, capsys, monkeypatch):
+def test_compare_then_resume(tmp_path, capsys, monkeypatch):
     for module in ("mlflow", "tensorboard", "wandb"):
         pytest.importorskip(module)
     trackers.offline_env(monkeypatch, tmp_path)
     exp = tmp_path / "tiny.yaml"
-    exp.write_text(f"""\
+    exp.write_text("""\
 name: tiny
 strategies: [baseline, dump_ucb]
 seeds: 2
-engine: {{policy: {small_policy}}}
-budget: {{steps: 2, prompts_per_step: 3, samples_per_prompt: 2}}
-evaluation: {{every: 1, per_domain: 4}}
-statistics: {{n_boot: 500}}
-tracking: {{backends: [tensorboard, wandb, mlflow]}}
+engine: {policy: tiny}
+budget: {steps: 2, prompts_per_step: 3, samples_per_prompt: 2}
+evaluation: {every: 1, per_domain: 4}
+statistics: {n_boot: 500}
+tracking: {backends: [tensorboard, wandb, mlflow]}
 """)
     out = tmp_path / "out"
     assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
@@ -93,12 +74,21 @@ tracking: {{backends: [tensorboard, wandb, mlflow]}}
     assert [(m.step, m.value) for m in greedy] == [
         (r["step"], pytest.approx(r["eval/mean/greedy"])) for r in metrics if r["kind"] == "eval"
     ]
-    # each tracker's copy gives the compare's own statistics (`report --from-tracker`)
+    # each tracker's copy holds every row of results.csv (every run, domain and checkpoint)
+    # and gives the compare's own statistics (`report --from-tracker`)
+    from dataflex_rl.harness.statistics.tracked import TrackerQuery, read_tracker
+
+    want = {
+        (r["method"], r["seed"], r["benchmark"], int(r["step"]), float(r["score"])) for r in rows
+    }
     for source in (
         f"mlflow:sqlite:///{out.resolve() / 'mlflow.db'}",
         f"tensorboard:{out}",
         f"wandb:{out}",
     ):
+        got = read_tracker(TrackerQuery(source)).rows
+        assert {(r.method, r.seed, r.benchmark, r.step, r.score) for r in got} == want
+        assert len(got) == len(want) == 36
         dest = tmp_path / source.partition(":")[0]
         argv = ["report", "--from-tracker", source, "--out", str(dest), "--n-boot", "500"]
         assert run_cli([*argv, "--no-plots"]) == 0
