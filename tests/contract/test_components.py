@@ -23,6 +23,7 @@ from dataflex_rl.core.base import (
     Selector,
     SkipPolicy,
 )
+from dataflex_rl.core.batch import informative_mask, token_mask
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.describe import describe
@@ -68,7 +69,7 @@ def _exercise(kind, comp, seed):
     if kind == "selector":
         return (comp.select(_scores(_scorer_for(type(comp)), b), b),)
     if kind == "reweighter":
-        norm = b.active_mask & b.informative_mask
+        norm = b.active_mask & informative_mask(b)
         return (comp.raw_weights(_scores(_scorer_for(type(comp)), b), b, norm),)
     if kind == "mixer":
         D = b.num_domains
@@ -134,13 +135,13 @@ def test_output_shapes_dtypes_and_masks(kind, name):
             assert s.shape == shape and s.is_floating_point()
             assert torch.isfinite(s).all(), "scores must be finite (garbage on masked tokens)"
             if cls.granularity == "token":
-                assert (s[~b.token_mask] == 0).all()
+                assert (s[~token_mask(b)] == 0).all()
         elif kind == "selector":
             (keep,) = out
             assert keep.shape == (B,) and keep.dtype == torch.bool
         elif kind == "reweighter":
             (raw,) = out
-            norm = b.active_mask & b.informative_mask
+            norm = b.active_mask & informative_mask(b)
             assert raw.shape == ((B, T) if cls.level == "token" else (B,))
             sel = raw[norm]
             assert torch.isfinite(sel).all() and (sel >= 0).all()
@@ -249,7 +250,7 @@ def test_preset_builds_and_decides_within_contract(preset):
         assert d.loss_mask.shape == (B, T) and d.loss_mask.dtype == torch.bool
         assert d.weights_per_token.shape == (B, T) and d.weights_per_token.dtype == torch.float32
         assert not (d.keep_mask & ~b.active_mask).any(), "padding/invalid rows never kept"
-        assert torch.equal(d.loss_mask, b.token_mask & d.keep_mask[:, None])
+        assert torch.equal(d.loss_mask, token_mask(b) & d.keep_mask[:, None])
         w = d.weights_per_token
         assert torch.isfinite(w).all() and (w >= 0).all()
         assert (w[~d.loss_mask] == 0).all()

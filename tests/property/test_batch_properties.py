@@ -7,6 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dataflex_rl.core.batch import group_successes, informative_mask, rank_in_group
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
 
@@ -15,11 +16,11 @@ from tests.strategies import permute_groups, rollout_batches
 def test_group_statistics_equal_the_loop_oracle(b):
     o = oracles.group_stats(b)
     assert b.group_size.tolist() == o["size"]
-    assert b.group_successes().tolist() == o["successes"]
-    assert b.group_successes(0.25).tolist() == oracles.group_stats(b, 0.25)["successes"]
+    assert group_successes(b).tolist() == o["successes"]
+    assert group_successes(b, 0.25).tolist() == oracles.group_stats(b, 0.25)["successes"]
     assert b.group_mean.tolist() == pytest.approx(o["mean"], rel=1e-5, abs=1e-5)
     assert b.group_std.tolist() == pytest.approx(o["std"], rel=1e-4, abs=1e-5)
-    assert b.rank_in_group.tolist() == o["rank"]
+    assert rank_in_group(b).tolist() == o["rank"]
     assert all(math.isfinite(v) for v in b.group_mean.tolist() + b.group_std.tolist())
 
 
@@ -27,7 +28,7 @@ def test_group_statistics_equal_the_loop_oracle(b):
 def test_masks_equal_the_loop_oracle(b):
     rs = oracles.rows(b)
     assert b.active_mask.tolist() == [oracles.active(r) for r in rs]
-    assert b.informative_mask.tolist() == oracles.informative(b)
+    assert informative_mask(b).tolist() == oracles.informative(b)
     assert b.response_length.tolist() == [r["length"] for r in rs]
     assert not (b.active_mask & b.is_padding).any()
 
@@ -40,5 +41,5 @@ def test_permuting_groups_permutes_the_statistics(b, data):
     assert torch.equal(pb.group_size[torch.tensor(perm)], b.group_size)
     assert torch.allclose(pb.group_mean[torch.tensor(perm)], b.group_mean, atol=1e-6)
     assert torch.allclose(pb.group_std[torch.tensor(perm)], b.group_std, atol=1e-5)
-    assert torch.equal(pb.rank_in_group, b.rank_in_group[rows])
-    assert torch.equal(pb.informative_mask, b.informative_mask[rows])
+    assert torch.equal(rank_in_group(pb), rank_in_group(b)[rows])
+    assert torch.equal(informative_mask(pb), informative_mask(b)[rows])

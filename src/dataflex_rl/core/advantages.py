@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, group_layout
 from dataflex_rl.core.segment import SegmentTable, moments_and_counts, table_std_dev
 
 
@@ -44,7 +44,7 @@ def group_advantages(
         keep: [B] bool, the responses that count (default all); others get 0.
         norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
         eps: added to the std.
-        table: the groups' `SegmentTable` when known (`RolloutBatch.group_layout`): the
+        table: the groups' `SegmentTable` when known (`core.batch.group_layout`): the
             same values from row reductions of a [G, width] table (`table_moments`).
 
     Returns:
@@ -91,5 +91,5 @@ def grpo_advantages_per_response(
         keep & batch.active_mask,
         norm_by_std=norm_by_std,
         eps=eps,
-        table=batch.group_layout,
+        table=group_layout(batch),
     )

@@ -42,36 +42,10 @@ class Scorer(Component):
     #: optional `RolloutBatch` fields this scorer reads ("advantages", "old_log_probs", ...)
     requires: ClassVar[tuple[str, ...]] = ()
     group_based: ClassVar[bool] = False
-    #: `score` returns a new tensor on every call, which the caller may overwrite (lets a
-    #: strategy turn [B, T] token scores into weights in place instead of copying them)
-    returns_new: ClassVar[bool] = False
 
     def score(self, batch: RolloutBatch) -> Tensor:
         """Score every unit of the batch; inactive rows may hold any finite value."""
         raise NotImplementedError
-
-    def row_sums(self, batch: RolloutBatch) -> Tensor | None:
-        """Token scorers, optional: [B] float64 sum of `score` over each row's valid tokens,
-        computed without a [B, T] buffer (0 for inactive rows), or None (no shortcut).
-
-        With `score_rows_` it lets a strategy normalize token weights from B sums and build
-        the [B, T] weights only when a host reads them, in one pass.
-        """
-        return None
-
-    def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
-        """Token scorers with `row_sums`: `score` of rows ``start .. start + len(out)`` of
-        the active rows written into ``out`` [R, T] (any finite or non-finite value on
-        invalid tokens and inactive rows: the caller masks them); returns ``out``."""
-        raise NotImplementedError
-
-    def write_affine_(self, batch: RolloutBatch, A: Tensor, C: Tensor, out: Tensor) -> bool:
-        """Token scorers with `row_sums`, optional: write ``A[r] * score + C[r]`` on the valid
-        tokens of every row and 0 elsewhere into ``out`` [B, T] (rows with A = C = 0 all 0)
-        in one fused pass, and return True; or return False (then the caller builds them
-        from `score_rows_`). `token_prob` does it with compiled kernels when the batch has
-        them (`RolloutBatch.with_kernels`)."""
-        return False
 
 
 def expected_score_shape(granularity: str, batch: RolloutBatch) -> tuple[int, ...]:
@@ -162,25 +136,13 @@ class Reweighter(Component):
     #: "response" -> [B] weights; "token" -> [B, T] weights
     level: ClassVar[str] = "response"
     group_based: ClassVar[bool] = False
-    #: the class implements `raw_weights_`, which overwrites its scores argument
-    in_place: ClassVar[bool] = False
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        """Raw weights (finite, >= 0) at ``level``; ``norm_mask`` marks the normalization set."""
+        """Raw weights at ``level``: [B] for ``response``, [B, T] for ``token``; finite and
+        >= 0 on the rows (tokens) that count, anything elsewhere (the strategy masks them).
+        ``norm_mask`` [B] marks the normalization set. Normalization to mean 1 is the
+        strategy's (`dataflex_rl.core.strategy.normalized_weights`)."""
         raise NotImplementedError
-
-    def raw_weights_(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        """`raw_weights` computed into ``scores`` (which the caller owns) and returned.
-
-        Only called when ``in_place`` is True; saves a [B, T] buffer for token-level weights.
-        """
-        raise NotImplementedError
-
-    def affine(self) -> tuple[float, float] | None:
-        """Token level, optional: (a, b) when `raw_weights` is ``a * score + b`` elementwise,
-        else None. With a scorer's `Scorer.row_sums` the strategy then never materializes
-        the raw [B, T] weights (see `Decision.weights_per_token`)."""
-        return None
 
 
 @dataclass

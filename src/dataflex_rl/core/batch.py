@@ -1,7 +1,11 @@
-"""`RolloutBatch`: the data contract between hosts (engine, verl) and strategies.
+"""`RolloutBatch`: the data contract between hosts (engine, verl, TRL) and strategies.
 
-B responses, T response tokens (right-padded), G prompt groups, D domains. A batch is a frozen,
-validated view; group statistics are computed on demand with vectorized segment ops and cached.
+B responses, T response tokens (right-padded), G prompt groups, D domains. A batch is data: the
+host's fields, validated when it is built, plus a few facts derived from them at the same time
+(each row's length, mean advantage and validity; each group's size, mean and std). It is
+immutable: `RolloutBatch.replace` builds (and validates) a new one. Everything else a component
+needs -- informative rows, clean rewards, successes, ranks, the group table -- is computed by
+the functions at the bottom of this module, from those fields, when it is asked for.
 
 Rows that never take part in anything:
 
@@ -12,14 +16,11 @@ Rows that never take part in anything:
   ``dataflex/invalid_responses`` (and ``dataflex/invalid_reward_responses`` for rewards).
   The remaining *active* rows are ``active_mask``.
 
-Validation is in two tiers. Shapes, dtypes, ids and the mask's values are checked when the
-batch is built (cheap: no [B, T] float tensor is read). What needs a pass over a token tensor
--- "has a non-finite value on a valid token" for ``advantages`` and ``old_log_probs``, the
-agreement of ``response_lengths`` with the mask -- is checked lazily, on the first read that
-needs it, once (cached). A strategy hands its components `RolloutBatch.reading` (only the
-optional fields they declare), so a decision never reads, and never pays for, a field it does
-not use: a non-finite ``old_log_probs`` row makes its row invalid only for decisions that read
-``old_log_probs``.
+Every field given is validated, the per-token ones included (a pass over each [B, T] float
+tensor, a chunk of rows at a time: `core.rowops`). A strategy decides on `RolloutBatch.reading`
+of the host's batch, which leaves out the per-token fields none of its components declares: a
+non-finite ``old_log_probs`` row makes its row invalid only for decisions that read
+``old_log_probs`` (and hosts that know `Strategy.reads` need not pass the others at all).
 
 Hosts whose advantages are one value per response (outcome rewards, GRPO-like estimators) and
 who know the response lengths can also pass ``response_advantages`` [B] and
@@ -33,13 +34,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.rowops import TokenBlocks, exact_prob_rows, nonfinite_rows_from_sums
+from dataflex_rl.core.rowops import masked_row_sums, nonfinite_rows, row_counts
 from dataflex_rl.core.segment import (
     SegmentTable,
     lexsort,
@@ -48,19 +47,6 @@ from dataflex_rl.core.segment import (
     segment_min,
     segment_moments,
     segment_table,
-)
-
-if TYPE_CHECKING:
-    from dataflex_rl.core.native import TokenKernels
-
-#: caches `RolloutBatch.reading` and `with_kernels` keep: they hold no float sum (exact on every
-#: path) and depend on no per-token field a decision may leave out
-_EXACT_CACHES = (
-    "token_blocks",
-    "invalid_reward_mask",
-    "response_length",
-    "group_layout",
-    "prefix_lengths",
 )
 
 #: Absolute advantage below which a response counts as carrying no learning signal.
@@ -136,13 +122,30 @@ class RolloutBatch:
         is_padding: [B] bool, padding rows; ``None`` means no padding.
         step: global training step.
         response_advantages: [B] float, optional: each response's advantage when the host's
-            advantages are constant over its valid tokens. When given, per-response reads
-            use it and never read ``advantages`` (which the host keeps for its loss; it may
-            be None). The host vouches that the two agree: checking would cost the read it saves.
-        response_lengths: [B] int64, optional: each response's number of valid tokens. When
-            given, ``response_length`` is this tensor; it is checked against
-            ``response_mask`` lazily, the first time the mask summary (`token_blocks`) is
-            built.
+            advantages are constant over its valid tokens. When given, per-response values
+            come from it and ``advantages`` (which the host keeps for its loss; it may be
+            None) is not read. The host vouches that the two agree: checking would cost the
+            read it saves.
+        response_lengths: [B] int64, optional: each response's number of valid tokens. Checked
+            against ``response_mask`` when the batch reads the mask anyway (to validate a
+            per-token field); otherwise the host vouches for it, as for
+            ``response_advantages``.
+
+    Attributes (derived when the batch is built; `replace` derives them again):
+        num_groups: G.
+        response_length: [B] int64 valid tokens per row (``response_lengths`` when given).
+        advantage_per_response: [B] mean token advantage over the valid tokens
+            (``response_advantages`` when given), 0 where none or inactive; None without
+            advantages.
+        invalid_mask: [B] bool, non-padding rows with a non-finite reward, or a non-finite
+            advantage or old log-prob on a valid token; treated exactly like padding.
+        active_mask: [B] bool, the rows that take part: not padding, not invalid.
+        group_size: [G] int64 active responses per group.
+        group_mean: [G] float64 mean reward over the active responses (0 for empty groups).
+        group_std: [G] float64 unbiased reward std over the active responses (0 for groups of
+            size < 2); exactly 0 if and only if the group's active rewards are all equal
+            (`segment_moments`: float64, shifted by the group minimum), like ``torch.std``
+            and verl's GRPO advantage otherwise.
     """
 
     rewards: Tensor
@@ -157,11 +160,25 @@ class RolloutBatch:
     step: int = 0
     response_advantages: Tensor | None = None
     response_lengths: Tensor | None = None
-    _num_groups: int = field(default=-1, repr=False)
+    num_groups: int = field(init=False, repr=False)
+    response_length: Tensor = field(init=False, repr=False)
+    advantage_per_response: Tensor | None = field(init=False, repr=False)
+    invalid_mask: Tensor = field(init=False, repr=False)
+    active_mask: Tensor = field(init=False, repr=False)
+    group_size: Tensor = field(init=False, repr=False)
+    group_mean: Tensor = field(init=False, repr=False)
+    group_std: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_tensor_devices(self)
-        set_ = object.__setattr__
+        self._check_fields()
+        self._derive()
+
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check_fields(self) -> None:
+        """Shapes, dtypes, ids and the mask's values (no [B, T] float tensor is read)."""
         r, m, g = self.rewards, self.response_mask, self.group_ids
         _check(isinstance(r, Tensor) and r.dim() == 1, "rewards must be a 1-D tensor [B]")
         _check(r.is_floating_point(), f"rewards must be float, got {r.dtype}")
@@ -172,7 +189,7 @@ class RolloutBatch:
         )
         if m.dtype != torch.bool:
             _check(bool(((m == 0) | (m == 1)).all()), "response_mask must be bool or 0/1")
-            set_(self, "response_mask", m.bool())
+            self._set("response_mask", m.bool())
         _check(
             isinstance(g, Tensor) and g.dim() == 1 and g.shape[0] == B,
             f"group_ids must be [B] with B={B}",
@@ -184,16 +201,16 @@ class RolloutBatch:
             B == 0 or bool((torch.bincount(g, minlength=G) > 0).all()),
             "group_ids must be dense 0..G-1 (factorize your uids first)",
         )
-        set_(self, "_num_groups", G)
+        self._set("num_groups", G)
         domains = tuple(self.domains)
         _check(
             len(domains) > 0 and len(set(domains)) == len(domains),
             f"domains must be non-empty and unique, got {domains}",
         )
-        set_(self, "domains", domains)
+        self._set("domains", domains)
         if self.domain_ids is None:
             _check(len(domains) == 1, "domain_ids is required when there is more than one domain")
-            set_(self, "domain_ids", torch.zeros(B, dtype=torch.int64, device=r.device))
+            self._set("domain_ids", torch.zeros(B, dtype=torch.int64, device=r.device))
         d = self.domain_ids
         _check(
             d.dim() == 1 and d.shape[0] == B and d.dtype == torch.int64,
@@ -203,7 +220,7 @@ class RolloutBatch:
             B == 0 or (int(d.min()) >= 0 and int(d.max()) < len(domains)),
             f"domain_ids must lie in 0..{len(domains) - 1}",
         )
-        for name in ("advantages", "old_log_probs"):
+        for name in TOKEN_FIELDS:
             t = getattr(self, name)
             if t is not None:
                 _check(
@@ -212,13 +229,13 @@ class RolloutBatch:
                 )
                 _check(t.is_floating_point(), f"{name} must be float")
         if self.is_padding is None:
-            set_(self, "is_padding", torch.zeros(B, dtype=torch.bool, device=r.device))
+            self._set("is_padding", torch.zeros(B, dtype=torch.bool, device=r.device))
         p = self.is_padding
         _check(p.shape == (B,) and p.dtype == torch.bool, "is_padding must be bool [B]")
         if self.prompt_keys is not None:
             keys = tuple(self.prompt_keys)
             _check(len(keys) == B, f"prompt_keys must have B={B} entries, got {len(keys)}")
-            set_(self, "prompt_keys", keys)
+            self._set("prompt_keys", keys)
         _check(isinstance(self.step, int) and self.step >= 0, "step must be an int >= 0")
         a = self.response_advantages
         if a is not None:
@@ -237,6 +254,50 @@ class RolloutBatch:
                 f"response_lengths must lie in 0..T={m.shape[1]}",
             )
 
+    def _derive(self) -> None:
+        """The row and group facts (see the class doc), one pass over each per-token field."""
+        m = self.response_mask
+        token_adv = self.advantages if self.response_advantages is None else None
+        reads_mask = token_adv is not None or self.old_log_probs is not None
+        n = self.response_lengths
+        if n is None:
+            n = row_counts(m)
+        elif reads_mask:
+            counts = row_counts(m)
+            if not torch.equal(counts, n):
+                row = int((counts != n).nonzero()[0, 0])
+                raise BatchError(
+                    f"response_lengths disagrees with response_mask: row {row} has length "
+                    f"{int(n[row])} but {int(counts[row])} valid tokens in the mask"
+                )
+        self._set("response_length", n)
+        bad = ~_finite(self.rewards)
+        adv_sums = None
+        if self.response_advantages is not None:  # B values stand for the advantages
+            bad = bad | (~_finite(self.response_advantages) & (n > 0))
+        elif token_adv is not None:
+            adv_sums = masked_row_sums(token_adv.detach(), m)
+            bad = bad | nonfinite_rows(token_adv, m, adv_sums)
+        if self.old_log_probs is not None:
+            lp = self.old_log_probs.detach()
+            bad = bad | nonfinite_rows(lp, m, masked_row_sums(lp, m))
+        invalid = ~self.is_padding & bad
+        active = ~self.is_padding & ~invalid
+        self._set("invalid_mask", invalid)
+        self._set("active_mask", active)
+        per_response = None
+        if self.response_advantages is not None:
+            a = self.response_advantages
+            per_response = torch.where(active & (n > 0), a, torch.zeros_like(a))
+        elif adv_sums is not None:
+            per_response = torch.where(active, adv_sums / n.clamp(min=1), 0.0)
+        self._set("advantage_per_response", per_response)
+        G = self.num_groups
+        mean, std, _ = segment_moments(self.rewards, self.group_ids, G, active)
+        self._set("group_size", segment_count(active, self.group_ids, G))
+        self._set("group_mean", mean)
+        self._set("group_std", std)
+
     # ------------------------------------------------------------------ sizes
     @property
     def batch_size(self) -> int:
@@ -244,350 +305,92 @@ class RolloutBatch:
         return int(self.rewards.shape[0])
 
     @property
-    def num_groups(self) -> int:
-        """G."""
-        return self._num_groups
-
-    @property
     def num_domains(self) -> int:
         """D."""
         return len(self.domains)
-
-    def replace(self, **changes) -> RolloutBatch:
-        """A copy with some fields replaced (validated again).
-
-        The mask summary (`token_blocks`) carries over when ``response_mask`` is unchanged,
-        the pass over ``old_log_probs`` when neither it nor the mask changes, the group layout
-        when ``group_ids`` is unchanged.
-        """
-        changes.setdefault("_num_groups", -1)
-        new = dataclasses.replace(self, **changes)
-        if "_kernels" in self.__dict__:
-            new.__dict__["_kernels"] = self.__dict__["_kernels"]
-        if "group_ids" not in changes and "group_layout" in self.__dict__:
-            new.__dict__["group_layout"] = self.group_layout
-        same_tokens = "response_mask" not in changes and "old_log_probs" not in changes
-        if same_tokens and "_old_log_prob_pass" in self.__dict__:
-            new.__dict__["_old_log_prob_pass"] = self._old_log_prob_pass
-        if (
-            "response_mask" not in changes
-            and "response_lengths" not in changes
-            and "token_blocks" in self.__dict__
-        ):
-            new.__dict__["token_blocks"] = self.token_blocks
-        if (
-            "response_mask" not in changes
-            and "response_lengths" not in changes
-            and "prefix_lengths" in self.__dict__
-        ):
-            new.__dict__["prefix_lengths"] = self.prefix_lengths
-        return new
-
-    def reading(self, fields: Sequence[str]) -> RolloutBatch:
-        """This batch as a decision that reads only ``fields`` sees it.
-
-        The per-token tensors of `TOKEN_FIELDS` not named in ``fields`` are left out (None),
-        so nothing reads them, validates them or pays for them: their non-finite values make
-        no row invalid here. Every other field is shared, not copied or validated again, and
-        so are the caches that do not depend on a left-out field. Returns ``self`` when
-        nothing is left out.
-        """
-        drop = [f for f in TOKEN_FIELDS if f not in fields and getattr(self, f) is not None]
-        if not drop:
-            return self
-        new = object.__new__(type(self))
-        for f in dataclasses.fields(self):
-            new.__dict__[f.name] = None if f.name in drop else self.__dict__[f.name]
-        for key in (*_EXACT_CACHES, "_kernels"):
-            if key in self.__dict__:
-                new.__dict__[key] = self.__dict__[key]
-        return new
-
-    def with_kernels(self, kernels: TokenKernels | None) -> RolloutBatch:
-        """This batch, with its passes over ``old_log_probs`` done by compiled ``kernels``
-        (`core.native`) where they apply: CPU, contiguous float32 log-probs and right-padded
-        rows (`TokenBlocks.prefix_lengths`); torch otherwise. Results agree with torch's to
-        ~2e-7 relative. Returns ``self`` when ``kernels`` is None; the caches that hold no
-        float sum are shared."""
-        if kernels is None:
-            return self
-        new = object.__new__(type(self))
-        for f in dataclasses.fields(self):
-            new.__dict__[f.name] = self.__dict__[f.name]
-        # only the caches that do not hold a sum: the kernels redo the sums, so a decision
-        # does not depend on what the host read before
-        for key in _EXACT_CACHES:
-            if key in self.__dict__:
-                new.__dict__[key] = self.__dict__[key]
-        new.__dict__["_kernels"] = kernels
-        return new
-
-    @property
-    def token_kernels(self) -> TokenKernels | None:
-        """The kernels of `with_kernels` when they apply to this batch's ``old_log_probs``
-        and mask, else None."""
-        if self._kernel_lengths(self.old_log_probs) is None:
-            return None
-        return self.__dict__["_kernels"]
-
-    @cached_property
-    def prefix_lengths(self) -> Tensor | None:
-        """[B] int64 valid tokens per row when every row is right-padded (its valid tokens
-        first: what the kernels of `with_kernels` need), else None. With kernels, one pass
-        over the mask in C that also checks ``response_lengths`` (no block summary);
-        otherwise `TokenBlocks.prefix_lengths`."""
-        k = self.__dict__.get("_kernels")
-        m = self.response_mask
-        if k is None or "token_blocks" in self.__dict__ or m.device.type != "cpu":
-            return self.token_blocks.prefix_lengths
-        n = k.prefix_lengths(m)
-        given = self.response_lengths
-        if n is not None and given is not None and not torch.equal(n, given):
-            row = int((n != given).nonzero()[0, 0])
-            raise BatchError(
-                f"response_lengths disagrees with response_mask: row {row} has length "
-                f"{int(given[row])} but {int(n[row])} valid tokens in the mask"
-            )
-        return n
-
-    # ------------------------------------------------------------------ masks
-    @cached_property
-    def invalid_reward_mask(self) -> Tensor:
-        """[B] bool: non-padding rows whose reward is NaN or infinite."""
-        return ~self.is_padding & ~_finite(self.rewards)
-
-    @cached_property
-    def invalid_mask(self) -> Tensor:
-        """[B] bool: non-padding rows with a non-finite reward, or a non-finite advantage or
-        old log-prob on a valid token. Such rows are treated exactly like padding."""
-        bad = None
-        if self.response_advantages is not None:  # B values stand for the advantages
-            bad = ~_finite(self.response_advantages) & (self.response_length > 0)
-        elif self.advantages is not None:
-            # (no block summary: the kernels' sums need only the mask's rows it flags)
-            bad = nonfinite_rows_from_sums(
-                self.advantages, self.response_mask, self._advantage_row_sums
-            )
-        if self.old_log_probs is not None:
-            lp = self._old_log_prob_pass[0]
-            bad = lp if bad is None else bad | lp
-        if bad is None:
-            return self.invalid_reward_mask
-        return self.invalid_reward_mask | (~self.is_padding & bad)
-
-    @cached_property
-    def _old_log_prob_pass(self) -> tuple[Tensor, Tensor, Tensor]:
-        """One read of ``old_log_probs`` (`TokenBlocks.prob_row_sums`, a chunk of rows at a
-        time): ([B] bool, a non-finite value on a valid token; [B] float64,
-        `token_prob_sums`; [k] `token_prob_odd_rows`)."""
-        x = self.old_log_probs.detach()
-        kernels = self.token_kernels
-        if kernels is None:
-            mass, bad, odd = self.token_blocks.prob_row_sums(x)
-            return bad, mass.to(torch.float64), odd
-        mass, odd_mask = kernels.prob_row_sums(x, self.prefix_lengths)
-        bad = torch.zeros_like(odd_mask)
-        odd = odd_mask.nonzero().squeeze(1)
-        if odd.numel():
-            sums, bad_rows = exact_prob_rows(x, self.response_mask, odd)
-            mass[odd] = sums.to(torch.float64)
-            bad[odd] = bad_rows
-        return bad, mass, odd
-
-    @property
-    def token_prob_odd_rows(self) -> Tensor:
-        """[k] int64 ascending: the rows where exp(old_log_prob) may differ from the sampling
-        probability exp(min(old_log_prob, 0)) on some token (a value > 0, a NaN, an infinity,
-        or one so small that exp underflows to 0; from the pass of `token_prob_sums`). On
-        every other row p = exp(old_log_prob) exactly, with no clamp."""
-        _check(self.old_log_probs is not None, "this needs 'old_log_probs', which the batch lacks")
-        return self._old_log_prob_pass[2]
-
-    @property
-    def token_prob_sums(self) -> Tensor:
-        """[B] float64: sum over each row's valid tokens of the sampling probability
-        p_t = exp(min(old_log_prob_t, 0)), from the same pass as the validity check of
-        ``old_log_probs`` (NaN for a row with a NaN on a valid token)."""
-        _check(self.old_log_probs is not None, "this needs 'old_log_probs', which the batch lacks")
-        return self._old_log_prob_pass[1]
-
-    @cached_property
-    def token_blocks(self) -> TokenBlocks:
-        """Block summary of ``response_mask`` for fast per-row token reductions.
-
-        Built on first use (one pass over the mask); checks ``response_lengths``, when given,
-        against the mask's row counts.
-        """
-        blocks = TokenBlocks(self.response_mask)
-        n = self.response_lengths
-        if n is not None and not torch.equal(blocks.row_counts, n):
-            row = int((blocks.row_counts != n).nonzero()[0, 0])
-            raise BatchError(
-                f"response_lengths disagrees with response_mask: row {row} has length "
-                f"{int(n[row])} but {int(blocks.row_counts[row])} valid tokens in the mask"
-            )
-        return blocks
-
-    @cached_property
-    def _advantage_row_sums(self) -> Tensor:
-        """[B] sum of the advantages over each row's valid tokens (one pass, shared by the
-        validity check and `advantage_per_response`); with kernels, over each row's valid
-        tokens only."""
-        n = self._kernel_lengths(self.advantages)
-        if n is not None:
-            return self.__dict__["_kernels"].row_sums(self.advantages.detach(), n)
-        return self.token_blocks.row_sums(self.advantages)
-
-    def _kernel_lengths(self, x: Tensor | None) -> Tensor | None:
-        """The row lengths when `with_kernels` kernels apply to ``x`` (CPU contiguous float32,
-        right-padded rows), else None."""
-        k = self.__dict__.get("_kernels")
-        if k is None or not k.supports(x):
-            return None
-        return self.prefix_lengths
 
     @property
     def has_advantages(self) -> bool:
         """Whether the batch carries advantages (per token or per response)."""
         return self.advantages is not None or self.response_advantages is not None
 
-    @cached_property
-    def _log_prob_row_sums(self) -> Tensor:
-        """[B] sum of the old log-probs over each row's valid tokens (shared by the validity
-        check and `log_prob_per_response`)."""
-        return self.token_blocks.row_sums(self.old_log_probs)
+    def replace(self, **changes) -> RolloutBatch:
+        """A copy with some fields replaced, validated and derived again."""
+        return dataclasses.replace(self, **changes)
 
-    @cached_property
-    def active_mask(self) -> Tensor:
-        """[B] bool: rows that take part (not padding, not invalid)."""
-        return ~self.is_padding & ~self.invalid_mask
+    def reading(self, fields: Sequence[str]) -> RolloutBatch:
+        """This batch as a decision that reads only ``fields`` sees it: the per-token tensors
+        of `TOKEN_FIELDS` not named in ``fields`` are left out (None), so their non-finite
+        values make no row invalid here. ``self`` when nothing is left out."""
+        drop = {f: None for f in TOKEN_FIELDS if f not in fields and getattr(self, f) is not None}
+        return self.replace(**drop) if drop else self
 
-    @cached_property
-    def clean_rewards(self) -> Tensor:
-        """[B] rewards with inactive rows set to 0 (safe for arithmetic)."""
-        return torch.where(self.active_mask, self.rewards, torch.zeros_like(self.rewards))
 
-    @cached_property
-    def token_mask(self) -> Tensor:
-        """[B, T] bool: valid tokens of active rows."""
-        return self.response_mask & self.active_mask[:, None]
+# ---------------------------------------------------------------------- derived values
+def invalid_reward_mask(batch: RolloutBatch) -> Tensor:
+    """[B] bool: non-padding rows whose reward is NaN or infinite."""
+    return ~batch.is_padding & ~_finite(batch.rewards)
 
-    @cached_property
-    def response_length(self) -> Tensor:
-        """[B] int64 number of valid response tokens (``response_lengths`` when given: no
-        read of the mask)."""
-        if self.response_lengths is not None:
-            return self.response_lengths
-        if "_kernels" in self.__dict__ and (n := self.prefix_lengths) is not None:
-            return n  # the kernels' pass over the mask: no block summary
-        return self.token_blocks.row_counts
 
-    @cached_property
-    def advantage_per_response(self) -> Tensor:
-        """[B] mean token advantage over valid tokens (0 where none or inactive).
+def clean_rewards(batch: RolloutBatch) -> Tensor:
+    """[B] rewards with inactive rows set to 0 (safe for arithmetic)."""
+    return torch.where(batch.active_mask, batch.rewards, torch.zeros_like(batch.rewards))
 
-        ``response_advantages`` when given (no [B, T] read).
-        """
-        _check(self.has_advantages, "this needs 'advantages', which the batch lacks")
-        if self.response_advantages is not None:
-            a = self.response_advantages
-            return torch.where(
-                self.active_mask & (self.response_length > 0), a, torch.zeros_like(a)
-            )
-        s = self._advantage_row_sums
-        mean = s / self.response_length.clamp(min=1)
-        return torch.where(self.active_mask, mean, 0.0)
 
-    @cached_property
-    def log_prob_per_response(self) -> Tensor:
-        """[B] mean old log-prob over valid tokens (0 where none or inactive)."""
-        _check(self.old_log_probs is not None, "this needs 'old_log_probs', which the batch lacks")
-        mean = self._log_prob_row_sums / self.response_length.clamp(min=1)
-        return torch.where(self.active_mask, mean, 0.0)
+def token_mask(batch: RolloutBatch) -> Tensor:
+    """[B, T] bool: valid tokens of active rows."""
+    return batch.response_mask & batch.active_mask[:, None]
 
-    @cached_property
-    def informative_mask(self) -> Tensor:
-        """[B] bool: active rows with a learning signal.
 
-        With advantages: |mean token advantage| > eps. Without: the row's group has two
-        different rewards (``group_std > 0``, exact: see `segment_moments`).
-        """
-        if self.has_advantages:
-            return self.active_mask & (self.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
-        return self.active_mask & (self.group_std > 0).index_select(0, self.group_ids)
+def informative_mask(batch: RolloutBatch) -> Tensor:
+    """[B] bool: active rows with a learning signal.
 
-    # ------------------------------------------------------------------ group statistics
-    @cached_property
-    def group_layout(self) -> SegmentTable | None:
-        """The rows as a [G, largest group] table (`segment_table`), or None when the groups
-        are not listed one after another (up to a short tail of appended rows) or their sizes
-        differ too much. Group-wise sorts and statistics use it (``max_variance``, ``gfpo``,
-        recomputed advantages).
+    With advantages: |mean token advantage| > `ZERO_ADVANTAGE_EPS`. Without: the row's group
+    has two different rewards (``group_std > 0``, exact: see `segment_moments`).
+    """
+    if batch.advantage_per_response is not None:
+        return batch.active_mask & (batch.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
+    return batch.active_mask & (batch.group_std > 0).index_select(0, batch.group_ids)
 
-        Padding rows at the end of the batch (as hosts append them) are left out: they never
-        take part, and without them G groups of n rows fill a [G, n] table exactly (its
-        cells are the rows themselves, see `SegmentTable`)."""
-        B = self.batch_size
-        n_pad = int(self.is_padding.sum()) if B else 0
-        covered = B - n_pad if n_pad and bool(self.is_padding[B - n_pad :].all()) else B
-        return segment_table(self.group_ids, self.num_groups, covered)
 
-    @cached_property
-    def group_size(self) -> Tensor:
-        """[G] int64 number of active responses per group."""
-        return segment_count(self.active_mask, self.group_ids, self.num_groups)
+def group_successes(batch: RolloutBatch, threshold: float = 0.5) -> Tensor:
+    """[G] int64 number of active responses with reward > ``threshold``."""
+    ok = batch.active_mask & (clean_rewards(batch) > threshold)
+    return segment_count(ok, batch.group_ids, batch.num_groups)
 
-    def group_successes(self, threshold: float = 0.5) -> Tensor:
-        """[G] int64 number of active responses with reward > ``threshold``."""
-        ok = self.active_mask & (self.clean_rewards > threshold)
-        return segment_count(ok, self.group_ids, self.num_groups)
 
-    @cached_property
-    def _group_moments(self) -> tuple[Tensor, Tensor]:
-        mean, std, _ = segment_moments(
-            self.rewards, self.group_ids, self.num_groups, self.active_mask
-        )
-        return mean, std
+def rank_in_group(batch: RolloutBatch) -> Tensor:
+    """[B] int64 rank of each reward in its group, ascending (0 = lowest), ties by index.
 
-    @property
-    def group_mean(self) -> Tensor:
-        """[G] float64 mean reward over active responses (0 for empty groups).
+    Inactive rows are ranked after every active row of their group.
+    """
+    active = batch.active_mask
+    key = torch.where(active, batch.rewards, torch.full_like(batch.rewards, float("inf")))
+    order = lexsort(key, (~active).to(torch.int8), batch.group_ids)
+    return rank_in_segment(order, batch.group_ids, batch.num_groups)
 
-        Computed by `segment_moments` (float64; exactly the common value for a constant group).
-        """
-        return self._group_moments[0]
 
-    @property
-    def group_std(self) -> Tensor:
-        """[G] float64 unbiased reward std over active responses (0 for groups of size < 2).
+def group_layout(batch: RolloutBatch) -> SegmentTable | None:
+    """The rows as a [G, largest group] table (`segment_table`), or None when the groups are
+    not listed one after another (up to a short tail of appended rows) or their sizes differ
+    too much. Group-wise sorts and statistics use it (``max_variance``, ``gfpo``, recomputed
+    advantages).
 
-        Unbiased (n-1) like ``torch.std`` and verl's GRPO advantage. Exactly 0 if and only if
-        the group's active rewards are all equal (the rule of `segment_moments`).
-        """
-        return self._group_moments[1]
+    Padding rows at the end of the batch (as hosts append them) are left out: they never take
+    part, and without them G groups of n rows fill a [G, n] table exactly (its cells are the
+    rows themselves, see `SegmentTable`)."""
+    B = batch.batch_size
+    pad = batch.is_padding
+    n_pad = int(pad.sum()) if B else 0
+    covered = B - n_pad if n_pad and bool(pad[B - n_pad :].all()) else B
+    return segment_table(batch.group_ids, batch.num_groups, covered)
 
-    @cached_property
-    def rank_in_group(self) -> Tensor:
-        """[B] int64 rank of each reward in its group, ascending (0 = lowest), ties by index.
 
-        Inactive rows are ranked after every active row of their group.
-        """
-        key = torch.where(
-            self.active_mask, self.clean_rewards, torch.full_like(self.clean_rewards, float("inf"))
-        )
-        inactive_last = (~self.active_mask).to(torch.int8)
-        order = lexsort(key, inactive_last, self.group_ids)
-        return rank_in_segment(order, self.group_ids, self.num_groups)
-
-    @cached_property
-    def group_domain(self) -> Tensor:
-        """[G] int64 domain of each group (of its first row)."""
-        layout = self.__dict__.get("group_layout")  # when built: no scatter needed
-        if layout is not None and layout.identity:  # group g's first row is row g * width
-            return self.domain_ids[: layout.covered : layout.width]
-        idx = torch.arange(self.batch_size, device=self.group_ids.device)
-        first = segment_min(idx, self.group_ids, self.num_groups, empty=0)
-        return self.domain_ids[first]
+def group_domain(batch: RolloutBatch) -> Tensor:
+    """[G] int64 domain of each group (of its first row)."""
+    idx = torch.arange(batch.batch_size, device=batch.group_ids.device)
+    first = segment_min(idx, batch.group_ids, batch.num_groups, empty=0)
+    return batch.domain_ids[first]
 
 
 def _finite(x: Tensor) -> Tensor:

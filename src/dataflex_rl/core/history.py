@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, group_successes
 from dataflex_rl.core.segment import segment_min, segment_sum
 
 _FIELDS = ("step", "solve", "zero", "tokens", "responses")
@@ -118,7 +118,7 @@ class PromptHistory:
         present = size > 0
         if not bool(present.any()):
             return
-        solve = batch.group_successes().to(torch.float64) / size.clamp(min=1)
+        solve = group_successes(batch).to(torch.float64) / size.clamp(min=1)
         zero = batch.group_std == 0
         tokens = segment_sum(batch.response_length * batch.active_mask, batch.group_ids, G)
         first = segment_min(torch.arange(batch.batch_size), batch.group_ids, G, empty=0)

@@ -21,7 +21,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import (
+    RolloutBatch,
+    group_domain,
+    informative_mask,
+    invalid_reward_mask,
+)
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.segment import segment_count
 
@@ -127,10 +132,10 @@ def step_metrics(
         [
             active,
             keep,
-            batch.informative_mask,
+            informative_mask(batch),
             counted,
             batch.is_padding,
-            batch.invalid_reward_mask,
+            invalid_reward_mask(batch),
             batch.invalid_mask,
         ]
     )
@@ -158,7 +163,7 @@ def step_metrics(
     if domains:
         D = batch.num_domains
         per_d = torch.zeros(D, dtype=torch.int64, device=active.device)
-        ints.append(per_d.index_add_(0, batch.group_domain, has[0].to(torch.int64)))
+        ints.append(per_d.index_add_(0, group_domain(batch), has[0].to(torch.int64)))
     parts = [torch.cat(ints).to(torch.float64), w_stats]
     if domains and signal is not None:
         parts.append(signal.to(device=active.device, dtype=torch.float64).reshape(D))

@@ -402,7 +402,7 @@ def segment_rank(
         keys: [N] tensors, least significant first (as for `lexsort`).
         segment_ids: [N] dense segment ids.
         num_segments: number of segments.
-        table: the layout when already known (`RolloutBatch.group_layout`), None for the flat
+        table: the layout when already known (`core.batch.group_layout`), None for the flat
             sort, True (default) to look for one.
 
     Returns:

@@ -15,25 +15,24 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from dataflex_rl.core.advantages import grpo_advantages_per_response
 from dataflex_rl.core.base import Mixer, Scorer, check_score_shape, checked_scores
-from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch
+from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch, informative_mask
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
-from dataflex_rl.core.native import NativeUnavailable, TokenKernels, load_token_kernels
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.rowops import CHUNK_ELEMS
+from dataflex_rl.core.rowops import masked_row_sums
 from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy, resolve_mechanism
 
 #: advantage estimators that normalize rewards within prompt groups (verl names)
@@ -75,7 +74,8 @@ class Decision:
 
     A decision is held per response; its [B, T] views (``weights_per_token``, ``loss_mask``,
     ``advantages``) are built on first access and cached, so a host pays for a [B, T] buffer
-    only when it reads one (at 8k x 4k tokens each costs more than the whole decision).
+    only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
+    writes them into a buffer of its own (`write_weights_per_token`).
 
     Attributes:
         keep_mask: [B] bool, responses that take part in the update.
@@ -86,12 +86,10 @@ class Decision:
         advantages_per_response: [B] recomputed advantages, or None to keep the host's.
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
-        token_weights: [B, T] the final per-token weights when a token-level reweighter
-            made them (then ``weights_per_token`` returns this tensor), else None (also when
-            they are built on first access, see ``token_weights_fn``).
-        token_weights_fn: builds the final [B, T] token weights on first access of
-            ``weights_per_token`` (token-level reweighters whose weights are affine in a
-            scorer with `Scorer.row_sums`: the decision itself needs only B sums), or None.
+        token_weights: [B, T] a token-level reweighter's raw weights, or None (the token
+            weights are then each row's ``weights_per_response``). The final weight of a kept
+            valid token of row i is ``token_weights * token_scale[i] + token_offset[i]``.
+        token_scale, token_offset: [B] the normalization of ``token_weights`` (None: 1 and 0).
     """
 
     keep_mask: Tensor
@@ -102,7 +100,8 @@ class Decision:
     proportions: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     token_weights: Tensor | None = field(default=None, repr=False)
-    token_weights_fn: Callable[[], Tensor] | None = field(default=None, repr=False)
+    token_scale: Tensor | None = field(default=None, repr=False)
+    token_offset: Tensor | None = field(default=None, repr=False)
 
     @cached_property
     def loss_mask(self) -> Tensor:
@@ -113,11 +112,8 @@ class Decision:
     def weights_per_token(self) -> Tensor:
         """[B, T] float32 >= 0; 0 for dropped, padding and invalid rows and for padding
         tokens. Multiply into the per-token policy loss."""
-        if self.token_weights is not None:
-            return self.token_weights
-        if self.token_weights_fn is not None:
-            return self.token_weights_fn()
-        return torch.where(self.loss_mask, self.weights_per_response[:, None], 0.0)
+        m = self.response_mask
+        return self._write(torch.empty(m.shape, dtype=torch.float32, device=m.device))
 
     def write_weights_per_token(self, out: Tensor) -> Tensor:
         """`weights_per_token` written into ``out`` [B, T] float32, a buffer the host keeps
@@ -129,16 +125,26 @@ class Decision:
                 f"write_weights_per_token: out must be a contiguous float32 tensor of shape "
                 f"{shape}, got {out.dtype} {tuple(out.shape)}"
             )
-        fn = self.token_weights_fn
-        if "weights_per_token" in self.__dict__ or self.token_weights is not None:
+        if "weights_per_token" in self.__dict__:
             return out.copy_(self.weights_per_token)
-        if isinstance(fn, AffineTokenWeights):
-            return fn(out)
-        if fn is not None:
-            return out.copy_(fn())
+        return self._write(out)
+
+    def _write(self, out: Tensor) -> Tensor:
         zero = torch.zeros((), dtype=torch.float32, device=out.device)
-        w = self.weights_per_response.to(torch.float32)[:, None]
-        return torch.where(self.loss_mask, w, zero, out=out)
+        if self.token_weights is None:
+            w = self.weights_per_response.to(torch.float32)[:, None]
+            return torch.where(self.loss_mask, w, zero, out=out)
+        raw = self.token_weights.to(torch.float32)
+        B = raw.shape[0]
+        scale, offset = self.token_scale, self.token_offset
+        scale = torch.ones(B, device=raw.device) if scale is None else scale.to(torch.float32)
+        offset = torch.zeros(B, device=raw.device) if offset is None else offset.to(torch.float32)
+        torch.addcmul(offset[:, None], raw, scale[:, None], out=out)
+        torch.where(self.response_mask, out, zero, out=out)  # padding tokens (NaN-safe)
+        dropped = (~self.keep_mask).nonzero().squeeze(1)
+        if dropped.numel():
+            out.index_fill_(0, dropped, 0.0)
+        return out
 
     @cached_property
     def advantages(self) -> Tensor | None:
@@ -166,21 +172,13 @@ class Strategy:
             --load``). The count is set for the call and restored after it; torch's OpenMP
             thread count is per calling thread, but a thread that first uses torch *during*
             a decision would start with this count.
-        native: compiled token kernels (`core.native`) for token-level reweighting whose
-            weights are affine in ``token_prob`` (``ar``): its passes over the [B, T]
-            log-probs become one loop per row over the valid tokens (1.3-1.5x one fused
-            read-and-write pass instead of ~8x, ``benchmarks/strategy_overhead.py``). None
-            (default): use them when a build is cached or a C compiler can make one,
-            else torch, with a `StrategyWarning` saying why; True: require them (a
-            `ConfigError` here when they cannot be built); False: torch only. Other
-            strategies never build them.
 
     Attributes:
         reads: the optional per-token fields (`TOKEN_FIELDS`) the decision reads: the ones its
             components declare (``requires``) plus ``advantages``, which decide which rows are
             valid and informative. Components see `RolloutBatch.reading` of the batch: the
-            other fields are absent, never read or validated.
-        kernels: the loaded `TokenKernels` when the decision uses them, else None.
+            other fields are left out, so their values invalidate no row. A host that passes
+            only these fields saves their validation when it builds the batch.
     """
 
     def __init__(
@@ -192,7 +190,6 @@ class Strategy:
         available_fields: Sequence[str] | None = None,
         norm_adv_by_std: bool = True,
         threads: int | None = 1,
-        native: bool | None = None,
     ) -> None:
         self.spec: StrategySpec = parse_strategy(spec)
         if threads is not None and (
@@ -223,8 +220,6 @@ class Strategy:
             for c in (scorer, actuator):
                 declared.update(getattr(c, "requires", ()) if c is not None else ())
         self.reads: frozenset[str] = frozenset(f for f in TOKEN_FIELDS if f in declared)
-        self._native = native
-        self.kernels = self._load_kernels(native)
         self._drawn: Tensor | None = None
         self._drawn_last: Tensor | None = None  # that step's draws, replaced on a retry
         self._proportions: Tensor | None = None
@@ -245,45 +240,7 @@ class Strategy:
         if "prerollout" in self.parts:
             self._history = PromptHistory(self.spec.prerollout.options["history_size"])
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["kernels"] = None  # a handle to this process's library: loaded again there
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        # in the receiving process (a Ray worker, a copy): as at construction, so a machine
-        # without a compiler or a cached build falls back to torch with a warning
-        self.kernels = self._load_kernels(self.__dict__.get("_native"))
-
     # ------------------------------------------------------------------ build-time checks
-    def _load_kernels(self, native: bool | None) -> TokenKernels | None:
-        if native is not None and not isinstance(native, bool):
-            raise ConfigError(f"native: must be true, false or null, got {native!r}")
-        part = self.parts.get("reweight")
-        wants = (
-            part is not None
-            and part[1].level == "token"
-            and part[1].affine() is not None
-            and part[0] is not None
-            and type(part[0]).write_affine_ is not Scorer.write_affine_
-        )
-        if native is False or not wants:
-            return None
-        try:
-            return load_token_kernels()
-        except NativeUnavailable as e:
-            if native:
-                raise ConfigError(f"{self.spec.name}: native: {e}") from None
-            warnings.warn(
-                f"{self.spec.name}: token weights are computed in torch, several times "
-                f"slower (compiled kernels unavailable: {e}); Strategy(native=False) "
-                "silences this",
-                StrategyWarning,
-                stacklevel=3,
-            )
-            return None
-
     def _check_host_fit(self, mech, mspec, scorer, actuator, available, where) -> None:
         group_parts = [
             type(c).__name__
@@ -373,15 +330,14 @@ class Strategy:
         `Decision` has ``requires_grad`` False and no ``grad_fn``.
 
         Components and metrics see ``batch.reading(self.reads)``: a per-token field no
-        component declares is neither read nor validated (see `reads`). Runs with
-        ``threads`` torch threads.
+        component declares is left out (see `reads`). Runs with ``threads`` torch threads.
         """
         with intra_op_threads(self.threads):
             return self._decide(batch)
 
     def _decide(self, batch: RolloutBatch) -> Decision:
         t0 = time.perf_counter()
-        batch = detach_batch(batch).reading(self.reads).with_kernels(self.kernels)
+        batch = detach_batch(batch).reading(self.reads)
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
@@ -396,33 +352,36 @@ class Strategy:
                 work = batch.replace(
                     advantages=advantages[:, None].expand(batch.response_mask.shape),
                     response_advantages=advantages,
+                    response_lengths=batch.response_length,
                 )
-        has_tokens = batch.response_length > 0
-        w_resp = (keep & has_tokens).to(torch.float32)
-        w_tok = None
+        weights = Weights((keep & (batch.response_length > 0)).to(torch.float32))
         if "reweight" in self.parts:
-            w_resp, w_tok = self._reweight(work, keep, metrics)
+            weights = self._reweight(work, keep, metrics)
         proportions = None
         if "mix" in self.parts:
             proportions = self._mix(batch, metrics)
         if self._history is not None:
             self.parts["prerollout"][1].observe(batch, self._history)
             self._history.update(batch)
-        tok, tok_fn = (None, w_tok) if isinstance(w_tok, AffineTokenWeights) else (w_tok, None)
         decision = Decision(
             keep,
-            w_resp,
+            weights.per_response,
             batch.response_mask,
             renormalize,
             advantages,
             proportions,
             metrics,
-            tok,
-            tok_fn,
+            weights.token_raw,
+            weights.token_scale,
+            weights.token_offset,
         )
         metrics.update(
             step_metrics(
-                batch, keep, w_resp, per_domain=self.domains is not None, signal=self._signal
+                batch,
+                keep,
+                weights.per_response,
+                per_domain=self.domains is not None,
+                signal=self._signal,
             )
         )
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
@@ -451,95 +410,26 @@ class Strategy:
             )
         return keep, adv, renormalize
 
-    def _reweight(
-        self, batch: RolloutBatch, keep: Tensor, metrics: dict
-    ) -> tuple[Tensor, Tensor | None]:
-        """([B] weights per response, [B, T] final token weights or None).
-
-        Weights have mean 1 over the normalization set (per token for token-level
-        reweighters) and are 1 for the other kept rows, 0 for dropped rows and rows without
-        valid tokens.
-        """
+    def _reweight(self, batch: RolloutBatch, keep: Tensor, metrics: dict) -> Weights:
+        """Scores -> raw weights -> `normalized_weights`: mean 1 over the normalization set
+        (per token for token-level reweighters), 1 for the other kept rows, 0 for dropped
+        rows and rows without valid tokens."""
         mspec = self.spec.reweight
         scorer, rw = self.parts["reweight"]
-        n_tok = batch.response_length
-        kept = keep & (n_tok > 0)
+        kept = keep & (batch.response_length > 0)
         if not _due(batch.step, mspec.warmup_steps, mspec.every):
             metrics["dataflex/reweight/active"] = 0.0
-            return kept.to(torch.float32), None
+            return Weights(kept.to(torch.float32))
         metrics["dataflex/reweight/active"] = 1.0
         informative = mspec.options["normalize"] == "informative"
         metrics["dataflex/reweight/normalize_informative"] = float(informative)
-        norm_set = kept & (batch.informative_mask if informative else batch.active_mask)
+        norm_set = kept & (informative_mask(batch) if informative else batch.active_mask)
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
-        ab = rw.affine() if rw.level == "token" else None
-        sums = scorer.row_sums(batch) if ab is not None else None
-        if sums is not None:  # B sums suffice; the [B, T] weights are built when read
-            check_score_shape(scorer, sums, (batch.batch_size,), "row_sums(batch)")
-            return self._affine_token_weights(batch, scorer, ab, sums, kept, norm_set)
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
-        owned = rw.in_place
-        if owned:  # compute into a tensor this strategy owns (token level: no [B, T] copy)
-            if not scorer.returns_new:
-                scores = scores.clone()
-            raw = rw.raw_weights_(scores, batch, norm_set)
-        else:
-            raw = rw.raw_weights(scores, batch, norm_set)
-        if rw.level == "token":
-            if raw.dtype != torch.float32:
-                raw, owned = raw.to(torch.float32), True
-            return self._token_weights(batch, raw, kept, norm_set, owned)
-        raw = raw.to(torch.float64)  # normalize first: raw weights may overflow float32
-        mean = (raw * norm_set).sum() / norm_set.sum().clamp(min=1)
-        if float(mean) <= 0 and bool(norm_set.any()):
-            _warn_zero_mean(batch.step, self.spec.name)
-        w = raw / mean if float(mean) > 0 else torch.ones_like(raw)
-        return (torch.where(norm_set, w, torch.ones_like(w)) * kept).to(torch.float32), None
-
-    @staticmethod
-    def _token_weights(
-        batch: RolloutBatch, raw: Tensor, kept: Tensor, norm_set: Tensor, owned: bool
-    ) -> tuple[Tensor, Tensor]:
-        """Token-level raw weights [B, T] -> (weights per response, final token weights).
-
-        Mean 1 over the valid tokens of ``norm_set`` rows: w = raw / mean there, 1 on the
-        valid tokens of other kept rows, 0 elsewhere. Per-row sums of ``raw`` give the mean and
-        the per-response weights; the [B, T] result is one multiply-add per row and one mask,
-        written into ``raw`` when the strategy ``owned`` it.
-        """
-        blocks = batch.token_blocks
-        row_sum = blocks.row_sums(raw)  # [B] over valid tokens
-        n_tok = batch.response_length
-        scale, offset, use = _token_scale(batch.step, row_sum, n_tok, kept, norm_set)
-        scale, offset = scale.to(torch.float32), offset.to(torch.float32)
-        weights = raw if owned else torch.empty_like(raw)
-        torch.addcmul(offset[:, None], raw, scale[:, None], out=weights)
-        blocks.fill_invalid_(weights, 0.0)
-        per_response = torch.where(use, row_sum * scale / n_tok.clamp(min=1), offset)
-        return per_response.to(torch.float32), weights
-
-    @staticmethod
-    def _affine_token_weights(
-        batch: RolloutBatch,
-        scorer: Scorer,
-        ab: tuple[float, float],
-        sums: Tensor,
-        kept: Tensor,
-        norm_set: Tensor,
-    ) -> tuple[Tensor, AffineTokenWeights]:
-        """`_token_weights` for raw = a * score + b, from the scorer's B row sums.
-
-        The final weight of a valid token of row i is scale_i * (a * s + b) + offset_i =
-        A_i * s + C_i; `AffineTokenWeights` writes them when the host reads them.
-        """
-        a, b = ab
-        n_tok = batch.response_length
-        row_sum = a * sums.to(torch.float64) + b * n_tok.to(torch.float64)
-        scale, offset, use = _token_scale(batch.step, row_sum, n_tok, kept, norm_set)
-        per_response = torch.where(use, row_sum * scale / n_tok.clamp(min=1), offset)
-        A = (scale * a).to(torch.float32)
-        C = (scale * b + offset).to(torch.float32)
-        return per_response.to(torch.float32), AffineTokenWeights(batch, scorer, A, C, kept)
+        raw = rw.raw_weights(scores, batch, norm_set)
+        return normalized_weights(
+            raw, batch, kept, norm_set, f"step {batch.step}: {self.spec.name}"
+        )
 
     def _mix(self, batch: RolloutBatch, metrics: dict) -> Tensor | None:
         """Observe the batch; update the proportions when the schedule says so.
@@ -647,61 +537,55 @@ def intra_op_threads(n: int | None):
         torch.set_num_threads(prev)
 
 
-def _token_scale(
-    step: int, row_sum: Tensor, n_tok: Tensor, kept: Tensor, norm_set: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-row (scale, offset, use) that give token weights mean 1 over the valid tokens of
-    ``norm_set`` rows: w = raw * scale + offset (scale 1 / mean on ``use`` rows, offset 1 on
-    the other kept rows), from each row's sum of raw weights."""
-    total = torch.where(norm_set, row_sum, 0.0).sum()
-    count = torch.where(norm_set, n_tok, 0).sum().clamp(min=1)
-    mean = float(total / count)
+class Weights(NamedTuple):
+    """A decision's weights: [B] per response, and for token-level reweighting the [B, T] raw
+    token weights with the per-row scale and offset that normalize them (see `Decision`)."""
+
+    per_response: Tensor
+    token_raw: Tensor | None = None
+    token_scale: Tensor | None = None
+    token_offset: Tensor | None = None
+
+
+def normalized_weights(
+    raw: Tensor, batch: RolloutBatch, kept: Tensor, norm_set: Tensor, who: str = "weights"
+) -> Weights:
+    """Raw weights -> weights of mean 1 over the normalization set: the one normalization.
+
+    Response level (``raw`` [B]): w = raw / m on the ``norm_set`` rows, m the mean raw weight
+    over them; 1 on the other ``kept`` rows, 0 elsewhere. Token level (``raw`` [B, T]): m is
+    the mean raw weight over the valid tokens of the ``norm_set`` rows, a token's weight is
+    raw / m there and 1 on the valid tokens of the other kept rows; a row's weight per
+    response is the mean of its token weights. Sums are taken in float64 (raw weights may
+    overflow float32). When every raw weight of the set is 0 (m = 0), weights stay 1, with a
+    `StrategyWarning`.
+
+    Args:
+        raw: [B] or [B, T] raw weights, finite and >= 0 on the rows (tokens) that count.
+        batch: the batch (its mask and lengths).
+        kept: [B] bool, the kept rows with valid tokens.
+        norm_set: [B] bool, a subset of ``kept``.
+        who: names the decision in the warning.
+    """
+    if raw.dim() == 1:
+        sums = raw.to(torch.float64)
+        counts = torch.ones_like(batch.response_length)
+    else:
+        sums = masked_row_sums(raw, batch.response_mask).to(torch.float64)
+        counts = batch.response_length
+    total = torch.where(norm_set, sums, 0.0).sum()
+    mean = float(total / torch.where(norm_set, counts, 0).sum().clamp(min=1))
     if mean <= 0 and bool(norm_set.any()):
-        _warn_zero_mean(step, "token weights", stacklevel=7)
+        warnings.warn(
+            f"{who}: every raw weight in the normalization set is 0; "
+            "weights left at 1 (mean 1 cannot be reached)",
+            StrategyWarning,
+            stacklevel=5,
+        )
     use = norm_set & (mean > 0)
-    scale = torch.where(use, 1.0 / mean if mean > 0 else 0.0, 0.0).to(row_sum.dtype)
-    offset = (kept & ~use).to(row_sum.dtype)
-    return scale, offset, use
-
-
-class AffineTokenWeights:
-    """Builds [B, T] token weights ``A_i * s_t + C_i`` on the valid tokens of the ``rows``
-    (0 elsewhere), ``s`` the scorer's token scores, in one pass a chunk of rows at a time:
-    `Scorer.score_rows_` writes a chunk, which is scaled and masked while it is in cache."""
-
-    def __init__(
-        self, batch: RolloutBatch, scorer: Scorer, A: Tensor, C: Tensor, rows: Tensor
-    ) -> None:
-        self.batch, self.scorer, self.A, self.C, self.rows = batch, scorer, A, C, rows
-
-    def __call__(self, out: Tensor | None = None) -> Tensor:
-        """The weights, in a new tensor or written into ``out`` [B, T] float32."""
-        m = self.batch.response_mask
-        B, T = m.shape
-        if out is None:
-            out = torch.empty(B, T, dtype=torch.float32, device=m.device)
-        zero_rows = ~self.rows
-        A = self.A.masked_fill(zero_rows, 0.0)
-        C = self.C.masked_fill(zero_rows, 0.0)
-        if self.scorer.write_affine_(self.batch, A, C, out):
-            return out
-        zero = torch.zeros((), dtype=torch.float32, device=m.device)
-        step = max(1, CHUNK_ELEMS // max(T, 1))
-        for i in range(0, B, step):
-            j = min(i + step, B)
-            o = self.scorer.score_rows_(self.batch, i, out[i:j])
-            torch.addcmul(self.C[i:j, None], o, self.A[i:j, None], out=o)
-            torch.where(m[i:j], o, zero, out=o)
-        dropped = (~self.rows).nonzero().squeeze(1)
-        if dropped.numel():
-            out[dropped] = 0.0
-        return out
-
-
-def _warn_zero_mean(step: int, who: str, stacklevel: int = 5) -> None:
-    warnings.warn(
-        f"step {step}: {who}: every raw weight in the normalization set is 0; "
-        "weights left at 1 (mean 1 cannot be reached)",
-        StrategyWarning,
-        stacklevel=stacklevel,
-    )
+    scale = torch.where(use, 1.0 / mean if mean > 0 else 0.0, 0.0).to(torch.float64)
+    offset = (kept & ~use).to(torch.float64)
+    per_response = torch.where(use, sums * scale / counts.clamp(min=1), offset).to(torch.float32)
+    if raw.dim() == 1:
+        return Weights(per_response)
+    return Weights(per_response, raw, scale.to(torch.float32), offset.to(torch.float32))

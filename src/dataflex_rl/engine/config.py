@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from dataflex_rl.core.config import Checked, field_rows, key_path, param, validate, with_overrides
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
-from dataflex_rl.hosts.common.config import DecisionLogConfig
+from dataflex_rl.hosts.common.config import REMOVED_KEYS, DecisionLogConfig
 from dataflex_rl.tracking.config import TrackingConfig
 
 #: difficulty levels of the engine's default task set; the shipped tiny policy was warm-started
@@ -261,6 +261,8 @@ class LogConfig(Checked):
 class EngineConfig(Checked):
     """One embedded-engine run (or, with ``strategies``, a side-by-side comparison)."""
 
+    removed_keys: ClassVar[dict[str, str]] = REMOVED_KEYS
+
     policy: str = param(
         "tiny",
         "'tiny' (shipped warm-started preset), a bootstrap checkpoint "
@@ -288,12 +290,6 @@ class EngineConfig(Checked):
         1,
         "torch CPU threads (1 is fastest for the tiny model; run processes in parallel instead)",
         ge=1,
-    )
-    native: bool | None = param(
-        None,
-        "compiled token kernels for 'ar' (built on first use with the system C compiler, "
-        "cached): null uses them when they build, else torch with a warning; true requires "
-        "them; false keeps torch",
     )
     tasks: TasksConfig = param(TasksConfig(), "task domains and prompt drawing")
     grpo: GRPOConfig = param(GRPOConfig(), "rollouts and loss")

@@ -163,7 +163,6 @@ class EmbeddedTrainer:
                 advantage_estimator="grpo",
                 available_fields=ENGINE_FIELDS,
                 norm_adv_by_std=g.norm_adv_by_std,
-                native=config.native,
             )
         )
         pools = [len(self.taskset.train[d]) for d in self.domains]

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, group_successes
 from dataflex_rl.core.config import param
 from dataflex_rl.core.history import PromptHistory
 
@@ -113,7 +113,7 @@ class Greso(SkipPolicy):
         n = int(present.sum())
         if n == 0:
             return
-        k = batch.group_successes()
+        k = group_successes(batch)
         share = {
             "easy": float(((k == size) & present).sum()) / n,
             "hard": float(((k == 0) & present).sum()) / n,

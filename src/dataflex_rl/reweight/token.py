@@ -27,17 +27,9 @@ class ProbabilityAware(Reweighter):
     accepts: ClassVar[frozenset[str]] = frozenset({"token"})
     level: ClassVar[str] = "token"
     default_scorer: ClassVar[str | None] = "token_prob"
-    in_place: ClassVar[bool] = True
     alpha: float = param(0.5, "mixing weight of the token probability", ge=0.0, le=1.0)
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        return self.raw_weights_(scores.clone(), batch, norm_mask)
-
-    def raw_weights_(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
-        # alpha * p + (1 - alpha) = p + (1 - alpha) * (1 - p): one pass
-        return scores.lerp_(
-            torch.ones((), dtype=scores.dtype, device=scores.device), 1.0 - self.alpha
-        )
-
-    def affine(self) -> tuple[float, float]:
-        return self.alpha, 1.0 - self.alpha
+        # (1 - alpha) + alpha * p, one pass into one new tensor
+        base = torch.full((), 1.0 - self.alpha, dtype=scores.dtype, device=scores.device)
+        return torch.add(base, scores, alpha=self.alpha)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import SCORERS, DomainScorer
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, clean_rewards
 from dataflex_rl.core.config import param
 
 
@@ -100,7 +100,7 @@ class DomainReward(WindowedDomainScorer):
     """Windowed mean reward of each domain (reward_gap's signal)."""
 
     def per_response(self, batch: RolloutBatch) -> Tensor:
-        return batch.clean_rewards
+        return clean_rewards(batch)
 
 
 @SCORERS.register("domain_advantage_magnitude")
@@ -139,7 +139,7 @@ class LearningProgress(WindowedDomainScorer):
     signed: bool = param(False, "reward only improvement (max(slope, 0)) instead of |slope|")
 
     def per_response(self, batch: RolloutBatch) -> Tensor:
-        return batch.clean_rewards
+        return clean_rewards(batch)
 
     def values(self, num_domains: int) -> tuple[Tensor, Tensor]:
         if self._sums is None:

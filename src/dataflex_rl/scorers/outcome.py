@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import SCORERS, Scorer
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, clean_rewards, group_successes
 from dataflex_rl.core.config import param
 
 
@@ -21,7 +21,7 @@ class Reward(Scorer):
     granularity: ClassVar[str] = "response"
 
     def score(self, batch: RolloutBatch) -> Tensor:
-        return batch.clean_rewards
+        return clean_rewards(batch)
 
 
 @SCORERS.register("solve_rate")
@@ -39,7 +39,7 @@ class SolveRate(Scorer):
     threshold: float = param(0.5, "a response is correct when its reward is above this")
 
     def score(self, batch: RolloutBatch) -> Tensor:
-        k = batch.group_successes(self.threshold).to(torch.float64)
+        k = group_successes(batch, self.threshold).to(torch.float64)
         return k / batch.group_size.clamp(min=1).to(torch.float64)
 
 
@@ -63,4 +63,4 @@ class Efficiency(Scorer):
     paper: ClassVar[str] = "Shrivastava et al. 2025, GFPO: Sample More to Think Less"
 
     def score(self, batch: RolloutBatch) -> Tensor:
-        return batch.clean_rewards / batch.response_length.clamp(min=1).to(torch.float32)
+        return clean_rewards(batch) / batch.response_length.clamp(min=1).to(torch.float32)

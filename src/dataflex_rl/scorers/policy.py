@@ -10,6 +10,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import SCORERS, Scorer
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.rowops import masked_row_means
 
 
 def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -> Tensor:
@@ -23,15 +24,17 @@ def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -
 
     From ``response_advantages`` when the batch has them (|A| of each response, no token
     read). 0 for inactive rows and rows without valid tokens. Float64, from
-    `TokenBlocks.row_means`: responses whose tokens all carry the same |A| get exactly that
-    value (exact ties, broken by index), and |A| up to 3.4e38 stays finite.
+    `masked_row_means`: responses whose tokens all carry the same |A| get exactly that value
+    (exact ties, broken by index), and |A| up to 3.4e38 stays finite.
     """
     if not batch.has_advantages:
         raise ValueError(f"{who} needs 'advantages' in the batch")
     if batch.response_advantages is not None:  # one value per response: no [B, T] read
         mean = batch.response_advantages.to(torch.float64).abs()
         return torch.where(batch.active_mask & (batch.response_length > 0), mean, 0.0)
-    mean = batch.token_blocks.row_means(batch.advantages, absolute=True)
+    mean = masked_row_means(
+        batch.advantages, batch.response_mask, batch.response_length, absolute=True
+    )
     return torch.where(batch.active_mask, mean, 0.0)
 
 
@@ -53,57 +56,21 @@ class AdvantageMagnitude(Scorer):
 @SCORERS.register("token_prob")
 @dataclass
 class TokenProb(Scorer):
-    """Per token: p_t = exp(old_log_prob_t), the sampling probability (0 on padding)."""
+    """Per token: p_t = exp(old_log_prob_t), the sampling probability (0 on padding tokens and
+    inactive rows). exp(min(x, 0)): a log-prob above 0 (rounding in the host) counts as 1."""
 
     granularity: ClassVar[str] = "token"
     requires: ClassVar[tuple[str, ...]] = ("old_log_probs",)
-    returns_new: ClassVar[bool] = True
 
     def score(self, batch: RolloutBatch) -> Tensor:
         if batch.old_log_probs is None:
             raise ValueError("token_prob needs 'old_log_probs' in the batch")
-        # one new [B, T] buffer: exp(min(x, 0)) = min(exp(x), 1); then padding tokens and
-        # inactive rows to 0, in place
+        # one new [B, T] buffer, then in place: min(exp(x), 1) = exp(min(x, 0)); padding
+        # tokens and inactive rows 0
         p = torch.exp(batch.old_log_probs).clamp_(max=1.0)
-        batch.token_blocks.fill_invalid_(p, 0.0)
-        inactive = ~batch.active_mask
-        if bool(inactive.any()):
-            p[inactive] = 0.0
+        zero = torch.zeros((), dtype=p.dtype, device=p.device)
+        torch.where(batch.response_mask, p, zero, out=p)
+        inactive = (~batch.active_mask).nonzero().squeeze(1)
+        if inactive.numel():
+            p.index_fill_(0, inactive, 0.0)
         return p
-
-    def row_sums(self, batch: RolloutBatch) -> Tensor:
-        """[B] sum of p_t over valid tokens, from the batch's one pass over old log-probs
-        (shared with its validity check: no [B, T] buffer)."""
-        if batch.old_log_probs is None:
-            raise ValueError("token_prob needs 'old_log_probs' in the batch")
-        s = batch.token_prob_sums
-        return torch.where(batch.active_mask, s, torch.zeros_like(s))
-
-    def write_affine_(self, batch: RolloutBatch, A: Tensor, C: Tensor, out: Tensor) -> bool:
-        """A[r] * p + C[r] on valid tokens (0 elsewhere) with the batch's compiled kernels,
-        when it has them (`RolloutBatch.token_kernels`): one pass over each row's valid
-        tokens; the rare odd rows (`token_prob_odd_rows`) are redone exactly in torch."""
-        kernels = batch.token_kernels
-        if kernels is None:
-            return False
-        x = batch.old_log_probs.detach()
-        kernels.affine_prob(x, batch.prefix_lengths, A, C, out)
-        odd = batch.token_prob_odd_rows
-        odd = odd[(A[odd] != 0) | (C[odd] != 0)]  # all-0 rows stay 0 (a NaN row too)
-        if odd.numel():
-            p = torch.clamp(x[odd], max=0.0).exp_()
-            w = torch.addcmul(C[odd, None], p, A[odd, None])
-            out[odd] = torch.where(batch.response_mask[odd], w, 0.0)
-        return True
-
-    def score_rows_(self, batch: RolloutBatch, start: int, out: Tensor) -> Tensor:
-        """p = exp(x) into ``out``, and exp(min(x, 0)) on the rare rows where they may differ
-        (`RolloutBatch.token_prob_odd_rows`): one elementwise op per chunk, not two."""
-        x = batch.old_log_probs.detach()[start : start + out.shape[0]]
-        torch.exp(x, out=out)
-        odd = batch.token_prob_odd_rows
-        if odd.numel():
-            r = odd[(odd >= start) & (odd < start + out.shape[0])] - start
-            if r.numel():
-                out[r] = torch.clamp(x[r], max=0.0).exp_()
-        return out

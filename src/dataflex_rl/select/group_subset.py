@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import SELECTORS, Selector
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, clean_rewards, group_layout
 from dataflex_rl.core.config import param
 from dataflex_rl.core.segment import (
     SegmentTable,
@@ -63,7 +63,7 @@ class MaxVariance(Selector):
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
         size = batch.group_size
-        layout = batch.group_layout
+        layout = group_layout(batch)
         if layout is not None:
             keep = _max_variance_packed(scores, batch, layout, self.keep_fraction)
             if keep is not None:
@@ -242,7 +242,7 @@ class GroupFilter(Selector):
         if B == 0:
             return torch.zeros(0, dtype=torch.bool)
         active = batch.active_mask
-        layout = batch.group_layout
+        layout = group_layout(batch)
         if layout is not None:
             keep = _top_k_packed(scores, self.largest, batch, layout, self.keep_fraction)
             if keep is not None:
@@ -252,7 +252,7 @@ class GroupFilter(Selector):
         rank = segment_rank(
             (
                 batch.response_length,
-                -batch.clean_rewards.to(torch.float64),
+                -clean_rewards(batch).to(torch.float64),
                 s,
                 (~active).to(torch.int8),
             ),
@@ -278,7 +278,7 @@ def _top_k_packed(
     distinct within a group), found with a second sort of that key.
     """
     active = batch.active_mask
-    reward = order_code32(batch.clean_rewards)
+    reward = order_code32(clean_rewards(batch))
     W = layout.width
     col_bits = (W - 1).bit_length()
     len_bits = int(batch.response_mask.shape[1]).bit_length()

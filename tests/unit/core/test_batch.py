@@ -5,7 +5,19 @@ import math
 import pytest
 import torch
 
-from dataflex_rl.core.batch import BatchError, RolloutBatch, from_lists
+from dataflex_rl.core.batch import (
+    BatchError,
+    RolloutBatch,
+    clean_rewards,
+    from_lists,
+    group_domain,
+    group_layout,
+    group_successes,
+    informative_mask,
+    invalid_reward_mask,
+    rank_in_group,
+    token_mask,
+)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -74,7 +86,7 @@ def test_empty_batch_is_valid():
     b = from_lists([], [])
     assert (b.batch_size, b.num_groups) == (0, 0)
     assert b.group_size.shape == (0,) and b.group_std.shape == (0,)
-    assert b.rank_in_group.shape == (0,) and b.active_mask.shape == (0,)
+    assert rank_in_group(b).shape == (0,) and b.active_mask.shape == (0,)
 
 
 def test_replace_validates_again_and_recounts_groups():
@@ -94,9 +106,9 @@ def test_padding_and_non_finite_rewards_are_inactive():
     )
     assert b.active_mask.tolist() == [True, False, False, False, False, False]
     # padding rows are not "invalid" even with NaN rewards: they are padding
-    assert b.invalid_reward_mask.tolist() == [False, True, True, True, False, False]
-    assert b.clean_rewards.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
-    assert b.token_mask.sum(1).tolist() == [4, 0, 0, 0, 0, 0]
+    assert invalid_reward_mask(b).tolist() == [False, True, True, True, False, False]
+    assert clean_rewards(b).tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert token_mask(b).sum(1).tolist() == [4, 0, 0, 0, 0, 0]
 
 
 def test_advantage_per_response_masks_tokens():
@@ -116,15 +128,15 @@ def test_advantage_per_response_masks_tokens():
 def test_informative_mask_with_and_without_advantages():
     # without advantages: rows of groups with two different rewards
     b = from_lists([1.0, 0.0, 1.0, 1.0, 0.3], [0, 0, 1, 1, 2])
-    assert b.informative_mask.tolist() == [True, True, False, False, False]
+    assert informative_mask(b).tolist() == [True, True, False, False, False]
     # with advantages: |mean token advantage| > 1e-8
     b = from_lists([1.0, 0.0, 1.0], [0, 0, 1], advantages=[0.7, -0.7, 0.0])
-    assert b.informative_mask.tolist() == [True, True, False]
+    assert informative_mask(b).tolist() == [True, True, False]
 
 
-def test_advantage_per_response_needs_advantages():
-    with pytest.raises(BatchError, match="advantages"):
-        _ = from_lists([1.0], [0]).advantage_per_response
+def test_advantage_per_response_is_none_without_advantages():
+    assert from_lists([1.0], [0]).advantage_per_response is None
+    assert from_lists([1.0], [0], advantages=[0.5]).advantage_per_response.tolist() == [0.5]
 
 
 # ---------------------------------------------------------------- group statistics
@@ -140,8 +152,8 @@ def test_group_statistics_hand_worked():
         is_padding=torch.tensor([False] * 8 + [True]),
     )
     assert b.group_size.tolist() == [4, 2, 1, 0]
-    assert b.group_successes().tolist() == [2, 2, 1, 0]
-    assert b.group_successes(threshold=0.25).tolist() == [3, 2, 1, 0]
+    assert group_successes(b).tolist() == [2, 2, 1, 0]
+    assert group_successes(b, threshold=0.25).tolist() == [3, 2, 1, 0]
     assert b.group_mean.tolist() == pytest.approx([0.625, 2.0, 3.0, 0.0])
     assert b.group_std.tolist() == pytest.approx([math.sqrt(0.6875 / 3), 0.0, 0.0, 0.0])
     assert not torch.isnan(b.group_std).any()
@@ -162,14 +174,14 @@ def test_rank_in_group_ties_by_index_and_inactive_last():
         [0, 1, 0, 0, 1, 0],
         is_padding=torch.tensor([False, True, False, False, False, False]),
     )
-    assert b.rank_in_group.tolist() == [1, 1, 0, 2, 0, 3]
+    assert rank_in_group(b).tolist() == [1, 1, 0, 2, 0, 3]
 
 
 def test_group_domain_is_the_domain_of_the_first_row():
     b = from_lists(
         [0.0] * 4, [1, 0, 1, 0], domain_ids=torch.tensor([2, 0, 2, 0]), domains=("a", "b", "c")
     )
-    assert b.group_domain.tolist() == [0, 2]
+    assert group_domain(b).tolist() == [0, 2]
 
 
 def test_from_lists_lengths_and_advantages():
@@ -191,7 +203,7 @@ def test_non_finite_advantage_or_log_prob_on_a_valid_token_makes_the_row_invalid
         old_log_probs=lp,
     )
     assert b.invalid_mask.tolist() == [True, False, True]
-    assert b.invalid_reward_mask.tolist() == [False, False, False]
+    assert invalid_reward_mask(b).tolist() == [False, False, False]
     assert b.active_mask.tolist() == [False, True, False]
     assert b.group_size.tolist() == [1]
     assert b.advantage_per_response.tolist() == [0.0, 1.0, 0.0]
@@ -202,11 +214,13 @@ def test_group_layout_leaves_out_trailing_padding():
     # its cells the first 6 rows; padding elsewhere keeps its cell
     g = [0, 0, 1, 1, 2, 2, 0, 0]
     pad = torch.tensor([False] * 6 + [True] * 2)
-    t = from_lists([1.0] * 8, g, is_padding=pad).group_layout
+    t = group_layout(from_lists([1.0] * 8, g, is_padding=pad))
     assert (t.identity, t.covered, t.size, t.width) == (True, 6, 8, 2)
-    t = from_lists([1.0] * 8, g, is_padding=pad.roll(-1)).group_layout  # rows 5, 6 padding
+    t = group_layout(from_lists([1.0] * 8, g, is_padding=pad.roll(-1)))  # rows 5, 6 padding
     assert (t.covered, t.width) == (8, 4)
-    assert from_lists([1.0] * 2, [0, 0], is_padding=torch.tensor([True, True])).group_layout is None
+    assert (
+        group_layout(from_lists([1.0] * 2, [0, 0], is_padding=torch.tensor([True, True]))) is None
+    )
 
 
 def test_group_domain_from_the_group_table():
@@ -215,5 +229,5 @@ def test_group_domain_from_the_group_table():
     pad = torch.tensor([False] * 6 + [True])
     kw = dict(domains=("a", "b"), domain_ids=d, is_padding=pad)
     b = from_lists([1.0] * 7, [0, 0, 1, 1, 2, 2, 0], **kw)
-    assert b.group_layout.identity and b.group_domain.tolist() == [1, 0, 1]
-    assert from_lists([1.0] * 7, [0, 0, 1, 1, 2, 2, 0], **kw).group_domain.tolist() == [1, 0, 1]
+    assert group_layout(b).identity and group_domain(b).tolist() == [1, 0, 1]
+    assert group_domain(from_lists([1.0] * 7, [0, 0, 1, 1, 2, 2, 0], **kw)).tolist() == [1, 0, 1]

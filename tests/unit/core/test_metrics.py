@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflex_rl.core.batch import from_lists
+from dataflex_rl.core.batch import from_lists, informative_mask, invalid_reward_mask
 from dataflex_rl.core.metrics import (
     check_domain_names,
     domain_metric,
@@ -78,7 +78,7 @@ def _loop_step_metrics(b, keep, w, signal):
     """Plain loops over rows and groups: the definition of every `step_metrics` figure."""
     B, G, D = b.batch_size, b.num_groups, b.num_domains
     active = b.active_mask.tolist()
-    informative = b.informative_mask.tolist()
+    informative = informative_mask(b).tolist()
     n_tok = b.response_length.tolist()
     gid = b.group_ids.tolist()
     keep, w = keep.tolist(), w.tolist()
@@ -94,7 +94,7 @@ def _loop_step_metrics(b, keep, w, signal):
     m = {
         "dataflex/responses": n_active,
         "dataflex/padding_responses": sum(b.is_padding.tolist()),
-        "dataflex/invalid_reward_responses": sum(b.invalid_reward_mask.tolist()),
+        "dataflex/invalid_reward_responses": sum(invalid_reward_mask(b).tolist()),
         "dataflex/invalid_responses": sum(b.invalid_mask.tolist()),
         "dataflex/kept_response_fraction": frac(n_keep, n_active),
         "dataflex/kept_group_fraction": frac(sum(g_kept), sum(g_active)),

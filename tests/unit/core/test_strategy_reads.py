@@ -11,7 +11,8 @@ import torch
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
-from dataflex_rl.core.batch import BatchError, RolloutBatch, from_lists
+from dataflex_rl.core.base import SCORERS
+from dataflex_rl.core.batch import BatchError, RolloutBatch, from_lists, informative_mask
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import intra_op_threads
 from dataflex_rl.presets import PRESETS
@@ -76,12 +77,15 @@ def test_strategy_reads_what_its_components_declare():
 
 
 def test_reading_leaves_out_undeclared_fields_and_shares_the_rest():
-    b = _two_groups(torch.full((4, 4), -1.0))
-    blocks = b.token_blocks
+    olp = torch.full((4, 4), -1.0)
+    olp[2, 1] = NAN  # row 2 invalid while old_log_probs are read
+    b = _two_groups(olp)
+    assert b.active_mask.tolist() == [True, True, False, True]
     v = b.reading({"advantages"})
-    assert v.old_log_probs is None and v.advantages is b.advantages
-    assert v.token_blocks is blocks and v.rewards is b.rewards
-    assert b.old_log_probs is not None  # the original is unchanged
+    assert v.old_log_probs is None and v.advantages is b.advantages and v.rewards is b.rewards
+    assert v.active_mask.tolist() == [True] * 4  # without old_log_probs row 2 takes part
+    assert v.group_size.tolist() == [2, 2] and b.group_size.tolist() == [2, 1]
+    assert b.old_log_probs is olp  # the original is unchanged
     assert b.reading({"advantages", "old_log_probs"}) is b  # nothing left out: itself
 
 
@@ -104,24 +108,25 @@ def test_per_response_inputs_give_the_token_quantities_without_reading_tokens():
     assert b.response_length.tolist() == [3, 1, 0, 2]
     assert b.invalid_mask.tolist() == [False, False, False, True]
     assert b.advantage_per_response.tolist() == [0.5, -0.5, 0.0, 0.0]
-    assert b.informative_mask.tolist() == [True, True, False, False]
+    assert informative_mask(b).tolist() == [True, True, False, False]
     assert data_ops() == []
 
 
 def test_response_lengths_are_checked_against_the_mask_when_the_mask_is_read():
     b = from_lists([1.0, 0.0], [0, 0], [3, 1])
-    bad = b.replace(response_lengths=torch.tensor([3, 2]))  # built: not read yet
-    assert bad.response_length.tolist() == [3, 2]
+    # no per-token field to validate: the mask is not read, the host vouches for the lengths
+    vouched = b.replace(response_lengths=torch.tensor([3, 2]))
+    assert vouched.response_length.tolist() == [3, 2]
+    # old log-probs are validated over the mask, and the lengths with them
+    olp = torch.zeros(2, 3)
     with pytest.raises(
         BatchError,
         match="response_lengths disagrees with response_mask: "
         "row 1 has length 2 but 1 valid tokens",
     ):
-        _ = bad.token_blocks
-    assert b.replace(response_lengths=torch.tensor([3, 1])).token_blocks.row_counts.tolist() == [
-        3,
-        1,
-    ]
+        b.replace(response_lengths=torch.tensor([3, 2]), old_log_probs=olp)
+    ok = b.replace(response_lengths=torch.tensor([3, 1]), old_log_probs=olp)
+    assert ok.response_length.tolist() == [3, 1]
 
 
 @pytest.mark.parametrize(
@@ -212,10 +217,10 @@ def test_threads_must_be_a_positive_int_or_none(bad):
         Strategy("difffilter", threads=bad)
 
 
-# ------------------------------------------------------------------ token level from B sums
-def test_token_prob_sums_and_validity_come_from_one_pass():
+# ------------------------------------------------------------------ token level
+def test_token_prob_and_validity_of_old_log_probs_hand_worked():
     # row 0: p = e^-1, e^-2 (NaN on the padding token: ignored); row 1: +0.5 -> clamped to p 1;
-    # row 2: -inf on a valid token -> invalid; row 3: no valid token
+    # row 2: -inf on a valid token -> invalid (p 0); row 3: no valid token
     lp = torch.tensor([[-1.0, -2.0, NAN], [0.5, -1.0, 0.0], [-INF, -1.0, -1.0], [NAN, NAN, NAN]])
     b = RolloutBatch(
         rewards=torch.zeros(4),
@@ -223,29 +228,40 @@ def test_token_prob_sums_and_validity_come_from_one_pass():
         response_mask=torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]]),
         old_log_probs=lp,
     )
-    s = b.token_prob_sums
-    assert s.dtype == torch.float64
-    assert math.isclose(s[0], math.exp(-1) + math.exp(-2), rel_tol=1e-6)
-    assert math.isclose(s[1], 1 + math.exp(-1) + 1, rel_tol=1e-6)
-    assert s[3] == 0.0
     assert b.invalid_mask.tolist() == [False, False, True, False]
-    assert torch.allclose(b._log_prob_row_sums, torch.tensor([-3.0, -0.5, -INF, 0.0]))
+    p = SCORERS.get("token_prob")().score(b)
+    e1, e2 = math.exp(-1), math.exp(-2)
+    expected = [[e1, e2, 0.0], [1.0, e1, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    torch.testing.assert_close(p, torch.tensor(expected))
 
 
-def test_ar_weights_from_sums_equal_the_materialized_path():
+def test_ar_token_weights_equal_a_per_token_loop():
+    # the oracle: mean m of raw = 0.5 p + 0.5 over the valid tokens of informative kept rows;
+    # weight raw / m there, 1 on the valid tokens of other kept rows, 0 elsewhere
     for seed in range(6):
         b = random_batch(seed)
-        lazy = Strategy("ar").decide(b)
-        eager_s = Strategy("ar")
-        eager_s.parts["reweight"][1].affine = lambda: None  # force the [B, T] raw path
-        eager = eager_s.decide(b)
-        assert lazy.token_weights is None and lazy.token_weights_fn is not None
-        assert eager.token_weights is not None
-        w = lazy.weights_per_token
-        assert w.dtype == torch.float32 and torch.isfinite(w).all()
-        torch.testing.assert_close(w, eager.weights_per_token)
-        torch.testing.assert_close(lazy.weights_per_response, eager.weights_per_response)
-        assert lazy.weights_per_token is w  # built once
+        d = Strategy("ar").decide(b)
+        v = b.reading({"advantages", "old_log_probs"})
+        keep = v.active_mask & (v.response_length > 0)
+        norm = keep & informative_mask(v)
+        raw, tokens = {}, []
+        for i in range(v.batch_size):
+            for t in range(v.response_mask.shape[1]):
+                if v.response_mask[i, t] and keep[i]:
+                    p = min(math.exp(float(v.old_log_probs[i, t])), 1.0)
+                    raw[i, t] = 0.5 * p + 0.5
+                    if norm[i]:
+                        tokens.append(raw[i, t])
+        m = sum(tokens) / len(tokens)
+        want = torch.zeros(v.response_mask.shape)
+        for (i, t), r in raw.items():
+            want[i, t] = r / m if norm[i] else 1.0
+        torch.testing.assert_close(d.weights_per_token, want)
+        assert bool((want != 1).any())  # weight-1 everywhere would fail
+        buf = torch.full(want.shape, 7.0)
+        assert torch.equal(
+            Strategy("ar").decide(b).write_weights_per_token(buf), d.weights_per_token
+        )
 
 
 def test_ar_hand_worked_from_sums():

@@ -17,7 +17,7 @@ import torch
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl.core.advantages import grpo_advantages_per_response
-from dataflex_rl.core.batch import from_lists
+from dataflex_rl.core.batch import from_lists, informative_mask
 from dataflex_rl.core.strategy import Strategy
 
 LENGTHS = [3, 0, 2, 4, 2, 0]
@@ -84,7 +84,7 @@ def test_selection_gives_empty_responses_no_weight_and_no_tokens(preset):
 def test_empty_responses_carry_no_advantage_but_count_in_group_rewards():
     b = _batch()
     assert b.advantage_per_response[EMPTY].tolist() == [0.0] * len(EMPTY)
-    assert not b.informative_mask[EMPTY].any()
+    assert not informative_mask(b)[EMPTY].any()
     from dataflex_rl.scorers.policy import advantage_magnitude
 
     assert advantage_magnitude(b)[EMPTY].tolist() == [0.0] * len(EMPTY)

@@ -110,11 +110,21 @@ def test_group_size_below_two_is_refused():
         load_config({"grpo": {"group_size": 1}})
 
 
-def test_native_is_a_validated_setting():
-    assert load_config().native is None
-    assert load_config({"native": False}).native is False
-    with pytest.raises(ConfigError, match="native"):
-        load_config({"native": "fast"})
+@pytest.mark.parametrize("source", [{"native": False}, {"native": None}, "override"])
+def test_native_was_removed_and_a_config_setting_it_is_refused_saying_why(source, tmp_path):
+    msg = r"native: removed: the compiled C kernels for 'ar' .* gone; .*; delete the key$"
+    if source == "override":
+        with pytest.raises(ConfigError, match=r"override native=false: removed"):
+            load_config(dotted=["native=false"])
+        return
+    with pytest.raises(ConfigError, match=r"^config\." + msg):
+        load_config(source)
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 3\nnative: false\n")
+    with pytest.raises(ConfigError, match=msg) as e:
+        load_config(path)
+    assert "\n" not in str(e.value)  # one line
+    assert not hasattr(load_config(), "native")
 
 
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
-from dataflex_rl.core.batch import RolloutBatch, from_lists
+from dataflex_rl.core.batch import RolloutBatch, from_lists, group_layout
 from dataflex_rl.scorers.outcome import Efficiency, ResponseLength, Reward
 from dataflex_rl.select import group_subset
 from dataflex_rl.select.group_subset import GroupFilter, MaxVariance, keep_count, keep_counts
@@ -50,11 +50,10 @@ def padded_batch(draw, group_ids: list, rewards: list, max_pad: int, T: int) -> 
     )
 
 
-def _flat(b: RolloutBatch) -> RolloutBatch:
-    """The same batch, made to take the flat-sort path (no group table)."""
-    c = b.replace()
-    c.__dict__["group_layout"] = None
-    return c
+def _flat_select(sel, scores, b: RolloutBatch):
+    """``sel.select(scores, b)`` made to take the flat-sort path (no group table)."""
+    with patch.object(group_subset, "group_layout", return_value=None):
+        return sel.select(scores, b)
 
 
 def _loop_max_variance(b: RolloutBatch, fraction: float) -> list[bool]:
@@ -86,10 +85,10 @@ def _loop_max_variance(b: RolloutBatch, fraction: float) -> list[bool]:
 @settings(max_examples=150, deadline=None)
 @given(host_batches(), FRACTIONS)
 def test_max_variance_table_equals_flat_and_loop(b, fraction):
-    assert b.group_layout is not None
+    assert group_layout(b) is not None
     sel, scores = MaxVariance(keep_fraction=fraction), Reward().score(b)
     table = sel.select(scores, b)
-    assert table.tolist() == sel.select(scores, _flat(b)).tolist()
+    assert table.tolist() == _flat_select(sel, scores, b).tolist()
     assert table.tolist() == _loop_max_variance(b, fraction)
 
 
@@ -98,7 +97,7 @@ def test_max_variance_table_equals_flat_and_loop(b, fraction):
 def test_gfpo_table_equals_flat_and_loop(b, fraction, largest):
     sel, scores = GroupFilter(keep_fraction=fraction, largest=largest), Efficiency().score(b)
     table = sel.select(scores, b)
-    assert table.tolist() == sel.select(scores, _flat(b)).tolist()
+    assert table.tolist() == _flat_select(sel, scores, b).tolist()
     rs, s = oracles.rows(b), scores.tolist()
     expected = [False] * b.batch_size
     for g in range(b.num_groups):
@@ -143,7 +142,7 @@ def test_max_variance_packed_equals_row_sort_flat_and_loop(b, fraction):
     with patch.object(group_subset, "_max_variance_packed", return_value=None):
         row_sort = sel.select(scores, b)  # one stable row sort, the permutation scattered back
     assert packed.tolist() == row_sort.tolist()
-    assert packed.tolist() == sel.select(scores, _flat(b)).tolist()
+    assert packed.tolist() == _flat_select(sel, scores, b).tolist()
     assert packed.tolist() == _loop_max_variance(b, fraction)
 
 
@@ -155,7 +154,7 @@ def test_gfpo_packed_equals_row_sorts_and_flat(b, fraction, largest):
     with patch.object(group_subset, "_top_k_packed", return_value=None):
         row_sorts = sel.select(scores, b)  # `segment_rank` on the table: stable row sorts
     assert packed.tolist() == row_sorts.tolist()
-    assert packed.tolist() == sel.select(scores, _flat(b)).tolist()
+    assert packed.tolist() == _flat_select(sel, scores, b).tolist()
 
 
 @settings(max_examples=200, deadline=None)
@@ -168,7 +167,7 @@ def test_gfpo_packed_any_scores(b, fraction, largest, data):
     packed = sel.select(scores, b)
     with patch.object(group_subset, "_top_k_packed", return_value=None):
         assert packed.tolist() == sel.select(scores, b).tolist()
-    assert packed.tolist() == sel.select(scores.double(), _flat(b)).tolist()
+    assert packed.tolist() == _flat_select(sel, scores.double(), b).tolist()
 
 
 def test_packed_paths_hand_worked_ties():

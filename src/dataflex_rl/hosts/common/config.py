@@ -8,6 +8,7 @@ it; the helpers below are the checks every such host makes before training start
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from dataflex_rl.core.config import Checked, field_rows, param
 from dataflex_rl.core.registry import ConfigError
@@ -42,9 +43,18 @@ class DecisionLogConfig(Checked):
     )
 
 
+#: keys the engine config and the ``dataflex`` block no longer have -> why (`core.config.check`)
+REMOVED_KEYS = {
+    "native": "the compiled C kernels for 'ar' it switched on are gone; 'ar' runs in torch "
+    "(a few passes over the tokens, next to a model step of seconds)",
+}
+
+
 @dataclass
 class HostConfig(Checked):
     """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
+
+    removed_keys: ClassVar[dict[str, str]] = REMOVED_KEYS
 
     strategy: str | dict = param(
         "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"
@@ -72,12 +82,6 @@ class HostConfig(Checked):
         8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
     )
     seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
-    native: bool | None = param(
-        None,
-        "compiled token kernels for 'ar' (built on first use with the system C compiler, "
-        "cached): null uses them when they build, else torch with a warning; true requires "
-        "them; false keeps torch",
-    )
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
 

@@ -49,7 +49,7 @@ the decision set; NaN when the mixer did not update), and the pre-rollout counts
 ``prerollout_tokens_saved_est`` (NaN without pre-rollout).
 
 The columns are built from the batch's tensors with vectorized conversions; the token
-summaries reuse the per-row sums the decision already computed (`RolloutBatch` caches them).
+summaries are masked row sums (`core.rowops`), a chunk of rows at a time.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.rowops import first_valid_values
+from dataflex_rl.core.rowops import first_valid_values, masked_row_sums
 
 #: version of the columns above; readers refuse a newer major version
 SCHEMA_VERSION = 1
@@ -232,7 +232,7 @@ class DecisionLog:
             a = torch.where(n > 0, a, torch.zeros_like(a)).to(torch.float32).cpu().numpy()
             cols["advantage"], cols["advantage_mean"] = a, a.copy()
         elif batch.advantages is not None:
-            sums = batch._advantage_row_sums.detach()
+            sums = masked_row_sums(batch.advantages.detach(), batch.response_mask)
             first = first_valid_values(batch.advantages.detach(), batch.response_mask, n)
             first = torch.where(torch.isfinite(sums), first, sums)  # keep invalid rows invalid
             cols["advantage"] = first.to(torch.float32).cpu().numpy()
@@ -240,7 +240,7 @@ class DecisionLog:
         else:
             cols["advantage"] = cols["advantage_mean"] = np.full(B, np.nan, np.float32)
         if batch.old_log_probs is not None:
-            sums = batch._log_prob_row_sums.detach()
+            sums = masked_row_sums(batch.old_log_probs.detach(), batch.response_mask)
             cols["logprob_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
         else:
             cols["logprob_mean"] = np.full(B, np.nan, np.float32)
@@ -385,7 +385,7 @@ def _prob_mean(batch, nf: Tensor) -> np.ndarray:
     if batch.old_log_probs is None:
         return np.full(batch.batch_size, np.nan, np.float32)
     p = torch.exp(batch.old_log_probs.detach()).clamp_(max=1.0)
-    return (batch.token_blocks.row_sums(p) / nf).to(torch.float32).cpu().numpy()
+    return (masked_row_sums(p, batch.response_mask) / nf).to(torch.float32).cpu().numpy()
 
 
 def _prompt_keys(batch, first: np.ndarray) -> pa.Array:

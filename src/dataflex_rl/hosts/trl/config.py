@@ -110,7 +110,6 @@ def build_strategy(
         domains=domains,
         advantage_estimator="grpo",
         available_fields=HOST_FIELDS,
-        native=host.native,
         norm_adv_by_std=norm_adv_by_std(args),
     )
     check_proportions(host, strategy)

@@ -144,7 +144,7 @@ def apply_decision(
         if decision.advantages_per_response is None
         else decision.advantages_per_response[rows].to(device, adv.dtype)
     )
-    token_level = decision.token_weights is not None or decision.token_weights_fn is not None
+    token_level = decision.token_weights is not None
     if token_level:
         w_src = decision.weights_per_token[rows]
         T, k = mask.shape[1], min(mask.shape[1], w_src.shape[1])

@@ -119,7 +119,6 @@ def build_strategy(
         domains=domains,
         advantage_estimator=estimator,
         available_fields=HOST_FIELDS,
-        native=host.native,
         norm_adv_by_std=norm_by_std,
     )
     check_proportions(host, strategy)

@@ -78,9 +78,16 @@ def test_advantage_is_the_exact_token_value_and_the_mean_is_the_summary(tmp_path
         assert [DOMAINS.index(x) for x in rows["domain"]] == b.domain_ids.tolist()
 
 
-def test_per_response_advantages_are_logged_as_given_without_a_token_read(tmp_path):
+def test_per_response_advantages_are_logged_as_given_without_a_token_read(tmp_path, monkeypatch):
     # a host that passes response_advantages: both advantage columns are those values
     # (exact), and the step says so (replay then passes them the same way)
+    import dataflex_rl.hosts.common.decision_log as decision_log
+
+    summed = []  # the [B, T] tensors the log reduces
+    real = decision_log.masked_row_sums
+    monkeypatch.setattr(
+        decision_log, "masked_row_sums", lambda x, m: summed.append(x) or real(x, m)
+    )
     _, pairs = write_log(tmp_path, "baseline", 2, per_response=True)
     t = pq.read_table(tmp_path / RESPONSES).to_pydict()
     steps = pq.read_table(tmp_path / STEPS).to_pydict()
@@ -88,8 +95,12 @@ def test_per_response_advantages_are_logged_as_given_without_a_token_read(tmp_pa
     want = np.concatenate([b.response_advantages.numpy() for b, _ in pairs])
     assert np.array_equal(np.array(t["advantage"], np.float32), want)
     assert np.array_equal(np.array(t["advantage_mean"], np.float32), want)
-    assert "_advantage_row_sums" not in pairs[0][0].__dict__  # no [B, T] pass was made
-    write_log(tmp_path / "tok", "baseline", 1)
+    # no pass over the advantages (the old log-probs are summed, for logprob_mean)
+    ptrs = {x.data_ptr() for x in summed}
+    assert summed and not any(b.advantages.data_ptr() in ptrs for b, _ in pairs)
+    summed.clear()
+    _, tok = write_log(tmp_path / "tok", "baseline", 1)
+    assert tok[0][0].advantages.data_ptr() in {x.data_ptr() for x in summed}  # token inputs
     assert pq.read_table(tmp_path / "tok" / STEPS)["per_response_advantages"].to_pylist() == [False]
 
 

@@ -126,14 +126,11 @@ def test_generation_batch_spanning_optimizer_steps_is_announced(caplog):
     assert caplog.text == ""  # a mixer does not touch the loss
 
 
-def test_native_in_the_block_reaches_the_strategy(tmp_path, monkeypatch):
-    assert (
-        build_strategy(parse_block({"strategy": "ar", "native": False}), trl_args(), None).kernels
-        is None
-    )
-    with pytest.raises(ConfigError, match="native"):
-        parse_block({"strategy": "ar", "native": "sometimes"})
-    monkeypatch.setenv("DATAFLEX_RL_CACHE", str(tmp_path))  # no build there, and no compiler
-    monkeypatch.setenv("CC", "no-such-compiler-dfx")
-    with pytest.raises(ConfigError, match="native: .*no-such-compiler-dfx"):
-        build_strategy(parse_block({"strategy": "ar", "native": True}), trl_args(), None)
+@pytest.mark.parametrize("value", [False, True, None])
+def test_native_was_removed_from_the_block_and_is_refused_saying_why(value):
+    with pytest.raises(
+        ConfigError,
+        match=r"^dataflex\.native: removed: the compiled C kernels for 'ar' .*; delete the key$",
+    ):
+        parse_block({"strategy": "ar", "native": value})
+    assert not hasattr(parse_block({"strategy": "ar"}), "native")

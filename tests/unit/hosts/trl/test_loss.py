@@ -48,7 +48,7 @@ def _decision(keep, renormalize=True, token_weights=None, adv=None, weights=None
     return Decision(
         keep_mask=keep,
         weights_per_response=torch.where(LENGTHS > 0, w * keep, 0.0),
-        response_mask=_mask(LENGTHS, 3).bool(),
+        response_mask=_mask(LENGTHS, 3 if token_weights is None else token_weights.shape[1]).bool(),
         renormalize=renormalize,
         advantages_per_response=adv,
         token_weights=token_weights,
