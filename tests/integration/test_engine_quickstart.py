@@ -62,8 +62,10 @@ def test_cli_train_runs_the_configs_strategies_side_by_side(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["train", str(cfg), "--out", str(out), "--no-progress"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[0] == "strategy" and lines[2].startswith("baseline")
-    assert lines[3].startswith("topk") and f"under {out}/<strategy>/" in lines[4]
+    # eval.samples 0: greedy alone, labelled
+    assert lines[0].split() == ["greedy", "accuracy"] and lines[1].split()[0] == "strategy"
+    assert lines[3].startswith("baseline") and lines[4].startswith("topk")
+    assert f"under {out}/<strategy>/" in lines[5]
     assert main(["train", str(cfg), "--out", str(out), "--no-progress"]) == 2
     assert "a run already exists here" in capsys.readouterr().err
     assert (

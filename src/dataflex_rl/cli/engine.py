@@ -119,8 +119,8 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
         print(format_table([r["summary"] for r in ex.done]))
         root = Path(ex.done[0]["summary"]["out_dir"]).parent
         print(
-            "held-out accuracy per domain, the decision metric (sampled, docs/engine.md) "
-            "first; outputs (metrics.jsonl, plots/, "
+            "held-out accuracy per domain, the decision metric (sampled when measured, "
+            "docs/engine.md) first; outputs (metrics.jsonl, plots/, "
             f"checkpoints/) under {root}/<strategy>/"
         )
     return 1 if ex.failed else 0

@@ -268,9 +268,13 @@ def _loop(
             save_checkpoint(out, tr.state_dict())
         if bar is not None:
             bar.update(1)
+            last = evals[-1]  # the decision metric (sampled) when measured, else greedy
+            kind = "sampled" if "eval/mean/sampled" in last else "greedy"
             bar.set_postfix(
-                reward=f"{metrics.get('train/reward', 0.0):.2f}",
-                acc=f"{evals[-1].get('eval/mean/greedy', 0.0):.2f}",
+                {
+                    "reward": f"{metrics.get('train/reward', 0.0):.2f}",
+                    kind: f"{last.get(f'eval/mean/{kind}', 0.0):.2f}",
+                }
             )
     if bar is not None:
         bar.close()
