@@ -1,7 +1,8 @@
 """``dataflex-rl compare`` end to end on the real engine: a tiny matrix, then a resume.
 
 The policy is the shipped warm-started tiny model (non-zero accuracies, so the trackers' copies
-are compared on real numbers) trained for 2 steps, so the test checks the plumbing — pairing,
+are compared on real numbers; compared on the sampled accuracy, which the trackers must read back
+by the runs' metric tag) trained for 2 steps, so the test checks the plumbing — pairing,
 files, statistics, the three trackers (their copies read back by `report --from-tracker` give
 the same rows and statistics), resume — not learning.
 """
@@ -28,7 +29,7 @@ strategies: [baseline, dump_ucb]
 seeds: 2
 engine: {policy: tiny}
 budget: {steps: 2, prompts_per_step: 3, samples_per_prompt: 2}
-evaluation: {every: 1, per_domain: 4}
+evaluation: {metric: sampled, samples: 1, every: 1, per_domain: 4}
 statistics: {n_boot: 500}
 tracking: {backends: [tensorboard, wandb, mlflow]}
 """)

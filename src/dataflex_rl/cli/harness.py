@@ -288,7 +288,7 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "reading a tracker store (--from-tracker)",
         "The defaults read what a 'tracking:' section writes: method = the 'strategy' tag, "
-        "seed = 'seed', benchmarks = the engine's held-out greedy accuracies.",
+        "seed = 'seed', benchmarks = the engine's held-out accuracies of the compared metric.",
     )
     g.add_argument(
         "--experiment", default=None, help="only runs of this MLflow experiment / W&B project"
@@ -318,7 +318,8 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="GLOB|re:REGEX",
         help="metric keys that are benchmarks; a glob's benchmark is the part between its "
-        f"first and last wildcard (default {tracked.METRICS}: one benchmark per domain), a regex's "
+        "first and last wildcard (default: eval/*/<metric>, one benchmark per domain, <metric> "
+        "being the runs' metric tag, else sampled where logged, else greedy), a regex's "
         "its 'benchmark' group or first group (e.g. 're:val/(.+)/acc')",
     )
     g.add_argument(

@@ -71,6 +71,11 @@ class TrackingConfig(Checked):
     group: str | None = param(
         None, "W&B group and MLflow tag of related runs ('compare' sets the experiment name)"
     )
+    tags: dict[str, str] = param(
+        {},
+        "labels added to every tracker run, e.g. {team: rl} ('compare' adds metric: the "
+        "accuracy its experiment compares, which 'report --from-tracker' reads back)",
+    )
     tensorboard: TensorBoardTracking = param(TensorBoardTracking(), "TensorBoard")
     wandb: WandbTracking = param(WandbTracking(), "Weights & Biases")
     mlflow: MlflowTracking = param(MlflowTracking(), "MLflow")

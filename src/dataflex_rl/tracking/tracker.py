@@ -101,7 +101,7 @@ class Tracker:
             config: the ``tracking`` section.
             run_dir: the run's folder (holds ``tracking.json`` and the default stores).
             params: flattened run configuration (dotted keys).
-            tags: short labels (strategy, seed).
+            tags: short labels (strategy, seed), after the config's own ``tags``.
             first_step: the first step this session logs (a resumed run's checkpoint step).
             history: records already in ``metrics.jsonl`` (``{"kind", "step", ...}``): sent
                 to a backend new to this run, and from ``first_step`` on to TensorBoard.
@@ -117,6 +117,7 @@ class Tracker:
         for kind, step in (logged or {}).items():
             before[kind] = max(step, before.get(kind, step))
         name = config.run_name or run_dir.resolve().name
+        tags = {**config.tags, **tags}
         history = list(history)
         for backend_name in config.backends:
             backend = BACKEND_CLASSES[backend_name](config, run_dir, name)

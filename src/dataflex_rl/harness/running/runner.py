@@ -124,11 +124,16 @@ def locked_output(fn: Callable) -> Callable:
     return wrapper
 
 
-def run_tracking(tracking: Any, out_dir: str | Path, name: str, group: str) -> dict:
+def run_tracking(
+    tracking: Any, out_dir: str | Path, name: str, group: str, metric: str | None = None
+) -> dict:
     """The ``tracking`` section of one run of an experiment writing to ``out_dir``: named
-    ``name`` (after the experiment's ``run_name``, if set), in ``group`` unless one is set, and
-    sharing one MLflow database, ``<out_dir>/mlflow.db``, unless a store is set."""
+    ``name`` (after the experiment's ``run_name``, if set), in ``group`` unless one is set,
+    tagged with the ``metric`` the experiment compares (``report --from-tracker`` reads it back),
+    and sharing one MLflow database, ``<out_dir>/mlflow.db``, unless a store is set."""
     t = dataclasses.asdict(tracking)
+    if metric is not None:
+        t["tags"] = {**t.get("tags", {}), "metric": metric}
     t["run_name"] = f"{t['run_name']}-{name}" if t["run_name"] else name
     t["group"] = t["group"] or group
     if not t["mlflow"]["tracking_uri"]:
@@ -155,7 +160,11 @@ def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> l
             {
                 **configs[e.label],
                 "tracking": run_tracking(
-                    experiment.tracking, out_dir, f"{e.label}-seed{s}", experiment.name
+                    experiment.tracking,
+                    out_dir,
+                    f"{e.label}-seed{s}",
+                    experiment.name,
+                    experiment.evaluation.metric,
                 ),
             },
             experiment.budget.steps,

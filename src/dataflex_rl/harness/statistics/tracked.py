@@ -5,12 +5,15 @@ The runs of an MLflow store, TensorBoard event folders or W&B run folders (read 
 its fields (which is the method, which the seed), and its metrics whose keys match a pattern
 become benchmarks: the rows `report --from-csv` reads (method, seed, benchmark, step, score),
 so both go through the same analysis and report. The defaults read what ``tracking:``
-writes: method = the ``strategy`` tag, seed = ``seed``, benchmarks = the held-out greedy
-accuracies ``eval/<domain>/greedy`` (without their mean, ``eval/mean/greedy``).
+writes: method = the ``strategy`` tag, seed = ``seed``, benchmarks = the held-out accuracies
+``eval/<domain>/<metric>`` (without their mean, ``eval/mean/...``) of the metric the runs say
+they are compared on (their ``metric`` tag, which ``compare`` sets), else the sampled accuracy
+where the runs logged it (the engine's decision metric), else the greedy one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Callable, Sequence
@@ -21,10 +24,12 @@ from dataflex_rl.harness.statistics.results import Row, seed_label
 from dataflex_rl.tracking.runs import FAILED, TrackedRun
 from dataflex_rl.tracking.stores import parse_source, read_runs, require_reader
 
-#: what ``tracking:`` writes: the method is tagged ``strategy``, the seed ``seed``, and the
-#: engine's held-out accuracies are ``eval/<domain>/greedy`` (``eval/mean/...`` averages them)
-METHOD_FIELD, SEED_FIELD = "strategy", "seed"
-METRICS, EXCLUDE = "eval/*/greedy", ("eval/mean/*",)
+#: what ``tracking:`` writes: the method is tagged ``strategy``, the seed ``seed``, the compared
+#: accuracy ``metric``, and the engine's held-out accuracies are ``eval/<domain>/<metric>``
+#: (``eval/mean/...`` averages them). ``METRICS`` (None) means: the runs' own metric.
+METHOD_FIELD, SEED_FIELD, METRIC_FIELD = "strategy", "seed", "metric"
+METRICS, EXCLUDE = None, ("eval/mean/*",)
+ENGINE_METRICS = ("sampled", "greedy")  # without a metric tag: the first the runs logged
 _RUN_ATTRIBUTES = ("name", "id", "group", "experiment")
 
 
@@ -44,7 +49,8 @@ class TrackerQuery:
         seed_field: the field naming the seed, the same way.
         metrics: metric keys that are benchmarks: a glob (``eval/*/greedy``: the benchmark is
             the part between the first and the last wildcard) or ``re:REGEX`` (its
-            ``benchmark`` group, else its first group, else the whole key).
+            ``benchmark`` group, else its first group, else the whole key); None: the engine's
+            ``eval/*/<metric>`` of the runs' ``metric`` tag (`default_metrics`).
         exclude: globs of metric keys left out.
         step: the checkpoint read (None: every step, the last one being the final score).
     """
@@ -55,7 +61,7 @@ class TrackerQuery:
     tags: tuple[str, ...] = ()
     method_field: str = METHOD_FIELD
     seed_field: str = SEED_FIELD
-    metrics: str = METRICS
+    metrics: str | None = METRICS
     exclude: tuple[str, ...] = EXCLUDE
     step: int | None = None
 
@@ -183,13 +189,18 @@ def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> Tr
     """
     backend, location = parse_source(query.source)
     require_reader(backend, location, purpose)
-    name = benchmark_namer(query.metrics, query.exclude)
+    patterns = [query.metrics] if query.metrics else [f"eval/*/{m}" for m in ENGINE_METRICS]
+    namers = [benchmark_namer(p, query.exclude) for p in patterns]
     method_of = field_reader(query.method_field, "--method-field")
     seed_of = field_reader(query.seed_field, "--seed-field")
-    found = read_runs(backend, location, experiment=query.experiment, keep=lambda k: bool(name(k)))
+    keep = lambda k: any(n(k) for n in namers)  # noqa: E731
+    found = read_runs(backend, location, experiment=query.experiment, keep=keep)
     chosen = [r for r in found if matches(r, query)]
     if not chosen:
         raise ConfigError(_nothing_matched(query, found))
+    if query.metrics is None:
+        query = dataclasses.replace(query, metrics=default_metrics(chosen, query.source))
+    name = benchmark_namer(query.metrics, query.exclude)
     # the readers load only matching keys; matching again keeps this independent of them
     scores = {id(r): {k: v for k, v in r.metrics.items() if v and name(k)} for r in chosen}
     failed = [r for r in chosen if r.status == FAILED]
@@ -225,6 +236,28 @@ def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> Tr
             shown = ", ".join(r.name for r in runs[:6]) + (" ..." if len(runs) > 6 else "")
             setup.append(f"skipped {len(runs)} run(s) ({why}): {shown}")
     return TrackerResults(rows, used, setup)
+
+
+def default_metrics(runs: Sequence[TrackedRun], source: str) -> str:
+    """``eval/*/<metric>`` of the accuracy ``runs`` are compared on: their ``metric`` tag
+    (``compare`` sets the experiment's ``evaluation.metric``), else the first of sampled, greedy
+    that any run logged (the engine's ``train`` table leads with the same one).
+
+    Raises:
+        ConfigError: runs tagged with different metrics (a comparison needs one; name it with
+            ``--metrics``).
+    """
+    tagged = {r.fields[METRIC_FIELD] for r in runs if r.fields.get(METRIC_FIELD) in ENGINE_METRICS}
+    if len(tagged) > 1:
+        raise ConfigError(
+            f"{source}: the selected runs are compared on different metrics "
+            f"({', '.join(sorted(tagged))}); choose one with --metrics 'eval/*/<metric>' "
+            "or narrow the runs"
+        )
+    if tagged:
+        return f"eval/*/{tagged.pop()}"
+    logged = {k.rsplit("/", 1)[-1] for r in runs for k in r.metrics if k.startswith("eval/")}
+    return next((f"eval/*/{m}" for m in ENGINE_METRICS if m in logged), "eval/*/greedy")
 
 
 def _points(run: TrackedRun, key: str, series: dict, step: int | None) -> list[tuple]:

@@ -161,3 +161,38 @@ def test_no_metric_matching_and_a_bad_seed_are_one_line_errors(store):
         ConfigError, match=r"wandb run 'a' \(id id-a\): seed '0.5' is not an integer"
     ):
         read_tracker(TrackerQuery("wandb:x"))
+
+
+def test_the_default_benchmarks_are_the_accuracy_the_runs_were_compared_on(store):
+    both = {"eval/math/greedy": {2: 0.5}, "eval/math/sampled": {2: 0.25}}
+    # compare tags its runs with the experiment's metric: greedy here, though sampled was logged
+    store([run("t", metrics=both, metric="greedy")])
+    assert [r.score for r in read_tracker(TrackerQuery("wandb:x")).rows] == [0.5]
+    # untagged runs: the engine's decision metric, sampled, where logged ...
+    store([run("s", metrics=both)])
+    got = read_tracker(TrackerQuery("wandb:x"))
+    assert [r.score for r in got.rows] == [0.25]
+    assert "benchmarks = metrics `eval/*/sampled`" in got.setup[0]
+    # ... else greedy
+    store([run("g", metrics={"eval/math/greedy": {2: 0.5}})])
+    assert [r.score for r in read_tracker(TrackerQuery("wandb:x")).rows] == [0.5]
+    # an explicit pattern wins over the tag
+    store([run("t", metrics=both, metric="greedy")])
+    q = TrackerQuery("wandb:x", metrics="eval/*/sampled")
+    assert [r.score for r in read_tracker(q).rows] == [0.25]
+
+
+def test_runs_tagged_with_different_metrics_are_refused(store):
+    both = {"eval/math/greedy": {2: 0.5}, "eval/math/sampled": {2: 0.25}}
+    store(
+        [
+            run("a", seed="0", metrics=both, metric="greedy"),
+            run("b", seed="1", metrics=both, metric="sampled"),
+        ]
+    )
+    with pytest.raises(ConfigError) as e:
+        read_tracker(TrackerQuery("wandb:x"))
+    assert str(e.value) == (
+        "wandb:x: the selected runs are compared on different metrics (greedy, sampled); "
+        "choose one with --metrics 'eval/*/<metric>' or narrow the runs"
+    )
