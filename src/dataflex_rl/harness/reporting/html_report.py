@@ -1,7 +1,7 @@
 """``report.html``: the report as one self-contained page, to open on a laptop or a phone.
 
-It renders what `report.write_report` already computed (the `Analysis`, the aggregates, the
-generated sentences of `narrative`, the plots) and computes no statistic itself. One file: the
+It renders what the `Analysis` stores (its numbers, aggregates included), the generated
+sentences of `narrative` and the plots, and computes no statistic itself. One file: the
 plots are inlined as SVG data URIs, the style sheet is in the page, there is no script, and a
 Content-Security-Policy forbids every request but data: images, so the page loads nothing
 from anywhere. Every string that comes from the user (method, benchmark and file names,
@@ -21,7 +21,6 @@ from dataflex_rl.harness.reporting import narrative, tables
 from dataflex_rl.harness.reporting.narrative import Fmt
 from dataflex_rl.harness.reporting.provenance import Provenance
 from dataflex_rl.harness.reporting.tables import BASELINE, Table
-from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE, Analysis
 
 #: verdict -> (CSS class, symbol); the verdict's words are always printed beside the colour
@@ -192,7 +191,6 @@ def sections(
     fmt: Fmt,
     figures: dict[str, Path],
     out_dir: Path,
-    aggs: list[aggregates.MethodAggregate],
     prov: Provenance,
     setup: list[str],
     definitions: str,
@@ -236,8 +234,8 @@ def sections(
                 + bullets(narrative.ranking_sentences(a) + narrative.sign_changes(a)),
             )
         )
-    if aggs:
-        body = table_html(tables.aggregate_table(aggs, a.baseline, fmt))
+    if a.aggregates:
+        body = table_html(tables.aggregate_table(a.aggregates, a.baseline, fmt))
         if "profiles" in figures:
             body += _figure("profiles", figures, out_dir)
         out.append(_section("aggregates", "Aggregates over runs × benchmarks", body))
@@ -304,7 +302,6 @@ def render_html(
     fmt: Fmt,
     figures: dict[str, Path],
     out_dir: Path,
-    aggs: list[aggregates.MethodAggregate],
     prov: Provenance,
     setup: list[str],
     definitions: str,
@@ -318,12 +315,11 @@ def render_html(
         fmt: how scores are formatted.
         figures: figure key -> PNG path written by `plots` (its SVG lies beside it).
         out_dir: the report's folder (figure captions name the PNG relative to it).
-        aggs: `report.compute_aggregates` (empty: no aggregates section).
         prov: what produced the report.
         setup: the Setup list of report.md (markdown items).
         definitions: the Definitions of report.md (a markdown list).
     """
-    parts = sections(a, failures, fmt, figures, out_dir, aggs, prov, setup, definitions)
+    parts = sections(a, failures, fmt, figures, out_dir, prov, setup, definitions)
     nav = "".join(f'<li><a href="#{sid}">{html.escape(t)}</a></li>' for sid, t, _ in parts)
     title = html.escape(title)
     return (

@@ -1,12 +1,13 @@
-"""Sentences generated from the numbers of an `Analysis` (no hand-written claims)."""
+"""Sentences generated from the numbers of an `Analysis` (no hand-written claims).
+
+Every number here is read from the analysis (harness/statistics/analysis.py computes and stores
+them); these functions only choose words and format.
+"""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from dataflex_rl.harness.statistics import power, stats
 from dataflex_rl.harness.statistics.analysis import (
     BETTER,
     NO_DIFF,
@@ -15,6 +16,7 @@ from dataflex_rl.harness.statistics.analysis import (
     Analysis,
     SummaryResult,
 )
+from dataflex_rl.harness.statistics.results import scores_are_fractions
 
 
 class Fmt:
@@ -25,10 +27,12 @@ class Fmt:
 
     @classmethod
     def for_scores(cls, scores) -> Fmt:
-        a = np.asarray(list(scores), dtype=float)
-        if a.size and np.all((a >= 0) & (a <= 1)):
-            return cls(100.0, "points")
-        return cls(1.0, "")
+        return cls(100.0, "points") if scores_are_fractions(scores) else cls(1.0, "")
+
+    @classmethod
+    def for_analysis(cls, a: Analysis) -> Fmt:
+        """Points for an analysis of scores in [0, 1] (`Analysis.fractions`)."""
+        return cls(100.0, "points") if a.fractions else cls(1.0, "")
 
     def value(self, v: float, signed: bool = False) -> str:
         if not math.isfinite(v):
@@ -61,16 +65,6 @@ def pvalue(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def pooled_sd(summary: SummaryResult) -> float:
-    """Root mean square of the SDs of paired differences over methods (NaN if none).
-
-    A method whose every run equals the baseline's (SD exactly 0, e.g. a static uniform mix
-    that draws the baseline's prompt stream) says nothing about the noise and is left out.
-    """
-    sds = [c.sd_diff for c in summary.comparisons if math.isfinite(c.sd_diff) and c.sd_diff > 0]
-    return math.sqrt(float(np.mean(np.square(sds)))) if sds else math.nan
-
-
 def paired_seeds(s: SummaryResult) -> str:
     """ "8" or "6–8": paired seeds of the real comparisons (seeds both runs have)."""
     return paired_seeds_of(s.comparisons)
@@ -81,15 +75,6 @@ def paired_seeds_of(comparisons) -> str:
     ns = [c.n_pairs for c in comparisons] or [0]
     lo, hi = min(ns), max(ns)
     return f"{lo}" if lo == hi else f"{lo}–{hi}"
-
-
-def family_mde(a: Analysis, s: SummaryResult) -> float:
-    """Simulated MDE of the verdict rule at the fewest paired seeds of ``s``, for its Holm
-    family of real comparisons, at the pooled SD of paired differences."""
-    n, _ = s.pair_counts()
-    return power.simulated_mde(
-        pooled_sd(s), n, m=max(1, len(s.comparisons)), alpha=a.options.alpha, power=a.options.power
-    )
 
 
 def _mde_text(mde: float, fmt: Fmt) -> str:
@@ -120,41 +105,41 @@ def headline(a: Analysis, fmt: Fmt) -> list[str]:
             f"Observed differences range from {fmt.value(worst.delta, True)} "
             f"({worst.method}) to {fmt.value(best.delta, True)} ({best.method}); "
             f"the minimum detectable effect at {n} paired seeds is "
-            f"{_mde_text(family_mde(a, s), fmt)} (simulated verdict rule, α = "
+            f"{_mde_text(s.mde, fmt)} (simulated verdict rule, α = "
             f"{a.options.alpha:g}, power {a.options.power:g}, Holm over {max(1, m)}, "
-            f"pooled SD of paired differences {fmt.amount(pooled_sd(s))})."
+            f"pooled SD of paired differences {fmt.amount(s.pooled_sd)})."
         )
     out.extend(power_sentences(a, fmt))
     return out
 
 
 def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
-    """What the seed count allows: the floor of the exact test and seeds needed (simulated)."""
-    n, _ = a.primary.pair_counts()
-    m = max(1, len(a.primary.comparisons))
-    alpha = a.options.alpha
+    """What the seed count allows: the floor of the exact test and seeds needed (simulated;
+    `Analysis.advice`)."""
+    adv = a.advice
+    if adv is None:
+        return []
     out = []
-    floor = stats.min_pvalue(n)
-    if floor > alpha / m:
-        need = f"at least {power.min_seeds(1, alpha)} paired seeds" + (
-            f" for one comparison and {power.min_seeds(m, alpha)} for the best of {m} under "
+    if adv.p_floor > a.options.alpha / adv.m:
+        need = f"at least {adv.min_seeds} paired seeds" + (
+            f" for one comparison and {adv.min_seeds_family} for the best of {adv.m} under "
             "Holm's correction"
-            if m > 1
+            if adv.m > 1
             else ""
         )
         out.append(
-            f"With {n} seeds the exact sign-flip test cannot give p below "
-            f"{floor:.3g}, so no method can be declared better or worse, whatever the "
+            f"With {adv.n} seeds the exact sign-flip test cannot give p below "
+            f"{adv.p_floor:.3g}, so no method can be declared better or worse, whatever the "
             f"numbers: that needs {need}."
         )
-    sd = pooled_sd(a.primary)
-    target = 0.01 if fmt.scale == 100.0 else None
-    if target is not None and math.isfinite(sd) and sd > 0:
-        k = power.simulated_seeds_needed(sd, target, m=m, alpha=alpha, power=a.options.power)
-        caveat = f" (from an SD estimated on only {n} seeds, itself uncertain)" if n < 5 else ""
+    if adv.effect is not None:
+        k = adv.seeds_needed
+        caveat = (
+            f" (from an SD estimated on only {adv.n} seeds, itself uncertain)" if adv.n < 5 else ""
+        )
         out.append(
-            f"Detecting a 1-point difference with power {a.options.power:g} among {m} "
-            "comparison(s) would take "
+            f"Detecting a {adv.effect * fmt.scale:g}-point difference with power "
+            f"{a.options.power:g} among {adv.m} comparison(s) would take "
             + (f"about {k} paired seeds" if k else "more than 64 paired seeds")
             + f" (simulated verdict rule){caveat}."
         )
@@ -170,14 +155,14 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
     out = [
         f"paired seeds: {paired_seeds(s)} (seeds with both the baseline's and the method's "
         f"run) on '{s.name}'",
-        f"noise: pooled SD of paired differences {fmt.amount(pooled_sd(s))}"
+        f"noise: pooled SD of paired differences {fmt.amount(s.pooled_sd)}"
         + "".join(
             f"; {c.method} (control) {fmt.amount(c.sd_diff)}"
             for c in s.controls
             if c.control == "same" and math.isfinite(c.sd_diff)
         ),
         f"minimum detectable effect at {n} paired seeds, Holm over {m}: "
-        f"{_mde_text(family_mde(a, s), fmt)} (power {a.options.power:g}, simulated with "
+        f"{_mde_text(s.mde, fmt)} (power {a.options.power:g}, simulated with "
         "the exact verdict rule; `dataflex_rl.harness.statistics.power`)",
     ]
     corr = [c for c in s.comparisons + s.controls if math.isfinite(c.corr)]

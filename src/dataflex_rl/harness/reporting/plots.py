@@ -1,5 +1,7 @@
 """Plots of a comparison (matplotlib, Agg canvas; pyplot's global state is never touched).
 
+They draw what the `Analysis` stores (harness/statistics computes every curve, band and MDE).
+
 - `forest_plot`: paired deltas against the baseline, 95% and corrected intervals, ±MDE band
   (the simulated MDE of the verdict rule).
 - `performance_profiles`: fraction of run × benchmark scores above each threshold, 95%
@@ -11,16 +13,15 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from dataflex_rl.core.io import atomic_path
-from dataflex_rl.harness.reporting.narrative import Fmt, family_mde
-from dataflex_rl.harness.statistics import aggregates
+from dataflex_rl.harness.reporting.narrative import Fmt
+from dataflex_rl.harness.statistics.aggregates import Profiles
 from dataflex_rl.harness.statistics.analysis import BETTER, WORSE, Analysis
-from dataflex_rl.harness.statistics.results import Row
+from dataflex_rl.harness.statistics.curves import Trace
 
 COLORS = {BETTER: "tab:green", WORSE: "tab:red"}
 #: panels per row: more wrap onto further rows (a figure stays readable at a page's width)
@@ -65,7 +66,7 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     fig, axes, ncols = _panels(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6)
     y = np.arange(len(methods))[::-1]
     for i, (ax, s) in enumerate(zip(axes, summaries)):
-        mde = family_mde(a, s)
+        mde = s.mde
         if math.isfinite(mde):
             ax.axvspan(
                 -mde * fmt.scale,
@@ -112,39 +113,20 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     return _save(fig, path)
 
 
-def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: Fmt) -> Path | None:
-    """Mean score over seeds per method, one panel per benchmark plus the average; shaded ± SE.
-
-    Returns None when the rows carry no steps (final scores only).
-    """
-    rows = [r for r in rows if r.step is not None]
-    if not rows:
+def learning_curves(a: Analysis, path: str | Path, fmt: Fmt) -> Path | None:
+    """Mean score over seeds per method, one panel per benchmark plus the average; shaded ± SE
+    (`Analysis.curves`). Returns None without curves (final scores only)."""
+    if not a.curves:
         return None
-    benchmarks = list(dict.fromkeys(r.benchmark for r in rows))
-    # (panel, method, step) -> {seed: score}; the average is over benchmarks per run and step
-    cells: dict[tuple, dict] = defaultdict(dict)
-    per_run: dict[tuple, list] = defaultdict(list)
-    for r in rows:
-        cells[(r.benchmark, r.method, r.step)][r.seed] = r.score
-        per_run[(r.method, r.step, r.seed)].append(r.score)
-    panels = benchmarks + (["average"] if len(benchmarks) > 1 else [])
-    for (m, step, seed), v in per_run.items():
-        if len(v) == len(benchmarks):
-            cells[("average", m, step)][seed] = float(np.mean(v))
-    fig, axes, ncols = _panels(len(panels))
-    for i, (ax, panel) in enumerate(zip(axes, panels)):
-        for k, m in enumerate(methods):
-            steps = sorted(st for (p, mm, st) in cells if p == panel and mm == m)
-            if not steps:
+    fig, axes, ncols = _panels(len(a.curves))
+    for i, (ax, (panel, by_method)) in enumerate(zip(axes, a.curves.items())):
+        for k, m in enumerate(a.methods):
+            if m not in by_method:
                 continue
-            vals = [np.array(list(cells[(panel, m, st)].values())) for st in steps]
-            mean = np.array([v.mean() for v in vals]) * fmt.scale
-            se = (
-                np.array([v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else 0.0 for v in vals])
-                * fmt.scale
-            )
-            (line,) = ax.plot(steps, mean, lw=1.2, label=m, **_method_style(k))
-            ax.fill_between(steps, mean - se, mean + se, color=line.get_color(), alpha=0.12)
+            c = by_method[m]
+            mean, se = np.array(c.mean) * fmt.scale, np.array(c.se) * fmt.scale
+            (line,) = ax.plot(c.steps, mean, lw=1.2, label=m, **_method_style(k))
+            ax.fill_between(c.steps, mean - se, mean + se, color=line.get_color(), alpha=0.12)
         ax.set_title(panel)
         ax.set_xlabel("step")
         if i % ncols == 0:
@@ -153,28 +135,17 @@ def learning_curves(rows: list[Row], methods: list[str], path: str | Path, fmt: 
     return _save(fig, path)
 
 
-def proportion_traces(rows: list[dict], path: str | Path) -> Path | None:
+def proportion_traces(traces: dict[str, dict[str, Trace]], path: str | Path) -> Path | None:
     """One panel per mixer method: per domain the target proportion (solid) and the sampled
-    share (dotted), means over seeds. Returns None without rows."""
-    if not rows:
+    share (dotted), means over seeds (``traces``: `Analysis.traces`). None without traces."""
+    if not traces:
         return None
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    domains = list(dict.fromkeys(r["domain"] for r in rows))
-    fig, axes, ncols = _panels(len(methods))
-    for i, (ax, m) in enumerate(zip(axes, methods)):
-        for k, d in enumerate(domains):
-            sel = [r for r in rows if r["method"] == m and r["domain"] == d]
-            steps = sorted({r["step"] for r in sel})
-            for col, style in (("target", "-"), ("actual", ":")):
-                by_step = defaultdict(list)
-                for r in sel:
-                    by_step[r["step"]].append(r[col])
-                ys = [
-                    np.nanmean(by_step[s]) if np.isfinite(by_step[s]).any() else np.nan
-                    for s in steps
-                ]
+    fig, axes, ncols = _panels(len(traces))
+    for i, (ax, (m, by_domain)) in enumerate(zip(axes, traces.items())):
+        for k, (d, tr) in enumerate(by_domain.items()):
+            for ys, style in ((tr.target, "-"), (tr.actual, ":")):
                 ax.plot(
-                    steps, ys, style, color=f"C{k}", lw=1.2, label=d if col == "target" else None
+                    tr.steps, ys, style, color=f"C{k}", lw=1.2, label=d if style == "-" else None
                 )
         ax.set_title(m)
         ax.set_xlabel("step")
@@ -189,26 +160,14 @@ def proportion_traces(rows: list[dict], path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
-def performance_profiles(
-    scores: dict[str, np.ndarray], path: str | Path, fmt: Fmt, n_boot: int = 1000
-) -> Path:
-    """One curve per method (``scores``: method -> [R, T]) with its stratified-bootstrap band."""
-    allv = np.concatenate([x.ravel() for x in scores.values()])
-    taus = np.linspace(allv.min(), allv.max(), 41)
-    rng = np.random.default_rng(0)
+def performance_profiles(profiles: Profiles, path: str | Path, fmt: Fmt) -> Path:
+    """One curve per method with its stratified-bootstrap band (`Analysis.profiles`)."""
+    taus = profiles.taus * fmt.scale
     fig, axes = _figure(1)
     ax = axes[0][0]
-    for k, (m, x) in enumerate(scores.items()):
-        band = aggregates.performance_profile(aggregates.stratified_resamples(x, rng, n_boot), taus)
-        lo, hi = np.quantile(band, [0.025, 0.975], axis=0)
-        (line,) = ax.plot(
-            taus * fmt.scale,
-            aggregates.performance_profile(x, taus),
-            lw=1.2,
-            label=m,
-            **_method_style(k),
-        )
-        ax.fill_between(taus * fmt.scale, lo, hi, color=line.get_color(), alpha=0.12)
+    for k, (m, (curve, lo, hi)) in enumerate(profiles.curves.items()):
+        (line,) = ax.plot(taus, curve, lw=1.2, label=m, **_method_style(k))
+        ax.fill_between(taus, lo, hi, color=line.get_color(), alpha=0.12)
     ax.set_xlabel("score τ" + (f" ({fmt.unit})" if fmt.unit else ""))
     ax.set_ylabel("fraction of runs × benchmarks > τ")
     ax.legend(fontsize=6, frameon=False)

@@ -13,21 +13,17 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from dataflex_rl.core.io import atomic_path, atomic_write_text
 from dataflex_rl.harness.reporting import narrative, plots, provenance, tables
 from dataflex_rl.harness.reporting.html_report import render_html
 from dataflex_rl.harness.reporting.narrative import Fmt
 from dataflex_rl.harness.reporting.provenance import Provenance
-from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import (
     BETTER,
     WORSE,
     Analysis,
     StatsOptions,
     analyze,
-    score_matrices,
 )
 from dataflex_rl.harness.statistics.results import Row
 from dataflex_rl.tracking import Tracker, TrackingConfig
@@ -105,49 +101,15 @@ class ReportInputs:
     params: dict = field(default_factory=dict)
 
 
-def compute_aggregates(a: Analysis, rows: list[Row], fmt: Fmt) -> list[aggregates.MethodAggregate]:
-    """IQM and probability of improvement over runs × benchmarks (real methods only); empty
-    with fewer than two methods that have every benchmark."""
-    scores = aggregate_scores(a, rows)
-    if len(scores) < 2 or a.baseline not in scores:
-        return []
-    taus = (
-        np.linspace(0, 1, 21)
-        if fmt.scale == 100.0
-        else np.quantile(
-            np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21)
-        )
-    )
-    return aggregates.aggregate(
-        scores, a.baseline, taus, np.random.default_rng(a.options.seed), n_boot=2000, alpha=0.05
-    )
-
-
-def aggregate_scores(a: Analysis, rows: list[Row]) -> dict[str, np.ndarray]:
-    """method -> [R, T] final scores over benchmarks, runs with every benchmark only; controls
-    left out."""
-    _, seeds, mats, _ = score_matrices(rows)
-    methods = list(dict.fromkeys(r.method for r in rows))
-    bench = [x for kind, x in mats.values() if kind == "benchmark"]
-    out = {}
-    for m in a.methods:
-        x = np.stack([b[methods.index(m)] for b in bench], axis=1)  # [S, T]
-        x = x[np.all(np.isfinite(x), axis=1)]
-        if x.shape[0] >= 2:
-            out[m] = x
-    return out
-
-
 def render_markdown(
     a: Analysis,
     inputs: ReportInputs,
     fmt: Fmt,
     plot_files: dict[str, Path],
     out_dir: Path,
-    aggs: list[aggregates.MethodAggregate],
     prov: Provenance,
 ) -> str:
-    """The text of ``report.md`` (``aggs``: `compute_aggregates`; ``prov``: what wrote it)."""
+    """The text of ``report.md`` (``prov``: what wrote it)."""
     o = a.options
     md = [f"# {inputs.title}", "", " ".join(narrative.headline(a, fmt)), ""]
     md += [
@@ -168,8 +130,8 @@ def render_markdown(
     ]
     if "forest" in plot_files:
         md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
-    if aggs:
-        agg = tables.markdown(tables.aggregate_table(aggs, a.baseline, fmt))
+    if a.aggregates:
+        agg = tables.markdown(tables.aggregate_table(a.aggregates, a.baseline, fmt))
         md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
         if "profiles" in plot_files:
             md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})", ""]
@@ -340,55 +302,70 @@ def write_statistics_csv(a: Analysis, path: Path) -> Path:
 
 @dataclass
 class ReportParts:
-    """A report's pieces, computed once; renderers (report.md, trackers, an index of strata)
+    """A report's pieces; renderers (report.md, report.html, trackers, an index of strata)
     read them.
 
     Args:
-        analysis: the `Analysis`.
+        analysis: the `Analysis` (every number the report prints).
         fmt: how scores are shown.
         plots: plot name (forest, curves, proportions, profiles) -> PNG written.
-        rows: the result rows analyzed.
         inputs: the `ReportInputs`.
         out: the report's folder.
-        aggs: `compute_aggregates` of the rows.
         prov: what produced the report (`provenance.current`).
     """
 
     analysis: Analysis
     fmt: Fmt
     plots: dict[str, Path]
-    rows: list[Row]
     inputs: ReportInputs
     out: Path
-    aggs: list[aggregates.MethodAggregate]
     prov: Provenance
 
 
 def prepare_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
-    """Analyze ``rows``, draw the plots under ``out_dir``/plots and compute the aggregates (no
-    text files yet)."""
+    """Analyze ``rows`` (every number the report prints: `analysis.analyze`) and draw the
+    plots under ``out_dir``/plots (`report_parts`; no text files yet)."""
+    a = analyze(
+        rows,
+        inputs.baseline,
+        inputs.options,
+        controls=inputs.controls,
+        proportions=inputs.proportions,
+        seeds_needed=True,
+    )
+    return report_parts(a, out_dir, inputs)
+
+
+def report_parts(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
+    """The plots of a stored analysis under ``out_dir``/plots, and the pieces the text files
+    are written from; they format its numbers and compute none (``inputs.options`` and
+    ``inputs.proportions`` were the analysis's)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    a = analyze(rows, inputs.baseline, inputs.options, controls=inputs.controls)
-    fmt = Fmt.for_scores(r.score for r in rows)
+    fmt = Fmt.for_analysis(a)
     files: dict[str, Path] = {}
     if inputs.plots and importlib.util.find_spec("matplotlib") is None:
         a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
     elif inputs.plots:
         files["forest"] = plots.forest_plot(a, out / "plots" / "forest.png", fmt)
-        curves = plots.learning_curves(rows, a.methods, out / "plots" / "learning_curves.png", fmt)
+        curves = plots.learning_curves(a, out / "plots" / "learning_curves.png", fmt)
         if curves is not None:
             files["curves"] = curves
-        props = plots.proportion_traces(inputs.proportions, out / "plots" / "proportions.png")
+        props = plots.proportion_traces(a.traces, out / "plots" / "proportions.png")
         if props is not None:
             files["proportions"] = props
-        scores = aggregate_scores(a, rows)
-        if len(scores) >= 2:
+        if a.profiles is not None:
             files["profiles"] = plots.performance_profiles(
-                scores, out / "plots" / "profiles.png", fmt
+                a.profiles, out / "plots" / "profiles.png", fmt
             )
-    aggs = compute_aggregates(a, rows, fmt)
-    return ReportParts(a, fmt, files, rows, inputs, out, aggs, provenance.current())
+    return ReportParts(a, fmt, files, inputs, out, provenance.current())
+
+
+def render_report(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
+    """Write the report of a stored analysis: `report_parts`, then `write_report_files`."""
+    parts = report_parts(a, out_dir, inputs)
+    write_report_files(parts)
+    return parts
 
 
 def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
@@ -409,7 +386,7 @@ def write_report_files(parts: ReportParts) -> None:
     run."""
     a, out, inputs = parts.analysis, parts.out, parts.inputs
     write_statistics_csv(a, out / "statistics.csv")
-    text = render_markdown(a, inputs, parts.fmt, parts.plots, out, parts.aggs, parts.prov)
+    text = render_markdown(a, inputs, parts.fmt, parts.plots, out, parts.prov)
     atomic_write_text(out / "report.md", text)
     page = render_html(
         a,
@@ -418,7 +395,6 @@ def write_report_files(parts: ReportParts) -> None:
         parts.fmt,
         parts.plots,
         out,
-        parts.aggs,
         parts.prov,
         setup_lines(a, inputs),
         definitions(a.options),

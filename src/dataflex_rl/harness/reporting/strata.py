@@ -171,7 +171,7 @@ def index_markdown(
 def _section(p: ReportParts, out: Path) -> list[str]:
     """A stratum's report.md without its title, provenance and definitions (the index has them
     once), headings one level down, plots linked from ``out``."""
-    text = render_markdown(p.analysis, p.inputs, p.fmt, p.plots, out, p.aggs, p.prov)
+    text = render_markdown(p.analysis, p.inputs, p.fmt, p.plots, out, p.prov)
     body = text.split("\n## How this report was produced", 1)[0].strip().splitlines()[1:]
     while body and not body[0].strip():
         body.pop(0)

@@ -91,7 +91,7 @@ def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
 
 
 def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: Fmt) -> Table:
-    """IQM and probability of improvement per method, from `aggregates.aggregate`."""
+    """IQM and probability of improvement per method (`Analysis.aggregates`)."""
     unit = f" ({fmt.unit})" if fmt.unit else ""
     rows = tuple(
         (
@@ -107,11 +107,9 @@ def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: 
 
 
 def ranking_table(a: Analysis) -> Table:
-    """Each method's rank by mean under every summary."""
-    from dataflex_rl.harness.statistics.stats import ranks
-
+    """Each method's rank by mean under every summary (`Analysis.ranks`)."""
     names = [s.name for s in a.summaries]
-    table = {s.name: ranks([s.mean_of(m) for m in a.methods]) for s in a.summaries}
+    table = dict(zip(names, a.ranks))
     rows = tuple((m, *(str(int(table[n][i])) for n in names)) for i, m in enumerate(a.methods))
     return Table(("method", *names), rows, (False, *(True,) * len(names)))
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from dataflex_rl.core.texttable import text_table
 from dataflex_rl.harness.reporting.narrative import Fmt, delta_interval, headline
-from dataflex_rl.harness.statistics.analysis import Analysis, average_parts, score_matrices
+from dataflex_rl.harness.statistics.analysis import Analysis
 from dataflex_rl.harness.statistics.results import Row
 
 #: accuracies the engine records beside ``score`` (``Row.extra``)
@@ -34,20 +32,13 @@ def score_metric(rows: list[Row]) -> tuple[str, str | None]:
     return name, (other[0] if other and name != "score" else None)
 
 
-def _means(a: Analysis, rows: list[Row], metric: str | None) -> dict[str, dict[str, float]]:
-    """summary -> method -> mean over seeds of ``metric`` (``score`` when None)."""
+def _means(a: Analysis, metric: str | None) -> dict[str, dict[str, float]]:
+    """summary -> method -> mean over seeds of ``metric`` (``score`` when None), as stored."""
     if metric is None:
         return {
             s.name: {m.method: m.mean for m in s.methods + s.control_methods} for s in a.summaries
         }
-    moved = [Row(r.method, r.seed, r.benchmark, r.extra[metric], r.domain, r.step) for r in rows]
-    methods, _, mats, _ = score_matrices(moved)
-    out = {}
-    for name, (_, x) in mats.items():
-        with np.errstate(all="ignore"):
-            means = [float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for v in x]
-        out[name] = dict(zip(methods, means))
-    return out
+    return a.extra_means[metric]
 
 
 def summary_table(a: Analysis, rows: list[Row], fmt: Fmt) -> str:
@@ -55,7 +46,7 @@ def summary_table(a: Analysis, rows: list[Row], fmt: Fmt) -> str:
     on the average, Δ, corrected interval, p (Holm), verdict; then the other accuracy."""
     s = a.primary
     name, other = score_metric(rows)
-    parts = [p for p in average_parts(rows) if any(x.name == p for x in a.summaries)]
+    parts = a.parts
     cols = [*parts, s.name]
     unit = f", {fmt.unit}" if fmt.unit else ""
     label = "score" if name == "score" else f"{name} accuracy"
@@ -65,7 +56,7 @@ def summary_table(a: Analysis, rows: list[Row], fmt: Fmt) -> str:
     ]
     if other:
         groups.append((f"{other} accuracy{unit}", cols))
-    main, beside = _means(a, rows, None), _means(a, rows, other) if other else {}
+    main, beside = _means(a, None), _means(a, other) if other else {}
     comps = {c.method: c for c in s.comparisons + s.controls}
     table = []
     for m in s.methods + s.control_methods:
@@ -92,7 +83,7 @@ def summary_text(a: Analysis | None, rows: list[Row], report: str) -> str:
     """Headline, table and where the report is (``report``: its path as text)."""
     if a is None:
         return f"no statistics (the baseline has no finished run); see {report}"
-    fmt = Fmt.for_scores(r.score for r in rows)
+    fmt = Fmt.for_analysis(a)
     return "\n".join(
         [" ".join(headline(a, fmt)), "", summary_table(a, rows, fmt), "", f"report: {report}"]
     )

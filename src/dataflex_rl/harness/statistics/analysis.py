@@ -23,7 +23,12 @@ reach a verdict (2 / 2^n > α) is "untested", not failed.
 
 **MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
 family's size and the observed SD of its paired differences: the smallest true difference this
-rule calls "better" with probability ``power``.
+rule calls "better" with probability ``power``. A summary's MDE is the same at its fewest paired
+seeds and the pooled SD of its comparisons.
+
+Every number a report prints is computed here and stored in the `Analysis` (MDEs, what the seed
+count allows and the seeds a 1-point difference needs, aggregates and profiles, ranks, learning
+curves, mixers' traces, the other accuracy's means); harness/reporting only formats them.
 """
 
 from __future__ import annotations
@@ -36,7 +41,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dataflex_rl.harness.statistics import power, stats
-from dataflex_rl.harness.statistics.results import Row, final_scores, seed_sort_key
+from dataflex_rl.harness.statistics.aggregates import (
+    MethodAggregate,
+    Profiles,
+    method_aggregates,
+    profiles,
+)
+from dataflex_rl.harness.statistics.curves import Curve, Trace, learning_curves, proportion_traces
+from dataflex_rl.harness.statistics.power import SeedAdvice, seed_advice
+from dataflex_rl.harness.statistics.results import (
+    Row,
+    final_scores,
+    scores_are_fractions,
+    seed_sort_key,
+)
 
 BETTER, WORSE, NO_DIFF, TOO_FEW = (
     "better",
@@ -106,16 +124,19 @@ class Comparison:
     #: when not, ``ci`` and ``corrected_ci`` stay NaN: an interval is not shown where no
     #: verdict is possible (with 3 seeds a bootstrap interval is about the range of 3 deltas)
     verdict_possible: bool = False
+    #: whether a control got its required verdict (`control_passed`); None when not a
+    #: control or untested
+    control_passed: bool | None = None
 
-    @property
-    def control_passed(self) -> bool | None:
-        """Whether a control got its required verdict; None when not a control or untested
-        (too few paired seeds, or too few for the exact test to reach the level: 2 / 2^n)."""
-        if not self.control or self.verdict == TOO_FEW:
-            return None
-        if self.control == "worse" and not stats.min_pvalue(self.n_pairs) <= self.level:
-            return None
-        return self.verdict == CONTROL_KINDS[self.control]
+
+def control_passed(c: Comparison) -> bool | None:
+    """Whether control ``c`` got its required verdict; None when not a control or untested
+    (too few paired seeds, or too few for the exact test to reach the level: 2 / 2^n)."""
+    if not c.control or c.verdict == TOO_FEW:
+        return None
+    if c.control == "worse" and not stats.min_pvalue(c.n_pairs) <= c.level:
+        return None
+    return c.verdict == CONTROL_KINDS[c.control]
 
 
 @dataclass
@@ -129,6 +150,11 @@ class SummaryResult:
     #: control arms: their means and comparisons (each a family of one)
     control_methods: list[MethodStats] = field(default_factory=list)
     controls: list[Comparison] = field(default_factory=list)
+    #: root mean square of the real comparisons' SDs of paired differences (`pooled_sd`)
+    pooled_sd: float = math.nan
+    #: simulated MDE of the verdict rule at the fewest paired seeds of the real comparisons,
+    #: Holm over all of them, at ``pooled_sd`` (the headline's MDE, the forest plot's band)
+    mde: float = math.nan
 
     def mean_of(self, method: str) -> float:
         return next(m.mean for m in self.methods if m.method == method)
@@ -141,7 +167,7 @@ class SummaryResult:
 
 @dataclass
 class Analysis:
-    """The whole comparison."""
+    """The whole comparison, and every number a report of it prints."""
 
     baseline: str
     methods: list[str]
@@ -153,6 +179,26 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     #: control label -> required outcome ("same" or "worse"); not in ``methods``
     controls: dict[str, str] = field(default_factory=dict)
+    #: the summaries the average is the mean of (`average_parts`, those analyzed)
+    parts: list[str] = field(default_factory=list)
+    #: every score lies in [0, 1] (`results.scores_are_fractions`): shown in points
+    fractions: bool = False
+    #: [S, M] competition ranks of ``methods`` by mean under each summary (1 = highest)
+    ranks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    #: what the primary summary's seed count allows (`power.seed_advice`)
+    advice: SeedAdvice | None = None
+    #: IQM and P(> baseline) of the real methods over runs × benchmarks (`aggregates`; empty
+    #: with fewer than two methods that have every benchmark on two runs)
+    aggregates: list[MethodAggregate] = field(default_factory=list)
+    #: performance profiles of the same scores (None where ``aggregates`` is empty)
+    profiles: Profiles | None = None
+    #: panel -> method -> learning curve (`curves.learning_curves`; empty without steps)
+    curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
+    #: mixer -> domain -> proportion trace (`curves.proportion_traces`)
+    traces: dict[str, dict[str, Trace]] = field(default_factory=dict)
+    #: other accuracy (a ``Row.extra`` key every row has) -> summary -> method -> mean over
+    #: seeds of its final values (controls included)
+    extra_means: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def summary(self, name: str) -> SummaryResult:
         return next(s for s in self.summaries if s.name == name)
@@ -336,6 +382,9 @@ def analyze_summary(
     ctrl_comps = [_family(name, [methods[i]], matrix[[i]], matrix[b], options)[0] for i in ctrl]
     for c in ctrl_comps:
         c.control = controls[c.method]
+        c.control_passed = control_passed(c)
+    sd = pooled_sd(comps)
+    n = min((c.n_pairs for c in comps), default=0)
     return SummaryResult(
         name,
         kind,
@@ -343,7 +392,27 @@ def analyze_summary(
         comps,
         [stats_of[i] for i in ctrl],
         ctrl_comps,
+        pooled_sd=sd,
+        mde=power.simulated_mde(
+            sd, n, m=max(1, len(comps)), alpha=options.alpha, power=options.power
+        ),
     )
+
+
+def pooled_sd(comparisons: list[Comparison]) -> float:
+    """Root mean square of the comparisons' SDs of paired differences (NaN if none).
+
+    A method whose every run equals the baseline's (SD exactly 0, e.g. a static uniform mix
+    that draws the baseline's prompt stream) says nothing about the noise and is left out.
+    """
+    sds = [c.sd_diff for c in comparisons if math.isfinite(c.sd_diff) and c.sd_diff > 0]
+    return math.sqrt(float(np.mean(np.square(sds)))) if sds else math.nan
+
+
+def _advice(s: SummaryResult, options: StatsOptions, effect: float | None) -> SeedAdvice:
+    n, _ = s.pair_counts()
+    m = max(1, len(s.comparisons))
+    return seed_advice(n, m, s.pooled_sd, alpha=options.alpha, power=options.power, effect=effect)
 
 
 def _check_controls(controls: Mapping[str, str], methods: list[str], baseline: str) -> None:
@@ -364,8 +433,12 @@ def analyze(
     baseline: str,
     options: StatsOptions | None = None,
     controls: Mapping[str, str] | None = None,
+    *,
+    proportions: list[dict] | None = None,
+    seeds_needed: bool = False,
 ) -> Analysis:
-    """The full comparison of every method against ``baseline`` under every summary.
+    """The full comparison of every method against ``baseline`` under every summary, with
+    every number a report of it prints.
 
     Args:
         rows: result rows.
@@ -374,6 +447,10 @@ def analyze(
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
             difference") or "worse" (a planted harm). Each control is tested on its own (a family
             of one) and they are left out of ``Analysis.methods`` and the rankings.
+        proportions: rows of ``proportions.csv`` (mixers), for `Analysis.traces`.
+        seeds_needed: also simulate the paired seeds a 1-point difference needs (scores in
+            [0, 1] only; `SeedAdvice.seeds_needed`), a Monte-Carlo search of seconds that the
+            report's power sentence asks for.
 
     Raises:
         ValueError: no rows, ``baseline`` has no rows, or a bad control.
@@ -400,4 +477,56 @@ def analyze(
         for j in range(k):
             ok = np.isfinite(means[i]) & np.isfinite(means[j])
             tau[i, j] = stats.kendall_tau(means[i][ok], means[j][ok])
-    return Analysis(baseline, methods, seeds, summaries, tau, options, notes, controls)
+    fractions = scores_are_fractions(r.score for r in rows)
+    scores = aggregate_scores(methods, first_seen, matrices)
+    aggs = method_aggregates(scores, baseline, fractions, options.seed)
+    return Analysis(
+        baseline,
+        methods,
+        seeds,
+        summaries,
+        tau,
+        options,
+        notes,
+        controls,
+        parts=[p for p in average_parts(rows) if p in matrices],
+        fractions=fractions,
+        ranks=np.array([stats.ranks(row) for row in means]).reshape(k, len(methods)),
+        advice=_advice(summaries[-1], options, 0.01 if fractions and seeds_needed else None),
+        aggregates=aggs,
+        profiles=profiles(scores) if aggs else None,
+        curves=learning_curves(rows, methods),
+        traces=proportion_traces(proportions or []),
+        extra_means=extra_means(rows),
+    )
+
+
+def aggregate_scores(
+    methods: list[str], first_seen: list[str], matrices: Matrices
+) -> dict[str, np.ndarray]:
+    """method -> [R, T] final scores over benchmarks (``matrices``' rows in ``first_seen``
+    order), runs with every benchmark only, methods with at least two such runs only."""
+    bench = [x for kind, x in matrices.values() if kind == "benchmark"]
+    out = {}
+    for m in methods:
+        x = np.stack([b[first_seen.index(m)] for b in bench], axis=1)  # [S, T]
+        x = x[np.all(np.isfinite(x), axis=1)]
+        if x.shape[0] >= 2:
+            out[m] = x
+    return out
+
+
+def extra_means(rows: list[Row]) -> dict[str, dict[str, dict[str, float]]]:
+    """metric -> summary -> method -> mean over seeds of the final values of ``Row.extra``'s
+    ``metric``, for every metric each row carries (the engine's other accuracy)."""
+    keys = [k for k in rows[0].extra if all(k in r.extra for r in rows)] if rows else []
+    out = {}
+    for k in keys:
+        moved = [Row(r.method, r.seed, r.benchmark, r.extra[k], r.domain, r.step) for r in rows]
+        methods, _, mats, _ = score_matrices(moved)
+        out[k] = {}
+        for name, (_, x) in mats.items():
+            with np.errstate(all="ignore"):
+                means = [float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for v in x]
+            out[k][name] = dict(zip(methods, means))
+    return out

@@ -39,6 +39,7 @@ simulation does the same with one set of patterns for all experiments.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -247,6 +248,54 @@ def simulated_seeds_needed(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
+
+
+@dataclass(frozen=True)
+class SeedAdvice:
+    """What a seed count allows, and what more seeds would buy (`seed_advice`).
+
+    Args:
+        n: paired seeds (the fewest of a summary's comparisons).
+        m: comparisons in the Holm family (at least 1).
+        p_floor: the smallest p the exact sign-flip test can give at ``n`` seeds (2 / 2^n).
+        min_seeds: the fewest paired seeds at which one comparison can be decided.
+        min_seeds_family: the same for the best of ``m`` under Holm's correction.
+        effect: the difference asked about (None: not asked, or no SD above 0 to ask with).
+        seeds_needed: paired seeds the verdict rule needs to call ``effect`` better with the
+            given power among ``m`` comparisons (simulated); None when more than 64 or not
+            asked.
+    """
+
+    n: int
+    m: int
+    p_floor: float
+    min_seeds: int
+    min_seeds_family: int
+    effect: float | None = None
+    seeds_needed: int | None = None
+
+
+def seed_advice(
+    n: int,
+    m: int,
+    sd: float,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    effect: float | None = None,
+) -> SeedAdvice:
+    """`SeedAdvice` at ``n`` paired seeds among ``m`` comparisons; with ``effect`` and an SD
+    of paired differences above 0, also `simulated_seeds_needed` (a search of seconds)."""
+    asked = effect is not None and math.isfinite(sd) and sd > 0
+    return SeedAdvice(
+        n,
+        m,
+        stats.min_pvalue(n),
+        min_seeds(1, alpha),
+        min_seeds(m, alpha),
+        effect if asked else None,
+        simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power) if asked else None,
+    )
 
 
 # python -m dataflex_rl.harness.statistics.power: the figures of docs/harness.md

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from dataflex_rl.core.io import atomic_path
 from dataflex_rl.core.registry import ConfigError
 
@@ -48,6 +50,13 @@ class Row:
 def seed_sort_key(seed: str) -> tuple:
     """Numeric seeds in numeric order, before any non-numeric label."""
     return (0, int(seed), "") if seed.lstrip("-").isdigit() else (1, 0, seed)
+
+
+def scores_are_fractions(scores) -> bool:
+    """Every score lies in [0, 1] (accuracies: a report shows them in points, × 100, and asks
+    how many seeds a 1-point difference needs); False for no scores."""
+    a = np.asarray(list(scores), dtype=float)
+    return bool(a.size and np.all((a >= 0) & (a <= 1)))
 
 
 def final_scores(rows: list[Row]) -> dict[tuple[str, str, str], float]:

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from dataflex_rl.harness.reporting.narrative import pooled_sd
 from dataflex_rl.harness.reporting.report import ReportInputs, write_report
 from dataflex_rl.harness.statistics import power
+from dataflex_rl.harness.statistics.analysis import pooled_sd
 from dataflex_rl.harness.statistics.results import Row
 
 
@@ -48,7 +48,7 @@ def test_sensitivity_section_comes_before_the_verdicts(tmp_path):
     assert section.count("**passed**") == 2
     assert "pairing correlation" in section and "up +" in section
     # the MDE stated is the simulated one at 8 pairs among the 2 real comparisons
-    mde = power.simulated_mde(pooled_sd(a.primary), 8, m=2)
+    mde = power.simulated_mde(pooled_sd(a.primary.comparisons), 8, m=2)
     assert f"Holm over 2: {100 * mde:.1f} points" in section
     # controls stay out of the ranking
     ranking = text[text.index("## Ranking") : text.index("Kendall's tau-b between")]

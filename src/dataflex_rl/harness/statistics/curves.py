@@ -1,0 +1,96 @@
+"""Per-step summaries over seeds, for the plots: learning curves and mixers' proportion traces.
+
+- `learning_curves`: per panel (each benchmark, and the average over benchmarks when there are
+  several) and method, the mean held-out score over seeds at each checkpoint with its standard
+  error (SD / √n; 0 for a single seed). A run enters the average at a step only when it has
+  every benchmark there.
+- `proportion_traces`: per mixer method and domain, the target proportion and the sampled
+  share at each step, means over seeds (NaN where no seed logged one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from dataflex_rl.harness.statistics.results import Row
+
+AVERAGE = "average"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One method's curve on one panel: [K] steps, means over seeds and their SEs."""
+
+    steps: list[int]
+    mean: list[float]
+    se: list[float]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One mixer's domain: [K] steps, mean target proportion and mean sampled share."""
+
+    steps: list[int]
+    target: list[float]
+    actual: list[float]
+
+
+def learning_curves(rows: list[Row], methods: list[str]) -> dict[str, dict[str, Curve]]:
+    """panel -> method -> `Curve`, panels in first-seen benchmark order then "average";
+    empty when the rows carry no steps (final scores only)."""
+    rows = [r for r in rows if r.step is not None]
+    if not rows:
+        return {}
+    benchmarks = list(dict.fromkeys(r.benchmark for r in rows))
+    # (panel, method, step) -> {seed: score}; the average is over benchmarks per run and step
+    cells: dict[tuple, dict] = defaultdict(dict)
+    per_run: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        cells[(r.benchmark, r.method, r.step)][r.seed] = r.score
+        per_run[(r.method, r.step, r.seed)].append(r.score)
+    panels = benchmarks + ([AVERAGE] if len(benchmarks) > 1 else [])
+    for (m, step, seed), v in per_run.items():
+        if len(v) == len(benchmarks):
+            cells[(AVERAGE, m, step)][seed] = float(np.mean(v))
+    out: dict[str, dict[str, Curve]] = {}
+    for panel in panels:
+        out[panel] = {}
+        for m in methods:
+            steps = sorted(st for (p, mm, st) in cells if p == panel and mm == m)
+            if not steps:
+                continue
+            vals = [np.array(list(cells[(panel, m, st)].values())) for st in steps]
+            out[panel][m] = Curve(
+                steps,
+                [float(v.mean()) for v in vals],
+                [float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0 for v in vals],
+            )
+    return out
+
+
+def proportion_traces(rows: list[dict]) -> dict[str, dict[str, Trace]]:
+    """method -> domain -> `Trace` from ``proportions.csv`` rows (method, seed, step, domain,
+    target, actual), in first-seen order; empty without rows."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    domains = list(dict.fromkeys(r["domain"] for r in rows))
+    out: dict[str, dict[str, Trace]] = {}
+    for m in methods:
+        out[m] = {}
+        for d in domains:
+            sel = [r for r in rows if r["method"] == m and r["domain"] == d]
+            steps = sorted({r["step"] for r in sel})
+            cols = {}
+            for col in ("target", "actual"):
+                by_step = defaultdict(list)
+                for r in sel:
+                    by_step[r["step"]].append(r[col])
+                cols[col] = [
+                    float(np.nanmean(by_step[s])) if np.isfinite(by_step[s]).any() else math.nan
+                    for s in steps
+                ]
+            out[m][d] = Trace(steps, cols["target"], cols["actual"])
+    return out
