@@ -28,6 +28,8 @@ from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.describe import describe
 from dataflex_rl.presets import PRESETS
+from tests.hand_worked import check_component, check_hand_worked
+from tests.states import assert_moved, state_equal
 from tests.strategies import DOMAINS, random_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::dataflex_rl.core.strategy.StrategyWarning")
@@ -118,6 +120,7 @@ def test_unknown_parameter_is_an_error(kind, name):
 
 @pytest.mark.parametrize("kind, name", ALL, ids=IDS)
 def test_output_shapes_dtypes_and_masks(kind, name):
+    check_component(kind, name)  # an identity component has the right shapes too
     cls = _cls(kind, name)
     for seed in SEEDS:
         b = random_batch(seed, step=seed)
@@ -158,6 +161,7 @@ def test_output_shapes_dtypes_and_masks(kind, name):
 
 @pytest.mark.parametrize("kind, name", ALL, ids=IDS)
 def test_deterministic(kind, name):
+    check_component(kind, name)
     cls = _cls(kind, name)
     for seed in SEEDS:
         a, b = _exercise(kind, cls(), seed), _exercise(kind, cls(), seed)
@@ -172,24 +176,16 @@ def test_state_round_trip(kind, name):
     if isinstance(a, DomainScorer):
         _feed(a)
     state = a.state_dict()
+    if state:  # a stateful component: its state moved before the round trip proves anything
+        assert_moved(state, cls().state_dict(), name)
     b = cls()
     b.load_state_dict(pickle.loads(pickle.dumps(state)))
-    assert _state_equal(b.state_dict(), state)
+    assert state_equal(b.state_dict(), state)
     # and both behave the same from here on
     for seed in (5, 6):
         assert all(
             torch.equal(x, y) for x, y in zip(_exercise(kind, a, seed), _exercise(kind, b, seed))
         )
-
-
-def _state_equal(x, y):
-    if isinstance(x, torch.Tensor):
-        return isinstance(y, torch.Tensor) and torch.equal(x, y)
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(_state_equal(x[k], y[k]) for k in x)
-    if isinstance(x, (list, tuple)):
-        return len(x) == len(y) and all(_state_equal(a, b) for a, b in zip(x, y))
-    return x == y
 
 
 @pytest.mark.parametrize("kind, name", ALL, ids=IDS)
@@ -204,11 +200,12 @@ def test_stateless_components_refuse_state(kind, name):
 
 @pytest.mark.parametrize("kind, name", ALL, ids=IDS)
 def test_pickles(kind, name):
+    check_component(kind, name)
     cls = _cls(kind, name)
     a = cls()
     _exercise(kind, a, 1)
     b = pickle.loads(pickle.dumps(a))
-    assert b == a and _state_equal(b.state_dict(), a.state_dict())
+    assert b == a and state_equal(b.state_dict(), a.state_dict())
 
 
 @pytest.mark.parametrize("kind, name", ALL, ids=IDS)
@@ -241,6 +238,7 @@ def _decisions(s, seeds=SEEDS):
 
 @pytest.mark.parametrize("preset", PRESET_NAMES)
 def test_preset_builds_and_decides_within_contract(preset):
+    check_hand_worked(preset)
     s = Strategy(preset, domains=DOMAINS)
     for step, seed in enumerate(SEEDS):
         b = random_batch(seed, step=step)
@@ -264,6 +262,7 @@ def test_preset_builds_and_decides_within_contract(preset):
 
 @pytest.mark.parametrize("preset", PRESET_NAMES)
 def test_preset_is_deterministic_and_pickles(preset):
+    check_hand_worked(preset)
     a, b = Strategy(preset, domains=DOMAINS), Strategy(preset, domains=DOMAINS)
     for da, db in zip(_decisions(a), _decisions(b)):
         assert torch.equal(da.keep_mask, db.keep_mask)
@@ -279,6 +278,8 @@ def test_preset_state_round_trip(preset):
     a = Strategy(preset, domains=DOMAINS)
     _decisions(a)
     b = Strategy(preset, domains=DOMAINS)
+    if "mix" in a.parts or "prerollout" in a.parts:  # stateful: the state moved
+        assert_moved(a.state_dict(), b.state_dict(), preset)
     b.load_state_dict(pickle.loads(pickle.dumps(a.state_dict())))
     for da, db in zip(_decisions(a, (3, 4, 5, 6, 7, 8)), _decisions(b, (3, 4, 5, 6, 7, 8))):
         assert torch.equal(da.weights_per_token, db.weights_per_token)

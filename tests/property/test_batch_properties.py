@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataflex_rl.core.batch import group_successes, informative_mask, rank_in_group
+from dataflex_rl.core.batch import from_lists, group_successes, informative_mask, rank_in_group
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
 
@@ -35,6 +35,13 @@ def test_masks_equal_the_loop_oracle(b):
 
 @given(rollout_batches(), st.data())
 def test_permuting_groups_permutes_the_statistics(b, data):
+    # hand-worked (constant statistics would permute too): groups (1, 0) and (2, 2): means .5
+    # and 2, unbiased stds sqrt(.5) and 0; ranks 1, 0 | 0, 1 (tie by index)
+    hw = from_lists([1.0, 0.0, 2.0, 2.0], [0, 0, 1, 1])
+    assert hw.group_mean.tolist() == [0.5, 2.0]
+    assert hw.group_std.tolist() == pytest.approx([math.sqrt(0.5), 0.0])
+    assert rank_in_group(hw).tolist() == [1, 0, 0, 1]
+    assert informative_mask(hw).tolist() == [True, True, False, False]
     perm = data.draw(st.permutations(range(b.num_groups)))
     pb, rows = permute_groups(b, perm)
     # new group perm[g] is old group g

@@ -29,6 +29,7 @@ import dataflex_rl  # noqa: F401  (registers every component)
 from dataflex_rl import Strategy
 from dataflex_rl.core.base import REGISTRIES, DomainScorer
 from dataflex_rl.presets import PRESETS
+from tests.hand_worked import check_component, check_hand_worked
 from tests.strategies import permute_groups, rollout_batches
 
 ACTUATOR_KINDS = {"selector": "select", "reweighter": "reweight", "mixer": "mix"}
@@ -172,9 +173,7 @@ def _check_permutation(spec, component, b, d, perm):
         torch.testing.assert_close(pd.proportions, d.proportions, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    "spec, component", [(s, c) for _, s, c in SPECS], ids=[i for i, _, _ in SPECS]
-)
+@pytest.mark.parametrize("sid, spec, component", SPECS, ids=[i for i, _, _ in SPECS])
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     b=rollout_batches(max_groups=5, max_group_size=5),
@@ -183,8 +182,9 @@ def _check_permutation(spec, component, b, d, perm):
     data=st.data(),
 )
 def test_every_component_is_finite_gradient_free_and_permutation_invariant(
-    spec, component, b, extreme, grad, data
+    sid, spec, component, b, extreme, grad, data
 ):
+    _check_hand_worked(sid)  # keep-all / weight 1 is finite and invariant too
     b = _extreme(b, extreme) if extreme else b
     b = _with_grad(b) if grad else b
     s, d = _decide(spec, b)
@@ -198,6 +198,14 @@ def test_every_component_is_finite_gradient_free_and_permutation_invariant(
         k1, _ = s.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0))
         k2, _ = ps.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0))
         assert torch.equal(k1, k2)
+
+
+def _check_hand_worked(sid: str) -> None:
+    kind, name = sid.split("-", 1)
+    if kind == "preset":
+        check_hand_worked(name)
+    else:
+        check_component(kind.replace("_", " "), name)
 
 
 def test_every_registered_component_is_covered():

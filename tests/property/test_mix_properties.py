@@ -14,6 +14,7 @@ from dataflex_rl.core.proportions import apply_floor
 from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
 from dataflex_rl.mix.mixers import UCB, RewardGap, SoftmaxMixer
 from dataflex_rl.scorers.domain import LearningProgress
+from tests.hand_worked import check_component, check_hand_worked
 from tests.property import oracles
 from tests.strategies import DOMAINS, rollout_batches
 
@@ -34,6 +35,7 @@ signal = st.floats(-5.0, 5.0, allow_nan=False)
     st.sampled_from(["reward_gap", "ucb", "softmax"]),
 )
 def test_proportions_on_the_simplex_with_the_floor(args, mixer):
+    check_component("mixer", mixer)  # uniform proportions stay on the simplex too
     values, observed, drawn, floor, T = args
     D = len(values)
     m = {"reward_gap": RewardGap, "ucb": UCB, "softmax": SoftmaxMixer}[mixer](
@@ -56,6 +58,11 @@ def test_proportions_on_the_simplex_with_the_floor(args, mixer):
 
 @given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6), st.floats(0.0, 0.3))
 def test_apply_floor_on_any_raw_input(raw, floor):
+    # hand-worked: .1 + (1 - 3 x .1) x (1, 0, 0) = (.8, .1, .1); all-zero raw gives uniform
+    assert apply_floor(torch.tensor([2.0, 0.0, 0.0]), 0.1).tolist() == pytest.approx(
+        [0.8, 0.1, 0.1]
+    )
+    assert apply_floor(torch.zeros(2), 0.2).tolist() == [0.5, 0.5]
     D = len(raw)
     floor = min(floor, 1.0 / D)
     p = apply_floor(torch.tensor(raw, dtype=torch.float64), floor)
@@ -176,6 +183,7 @@ def test_sampler_follows_largest_remainder_and_never_repeats_within_an_epoch(
 @given(rollout_batches(num_domains=3, max_groups=4), st.integers(0, 3))
 def test_strategy_proportions_always_on_the_simplex(b, extra_steps):
     for preset in ("reward_gap", "dump_ucb", "tscl", "static"):
+        check_hand_worked(preset)
         s = Strategy({"mix": {"preset": preset, "warmup_steps": 1, "every": 1}}, domains=DOMAINS)
         for step in range(1 + extra_steps):
             s.decide(b.replace(step=step))

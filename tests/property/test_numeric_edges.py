@@ -23,6 +23,7 @@ from dataflex_rl.core.segment import segment_moments
 from dataflex_rl.presets import PRESETS
 from dataflex_rl.scorers.policy import AdvantageMagnitude
 from dataflex_rl.select.top_fraction import TopFraction
+from tests.hand_worked import check_hand_worked
 from tests.strategies import DOMAINS, random_batch
 
 SELECT_OR_REWEIGHT = [n for n, p in PRESETS.items() if {"select", "reweight"} & set(p.spec)]
@@ -177,6 +178,7 @@ def extreme_batches(draw):
 
 @given(extreme_batches(), st.sampled_from(SELECT_OR_REWEIGHT))
 def test_any_finite_input_gives_finite_weights(b, preset):
+    check_hand_worked(preset)  # keep-all / weight-1 is finite too
     assert not b.invalid_mask.any()  # every input is finite
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -198,6 +200,7 @@ def test_per_with_huge_advantages_is_finite():
 # ------------------------------------------------------------------ D. autograd inputs
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_decisions_never_carry_gradients(preset):
+    check_hand_worked(preset)
     b = random_batch(3)
     b = b.replace(
         **{

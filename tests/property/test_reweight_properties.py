@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
 from dataflex_rl.core.advantages import grpo_advantages
+from tests.hand_worked import check_hand_worked
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
 
@@ -118,6 +119,7 @@ def test_grpo_recompute_equals_the_loop_oracle(b, norm_by_std, data):
 
 @given(rollout_batches(), st.sampled_from(["softmax", "per", "diffband", "ar"]), st.data())
 def test_permuting_groups_permutes_the_weights(b, preset, data):
+    check_hand_worked(preset)  # weight 1 everywhere permutes too
     perm = data.draw(st.permutations(range(b.num_groups)))
     pb, rows = permute_groups(b, perm)
     w = Strategy(preset).decide(b).weights_per_token

@@ -12,6 +12,7 @@ from dataflex_rl.scorers.policy import AdvantageMagnitude
 from dataflex_rl.select.band import Band
 from dataflex_rl.select.group_subset import GroupFilter, MaxVariance
 from dataflex_rl.select.top_fraction import TopFraction
+from tests.hand_worked import check_component
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
 
@@ -132,6 +133,7 @@ SELECTORS = {
 
 @given(rollout_batches(), st.sampled_from(sorted(SELECTORS)), st.data())
 def test_permuting_groups_permutes_the_keep_mask(b, name, data):
+    check_component("selector", {"gfpo_short": "gfpo"}.get(name, name))  # keep-all permutes too
     selector, scorer = SELECTORS[name]
     perm = data.draw(st.permutations(range(b.num_groups)))
     pb, rows = permute_groups(b, perm)
@@ -140,6 +142,7 @@ def test_permuting_groups_permutes_the_keep_mask(b, name, data):
 
 @given(rollout_batches(), st.booleans(), FRACTIONS, st.data())
 def test_permuting_groups_permutes_top_fraction_without_ties(b, by_group, fraction, data):
+    check_component("selector", "top_fraction")
     # ties go by global index, which moves when rows move: use distinct scores (by_group: one
     # distinct score per group, so the group means are distinct too)
     n = b.num_groups if by_group else b.batch_size

@@ -12,6 +12,7 @@ import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
 from dataflex_rl.core.strategy import StrategyWarning
 from dataflex_rl.presets import PRESETS
+from tests.hand_worked import check_hand_worked
 from tests.strategies import DOMAINS, permute_groups, rollout_batches
 
 #: presets whose decision depends on each group only (topk breaks ties by global index)
@@ -20,6 +21,7 @@ GROUP_LOCAL = ["baseline", "difffilter", "maxvar", "gfpo", "softmax", "per", "di
 
 @given(rollout_batches(num_domains=3), st.sampled_from(list(PRESETS)))
 def test_every_decision_respects_the_contract(b, preset):
+    check_hand_worked(preset)  # keep-all / weight-1 passes the invariants below, not this
     s = Strategy(preset, domains=DOMAINS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -41,6 +43,7 @@ def test_every_decision_respects_the_contract(b, preset):
 @given(rollout_batches(num_domains=3), st.sampled_from(GROUP_LOCAL), st.data())
 @pytest.mark.filterwarnings("ignore::dataflex_rl.core.strategy.StrategyWarning")
 def test_permuting_groups_permutes_the_decision(b, preset, data):
+    check_hand_worked(preset)
     perm = data.draw(st.permutations(range(b.num_groups)))
     pb, rows = permute_groups(b, perm)
     d = Strategy(preset).decide(b)

@@ -8,6 +8,7 @@ import torch
 
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.strategy import Strategy
+from tests.states import assert_moved
 
 DOMAINS = ("a", "b")
 
@@ -82,6 +83,7 @@ def test_old_state_without_the_step_clock_still_loads():
     for step in range(3):
         s.decide(_batch(step))
     state = s.state_dict()
+    assert_moved(state, _strategy().state_dict())
     del state["drawn_last"]  # saved before the step clock existed
     t = _strategy()
     t.load_state_dict(state)

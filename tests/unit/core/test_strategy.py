@@ -17,6 +17,7 @@ from dataflex_rl.core.batch import RolloutBatch, from_lists
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import StrategyWarning
 from dataflex_rl.presets import PRESETS
+from tests.states import assert_moved
 
 NAN = float("nan")
 DOMAINS = ("math", "logic", "science")
@@ -382,6 +383,8 @@ def test_state_round_trip_restores_behaviour_exactly(spec):
     a = Strategy(spec, domains=DOMAINS)
     _run(a, batches[:7], 100)
     state = a.state_dict()
+    if "mix" in a.parts or "prerollout" in a.parts:  # stateful: the state moved
+        assert_moved(state, Strategy(spec, domains=DOMAINS).state_dict())
     state_copy = pickle.loads(pickle.dumps(state))  # as a checkpoint would store it
     after_a = _run(a, batches[7:], 100)  # the original keeps going
     b = Strategy(spec, domains=DOMAINS)
@@ -404,6 +407,7 @@ def test_strategy_pickles_mid_run():
     s = Strategy(STATEFUL_SPECS[-3], domains=DOMAINS)
     batches = _stream(6)
     _run(s, batches[:3], 0)
+    assert_moved(s.state_dict(), Strategy(STATEFUL_SPECS[-3], domains=DOMAINS).state_dict())
     s2 = pickle.loads(pickle.dumps(s))
     for ra, rb in zip(_run(s, batches[3:], 0), _run(s2, batches[3:], 0)):
         assert all(_same(x, y) for x, y in zip(ra, rb))

@@ -10,6 +10,7 @@ from dataflex_rl.engine.loss import policy_loss, response_log_probs
 from dataflex_rl.engine.policy import build_tiny_policy
 from dataflex_rl.engine.tokenizer import CharTokenizer
 from dataflex_rl.engine.trainer import EmbeddedTrainer, derive_seed, tasks_from_config
+from tests.states import assert_moved
 
 from .conftest import SMALL_ARCH
 
@@ -94,6 +95,13 @@ def test_state_dict_round_trip_continues_identically(tasks):
         a.train_step()
     state = a.state_dict()
     b = make_trainer(tasks, "maxvar")
+    # the state moved from a fresh trainer's: step, data order, random streams (not the model:
+    # the untrained tiny policy solves nothing here, so every advantage is 0)
+    fresh = b.state_dict()
+    assert state["step"] == 2 and fresh["step"] == 0
+    assert_moved(
+        {k: state[k] for k in ("sampler", "rng")}, {k: fresh[k] for k in ("sampler", "rng")}
+    )
     b.load_state_dict(state)
     ma, mb = a.train_step(), b.train_step()
     assert a.parameter_hash() == b.parameter_hash()

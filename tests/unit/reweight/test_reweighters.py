@@ -161,6 +161,11 @@ def test_raw_weights_are_finite_and_non_negative_for_extreme_scores():
     for rw in (Softmax(temperature=0.01), Priority(alpha=2.0), BandWeight()):
         raw = rw.raw_weights(s, None, norm)
         assert torch.isfinite(raw).all() and (raw >= 0).all(), type(rw).__name__
+    # softmax: s / T = 0, 1e6, -1e6, shifted by the top 1e6: exp(-1e6), exp(0), exp(-2e6)
+    assert Softmax(temperature=0.01).raw_weights(s, None, norm).tolist() == [0.0, 1.0, 0.0]
+    # per: exp(2 (log(|s| + .01) - log(1e4 + .01))) = ((|s| + .01) / (1e4 + .01)) ** 2
+    got = Priority(alpha=2.0).raw_weights(s, None, norm).tolist()
+    assert got == pytest.approx([(0.01 / (1e4 + 0.01)) ** 2, 1.0, 1.0], rel=1e-9)
     raw = ProbabilityAware(alpha=1.0).raw_weights(torch.tensor([[0.0, 1.0]]), None, norm)
     assert raw.tolist() == [[0.0, 1.0]]
 

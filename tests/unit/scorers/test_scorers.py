@@ -168,6 +168,7 @@ def test_windowed_state_round_trip_and_snapshot(cls):
         a.observe(batch(i))
     state = a.state_dict()
     saved_values = a.values(2)
+    assert saved_values[1].all()  # both domains observed: the state moved from a fresh one
     for i in range(4, 6):  # keep going after saving
         a.observe(batch(i))
     b = cls(window=3)

@@ -13,6 +13,7 @@ from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.intake import Intake, domain_column
+from tests.states import assert_moved
 
 
 def test_domain_column_default_fallback_and_nested():
@@ -166,6 +167,7 @@ def test_intake_state_round_trip():
     a.draw(6, s, 0)
     state = a.state_dict()
     b = Intake(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
+    assert_moved(state, b.state_dict())
     b.load_state_dict(state)
     assert a.draw(6, s, 1)[0] == b.draw(6, s, 1)[0]
 

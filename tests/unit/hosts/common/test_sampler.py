@@ -5,6 +5,7 @@ import torch
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics, largest_remainder
+from tests.states import assert_moved
 
 P = torch.tensor
 
@@ -115,6 +116,7 @@ def test_sampler_state_round_trip():
     for _ in range(3):
         a.sample(P([0.6, 0.4]), 4)
     state = a.state_dict()
+    assert_moved(state, DomainSampler([7, 3], ("a", "b"), seed=5).state_dict())
     b = DomainSampler([7, 3], ("a", "b"), seed=99)
     b.load_state_dict(state)
     for _ in range(4):
