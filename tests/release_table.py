@@ -27,6 +27,8 @@ BENCHMARKS = {
     "gpqa_diamond": "science",
     "mmlu_pro_physics": "science",
 }
+#: a report title with markup (shown as typed, never parsed)
+TITLE = "Release <i>table</i> & strata"
 HEADER = ["run_id", "campaign", "model", "method", "seed", "steps", "regime", *BENCHMARKS]
 
 

@@ -4,7 +4,9 @@ At a laptop and a phone viewport the page loads with no console message of level
 warning, requests nothing but itself and data: URIs (DevTools network events), every plot
 decodes, the page itself never scrolls sideways (only tables and plots, in their own boxes),
 and a screenshot is taken: ``<tmp>/report_html_{laptop,phone}.png`` (the top of the page; the
-phone's from the verdict table on), also written to docs/img/ with DATAFLEX_DOCS_IMG=1. Chromium comes from ``bash scripts/setup_browser.sh`` (run by
+phone's from the verdict table on), also written to docs/img/ with DATAFLEX_DOCS_IMG=1. The
+index page of a report per stratum (``report --by``) the same way, its links to the strata's
+pages resolving to files (``<tmp>/report_index_{laptop,phone}.png``). Chromium comes from ``bash scripts/setup_browser.sh`` (run by
 ``scripts/setup.sh test``); without it the test fails, it does not skip.
 """
 
@@ -16,10 +18,11 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
-from tests import report_rows
+from tests import release_table, report_rows
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 #: the flags that work headless as root on a closed network (no background connections)
@@ -76,9 +79,10 @@ def _requests(driver) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("viewport", VIEWPORTS)
-def test_report_html_in_chromium(driver, page, viewport, tmp_path):
-    width, height, ratio, mobile, anchor = VIEWPORTS[viewport]
+def _load(driver, page: Path, viewport: str) -> dict:
+    """Open ``page`` at ``viewport``; assert no console message and no request besides the
+    page and data: URIs; return the page's state."""
+    width, height, ratio, mobile, _ = VIEWPORTS[viewport]
     driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
         {"width": width, "height": height, "deviceScaleFactor": ratio, "mobile": mobile},
@@ -92,6 +96,7 @@ def test_report_html_in_chromium(driver, page, viewport, tmp_path):
         " scroll: document.documentElement.scrollWidth,"
         " sections: [...document.querySelectorAll('main > section')].map(s => s.id),"
         " images: [...document.images].map(i => [i.complete, i.naturalWidth]),"
+        " links: [...document.links].map(a => a.href),"
         " h1: document.querySelector('h1').textContent}"
     )
     messages = [m for m in driver.get_log("browser") if m["level"] in ("SEVERE", "WARNING")]
@@ -99,15 +104,46 @@ def test_report_html_in_chromium(driver, page, viewport, tmp_path):
     outside = [u for u in _requests(driver) if u != url and not u.startswith("data:")]
     assert outside == [], f"requests at {viewport} besides the page and data: URIs: {outside}"
     assert state["ready"] == "complete"
-    assert state["h1"] == report_rows.TITLE  # escaped in the source, shown as typed
-    assert state["sections"][:3] == ["sensitivity", "verdicts", "forest"]
-    assert len(state["images"]) == 4 and all(ok and w > 0 for ok, w in state["images"])
     assert state["scroll"] <= state["inner"], f"the page scrolls sideways at {viewport}"
+    return state
+
+
+def _screenshot(driver, name: str, anchor: str, tmp_path: Path) -> None:
     if anchor:
         driver.execute_script(f"document.getElementById('{anchor}').scrollIntoView()")
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})["data"]
-    path = tmp_path / f"report_html_{viewport}.png"
+    path = tmp_path / f"{name}.png"
     path.write_bytes(base64.b64decode(shot))
     print(f"screenshot: {path}")
     if os.environ.get("DATAFLEX_DOCS_IMG") == "1":
         shutil.copy(path, DOCS_IMG / path.name)
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_report_html_in_chromium(driver, page, viewport, tmp_path):
+    state = _load(driver, page, viewport)
+    assert state["h1"] == report_rows.TITLE  # escaped in the source, shown as typed
+    assert state["sections"][:3] == ["sensitivity", "verdicts", "forest"]
+    assert len(state["images"]) == 4 and all(ok and w > 0 for ok, w in state["images"])
+    _screenshot(driver, f"report_html_{viewport}", VIEWPORTS[viewport][4], tmp_path)
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_strata_index_in_chromium(driver, synthetic_strata_report, viewport, tmp_path):
+    index = synthetic_strata_report / "report.html"
+    state = _load(driver, index, viewport)
+    assert state["h1"] == release_table.TITLE
+    assert state["sections"][0] == "index" and len(state["sections"]) == 8 + 3
+    assert state["images"] == []  # (written without plots)
+    # links: the page's own sections, and each stratum's report.html, which exists
+    pages = {u for u in state["links"] if not u.startswith(index.as_uri() + "#")}
+    assert len(pages) == 8
+    assert all(u.startswith("file://") and Path(unquote(u[7:])).is_file() for u in pages)
+    # a link followed: the stratum's own page loads the same way (no messages or requests)
+    stratum = _load(driver, Path(unquote(sorted(pages)[0][len("file://") :])), viewport)
+    assert stratum["h1"].startswith(f"{release_table.TITLE} — model=")
+    _load(driver, index, viewport)
+    _screenshot(
+        driver, f"report_index_{viewport}", "index" if viewport == "phone" else "", tmp_path
+    )
+    _screenshot(driver, f"report_index_{viewport}_stratum", state["sections"][4], tmp_path)

@@ -8,6 +8,9 @@ from anywhere. Every string that comes from the user (method, benchmark and file
 errors) is HTML-escaped. Sections, in order: sensitivity, verdicts (colour and text), forest
 plot, learning curves, per-benchmark/domain sections, ranking, aggregates, domain proportions,
 failed runs, setup, how it was produced (command, versions), definitions.
+
+`render_index` is the top page of a report per stratum (``report --by``): an index linking each
+stratum's own report.html, then each stratum's headline and verdict table, from the same pieces.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from dataflex_rl.harness.reporting import narrative, tables
@@ -115,7 +119,8 @@ def bullets(items: list[str]) -> str:
 def table_html(t: Table) -> str:
     """``t`` as an HTML table in a horizontally scrolling box. A column named "verdict" comes
     right after the first (so a phone shows it without scrolling) and is coloured by the
-    row's verdict, keeping its words; the first column stays in view while scrolling."""
+    row's verdict, keeping its words; the first column stays in view while scrolling; cells of
+    the `Table.link` column link to the relative path they hold."""
     order = list(range(len(t.header)))
     col = t.header.index("verdict") if "verdict" in t.header and t.verdicts else -1
     if col > 0:
@@ -135,6 +140,8 @@ def table_html(t: Table) -> str:
                 cls, symbol = VERDICT_STYLE.get(t.verdicts[i], ("v-none", ""))
                 mark = f'<span aria-hidden="true">{symbol}</span> ' if symbol else ""
                 cells.append(f'<td class="verdict {cls}">{mark}{text}</td>')
+            elif j == t.link and text:
+                cells.append(f'<td><a href="{html.escape(row[j], quote=True)}">{text}</a></td>')
             else:
                 cells.append(f"<td{' class=num' if t.numeric[j] else ''}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -320,6 +327,12 @@ def render_html(
         definitions: the Definitions of report.md (a markdown list).
     """
     parts = sections(a, failures, fmt, figures, out_dir, prov, setup, definitions)
+    return page(title, " ".join(narrative.headline(a, fmt)), parts)
+
+
+def page(title: str, headline: str, parts: list[tuple[str, str, str]]) -> str:
+    """A whole self-contained page: ``title``, the ``headline`` paragraph (markdown
+    sentences), a navigation bar and the ``(id, title, html)`` sections of ``parts``."""
     nav = "".join(f'<li><a href="#{sid}">{html.escape(t)}</a></li>' for sid, t, _ in parts)
     title = html.escape(title)
     return (
@@ -330,8 +343,71 @@ def render_html(
         '<link rel="icon" href="data:,">'
         f"<title>{title}</title><style>{CSS}</style></head>\n"
         f"<body><main><header><h1>{title}</h1>"
-        f'<p class="headline">{inline(" ".join(narrative.headline(a, fmt)))}</p>'
+        f'<p class="headline">{inline(headline)}</p>'
         f'<nav aria-label="sections"><ul>{nav}</ul></nav></header>\n'
         + "\n".join(body for _, _, body in parts)
         + "\n</main></body></html>\n"
     )
+
+
+@dataclass(frozen=True)
+class StratumPage:
+    """One stratum of an index page (`render_index`).
+
+    Args:
+        sid: its section id (letters, digits, ``-``, ``_``, ``.``).
+        label: its values, e.g. ``model=qwen, regime=long``.
+        href: its own report.html, relative to the index.
+        analysis: its `Analysis`.
+        fmt: how its scores are shown.
+    """
+
+    sid: str
+    label: str
+    href: str
+    analysis: Analysis
+    fmt: Fmt
+
+
+def stratum_section(s: StratumPage) -> tuple[str, str, str]:
+    """A stratum's headline, its verdict table on the average (colour and words) and the
+    sentences on it, with a link to its full report."""
+    a = s.analysis
+    body = (
+        f'<p class="headline">{inline(" ".join(narrative.headline(a, s.fmt)))}</p>'
+        + table_html(tables.summary_table(a.primary, s.fmt))
+        + bullets(narrative.verdict_sentences(a, a.primary, s.fmt))
+        + f'<p>Full report: <a href="{html.escape(s.href, quote=True)}">'
+        f"{html.escape(s.href)}</a></p>"
+    )
+    return _section(s.sid, s.label, body)
+
+
+def render_index(
+    title: str,
+    intro: list[str],
+    notes: list[str],
+    index: Table,
+    strata: list[StratumPage],
+    prov: Provenance,
+    definitions: str,
+) -> str:
+    """The text of the top ``report.html`` of a report per stratum (`strata`).
+
+    Args:
+        title: the page's title.
+        intro: markdown sentences under the title (what was compared).
+        notes: notes on reading the table (listed above the index).
+        index: one row per stratum (its `Table.link` column: the strata's report.html).
+        strata: each stratum's section, in the index's order.
+        prov: what produced the report.
+        definitions: the Definitions (a markdown list).
+    """
+    notes_html = bullets([f"note: {n}" for n in notes]) if notes else ""
+    parts = [_section("index", "Index", notes_html + table_html(index) + _verdict_legend())]
+    parts += [stratum_section(s) for s in strata]
+    if strata:
+        facts = provenance_html(strata[0].analysis, prov)
+        parts.append(_section("provenance", "How this report was produced", facts))
+    parts.append(_section("definitions", "Definitions", definitions_html(definitions)))
+    return page(title, " ".join(intro), parts)

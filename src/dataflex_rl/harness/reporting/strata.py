@@ -1,11 +1,13 @@
 """One comparison per stratum (``report --by model,campaign,regime``): a folder each, plus an
 index.
 
-Under ``out``: ``<stratum>/`` holds that comparison's full report (report.md, statistics.csv,
-plots/), exactly what ``report`` writes for the stratum's rows alone; ``report.md`` opens with
-an index (one line per stratum: its values, paired seeds, verdict counts, whether a verdict is
-possible at all) followed by one section per stratum; ``statistics.csv`` is every stratum's
-statistics, the ``by`` columns first.
+Under ``out``: ``<stratum>/`` holds that comparison's full report (report.md, report.html,
+statistics.csv, plots/), exactly what ``report`` writes for the stratum's rows alone;
+``report.md`` opens with an index (one line per stratum: its values, paired seeds, verdict
+counts, whether a verdict is possible at all) followed by one section per stratum;
+``report.html`` is the same index as one self-contained page, linking each stratum's
+report.html, with each stratum's headline and verdict table (colour and words);
+``statistics.csv`` is every stratum's statistics, the ``by`` columns first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.reporting import provenance
+from dataflex_rl.harness.reporting.html_report import StratumPage, render_index
 from dataflex_rl.harness.reporting.narrative import paired_seeds
 from dataflex_rl.harness.reporting.report import (
     STATISTICS_COLUMNS,
@@ -28,6 +32,7 @@ from dataflex_rl.harness.reporting.report import (
     write_csv,
     write_report_files,
 )
+from dataflex_rl.harness.reporting.tables import Table, markdown
 from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, WORSE
 from dataflex_rl.harness.statistics.results_table import ResultsTable, Stratum, slug
 
@@ -99,6 +104,7 @@ def write_strata_report(
     ]
     write_csv(stats, [*table.by, *STATISTICS_COLUMNS], out / "statistics.csv")
     atomic_write_text(out / "report.md", index_markdown(table, parts, inputs, out))
+    atomic_write_text(out / "report.html", index_html(table, parts, inputs, out))
     return parts
 
 
@@ -114,8 +120,9 @@ INDEX_COLUMNS = (
 )
 
 
-def index_row(s: Stratum, p: ReportParts, out: Path) -> list[str]:
-    """The index's cells of one stratum: its values, then `INDEX_COLUMNS`."""
+def index_row(s: Stratum, p: ReportParts, out: Path, page: str = "report.md") -> tuple[str, ...]:
+    """The index's cells of one stratum: its values, then `INDEX_COLUMNS` (``report``: the
+    path of its ``page`` relative to ``out``)."""
     prim = p.analysis.primary
     counts = [sum(c.verdict == v for c in prim.comparisons) for v in (BETTER, WORSE, NO_DIFF)]
     possible = [c.verdict_possible for c in prim.comparisons]
@@ -127,14 +134,36 @@ def index_row(s: Stratum, p: ReportParts, out: Path) -> list[str]:
         verdicts = f"no ({paired_seeds(prim)} paired seeds)"
     else:
         verdicts = f"{sum(possible)} of {len(possible)} methods"
-    report = (p.out / "report.md").relative_to(out)
-    return [
+    return (
         *(v for _, v in s.key),
         str(len(p.analysis.methods) - 1),
         paired_seeds(prim),
         verdicts,
         *map(str, counts),
-        f"[{report}]({report})",
+        (p.out / page).relative_to(out).as_posix(),
+    )
+
+
+def index_table(
+    table: ResultsTable, parts: list[ReportParts], out: Path, page: str = "report.md"
+) -> Table:
+    """One row per stratum (`index_row`), its last column linking to the stratum's ``page``
+    (report.md for the markdown index, report.html for the page)."""
+    rows = tuple(index_row(s, p, out, page) for s, p in zip(table.strata, parts))
+    numeric = (*(False,) * len(table.by), True, False, False, True, True, True, False)
+    header = (*table.by, *INDEX_COLUMNS)
+    return Table(header, rows, numeric, link=len(header) - 1)
+
+
+def intro(table: ResultsTable, inputs: ReportInputs) -> list[str]:
+    """The sentences under the index's title (markdown): what was compared, from where."""
+    return [
+        f"{len(table.strata)} comparisons, one per {', '.join(table.by)}, each against "
+        f"**{inputs.baseline}** with its own Holm family, from `{table.path}` "
+        f"({table.layout} layout, {len(table.benchmarks)} benchmarks: "
+        f"{', '.join(table.benchmarks)}).",
+        "Each folder holds the stratum's full report; its statistics are also in "
+        "`statistics.csv` (the stratum's columns first).",
     ]
 
 
@@ -145,19 +174,13 @@ def index_markdown(
     md = [
         f"# {inputs.title}",
         "",
-        f"{len(table.strata)} comparisons, one per {', '.join(table.by)}, each against "
-        f"**{inputs.baseline}** with its own Holm family, from `{table.path}` "
-        f"({table.layout} layout, {len(table.benchmarks)} benchmarks: "
-        f"{', '.join(table.benchmarks)}). Each folder holds the stratum's full report; its "
-        "statistics are also in `statistics.csv` (the stratum's columns first).",
+        " ".join(intro(table, inputs)),
         "",
         *(f"- note: {n}" for n in table.notes),
         *([""] if table.notes else []),
         "## Index",
         "",
-        "| " + " | ".join([*table.by, *INDEX_COLUMNS]) + " |",
-        "|" + "---|" * len(table.by) + "---:|---|---|---:|---:|---:|---|",
-        *("| " + " | ".join(index_row(s, p, out)) + " |" for s, p in zip(table.strata, parts)),
+        *markdown(index_table(table, parts, out)),
         "",
     ]
     for s, p in zip(table.strata, parts):
@@ -166,6 +189,32 @@ def index_markdown(
         md += ["## How this report was produced", "", *(f"- {t}" for t in parts[0].prov.lines())]
     md += ["", "## Definitions", "", definitions(inputs.options)]
     return "\n".join(md)
+
+
+def index_html(
+    table: ResultsTable, parts: list[ReportParts], inputs: ReportInputs, out: Path
+) -> str:
+    """The text of the top ``report.html``: the index linking each stratum's report.html, then
+    each stratum's headline and verdict table (`html_report.render_index`)."""
+    pages = [
+        StratumPage(
+            (p.out / "report.html").relative_to(out).parent.as_posix(),
+            s.label,
+            (p.out / "report.html").relative_to(out).as_posix(),
+            p.analysis,
+            p.fmt,
+        )
+        for s, p in zip(table.strata, parts)
+    ]
+    return render_index(
+        inputs.title,
+        intro(table, inputs),
+        table.notes,
+        index_table(table, parts, out, "report.html"),
+        pages,
+        parts[0].prov if parts else provenance.current(),
+        definitions(inputs.options),
+    )
 
 
 def _section(p: ReportParts, out: Path) -> list[str]:

@@ -29,21 +29,27 @@ class Table:
         numeric: per column, whether it holds numbers (right-aligned).
         verdicts: per row, the verdict it shows (an `analysis` verdict, or `BASELINE`), for
             renderers that colour it; empty when the table has no verdicts.
+        link: the column whose cells are relative paths, rendered as links to them (-1: none).
     """
 
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     numeric: tuple[bool, ...]
     verdicts: tuple[str, ...] = ()
+    link: int = -1
 
 
 def markdown(t: Table) -> list[str]:
-    """The table as markdown lines."""
+    """The table as markdown lines (cells of the `Table.link` column as ``[path](path)``)."""
     align = "|" + "|".join("---:" if n else "---" for n in t.numeric) + "|"
+
+    def cells(row: tuple[str, ...]) -> list[str]:
+        return [f"[{c}]({c})" if j == t.link and c else c for j, c in enumerate(row)]
+
     return [
         "| " + " | ".join(t.header) + " |",
         align,
-        *("| " + " | ".join(row) + " |" for row in t.rows),
+        *("| " + " | ".join(cells(row)) + " |" for row in t.rows),
     ]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from dataflex_rl.harness.reporting.report import write_report
 from dataflex_rl.harness.statistics.analysis import StatsOptions
-from tests import report_rows
+from tests import release_table, report_rows
 
 SECTIONS = [
     "sensitivity",
@@ -144,3 +144,41 @@ def test_without_plots_the_page_has_no_figures(tmp_path):
     assert "With 3 seeds the exact sign-flip test cannot give p below 0.25" in "".join(
         page.text["p"]
     )
+
+
+def test_strata_index_page_links_every_stratum_and_shows_its_verdicts(synthetic_strata_report):
+    top = synthetic_strata_report
+    page = Page((top / "report.html").read_text())
+    folders = sorted(p.name for p in top.iterdir() if p.is_dir())
+    assert len(folders) == 8  # 2 models × 2 campaigns × 2 regimes
+    assert page.sections[0] == "index" and page.sections[-2:] == ["provenance", "definitions"]
+    assert sorted(page.sections[1:-2]) == folders
+    assert "".join(page.text["h1"]) == release_table.TITLE
+    assert not [t for t, _ in page.tags if t in ("i", "script", "img", "iframe", "object")]
+    # every link is a section of the page or a stratum's own report.html, which exists
+    hrefs = [a["href"] for t, a in page.tags if t == "a"]
+    local = [h for h in hrefs if not h.startswith("#")]
+    assert {h.lstrip("#") for h in hrefs if h.startswith("#")} == set(page.sections)
+    assert sorted(set(local)) == [f"{f}/report.html" for f in folders]
+    assert all((top / h).is_file() for h in local)
+    # the index row of c1 (3 seeds): no verdict possible; c2 with 8 seeds decides difffilter
+    index = {
+        tuple(c[2] for c in r[:3]): [c[2] for c in r[3:]]
+        for r in page.rows
+        if r[0][2] in release_table.MODELS
+    }
+    assert len(index) == 8
+    # methods, paired seeds, verdict possible, better, worse, no detectable difference, report
+    c1 = ["2", "3", "no (3 paired seeds)", "0", "0", "2", "qwen2.5-math-7b_c1_short/report.html"]
+    assert index["qwen2.5-math-7b", "c1", "short"] == c1
+    assert index["qwen2.5-math-7b", "c2", "long"][1:6] == ["8", "yes", "1", "0", "1"]
+    text = (top / "report.html").read_text()
+    # each stratum's verdict table in colour and words: difffilter +3 points, 8 seeds: better
+    c2 = text.split('<section id="qwen2.5-math-7b_c2_long">')[1].split("</section>")[0]
+    assert '<td class="verdict v-better"><span aria-hidden="true">▲</span> better</td>' in c2
+    c1 = text.split('<section id="qwen2.5-math-7b_c1_short">')[1].split("</section>")[0]
+    assert "n/a (3 seeds)" in c1 and "v-better" not in c1
+    assert (
+        "with 3 paired seeds the exact sign-flip test, Holm over 2, cannot give an adjusted p "
+        "below 0.5 &gt; α = 0.05"
+    ) in c1
