@@ -64,7 +64,11 @@ What makes a decision cheap (issue 13, item 4):
   per row; the host's buffer gets raw * scale + offset on the kept valid tokens. Two new
   [B, T] tensors (their page faults cost about as much as a pass each) and five passes.
   Against an older checkout with the compiled kernels of issue 13 (``Strategy(native=...)``)
-  its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it).
+  its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it). On CPU most of
+  the cost is the page faults of the two new tensors (4 KiB pages: ~60 ms each at this size,
+  4x the fused pass); torch maps them on 2 MiB pages with ``THP_MEM_ALLOC_ENABLE=1`` in the
+  environment (the header says whether it is set), and on a GPU its caching allocator
+  reuses memory.
 
 Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.
 
@@ -794,7 +798,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"torch {torch.__version__}, host at {args.threads} threads, {args.clock} clock, "
         f"median of {args.repeats} (loop: {loop_repeats}) after one warm-up call; "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}"
     )
     if HAS_THREADS:
         print(
