@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   "") extras="engine,tasks"; stamps=(.venv/.dataflex-installed .venv/.dataflex-installed-test) ;;
-  test) extras="engine,tasks,tensorboard,wandb,mlflow,dev"; stamps=(.venv/.dataflex-installed-test) ;;
+  test) extras="engine,tasks,tensorboard,wandb,mlflow,ray,dev"; stamps=(.venv/.dataflex-installed-test) ;;
   *) echo "usage: bash scripts/setup.sh [test]" >&2; exit 2 ;;
 esac
 if [ "${1:-}" = test ]; then

@@ -7,6 +7,7 @@ pydantic). The extras add the rest:
 * ``tasks``: reasoning-gym, math-verify and pyarrow (real verifiers, parquet and save_to_disk
   datasets; HF ``datasets`` is used when installed, not needed);
 * ``verl``: the verl host;
+* ``ray``: ``compare --executor ray`` (runs as tasks on a Ray cluster);
 * ``tensorboard``, ``wandb``, ``mlflow``: the experiment trackers of a ``tracking:`` section.
 
 A command calls `require` for what it cannot do without (an error naming the extra, before
@@ -30,6 +31,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "math_verify": ("math-verify", "tasks"),
     "pyarrow": ("pyarrow", "tasks"),
     "verl": ("verl", "verl"),
+    "ray": ("ray", "ray"),
     "tensorboard": ("tensorboard", "tensorboard"),
     "wandb": ("wandb", "wandb"),
     "mlflow": ("mlflow-skinny", "mlflow"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -18,7 +19,11 @@ Controls (--control, or the experiment's 'controls' key) add arms whose outcome 
 (the baseline under another noise stream: must be no different), no_update, half_lr and
 drop_half (planted harms: must be worse). See docs/controls.md.
 --until-decided adds seeds in rounds until every comparison is decided by an anytime-valid rule
-(better, worse, or equivalent within --margin), at most --max-seeds.
+(better, worse, or equivalent within --margin), at most --max-seeds; later rounds run only the
+baseline, the comparisons still undecided and the controls.
+--executor ray runs each run as a Ray task (resources.cpus_per_run, gpus_per_run, custom) on the
+cluster at --address (default: $RAY_ADDRESS, else a local cluster); --out must be on storage every
+node sees (checked before anything is submitted). See docs/cluster.md.
 Example: dataflex-rl compare configs/experiments/quick.yaml --seeds 6 --control no_update"""
 
 REPORT_HELP = """\
@@ -49,6 +54,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     exp = load_experiment(
         args.experiment, args.control or (), seeds=args.seeds, dotted=args.overrides or ()
     )
+    if args.executor is not None:
+        exp = dataclasses.replace(exp, executor=args.executor)
+    if args.address is not None and exp.executor != "ray":
+        raise ConfigError("--address names a Ray cluster: it goes with --executor ray")
     out = Path(args.out or Path("runs") / "compare" / exp.name)
     if not args.until_decided and (args.max_seeds, args.round, args.margin) != (None,) * 3:
         raise ConfigError("--max-seeds, --round and --margin go with --until-decided")
@@ -60,6 +69,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.until_decided and args.max_seeds is None:
         raise ConfigError("--until-decided needs --max-seeds N (the most seeds to run)")
     if not args.dry_run:
+        if exp.executor == "ray":
+            from dataflex_rl.deps import require
+
+            require("ray", "dataflex-rl compare --executor ray")
         _check_dependencies(args, plan(exp, out), "dataflex-rl compare")
         engine = exp.engine_config()
         if engine.tasks.source == "files":
@@ -83,6 +96,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=not args.no_progress,
             plots=not args.no_plots,
+            address=args.address,
         )
         print(
             f"stopped: {seq.stopped} after {len(seq.seeds)} seeds"
@@ -90,7 +104,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         )
     else:
         res = run_compare(
-            exp, out, workers=args.workers, progress=not args.no_progress, plots=not args.no_plots
+            exp,
+            out,
+            workers=args.workers,
+            progress=not args.no_progress,
+            plots=not args.no_plots,
+            address=args.address,
         )
     _print_summary(res.analysis, out)
     ex = res.execution
@@ -381,7 +400,26 @@ def register_commands(subparsers) -> None:
         type=count,
         default=None,
         metavar="N",
-        help=with_range("worker processes (default: one per core)", count),
+        help=with_range(
+            "worker processes (default: one per resources.cpus_per_run cores); with "
+            "--executor ray: at most N runs submitted at once (default: all, queued by Ray)",
+            count,
+        ),
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default=None,
+        help="where the runs execute (default: the experiment's 'executor', else local): "
+        "local worker processes, or Ray tasks on a cluster (pip install "
+        '"dataflex-rl[ray]"; docs/cluster.md)',
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="with --executor ray: the cluster to submit to (auto, HOST:PORT or "
+        "ray://HOST:PORT; default: $RAY_ADDRESS, else a local cluster for this command)",
     )
     p.add_argument(
         "--out",

@@ -1,7 +1,8 @@
 """A stand-in for ``run_training`` (same signature and files) so runner tests need no model.
 
 Scores are a deterministic function of (strategy, seed, domain, step); the strategy named
-``broken`` raises, ``crash`` kills its process, ``noisy`` warns. Every call is appended to
+``broken`` raises, ``crash`` kills its process, ``noisy`` warns, ``slow`` writes its pid to
+``pids/slow-<seed>`` and waits while the file ``hold`` exists. Every call is appended to
 ``calls.log`` in the experiment's output folder.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -29,6 +31,12 @@ def run_training(config, strategy, *, seed, steps, out_dir, resume, progress):
         raise ValueError("broken on purpose")
     if name == "crash":  # the worker process dies (as when killed for memory)
         os._exit(3)
+    if name == "slow":  # a run to cancel or kill (tests of the executors)
+        root = out.parents[2]
+        (root / "pids").mkdir(exist_ok=True)
+        (root / "pids" / f"slow-{seed}").write_text(str(os.getpid()))
+        while (root / "hold").exists():
+            time.sleep(0.1)
     if name == "noisy":
         warnings.warn("step 3: something odd", UserWarning, stacklevel=1)
         warnings.warn("step 4: something odd", UserWarning, stacklevel=1)

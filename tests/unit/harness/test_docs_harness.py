@@ -7,13 +7,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dataflex_rl.harness.running.experiment import Budget, Evaluation, Statistics, parse_experiment
+from dataflex_rl.harness.running.experiment import (
+    Budget,
+    Evaluation,
+    Resources,
+    Statistics,
+    parse_experiment,
+)
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "harness.md"
 
 
 @pytest.mark.parametrize(
-    "section, cls", [("budget", Budget), ("evaluation", Evaluation), ("statistics", Statistics)]
+    "section, cls",
+    [
+        ("budget", Budget),
+        ("evaluation", Evaluation),
+        ("statistics", Statistics),
+        ("resources", Resources),
+    ],
 )
 def test_every_key_is_documented(section, cls):
     text = DOC.read_text()

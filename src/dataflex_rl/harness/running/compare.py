@@ -10,6 +10,7 @@ from dataflex_rl.core.config import validate
 from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.harness.reporting.report import Failure, ReportInputs, write_report
+from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import (
     DEFAULT_TRAIN_FN,
@@ -150,6 +151,8 @@ def run_compare(
     plots: bool = True,
     train_fn: str = DEFAULT_TRAIN_FN,
     cells: set[tuple[str, int]] | None = None,
+    address: str | None = None,
+    executor=None,
 ) -> CompareResult:
     """Run (or resume) the experiment's matrix and write its report.
 
@@ -162,7 +165,14 @@ def run_compare(
         train_fn: training function as ``module:attr`` (tests pass a fake engine).
         cells: the ``(label, seed)`` runs of the matrix to run and report (None: every one;
             ``--until-decided`` leaves out the later seeds of decided comparisons).
+        address: the Ray cluster of ``executor: ray`` (None: ``RAY_ADDRESS``, else a local
+            cluster started for this call).
+        executor: an entered executor to use (``--until-decided`` keeps one across rounds);
+            None: the experiment's ``executor`` with its ``resources``, entered here.
     """
+    if executor is None:
+        with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
+            return run_compare(exp, out_dir, workers, progress, plots, train_fn, cells, executor=ex)
     out = Path(out_dir or Path("runs") / "compare" / exp.name)
     require_backends(exp.tracking, "dataflex-rl compare")  # before any run starts
     out.mkdir(parents=True, exist_ok=True)
@@ -171,6 +181,7 @@ def run_compare(
         runs = [r for r in runs if (r.method, r.seed) in cells]
     for r in runs:  # a finished run of another configuration: stop before writing anything
         load_done(r)
+    executor.start(out)  # e.g. the run folders are on storage every Ray node sees
     atomic_write_json(
         out / "experiment.json",
         {
@@ -185,13 +196,15 @@ def run_compare(
             "budget": asdict(exp.budget),
             "evaluation": asdict(exp.evaluation),
             "statistics": asdict(exp.statistics),
+            "executor": exp.executor,
+            "resources": asdict(exp.resources),
         },
     )
     tracking = validate(
         TrackingConfig, run_tracking(exp.tracking, out, "report", exp.name), "tracking"
     )
     prepare_store(tracking)  # the shared MLflow database, before the workers open it
-    execution = execute(runs, workers, progress)
+    execution = execute(runs, workers, progress, executor=executor)
     domains = list(exp.engine_config().tasks.domains)
     rows = result_rows(execution, domains, exp.evaluation.metric)
     write_results_csv(rows, out / "results.csv")

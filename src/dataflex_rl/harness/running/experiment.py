@@ -16,6 +16,10 @@ An experiment file (``configs/experiments/quick.yaml``)::
     controls: [aa, {drop_half: {fraction: 0.5}}]
     # optional experiment trackers for every run and the report (docs/tracking.md)
     tracking: {backends: [tensorboard, mlflow]}
+    # where runs execute: local worker processes, or tasks on a Ray cluster (docs/cluster.md)
+    executor: local
+    # what each run holds while it runs (Ray task resources; local: GPUs per worker)
+    resources: {cpus_per_run: 1, gpus_per_run: 0, custom: {}}
 
 Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
 """
@@ -92,6 +96,29 @@ class Statistics(Checked):
     seed: int = param(0, "seed of the bootstrap and random sign flips", ge=0)
 
 
+@dataclass
+class Resources(Checked):
+    """What each run holds while it runs: a Ray task's resources; the local executor gives
+    each worker process its own GPUs and, without --workers, one worker per cpus_per_run
+    cores. Where a run executes never changes its result (not part of its fingerprint)."""
+
+    cpus_per_run: float = param(1, "CPU cores each run holds (Ray: num_cpus)", gt=0.0)
+    gpus_per_run: float = param(
+        0,
+        "GPUs each run holds (Ray: num_gpus, fractions share a GPU; local: whole GPUs, "
+        "given to each worker through CUDA_VISIBLE_DEVICES)",
+        ge=0.0,
+    )
+    custom: dict[str, float] = param(
+        {},
+        "custom Ray resources each run holds, e.g. {a100: 1} (the ray executor only)",
+        ge=0.0,
+    )
+
+
+EXECUTORS = ("local", "ray")
+
+
 @dataclass(frozen=True)
 class StrategyEntry:
     """One strategy of the matrix: its label, its fully expanded spec and, for a control arm,
@@ -131,6 +158,9 @@ class Experiment:
     controls: tuple[Control, ...] = ()
     #: trackers of every run and of the report
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    #: where the runs execute (`EXECUTORS`) and what each one holds
+    executor: str = "local"
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def labels(self) -> list[str]:
@@ -196,6 +226,13 @@ class ExperimentFile(Checked):
         "experiment trackers of every run (one tracker run per strategy and seed, grouped "
         "by the experiment name) and of the report (docs/tracking.md)",
     )
+    executor: str = param(
+        "local",
+        "where the runs execute: local (worker processes on this machine) or ray (tasks on a "
+        "Ray cluster; compare --address; docs/cluster.md)",
+        choices=EXECUTORS,
+    )
+    resources: Resources = param(Resources(), "what each run holds while it runs")
 
 
 TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentFile))
@@ -347,6 +384,8 @@ def parse_experiment(
         statistics=top.statistics,
         path=where,
         tracking=top.tracking,
+        executor=top.executor,
+        resources=top.resources,
     )
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(

@@ -47,7 +47,9 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.running.supervisor import Progress, default_workers, supervise
+from dataflex_rl.harness.running.executors import LocalExecutor
+from dataflex_rl.harness.running.launch import PYTHON, Launch
+from dataflex_rl.harness.running.supervisor import Progress
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 DEFAULT_TRAIN_FN = "dataflex_rl.engine.run:run_training"
@@ -417,18 +419,40 @@ class Execution:
         return [r for r in self.results if r["status"] == "done"]
 
 
-def execute(
-    runs: list[RunSpec], workers: int | None = None, progress: bool = True, desc: str = "compare"
-) -> Execution:
-    """Run every unfinished run in ``workers`` spawned processes (finished ones are skipped,
-    unless a run says whether to resume: see `RunSpec.resume`).
+def engine_launch(run: RunSpec) -> Launch:
+    """The engine run as a process (what the Ray executor starts on a node):
+    ``python -m dataflex_rl.harness.running.worker`` with the run on stdin, its folder made
+    absolute, started in this process's working directory where that exists."""
+    run = dataclasses.replace(run, out_dir=str(Path(run.out_dir).resolve()))
+    return Launch(
+        argv=(PYTHON, "-m", "dataflex_rl.harness.running.worker"),
+        run_dir=run.out_dir,
+        method=run.method,
+        seed=run.seed,
+        stdin=json.dumps(dataclasses.asdict(run)),
+        cwd=os.getcwd(),
+    )
 
-    Failures are collected, never raised. The processes are `supervisor.supervise`'s: Ctrl-C
-    or SIGTERM stops every worker and re-raises, workers die if this process is killed
-    outright, a run whose worker died is retried once alone. Stopped runs continue from their
-    checkpoints on the next call. The progress bar (``desc`` names it) counts the steps each
-    run's records show done (`steps_done`).
+
+def execute(
+    runs: list[RunSpec],
+    workers: int | None = None,
+    progress: bool = True,
+    desc: str = "compare",
+    executor=None,
+) -> Execution:
+    """Run every unfinished run on ``executor`` (default: ``workers`` local worker processes;
+    harness/running/executors.py); finished ones are skipped, unless a run says whether to
+    resume: see `RunSpec.resume`.
+
+    Failures are collected, never raised. Locally the processes are `supervisor.supervise`'s:
+    Ctrl-C or SIGTERM stops every worker and re-raises, workers die if this process is killed
+    outright, a run whose worker died is retried once alone; on Ray, the same signals cancel
+    every task submitted (ray_executor.py). Stopped runs continue from their checkpoints on
+    the next call. The progress bar (``desc`` names it) counts the steps each run's records
+    show done (`steps_done`).
     """
+    executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
     ex = Execution()
     todo = []
@@ -440,13 +464,14 @@ def execute(
         else:
             todo.append(run)
     if todo:
-        workers = max(1, min(workers or default_workers(), len(todo)))
         steps = max(r.steps for r in runs)
+        slots = executor.slots(len(todo))
+        where = executor.where(len(todo))
         bar = Progress(
-            len(runs), len(runs) - len(todo), steps, _steps_done, workers, progress, desc
+            len(runs), len(runs) - len(todo), steps, _steps_done, slots, progress, desc, where
         )
         with bar:
-            ex.results += supervise(todo, execute_run, workers, bar)
+            ex.results += executor.run(todo, execute_run, engine_launch, bar)
     order = {(r.method, r.seed): i for i, r in enumerate(runs)}
     ex.results.sort(key=lambda r: order[(r["method"], r["seed"])])
     ex.wall_seconds = time.perf_counter() - t0

@@ -10,7 +10,9 @@
 - Ctrl-C or SIGTERM stops every worker and re-raises; a worker also dies when this process is
   killed outright (`die_with_parent`);
 - one progress bar in steps, fed by what each job's own records say it has done (a function of
-  the job, `Progress`), polled about once a second while the jobs run.
+  the job, `Progress`), polled about once a second while the jobs run;
+- optionally an environment per worker process (``worker_envs``: each worker takes one for its
+  whole life, e.g. its own ``CUDA_VISIBLE_DEVICES``), set before the worker runs any job.
 
 What a job is, where it writes and how it resumes is the runner's (harness/running/runner.py).
 """
@@ -55,6 +57,11 @@ class Progress:
         workers: shown in the bar's title.
         show: draw the bar (False: `refresh` only tracks results).
         desc: the bar's name.
+        where: what runs the jobs, in the bar's title (default ``"<workers> workers"``).
+
+    ``active`` is how many jobs are running now, shown as ``running=``: an executor that knows
+    sets it (the Ray executor counts its tasks that started); while it is None, the bar shows
+    the unfinished jobs, at most ``workers``.
     """
 
     def __init__(
@@ -66,8 +73,11 @@ class Progress:
         workers: int,
         show: bool,
         desc: str = "compare",
+        where: str | None = None,
     ) -> None:
         self.steps = max(1, steps)
+        self.workers = workers
+        self.active: int | None = None
         self.base = finished * self.steps
         self.steps_done = steps_done
         self.running: list[Any] = []
@@ -81,7 +91,7 @@ class Progress:
                 initial=self.base,
                 unit="step",
                 dynamic_ncols=True,
-                desc=f"{desc} ({total} runs, {workers} workers)",
+                desc=f"{desc} ({total} runs, {where or f'{workers} workers'})",
             )
 
     def __enter__(self) -> Progress:
@@ -106,30 +116,60 @@ class Progress:
         self.bar.set_postfix(
             done=sum(r["status"] == "done" for r in self.results),
             failed=sum(r["status"] == "failed" for r in self.results),
+            running=self.running_now(),
         )
+
+    def running_now(self) -> int:
+        """Jobs running now: `active` when an executor sets it, else the unfinished jobs, at
+        most ``workers``."""
+        if self.active is not None:
+            return self.active
+        return max(0, min(self.workers, len(self.running) - len(self.results)))
 
 
 def supervise(
-    jobs: Sequence[Any], work: Callable[[Any], dict], workers: int, progress: Progress
+    jobs: Sequence[Any],
+    work: Callable[[Any], dict],
+    workers: int,
+    progress: Progress,
+    worker_envs: Sequence[dict[str, str]] | None = None,
 ) -> list[dict]:
     """``work(job)`` for every job in ``workers`` spawned processes; the records in the order
     the jobs finish. ``work`` must be importable by name (the workers are spawned) and should
-    return a record rather than raise; a job whose process dies gets a failure record."""
+    return a record rather than raise; a job whose process dies gets a failure record.
+
+    With ``worker_envs`` (at least ``workers`` of them), each worker process sets one of them
+    in its environment before its first job and keeps it; no two live workers share one."""
+    if worker_envs is not None and len(worker_envs) < workers:
+        raise ValueError(f"{workers} workers need as many environments, got {len(worker_envs)}")
+    envs = [dict(e) for e in worker_envs] if worker_envs is not None else [{}] * workers
     progress.running = list(jobs)
-    with _sigterm_raises():
-        results, broken = _run_shared(jobs, work, workers, progress)
+    with sigterm_raises():
+        results, broken = _run_shared(jobs, work, envs[:workers], progress)
         if broken:
-            results += _run_isolated(broken, work, workers, progress)
+            results += _run_isolated(broken, work, envs[:workers], progress)
     return results
 
 
-def _pool(workers: int) -> cf.ProcessPoolExecutor:
+def _pool(envs: list[dict[str, str]]) -> cf.ProcessPoolExecutor:
+    """A pool of ``len(envs)`` spawned workers, each taking one of ``envs``."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    for env in envs:
+        queue.put(env)
     return cf.ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=die_with_parent,
-        initargs=(os.getpid(),),
+        max_workers=len(envs),
+        mp_context=ctx,
+        initializer=start_worker,
+        initargs=(os.getpid(), queue),
     )
+
+
+def start_worker(parent_pid: int, envs) -> None:
+    """A worker's initializer: `die_with_parent`, then take one environment from the queue
+    ``envs`` (set before any job is unpickled, so before a job's imports read it)."""
+    die_with_parent(parent_pid)
+    os.environ.update(envs.get())
 
 
 def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
@@ -167,7 +207,7 @@ def _kill_workers(pool: cf.ProcessPoolExecutor) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def sigterm_raises() -> Iterator[None]:
     """SIGTERM raises SystemExit(143) in the main thread (so workers are stopped on the way
     out, as for Ctrl-C); the previous handler is restored afterwards."""
     if threading.current_thread() is not threading.main_thread():
@@ -185,13 +225,13 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 def _run_shared(
-    jobs: Sequence[Any], work: Callable, workers: int, progress: Progress
+    jobs: Sequence[Any], work: Callable, envs: list[dict[str, str]], progress: Progress
 ) -> tuple[list[dict], list[Any]]:
-    """Every job in one pool of ``workers`` processes: ``(records, jobs whose worker died)``
+    """Every job in one pool of ``len(envs)`` processes: ``(records, jobs whose worker died)``
     (a dead worker breaks the pool, and with it every job still in it)."""
     results: list[dict] = []
     broken: list[Any] = []
-    pool = _pool(workers)
+    pool = _pool(envs)
     try:
         futures = {pool.submit(work, j): j for j in jobs}
         pending = set(futures)
@@ -216,26 +256,28 @@ def _run_shared(
 
 
 def _run_isolated(
-    jobs: Sequence[Any], work: Callable, workers: int, progress: Progress
+    jobs: Sequence[Any], work: Callable, envs: list[dict[str, str]], progress: Progress
 ) -> list[dict]:
-    """Each job in a fresh one-process pool, at most ``workers`` at a time."""
+    """Each job in a fresh one-process pool, at most ``len(envs)`` at a time, each pool with
+    an environment no running pool holds."""
     results: list[dict] = []
-    queue, active = list(jobs), {}
+    queue, active, free = list(jobs), {}, list(range(len(envs)))
     try:
         while queue or active:
-            while queue and len(active) < workers:
-                job = queue.pop(0)
-                pool = _pool(1)
-                active[pool.submit(work, job)] = (job, pool)
+            while queue and free:
+                job, slot = queue.pop(0), free.pop(0)
+                pool = _pool([envs[slot]])
+                active[pool.submit(work, job)] = (job, pool, slot)
             finished, _ = cf.wait(set(active), timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
             for fut in finished:
-                job, pool = active.pop(fut)
+                job, pool, slot = active.pop(fut)
                 results.append(_outcome(fut, job))
                 progress.add(results[-1])
                 pool.shutdown(wait=True)
+                free.append(slot)
             progress.refresh()
     finally:
-        for _, pool in active.values():
+        for _, pool, _ in active.values():
             _kill_workers(pool)
     return results
 

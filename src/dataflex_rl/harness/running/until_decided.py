@@ -43,6 +43,7 @@ import numpy as np
 from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
+from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN, locked_output
 from dataflex_rl.harness.statistics.analysis import score_matrices
@@ -176,6 +177,7 @@ def run_until_decided(
     train_fn: str = DEFAULT_TRAIN_FN,
     rule: Rule | None = None,
     echo: Callable[[str], None] = print,
+    address: str | None = None,
 ) -> tuple[CompareResult, Sequential]:
     """Run the experiment in rounds of seeds until every comparison is decided.
 
@@ -185,7 +187,8 @@ def run_until_decided(
         max_seeds: stop at this many seeds.
         round_size: seeds added per round.
         margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
-        workers, progress, plots, train_fn: as `run_compare`.
+        workers, progress, plots, train_fn, address: as `run_compare`; the experiment's
+            executor is entered once for every round (one Ray connection).
         rule: the sequential rule (default `default_rule`).
         echo: where the one line per round goes.
 
@@ -212,9 +215,30 @@ def run_until_decided(
         margin=margin,
         alpha=alpha,
     )
+    seq.seeds_of = {label: [] for label in exp.labels}
+    with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
+        res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
+    _fixed_design(seq, diffs, exp)
+    write_sequential(seq, Path(res.out_dir))
+    return res, seq
+
+
+def _rounds(
+    exp: Experiment,
+    out_dir: str | Path,
+    seq: Sequential,
+    rule: Rule,
+    executor,
+    echo: Callable[[str], None],
+    progress: bool,
+    plots: bool,
+    train_fn: str,
+) -> tuple[CompareResult, dict[str, np.ndarray]]:
+    """The rounds of `run_until_decided` on an entered executor, filling ``seq``: the last
+    round's result and paired differences."""
+    comparisons, controls, alpha, margin = seq.comparisons, seq.controls, seq.alpha, seq.margin
     domains = list(exp.engine_config().tasks.domains)
     seeds, new = list(exp.seeds), list(exp.seeds)
-    seq.seeds_of = {label: [] for label in exp.labels}
     frozen: dict[str, dict] = {}  # the verdicts of decided comparisons, as decided
     while True:
         for label, ran in seq.seeds_of.items():
@@ -225,11 +249,11 @@ def run_until_decided(
         res = run_compare(
             current,
             out_dir,
-            workers=workers,
             progress=progress,
             plots=plots,
             train_fn=train_fn,
             cells=cells,
+            executor=executor,
         )
         rows = result_rows(res.execution, domains, exp.evaluation.metric)
         diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
@@ -243,15 +267,12 @@ def run_until_decided(
         echo(round_line(seq.rounds[-1], comparisons, controls, seq.decided_at))
         if len(frozen) == len(comparisons):
             seq.stopped = "every comparison decided"
-            break
-        if len(seeds) >= max_seeds:
-            seq.stopped = f"--max-seeds {max_seeds} reached"
-            break
-        new = next_seeds(seeds, min(round_size, max_seeds - len(seeds)))
+            return res, diffs
+        if len(seeds) >= seq.max_seeds:
+            seq.stopped = f"--max-seeds {seq.max_seeds} reached"
+            return res, diffs
+        new = next_seeds(seeds, min(seq.round_size, seq.max_seeds - len(seeds)))
         seeds += new
-    _fixed_design(seq, diffs, exp)
-    write_sequential(seq, Path(res.out_dir))
-    return res, seq
 
 
 def round_line(

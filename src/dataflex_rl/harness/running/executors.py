@@ -1,0 +1,163 @@
+"""Executors: where the runs of a matrix execute (``compare --executor local|ray``).
+
+For an executor a run is a process launched from a command line, an environment and a run
+folder (harness/running/launch.py: `Launch`); the TRL and verl hosts (issue 21) plug in with
+their own command lines and a reader of their own logs, and the executors do not change.
+
+- `LocalExecutor`: worker processes on this machine (`supervisor.supervise`; the engine runs
+  in-process in each worker, imports paid once per worker). With ``resources.gpus_per_run``
+  each worker process gets its own GPUs for its whole life (`device_sets`, set as
+  ``CUDA_VISIBLE_DEVICES`` before it runs anything); without ``--workers``, one worker per
+  ``cpus_per_run`` cores, at most one per device set.
+- ``RayExecutor`` (harness/running/ray_executor.py, the one module of the harness that imports
+  ray): each run is a Ray task holding ``cpus_per_run``, ``gpus_per_run`` and the custom
+  resources, which starts the run's `Launch` on the node Ray picks.
+
+`make_executor` builds either from an experiment's ``executor`` and ``resources``, refusing
+``ray`` without the extra before any work. An executor is a context manager (the Ray one holds
+its cluster connection across the rounds of ``--until-decided``), ``start(out_dir)`` checks
+what it needs before any run, and ``run(jobs, work, launch, progress)`` returns the records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.running.launch import Launch
+from dataflex_rl.harness.running.supervisor import Progress, default_workers, supervise
+
+
+# ------------------------------------------------------------------------------- local
+def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
+    """The GPUs this process may hand out: ``CUDA_VISIBLE_DEVICES`` when set (its entries,
+    indices or UUIDs), else every device torch counts (none without CUDA)."""
+    env = os.environ if env is None else env
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001  (no usable CUDA: no GPU to hand out)
+        return []
+
+
+def device_sets(visible: Sequence[str], gpus_per_run: float) -> list[str]:
+    """Disjoint ``CUDA_VISIBLE_DEVICES`` values of ``gpus_per_run`` GPUs each, in order
+    (``["0,1", "2,3"]`` for 4 GPUs at 2 per run; a remainder is left unused).
+
+    Raises:
+        ConfigError: a fraction of a GPU, or more GPUs per run than are visible.
+    """
+    if gpus_per_run != int(gpus_per_run):
+        raise ConfigError(
+            f"resources.gpus_per_run: the local executor gives whole GPUs, got {gpus_per_run:g} "
+            "(fractions share a GPU on --executor ray)"
+        )
+    k = int(gpus_per_run)
+    if k > len(visible):
+        raise ConfigError(
+            f"resources.gpus_per_run: {k} GPU(s) per run, but this machine shows "
+            f"{len(visible)} ({', '.join(visible) or 'none'}; CUDA_VISIBLE_DEVICES or "
+            "torch.cuda.device_count())"
+        )
+    return [",".join(visible[i : i + k]) for i in range(0, len(visible) - k + 1, k)]
+
+
+@dataclass
+class LocalExecutor:
+    """Worker processes on this machine (`supervisor.supervise`).
+
+    Args:
+        workers: worker processes (None: one per ``cpus_per_run`` cores, at most one per
+            device set).
+        cpus_per_run, gpus_per_run: the experiment's ``resources``.
+    """
+
+    workers: int | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    name: str = "local"
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def start(self, out_dir: Path) -> None:
+        """Checks before any run (nothing to check for local processes but the GPUs)."""
+        self.worker_envs()
+
+    def worker_envs(self) -> list[dict[str, str]] | None:
+        if not self.gpus_per_run:
+            return None
+        return [{"CUDA_VISIBLE_DEVICES": d} for d in device_sets(visible_gpus(), self.gpus_per_run)]
+
+    def slots(self, jobs: int) -> int:
+        """Worker processes for ``jobs`` runs."""
+        envs = self.worker_envs()
+        n = self.workers or max(1, int(default_workers() // self.cpus_per_run))
+        if envs is not None:
+            n = min(n, len(envs))
+        return max(1, min(n, jobs))
+
+    def where(self, jobs: int) -> str:
+        return f"{self.slots(jobs)} workers"
+
+    def run(
+        self,
+        jobs: list,
+        work: Callable[[Any], dict],
+        launch: Callable[[Any], Launch],
+        progress: Progress,
+    ) -> list[dict]:
+        """``work(job)`` for every job in the worker processes (``launch`` is not needed:
+        the engine runs in-process in each worker)."""
+        return supervise(jobs, work, self.slots(len(jobs)), progress, self.worker_envs())
+
+
+def make_executor(
+    name: str,
+    resources,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    purpose: str = "dataflex-rl compare",
+):
+    """The executor ``name`` ("local" or "ray") with the experiment's ``resources``.
+
+    Raises:
+        MissingDependencyError: ``ray`` without the ``ray`` extra (names it).
+        ConfigError: ``--address`` with the local executor.
+    """
+    if name == "local":
+        if address is not None:
+            raise ConfigError("--address names a Ray cluster: it goes with --executor ray")
+        if resources.custom:
+            print(
+                "note: resources.custom "
+                f"({', '.join(resources.custom)}) is scheduled by --executor ray only; "
+                "the local executor ignores it"
+            )
+        return LocalExecutor(workers, resources.cpus_per_run, resources.gpus_per_run)
+    if name != "ray":
+        raise ConfigError(f"executor: must be one of 'local', 'ray', got {name!r}")
+    from dataflex_rl.deps import require
+
+    require("ray", f"{purpose} --executor ray")
+    from dataflex_rl.harness.running.ray_executor import RayExecutor
+
+    return RayExecutor(
+        address=address,
+        cpus_per_run=resources.cpus_per_run,
+        gpus_per_run=resources.gpus_per_run,
+        custom=dict(resources.custom),
+        max_in_flight=workers,
+    )

@@ -1,0 +1,150 @@
+"""A run as a process: a command line, an environment and a run folder (`Launch`).
+
+This is what an executor starts, wherever it runs it: the embedded engine's run is
+``python -m dataflex_rl.harness.running.worker`` reading its `RunSpec` on stdin (runner.py:
+`engine_launch`); the TRL and verl hosts (issue 21) plug in with their own command lines. The
+process reports its record on one marked stdout line (`print_record`); `run_launch` starts it
+in a session of its own, makes it die with its starter (Linux's parent-death signal), waits,
+and kills its whole process group however the wait ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: ``argv[0]`` meaning the Python interpreter of the process that starts the launch (on a
+#: cluster node: the node's own, not the driver's path)
+PYTHON = "python"
+#: the line a launched run prints its record on (the last such line counts)
+RECORD_MARK = "@@dataflex-record@@ "
+#: bytes of a launched run's stderr kept in the failure record of a run that left no record
+STDERR_TAIL = 4000
+#: seconds between polls of a launched process (a cancelled Ray task is interrupted there)
+POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One run as a process: what an executor starts, wherever it runs it.
+
+    Args:
+        argv: the command line (``argv[0] == PYTHON``: this machine's interpreter).
+        run_dir: the run's folder (absolute, on storage every node sees): where the run
+            writes; an executor checks it is reachable before submitting.
+        method, seed: the run's identity, for a failure record.
+        env: variables added to the starting process's environment.
+        stdin: text written to the process's standard input.
+        cwd: working directory of the process, when it exists where the process starts
+            (the driver's, so relative paths mean the same; else the run folder's parent).
+    """
+
+    argv: tuple[str, ...]
+    run_dir: str
+    method: str
+    seed: int
+    env: dict[str, str] = field(default_factory=dict)
+    stdin: str = ""
+    cwd: str | None = None
+
+
+def print_record(record: dict) -> None:
+    """How a launched run reports its record: one marked line on stdout."""
+    sys.stdout.write("\n" + RECORD_MARK + json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+#: run by the launched process's interpreter before it becomes the run (``execvp``): die
+#: with its starter (Linux's parent-death signal survives exec), or exit at once if the starter
+#: is already gone. An exec wrapper, not ``preexec_fn``: a Ray worker has threads, and code
+#: run between fork and exec there can deadlock.
+DIE_WITH_STARTER = """\
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+if os.getppid() != int(sys.argv[1]):
+    os._exit(1)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) -> dict:
+    """Start ``launch`` as a child process in a session of its own, wait for it, and return the
+    record it printed (or a failure record with its exit status and the end of its stderr).
+
+    However this call ends (a cancelled Ray task raises KeyboardInterrupt here), the child's
+    whole process group is killed: no process of the run outlives it. ``on_start(pid)`` is
+    called once the child runs."""
+    argv = [sys.executable if launch.argv[0] == PYTHON else launch.argv[0], *launch.argv[1:]]
+    argv = [sys.executable, "-c", DIE_WITH_STARTER, str(os.getpid()), *argv]
+    cwd = launch.cwd if launch.cwd and os.path.isdir(launch.cwd) else None
+    if cwd is None:
+        cwd = str(Path(launch.run_dir).parent)
+        os.makedirs(cwd, exist_ok=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            cwd=cwd,
+            env={**os.environ, **launch.env},
+            start_new_session=True,
+        )
+        try:
+            if on_start is not None:
+                on_start(proc.pid)
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(launch.stdin.encode())
+                proc.stdin.close()
+            while proc.poll() is None:
+                time.sleep(POLL_SECONDS)
+        finally:
+            kill_group(proc)
+        out.seek(0)
+        record = _last_record(out.read().decode(errors="replace"))
+        if record is not None:
+            return record
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-STDERR_TAIL:]
+    code = proc.returncode
+    status = f"signal {-code}" if code < 0 else f"exit code {code}"
+    return {
+        "status": "failed",
+        "method": launch.method,
+        "seed": launch.seed,
+        "error": f"RunDied: the run's process ended ({status}) without a record",
+        "traceback": tail,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group ``proc`` leads (the run and any process it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)
+
+
+def _last_record(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RECORD_MARK):
+            try:
+                return json.loads(line[len(RECORD_MARK) :])
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,275 @@
+"""``compare --executor ray``: each run is a Ray task on a cluster (the harness's one module
+that imports ray, lazily; the ``ray`` extra).
+
+Each run is submitted as a task holding ``resources.cpus_per_run`` CPUs, ``gpus_per_run``
+GPUs and the custom resources; Ray places it on a node with them free (Ray itself sets the
+task's ``CUDA_VISIBLE_DEVICES``). The task starts the run's `Launch` (launch.py: a command
+line, an environment, a run folder) as a child process in a session of its own that dies with
+the task's worker, and returns the record the run printed. The guarantees of the local
+executor hold:
+
+- before anything is submitted (`RayExecutor.start`): the output folder is writable here, and
+  every node that can run a run (one with the resources a run asks for) reads a file written
+  here and writes one beside it: the run folders are on storage every node sees (else a
+  ConfigError names the nodes); no such node at all is refused too (Ray would wait forever);
+- a finished run is never submitted (the runner skips it), an unfinished one resumes from its
+  checkpoint wherever it lands, because the run decides from its own folder;
+- a run that fails on a node returns its traceback (and writes error.json); the others go on;
+- Ctrl-C or SIGTERM cancels every task this call submitted: first a plain cancel (the task's
+  KeyboardInterrupt kills its run's process group), then, after `GRACE_SECONDS`, a forced one
+  (Ray kills the worker; the run dies with it); a compare killed outright is a dead Ray driver,
+  whose tasks Ray kills;
+- a task whose node or worker process dies (not the run: its own failure is a record) is
+  retried once by Ray (``max_retries=1``), resuming from the run's last checkpoint.
+
+The connection is opened on entering the executor (``with``) and closed on leaving it; a local
+cluster started for it (no ``--address`` and no ``RAY_ADDRESS``) is shut down with it. In a
+process that already called ``ray.init`` (tests start one local cluster per module) that
+connection is used and left open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.running.launch import Launch, run_launch
+from dataflex_rl.harness.running.supervisor import POLL_SECONDS, Progress, sigterm_raises
+
+#: seconds a plainly cancelled task has to stop before it is cancelled by force
+GRACE_SECONDS = 5.0
+#: seconds every node has to answer the storage check
+PROBE_SECONDS = 120.0
+
+
+def run_task(launch: Launch):
+    """The Ray task of one run (a streaming generator): ``("started", node id)``, then
+    ``("record", record)``."""
+    import ray
+
+    yield ("started", ray.get_runtime_context().get_node_id())
+    yield ("record", run_launch(launch))
+
+
+def probe_storage(path: str, token: str) -> str:
+    """On a node: "" when ``path`` holds ``token`` and a file can be written beside it, else
+    what went wrong."""
+    try:
+        if Path(path).read_text() != token:
+            return f"{path} holds something else"
+        mine = Path(f"{path}.{os.getpid()}")
+        mine.write_text(token)
+        mine.unlink()
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def fits(node_resources: dict[str, float], request: dict[str, float]) -> bool:
+    """Whether a node with these total resources can hold one run's ``request``."""
+    return all(node_resources.get(k, 0.0) >= v for k, v in request.items() if v > 0)
+
+
+@dataclass
+class RayExecutor:
+    """Runs as Ray tasks (see the module docstring).
+
+    Args:
+        address: the cluster (``ray.init(address=...)``: ``auto``, ``HOST:PORT``,
+            ``ray://HOST:PORT``); None: ``RAY_ADDRESS`` if set, else a local cluster started
+            for this executor.
+        cpus_per_run, gpus_per_run, custom: what each run's task holds.
+        max_in_flight: at most this many tasks submitted at once (None: every run, Ray queues
+            them by resources).
+    """
+
+    address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    custom: dict[str, float] = field(default_factory=dict)
+    max_in_flight: int | None = None
+    name: str = "ray"
+    owns: bool = field(default=False, init=False)
+
+    @property
+    def request(self) -> dict[str, float]:
+        return {"CPU": self.cpus_per_run, "GPU": self.gpus_per_run, **self.custom}
+
+    def __enter__(self) -> RayExecutor:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(
+                address=self.address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            self.owns = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        if self.owns:
+            ray.shutdown()
+            self.owns = False
+
+    def nodes(self) -> list[dict]:
+        """The alive nodes that can hold one run."""
+        import ray
+
+        return [n for n in ray.nodes() if n.get("Alive") and fits(n["Resources"], self.request)]
+
+    def slots(self, jobs: int) -> int:
+        """Runs the cluster can hold at once (at most ``jobs``)."""
+        n = 0
+        for node in self.nodes():
+            r = node["Resources"]
+            n += int(min(r.get(k, 0.0) // v for k, v in self.request.items() if v > 0))
+        if self.max_in_flight:
+            n = min(n, self.max_in_flight)
+        return max(1, min(n, jobs))
+
+    def where(self, jobs: int) -> str:
+        return f"ray: {len(self.nodes())} node(s), {self.slots(jobs)} at once"
+
+    def start(self, out_dir: Path) -> None:
+        """Refuse before any run when no node can hold a run, or when a node that can does
+        not see ``out_dir`` (see the module docstring)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = self.nodes()
+        if not nodes:
+            offered = "; ".join(
+                ", ".join(f"{k} {v:g}" for k, v in sorted(n["Resources"].items()) if "." not in k)
+                for n in ray.nodes()
+                if n.get("Alive")
+            )
+            asked = ", ".join(f"{k} {v:g}" for k, v in self.request.items() if v > 0)
+            raise ConfigError(
+                f"resources: no node of the Ray cluster can hold one run ({asked}); the nodes "
+                f"offer: {offered or 'nothing'}"
+            )
+        out = Path(out_dir).resolve()
+        token = secrets.token_hex(8)
+        check = out / f".storage-check-{token}"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            check.write_text(token)
+        except OSError as e:
+            raise ConfigError(f"--out {out}: cannot be written here ({e})") from e
+        try:
+            probe = ray.remote(probe_storage)
+            refs = [
+                probe.options(
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
+                ).remote(str(check), token)
+                for n in nodes
+            ]
+            try:
+                answers = ray.get(refs, timeout=PROBE_SECONDS)
+            except ray.exceptions.GetTimeoutError:
+                answers = ["did not answer"] * len(nodes)
+        finally:
+            check.unlink(missing_ok=True)
+        bad = [f"{n['NodeManagerAddress']} ({a})" for n, a in zip(nodes, answers) if a]
+        if bad:
+            raise ConfigError(
+                f"--out {out}: not on storage every node sees: {'; '.join(bad)}. Put --out on "
+                "a filesystem mounted at the same path on every node (NFS, Lustre, ...); a "
+                "run's folder must be readable wherever it resumes (docs/cluster.md)"
+            )
+
+    def run(self, jobs: list, work, launch, progress: Progress) -> list[dict]:
+        """Each job's `Launch` as a Ray task; the records in the order the runs finish."""
+        import ray
+
+        task, options = (
+            ray.remote(run_task),
+            {
+                "num_cpus": self.cpus_per_run,
+                "num_gpus": self.gpus_per_run,
+                "resources": self.custom or None,
+                "num_returns": "streaming",
+                "max_retries": 1,
+                "retry_exceptions": False,
+            },
+        )
+        progress.running = list(jobs)
+        queue, live, started, results = list(jobs), {}, set(), []
+        with sigterm_raises():
+            try:
+                while queue or live:
+                    while queue and (not self.max_in_flight or len(live) < self.max_in_flight):
+                        job = queue.pop(0)
+                        name = f"{job.method}-seed{job.seed}"
+                        gen = task.options(name=name, **options).remote(launch(job))
+                        live[gen] = job
+                    ready, _ = ray.wait(list(live), num_returns=1, timeout=POLL_SECONDS)
+                    for gen in ready:
+                        record = self._next(gen, live[gen], started)
+                        if record is not None:
+                            del live[gen]
+                            started.discard(gen)
+                            results.append(record)
+                            progress.add(record)
+                    progress.active = len(started)
+                    progress.refresh()
+            except BaseException:  # Ctrl-C, SIGTERM: no task of this call may go on
+                cancel(list(live))
+                raise
+        return results
+
+    @staticmethod
+    def _next(gen, job, started: set) -> dict | None:
+        """The next event of a task: None when it only started, else the run's record (a
+        failure record when the task itself failed)."""
+        import ray
+
+        try:
+            kind, value = ray.get(next(gen))
+        except StopIteration:
+            return _failure(job, RuntimeError("the task ended without a record"))
+        except ray.exceptions.RayError as e:  # the worker or node died (after Ray's retry)
+            return _failure(job, e)
+        if kind == "started":
+            started.add(gen)
+            return None
+        return value
+
+
+def cancel(gens: list, grace: float = GRACE_SECONDS) -> None:
+    """Cancel tasks: plainly (each kills its run's process group), then by force those still
+    running after ``grace`` seconds."""
+    import ray
+
+    if not gens:
+        return
+    for gen in gens:
+        with contextlib.suppress(Exception):
+            ray.cancel(gen)
+    with contextlib.suppress(Exception):
+        ray.wait(gens, num_returns=len(gens), timeout=grace)
+    for gen in gens:
+        with contextlib.suppress(Exception):
+            ray.cancel(gen, force=True)
+
+
+def _failure(job: Any, e: BaseException) -> dict:
+    return {
+        "status": "failed",
+        "method": job.method,
+        "seed": job.seed,
+        "error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}",
+        "traceback": "".join(traceback.format_exception(e)),
+        "wall_seconds": 0.0,
+    }
