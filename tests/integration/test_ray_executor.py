@@ -21,7 +21,6 @@ import pytest
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.compare import run_compare
 from tests.harness_cli import run_cli
-from tests.integration.test_harness_compare import small_policy  # noqa: F401  (fixture)
 from tests.unit.harness.running.test_runner import FAKE, experiment
 
 ray = pytest.importorskip("ray")
@@ -47,16 +46,17 @@ def free_cpus_become(n: float, timeout: float = 30.0) -> bool:
     return False
 
 
-def test_ray_gives_the_local_results_byte_for_byte(cluster, tmp_path, small_policy):  # noqa: F811
+def test_ray_gives_the_local_results_byte_for_byte(cluster, tmp_path):
+    # the matrix of tests/integration/test_harness_compare.py, without its trackers
     exp = tmp_path / "tiny.yaml"
-    exp.write_text(f"""\
+    exp.write_text("""\
 name: tiny
 strategies: [baseline, dump_ucb]
 seeds: 2
-engine: {{policy: {small_policy}}}
-budget: {{steps: 2, prompts_per_step: 3, samples_per_prompt: 2}}
-evaluation: {{every: 1, per_domain: 4}}
-statistics: {{n_boot: 500}}
+engine: {policy: tiny}
+budget: {steps: 2, prompts_per_step: 3, samples_per_prompt: 2}
+evaluation: {metric: sampled, samples: 1, every: 1, per_domain: 4}
+statistics: {n_boot: 500}
 """)
     outs = {}
     for executor in ("local", "ray"):

@@ -58,8 +58,9 @@ class Launch:
 
 
 def print_record(record: dict) -> None:
-    """How a launched run reports its record: one marked line on stdout."""
-    sys.stdout.write("\n" + RECORD_MARK + json.dumps(record) + "\n")
+    """How a launched run reports its record: one marked line on stdout (values JSON cannot
+    hold written as text, as in done.json, so the record equals what a rerun reads back)."""
+    sys.stdout.write("\n" + RECORD_MARK + json.dumps(record, default=str) + "\n")
     sys.stdout.flush()
 
 
