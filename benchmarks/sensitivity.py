@@ -130,7 +130,7 @@ def _metric_section(metric: str, part: dict, baseline: str, m: int, primary: boo
                 _pts(c.sd, False),
                 f"{c.corr:+.2f}" if math.isfinite(c.corr) else "—",
                 c.verdict,
-                _state(c.passed),
+                c.status,
                 _need(c.seeds_needed, c.note),
             ]
             + ([_need(c.seeds_needed_family, c.note)] if fam else [])

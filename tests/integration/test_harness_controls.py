@@ -67,6 +67,7 @@ statistics: {n_boot: 500}
     # 2 seeds: no verdict is possible, and the report says the controls were not tested
     assert "control aa_control (must be no detectable difference)" in section
     assert "control no_update_control (must be worse)" in section
+    assert section.count("— untested (2 seeds: no verdict possible; needs 6)") == 2
     assert "control `no_update_control` (no_update, must be worse)" in report  # setup line
     assert json.loads((out / "experiment.json").read_text())["controls"] == {
         "aa_control": "same",
@@ -74,4 +75,5 @@ statistics: {n_boot: 500}
     }
     printed = capsys.readouterr().out
     assert "6 runs: 6 finished" in printed
-    assert "no_update_control" in printed and "[control, must be worse: " in printed
+    assert "no_update_control" in printed
+    assert "[control, must be worse: untested (2 seeds: no verdict possible; needs 6)]" in printed

@@ -59,6 +59,20 @@ def delta_interval(c, fmt: Fmt, corrected: bool = False) -> str:
     return fmt.interval(*(c.corrected_ci if corrected else c.ci), True)
 
 
+def control_status(c) -> str:
+    """A control comparison's outcome in words: "passed", "FAILED", or, where its seed count
+    allows no verdict, "untested (3 seeds: no verdict possible; needs 6)" (``needs``: its
+    `Comparison.seeds_for_verdict`); "" for a real method."""
+    if not c.control:
+        return ""
+    if c.control_passed is not None:
+        return "passed" if c.control_passed else "FAILED"
+    need = c.seeds_for_verdict
+    return f"untested ({c.n_pairs} seed{'s' if c.n_pairs != 1 else ''}: no verdict possible; " + (
+        f"needs {need})" if need is not None else "needs more than 64)"
+    )
+
+
 def pvalue(p: float) -> str:
     if not math.isfinite(p):
         return "n/a"
@@ -180,7 +194,8 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
         )
     for c in s.controls:
         want = "no detectable difference" if c.control == "same" else "worse"
-        state = {True: "**passed**", False: "**FAILED**", None: "not checked"}[c.control_passed]
+        state = control_status(c)
+        state = f"**{state}**" if c.control_passed is not None else state
         out.append(
             f"control {c.method} (must be {want}): {c.verdict}, "
             f"{fmt.amount(c.delta, signed=True)}, p = {pvalue(c.p_holm)} (tested on "

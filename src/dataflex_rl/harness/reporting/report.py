@@ -51,7 +51,11 @@ DEFINITIONS = """\
 - **r**: Pearson correlation across paired seeds between the method's and the baseline's
   final scores (how much pairing by seed removes).
 - **controls**: arms with a known answer, each tested on its own against the baseline
-  (outside the real methods' Holm family, so they do not weaken the real comparisons) and left out of rankings and aggregates.
+  (outside the real methods' Holm family, so they do not weaken the real comparisons) and left
+  out of rankings and aggregates. A control "passed" when it got its required verdict (an A/A
+  copy: no detectable difference; a planted harm: worse), "FAILED" otherwise, and is
+  "untested (N seeds: no verdict possible; needs M)" where its N paired seeds allow no verdict
+  (M: the fewest at which a family of one can reach one, 2/2^M ≤ α).
 - **IQM**, **P(>baseline)**, **profile**: interquartile mean of the run × benchmark scores,
   probability that a random run beats a random baseline run on a benchmark (averaged over
   benchmarks; unpaired), fraction of run × benchmark scores above a threshold; 95% stratified
@@ -208,7 +212,9 @@ def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
 
 #: columns of ``statistics.csv``: one row per summary × method (a baseline row leaves the
 #: comparison's columns empty and reads "baseline" under ``verdict``). Where no verdict is
-#: possible (``verdict_possible`` False) the interval columns are empty.
+#: possible (``verdict_possible`` False) the interval columns are empty. ``control_passed``
+#: is True/False, empty for an untested control; ``control_status`` says it in words
+#: (`narrative.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
 STATISTICS_COLUMNS = (
     "summary",
     "kind",
@@ -234,6 +240,7 @@ STATISTICS_COLUMNS = (
     "verdict",
     "control",
     "control_passed",
+    "control_status",
 )
 
 
@@ -280,6 +287,7 @@ def statistics_rows(a: Analysis) -> list[dict]:
                     verdict=c.verdict,
                     control=c.control,
                     control_passed="" if c.control_passed is None else c.control_passed,
+                    control_status=narrative.control_status(c),
                 )
             out.append({k: _cell(v) for k, v in row.items()})
     return out

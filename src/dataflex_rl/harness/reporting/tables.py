@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dataflex_rl.harness.reporting.narrative import Fmt, delta_interval, pvalue
+from dataflex_rl.harness.reporting.narrative import Fmt, control_status, delta_interval, pvalue
 from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import Analysis, SummaryResult
 
@@ -88,7 +88,9 @@ def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
                 pvalue(c.p_holm),
                 "inf" if math.isinf(c.mde) else fmt.value(c.mde),
                 f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a",
-                f"{c.verdict} (control: {c.control})" if c.control else c.verdict,
+                f"{c.verdict}; control ({c.control}): {control_status(c)}"
+                if c.control
+                else c.verdict,
             )
         )
         verdicts.append(c.verdict)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from dataflex_rl.core.texttable import text_table
-from dataflex_rl.harness.reporting.narrative import Fmt, delta_interval, headline
+from dataflex_rl.harness.reporting.narrative import Fmt, control_status, delta_interval, headline
 from dataflex_rl.harness.statistics.analysis import Analysis
 from dataflex_rl.harness.statistics.results import Row
 
@@ -67,10 +67,7 @@ def summary_table(a: Analysis, rows: list[Row], fmt: Fmt) -> str:
         else:
             verdict = c.verdict
             if c.control:
-                passed = c.control_passed
-                verdict += f" [control, must be {c.control}: " + (
-                    "untested]" if passed is None else "as required]" if passed else "FAILED]"
-                )
+                verdict += f" [control, must be {c.control}: {control_status(c)}]"
             p = f"{c.p_holm:.3f}" if math.isfinite(c.p_holm) else "n/a"
             cells += [fmt.value(c.delta, True), delta_interval(c, fmt, True), p, verdict]
         if other:

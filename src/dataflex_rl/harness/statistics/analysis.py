@@ -19,7 +19,8 @@ the baseline must come out "no detectable difference", a planted harm "worse"). 
 against the baseline like any method but each control is tested on its own (a family of one, not
 part of the real methods' Holm family), so adding them does not weaken the real comparisons and
 an A/A arm does not hide a harm; they stay out of the rankings. A control whose seed count cannot
-reach a verdict (2 / 2^n > α) is "untested", not failed.
+reach a verdict (2 / 2^n > α: fewer than 6 paired seeds at α = 0.05) is "untested", neither
+passed nor failed: no outcome, an A/A arm's included, says anything there.
 
 **MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
 family's size and the observed SD of its paired differences: the smallest true difference this
@@ -124,17 +125,19 @@ class Comparison:
     #: when not, ``ci`` and ``corrected_ci`` stay NaN: an interval is not shown where no
     #: verdict is possible (with 3 seeds a bootstrap interval is about the range of 3 deltas)
     verdict_possible: bool = False
+    #: the fewest paired seeds at which its family (every comparison at that count) can
+    #: reach a verdict (`stats.seeds_for_verdict`); None beyond 64
+    seeds_for_verdict: int | None = None
     #: whether a control got its required verdict (`control_passed`); None when not a
     #: control or untested
     control_passed: bool | None = None
 
 
 def control_passed(c: Comparison) -> bool | None:
-    """Whether control ``c`` got its required verdict; None when not a control or untested
-    (too few paired seeds, or too few for the exact test to reach the level: 2 / 2^n)."""
-    if not c.control or c.verdict == TOO_FEW:
-        return None
-    if c.control == "worse" and not stats.min_pvalue(c.n_pairs) <= c.level:
+    """Whether control ``c`` got its required verdict; None when not a control or untested:
+    where no verdict is possible at its seed count (``verdict_possible`` False), an A/A arm's
+    "no detectable difference" is not a pass and a harm's is not a failure."""
+    if not c.control or not c.verdict_possible:
         return None
     return c.verdict == CONTROL_KINDS[c.control]
 
@@ -330,7 +333,9 @@ def _family(
     floors = stats.holm_floors(
         [stats.pvalue_floor(c.n_pairs, options.n_perm) if c.n_pairs >= 2 else 1.0 for c in comps]
     )
+    need = stats.seeds_for_verdict(len(comps), options.alpha, options.n_perm)
     for c, means, p_adj, lev, floor in zip(comps, boots, adjusted, level, floors):
+        c.seeds_for_verdict = need
         if means is None:
             continue
         c.p_holm, c.level = float(p_adj), float(lev)

@@ -171,6 +171,22 @@ def holm_floors(floors) -> np.ndarray:
     return np.maximum(before, (m - ahead) * f)
 
 
+def seeds_for_verdict(
+    m: int, alpha: float = 0.05, n_perm: int = 10_000, max_n: int = 64
+) -> int | None:
+    """Fewest paired seeds at which a family of ``m`` comparisons, each with that many, can
+    reach a verdict at all: the smallest n whose Holm floor (`holm_floors` of ``m`` copies of
+    `pvalue_floor` of n) is at most ``alpha``; None when no n up to ``max_n`` can.
+
+    With the exact test and equal counts the floor is m · 2/2^n: one comparison needs 6 seeds
+    at α = 0.05 (2/2^6 = 0.031; 2/2^5 = 0.0625), three need 7 (3 · 2/2^7 = 0.047).
+    """
+    for n in range(2, max_n + 1):
+        if holm_floors([pvalue_floor(n, n_perm)] * max(1, m)).max() <= alpha:
+            return n
+    return None
+
+
 def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """Holm step-down correction over m hypotheses.
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dataflex_rl.harness.reporting.report import ReportInputs, write_report
+from dataflex_rl.harness.reporting.terminal import summary_text
 from dataflex_rl.harness.statistics import power
 from dataflex_rl.harness.statistics.analysis import pooled_sd
 from dataflex_rl.harness.statistics.results import Row
@@ -87,3 +88,30 @@ def test_profiles_plot_is_written(tmp_path):
     pytest.importorskip("matplotlib")
     write_report(matrix_rows(), tmp_path, ReportInputs("t", "baseline"))
     assert (tmp_path / "plots" / "profiles.png").is_file()
+
+
+def test_controls_at_three_seeds_are_untested_everywhere(tmp_path):
+    # 3 seeds: 2/2^3 = 0.25 > 0.05, no verdict possible; a control (a family of one) needs 6
+    # (2/2^6 = 0.031 <= 0.05 < 2/2^5); the harm, 8 points below, would otherwise "fail"
+    rows = matrix_rows(n_seeds=3)
+    inputs = ReportInputs("t", "baseline", plots=False, controls={"aa": "same", "harm": "worse"})
+    a = write_report(rows, tmp_path, inputs)
+    want = "untested (3 seeds: no verdict possible; needs 6)"
+    md = (tmp_path / "report.md").read_text()
+    section = md[md.index("## Sensitivity") : md.index("## Setup")]
+    assert "control aa (must be no detectable difference): no detectable difference" in section
+    assert section.count(f"(tested on its own) — {want}") == 2
+    assert "passed" not in section and "FAILED" not in section
+    table = md[md.index("## Verdicts") :].split("\n\n")[1]
+    assert f"| no detectable difference; control (worse): {want} |" in table
+    html = (tmp_path / "report.html").read_text()
+    # the sensitivity lines, and the control rows of the tables of average, math and logic
+    assert md.count(want) == html.count(want) == 2 + 3 * 2
+    rows_csv = list(csv.DictReader((tmp_path / "statistics.csv").open()))
+    avg = {r["method"]: r for r in rows_csv if r["summary"] == "average"}
+    assert (avg["aa"]["control_status"], avg["harm"]["control_status"]) == (want, want)
+    assert avg["aa"]["control_passed"] == avg["harm"]["control_passed"] == ""
+    assert avg["up"]["control_status"] == ""
+    text = summary_text(a, rows, "out/report.md")
+    assert f"[control, must be same: {want}]" in text
+    assert f"[control, must be worse: {want}]" in text

@@ -180,6 +180,13 @@ def test_measure_on_hand_made_runs():
         "worse",
     ]
     assert [ctrl[k].passed for k in order] == [True, True, False, True]
+    assert [ctrl[k].status for k in order] == ["passed", "passed", "FAILED", "passed"]
+    # the same arms at their first 3 seeds: no verdict possible (2/2^3 > 0.05), none passes
+    # or fails; a control alone needs 6 seeds (2/2^6 = 0.031 <= 0.05 < 2/2^5)
+    three = sens.measure(exp, Execution([r for r in results if r["seed"] < 3]), m)
+    statuses = {c.status for c in three["metrics"]["greedy"]["controls"]}
+    assert statuses == {"untested (3 seeds: no verdict possible; needs 6)"}
+    assert {c.passed for c in three["metrics"]["greedy"]["controls"]} == {None}
     assert ctrl["aa_control"].seeds_needed is None and ctrl["aa_control"].note == "A/A"
     # mean +0.5 points: no harm to detect, so no seeds-needed figure
     assert ctrl["half_lr_control"].seeds_needed is None

@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 
+from dataflex_rl.harness.reporting import narrative
+from dataflex_rl.harness.statistics import stats
 from dataflex_rl.harness.statistics.analysis import (
     NO_DIFF,
     TOO_FEW,
@@ -134,3 +136,41 @@ def test_a_harm_is_detectable_at_six_seeds_beside_an_aa_control():
         controls={"aa": "same", "harm": "worse"},
     )
     assert {c.method: c for c in five.primary.controls}["harm"].control_passed is None
+
+
+def test_at_three_seeds_both_controls_are_untested_and_say_how_many_seeds_they_need():
+    # 3 seeds: the exact test's floor is 2/2^3 = 0.25 > 0.05, so the A/A arm's "no detectable
+    # difference" is no pass and the planted harm (5 points below on every seed) no failure.
+    # A control is a family of one: 2/2^6 = 0.031 <= 0.05 < 2/2^5 = 0.0625, it needs 6
+    t = {k: v[:3] for k, v in eight_seed_table().items()}
+    a = analyze(rows_from(t), "baseline", OPTS, controls={"aa": "same", "harm": "worse"})
+    ctrl = {c.method: c for c in a.primary.controls}
+    assert (ctrl["aa"].verdict, ctrl["harm"].verdict) == (NO_DIFF, NO_DIFF)
+    assert ctrl["aa"].control_passed is None and ctrl["harm"].control_passed is None
+    assert ctrl["aa"].seeds_for_verdict == ctrl["harm"].seeds_for_verdict == 6
+    want = "untested (3 seeds: no verdict possible; needs 6)"
+    assert narrative.control_status(ctrl["aa"]) == narrative.control_status(ctrl["harm"]) == want
+    # the real family of one ('up') needs 6 too; at 8 seeds the same arms pass
+    assert a.primary.comparisons[0].seeds_for_verdict == 6
+    eight = analyze(
+        rows_from(eight_seed_table()), "baseline", OPTS, {"aa": "same", "harm": "worse"}
+    )
+    assert [narrative.control_status(c) for c in eight.primary.controls] == ["passed", "passed"]
+    wrong = analyze(rows_from(eight_seed_table()), "baseline", OPTS, {"up": "same"})
+    assert narrative.control_status(wrong.primary.controls[0]) == "FAILED"
+    assert narrative.control_status(eight.primary.comparisons[0]) == ""
+
+
+def test_seeds_for_verdict_follows_the_holm_floor():
+    # one comparison: 2/2^6 = 0.031 <= 0.05 < 2/2^5 = 0.0625 -> 6; three under Holm: the floor
+    # is 3 · 2/2^n, 3 · 2/2^7 = 0.047 <= 0.05 < 3 · 2/2^6 = 0.094 -> 7; twelve: 12 · 2/2^9 =
+    # 0.047 -> 9; at α = 0.01 one needs 8 (2/2^8 = 0.0078 <= 0.01 < 2/2^7 = 0.0156)
+    assert [stats.seeds_for_verdict(m) for m in (1, 2, 3, 12)] == [6, 7, 7, 9]
+    assert stats.seeds_for_verdict(1, alpha=0.01) == 8
+    # exact up to 16 pairs (2/2^16 = 3.1e-5 > 1e-5); above, random sign flips whose floor is
+    # 1/(1 + n_perm) = 0.0099: no seed count reaches α = 1e-5
+    assert stats.seeds_for_verdict(1, alpha=1e-5, n_perm=100) is None
+    a = analyze(
+        rows_from({k: v[:3] for k, v in eight_seed_table().items()}), "baseline", OPTS
+    )  # baseline + up, aa, harm as real methods: Holm over 3
+    assert {c.seeds_for_verdict for c in a.primary.comparisons} == {7}
