@@ -55,7 +55,6 @@ class Timed:
 
 def engine(steps: int, strategy: str, steps_per_file: int, out: Path, clock) -> dict:
     from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.run import attach_decision_log
     from dataflex_rl.engine.trainer import EmbeddedTrainer
 
     cfg = load_config(
@@ -64,13 +63,12 @@ def engine(steps: int, strategy: str, steps_per_file: int, out: Path, clock) -> 
             "log": {"progress": False, "plots": False},
         }
     )
-    tr = EmbeddedTrainer(cfg, strategy, seed=0)
-    attach_decision_log(tr, cfg, out, resume=False)
+    tr = EmbeddedTrainer(cfg, strategy, seed=0, out_dir=out)
     tr.train_step()  # warm-up, not counted
-    log = tr.decision_log
+    log, strategy = tr.driver.log, tr.driver.strategy
     log.flush()
-    record, decide = Timed(log.record, clock), Timed(tr.strategy.decide, clock)
-    log.record, tr.strategy.decide = record, decide  # record's own file writes included
+    record, decide = Timed(log.record, clock), Timed(strategy.decide, clock)
+    log.record, strategy.decide = record, decide  # record's own file writes included
     t0 = clock()
     for _ in range(steps):
         tr.train_step()

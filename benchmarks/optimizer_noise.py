@@ -39,7 +39,8 @@ from typing import Any
 import torch
 
 from dataflex_rl.engine.config import EngineConfig, load_config
-from dataflex_rl.engine.trainer import EmbeddedTrainer, derive_seed
+from dataflex_rl.engine.noise import derive_seed
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 
 #: GRPO variants: name -> (``optim`` overrides, rewards shuffled across the batch)
 GRPO_VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {

@@ -98,7 +98,7 @@ def _track_visits(tr) -> dict:
         "revisit_tokens": 0.0,
         "revisit_zero_tokens": 0.0,
     }
-    decide = tr.strategy.decide
+    decide = tr.driver.strategy.decide
 
     def counting_decide(batch):
         G = batch.num_groups
@@ -116,7 +116,7 @@ def _track_visits(tr) -> dict:
             seen.add(key)
         return decide(batch)
 
-    tr.strategy.decide = counting_decide
+    tr.driver.strategy.decide = counting_decide
     return out
 
 

@@ -15,7 +15,13 @@ from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size  # n
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
-from tests.hosts.verl_helpers import dataflex_trainer, put_groups, read, sample  # noqa: E402
+from tests.hosts.verl_helpers import (  # noqa: E402
+    dataflex_trainer,
+    put_groups,
+    read,
+    sample,
+    with_driver,
+)
 
 pytestmark = pytest.mark.usefixtures("tq_train")
 
@@ -108,13 +114,9 @@ def test_recomputed_advantages_replace_verls():
 
 
 def test_mix_only_strategy_observes_domains_and_leaves_the_loss_alone():
-    from dataflex_rl.hosts.common.intake import Intake
-    from dataflex_rl.hosts.verl.config import build_strategy
-
     trainer = dataflex_trainer("+dataflex.strategy=reward_gap", build=False)
-    domains = ("logic", "math")
-    trainer.intake = Intake(["math", "math", "logic", "logic"], domains)
-    trainer.strategy = build_strategy(trainer.dataflex, trainer._view, domains)
+    trainer.driver = with_driver(trainer, ["math", "math", "logic", "logic"])
+    assert trainer.driver.intake.domains == ("logic", "math")
     trainer.global_steps = 1
     uids = put_groups(MIXED)
     # what _next_train_batch records at submission: uid -> (dataset row, domain id, step)

@@ -22,7 +22,6 @@ def test_verl_log_replays_the_applied_decision(tmp_path, strategy):
         f"+dataflex.decision_log.dir={tmp_path}",
         "+dataflex.decision_log.steps_per_file=1",
     )
-    trainer.decision_log = trainer._open_decision_log(None)
     put_groups(MIXED, rollout_log_probs=True)
     batch = sample(4)
     out = trainer._compute_advantage(batch, {})

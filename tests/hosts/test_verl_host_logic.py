@@ -12,7 +12,7 @@ import torch
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.verl.batch import build_batch, sessions_of, writeback
-from dataflex_rl.hosts.verl.config import build_strategy, config_table, parse_host_config
+from dataflex_rl.hosts.verl.config import check, config_table, parse_host_config
 
 
 def verl_view(estimator="grpo", loss_mode="vanilla", use_v1=True):
@@ -56,50 +56,50 @@ def test_missing_block_runs_baseline(caplog):
 def test_unknown_preset_is_the_engines_error():
     host = parse_host_config({"strategy": "difffiltr"})
     with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
-        build_strategy(host, verl_view(), None, early=True)
+        check(host, verl_view())
 
 
 def test_group_scorer_rejected_for_non_group_estimator():
     host = parse_host_config({"strategy": "difffilter"})
     with pytest.raises(ConfigError, match="needs prompt groups.*'gae'"):
-        build_strategy(host, verl_view(estimator="gae"), None, early=True)
+        check(host, verl_view(estimator="gae"))
 
 
 def test_bypass_mode_rejected_for_select_and_reweight_only():
     for preset in ("difffilter", "softmax"):
         host = parse_host_config({"strategy": preset})
         with pytest.raises(ConfigError, match="bypass_mode' ignores rollout_is_weights"):
-            build_strategy(host, verl_view(loss_mode="bypass_mode"), None, early=True)
+            check(host, verl_view(loss_mode="bypass_mode"))
     # mixing acts before generation: any loss is fine
     host = parse_host_config({"strategy": "reward_gap"})
-    build_strategy(host, verl_view(loss_mode="bypass_mode"), None, early=True)
+    check(host, verl_view(loss_mode="bypass_mode"))
 
 
 def test_recompute_advantages_needs_grpo():
     host = parse_host_config({"strategy": "maxvar"})  # recomputes by default (PODS)
     with pytest.raises(ConfigError, match="recompute_advantages.*'rloo'"):
-        build_strategy(host, verl_view(estimator="rloo"), None, early=True)
-    build_strategy(host, verl_view(estimator="grpo"), None, early=True)
+        check(host, verl_view(estimator="rloo"))
+    check(host, verl_view(estimator="grpo"))
     off = parse_host_config(
         {"strategy": {"select": {"preset": "maxvar", "recompute_advantages": False}}}
     )
-    build_strategy(off, verl_view(estimator="rloo"), None, early=True)
+    check(off, verl_view(estimator="rloo"))
 
 
 def test_static_proportions_only_for_prerollout_without_mix():
     for spec in ("reward_gap", "difffilter"):
         host = parse_host_config({"strategy": spec, "proportions": [1, 1, 1]})
         with pytest.raises(ConfigError, match="dataflex.proportions: only used"):
-            build_strategy(host, verl_view(), None, early=True)
+            check(host, verl_view())
     host = parse_host_config(
         {"strategy": {"prerollout": {"actuator": "greso"}}, "proportions": {"math": 2, "logic": 1}}
     )
-    build_strategy(host, verl_view(), None, early=True)
+    check(host, verl_view())
 
 
 def test_v0_trainer_rejected():
     with pytest.raises(ConfigError, match="trainer.use_v1"):
-        build_strategy(parse_host_config({}), verl_view(use_v1=False), None, early=True)
+        check(parse_host_config({}), verl_view(use_v1=False))
 
 
 def test_docs_list_the_block_as_declared():

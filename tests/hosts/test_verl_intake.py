@@ -65,12 +65,12 @@ def static(prior):
 
 def test_mixing_decides_which_prompts_are_submitted(tmp_path):
     trainer = intake_trainer(tmp_path, static("{math:0.5,logic:0.5,science:0.0}"))
-    assert trainer.intake.domains == ("logic", "math", "science")
+    assert trainer.driver.intake.domains == ("logic", "math", "science")
     batch = trainer._next_train_batch()
     assert len(batch) == 6 and len(set(batch["uid"])) == 6
     assert sorted(batch["domain"]) == ["logic"] * 3 + ["math"] * 3
     assert int(batch["global_steps"]) == 1 and "raw_prompt" in batch.keys()
-    m = trainer._pending_metrics
+    m = trainer.driver.pending
     assert m["dataflex/mix/domain/science/target"] == 0.0
     assert m["dataflex/mix/domain/logic/actual"] == pytest.approx(0.5)
     # every submitted uid is remembered with its row and domain for the decide step
@@ -82,7 +82,7 @@ def test_mixing_decides_which_prompts_are_submitted(tmp_path):
 def test_without_a_domain_column_domains_come_from_data_source(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="dataflex_rl.hosts.verl")
     trainer = intake_trainer(tmp_path, ["+dataflex.strategy=reward_gap"], with_domain=False)
-    assert trainer.intake.domains == ("src_logic", "src_math", "src_science")
+    assert trainer.driver.intake.domains == ("src_logic", "src_math", "src_science")
     assert "domains come from the 'data_source' column" in caplog.text
     batch = trainer._next_train_batch()
     # reward_gap starts from the uniform prior: 2 + 2 + 2
@@ -115,22 +115,22 @@ def test_prerollout_skips_prompts_whose_groups_were_all_solved(tmp_path):
     rows = [trainer._prompts[u][0] for u in first["uid"]]
     # those 4 prompts were solved by all of their 2 samples at step 0
     keys = tuple(r for r in rows for _ in range(2))
-    trainer.strategy.decide(
+    trainer.driver.strategy.decide(
         from_lists([1.0] * 8, [g for g in range(4) for _ in range(2)], prompt_keys=keys, step=0)
     )
     trainer.global_steps = 2
     later = [trainer._prompts[u][0] for _ in range(5) for u in trainer._next_train_batch()["uid"]]
     assert len(later) == 20 and not set(later) & set(rows)
-    assert trainer._pending_metrics["dataflex/prerollout/active"] == 1.0
+    assert trainer.driver.pending["dataflex/prerollout/active"] == 1.0
 
 
 def test_intake_and_strategy_state_round_trip(tmp_path):
     spec = ["+dataflex.strategy=reward_gap"]
     a = intake_trainer(tmp_path, spec)
     a._next_train_batch()
-    path = save_state(tmp_path / "dataflex_state.safetensors", a.dataflex_state_dict())
+    path = save_state(tmp_path / "dataflex_state.safetensors", a.driver.state_dict())
     b = intake_trainer(tmp_path, spec)
-    b.load_dataflex_state_dict(load_state(path))
+    b.driver.load_state_dict(load_state(path))
     rows_a = [a._prompts[u][0] for u in a._next_train_batch()["uid"]]
     rows_b = [b._prompts[u][0] for u in b._next_train_batch()["uid"]]
     assert rows_a == rows_b
@@ -179,7 +179,7 @@ def test_checkpoint_hooks_write_the_state_file_and_refuse_a_pickled_payload(tmp_
 
 def test_select_only_strategy_leaves_verls_dataloader_alone(tmp_path):
     trainer = intake_trainer(tmp_path, ["+dataflex.strategy=difffilter"])
-    assert trainer.intake is None
+    assert trainer.driver.intake is None
     batch = trainer._next_train_batch()  # verl's own StatefulDataLoader
     assert len(batch) == 6 and trainer._prompts == {}
 

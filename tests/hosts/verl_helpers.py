@@ -27,15 +27,21 @@ def verl_config(*overrides: str):
 
 
 def dataflex_trainer(*overrides: str, build: bool = True):
-    """The registered trainer built from the config, with its strategy built as
+    """The registered trainer built from the config, with its driver built as
     `_init_dataloader` does (no dataset: no intake)."""
-    from dataflex_rl.hosts.verl.config import build_strategy
-
     trainer = get_trainer_cls("dataflex")(verl_config(*overrides))
     if build:
-        trainer.strategy = build_strategy(trainer.dataflex, trainer._view, None)
+        trainer.driver = with_driver(trainer, None)
         trainer.global_steps = 1
     return trainer
+
+
+def with_driver(trainer, row_domains):
+    """The `Driver` `_init_dataloader` builds, for these training rows' domains."""
+    from dataflex_rl.hosts.common.driver import Driver
+
+    run_dir = trainer.config.trainer.default_local_dir
+    return Driver.for_dataset(trainer.dataflex, trainer._spec, trainer._host, row_domains, run_dir)
 
 
 def put_groups(

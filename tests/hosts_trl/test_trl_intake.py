@@ -80,7 +80,7 @@ def test_iterable_dataset_trains_with_a_select_strategy(tmp_path):
     """No intake: TRL's own dataloader order, and select acts as usual."""
     ds = tiny_dataset().to_iterable_dataset()
     trainer = dataflex_trainer(tmp_path, "maxvar", dataset=ds, max_steps=1)
-    assert trainer.intake is None
+    assert trainer.driver.intake is None
     trainer.train()
     assert logged(trainer, "dataflex/kept_response_fraction") == [0.5]
 
@@ -103,6 +103,6 @@ def test_domain_key_and_domain_order(tmp_path):
         return hashed_reward(prompts, completions, topic)
 
     trainer = dataflex_trainer(tmp_path, block, dataset=ds, reward=reward, max_steps=1)
-    assert trainer.intake.domains == ("hard", "mid", "easy")
+    assert trainer.driver.intake.domains == ("hard", "mid", "easy")
     trainer.train()
     assert logged(trainer, "dataflex/mix/domain/hard/target") == [pytest.approx(1 / 3)]

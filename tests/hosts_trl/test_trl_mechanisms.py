@@ -69,12 +69,12 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
     rec = Recorder(trainer)
     trl_saw = record_trl_generations(monkeypatch, trainer)
     trainer.train()
-    assert len(rec.decisions) == steps and trainer._dataflex_step == steps
+    assert len(rec.decisions) == steps and trainer.driver.decisions == steps
     assert len(trl_saw) == steps
     for saw, batch in zip(trl_saw, rec.batches):  # the strategy read TRL's own advantages
         assert torch.equal(saw["advantages"].float(), batch.response_advantages)
-    if trainer.intake is not None:  # TRL generated for the drawn rows, each G times in a row
-        names = trainer.intake.domains
+    if trainer.driver.intake is not None:  # TRL generated for the drawn rows, each G times in a row
+        names = trainer.driver.intake.domains
         for saw, (rows, doms, _) in zip(trl_saw, rec.draws):
             assert saw["pids"] == [ds[r]["pid"] for r in rows for _ in range(4)]
             assert saw["domains"] == [names[d] for d in doms for _ in range(4)]
@@ -116,7 +116,7 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
         assert sum(logged(trainer, "dataflex/prerollout/candidates_skipped")) > 0, name
     if "mix" in parts:
         for saw, (_rows, _doms, props) in zip(trl_saw, rec.draws):  # the proportions' quota
-            generated = [trainer.intake.domains.index(d) for d in saw["domains"][::4]]
+            generated = [trainer.driver.intake.domains.index(d) for d in saw["domains"][::4]]
             counts = torch.bincount(torch.tensor(generated), minlength=3)
             quota = largest_remainder(props, 4, torch.full((3,), 4))
             assert torch.equal(counts, quota)
@@ -174,7 +174,7 @@ def test_static_prior_sets_the_drawn_domain_counts(tmp_path):
     trainer = dataflex_trainer(tmp_path, spec, max_steps=2)
     rec = Recorder(trainer)
     trainer.train()
-    assert trainer.intake.domains == ("easy", "hard", "mid")
+    assert trainer.driver.intake.domains == ("easy", "hard", "mid")
     for _, doms, _ in rec.draws:  # 4 prompts: 2 easy, 1 hard, 1 mid
         assert torch.bincount(torch.tensor(doms), minlength=3).tolist() == [2, 1, 1]
     assert logged(trainer, "dataflex/mix/domain/easy/actual") == [0.5, 0.5]

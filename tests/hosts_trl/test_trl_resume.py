@@ -60,11 +60,11 @@ def test_resume_continues_exactly(tmp_path):
     assert is_state_file(ckpt / "dataflex_state.safetensors")
     assert load_state(ckpt / "dataflex_state.safetensors")["decisions"] == 2
     resumed, rec2 = _run(tmp_path / "split", resume=str(ckpt))
-    assert resumed._dataflex_step == straight._dataflex_step == 4
+    assert resumed.driver.decisions == straight.driver.decisions == 4
     assert [d[0] for d in rec2.draws] == [d[0] for d in rec.draws[2:]]
     for a, b in zip(rec.decisions[2:], rec2.decisions):
         assert torch.equal(a.keep_mask, b.keep_mask)
         assert torch.equal(a.weights_per_response, b.weights_per_response)
-    _same_state(straight.dataflex_state_dict(), resumed.dataflex_state_dict())
+    _same_state(straight.driver.state_dict(), resumed.driver.state_dict())
     for (name, p), q in zip(straight.model.named_parameters(), resumed.model.parameters()):
         assert torch.equal(p, q), name

@@ -89,7 +89,7 @@ def test_block_from_the_trainer_or_a_yaml_file(tmp_path):
         processing_class=tok,
         dataflex={"strategy": "topk"},
     )
-    assert plain.strategy.spec.name == "topk" and plain.intake is None
+    assert plain.driver.strategy.spec.name == "topk" and plain.driver.intake is None
     block = tmp_path / "dataflex.yaml"
     block.write_text("dataflex:\n  strategy: static\n  seed: 4\n")
     from_file = DataflexGRPOTrainer(
@@ -99,8 +99,8 @@ def test_block_from_the_trainer_or_a_yaml_file(tmp_path):
         train_dataset=tiny_dataset(),
         processing_class=tok,
     )
-    assert from_file.strategy.spec.name == "static" and from_file.dataflex.seed == 4
-    assert from_file.intake.domains == ("easy", "hard", "mid")
+    assert from_file.driver.strategy.spec.name == "static" and from_file.dataflex.seed == 4
+    assert from_file.driver.intake.domains == ("easy", "hard", "mid")
 
 
 def test_evaluation_passes_through_untouched(tmp_path):
@@ -114,13 +114,13 @@ def test_evaluation_passes_through_untouched(tmp_path):
         eval_dataset=tiny_dataset(per_domain=2),
     )
     calls = []
-    decide = trainer.strategy.decide
-    trainer.strategy.decide = lambda b: calls.append(b.batch_size) or decide(b)
+    decide = trainer.driver.strategy.decide
+    trainer.driver.strategy.decide = lambda b: calls.append(b.batch_size) or decide(b)
     metrics = trainer.evaluate()
-    assert calls == [] and trainer._dataflex_step == 0
+    assert calls == [] and trainer.driver.decisions == 0
     assert not [k for k in metrics if "dataflex" in k] and "eval_reward" in metrics
     trainer.train()  # training decides once per generation; evaluation still does not
-    assert calls == [16] and trainer._dataflex_step == 1
+    assert calls == [16] and trainer.driver.decisions == 1
     evals = [e for e in trainer.state.log_history if "eval_reward" in e]
     assert evals and not [k for e in evals for k in e if "dataflex" in k]
     assert logged(trainer, "dataflex/kept_response_fraction") == [0.5]
@@ -148,7 +148,7 @@ def test_num_iterations_reuses_one_decision(tmp_path):
     decided advantages and masks for both."""
     trainer = dataflex_trainer(tmp_path, "maxvar", max_steps=4, num_iterations=2)
     trainer.train()
-    assert trainer._dataflex_step == 2
+    assert trainer.driver.decisions == 2
     assert logged(trainer, "dataflex/kept_response_fraction") == [0.5, 0.5]
 
 

@@ -69,7 +69,7 @@ class Recorder:
 
     def __init__(self, trainer) -> None:
         self.draws, self.batches, self.decisions, self.outs = [], [], [], []
-        strategy = trainer.strategy
+        strategy = trainer.driver.strategy
         decide = strategy.decide
 
         def recorded_decide(batch):
@@ -79,8 +79,9 @@ class Recorder:
             return decision
 
         strategy.decide = recorded_decide
-        if trainer.intake is not None:
-            draw = trainer.intake.draw
+        intake = trainer.driver.intake
+        if intake is not None:
+            draw = intake.draw
 
             def recorded_draw(n, strat, step):
                 props = strat.proportions
@@ -88,7 +89,7 @@ class Recorder:
                 self.draws.append((list(rows), list(doms), props))
                 return rows, doms, metrics
 
-            trainer.intake.draw = recorded_draw
+            intake.draw = recorded_draw
         generate = trainer._generate_and_score_completions
 
         def recorded_generate(inputs):

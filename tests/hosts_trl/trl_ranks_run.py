@@ -45,10 +45,11 @@ def _rounded(weights: torch.Tensor) -> list:
 class RecordingTrainer(DataflexGRPOTrainer):
     """Records each decision (global) and its application (this rank)."""
 
-    def _setup_strategy(self, row_domains) -> None:
-        super()._setup_strategy(row_domains)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.views: list[dict] = []
-        decide = self.strategy.decide
+        strategy = self.driver.strategy
+        decide = strategy.decide
 
         def recording_decide(batch):
             d = decide(batch)
@@ -65,12 +66,12 @@ class RecordingTrainer(DataflexGRPOTrainer):
                     "weights": [round(w, 6) for w in d.weights_per_response.tolist()],
                     "token_weights": _rounded(d.weights_per_token),
                     "renormalize": d.renormalize,
-                    "proportions": self.strategy.proportions.tolist(),
+                    "proportions": strategy.proportions.tolist(),
                 }
             )
             return d
 
-        self.strategy.decide = recording_decide  # instance attribute: this trainer only
+        strategy.decide = recording_decide  # instance attribute: this trainer only
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)

@@ -68,7 +68,7 @@ def test_cli_trains_from_parquet_and_records_the_dataset(data_dir, tmp_path, cap
 def test_rewards_come_from_the_declared_verifiers(data_dir):
     cfg = load_config(data_dir / "cfg.yaml")
     tr = EmbeddedTrainer(cfg, "baseline")
-    problems, _, _ = tr._draw_prompts(0)
+    problems, _, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
     rollout, rewards, _, _ = tr._rollout(problems, 0)
     texts = [tr.policy.tokenizer.decode(r) for r in rollout.response_ids.tolist()]
     checks = {d: build_verifier(spec) for d, spec in VERIFIERS.items()}

@@ -45,7 +45,7 @@ def _trainer(train_size: int, factor: float, rounds: int = 8) -> EmbeddedTrainer
 
 def _remember(tr: EmbeddedTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
     """One group of ``key`` with these rewards and per-response token counts."""
-    tr.strategy._history.update(
+    tr.driver.strategy.history.update(
         from_lists(
             rewards, [0] * len(rewards), tokens, prompt_keys=(key,) * len(rewards), step=step
         )
@@ -54,7 +54,7 @@ def _remember(tr: EmbeddedTrainer, key, rewards: list[float], tokens: list[int],
 
 def _candidates(tr: EmbeddedTrainer, n: int) -> list:
     """The keys the trainer's sampler will draw next, in order (from a copy of it)."""
-    sampler = copy.deepcopy(tr.sampler)
+    sampler = copy.deepcopy(tr.driver.intake.sampler)
     drawn, _ = sampler.sample(torch.ones(1, dtype=torch.float64), n)
     return [tr.taskset.train["math"][i].key for _, i in drawn]
 

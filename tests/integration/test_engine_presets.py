@@ -49,7 +49,7 @@ class Recorder:
     def __init__(self, trainer: EmbeddedTrainer) -> None:
         self.updates: list[dict] = []
         self.proportions: list[torch.Tensor] = []
-        update, quota = trainer._update, trainer.sampler.quota
+        learn, quota = trainer.learner.learn, trainer.driver.intake.sampler.quota
 
         def _update(rollout, advantages, weights, mask, kept_mask, step):
             self.updates.append(
@@ -60,14 +60,14 @@ class Recorder:
                     "mask": mask.clone(),
                 }
             )
-            return update(rollout, advantages, weights, mask, kept_mask, step)
+            return learn(rollout, advantages, weights, mask, kept_mask, step)
 
         def _quota(proportions, n):  # every draw asks the sampler for its quota once
             self.proportions.append(proportions.clone().double())
             return quota(proportions, n)
 
-        trainer._update = _update
-        trainer.sampler.quota = _quota
+        trainer.learner.learn = _update
+        trainer.driver.intake.sampler.quota = _quota
 
 
 def run_steps(strategy, steps, **overrides):
@@ -103,7 +103,7 @@ def test_every_preset_acts_in_the_engine(name):
         assert float(w.std()) > 0, "weights are all equal"
     elif name in MIX:
         assert len(rec.proportions) == steps
-        assert torch.allclose(rec.proportions[-1], tr.strategy.proportions)
+        assert torch.allclose(rec.proportions[-1], tr.driver.strategy.proportions)
         if name != "static":
             uniform = torch.full_like(rec.proportions[-1], 1 / 3)
             assert not torch.allclose(rec.proportions[-1], uniform, atol=1e-3), (

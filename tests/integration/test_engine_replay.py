@@ -13,9 +13,10 @@ import copy
 import pytest
 
 from dataflex_rl.engine.config import load_config
+from dataflex_rl.engine.data import tasks_from_config
 from dataflex_rl.engine.policy import load_policy
-from dataflex_rl.engine.run import attach_decision_log, run_training
-from dataflex_rl.engine.trainer import EmbeddedTrainer, tasks_from_config
+from dataflex_rl.engine.run import run_training
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 from dataflex_rl.harness.replay.replay import read_log, replay
 from dataflex_rl.presets import PRESETS
 
@@ -47,12 +48,12 @@ def shared():
 def test_engine_log_replays_its_own_preset_exactly(tmp_path, shared, name):
     taskset, policy = shared
     cfg = config(full_tokens=name == "ar")
-    tr = EmbeddedTrainer(cfg, name, seed=0, taskset=taskset, policy=copy.deepcopy(policy))
-    attach_decision_log(tr, cfg, tmp_path, resume=False)
+    policy = copy.deepcopy(policy)
+    tr = EmbeddedTrainer(cfg, name, seed=0, taskset=taskset, policy=policy, out_dir=tmp_path)
     steps = 6 if name in MIX else 3  # mixers update after their 5th step
     for _ in range(steps):
         tr.train_step()
-    tr.decision_log.close()
+    tr.driver.close()
     res = replay(read_log(tmp_path), [name])
     assert res.overall[name]["exact_steps"] == steps, [r["exact"] for r in res.rows]
     if name in MIX:

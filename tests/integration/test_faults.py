@@ -121,6 +121,36 @@ def test_each_corrupt_file_falls_back_to_the_previous_checkpoint_naming_it(
         assert state["step"] == 3, name
 
 
+def test_a_schema_1_checkpoint_resumes_identically(reference, tmp_path, monkeypatch):
+    """Checkpoints written before the host driver (strategy, sampler and the pre-rollout
+    generator as parts of their own) are read in today's layout and resume exactly."""
+    ref_out, ref, ref_metrics = reference
+    out = tmp_path / "run"
+    shutil.copytree(ref_out, out)
+    old = load_checkpoint(out)  # step 4, today's layout, rewritten as schema 1
+    assert old["step"] == 4 and old["dataflex"]["intake"] is not None
+    driver = old.pop("dataflex")
+    old["strategy"], old["sampler"] = driver["strategy"], driver["intake"]["sampler"]
+    old["rng"] = {"prerollout": driver["intake"]["generator"], "global": old["rng"]}
+    monkeypatch.setattr(ckpt, "SCHEMA", 1)
+    monkeypatch.setattr(ckpt, "PARTS", ckpt.PARTS_1)
+    shutil.rmtree(out / "checkpoints")
+    ckpt.save_checkpoint(out, old)
+    assert (out / "checkpoints" / "step-00000004" / "sampler.safetensors").is_file()
+    monkeypatch.undo()
+    back = load_checkpoint(out)
+    assert torch.equal(back["dataflex"]["intake"]["generator"], driver["intake"]["generator"])
+    assert back["dataflex"]["strategy"]["steps_observed"] == 4
+    summary = run_training(
+        load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, steps=6, out_dir=out, resume=True
+    )
+    straight = run_training(
+        load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, steps=6, out_dir=tmp_path / "straight"
+    )
+    assert summary["parameter_sha256"] == straight["parameter_sha256"]
+    assert strip_times(read_metrics(out)) == strip_times(read_metrics(tmp_path / "straight"))
+
+
 def test_no_intact_checkpoint_is_an_error_naming_each_bad_file(reference, tmp_path):
     ref_out, _, _ = reference
     shutil.copytree(ref_out / "checkpoints", tmp_path / "checkpoints")
@@ -139,8 +169,8 @@ def test_resume_after_a_corrupt_checkpoint_is_identical(reference, tmp_path):
     ref_out, ref, ref_metrics = reference
     out = tmp_path / "run"
     shutil.copytree(ref_out, out)
-    corrupt(out / "checkpoints" / "step-00000004" / "strategy.safetensors", "flip")
-    with pytest.warns(UserWarning, match=r"strategy\.safetensors: does not match"):
+    corrupt(out / "checkpoints" / "step-00000004" / "dataflex.safetensors", "flip")
+    with pytest.warns(UserWarning, match=r"dataflex\.safetensors: does not match"):
         resumed = run_training(
             load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, out_dir=out, resume=True
         )

@@ -307,6 +307,20 @@ def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, C
     return scorer, actuator
 
 
+def resolved_option(mspec: MechanismSpec, key: str) -> bool:
+    """A mechanism option as it acts: the spec's value, or else the actuator's paper default
+    (its class attribute ``<key>_default``; False when it has none).
+
+    ``resolved_option(spec.select, "recompute_advantages")`` is what `Strategy` applies and
+    what a host checks its own settings against.
+    """
+    value = mspec.options.get(key)
+    if value is None:
+        act_cls = MECHANISM_REGISTRIES[mspec.mechanism].get(mspec.actuator.name)
+        value = getattr(act_cls, f"{key}_default", False)
+    return bool(value)
+
+
 def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
     """Parse a strategy from a preset name, a mapping, a YAML file path or a `StrategySpec`.
 
@@ -343,6 +357,15 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
         if value.get(m) is not None
     }
     return StrategySpec(name=name, description=description, **parts)
+
+
+def strategy_label(value: Any) -> str:
+    """A short name for a strategy as given (`parse_strategy`'s ``value``): the preset name,
+    a YAML file's stem, or a mapping's ``name`` (``"custom"`` without one)."""
+    if isinstance(value, dict):
+        return str(value.get("name", "custom"))
+    s = str(value)
+    return Path(s).stem if s.endswith((".yaml", ".yml")) else s
 
 
 def get_path(tree: Any, dotted: str, default: Any = None) -> Any:

@@ -33,7 +33,13 @@ from dataflex_rl.core.metrics import check_domain_names, step_metrics
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.rowops import masked_row_sums
-from dataflex_rl.core.spec import MechanismSpec, StrategySpec, parse_strategy, resolve_mechanism
+from dataflex_rl.core.spec import (
+    MechanismSpec,
+    StrategySpec,
+    parse_strategy,
+    resolve_mechanism,
+    resolved_option,
+)
 
 #: advantage estimators that normalize rewards within prompt groups (verl names)
 GROUP_ESTIMATORS = frozenset(
@@ -191,29 +197,15 @@ class Strategy:
         norm_adv_by_std: bool = True,
         threads: int | None = 1,
     ) -> None:
-        self.spec: StrategySpec = parse_strategy(spec)
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
             raise ConfigError(f"threads: must be an int >= 1 or None, got {threads!r}")
         self.threads = threads
-        if advantage_estimator not in GROUP_ESTIMATORS | NON_GROUP_ESTIMATORS:
-            raise ConfigError(
-                f"advantage_estimator: unknown {advantage_estimator!r}. Group estimators: "
-                f"{', '.join(sorted(GROUP_ESTIMATORS))}; others: "
-                f"{', '.join(sorted(NON_GROUP_ESTIMATORS))}"
-            )
+        self.spec, self.parts = _resolve(spec, domains, advantage_estimator, available_fields)
         self.advantage_estimator = advantage_estimator
         self.norm_adv_by_std = norm_adv_by_std
         self.domains = tuple(domains) if domains is not None else None
-        if self.domains is not None:
-            check_domain_names(self.domains)
-        self.parts: dict[str, tuple[Scorer | None, Component]] = {}
-        for mech, mspec in self.spec.mechanisms().items():
-            where = f"{self.spec.name}.{mech}"
-            scorer, actuator = resolve_mechanism(mspec, where)
-            self._check_host_fit(mech, mspec, scorer, actuator, available_fields, where)
-            self.parts[mech] = (scorer, actuator)
         self._mix_step = -1  # the last batch.step mixed (the mix clock is batch.step)
         declared = {"advantages"}
         for scorer, actuator in self.parts.values():
@@ -226,69 +218,13 @@ class Strategy:
         self._signal: Tensor | None = None
         self._history = None
         if "mix" in self.parts:
-            if self.domains is None:
-                raise ConfigError(f"{self.spec.name}.mix: the host must give the domain names")
             mixer = self.parts["mix"][1]
-            prior = self._prior()
-            try:
-                self._initial = mixer.initial(prior, self.domains)
-            except ConfigError as e:  # e.g. static proportions that do not fit the domains
-                raise ConfigError(f"{self.spec.name}.mix.actuator: {e}") from None
+            self._initial = _initial_proportions(self.spec, mixer, self.domains)
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
             self._drawn_last = torch.zeros_like(self._drawn)
         if "prerollout" in self.parts:
             self._history = PromptHistory(self.spec.prerollout.options["history_size"])
-
-    # ------------------------------------------------------------------ build-time checks
-    def _check_host_fit(self, mech, mspec, scorer, actuator, available, where) -> None:
-        group_parts = [
-            type(c).__name__
-            for c in (scorer, actuator)
-            if c is not None
-            and (getattr(c, "group_based", False) or getattr(c, "granularity", None) == "group")
-        ]
-        if mech == "select" and self._opt("select", "recompute_advantages", actuator, mspec):
-            group_parts.append("recompute_advantages")
-        if group_parts and self.advantage_estimator in NON_GROUP_ESTIMATORS:
-            raise ConfigError(
-                f"{where}: {', '.join(group_parts)} needs prompt groups, but the advantage "
-                f"estimator {self.advantage_estimator!r} has none. Use a group estimator "
-                f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer"
-            )
-        if available is not None and scorer is not None:
-            have = set(available)
-            if "response_advantages" in have:  # per-response advantages stand for them
-                have.add("advantages")
-            missing = [f for f in scorer.requires if f not in have]
-            if missing:
-                raise ConfigError(
-                    f"{where}.scorer: {type(scorer).__name__} needs "
-                    f"{', '.join(missing)}, which this host does not provide"
-                )
-        if isinstance(actuator, Mixer) and self.domains is not None:
-            D = len(self.domains)
-            if actuator.floor * D > 1 + 1e-12:
-                raise ConfigError(
-                    f"{where}.actuator.floor: {actuator.floor} * {D} domains "
-                    f"> 1; use floor <= {1 / D:.4f}"
-                )
-
-    @staticmethod
-    def _opt(mech: str, key: str, actuator: Component, mspec: MechanismSpec) -> bool:
-        value = mspec.options.get(key)
-        if value is None:
-            value = getattr(type(actuator), f"{key}_default", False)
-        return bool(value)
-
-    def _prior(self) -> Tensor:
-        D = len(self.domains)
-        prior = self.spec.mix.options.get("prior")
-        return (
-            normalize_proportions(prior, self.domains, f"{self.spec.name}.mix.prior")
-            if prior is not None
-            else torch.full((D,), 1.0 / D, dtype=torch.float64)
-        )
 
     # ------------------------------------------------------------------ before generation
     @property
@@ -396,8 +332,8 @@ class Strategy:
         metrics["dataflex/select/active"] = 1.0
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
         keep = selector.select(scores, batch) & batch.active_mask
-        recompute = self._opt("select", "recompute_advantages", selector, mspec)
-        renormalize = self._opt("select", "renormalize", selector, mspec)
+        recompute = resolved_option(mspec, "recompute_advantages")
+        renormalize = resolved_option(mspec, "renormalize")
         metrics["dataflex/select/recompute_advantages"] = float(recompute)
         metrics["dataflex/select/renormalize"] = float(renormalize)
         adv = grpo_advantages_per_response(batch, keep, self.norm_adv_by_std) if recompute else None
@@ -505,6 +441,120 @@ class Strategy:
         )
         if self._history is not None:
             self._history.load_state_dict(state["history"])
+
+
+def check_strategy(
+    spec: Any,
+    *,
+    domains: Sequence[str] | None = None,
+    advantage_estimator: str = "grpo",
+    available_fields: Sequence[str] | None = None,
+) -> StrategySpec:
+    """Check a strategy for a host without building it; returns the parsed spec.
+
+    Raises every `ConfigError` that ``Strategy(spec, domains=..., advantage_estimator=...,
+    available_fields=...)`` raises when it is built (unknown names and parameters, a scorer
+    that needs a field the host does not fill, a group part under a non-group estimator, a
+    mixer's floor or prior that does not fit the domains), and makes no state: a host checks
+    its configuration before its workers start, and builds the `Strategy` once its data is
+    known.
+    """
+    parsed, parts = _resolve(spec, domains, advantage_estimator, available_fields)
+    if "mix" in parts:
+        _initial_proportions(parsed, parts["mix"][1], domains)
+    return parsed
+
+
+def group_parts(spec: Any) -> list[str]:
+    """What in a strategy needs prompt groups, as ``"<mechanism>: <part>"`` (a component's
+    class name, or ``recompute_advantages``); empty when a non-group estimator serves it."""
+    parsed = parse_strategy(spec)
+    return [
+        f"{mech}: {part}"
+        for mech, mspec in parsed.mechanisms().items()
+        for part in _group_parts(mspec, *resolve_mechanism(mspec, f"{parsed.name}.{mech}"))
+    ]
+
+
+def _resolve(
+    spec: Any,
+    domains: Sequence[str] | None,
+    estimator: str,
+    available: Sequence[str] | None,
+) -> tuple[StrategySpec, dict[str, tuple[Scorer | None, Component]]]:
+    """The parsed spec and each mechanism's (scorer, actuator), checked against the host."""
+    parsed = parse_strategy(spec)
+    if estimator not in GROUP_ESTIMATORS | NON_GROUP_ESTIMATORS:
+        raise ConfigError(
+            f"advantage_estimator: unknown {estimator!r}. Group estimators: "
+            f"{', '.join(sorted(GROUP_ESTIMATORS))}; others: "
+            f"{', '.join(sorted(NON_GROUP_ESTIMATORS))}"
+        )
+    if domains is not None:
+        check_domain_names(tuple(domains))
+    parts = {}
+    for mech, mspec in parsed.mechanisms().items():
+        where = f"{parsed.name}.{mech}"
+        scorer, actuator = resolve_mechanism(mspec, where)
+        _check_host_fit(mspec, scorer, actuator, estimator, available, domains, where)
+        parts[mech] = (scorer, actuator)
+    if "mix" in parts and domains is None:
+        raise ConfigError(f"{parsed.name}.mix: the host must give the domain names")
+    return parsed, parts
+
+
+def _group_parts(mspec: MechanismSpec, scorer: Scorer | None, actuator: Component) -> list[str]:
+    names = [
+        type(c).__name__
+        for c in (scorer, actuator)
+        if c is not None
+        and (getattr(c, "group_based", False) or getattr(c, "granularity", None) == "group")
+    ]
+    if mspec.mechanism == "select" and resolved_option(mspec, "recompute_advantages"):
+        names.append("recompute_advantages")
+    return names
+
+
+def _check_host_fit(mspec, scorer, actuator, estimator, available, domains, where) -> None:
+    group_parts = _group_parts(mspec, scorer, actuator)
+    if group_parts and estimator in NON_GROUP_ESTIMATORS:
+        raise ConfigError(
+            f"{where}: {', '.join(group_parts)} needs prompt groups, but the advantage "
+            f"estimator {estimator!r} has none. Use a group estimator "
+            f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer"
+        )
+    if available is not None and scorer is not None:
+        have = set(available)
+        if "response_advantages" in have:  # per-response advantages stand for them
+            have.add("advantages")
+        missing = [f for f in scorer.requires if f not in have]
+        if missing:
+            raise ConfigError(
+                f"{where}.scorer: {type(scorer).__name__} needs "
+                f"{', '.join(missing)}, which this host does not provide"
+            )
+    if isinstance(actuator, Mixer) and domains is not None:
+        D = len(domains)
+        if actuator.floor * D > 1 + 1e-12:
+            raise ConfigError(
+                f"{where}.actuator.floor: {actuator.floor} * {D} domains "
+                f"> 1; use floor <= {1 / D:.4f}"
+            )
+
+
+def _initial_proportions(spec: StrategySpec, mixer: Mixer, domains: Sequence[str]) -> Tensor:
+    """[D] the mixer's proportions before its first update (from ``mix.prior``)."""
+    domains = tuple(domains)
+    prior = spec.mix.options.get("prior")
+    prior = (
+        normalize_proportions(prior, domains, f"{spec.name}.mix.prior")
+        if prior is not None
+        else torch.full((len(domains),), 1.0 / len(domains), dtype=torch.float64)
+    )
+    try:
+        return mixer.initial(prior, domains)
+    except ConfigError as e:  # e.g. static proportions that do not fit the domains
+        raise ConfigError(f"{spec.name}.mix.actuator: {e}") from None
 
 
 def detach_batch(batch: RolloutBatch) -> RolloutBatch:

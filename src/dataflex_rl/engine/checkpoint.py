@@ -1,8 +1,9 @@
-"""Checkpoints of an engine run: model, optimizer, strategy, domain sampler and every RNG.
+"""Checkpoints of an engine run: model, optimizer, the strategy's driver and the global RNGs.
 
 Layout: ``<out>/checkpoints/step-00000010/`` holds one safetensors state file per part
-(``model``, ``optimizer``, ``strategy``, ``sampler``, ``rng``; tensors plus plain JSON data,
-see `dataflex_rl.core.statefile`), ``meta.json`` (step, seed, config, parameter hash) and
+(``model``, ``optimizer``, ``dataflex``: the `Driver`'s strategy and intake state, ``rng``;
+tensors plus plain JSON data, see `dataflex_rl.core.statefile`; a schema-1 checkpoint, with
+``strategy``, ``sampler`` and ``rng`` parts instead, is read in this layout), ``meta.json`` (step, seed, config, parameter hash) and
 ``MANIFEST.json`` (schema version, step, SHA-256 and size of every file, and its own SHA-256),
 written last.
 
@@ -43,10 +44,12 @@ CHECKPOINTS_DIR = "checkpoints"
 LEGACY_FILE = "checkpoint.pt"
 MANIFEST = "MANIFEST.json"
 META = "meta.json"
-SCHEMA = 1
+SCHEMA = 2
 KEEP = 2
 # parts of `EmbeddedTrainer.state_dict` stored as state files; the rest goes to meta.json
-PARTS = ("model", "optimizer", "strategy", "sampler", "rng")
+PARTS = ("model", "optimizer", "dataflex", "rng")
+#: the parts of schema 1 (before the host driver), read and converted
+PARTS_1 = ("model", "optimizer", "strategy", "sampler", "rng")
 
 
 class CheckpointError(ConfigError):
@@ -186,15 +189,17 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
     try:
         manifest = json.loads((folder / MANIFEST).read_bytes())
         files = manifest["files"]
-        if manifest.get("schema") != SCHEMA:
-            raise ValueError(f"schema {manifest.get('schema')!r}, expected {SCHEMA}")
+        schema = manifest.get("schema")
+        if schema not in (1, SCHEMA):
+            raise ValueError(f"schema {schema!r}, expected {SCHEMA}")
         if manifest.get("sha256") != _manifest_sha256(manifest):
             raise ValueError("does not match its own SHA-256")
     except FileNotFoundError:
         raise CheckpointError(f"{folder / MANIFEST}: missing (the save did not finish)") from None
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{folder / MANIFEST}: corrupt ({e})") from None
-    expected = {f"{p}.safetensors" for p in PARTS} | {META}
+    parts = PARTS if schema == SCHEMA else PARTS_1
+    expected = {f"{p}.safetensors" for p in parts} | {META}
     if set(files) != expected:
         raise CheckpointError(
             f"{folder / MANIFEST}: lists {sorted(files)}, expected {sorted(expected)}"
@@ -213,7 +218,7 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(data[META])
         state = decode_tree(meta["state"], {})
-        for part in PARTS:
+        for part in parts:
             state[part] = parse_state(
                 data[f"{part}.safetensors"], folder / f"{part}.safetensors", part
             )
@@ -226,6 +231,20 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
             f"{folder / META}: step {state.get('step')} but the manifest "
             f"says {manifest.get('step')}"
         )
+    return state if schema == SCHEMA else _from_schema_1(state)
+
+
+def _from_schema_1(state: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 state in today's layout: strategy, sampler and pre-rollout generator are
+    the driver's state (``dataflex``), and ``rng`` holds the global RNGs only."""
+    rng = state.pop("rng")
+    state["dataflex"] = {
+        "format": 1,
+        "decisions": 0,  # not recorded in schema 1; the engine's clock is its step
+        "strategy": state.pop("strategy"),
+        "intake": {"sampler": state.pop("sampler"), "generator": rng["prerollout"]},
+    }
+    state["rng"] = rng["global"]
     return state
 
 

@@ -23,6 +23,12 @@ from torch import Tensor
 _M64 = (1 << 64) - 1
 
 
+def derive_seed(seed: int, stream: str) -> int:
+    """An independent 31-bit seed for one named randomness stream of a run."""
+    digest = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & ((1 << 31) - 1)
+
+
 def _signed(x: int) -> int:
     x &= _M64
     return x - (1 << 64) if x >= 1 << 63 else x

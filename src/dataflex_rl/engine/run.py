@@ -18,6 +18,7 @@ from typing import Any
 from dataflex_rl.core.config import check
 from dataflex_rl.core.io import atomic_write_json
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.spec import strategy_label
 from dataflex_rl.core.texttable import text_table
 from dataflex_rl.deps import plots_available
 from dataflex_rl.engine.checkpoint import (
@@ -35,14 +36,6 @@ from dataflex_rl.tracking import Tracker, flatten, require_backends
 
 #: a loaded dataset's record in the run folder (`write_dataset_record`)
 DATASET_FILE = "dataset.json"
-
-
-def strategy_label(spec: Any) -> str:
-    """A short name for a strategy spec (preset name, file stem or inline ``name``)."""
-    if isinstance(spec, dict):
-        return str(spec.get("name", "custom"))
-    s = str(spec)
-    return Path(s).stem if s.endswith((".yaml", ".yml")) else s
 
 
 def default_out_dir(spec: Any, seed: int) -> Path:
@@ -106,7 +99,8 @@ def run_training(
         resume: continue from the newest intact checkpoint in ``out_dir``; the result is the same as an
             uninterrupted run.
         progress: overrides ``config.log.progress``.
-        trainer: a prebuilt trainer (tests); the other arguments still apply.
+        trainer: a prebuilt trainer (tests; its decision log is the one it was built with);
+            the other arguments still apply.
 
     Returns:
         The summary (also written to ``summary.json``): strategy, seed, steps, final and initial
@@ -137,26 +131,25 @@ def run_training(
         "engine run plots", say=lambda m: warnings.warn(m, stacklevel=3)
     )  # decided up front
     writer = MetricsWriter(out)
-    tr = trainer or EmbeddedTrainer(config, spec, seed=seed)
+    tr = trainer or EmbeddedTrainer(config, spec, seed=seed, out_dir=out)
     history: list[dict] = []
     logged: dict[str, int] = {}
     if resume:
-        tr.load_state_dict(load_checkpoint(out))
-        if total < tr.step:
+        state = load_checkpoint(out)
+        if total < state["step"]:
             raise ConfigError(
-                f"--steps {total}: below the checkpoint's step {tr.step} in {out}; "
-                f"a run cannot go back (ask for {tr.step} or more steps, or start "
+                f"--steps {total}: below the checkpoint's step {state['step']} in {out}; "
+                f"a run cannot go back (ask for {state['step']} or more steps, or start "
                 "another --out)"
             )
+        tr.load_state_dict(state)
         discard_after(out, tr.step)
         history, dropped = writer.truncate(tr.step)
         for r in history + dropped:
             logged[r["kind"]] = max(r["step"], logged.get(r["kind"], r["step"]))
-    if config.decision_log.enabled:
-        attach_decision_log(tr, config, out, resume)
     run_config = {
         **config.to_dict(),
-        "strategy": tr.strategy.spec.to_dict(),
+        "strategy": tr.driver.strategy.spec.to_dict(),
         "seed": seed,
         "steps": total,
     }
@@ -179,13 +172,12 @@ def run_training(
         step_times = _loop(tr, writer, total, evals, progress, out)
         if not evals or evals[-1]["step"] != tr.step:
             evals.append(_evaluate(tr, writer))
-        if tr.decision_log is not None:
-            tr.decision_log.close()
+        tr.driver.close()
         if latest_step(out) != tr.step:
             save_checkpoint(out, tr.state_dict())
         summary = {
             "strategy": strategy_label(spec),
-            "spec": tr.strategy.spec.to_dict(),
+            "spec": tr.driver.strategy.spec.to_dict(),
             "seed": seed,
             "steps": tr.step,
             "out_dir": str(out),
@@ -214,25 +206,6 @@ def write_dataset_record(tr: EmbeddedTrainer, out: Path) -> None:
         tr.policy.tokenizer.save(out / "tokenizer")
 
 
-def attach_decision_log(tr: EmbeddedTrainer, config: EngineConfig, out: Path, resume: bool) -> None:
-    """Give the trainer a `DecisionLog` under ``out / decision_log.dir``; on resume, drop
-    the steps logged after the checkpoint."""
-    from dataflex_rl.engine.trainer import derive_seed
-    from dataflex_rl.hosts.common.decision_log import DecisionLog
-
-    tr.decision_log = DecisionLog.from_config(
-        config.decision_log,
-        out,
-        strategy=tr.strategy,
-        domains=tr.domains,
-        host="engine",
-        seed=tr.seed,
-        settings={"prerollout_seed": derive_seed(tr.seed, "prerollout")},
-    )
-    if resume:
-        tr.decision_log.truncate(tr.step)
-
-
 def _strip(record: dict) -> dict:
     return {k: v for k, v in record.items() if k.startswith("eval/")}
 
@@ -254,7 +227,9 @@ def _loop(
     if show and tr.step < total:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=tr.step, desc=f"train {tr.strategy.spec.name}", unit="step")
+        bar = tqdm(
+            total=total, initial=tr.step, desc=f"train {tr.driver.strategy.spec.name}", unit="step"
+        )
     times = []
     while tr.step < total:
         metrics = tr.train_step()
@@ -263,9 +238,7 @@ def _loop(
         if cfg.eval.every and tr.step % cfg.eval.every == 0 and tr.step < total:
             evals.append(_evaluate(tr, writer))
         if cfg.log.checkpoint_every and tr.step % cfg.log.checkpoint_every == 0:
-            if tr.decision_log is not None:  # the log never lags a checkpoint
-                tr.decision_log.flush()
-            save_checkpoint(out, tr.state_dict())
+            save_checkpoint(out, tr.state_dict())  # the decision log is flushed first
         if bar is not None:
             bar.update(1)
             last = evals[-1]  # the decision metric (sampled) when measured, else greedy

@@ -15,7 +15,7 @@ from dataflex_rl.core.advantages import grpo_advantages
 from dataflex_rl.core.base import Scorer
 from dataflex_rl.core.batch import RolloutBatch, from_lists
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.strategy import StrategyWarning
+from dataflex_rl.core.strategy import StrategyWarning, check_strategy, group_parts
 from dataflex_rl.presets import PRESETS
 from tests.states import assert_moved
 
@@ -116,6 +116,42 @@ def test_scorer_needing_a_field_the_host_lacks_is_rejected():
     ):
         Strategy("topk", available_fields=["rewards", "response_mask"])
     Strategy("topk", available_fields=["advantages"])
+
+
+STATIC = {"name": "static", "floor": 0.0}
+
+
+@pytest.mark.parametrize(
+    "spec, host",
+    [
+        ("difffiltr", {}),  # unknown preset
+        ("difffilter", {"advantage_estimator": "gae"}),  # group scorer, no groups
+        ("ar", {"available_fields": ("rewards", "response_mask")}),  # a field the host lacks
+        ("reward_gap", {}),  # a mixer without domains
+        ({"mix": {"actuator": {**STATIC, "floor": 0.6}}}, {"domains": ("a", "b")}),
+        ({"mix": {"actuator": STATIC, "prior": {"c": 1.0}}}, {"domains": ("a", "b")}),
+        ("baseline", {"advantage_estimator": "ppo"}),
+    ],
+)
+def test_check_strategy_raises_what_building_raises(spec, host):
+    with pytest.raises(ConfigError) as built:
+        Strategy(spec, **host)
+    with pytest.raises(ConfigError) as checked:
+        check_strategy(spec, **host)
+    assert str(checked.value) == str(built.value)
+
+
+def test_check_strategy_returns_the_parsed_spec_of_a_fitting_strategy():
+    spec = check_strategy("dump_ucb", domains=("a", "b"), advantage_estimator="rloo")
+    assert spec.name == "dump_ucb" and spec.mix is not None and spec.select is None
+
+
+def test_group_parts_name_what_needs_prompt_groups():
+    assert group_parts("difffilter") == ["select: SolveRate"]
+    assert group_parts("maxvar") == ["select: MaxVariance", "select: recompute_advantages"]
+    no_recompute = {"select": {"preset": "maxvar", "recompute_advantages": False}}
+    assert group_parts(no_recompute) == ["select: MaxVariance"]
+    assert group_parts("topk") == [] and group_parts("baseline") == []
 
 
 def test_user_components_as_module_attr():

@@ -82,7 +82,7 @@ def test_default_yaml_lists_exactly_the_defaults():
 
 
 def test_tasks_warm_size_is_validated_and_reaches_the_task_set():
-    from dataflex_rl.engine.trainer import tasks_from_config
+    from dataflex_rl.engine.data import tasks_from_config
 
     assert load_config().tasks.warm_size == 0
     with pytest.raises(ConfigError, match=r"tasks\.warm_size"):

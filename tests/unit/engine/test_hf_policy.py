@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from dataflex_rl.engine.config import load_config
+from dataflex_rl.engine.data import tasks_from_config
 from dataflex_rl.engine.policy import load_policy, tiny_config
 from dataflex_rl.engine.tokenizer import HFTokenizer
-from dataflex_rl.engine.trainer import EmbeddedTrainer, tasks_from_config
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 
 from .conftest import SMALL_ARCH
 

@@ -6,10 +6,12 @@ import pytest
 import torch
 
 from dataflex_rl.engine.config import load_config
+from dataflex_rl.engine.data import tasks_from_config
 from dataflex_rl.engine.loss import policy_loss, response_log_probs
+from dataflex_rl.engine.noise import derive_seed
 from dataflex_rl.engine.policy import build_tiny_policy
 from dataflex_rl.engine.tokenizer import CharTokenizer
-from dataflex_rl.engine.trainer import EmbeddedTrainer, derive_seed, tasks_from_config
+from dataflex_rl.engine.trainer import EmbeddedTrainer
 from tests.states import assert_moved
 
 from .conftest import SMALL_ARCH
@@ -42,7 +44,7 @@ def test_batch_passes_the_exact_per_response_advantages(tasks):
     # GRPO outcome advantages are one value per response: the batch carries them (and the
     # lengths) so decisions read B values; the token tensor (for the loss) holds the same value
     tr = make_trainer(tasks, "softmax")
-    problems, domain_idx, _ = tr._draw_prompts(0)
+    problems, domain_idx, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
     rollout, rewards, _, _ = tr._rollout(problems, 0)
     batch = tr._batch(rollout, rewards, problems, domain_idx, 0)
     mask = rollout.response_mask
@@ -51,7 +53,10 @@ def test_batch_passes_the_exact_per_response_advantages(tasks):
     assert torch.equal(batch.advantages, batch.response_advantages[:, None] * mask)
     # the decision reads no [B, T] advantage: NaN tokens there would make every row invalid
     poisoned = batch.replace(advantages=torch.full_like(batch.advantages, float("nan")))
-    d, p = tr.strategy.decide(batch), make_trainer(tasks, "softmax").strategy.decide(poisoned)
+    d, p = (
+        tr.driver.strategy.decide(batch),
+        make_trainer(tasks, "softmax").driver.strategy.decide(poisoned),
+    )
     assert p.metrics["dataflex/invalid_responses"] == 0
     assert torch.equal(d.weights_per_response, p.weights_per_response)
 
@@ -59,7 +64,7 @@ def test_batch_passes_the_exact_per_response_advantages(tasks):
 def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
     tr = make_trainer(tasks)
     model = tr.policy.model
-    problems, _, _ = tr._draw_prompts(0)
+    problems, _, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
     rollout, _, _, _ = tr._rollout(problems, 0)
     B = rollout.response_ids.shape[0]
     adv = torch.zeros(B, rollout.response_ids.shape[1])
@@ -95,13 +100,11 @@ def test_state_dict_round_trip_continues_identically(tasks):
         a.train_step()
     state = a.state_dict()
     b = make_trainer(tasks, "maxvar")
-    # the state moved from a fresh trainer's: step, data order, random streams (not the model:
+    # the state moved from a fresh trainer's: step, data order (not the model:
     # the untrained tiny policy solves nothing here, so every advantage is 0)
     fresh = b.state_dict()
     assert state["step"] == 2 and fresh["step"] == 0
-    assert_moved(
-        {k: state[k] for k in ("sampler", "rng")}, {k: fresh[k] for k in ("sampler", "rng")}
-    )
+    assert_moved(state["dataflex"]["intake"], fresh["dataflex"]["intake"])
     b.load_state_dict(state)
     ma, mb = a.train_step(), b.train_step()
     assert a.parameter_hash() == b.parameter_hash()
@@ -125,7 +128,7 @@ def test_vocabulary_must_cover_the_tasks(tasks):
 
 def test_static_proportions_steer_the_sampler(tasks):
     tr = make_trainer(tasks, tasks={"train_size": 30, "eval_size": 5, "proportions": {"math": 1.0}})
-    _, domain_idx, metrics = tr._draw_prompts(0)
+    _, domain_idx, metrics = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
     assert domain_idx == [0, 0, 0, 0]
     assert metrics["dataflex/mix/domain/math/actual"] == 1.0
     assert metrics["dataflex/mix/domain/math/target"] == 1.0
@@ -135,8 +138,8 @@ def test_kl_term_uses_a_frozen_reference(tasks):
     tr = make_trainer(
         tasks, grpo={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "kl_coef": 0.1}
     )
-    assert tr.ref_model is not None
-    assert not any(p.requires_grad for p in tr.ref_model.parameters())
+    assert tr.learner.ref_model is not None
+    assert not any(p.requires_grad for p in tr.learner.ref_model.parameters())
     m = tr.train_step()
     assert "loss/kl" in m or m.get("engine/empty_update") == 1.0
 
@@ -186,11 +189,11 @@ def test_warns_when_the_policy_was_warm_started_beside_another_split(tasks, tmp_
 
 def test_optimizer_is_chosen_by_name_with_its_settings(tasks):
     sgd = make_trainer(tasks, optim={"name": "sgd", "lr": 0.05, "momentum": 0.5})
-    assert type(sgd.optimizer) is torch.optim.SGD
-    group = sgd.optimizer.param_groups[0]
+    assert type(sgd.learner.optimizer) is torch.optim.SGD
+    group = sgd.learner.optimizer.param_groups[0]
     assert group["lr"] == 0.05 and group["momentum"] == 0.5
     adam = make_trainer(tasks, optim={"name": "adamw", "lr": 1e-4, "betas": [0.8, 0.99]})
-    assert type(adam.optimizer) is torch.optim.AdamW
-    assert adam.optimizer.param_groups[0]["betas"] == (0.8, 0.99)
+    assert type(adam.learner.optimizer) is torch.optim.AdamW
+    assert adam.learner.optimizer.param_groups[0]["betas"] == (0.8, 0.99)
     with pytest.raises(Exception, match="optim.name"):
         load_config({"optim": {"name": "adam"}})

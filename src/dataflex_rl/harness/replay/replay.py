@@ -43,6 +43,7 @@ import torch
 
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.spec import strategy_label
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.decision_log import META_PREFIX, RESPONSES, SCHEMA_VERSION, STEPS
 
@@ -299,13 +300,6 @@ class ReplayResult:
     def steps_per_second(self) -> float:
         """Logged steps replayed per second, all strategies together."""
         return self.log.num_steps / self.seconds if self.seconds > 0 else math.inf
-
-
-def strategy_label(spec: Any) -> str:
-    if isinstance(spec, dict):
-        return str(spec.get("name", "custom"))
-    s = str(spec)
-    return Path(s).stem if s.endswith((".yaml", ".yml")) else s
 
 
 def strategies_with_overrides(specs: Sequence[Any], dotted: Sequence[str]) -> list[Any]:

@@ -515,8 +515,7 @@ def side_by_side(
         The `Execution`, results in the order of ``strategies``; a finished run's result holds
         the training summary under ``"summary"``.
     """
-    from dataflex_rl.core.spec import parse_strategy
-    from dataflex_rl.engine.run import strategy_label
+    from dataflex_rl.core.spec import parse_strategy, strategy_label
     from dataflex_rl.tracking import require_backends
 
     require_backends(config.tracking, "dataflex-rl train")  # before any run starts

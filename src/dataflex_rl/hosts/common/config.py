@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from dataflex_rl.core.config import Checked, field_rows, param
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import StrategySpec
-from dataflex_rl.core.strategy import Strategy
+from dataflex_rl.core.spec import StrategySpec, parse_strategy, resolved_option
+from dataflex_rl.core.strategy import check_strategy
 
 
 @dataclass
@@ -85,19 +85,51 @@ class HostConfig(Checked):
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
 
-def uses_intake(strategy: Strategy) -> bool:
+@dataclass(frozen=True)
+class HostSettings:
+    """What a host tells the driver about itself: its name (``"verl"``, ``"trl"``), the
+    advantage estimator it runs, whether advantages are divided by the group std, and the
+    `RolloutBatch` fields it fills."""
+
+    name: str
+    advantage_estimator: str
+    norm_adv_by_std: bool
+    fields: tuple[str, ...]
+
+
+def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
+    """The block's strategy, checked for ``host`` before anything is built (`check_strategy`,
+    with `placeholder_domains` for the training set's); returns the parsed spec.
+
+    Raises:
+        ConfigError: the strategy does not fit the host, or ``proportions`` is set for a
+            strategy that does not read it.
+    """
+    spec = parse_strategy(block.strategy, where="dataflex.strategy")
+    check_strategy(
+        spec,
+        domains=placeholder_domains(block, spec),
+        advantage_estimator=host.advantage_estimator,
+        available_fields=host.fields,
+    )
+    check_proportions(block, spec)
+    return spec
+
+
+def uses_intake(spec: StrategySpec) -> bool:
     """Whether the strategy acts before generation (mix or prerollout)."""
-    return "mix" in strategy.parts or "prerollout" in strategy.parts
+    return spec.mix is not None or spec.prerollout is not None
 
 
-def resolved_option(strategy: Strategy, key: str) -> bool:
-    """A select option after the selector's paper default is applied (False without select)."""
-    if "select" not in strategy.parts:
-        return False
-    value = strategy.spec.select.options.get(key)
-    if value is None:
-        value = getattr(type(strategy.parts["select"][1]), f"{key}_default", False)
-    return bool(value)
+def acts_on_loss(spec: StrategySpec) -> bool:
+    """Whether the strategy changes the loss (select or reweight)."""
+    return spec.select is not None or spec.reweight is not None
+
+
+def recomputes_advantages(spec: StrategySpec) -> bool:
+    """Whether the strategy's selector recomputes GRPO advantages on the kept subset (its
+    ``recompute_advantages``, or the selector's paper default)."""
+    return spec.select is not None and resolved_option(spec.select, "recompute_advantages")
 
 
 def placeholder_domains(host: HostConfig, spec: StrategySpec) -> tuple[str, ...]:
@@ -112,15 +144,13 @@ def placeholder_domains(host: HostConfig, spec: StrategySpec) -> tuple[str, ...]
     return ("_any",)
 
 
-def check_proportions(host: HostConfig, strategy: Strategy) -> None:
+def check_proportions(host: HostConfig, spec: StrategySpec) -> None:
     """``proportions`` is only read by a strategy that pre-filters without mixing.
 
     Raises:
         ConfigError: it is set for any other strategy.
     """
-    if host.proportions is not None and not (
-        "prerollout" in strategy.parts and "mix" not in strategy.parts
-    ):
+    if host.proportions is not None and not (spec.prerollout is not None and spec.mix is None):
         raise ConfigError(
             "dataflex.proportions: only used by a strategy that pre-filters "
             "without mixing; a mixing strategy sets its own prior "

@@ -1,7 +1,7 @@
 """Drawing a step's prompts: quota -> draw (with pre-rollout skipping) -> metrics.
 
-Every host draws its batch through `draw_batch` (the embedded engine directly, verl and TRL
-through `dataflex_rl.hosts.common.intake.Intake`), so quotas, candidate rounds, "keep the batch
+Every host draws its batch through `draw_batch` (by its driver's
+`dataflex_rl.hosts.common.intake.Intake`), so quotas, candidate rounds, "keep the batch
 full" and the per-domain figures mean the same thing everywhere. The hosts differ in one
 explicit argument, ``exact``: whether the batch must hold exactly ``n`` prompts.
 """
@@ -13,10 +13,38 @@ from collections.abc import Callable, Hashable
 import torch
 from torch import Tensor
 
-from dataflex_rl.hosts.common.accounting import first_per_domain, intake_metrics, plain_batch
+from dataflex_rl.hosts.common.accounting import (
+    PREFIX,
+    first_per_domain,
+    intake_metrics,
+    plain_batch,
+)
 from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics
 
-_POLICY_COUNTS = ("skipped", "skipped_easy", "skipped_hard")
+#: pre-rollout figures that are counts: over the candidate rounds of one draw, and over the
+#: draws of one step (verl's refills), they add up; every other figure is the latest one
+COUNTS = frozenset(
+    PREFIX + name
+    for name in (
+        "skipped",
+        "skipped_easy",
+        "skipped_hard",
+        "candidates",
+        "candidates_skipped",
+        "replacements",
+        "tokens_saved_est",
+        "forced",
+        "rounds",
+    )
+)
+
+
+def add_counts(total: dict[str, float], more: dict[str, float]) -> dict[str, float]:
+    """``total`` updated with ``more`` in place: the `COUNTS` add up, other figures are
+    replaced. Returns ``total``."""
+    for key, value in more.items():
+        total[key] = value + total.get(key, 0.0) if key in COUNTS else value
+    return total
 
 
 def draw_with_skipping(
@@ -70,8 +98,7 @@ def draw_with_skipping(
         r_keys = [key_of(d, i) for d, i in drawn]
         r_dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
         keep, pre = strategy.filter_prompts(r_keys, step, generator)
-        for k, v in pre.items():  # policy counts add up over rounds; rates: the last one
-            metrics[k] = metrics.get(k, 0.0) + v if k.rsplit("/", 1)[1] in _POLICY_COUNTS else v
+        add_counts(metrics, pre)  # the policy's counts add up over rounds; rates: the last one
         take = first_per_domain(r_dom, keep, left)
         plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
         left -= torch.bincount(r_dom[take], minlength=D)
@@ -90,17 +117,15 @@ def draw_with_skipping(
     )
     left -= torch.bincount(dom[forced], minlength=D)
     generated = generated | forced
-    if "dataflex/prerollout/skipped" in metrics:
-        metrics["dataflex/prerollout/candidates_skipped"] = metrics.pop(
-            "dataflex/prerollout/skipped"
-        )
-    if metrics.get("dataflex/prerollout/active"):
+    if PREFIX + "skipped" in metrics:
+        metrics[PREFIX + "candidates_skipped"] = metrics.pop(PREFIX + "skipped")
+    if metrics.get(PREFIX + "active"):
         metrics.update(
             intake_metrics(strategy.history, keys, torch.cat(plain) if plain else none, generated)
         )
-    metrics["dataflex/prerollout/candidates"] = float(len(items))
-    metrics["dataflex/prerollout/forced"] = float(forced.sum())
-    metrics["dataflex/prerollout/rounds"] = float(rounds)
+    metrics[PREFIX + "candidates"] = float(len(items))
+    metrics[PREFIX + "forced"] = float(forced.sum())
+    metrics[PREFIX + "rounds"] = float(rounds)
     chosen = [items[i] for i in generated.nonzero().squeeze(1).tolist()]
     return chosen, left, metrics
 

@@ -1,19 +1,22 @@
-"""Intake: which dataset rows a host generates next (domain mixing and pre-rollout skipping).
+"""Intake: which prompts a host generates next (domain mixing and pre-rollout skipping).
 
-A host that owns a map-style dataset (verl's sync trainer, TRL's `GRPOTrainer`) generates for
-exactly a fixed number of prompts per step, so both mechanisms act here, before generation: the
-rows are drawn per domain at the strategy's proportions (`DomainSampler`, largest-remainder
-rounding), and pre-rollout skipping removes candidates, which are replaced by fresh draws. The
-count is always exact. Needs no host library.
+Both mechanisms act here, before generation: prompts are drawn per domain at the strategy's
+proportions (`DomainSampler`, largest-remainder rounding), and pre-rollout skipping removes
+candidates, which are replaced by fresh draws. A host with a map-style dataset (verl's sync
+trainer, TRL's `GRPOTrainer`) generates for exactly a fixed number of rows per step
+(`Intake.from_rows`); the embedded engine draws its problems the same way and lets a batch the
+skip policy left short stay short. Needs no host library.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
+from torch.utils.data import IterableDataset
 
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
@@ -91,76 +94,124 @@ def domain_column(
 
 
 class Intake:
-    """Draws exactly ``n`` dataset rows per call, following the strategy.
+    """Draws each step's prompts as the strategy asks: per domain at its proportions, with its
+    pre-rollout skipping (`draw_batch`).
 
     Args:
-        row_domains: the domain name of every training row.
-        domains: domain names in id order (every value of ``row_domains`` must be one).
-        proportions: [D] proportions used when the strategy does not mix (None: the pools'
-            own sizes, i.e. what verl's shuffled dataloader gives in expectation).
-        seed: seed of the per-domain orders and of pre-rollout randomness.
-        candidate_factor: with pre-rollout, candidates drawn per missing row in each round.
-        max_rounds: candidate rounds before skipped candidates fill the rest.
+        pools: per domain, in id order, the items a host generates for (dataset rows,
+            problems).
+        domains: domain names in id order.
+        static: [D] proportions of a strategy that does not mix.
+        seeds: (seed of the per-domain orders, seed of the pre-rollout randomness).
+        candidate_factor: with pre-rollout, candidates drawn per missing prompt in each round.
+        max_rounds: candidate rounds before the batch is completed or left short.
+        exact: every draw holds exactly ``n`` prompts (verl's and TRL's batches: skipped
+            candidates fill what the rounds did not); False leaves it short (the engine).
+        key: an item's prompt key, what the prompt history knows (default: the item).
     """
 
     def __init__(
         self,
+        pools: Sequence[Sequence[Any]],
+        domains: Sequence[str],
+        static: Tensor,
+        *,
+        seeds: tuple[int, int] = (0, 0),
+        candidate_factor: float = 2.0,
+        max_rounds: int = 8,
+        exact: bool = True,
+        key: Callable[[Any], Hashable] | None = None,
+    ) -> None:
+        self.pools = [list(p) for p in pools]
+        self.domains = tuple(domains)
+        self.static = static
+        self.sampler = DomainSampler([len(p) for p in self.pools], self.domains, seed=seeds[0])
+        self.generator = torch.Generator().manual_seed(seeds[1])
+        self.candidate_factor = candidate_factor
+        self.max_rounds = max_rounds
+        self.exact = exact
+        self.key = key
+
+    @classmethod
+    def from_rows(
+        cls,
         row_domains: Sequence[str],
         domains: Sequence[str],
         proportions: Any = None,
         seed: int = 0,
         candidate_factor: float = 2.0,
         max_rounds: int = 8,
-    ) -> None:
-        self.domains = tuple(domains)
-        index = {d: i for i, d in enumerate(self.domains)}
+    ) -> Intake:
+        """An exact intake over a map-style dataset's rows (the items are row indices).
+
+        Args:
+            row_domains: the domain name of every training row.
+            domains: domain names in id order (every value of ``row_domains`` must be one).
+            proportions: [D] proportions used when the strategy does not mix (None: the
+                pools' own sizes, i.e. what a shuffled dataloader gives in expectation).
+            seed: seed of the per-domain orders and of pre-rollout randomness.
+        """
+        domains = tuple(domains)
+        index = {d: i for i, d in enumerate(domains)}
         unknown = sorted(set(row_domains) - set(index))
         if unknown:
             raise ValueError(
                 f"dataflex.domains: training rows have domains {unknown} that are "
-                f"not listed in {list(self.domains)}"
+                f"not listed in {list(domains)}"
             )
-        self.pools: list[list[int]] = [[] for _ in self.domains]
+        pools: list[list[int]] = [[] for _ in domains]
         for row, d in enumerate(row_domains):
-            self.pools[index[d]].append(row)
-        sizes = torch.tensor([len(p) for p in self.pools], dtype=torch.float64)
+            pools[index[d]].append(row)
+        sizes = torch.tensor([len(p) for p in pools], dtype=torch.float64)
         if float(sizes.sum()) == 0:
             raise ValueError("dataflex: the training set is empty")
-        self.static = (
-            normalize_proportions(proportions, self.domains, "dataflex.proportions")
+        static = (
+            normalize_proportions(proportions, domains, "dataflex.proportions")
             if proportions is not None
             else sizes / sizes.sum()
         )
-        self.sampler = DomainSampler([len(p) for p in self.pools], self.domains, seed=seed)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.candidate_factor = candidate_factor
-        self.max_rounds = max_rounds
+        return cls(
+            pools,
+            domains,
+            static,
+            seeds=(seed, seed),
+            candidate_factor=candidate_factor,
+            max_rounds=max_rounds,
+        )
 
-    def draw(self, n: int, strategy: Strategy, step: int) -> tuple[list[int], list[int], dict]:
-        """``n`` rows for step ``step``: (rows, their domain ids, metrics).
+    def target(self, strategy: Strategy) -> Tensor:
+        """[D] the proportions a draw follows now: the strategy's, or the static ones."""
+        props = strategy.proportions
+        return self.static if props is None else props
 
-        `draw_batch` with ``exact=True``: the per-domain quota comes from
-        ``strategy.proportions`` (or the static proportions). With pre-rollout, each round
-        draws ``candidate_factor`` x the missing rows per domain and takes, per domain, the
-        first kept candidates; after ``max_rounds`` rounds, skipped candidates fill what is
-        still missing (``forced``). The plain batch is the first round's first ``quota``
-        candidates per domain, the rows drawn without pre-rollout; skipped / replacements /
-        tokens_saved_est are counted against it (`dataflex_rl.hosts.common.accounting`);
+    def draw(self, n: int, strategy: Strategy, step: int) -> tuple[list, list[int], dict]:
+        """``n`` prompts for step ``step``: (items, their domain ids, metrics).
+
+        `draw_batch` at `target`. With pre-rollout, each round draws ``candidate_factor`` x
+        the missing prompts per domain and takes, per domain, the first kept candidates;
+        after ``max_rounds`` rounds an exact intake fills what is still missing with skipped
+        candidates (``forced``). The plain batch is the first round's first ``quota``
+        candidates per domain, the prompts drawn without pre-rollout; skipped / replacements
+        / tokens_saved_est are counted against it (`dataflex_rl.hosts.common.accounting`);
         ``candidates_skipped``, ``skipped_easy`` and ``skipped_hard`` count every candidate
         the policy skipped, over all rounds.
         """
-        props = strategy.proportions
+        key = self.key
+
+        def key_of(d: int, i: int) -> Hashable:
+            return self.pools[d][i] if key is None else key(self.pools[d][i])
+
         drawn, metrics = draw_batch(
             self.sampler,
-            lambda d, i: self.pools[d][i],
-            self.static if props is None else props,
+            key_of,
+            self.target(strategy),
             n,
             strategy,
             step,
             self.generator,
             self.candidate_factor,
             self.max_rounds,
-            exact=True,
+            exact=self.exact,
         )
         return [self.pools[d][i] for d, i in drawn], [d for d, _ in drawn], metrics
 
@@ -170,6 +221,24 @@ class Intake:
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self.generator.set_state(state["generator"])
+
+
+def check_map_style(dataset) -> None:
+    """The intake indexes the training set: refuse one it cannot index.
+
+    Raises:
+        ValueError: ``dataset`` is None, an ``IterableDataset``, or lacks ``__getitem__``
+            / ``__len__``.
+    """
+    iterable = isinstance(dataset, IterableDataset) or type(dataset).__name__ == "IterableDataset"
+    indexable = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    if dataset is None or iterable or not indexable:
+        raise ValueError(
+            "train_dataset: a strategy that mixes domains or pre-filters prompts draws rows by "
+            "index at generation time, so it needs a map-style dataset (datasets.Dataset or a "
+            f"torch Dataset with __getitem__ and __len__), got {type(dataset).__name__}. "
+            "Load it without streaming=True, or use a select/reweight-only strategy"
+        )
 
 
 def read_row_domains(
@@ -186,8 +255,10 @@ def read_row_domains(
         log: the host's logger, for the warning and the column used.
 
     Raises:
+        ValueError: the dataset is not map-style (`check_map_style`).
         ConfigError: ``key`` is not a column (the message lists the dataset's columns).
     """
+    check_map_style(dataset)
     names = getattr(table, "column_names", None)
     if names is not None:
         names = list(names)
@@ -213,7 +284,7 @@ def intake_for(block: Any, row_domains: Sequence[str]) -> tuple[tuple[str, ...],
     the rows' distinct domains, sorted.
     """
     domains = tuple(block.domains or sorted(set(row_domains)))
-    intake = Intake(
+    intake = Intake.from_rows(
         row_domains,
         domains,
         block.proportions,

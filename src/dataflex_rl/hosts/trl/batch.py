@@ -31,6 +31,20 @@ def trl_rewards(rewards_per_func: Tensor, reward_weights: Tensor) -> Tensor:
     return torch.where(torch.isnan(r).all(1), torch.full_like(rewards, float("nan")), rewards)
 
 
+def dataset_rows(dataset, rows: Sequence[int], keys: Sequence[str] | None) -> list[dict]:
+    """The inputs of ``rows`` of a map-style dataset: a fresh dict per entry (TRL writes
+    rollout fields into its inputs) with the columns ``keys`` (None: all); each distinct row
+    is read once, in one columnar read when the dataset has columns."""
+    unique = sorted(set(rows))
+    if isinstance(getattr(dataset, "column_names", None), list):
+        cols = dataset[unique]
+        fetched = [{k: cols[k][i] for k in cols} for i in range(len(unique))]
+    else:
+        fetched = [dataset[i] for i in unique]
+    by_row = dict(zip(unique, fetched))
+    return [{k: v for k, v in by_row[r].items() if keys is None or k in keys} for r in rows]
+
+
 def prefix_mask(lengths: Tensor) -> Tensor:
     """[N, T] bool mask of the first ``lengths[i]`` tokens of each row (T = max length, >= 1)."""
     T = max(int(lengths.max()) if lengths.numel() else 0, 1)

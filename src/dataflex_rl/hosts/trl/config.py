@@ -19,13 +19,14 @@ from typing import Any
 
 from dataflex_rl.core.config import validate
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import load_yaml, parse_strategy
-from dataflex_rl.core.strategy import Strategy
+from dataflex_rl.core.spec import StrategySpec, load_yaml
+from dataflex_rl.core.strategy import group_parts
 from dataflex_rl.hosts.common.config import (
     HostConfig,
-    check_proportions,
-    placeholder_domains,
-    resolved_option,
+    HostSettings,
+    acts_on_loss,
+    check_block,
+    recomputes_advantages,
 )
 from dataflex_rl.hosts.common.config import config_table as host_config_table
 
@@ -79,45 +80,40 @@ def norm_adv_by_std(args: Any) -> bool:
     return str(getattr(args, "scale_rewards", "group")) != "none"
 
 
-def build_strategy(
-    host: HostConfig, args: Any, domains: tuple[str, ...] | None, *, early: bool = False
-) -> Strategy:
-    """The engine's `Strategy` for TRL's GRPO advantages; raises `ConfigError` on misfit.
+def host_settings(args: Any) -> HostSettings:
+    """The TRL host for the driver: GRPO advantages (std-normalized unless
+    ``scale_rewards='none'``), and the fields `HOST_FIELDS`."""
+    return HostSettings("trl", "grpo", norm_adv_by_std(args), HOST_FIELDS)
+
+
+def check(block: HostConfig, args: Any) -> StrategySpec:
+    """The block's strategy, checked against TRL's settings before anything is built.
 
     Args:
-        host: the parsed ``dataflex`` block.
+        block: the parsed ``dataflex`` block.
         args: TRL's ``GRPOConfig`` (read by attribute; TRL's defaults for missing ones).
-        domains: domain names of the intake (None without mix/prerollout).
-        early: check before the training set is read: placeholder domains stand in.
+
+    Raises:
+        ConfigError: the strategy does not fit the host (`check_block`); a group strategy
+            under ``multi_objective_aggregation='normalize_then_sum'`` (TRL then normalizes
+            the summed reward over the whole batch: no group advantages); see also
+            `check_host_fit`.
     """
-    spec = parse_strategy(host.strategy, where="dataflex.strategy")
-    if early and domains is None:
-        domains = placeholder_domains(host, spec)
+    spec = check_block(block, host_settings(args))
     aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
-    if aggregation == "normalize_then_sum":
-        # TRL then normalizes the summed reward over the whole batch: no group advantages
-        try:
-            Strategy(spec, domains=domains, advantage_estimator="reinforce_plus_plus")
-        except ConfigError as e:
-            raise ConfigError(
-                "multi_objective_aggregation: 'normalize_then_sum' normalizes advantages "
-                f"over the whole batch, not per prompt group, but strategy {spec.name!r} "
-                f"needs groups ({str(e).split(': ', 1)[-1]}). Use 'sum_then_normalize' "
-                "(TRL's default) or a response-level strategy"
-            ) from None
-    strategy = Strategy(
-        spec,
-        domains=domains,
-        advantage_estimator="grpo",
-        available_fields=HOST_FIELDS,
-        norm_adv_by_std=norm_adv_by_std(args),
-    )
-    check_proportions(host, strategy)
-    check_host_fit(strategy, args)
-    return strategy
+    needs = group_parts(spec) if aggregation == "normalize_then_sum" else []
+    if needs:
+        raise ConfigError(
+            "multi_objective_aggregation: 'normalize_then_sum' normalizes advantages "
+            f"over the whole batch, not per prompt group, but strategy {spec.name!r} "
+            f"needs groups ({'; '.join(needs)}). Use 'sum_then_normalize' "
+            "(TRL's default) or a response-level strategy"
+        )
+    check_host_fit(spec, args)
+    return spec
 
 
-def check_host_fit(strategy: Strategy, args: Any) -> None:
+def check_host_fit(spec: StrategySpec, args: Any) -> None:
     """TRL settings that would silently defeat the strategy are errors.
 
     Raises:
@@ -127,15 +123,14 @@ def check_host_fit(strategy: Strategy, args: Any) -> None:
     """
     from dataflex_rl.hosts.trl.loss import LOSS_TYPES
 
-    name = strategy.spec.name
     loss_type = str(getattr(args, "loss_type", "dapo"))
     if loss_type not in LOSS_TYPES:
         raise ConfigError(
             f"loss_type: {loss_type!r} is not one the dataflex TRL host can renormalize "
             f"(trl 1.16); use one of {', '.join(sorted(LOSS_TYPES))}"
         )
-    if resolved_option(strategy, "recompute_advantages"):
-        where = f"{name}.select.recompute_advantages"
+    if recomputes_advantages(spec):
+        where = f"{spec.name}.select.recompute_advantages"
         scale = str(getattr(args, "scale_rewards", "group"))
         aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
         if scale == "batch" or aggregation != "sum_then_normalize":
@@ -147,8 +142,7 @@ def check_host_fit(strategy: Strategy, args: Any) -> None:
             )
     spg = getattr(args, "steps_per_generation", None)
     ga = getattr(args, "gradient_accumulation_steps", 1)
-    acts_on_loss = "select" in strategy.parts or "reweight" in strategy.parts
-    if acts_on_loss and spg is not None and spg != ga:
+    if acts_on_loss(spec) and spg is not None and spg != ga:
         logger.warning(
             "dataflex: steps_per_generation (%s) != gradient_accumulation_steps (%s): one "
             "decision covers a generation batch that spans several optimizer steps, so the "

@@ -3,12 +3,12 @@
 One generation batch of TRL, with what this class adds (``docs/hosts/trl.md``)::
 
     _prepare_inputs -> _generate_and_score_completions(inputs)
-        [intake: mix + prerollout choose exactly gen_batch / G prompts, each G times]
+        [driver.draw: mix + prerollout choose exactly gen_batch / G prompts, each G times]
         super(): generate, _calculate_rewards [keep the gathered rewards], advantages
-        [gather advantages and lengths; strategy.decide on every rank; apply_decision]
+        [gather advantages and lengths; driver.decide on every rank; apply_decision]
     _compute_loss per micro-batch (the weights ride in the advantages, drops in the masks;
         with beta > 0 under a row-count loss_type, the KL term is scaled by c like them)
-    _save_checkpoint / _load_optimizer_and_scheduler   [strategy and intake state]
+    _save_checkpoint / _load_optimizer_and_scheduler   [driver.save / driver.restore]
 
 The dataloader keeps running as TRL built it, but with the intake it is only a clock: its
 rows are replaced at generation time, so its prefetch and its replay on resume do not matter.
@@ -27,24 +27,19 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.data import IterableDataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.common.accounting import generation_metrics
-from dataflex_rl.hosts.common.config import HostConfig, uses_intake
-from dataflex_rl.hosts.common.intake import Intake, intake_for, read_row_domains
-from dataflex_rl.hosts.common.state import load_state, save_state
-from dataflex_rl.hosts.trl.batch import build_batch, trl_rewards
-from dataflex_rl.hosts.trl.config import build_strategy, parse_block
+from dataflex_rl.hosts.common.config import HostConfig, acts_on_loss, uses_intake
+from dataflex_rl.hosts.common.driver import Driver
+from dataflex_rl.hosts.common.intake import read_row_domains
+from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, trl_rewards
+from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
-
-#: written into every ``checkpoint-N`` folder, before TRL's own files
-STATE_FILE = "dataflex_state.safetensors"
 
 
 @dataclass
@@ -70,26 +65,8 @@ def _bound_args(args: tuple, kwargs: dict) -> dict:
     return sig.bind(None, *args, **kwargs).arguments
 
 
-def check_map_style(dataset) -> None:
-    """The intake indexes the training set: refuse one it cannot index.
-
-    Raises:
-        ValueError: ``dataset`` is None, an ``IterableDataset``, or lacks ``__getitem__``
-            / ``__len__``.
-    """
-    iterable = isinstance(dataset, IterableDataset) or type(dataset).__name__ == "IterableDataset"
-    indexable = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
-    if dataset is None or iterable or not indexable:
-        raise ValueError(
-            "train_dataset: a strategy that mixes domains or pre-filters prompts draws rows by "
-            "index at generation time, so it needs a map-style dataset (datasets.Dataset or a "
-            f"torch Dataset with __getitem__ and __len__), got {type(dataset).__name__}. "
-            "Load it without streaming=True, or use a select/reweight-only strategy"
-        )
-
-
 class DataflexGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` plus a dataflex `Strategy`.
+    """``GRPOTrainer`` plus a dataflex `Strategy`, run by a `Driver`.
 
     Args:
         *args, **kwargs: GRPOTrainer's.
@@ -98,7 +75,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
 
     The block and the strategy are checked before GRPOTrainer builds anything (unknown names,
     a ``loss_type`` the host cannot renormalize, a group strategy under batch-normalized
-    advantages, ...); the strategy is built for real once the training set is known.
+    advantages, ...); the strategy is built once the training set is known.
     """
 
     def __init__(self, *args, dataflex: dict | str | HostConfig | None = None, **kwargs) -> None:
@@ -113,57 +90,26 @@ class DataflexGRPOTrainer(GRPOTrainer):
         self.dataflex = parse_block(dataflex if dataflex is not None else in_args)
         # fail before the model and the datasets are prepared: every check that needs only
         # the block, the args and the training set (args None: TRL's defaults, by getattr)
-        probe = build_strategy(self.dataflex, grpo_args, None, early=True)
+        spec = check(self.dataflex, grpo_args)
         row_domains = None
-        if uses_intake(probe):
+        if uses_intake(spec):
             train_dataset = bound.get("train_dataset")
-            check_map_style(train_dataset)
             row_domains = read_row_domains(
                 train_dataset, self.dataflex.domain_key, train_dataset, logger
             )
-        self.strategy = None
-        self.intake: Intake | None = None
-        self.decision_log = None
-        self._dataflex_step = 0  # decisions made: one per generation batch
+        self.driver: Driver | None = None
         self._dataflex_rewards = None  # the gathered [N, F] rewards of this generation
         self._dataflex_kl_scale = 1.0  # c of the generation the loss now reads (beta x c)
         super().__init__(*args, **kwargs)
-        self._setup_strategy(row_domains)
-
-    # ------------------------------------------------------------------ set-up
-    def _setup_strategy(self, row_domains: list[str] | None) -> None:
-        """Build the strategy on TRL's final args; ``row_domains`` (read before the model
-        was prepared) is None unless the strategy mixes or pre-filters."""
-        domains = None
-        if row_domains is not None:
-            domains, self.intake = intake_for(self.dataflex, row_domains)
-        self.strategy = build_strategy(self.dataflex, self.args, domains)
-        self.decision_log = self._open_decision_log(domains)
-        logger.info(
-            "dataflex: strategy %r (%s)%s",
-            self.strategy.spec.name,
-            ", ".join(self.strategy.parts) or "no mechanism",
-            f"; intake over domains {list(domains)}" if domains else "",
-        )
-
-    def _open_decision_log(self, domains):
-        """A `DecisionLog` on the main process when ``dataflex.decision_log.enabled``."""
-        c = self.dataflex.decision_log
-        if not c.enabled or not self.accelerator.is_main_process:
-            return None
-        from dataflex_rl.hosts.common.decision_log import DecisionLog
-
-        log = DecisionLog.from_config(
-            c,
+        self.driver = Driver.for_dataset(
+            self.dataflex,
+            spec,
+            host_settings(self.args),
+            row_domains,
             self.args.output_dir,
-            strategy=self.strategy,
-            domains=domains,
-            host="trl",
-            seed=self.dataflex.seed,
+            log_decisions=self.accelerator.is_main_process,
             settings={"loss_type": self.args.loss_type},
         )
-        logger.info("dataflex: decision log in %s", log.folder)
-        return log
 
     # ------------------------------------------------------------------ hooks
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -175,17 +121,16 @@ class DataflexGRPOTrainer(GRPOTrainer):
         if not self.model.training:  # evaluation: TRL's own path, untouched
             return super()._generate_and_score_completions(inputs)
         t0 = time.perf_counter()
-        step = self._dataflex_step
-        pending: dict[str, float] = {}
+        step = self.driver.decisions
         drawn = None
-        if self.intake is not None:
-            inputs, drawn, pending = self._intake(inputs, step)
+        if self.driver.intake is not None:
+            inputs, drawn = self._intake(inputs, step)
         self._dataflex_rewards = None
         self._dataflex_kl_scale = 1.0
         t1 = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
         t2 = time.perf_counter()
-        metrics = self._decide_and_apply(out, len(inputs), step, drawn, pending, t2 - t1)
+        metrics = self._decide_and_apply(out, len(inputs), step, drawn, t2 - t1)
         metrics["dataflex/host_time_ms"] = (t1 - t0 + time.perf_counter() - t2) * 1e3
         train = self._metrics["train"]
         for key, value in metrics.items():
@@ -198,33 +143,19 @@ class DataflexGRPOTrainer(GRPOTrainer):
         all ranks, each G times in a row; this rank keeps its slice of the N rows.
 
         Returns:
-            (this rank's rows, (global rows [N], global domain ids [N]), draw metrics).
+            (this rank's rows, (global rows [N], global domain ids [N])).
         """
-        n = len(inputs)
-        P = self.accelerator.num_processes
-        G = self.num_generations
-        rows, doms, metrics = self.intake.draw(n * P // G, self.strategy, step)
+        n, G = len(inputs), self.num_generations
+        rows, doms, _ = self.driver.draw(n * self.accelerator.num_processes // G, step)
         rows_global = torch.tensor(rows, dtype=torch.int64).repeat_interleave(G)
         doms_global = torch.tensor(doms, dtype=torch.int64).repeat_interleave(G)
         p = self.accelerator.process_index
         local = rows_global[p * n : (p + 1) * n].tolist()
-        unique = sorted(set(local))
         keys = list(inputs[0]) if inputs else None
-        ds = self.train_dataset
-        if isinstance(getattr(ds, "column_names", None), list):
-            cols = ds[unique]  # one columnar read
-            fetched = [{k: cols[k][i] for k in cols} for i in range(len(unique))]
-        else:
-            fetched = [ds[i] for i in unique]
-        by_row = {r: f for r, f in zip(unique, fetched)}
-        # a fresh dict per completion: TRL writes rollout fields into its inputs
-        new_inputs = [
-            {k: v for k, v in by_row[r].items() if keys is None or k in keys} for r in local
-        ]
-        return new_inputs, (rows_global, doms_global), metrics
+        return dataset_rows(self.train_dataset, local, keys), (rows_global, doms_global)
 
     # ------------------------------------------------------------------ select / reweight
-    def _decide_and_apply(self, out, n, step, drawn, pending, gen_seconds) -> dict[str, float]:
+    def _decide_and_apply(self, out, n, step, drawn, gen_seconds) -> dict[str, float]:
         """Build the global batch, decide (identically on every rank), apply to this rank."""
         acc = self.accelerator
         mask = out["completion_mask"]
@@ -233,7 +164,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
         both = acc.gather(local).cpu()  # one collective: [N, 2]
         advantages, lengths = both[:, 0], both[:, 1].round().to(torch.int64)
         token_mask = old_logps = None
-        if "old_log_probs" in self.strategy.reads:
+        strategy = self.driver.strategy
+        if "old_log_probs" in strategy.reads:
             token_mask, old_logps = self._gather_token_fields(out, loss_mask)
         rewards = self._dataflex_rewards
         if rewards is None:
@@ -248,25 +180,14 @@ class DataflexGRPOTrainer(GRPOTrainer):
             lengths=lengths,
             group_size=self.num_generations,
             step=step,
-            domains=self.intake.domains if drawn is not None else None,
+            domains=self.driver.intake.domains if drawn is not None else None,
             domain_ids=drawn[1] if drawn is not None else None,
             prompt_keys=drawn[0].tolist() if drawn is not None else None,
             response_mask=token_mask,
             old_log_probs=old_logps,
         )
-        target = self.strategy.proportions  # what this batch was drawn at
-        decision = self.strategy.decide(batch)
-        self._dataflex_step += 1
-        metrics = {**decision.metrics, **pending}  # the draw's figures, as on verl
-        if self.decision_log is not None:
-            self.decision_log.record(batch, decision, target=target, metrics=pending)
-        if "prerollout" in self.strategy.parts:
-            metrics.update(
-                generation_metrics(
-                    batch, pending.get("dataflex/prerollout/tokens_saved_est"), gen_seconds
-                )
-            )
-        if "select" in self.strategy.parts or "reweight" in self.strategy.parts:
+        decision, metrics = self.driver.decide(batch, gen_seconds)
+        if acts_on_loss(strategy.spec):
             p = acc.process_index
             metrics.update(
                 apply_decision(
@@ -323,56 +244,21 @@ class DataflexGRPOTrainer(GRPOTrainer):
         return mask, torch.where(mask, logps, torch.zeros_like(logps))
 
     # ------------------------------------------------------------------ checkpoints
-    def dataflex_state_dict(self) -> dict:
-        return {
-            "format": 1,
-            "decisions": self._dataflex_step,
-            "strategy": self.strategy.state_dict(),
-            "intake": None if self.intake is None else self.intake.state_dict(),
-        }
-
-    def load_dataflex_state_dict(self, state: dict) -> None:
-        self.strategy.load_state_dict(state["strategy"])
-        self._dataflex_step = int(state["decisions"])
-        if self.intake is not None:
-            if state.get("intake") is None:
-                raise ValueError(
-                    "dataflex: the checkpoint has no intake state, but the strategy mixes "
-                    "or pre-filters"
-                )
-            self.intake.load_state_dict(state["intake"])
-
     def _save_checkpoint(self, model, trial):
         if self.args.should_save:  # before TRL's files: trainer_state.json comes last
             folder = os.path.join(
                 self._get_output_dir(trial=trial),
                 f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
             )
-            save_state(os.path.join(folder, STATE_FILE), self.dataflex_state_dict())
-            if self.decision_log is not None:  # the log never lags a checkpoint
-                self.decision_log.flush()
+            self.driver.save(folder)
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        path = os.path.join(checkpoint, STATE_FILE)
-        if not os.path.exists(path):
-            logger.warning(
-                "dataflex: resuming from %s without %s; the strategy starts fresh",
-                checkpoint,
-                STATE_FILE,
-            )
-            return
-        self.load_dataflex_state_dict(load_state(path))
-        if self.decision_log is not None:  # drop steps logged after the checkpoint
-            self.decision_log.truncate(self._dataflex_step)
-        logger.info("dataflex: restored strategy state from %s", path)
+        self.driver.restore(checkpoint)
 
     def train(self, *args, **kwargs):
         try:
             return super().train(*args, **kwargs)
         finally:
-            if self.decision_log is not None:
-                self.decision_log.close()
+            self.driver.close()

@@ -18,13 +18,14 @@ from typing import Any
 
 from dataflex_rl.core.config import param, validate
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import get_path, parse_strategy
-from dataflex_rl.core.strategy import GROUP_ESTIMATORS, Strategy
+from dataflex_rl.core.spec import StrategySpec, get_path
+from dataflex_rl.core.strategy import GROUP_ESTIMATORS
 from dataflex_rl.hosts.common.config import (
     HostConfig,
-    check_proportions,
-    placeholder_domains,
-    resolved_option,
+    HostSettings,
+    acts_on_loss,
+    check_block,
+    recomputes_advantages,
 )
 from dataflex_rl.hosts.common.config import config_table as host_config_table
 
@@ -98,35 +99,31 @@ def parse_host_config(block: Any) -> VerlHostConfig:
     return validate(VerlHostConfig, block, "dataflex")
 
 
-def build_strategy(
-    host: VerlHostConfig, config: Mapping, domains: tuple[str, ...] | None, *, early: bool = False
-) -> Strategy:
-    """The engine's `Strategy`, bound to verl's estimator; raises `ConfigError` on misfit.
+def host_settings(config: Mapping) -> HostSettings:
+    """The verl host for the driver: verl's advantage estimator and std normalization (read
+    from its settings, verl's defaults where unset), and the fields `HOST_FIELDS`."""
+    return HostSettings(
+        "verl",
+        str(get_path(config, "algorithm.adv_estimator", "gae")),
+        bool(get_path(config, "algorithm.norm_adv_by_std_in_grpo", True)),
+        HOST_FIELDS,
+    )
+
+
+def check(host: VerlHostConfig, config: Mapping) -> StrategySpec:
+    """The block's strategy, checked against verl's settings before anything is built;
+    raises `ConfigError` on misfit (`check_block`, `check_host_fit`).
 
     Args:
         host: the parsed ``dataflex`` block.
         config: verl's settings as plain containers (see `trainer.host_view`).
-        domains: domain names of the intake (None without mix/prerollout).
-        early: check before the training set is read: placeholder domains stand in.
     """
-    estimator = str(get_path(config, "algorithm.adv_estimator", "gae"))
-    norm_by_std = bool(get_path(config, "algorithm.norm_adv_by_std_in_grpo", True))
-    spec = parse_strategy(host.strategy, where="dataflex.strategy")
-    if early and domains is None:
-        domains = placeholder_domains(host, spec)
-    strategy = Strategy(
-        spec,
-        domains=domains,
-        advantage_estimator=estimator,
-        available_fields=HOST_FIELDS,
-        norm_adv_by_std=norm_by_std,
-    )
-    check_proportions(host, strategy)
-    check_host_fit(strategy, config)
-    return strategy
+    spec = check_block(host, host_settings(config))
+    check_host_fit(spec, config)
+    return spec
 
 
-def check_host_fit(strategy: Strategy, config: Mapping) -> None:
+def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
     """verl settings that would silently defeat the strategy are errors.
 
     Raises:
@@ -134,20 +131,19 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
             ``rollout_is_weights``) with select or reweight; ``recompute_advantages`` under an
             estimator whose advantages are not GRPO's.
     """
-    name = strategy.spec.name
+    name = spec.name
     if not get_path(config, "trainer.use_v1", True):
         raise ConfigError(
             "trainer.use_v1: the 'dataflex' trainer mode is a v1 trainer; set trainer.use_v1=true"
         )
-    acts_on_loss = "select" in strategy.parts or "reweight" in strategy.parts
     loss_mode = str(get_path(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
-    if acts_on_loss and loss_mode == "bypass_mode":
+    if acts_on_loss(spec) and loss_mode == "bypass_mode":
         raise ConfigError(
             f"actor_rollout_ref.actor.policy_loss.loss_mode: 'bypass_mode' ignores "
             f"rollout_is_weights, so strategy {name!r} (select/reweight) would have no effect. "
             f"Use one of {', '.join(sorted(WEIGHTED_LOSSES))}"
         )
-    if acts_on_loss and loss_mode not in WEIGHTED_LOSSES:
+    if acts_on_loss(spec) and loss_mode not in WEIGHTED_LOSSES:
         logger.warning(
             "dataflex: policy loss %r is not one of verl 0.9.1's losses known to "
             "apply rollout_is_weights (%s); make sure it does, or strategy %r has "
@@ -157,7 +153,7 @@ def check_host_fit(strategy: Strategy, config: Mapping) -> None:
             name,
         )
     estimator = str(get_path(config, "algorithm.adv_estimator", "gae"))
-    if resolved_option(strategy, "recompute_advantages") and estimator not in GRPO_LIKE:
+    if recomputes_advantages(spec) and estimator not in GRPO_LIKE:
         where = f"{name}.select.recompute_advantages"
         hint = "" if estimator in GROUP_ESTIMATORS else " (and it is not a group estimator)"
         raise ConfigError(

@@ -2,11 +2,11 @@
 
 One step of verl's v1 sync pipeline, with what this class adds (DESIGN §5)::
 
-    prepare_step -> _next_train_batch      [prerollout + mix: exactly train_batch_size rows]
+    prepare_step -> _next_train_batch      [driver.draw: exactly train_batch_size rows]
     replay_buffer.sample -> _balance_batch -> old/ref log-probs
-    _compute_advantage: verl's advantages  [then select / reweight: strategy.decide]
+    _compute_advantage: verl's advantages  [then select / reweight: driver.decide]
     _update_actor (rollout_is_weights, masks and advantages as written back)
-    _save_checkpoint / _load_checkpoint    [strategy and intake state]
+    _save_checkpoint / _load_checkpoint    [driver.save / driver.restore]
 
 Registered under ``trainer.v1.trainer_mode=dataflex`` by `dataflex_rl.hosts.verl.plugin`;
 verl treats any mode other than ``"sync"`` as async, so the mode is switched to ``"sync"``
@@ -32,24 +32,20 @@ from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
-from dataflex_rl.hosts.common.accounting import generation_metrics
-from dataflex_rl.hosts.common.config import uses_intake
-from dataflex_rl.hosts.common.intake import Intake, intake_for, read_row_domains
-from dataflex_rl.hosts.common.state import load_state, save_state
+from dataflex_rl.hosts.common.config import acts_on_loss, uses_intake
+from dataflex_rl.hosts.common.driver import Driver
+from dataflex_rl.hosts.common.intake import read_row_domains
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import (
     PER_RESPONSE_ESTIMATORS,
-    build_strategy,
+    check,
+    host_settings,
     parse_host_config,
 )
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
 TRAINER_MODE = "dataflex"
-#: written next to verl's ``data.pt`` in every ``global_step_N`` folder
-STATE_FILE = "dataflex_state.safetensors"
-#: what earlier versions wrote (read with weights_only=True only)
-LEGACY_STATE_FILE = "dataflex_state.pt"
 #: verl settings the strategy checks read
 _VIEW_KEYS = (
     "trainer.use_v1",
@@ -76,25 +72,24 @@ def host_view(config: DictConfig) -> dict:
 
 @register_trainer(TRAINER_MODE)
 class DataflexTrainer(PPOTrainerSync):
-    """verl's sync trainer plus a dataflex `Strategy` (configured in the ``dataflex`` block).
+    """verl's sync trainer plus a dataflex `Strategy` (configured in the ``dataflex`` block),
+    run by a `Driver`.
 
     The strategy is checked before anything starts (unknown names, a group scorer under a
-    non-group estimator, ``loss_mode=bypass_mode``, ...), then built for real once the
-    training set is loaded, because mixing needs its domains.
+    non-group estimator, ``loss_mode=bypass_mode``, ...), then built once the training set is
+    loaded, because mixing needs its domains.
     """
 
     def __init__(self, config: DictConfig) -> None:
         block = config.get("dataflex", None)
         block = OmegaConf.to_container(block, resolve=True) if block is not None else None
         self.dataflex = parse_host_config(block)
-        self._view = host_view(config)
-        build_strategy(self.dataflex, self._view, None, early=True)  # fail before workers start
-        self.strategy = None
-        self.intake: Intake | None = None
+        view = host_view(config)
+        self._host = host_settings(view)
+        self._spec = check(self.dataflex, view)  # fail before workers start
+        self.driver: Driver | None = None
         self._prompts: dict[str, tuple[int, int, int]] = {}  # uid -> (row, domain, step)
-        self._pending_metrics: dict[str, float] = {}
         self._gen_mark: tuple[int, float] = (-1, 0.0)  # (global step, gen seconds so far)
-        self.decision_log = None
         super().__init__(config)
 
     # ------------------------------------------------------------------ set-up
@@ -107,49 +102,31 @@ class DataflexTrainer(PPOTrainerSync):
 
     def _init_dataloader(self) -> None:
         super()._init_dataloader()
-        probe = build_strategy(self.dataflex, self._view, None, early=True)
-        domains = None
-        if uses_intake(probe):
+        row_domains = None
+        if uses_intake(self._spec):
             table = getattr(self.train_dataset, "dataframe", None)
             row_domains = read_row_domains(
                 self.train_dataset, self.dataflex.domain_key, table, logger
             )
-            domains, self.intake = intake_for(self.dataflex, row_domains)
-        self.strategy = build_strategy(self.dataflex, self._view, domains)
-        self.decision_log = self._open_decision_log(domains)
-        logger.info(
-            "dataflex: strategy %r (%s)%s",
-            self.strategy.spec.name,
-            ", ".join(self.strategy.parts) or "no mechanism",
-            f"; intake over domains {list(domains)}" if domains else "",
+        self.driver = Driver.for_dataset(
+            self.dataflex,
+            self._spec,
+            self._host,
+            row_domains,
+            self.config.trainer.default_local_dir,
         )
 
     # ------------------------------------------------------------------ intake
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
-        if self.intake is None:
+        if self.driver.intake is None:
             return super()._next_train_batch(num_prompts)
         n = num_prompts or self.config.data.train_batch_size
         step = self._strategy_step()
-        rows, doms, metrics = self.intake.draw(n, self.strategy, step)
+        rows, doms, _ = self.driver.draw(n, step)  # refills (DAPO) add to this step's counts
         batch_dict = collate_fn([self.train_dataset[r] for r in rows])
         uids = [str(uuid.uuid4()) for _ in rows]
         batch_dict["uid"] = np.array(uids, dtype=object)
         self._prompts.update((u, (r, d, step)) for u, r, d in zip(uids, rows, doms))
-        for key, value in metrics.items():  # refills (DAPO) add to this step's counts
-            counted = key.startswith("dataflex/prerollout/") and key.rsplit("/", 1)[1] in (
-                "skipped",
-                "skipped_easy",
-                "skipped_hard",
-                "candidates",
-                "candidates_skipped",
-                "replacements",
-                "tokens_saved_est",
-                "forced",
-                "rounds",
-            )
-            self._pending_metrics[key] = value + (
-                self._pending_metrics.get(key, 0.0) if counted else 0.0
-            )
         batch = tu.get_tensordict(batch_dict)
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return batch
@@ -163,8 +140,6 @@ class DataflexTrainer(PPOTrainerSync):
         batch = super()._compute_advantage(batch, metrics)
         t0 = time.perf_counter()
         batch = self._apply_strategy(batch, metrics)
-        metrics.update(self._pending_metrics)
-        self._pending_metrics = {}
         metrics["dataflex/host_time_ms"] = (time.perf_counter() - t0) * 1e3
         return batch
 
@@ -172,22 +147,15 @@ class DataflexTrainer(PPOTrainerSync):
         """Read the batch, decide, write weights/masks/advantages back; return the new meta."""
         present = set(batch.fields or ())
         optional = [f for f in ("old_log_probs", "rollout_is_weights") if f in present]
+        fields = ["uid", "response_mask", "loss_mask", "rm_scores", "advantages", *optional]
         data = tq.kv_batch_get(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            select_fields=[
-                "uid",
-                "response_mask",
-                "loss_mask",
-                "rm_scores",
-                "advantages",
-                *optional,
-            ],
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
         )
         nested_mask = data["response_mask"]
         uids = [str(u) for u in data["uid"]]
         dense = data.exclude("uid").to_padded_tensor()
         step = self._strategy_step()
+        intake = self.driver.intake
         rb, sessions = build_batch(
             keys=batch.keys,
             uids=uids,
@@ -197,26 +165,15 @@ class DataflexTrainer(PPOTrainerSync):
             advantages=dense["advantages"],
             old_log_probs=dense.get("old_log_probs", None),
             step=step,
-            domains=self.intake.domains if self.intake is not None else None,
-            domain_of_uid=(lambda u: self._submitted(u)[1]) if self.intake is not None else None,
-            prompt_of_uid=(lambda u: self._submitted(u)[0]) if self.intake is not None else None,
-            per_response_advantages=self.strategy.advantage_estimator in PER_RESPONSE_ESTIMATORS,
+            domains=intake.domains if intake is not None else None,
+            domain_of_uid=(lambda u: self._submitted(u)[1]) if intake is not None else None,
+            prompt_of_uid=(lambda u: self._submitted(u)[0]) if intake is not None else None,
+            per_response_advantages=self._host.advantage_estimator in PER_RESPONSE_ESTIMATORS,
         )
-        target = self.strategy.proportions  # what this batch was drawn at
-        decision = self.strategy.decide(rb)
-        metrics.update(decision.metrics)
-        if self.decision_log is not None:
-            self.decision_log.record(rb, decision, target=target, metrics=self._pending_metrics)
-        if "prerollout" in self.strategy.parts:
-            metrics.update(
-                generation_metrics(
-                    rb,
-                    self._pending_metrics.get("dataflex/prerollout/tokens_saved_est"),
-                    self._generation_seconds(),
-                )
-            )
+        decision, decided = self.driver.decide(rb, self._generation_seconds())
+        metrics.update(decided)
         self._forget_prompts(step)
-        if "select" not in self.strategy.parts and "reweight" not in self.strategy.parts:
+        if not acts_on_loss(self._spec):
             return batch
         wb = writeback(
             decision,
@@ -264,91 +221,24 @@ class DataflexTrainer(PPOTrainerSync):
         """Drop intake records older than the previous step (e.g. groups DAPO evicted)."""
         self._prompts = {u: v for u, v in self._prompts.items() if v[2] >= step - 1}
 
-    # ------------------------------------------------------------------ decision log
-    def _open_decision_log(self, domains):
-        """A `DecisionLog` when ``dataflex.decision_log.enabled`` (None otherwise)."""
-        from dataflex_rl.hosts.common.decision_log import DecisionLog
-
-        c = self.dataflex.decision_log
-        if not c.enabled:
-            return None
-        log = DecisionLog.from_config(
-            c,
-            self.config.trainer.default_local_dir,
-            strategy=self.strategy,
-            domains=domains,
-            host="verl",
-            seed=self.dataflex.seed,
-        )
-        logger.info("dataflex: decision log in %s", log.folder)
-        return log
-
     def fit(self, *args, **kwargs):
         try:
             return super().fit(*args, **kwargs)
         finally:
-            if self.decision_log is not None:
-                self.decision_log.close()
+            self.driver.close()
 
     # ------------------------------------------------------------------ checkpoints
-    def dataflex_state_dict(self) -> dict:
-        return {
-            "format": 1,
-            "strategy": self.strategy.state_dict(),
-            "intake": None if self.intake is None else self.intake.state_dict(),
-        }
-
-    def load_dataflex_state_dict(self, state: dict) -> None:
-        self.strategy.load_state_dict(state["strategy"])
-        if self.intake is not None:
-            if state.get("intake") is None:
-                raise ValueError(
-                    "dataflex: the checkpoint has no intake state, but the "
-                    "strategy mixes or pre-filters"
-                )
-            self.intake.load_state_dict(state["intake"])
-
     def _save_checkpoint(self) -> None:
         folder = os.path.join(
             self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
         )
-        save_state(os.path.join(folder, STATE_FILE), self.dataflex_state_dict())
-        if self.decision_log is not None:  # the log never lags a checkpoint
-            self.decision_log.flush()
+        self.driver.save(folder)
         super()._save_checkpoint()  # writes latest_checkpointed_iteration.txt last
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()
-        if self.decision_log is not None:  # drop steps logged after the checkpoint
-            self.decision_log.truncate(max(int(self.global_steps), 0))
-        if self.global_steps <= 0:
-            return
-        folder = self._resumed_folder()
-        path = (
-            next(
-                (
-                    p
-                    for p in (
-                        os.path.join(folder, STATE_FILE),
-                        os.path.join(folder, LEGACY_STATE_FILE),
-                    )
-                    if os.path.exists(p)
-                ),
-                None,
-            )
-            if folder
-            else None
-        )
-        if path is None:
-            logger.warning(
-                "dataflex: resuming at step %d without %s in %s; the strategy starts fresh",
-                self.global_steps,
-                STATE_FILE,
-                folder,
-            )
-            return
-        self.load_dataflex_state_dict(load_state(path))
-        logger.info("dataflex: restored strategy state from %s", path)
+        folder = self._resumed_folder() if self.global_steps > 0 else None
+        self.driver.restore(folder, max(int(self.global_steps), 0))
 
     def _resumed_folder(self) -> str | None:
         """The ``global_step_N`` folder verl's `_load_checkpoint` resumed from."""

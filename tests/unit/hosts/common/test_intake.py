@@ -60,7 +60,7 @@ def _static_strategy(prior):
 
 def test_intake_follows_proportions_exactly():
     row_domains = ["a"] * 10 + ["b"] * 10 + ["c"] * 10
-    intake = Intake(row_domains, ("a", "b", "c"), seed=1)
+    intake = Intake.from_rows(row_domains, ("a", "b", "c"), seed=1)
     # prior 0.5/0.3/0.2 of n=7: floors 3, 2, 1 (sum 6); the largest remainder (0.5 of a) gets 1
     rows, doms, m = intake.draw(7, _static_strategy([0.5, 0.3, 0.2]), step=0)
     assert len(rows) == 7 and sorted(doms) == [0, 0, 0, 0, 1, 1, 2]
@@ -70,7 +70,7 @@ def test_intake_follows_proportions_exactly():
 
 
 def test_intake_without_mix_uses_dataset_proportions():
-    intake = Intake(["a"] * 30 + ["b"] * 10, ("a", "b"), seed=0)
+    intake = Intake.from_rows(["a"] * 30 + ["b"] * 10, ("a", "b"), seed=0)
     strategy = Strategy({"prerollout": {"actuator": "greso"}})
     rows, doms, _ = intake.draw(8, strategy, step=0)
     assert sorted(doms) == [0] * 6 + [1] * 2
@@ -89,7 +89,7 @@ def _history_all_solved(strategy, rows, step=0):
 
 
 def test_prerollout_skips_and_still_submits_exactly_n():
-    intake = Intake(["a"] * 40, ("a",), seed=3, candidate_factor=2.0)
+    intake = Intake.from_rows(["a"] * 40, ("a",), seed=3, candidate_factor=2.0)
     strategy = Strategy(
         {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
     )
@@ -101,7 +101,7 @@ def test_prerollout_skips_and_still_submits_exactly_n():
 
 
 def test_prerollout_fills_with_skipped_when_rounds_run_out():
-    intake = Intake(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
+    intake = Intake.from_rows(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
     strategy = Strategy(
         {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
     )
@@ -126,7 +126,7 @@ def _remember(strategy, row, rewards, tokens, step=0):
 
 
 def test_prerollout_accounting_against_the_plain_batch_by_hand():
-    intake = Intake(["a"] * 40, ("a",), seed=5, candidate_factor=2.0)
+    intake = Intake.from_rows(["a"] * 40, ("a",), seed=5, candidate_factor=2.0)
     strategy = Strategy(
         {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
     )
@@ -147,7 +147,7 @@ def test_prerollout_accounting_against_the_plain_batch_by_hand():
 
 
 def test_forced_prompts_of_the_plain_batch_are_not_counted_as_skipped():
-    intake = Intake(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
+    intake = Intake.from_rows(["a"] * 6, ("a",), seed=0, candidate_factor=1.0, max_rounds=2)
     strategy = Strategy(
         {"prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}}
     )
@@ -162,11 +162,11 @@ def test_forced_prompts_of_the_plain_batch_are_not_counted_as_skipped():
 
 
 def test_intake_state_round_trip():
-    a = Intake(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
+    a = Intake.from_rows(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
     s = Strategy({"mix": {"actuator": {"name": "static", "floor": 0.0}}}, domains=("a", "b"))
     a.draw(6, s, 0)
     state = a.state_dict()
-    b = Intake(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
+    b = Intake.from_rows(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
     assert_moved(state, b.state_dict())
     b.load_state_dict(state)
     assert a.draw(6, s, 1)[0] == b.draw(6, s, 1)[0]
@@ -174,7 +174,7 @@ def test_intake_state_round_trip():
 
 def test_unlisted_domain_is_an_error():
     with pytest.raises(ValueError, match=r"domains \['c'\] that are not listed"):
-        Intake(["a", "c"], ("a", "b"))
+        Intake.from_rows(["a", "c"], ("a", "b"))
 
 
 class _Columns:

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.common.config import HostConfig
-from dataflex_rl.hosts.trl.config import build_strategy, config_table, parse_block
+from dataflex_rl.hosts.common.config import HostConfig, placeholder_domains
+from dataflex_rl.hosts.common.driver import Driver
+from dataflex_rl.hosts.trl.config import check, config_table, host_settings, parse_block
 
 
 def trl_args(**kw):
@@ -55,55 +56,63 @@ def test_yaml_that_is_not_a_mapping(tmp_path):
         parse_block(f)
 
 
+def build(block, args, tmp_path=".") -> Driver:
+    """The driver the trainer builds (no intake, no decision log)."""
+    return Driver.for_dataset(block, check(block, args), host_settings(args), None, tmp_path)
+
+
 def test_strategy_built_for_grpo_advantages():
-    s = build_strategy(parse_block({"strategy": "difffilter"}), trl_args(), None)
+    s = build(parse_block({"strategy": "difffilter"}), trl_args()).strategy
     assert s.advantage_estimator == "grpo" and s.norm_adv_by_std
-    s = build_strategy(
-        parse_block({"strategy": "difffilter"}), trl_args(scale_rewards="none"), None
-    )
+    s = build(parse_block({"strategy": "difffilter"}), trl_args(scale_rewards="none")).strategy
     assert not s.norm_adv_by_std  # Dr. GRPO: recomputed advantages are not divided by a std
 
 
 def test_unknown_strategy_name_is_the_engines_error():
     with pytest.raises(ConfigError, match="Did you mean 'difffilter'"):
-        build_strategy(parse_block({"strategy": "difffilterr"}), trl_args(), None, early=True)
+        check(parse_block({"strategy": "difffilterr"}), trl_args())
 
 
 def test_group_strategy_refused_under_normalize_then_sum():
     args = trl_args(multi_objective_aggregation="normalize_then_sum")
     with pytest.raises(
         ConfigError,
-        match="multi_objective_aggregation: 'normalize_then_sum'.*'difffilter' needs groups",
+        match=r"multi_objective_aggregation: 'normalize_then_sum'.*'difffilter' needs groups "
+        r"\(select: SolveRate\)",
     ):
-        build_strategy(parse_block({"strategy": "difffilter"}), args, None)
+        check(parse_block({"strategy": "difffilter"}), args)
     # a response-level strategy does not need groups
-    assert "select" in build_strategy(parse_block({"strategy": "topk"}), args, None).parts
+    assert check(parse_block({"strategy": "topk"}), args).select is not None
 
 
 def test_recompute_advantages_needs_group_normalized_advantages():
     block = parse_block(
         {"strategy": {"select": {"preset": "difffilter", "recompute_advantages": True}}}
     )
-    build_strategy(block, trl_args(), None)
+    check(block, trl_args())
     with pytest.raises(ConfigError, match=r"select\.recompute_advantages.*scale_rewards='batch'"):
-        build_strategy(block, trl_args(scale_rewards="batch"), None)
+        check(block, trl_args(scale_rewards="batch"))
 
 
 def test_unknown_loss_type_is_refused_listing_the_known_ones():
     with pytest.raises(ConfigError, match=r"loss_type: 'foo'.*bnpo, cispo, dapo"):
-        build_strategy(parse_block(None), trl_args(loss_type="foo"), None)
+        check(parse_block(None), trl_args(loss_type="foo"))
 
 
 def test_proportions_only_for_prerollout_without_mix():
     block = parse_block({"strategy": "difffilter", "proportions": [0.5, 0.5]})
     with pytest.raises(ConfigError, match="dataflex.proportions: only used"):
-        build_strategy(block, trl_args(), None)
+        check(block, trl_args())
 
 
 def test_mixer_checked_early_with_placeholder_domains():
     block = parse_block({"strategy": {"mix": {"actuator": "static", "prior": [0.5, 0.5]}}})
-    s = build_strategy(block, trl_args(), None, early=True)
-    assert s.domains == ("_domain0", "_domain1")
+    spec = check(block, trl_args())
+    assert placeholder_domains(block, spec) == ("_domain0", "_domain1")
+    floor = {"name": "static", "floor": 0.6}
+    bad = parse_block({"strategy": {"mix": {"actuator": floor, "prior": [1.0, 0.0]}}})
+    with pytest.raises(ConfigError, match="floor: 0.6 \\* 2 domains > 1"):
+        check(bad, trl_args())  # the placeholders are the prior's two domains
 
 
 def test_config_table_lists_every_key():
@@ -116,13 +125,11 @@ def test_config_table_lists_every_key():
 def test_generation_batch_spanning_optimizer_steps_is_announced(caplog):
     block = parse_block({"strategy": "maxvar"})
     with caplog.at_level("WARNING", logger="dataflex_rl.hosts.trl"):
-        build_strategy(block, trl_args(steps_per_generation=4), None)
+        check(block, trl_args(steps_per_generation=4))
     assert "steps_per_generation (4) != gradient_accumulation_steps (2)" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="dataflex_rl.hosts.trl"):
-        build_strategy(
-            parse_block({"strategy": "static"}), trl_args(steps_per_generation=4), None, early=True
-        )
+        check(parse_block({"strategy": "static"}), trl_args(steps_per_generation=4))
     assert caplog.text == ""  # a mixer does not touch the loss
 
 

@@ -1,0 +1,233 @@
+"""The host driver: a data strategy's lifecycle, the same in every host.
+
+Each host (the embedded engine, verl, TRL) runs its strategy through one `Driver`::
+
+    set-up       check the strategy without building it (`check_block`), then build it, the
+                 intake (when it mixes or pre-filters) and the decision log
+    each step    draw (mix + prerollout)  ->  [the host generates, scores, computes advantages]
+                 -> decide (select, reweight, mix signals) -> record -> generation metrics
+                 ->  [the host applies the decision to its loss]
+    checkpoints  state (strategy, intake, decisions) beside the host's; the decision log is
+                 flushed before a checkpoint and truncated on resume
+
+A host only translates: its tensors into a `RolloutBatch`, and the `Decision` back into its loss.
+The driver knows no framework.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.spec import StrategySpec
+from dataflex_rl.core.strategy import Decision, Strategy
+from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
+from dataflex_rl.hosts.common.config import HostConfig, HostSettings
+from dataflex_rl.hosts.common.decision_log import DecisionLog
+from dataflex_rl.hosts.common.draw import add_counts
+from dataflex_rl.hosts.common.intake import Intake, intake_for
+from dataflex_rl.hosts.common.state import load_state, save_state
+
+#: the driver's state file in each checkpoint folder of a host (verl, TRL)
+STATE_FILE = "dataflex_state.safetensors"
+#: what earlier versions wrote (read with ``weights_only=True`` only)
+LEGACY_STATE_FILE = "dataflex_state.pt"
+
+
+class Driver:
+    """One strategy inside one host: draws, decisions, the decision log and their state.
+
+    Args:
+        strategy: the built `Strategy`.
+        intake: where the host's prompts come from (None: the strategy neither mixes nor
+            pre-filters, and the host keeps its own data order).
+        log: the decision log (None: decisions are not logged).
+        host: the host's name; messages go to the ``dataflex_rl.hosts.<host>`` logger.
+
+    Attributes:
+        decisions: decisions made so far (TRL's step clock; kept in the state).
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        intake: Intake | None = None,
+        log: DecisionLog | None = None,
+        *,
+        host: str = "engine",
+    ) -> None:
+        self.strategy = strategy
+        self.intake = intake
+        self.log = log
+        self.logger = logging.getLogger(f"dataflex_rl.hosts.{host}")
+        self.decisions = 0
+        # (step, proportions drawn at, draw metrics summed over the step's draws) until decided
+        self._drawn: tuple[int, Tensor, dict[str, float]] | None = None
+
+    @classmethod
+    def for_dataset(
+        cls,
+        block: HostConfig,
+        spec: StrategySpec,
+        host: HostSettings,
+        row_domains: Sequence[str] | None,
+        run_dir: str | Path,
+        *,
+        log_decisions: bool = True,
+        settings: dict[str, Any] | None = None,
+    ) -> Driver:
+        """The driver of a host that trains on its own dataset (verl, TRL).
+
+        Args:
+            block: the parsed ``dataflex`` block.
+            spec: its strategy, checked for this host (`check_block`).
+            host: the host's settings.
+            row_domains: the domain of every training row (`read_row_domains`); None when the
+                strategy neither mixes nor pre-filters.
+            run_dir: the run's output folder (a relative ``decision_log.dir`` is under it).
+            log_decisions: whether this process writes the decision log (TRL: the main one).
+            settings: host settings recorded in the decision log.
+        """
+        domains = intake = None
+        if row_domains is not None:
+            domains, intake = intake_for(block, row_domains)
+        strategy = Strategy(
+            spec,
+            domains=domains,
+            advantage_estimator=host.advantage_estimator,
+            available_fields=host.fields,
+            norm_adv_by_std=host.norm_adv_by_std,
+        )
+        log = None
+        if block.decision_log.enabled and log_decisions:
+            log = DecisionLog.from_config(
+                block.decision_log,
+                run_dir,
+                strategy=strategy,
+                domains=domains,
+                host=host.name,
+                seed=block.seed,
+                settings=settings,
+            )
+        driver = cls(strategy, intake, log, host=host.name)
+        if log is not None:
+            driver.logger.info("dataflex: decision log in %s", log.folder)
+        driver.logger.info(
+            "dataflex: strategy %r (%s)%s",
+            strategy.spec.name,
+            ", ".join(strategy.parts) or "no mechanism",
+            f"; intake over domains {list(domains)}" if domains else "",
+        )
+        return driver
+
+    # ------------------------------------------------------------------ each step
+    @property
+    def pending(self) -> dict[str, float]:
+        """The draw figures of the step drawn and not yet decided (counts summed over its
+        draws; empty when there is none): what `decide` adds to that step's metrics."""
+        return {} if self._drawn is None else dict(self._drawn[2])
+
+    def draw(self, n: int, step: int) -> tuple[list, list[int], dict[str, float]]:
+        """``n`` prompts for ``step`` from the intake: (items, their domain ids, metrics).
+
+        A host may draw several times for one step (verl's refills): what `decide` reports
+        for the step adds their counts up (`add_counts`).
+        """
+        target = self.intake.target(self.strategy)
+        items, domain_ids, metrics = self.intake.draw(n, self.strategy, step)
+        before = self._drawn[2] if self._drawn is not None and self._drawn[0] == step else {}
+        self._drawn = (step, target, add_counts(dict(before), metrics))
+        return items, domain_ids, metrics
+
+    def decide(
+        self, batch: RolloutBatch, generate_seconds: float | None = None
+    ) -> tuple[Decision, dict[str, float]]:
+        """Decide on a step's batch and record it in the decision log.
+
+        Args:
+            batch: the step's batch (its ``step`` names the draws it was generated from).
+            generate_seconds: wall seconds the host spent generating it (None: not
+                measured); with pre-rollout, the seconds skipping saved are estimated from it.
+
+        Returns:
+            (the `Decision`, metrics: the decision's, the step's draw figures and, with
+            pre-rollout, `generation_metrics`).
+        """
+        drawn = self._drawn if self._drawn is not None and self._drawn[0] == batch.step else None
+        self._drawn = None
+        target, draw_metrics = (None, {}) if drawn is None else drawn[1:]
+        decision = self.strategy.decide(batch)
+        self.decisions += 1
+        metrics = {**decision.metrics, **draw_metrics}
+        if self.log is not None:
+            self.log.record(batch, decision, target=target, metrics=draw_metrics)
+        if "prerollout" in self.strategy.parts:
+            saved = draw_metrics.get(PREFIX + "tokens_saved_est")
+            metrics.update(generation_metrics(batch, saved, generate_seconds))
+        return decision, metrics
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {
+            "format": 1,
+            "decisions": self.decisions,
+            "strategy": self.strategy.state_dict(),
+            "intake": None if self.intake is None else self.intake.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.strategy.load_state_dict(state["strategy"])
+        self.decisions = int(state.get("decisions", 0))  # verl states before the driver
+        if self.intake is not None:
+            if state.get("intake") is None:
+                raise ValueError(
+                    "dataflex: the checkpoint has no intake state, but the strategy mixes "
+                    "or pre-filters"
+                )
+            self.intake.load_state_dict(state["intake"])
+
+    def checkpoint(self) -> dict:
+        """The state to save with a host checkpoint, once the decision log is flushed (the
+        log never lags a checkpoint)."""
+        if self.log is not None:
+            self.log.flush()
+        return self.state_dict()
+
+    def resume(self, state: dict | None, step: int | None = None) -> None:
+        """Continue from a checkpoint: restore ``state`` (None: the strategy starts fresh)
+        and drop the decision log's steps from ``step`` on (default: the decisions made
+        before the checkpoint), which a run that went on past it had logged."""
+        if state is not None:
+            self.load_state_dict(state)
+        if self.log is not None:
+            self.log.truncate(self.decisions if step is None else step)
+
+    def save(self, folder: str | Path) -> Path:
+        """`checkpoint` as `STATE_FILE` in a host's checkpoint folder (call it before the
+        host writes the file that marks its checkpoint complete)."""
+        return save_state(Path(folder) / STATE_FILE, self.checkpoint())
+
+    def restore(self, folder: str | Path | None, step: int | None = None) -> None:
+        """`resume` from the state file in a host's checkpoint folder (None: no checkpoint,
+        a fresh start). A folder without one resumes with a fresh strategy, with a warning."""
+        names = () if folder is None else (STATE_FILE, LEGACY_STATE_FILE)
+        path = next((Path(folder) / n for n in names if (Path(folder) / n).exists()), None)
+        if folder is not None and path is None:
+            self.logger.warning(
+                "dataflex: resuming from %s without %s; the strategy starts fresh",
+                folder,
+                STATE_FILE,
+            )
+        self.resume(None if path is None else load_state(path), step)
+        if path is not None:
+            self.logger.info("dataflex: restored strategy state from %s", path)
+
+    def close(self) -> None:
+        """Write what the decision log holds."""
+        if self.log is not None:
+            self.log.close()
