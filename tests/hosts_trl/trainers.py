@@ -42,16 +42,18 @@ def dataflex_trainer(
     reward=None,
     eval_dataset=None,
     model=None,
+    tokenizer=None,
     **overrides,
 ):
     """A `DataflexGRPOTrainer` with ``dataflex={"strategy": strategy}`` (a dict block when
     ``strategy`` is a dict with a ``strategy`` key) and `grpo_args` ``overrides``; ``model``
-    (an object or a saved folder) defaults to a fresh `tiny_model`."""
+    (an object or a saved folder) defaults to a fresh `tiny_model`, ``tokenizer`` to
+    `tiny_tokenizer`."""
     from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer
 
     block = strategy if isinstance(strategy, dict) and "strategy" in strategy else None
     block = block or {"strategy": strategy}
-    tok = tiny_tokenizer()
+    tok = tiny_tokenizer() if tokenizer is None else tokenizer
     return DataflexGRPOTrainer(
         model=tiny_model(tok) if model is None else model,
         reward_funcs=reward or hashed_reward,

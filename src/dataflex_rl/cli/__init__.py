@@ -1,5 +1,6 @@
 """The ``dataflex-rl`` command line: ``list`` and ``describe`` here, ``train`` and ``bootstrap``
-in `dataflex_rl.cli.engine`, ``compare`` and ``report`` in `dataflex_rl.cli.harness`.
+in `dataflex_rl.cli.engine`, ``compare`` and ``report`` in `dataflex_rl.cli.harness`, ``export``
+in `dataflex_rl.cli.export`.
 
 The commands sit above every other layer: they may import the engine and the harness alike.
 """
@@ -19,6 +20,8 @@ configurable parts of one unchanged training loop.
   dataflex-rl compare configs/experiments/quick.yaml    strategies x seeds, paired statistics
   dataflex-rl report --from-csv results.csv             the same statistics for external results
   dataflex-rl replay runs/baseline-s0 --strategy maxvar  what another strategy would have done
+  dataflex-rl export policy --out exported/tiny         the tiny policy for TRL / verl (HF format)
+  dataflex-rl export tasks --out exported/tasks         the default tasks as verl-schema parquet
 
 Errors are one line (exit status 2); --debug (anywhere) shows the traceback.
 """
@@ -82,10 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="docs/components", help="folder for --all")
     p.set_defaults(func=_cmd_describe)
     from dataflex_rl.cli import engine as engine_commands
+    from dataflex_rl.cli import export as export_commands
     from dataflex_rl.cli import harness as harness_commands
 
     engine_commands.register_commands(sub)
     harness_commands.register_commands(sub)
+    export_commands.register_commands(sub)
     return parser
 
 

@@ -78,8 +78,8 @@ class TasksConfig(Checked):
     verifiers: dict[str, str | dict[str, Any]] = param(
         {},
         "source files: the verifier of every domain of the data, a kind ('exact', 'numeric', "
-        "'math', or 'module:attr') or {kind: ..., PARAM: value} (numeric: rel_tol, abs_tol); "
-        "the key order is the domain id order",
+        "'math', 'domain': a built-in domain's own rule, or 'module:attr') or {kind: ..., "
+        "PARAM: value} (numeric: rel_tol, abs_tol); the key order is the domain id order",
     )
     domains: list[str] = param(
         list(BUILTIN_DOMAINS),
@@ -166,7 +166,7 @@ class TasksConfig(Checked):
                 "problems are given, not generated)"
             )
         for domain, spec in self.verifiers.items():
-            build_verifier(spec, f"TasksConfig.verifiers.{domain}")
+            build_verifier(spec, f"TasksConfig.verifiers.{domain}", domain=domain)
         keys = list(self.verifiers)
         if self.domains not in (list(BUILTIN_DOMAINS), keys):
             raise ConfigError(

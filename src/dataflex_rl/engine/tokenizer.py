@@ -3,7 +3,9 @@
 Both expose the same small surface: ``encode(text) -> list[int]`` (no specials),
 ``decode(ids) -> str`` (specials dropped), ``pad_id``, ``bos_id``, ``eos_id``, ``vocab_size``
 and ``save(dir)``. The engine formats a prompt as ``[bos] + encode(prompt)`` and a target
-response as ``encode(answer) + [eos]``.
+response as ``encode(answer) + [eos]``. `hf_tokenizer` gives a `CharTokenizer` as a Hugging Face
+``PreTrainedTokenizerFast`` with the same characters and ids (what ``dataflex-rl export policy``
+writes for TRL and verl).
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from pathlib import Path
 #: special tokens of `CharTokenizer`, in id order
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 TOKENIZER_FILE = "char_tokenizer.json"
+#: chat template of `hf_tokenizer`: BOS, then the messages' contents joined by blank lines (the
+#: engine's prompt: ``[bos] + encode(prompt)``, a chat prompt's contents joined as the dataset
+#: loader joins them); roles add nothing and there is no generation prompt
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if not loop.first %}{{ '\\n\\n' }}"
+    "{% endif %}{{ message['content'] }}{% endfor %}"
+)
 
 
 class CharTokenizer:
@@ -133,3 +142,45 @@ class HFTokenizer:
         """Save the wrapped tokenizer with ``save_pretrained``."""
         self.tok.save_pretrained(str(directory))
         return Path(directory)
+
+
+def hf_tokenizer(tok: CharTokenizer, model_max_length: int | None = None):
+    """``tok`` as a Hugging Face ``PreTrainedTokenizerFast`` with the same ids.
+
+    A ``tokenizers`` word-level vocabulary of the specials and ``tok.chars`` (same order, so
+    same ids), split into single characters, unknown characters to ``<unk>``. Encoding
+    prepends ``<bos>`` unless ``add_special_tokens=False`` (then it equals ``tok.encode``), so a
+    plain-text prompt is the engine's ``[bos] + encode(prompt)``; a chat prompt gets the same
+    from `CHAT_TEMPLATE` (``apply_chat_template`` adds no second BOS). Decoding with
+    ``skip_special_tokens=True`` drops the specials as `CharTokenizer.decode` does. Left
+    padding (generation). Text holding a special token's spelling (``"<eos>"``) is read as
+    that token, where `CharTokenizer` reads its characters.
+
+    Args:
+        tok: the character tokenizer.
+        model_max_length: the model's context in tokens (None: unlimited).
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    vocab.update({c: i + len(SPECIALS) for i, c in enumerate(tok.chars)})
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIALS[tok.unk_id]))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(""), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    bos = SPECIALS[tok.bos_id]
+    core.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.bos_id)]
+    )
+    extra = {} if model_max_length is None else {"model_max_length": model_max_length}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=SPECIALS[tok.pad_id],
+        bos_token=bos,
+        eos_token=SPECIALS[tok.eos_id],
+        unk_token=SPECIALS[tok.unk_id],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        chat_template=CHAT_TEMPLATE,
+        **extra,
+    )

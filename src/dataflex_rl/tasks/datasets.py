@@ -367,7 +367,9 @@ class LoadedDomain(Domain):
         self.name = name  # type: ignore[misc]
         self.settings = {"verifier": verifier if not callable(verifier) else repr(verifier)}
         self._check: Callable[[str | None, str], float] = (
-            verifier if callable(verifier) else build_verifier(verifier, f"verifiers.{name}")
+            verifier
+            if callable(verifier)
+            else build_verifier(verifier, f"verifiers.{name}", domain=name)
         )
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
@@ -539,7 +541,7 @@ def to_verl_rows(problems: Iterable[Problem], split: str = "train") -> list[dict
                 "prompt": messages,
                 "ability": p.domain,
                 "reward_model": {"style": "rule", "ground_truth": p.answer},
-                "extra_info": {"split": split, "index": i, "key": p.key},
+                "extra_info": {"split": split, "index": i, "key": p.key, "domain": p.domain},
             }
         )
     return rows
@@ -551,8 +553,16 @@ def save_dataset(problems: Iterable[Problem], path: str | Path, split: str = "tr
     Raises:
         ConfigError: unknown suffix, or parquet without pyarrow.
     """
+    return write_rows(to_verl_rows(problems, split), path)
+
+
+def write_rows(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write ``rows`` as ``.jsonl`` or ``.parquet`` (needs pyarrow); parent folders are made.
+
+    Raises:
+        ConfigError: unknown suffix, or parquet without pyarrow.
+    """
     p = Path(path)
-    rows = to_verl_rows(problems, split)
     if p.suffix.lower() == ".jsonl":
         p.parent.mkdir(parents=True, exist_ok=True)
         with p.open("w", encoding="utf-8") as f:
@@ -568,7 +578,7 @@ def save_dataset(problems: Iterable[Problem], path: str | Path, split: str = "tr
                 '"dataflex-rl[tasks]"); .jsonl needs nothing'
             ) from None
         p.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), p)
+        pq.write_table(pa.Table.from_pylist(list(rows)), p)
     else:
         raise ConfigError(f"{str(p)!r}: unknown format {p.suffix!r}; use .parquet or .jsonl")
     return p

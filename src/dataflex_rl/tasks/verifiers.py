@@ -18,6 +18,10 @@ domain that silently scores 0.
   (``-3/4``). The response's number is the whole response when it is one, else the content of
   its last ``\\boxed{}``, else its last number.
 * ``math``: math-verify's symbolic comparison (`dataflex_rl.tasks.math_verify`).
+* ``domain``: a registered task domain's own verifier (`Domain.verify`, what the engine scores
+  its generated tasks with), for data exported from the built-in domains
+  (``dataflex-rl export tasks``); in a ``verifiers`` mapping ``{math: domain}`` verifies domain
+  ``math`` by the ``math`` domain's rule.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 from dataflex_rl.core.config import Checked, param, validate
 from dataflex_rl.core.registry import ConfigError, Registry, UnknownNameError, suggest
-from dataflex_rl.tasks.base import canonical
+from dataflex_rl.tasks.base import Problem, canonical, make_domain
 
 # a decimal number: thousands groups with commas, or plain digits; an optional fraction part
 _DEC = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+"
@@ -198,10 +202,32 @@ class MathVerify(Verifier):
         return self._impl(response, ground_truth)
 
 
+@dataclass
+class DomainVerifier(Verifier):
+    """The verifier of a registered task domain (``math``, ``logic``, ``science``, ...): the
+    rule the engine scores that domain's generated prompts with (for the built-in domains an
+    exact match of canonical answers: outer whitespace stripped, integers normalized, case
+    kept). A domain whose verifier reads more than the ground truth (a reasoning-gym entry)
+    compares exactly, as it does for any loaded problem."""
+
+    domain: str = param(
+        doc="a registered domain name; in a dataset's verifiers mapping: default the key"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._handler = make_domain(self.domain)
+
+    def __call__(self, response: str | None, ground_truth: Any) -> float:
+        problem = Problem("", self.domain, "", str(ground_truth))
+        return 1.0 if self._handler.verify(problem, response) >= 1.0 else 0.0
+
+
 VERIFIERS: Registry[type[Verifier]] = Registry("verifier", Verifier)
 VERIFIERS.register("exact", ExactVerifier)
 VERIFIERS.register("numeric", NumericVerifier)
 VERIFIERS.register("math", MathVerify)
+VERIFIERS.register("domain", DomainVerifier)
 
 
 def verifier_kinds() -> list[str]:
@@ -209,9 +235,16 @@ def verifier_kinds() -> list[str]:
     return VERIFIERS.names()
 
 
-def build_verifier(spec: Any, where: str = "verifier") -> Callable[[str | None, Any], float]:
+def build_verifier(
+    spec: Any, where: str = "verifier", domain: str | None = None
+) -> Callable[[str | None, Any], float]:
     """A verifier from its config: a kind (``"numeric"``), a mapping ``{kind: ..., **params}``
     or ``"module:attr"`` naming a ``(response, ground_truth) -> float`` callable.
+
+    Args:
+        spec: the config.
+        where: the config key, for messages.
+        domain: the data's domain this verifier checks (the ``domain`` kind's default).
 
     Raises:
         ConfigError: unknown kind (with close matches and the valid kinds), unknown or
@@ -244,4 +277,6 @@ def build_verifier(spec: Any, where: str = "verifier") -> Callable[[str | None, 
             f"{where}: unknown verifier kind {kind!r}.{suggest(kind, verifier_kinds())} "
             f"Valid kinds: {', '.join(verifier_kinds())}, or 'module:attr'"
         ) from None
+    if cls is DomainVerifier and domain is not None:
+        params.setdefault("domain", domain)
     return validate(cls, params, where, noun=f"parameter of verifier {kind!r}")

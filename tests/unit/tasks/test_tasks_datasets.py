@@ -349,7 +349,7 @@ def test_every_domain_needs_a_declared_verifier(tmp_path):
     msg = str(e.value)
     assert "no verifier declared for domain(s) ['science']" in msg
     assert "domains found: ['math', 'logic', 'science']" in msg
-    assert "kinds: exact, math, numeric" in msg
+    assert "kinds: domain, exact, math, numeric" in msg
     with pytest.raises(ConfigError, match=r"\['sceince'\] are not in .* Did you mean 'science'"):
         load_dataset(path, verifier={**THREE, "sceince": "exact"})
 

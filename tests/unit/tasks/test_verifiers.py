@@ -90,7 +90,7 @@ def test_math_kind_uses_math_verify():
 
 
 def test_build_verifier_errors_name_the_key():
-    assert verifier_kinds() == ["exact", "math", "numeric"]
+    assert verifier_kinds() == ["domain", "exact", "math", "numeric"]
     with pytest.raises(ConfigError, match=r"^v.sci: unknown verifier kind 'numerc'. Did you mean"):
         build_verifier("numerc", "v.sci")
     with pytest.raises(ConfigError, match=r"^v.sci.reltol: unknown parameter .* 'rel_tol'"):

@@ -1,0 +1,99 @@
+"""Generated tasks as a verl-schema dataset (``dataflex-rl export tasks``).
+
+`export_tasks` writes a `TaskSet`'s training pools and held-out sets as parquet in verl's
+schema (`dataflex_rl.tasks.datasets.to_verl_rows`), one training file and one held-out file
+per domain (TRL's ``GRPOTrainer`` takes a dict of eval datasets and logs each under its name),
+and ``tasks.json``: what was written, from which settings, and how to score it. The rows are
+scored by `dataflex_rl.tasks.rewards` (verl's ``compute_score``, TRL's ``correct``), and the
+engine reads the files back (``tasks.source: files`` with ``verifiers: {DOMAIN: domain}``) as
+the same prompts and answers in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.tasks.base import TaskSet
+from dataflex_rl.tasks.datasets import content_sha256, to_verl_rows, write_rows
+from dataflex_rl.tasks.verifiers import DomainVerifier
+
+MANIFEST_FILE = "tasks.json"
+TRAIN_FILE = "train.parquet"
+EVAL_DIR = "eval"
+#: where the rewards are, as verl and TRL name them
+REWARDS = {
+    "verl": {"path": "pkg://dataflex_rl.tasks.rewards", "name": "compute_score"},
+    "trl": "dataflex_rl.tasks.rewards:correct",
+}
+
+
+def export_tasks(
+    taskset: TaskSet,
+    out: str | Path,
+    *,
+    eval_per_domain: int | None = None,
+    settings: Mapping[str, Any] | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Write ``taskset`` as ``out/train.parquet``, ``out/eval/<domain>.parquet`` and
+    ``out/tasks.json``.
+
+    ``train.parquet`` holds every domain's training pool, domain by domain, each in pool
+    order; ``extra_info`` has the domain, the split and the row's ``index`` within its
+    domain's pool (and the problem's ``key``). ``data_source``, ``ability`` and a ``domain``
+    column name the domain, so verl reports validation metrics per domain.
+
+    Args:
+        taskset: the tasks (its domains must be registered ones: the rewards verify by them).
+        out: the directory to write (created).
+        eval_per_domain: write only the first N held-out problems of each domain (the ones
+            the engine's ``eval.per_domain`` evaluates; None: all).
+        settings: how the tasks were made (e.g. the engine's ``tasks`` section), recorded in
+            ``tasks.json``.
+        force: write into a directory that already holds files.
+
+    Returns:
+        The manifest written to ``tasks.json``.
+
+    Raises:
+        ConfigError: ``out`` holds files and ``force`` is not set; a domain that is not
+            registered (no verifier to score it by), or without training or held-out problems.
+    """
+    target = Path(out)
+    present = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
+    if present and not force:
+        raise ConfigError(
+            f"export tasks: {target} already holds {', '.join(present[:5])}"
+            f"{' ...' if len(present) > 5 else ''}; choose an empty directory or pass --force"
+        )
+    for d in taskset.domains:
+        DomainVerifier(domain=d)  # an unregistered domain fails here, before any file
+        if not taskset.train[d] or not taskset.eval[d][:eval_per_domain]:
+            split = "training" if not taskset.train[d] else "held-out"
+            raise ConfigError(f"export tasks: domain {d!r} has no {split} problems")
+    train_rows = [r for d in taskset.domains for r in to_verl_rows(taskset.train[d], "train")]
+    files = {TRAIN_FILE: write_rows(train_rows, target / TRAIN_FILE)}
+    evals, counts = {}, {"train": {}, "eval": {}}
+    for d in taskset.domains:
+        held = taskset.eval[d][:eval_per_domain]
+        name = f"{EVAL_DIR}/{d}.parquet"
+        files[name] = write_rows(to_verl_rows(held, "eval"), target / name)
+        evals[d] = name
+        counts["train"][d], counts["eval"][d] = len(taskset.train[d]), len(held)
+    manifest = {
+        "domains": list(taskset.domains),
+        "train": TRAIN_FILE,
+        "eval": evals,
+        "rows": counts,
+        "settings": dict(settings or {}),
+        "domain_settings": {d: s["settings"] for d, s in taskset.summary().items()},
+        "rewards": REWARDS,
+        "verifiers": {d: "domain" for d in taskset.domains},
+        "sha256": {name: content_sha256(path) for name, path in files.items()},
+    }
+    (target / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, default=list) + "\n")
+    return manifest

@@ -1,0 +1,102 @@
+"""Rewards for verl and TRL: each row scored by its task domain's own verifier.
+
+The rows ``dataflex-rl export tasks`` writes (verl's schema) name their domain in
+``data_source``, ``extra_info.domain`` and a ``domain`` column; these functions verify a
+response with that domain's rule (`dataflex_rl.tasks.verifiers.DomainVerifier`: what the
+engine scores its generated prompts with), 1.0 or 0.0.
+
+verl (its custom-reward signature)::
+
+    reward.custom_reward_function.path=pkg://dataflex_rl.tasks.rewards
+    reward.custom_reward_function.name=compute_score
+
+TRL (a ``reward_funcs`` entry; TRL logs it as ``rewards/correct/mean``)::
+
+    from dataflex_rl.tasks.rewards import correct
+    GRPOTrainer(..., reward_funcs=[correct], train_dataset=...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.tasks.verifiers import DomainVerifier
+
+
+def row_domain(data_source: Any, extra_info: Mapping[str, Any] | None = None) -> str:
+    """The domain of a row: ``extra_info["domain"]`` when present, else ``data_source``.
+
+    Raises:
+        ConfigError: the row names no domain.
+    """
+    domain = (extra_info or {}).get("domain") or data_source
+    if not domain:
+        raise ConfigError(
+            "reward: the row names no domain (neither extra_info.domain nor data_source)"
+        )
+    return str(domain)
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str | None,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **_verl_extras: Any,
+) -> float:
+    """verl's custom reward: 1.0 when ``solution_str`` is a correct answer, else 0.0.
+
+    Args:
+        data_source: the row's data source (its domain, unless ``extra_info`` names one).
+        solution_str: the decoded response.
+        ground_truth: the row's ``reward_model.ground_truth``.
+        extra_info: the row's ``extra_info`` (``domain`` wins over ``data_source``).
+        **_verl_extras: further keywords verl passes (``reward.custom_reward_function.reward_kwargs``
+            and, in some versions, others); not read.
+
+    Raises:
+        ConfigError: the domain is not a registered one (close names and the valid ones listed).
+    """
+    return DomainVerifier(domain=row_domain(data_source, extra_info))(solution_str, ground_truth)
+
+
+def correct(
+    prompts: Sequence[Any], completions: Sequence[Any], reward_model: Sequence[Mapping], **columns
+) -> list[float]:
+    """TRL reward function: 1.0 per completion that is a correct answer, else 0.0.
+
+    TRL passes every dataset column as a keyword list; this reads ``reward_model``'s
+    ``ground_truth`` and the domain (the ``domain`` column, else ``extra_info.domain``, else
+    ``data_source``). A conversational completion (a list of messages) is scored by its last
+    message's content.
+
+    Args:
+        prompts: the prompts (not read: the ground truth decides).
+        completions: one completion per row, a string or a list of chat messages.
+        reward_model: per row, ``{"style": "rule", "ground_truth": ...}``.
+        **columns: the other columns TRL passes (``domain``, ``data_source``, ``extra_info``,
+            ``trainer_state``, ...).
+    """
+    n = len(completions)
+    domains = columns.get("domain") or [
+        row_domain(s, e)
+        for s, e in zip(
+            columns.get("data_source") or [None] * n, columns.get("extra_info") or [None] * n
+        )
+    ]
+    verifiers = {d: DomainVerifier(domain=str(d)) for d in set(domains)}
+    return [
+        verifiers[d](_content(c), truth["ground_truth"])
+        for d, c, truth in zip(domains, completions, reward_model)
+    ]
+
+
+def _content(completion: Any) -> str:
+    """The text of a completion: itself, or the last chat message's content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
+        return str(completion[-1].get("content", ""))
+    return ""
