@@ -6,7 +6,8 @@ plots are inlined as SVG data URIs, the style sheet is in the page, there is no 
 Content-Security-Policy forbids every request but data: images, so the page loads nothing
 from anywhere. Every string that comes from the user (method, benchmark and file names,
 errors) is HTML-escaped. Sections, in order: sensitivity, verdicts (colour and text), forest
-plot, learning curves, per-benchmark/domain sections, ranking, aggregates, domain proportions,
+plot, the caller's sections (``--until-decided``'s rounds), learning curves,
+per-benchmark/domain sections, ranking, aggregates, domain proportions,
 failed runs, setup, how it was produced (command, versions), definitions.
 
 `render_index` is the top page of a report per stratum (``report --by``): an index linking each
@@ -24,7 +25,7 @@ from pathlib import Path
 from dataflex_rl.harness.reporting import narrative, tables
 from dataflex_rl.harness.reporting.narrative import Fmt
 from dataflex_rl.harness.reporting.provenance import Provenance
-from dataflex_rl.harness.reporting.tables import BASELINE, Table
+from dataflex_rl.harness.reporting.tables import BASELINE, Table, TableSection
 from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE, Analysis
 
 #: verdict -> (CSS class, symbol); the verdict's words are always printed beside the colour
@@ -201,6 +202,7 @@ def sections(
     prov: Provenance,
     setup: list[str],
     definitions: str,
+    extra: tuple[TableSection, ...] | list[TableSection] = (),
 ) -> list[tuple[str, str, str]]:
     """``(id, title, html)`` of every section present, in page order (arguments: `render_html`)."""
     out = [
@@ -220,9 +222,11 @@ def sections(
             + bullets(narrative.verdict_sentences(a, s, fmt)),
         )
     )
-    for key in ("forest", "curves"):
-        if key in figures:
-            out.append(_section(FIGURES[key][0], FIGURES[key][1], _figure(key, figures, out_dir)))
+    if "forest" in figures:
+        out.append(_section("forest", FIGURES["forest"][1], _figure("forest", figures, out_dir)))
+    out += [table_section(x) for x in extra]
+    if "curves" in figures:
+        out.append(_section("curves", FIGURES["curves"][1], _figure("curves", figures, out_dir)))
     if len(a.summaries) > 1:
         body = "".join(
             f"<h3>{html.escape(x.name)}</h3>"
@@ -270,6 +274,13 @@ def sections(
     return out
 
 
+def table_section(x: TableSection) -> tuple[str, str, str]:
+    """A caller's section (`tables.TableSection`): its lead, table and notes."""
+    lead = f"<p>{inline(' '.join(x.lead))}</p>" if x.lead else ""
+    notes = f"<p>{inline(' '.join(x.notes))}</p>" if x.notes else ""
+    return _section(x.sid, x.title, lead + table_html(x.table) + notes)
+
+
 def provenance_html(a: Analysis, prov: Provenance) -> str:
     o = a.options
     facts = [
@@ -312,6 +323,7 @@ def render_html(
     prov: Provenance,
     setup: list[str],
     definitions: str,
+    extra: tuple[TableSection, ...] | list[TableSection] = (),
 ) -> str:
     """The text of ``report.html``.
 
@@ -325,8 +337,9 @@ def render_html(
         prov: what produced the report.
         setup: the Setup list of report.md (markdown items).
         definitions: the Definitions of report.md (a markdown list).
+        extra: the caller's sections (`ReportInputs.sections`), after the forest plot.
     """
-    parts = sections(a, failures, fmt, figures, out_dir, prov, setup, definitions)
+    parts = sections(a, failures, fmt, figures, out_dir, prov, setup, definitions, extra)
     return page(title, " ".join(narrative.headline(a, fmt)), parts)
 
 

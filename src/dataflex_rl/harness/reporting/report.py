@@ -91,6 +91,8 @@ class ReportInputs:
             difference") or "worse" (a planted harm); see `analysis.analyze`.
         tracking: experiment trackers that receive the report (`track_report`); None: none.
         params: what the report is about, for the trackers (flattened dotted keys).
+        sections: the caller's own sections (``compare --until-decided``: its rounds), after
+            the verdicts and the forest plot in report.md and report.html alike.
     """
 
     title: str
@@ -103,6 +105,7 @@ class ReportInputs:
     controls: dict[str, str] = field(default_factory=dict)
     tracking: TrackingConfig | None = None
     params: dict = field(default_factory=dict)
+    sections: list[tables.TableSection] = field(default_factory=list)
 
 
 def render_markdown(
@@ -134,6 +137,8 @@ def render_markdown(
     ]
     if "forest" in plot_files:
         md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
+    for x in inputs.sections:
+        md += [*tables.section_markdown(x), ""]
     if a.aggregates:
         agg = tables.markdown(tables.aggregate_table(a.aggregates, a.baseline, fmt))
         md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
@@ -394,6 +399,15 @@ def write_report_files(parts: ReportParts) -> None:
     run."""
     a, out, inputs = parts.analysis, parts.out, parts.inputs
     write_statistics_csv(a, out / "statistics.csv")
+    write_pages(parts)
+    if inputs.tracking is not None and inputs.tracking.backends:
+        track_report(a, out, inputs.tracking, inputs.params, list(parts.plots.values()))
+
+
+def write_pages(parts: ReportParts) -> None:
+    """``report.md`` and ``report.html`` of ``parts`` (a caller that adds a section after the
+    report was written rewrites both with this)."""
+    a, out, inputs = parts.analysis, parts.out, parts.inputs
     text = render_markdown(a, inputs, parts.fmt, parts.plots, out, parts.prov)
     atomic_write_text(out / "report.md", text)
     page = render_html(
@@ -406,10 +420,9 @@ def write_report_files(parts: ReportParts) -> None:
         parts.prov,
         setup_lines(a, inputs),
         definitions(a.options),
+        inputs.sections,
     )
     atomic_write_text(out / "report.html", page)
-    if inputs.tracking is not None and inputs.tracking.backends:
-        track_report(a, out, inputs.tracking, inputs.params, list(parts.plots.values()))
 
 
 def report_metrics(a: Analysis) -> dict[str, float]:

@@ -39,6 +39,38 @@ class Table:
     link: int = -1
 
 
+@dataclass(frozen=True)
+class TableSection:
+    """A section a caller adds to a report (`report.ReportInputs.sections`), e.g. the rounds of
+    ``compare --until-decided``: sentences, a table, sentences; report.md and report.html
+    render the same one.
+
+    Args:
+        sid: its id in report.html (letters, digits, ``-``).
+        title: its heading.
+        lead: markdown sentences before the table (one paragraph).
+        table: the table.
+        notes: markdown sentences after it (one paragraph).
+    """
+
+    sid: str
+    title: str
+    lead: tuple[str, ...]
+    table: Table
+    notes: tuple[str, ...] = ()
+
+
+def section_markdown(sec: TableSection) -> list[str]:
+    """``sec`` as markdown lines (a level-2 heading)."""
+    return [
+        f"## {sec.title}",
+        "",
+        *([" ".join(sec.lead), ""] if sec.lead else []),
+        *markdown(sec.table),
+        *(["", *sec.notes] if sec.notes else []),
+    ]
+
+
 def markdown(t: Table) -> list[str]:
     """The table as markdown lines (cells of the `Table.link` column as ``[path](path)``)."""
     align = "|" + "|".join("---:" if n else "---" for n in t.numeric) + "|"

@@ -9,7 +9,13 @@ from pathlib import Path
 from dataflex_rl.core.config import validate
 from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
-from dataflex_rl.harness.reporting.report import Failure, ReportInputs, write_report
+from dataflex_rl.harness.reporting.report import (
+    Failure,
+    ReportInputs,
+    ReportParts,
+    prepare_report,
+    write_report_files,
+)
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import (
@@ -34,6 +40,9 @@ class CompareResult:
     execution: Execution
     analysis: Analysis | None
     runs: int
+    #: the report's pieces (None without statistics), for a caller that adds a section
+    #: (`report.write_pages`)
+    report: ReportParts | None = None
 
 
 def result_rows(execution: Execution, domains: list[str], metric: str) -> list[Row]:
@@ -215,7 +224,7 @@ def run_compare(
         for r in execution.failed
     ]
     atomic_write_json(out / "failures.json", execution.failed)
-    analysis = None
+    analysis, report = None, None
     methods = {r.method for r in rows}
     if exp.baseline in methods:
         inputs = ReportInputs(
@@ -238,7 +247,9 @@ def run_compare(
                 }
             ),
         )
-        analysis = write_report(rows, out, inputs)
+        report = prepare_report(rows, out, inputs)
+        write_report_files(report)
+        analysis = report.analysis
     else:
         atomic_write_text(
             out / "report.md",
@@ -246,4 +257,4 @@ def run_compare(
             f"finished run.\n\n"
             + "".join(f"- {f.method} seed {f.seed}: `{f.error}`\n" for f in failures),
         )
-    return CompareResult(out, execution, analysis, len(runs))
+    return CompareResult(out, execution, analysis, len(runs), report)

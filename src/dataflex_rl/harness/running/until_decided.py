@@ -24,7 +24,8 @@ Without strategies other than the baseline, the controls are the comparisons.
 
 Finished runs are never rerun (the runner's resume); the report is rewritten after each round,
 so an interrupted loop leaves the report of its last round. At the end ``sequential.json`` holds
-the rounds, and report.md gets a section with them and the seeds a fixed-n design would have
+the rounds, and report.md and report.html get a section (`section`: a table of the rounds, which
+comparison stopped at which round, the runs saved) and the seeds a fixed-n design would have
 needed (`harness.power.simulated_seeds_needed` at the pooled SD of the paired differences, for
 an effect equal to the margin).
 """
@@ -42,6 +43,8 @@ import numpy as np
 
 from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.reporting.report import write_pages
+from dataflex_rl.harness.reporting.tables import Table, TableSection, section_markdown
 from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
@@ -219,7 +222,7 @@ def run_until_decided(
     with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
         res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
     _fixed_design(seq, diffs, exp)
-    write_sequential(seq, Path(res.out_dir))
+    write_sequential(seq, res)
     return res, seq
 
 
@@ -311,33 +314,43 @@ def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment
         seq.fixed_n = None
 
 
-def section(seq: Sequential) -> str:
-    """The report.md section of the loop."""
+def section(seq: Sequential) -> TableSection:
+    """The loop's section of the report (report.md and report.html): one row per round, a
+    column per comparison and control (its verdict and anytime-valid interval in points; a
+    comparison decided earlier reads "stopped at round r"), then what stopping saved."""
     pts = 100.0
     labels = seq.comparisons + seq.controls
-    lines = [
-        "## Sequential comparison (--until-decided)",
-        "",
-        f"Seeds were added in rounds of {seq.round_size} (at most {seq.max_seeds}) until "
-        f"every comparison was decided by the anytime-valid rule at α = {seq.alpha:g}: "
-        f"better, worse, or equivalent within ±{seq.margin * pts:g} points. Controls run on "
-        "the same seeds but do not keep the loop going; they form their own family.",
-        "",
-        "| round | seeds | " + " | ".join(labels) + " |",
-        "|---:|---:|" + "---|" * len(labels),
-    ]
+    rows = []
     for r in seq.rounds:
         cells = []
         for k in labels:
             v = r.verdicts.get(k)
-            cells.append(
-                "—"
-                if v is None
-                else f"{v['verdict']} [{v['low'] * pts:+.1f}, {v['high'] * pts:+.1f}]"
-            )
-        lines.append(f"| {r.index} | {len(r.seeds)} | " + " | ".join(cells) + " |")
+            if v is None:
+                cells.append("—")
+            elif seq.decided_at.get(k, r.index) < r.index:
+                cells.append(f"{v['verdict']}, stopped at round {seq.decided_at[k]}")
+            else:
+                cells.append(f"{v['verdict']} [{v['low'] * pts:+.1f}, {v['high'] * pts:+.1f}]")
+        rows.append((str(r.index), str(len(r.seeds)), *cells))
+    table = Table(("round", "seeds", *labels), tuple(rows), (True, True, *(False,) * len(labels)))
+    lead = (
+        f"Seeds were added in rounds of {seq.round_size} (at most {seq.max_seeds}) until "
+        f"every comparison was decided by the anytime-valid rule at α = {seq.alpha:g}: "
+        f"better, worse, or equivalent within ±{seq.margin * pts:g} points.",
+        "Controls run on the same seeds but do not keep the loop going; they form their own "
+        "family.",
+    )
+    return TableSection(
+        "sequential", "Sequential comparison (--until-decided)", lead, table, _notes(seq)
+    )
+
+
+def _notes(seq: Sequential) -> tuple[str, ...]:
+    """The sentences under the rounds' table: the stop, who stopped when, runs and seeds
+    saved."""
+    pts = 100.0
     used = len(seq.seeds)
-    lines += ["", f"Stopped: {seq.stopped}, after {used} seeds ({', '.join(map(str, seq.seeds))})."]
+    lines = [f"Stopped: {seq.stopped}, after {used} seeds ({', '.join(map(str, seq.seeds))})."]
     if seq.decided_at:
         lines.append(
             "Decided, then given no more seeds: "
@@ -376,12 +389,20 @@ def section(seq: Sequential) -> str:
         "Intervals: the rule's anytime-valid interval of the mean difference, in "
         "points, at each round."
     )
-    return "\n".join(lines) + "\n"
+    return tuple(lines)
 
 
-def write_sequential(seq: Sequential, out: Path) -> None:
-    """``sequential.json`` and the report.md section."""
+def write_sequential(seq: Sequential, res: CompareResult) -> None:
+    """``sequential.json``, and the loop's `section` in report.md and report.html (both
+    rewritten from the last round's report; appended to report.md when it has no
+    statistics)."""
+    out = Path(res.out_dir)
     atomic_write_json(out / "sequential.json", seq.to_dict())
+    sec = section(seq)
+    if res.report is not None:
+        inputs = dataclasses.replace(res.report.inputs, sections=[*res.report.inputs.sections, sec])
+        write_pages(dataclasses.replace(res.report, inputs=inputs))
+        return
     report = out / "report.md"
     text = report.read_text() if report.is_file() else ""
-    atomic_write_text(report, text.rstrip("\n") + "\n\n" + section(seq))
+    atomic_write_text(report, text.rstrip("\n") + "\n\n" + "\n".join(section_markdown(sec)) + "\n")

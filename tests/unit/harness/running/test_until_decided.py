@@ -195,6 +195,17 @@ def test_later_rounds_run_only_the_baseline_undecided_arms_and_controls(tmp_path
         "Decided, then given no more seeds: difffilter at round 1 (2 seeds), maxvar at " in report
     )
     assert "Runs: 20, against 24 had every round run every arm: 4 saved." in report
+    # one section, in the report (before its provenance), the same in report.html: rounds 2 and
+    # 3 say difffilter stopped at round 1, round 3 that maxvar was decided then
+    assert report.count("## Sequential comparison (--until-decided)") == 1
+    assert report.index("## Verdicts") < report.index("## Sequential") < report.index("## How")
+    assert report.count("| better, stopped at round 1 |") == 2
+    page = (tmp_path / "report.html").read_text()
+    seq_html = page.split('<section id="sequential">')[1].split("</section>")[0]
+    assert seq_html.startswith("<h2>Sequential comparison (--until-decided)</h2>")
+    assert seq_html.count("<td>better, stopped at round 1</td>") == 2
+    assert "difffilter at round 1 (2 seeds), maxvar at round 3 (6 seeds)" in seq_html
+    assert "Runs: 20, against 24 had every round run every arm: 4 saved." in seq_html
     # results.csv holds exactly the runs that ran (difffilter: seeds 0 and 1 only)
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert sorted({r["seed"] for r in rows if r["method"] == "difffilter"}) == ["0", "1"]
