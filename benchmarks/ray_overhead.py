@@ -13,8 +13,8 @@ the task's scheduling, the record back). Starting the local cluster is timed apa
     .venv/bin/python benchmarks/ray_overhead.py [--strategies 3] [--seeds 2] [--steps 10]
         [--workers 2] [--reps 1] [--out runs/bench_ray]
 
-About (steps/10 × 10 CPU-seconds + 5) per run for each executor: the defaults (6 runs, 2
-workers) take 2-3 minutes on two idle cores.
+The defaults (6 runs of about 6 s, 2 workers) take about 50 s per rep (both executors) on two
+cores; figures in docs/cluster.md ("Overhead").
 """
 
 from __future__ import annotations

@@ -18,9 +18,10 @@ A run with ``done.json`` is skipped; one with a checkpoint made with the same co
 (``run.json`` holds its fingerprint) resumes from it; anything else starts over. A failing run
 writes its traceback to ``error.json``, is reported, and the others go on.
 
-The worker processes, signals and the progress bar are harness/running/supervisor.py's; this
-module plans the runs, fingerprints them, decides what resumes, and runs one run in a worker
-(`execute_run`).
+Where the runs execute is an executor's (harness/running/executors.py: local worker processes,
+whose processes, signals and progress bar are supervisor.py's, or Ray tasks); this module plans
+the runs, fingerprints them, decides what resumes, runs one run in a worker (`execute_run`) and
+describes it as a process for executors that start one per run (`engine_launch`).
 
 `side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
 one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
