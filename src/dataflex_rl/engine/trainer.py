@@ -20,7 +20,7 @@ import time
 import warnings
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -43,9 +43,11 @@ from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.engine.sampler import Rollout, sample_groups
 from dataflex_rl.engine.taskio import dataset_identity, domain_names, score
 from dataflex_rl.engine.update import Learner
-from dataflex_rl.hosts.common.decision_log import DecisionLog
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import Intake
+
+if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
+    from dataflex_rl.hosts.common.decision_log import DecisionLog
 
 #: RolloutBatch fields the engine fills
 ENGINE_FIELDS = (
@@ -151,6 +153,8 @@ class EmbeddedTrainer:
     def _decision_log(self, strategy: Strategy, out_dir) -> DecisionLog | None:
         if out_dir is None or not self.config.decision_log.enabled:
             return None
+        from dataflex_rl.hosts.common.decision_log import DecisionLog
+
         return DecisionLog.from_config(
             self.config.decision_log,
             out_dir,

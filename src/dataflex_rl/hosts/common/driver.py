@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -28,10 +28,12 @@ from dataflex_rl.core.spec import StrategySpec
 from dataflex_rl.core.strategy import Decision, Strategy
 from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
 from dataflex_rl.hosts.common.config import HostConfig, HostSettings
-from dataflex_rl.hosts.common.decision_log import DecisionLog
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
 from dataflex_rl.hosts.common.state import load_state, save_state
+
+if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
+    from dataflex_rl.hosts.common.decision_log import DecisionLog
 
 #: the driver's state file in each checkpoint folder of a host (verl, TRL)
 STATE_FILE = "dataflex_state.safetensors"
@@ -105,6 +107,8 @@ class Driver:
         )
         log = None
         if block.decision_log.enabled and log_decisions:
+            from dataflex_rl.hosts.common.decision_log import DecisionLog
+
             log = DecisionLog.from_config(
                 block.decision_log,
                 run_dir,
