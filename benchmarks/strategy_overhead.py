@@ -66,9 +66,11 @@ What makes a decision cheap (issue 13, item 4):
   Against an older checkout with the compiled kernels of issue 13 (``Strategy(native=...)``)
   its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it). On CPU most of
   the cost is the page faults of the two new tensors (4 KiB pages: ~60 ms each at this size,
-  4x the fused pass); torch maps them on 2 MiB pages with ``THP_MEM_ALLOC_ENABLE=1`` in the
-  environment (the header says whether it is set), and on a GPU its caching allocator
-  reuses memory.
+  4x the fused pass; the floor of the plain interface here is ~11-12x); torch maps them on
+  2 MiB pages with ``THP_MEM_ALLOC_ENABLE=1`` in the environment (the header says whether
+  it is set), which looks fast in back-to-back calls but on this VM is slower with seconds
+  between decisions (see the results file), and on a GPU its caching allocator reuses
+  memory.
 
 Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.
 

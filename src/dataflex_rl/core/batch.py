@@ -17,7 +17,8 @@ Rows that never take part in anything:
   The remaining *active* rows are ``active_mask``.
 
 Every field given is validated, the per-token ones included (a pass over each [B, T] float
-tensor, a chunk of rows at a time: `core.rowops`). A strategy decides on `RolloutBatch.reading`
+tensor, a chunk of rows at a time: `core.rowops`; for old log-probs one plain row sum, the
+mask read only when a sum is not finite). A strategy decides on `RolloutBatch.reading`
 of the host's batch, which leaves out the per-token fields none of its components declares: a
 non-finite ``old_log_probs`` row makes its row invalid only for decisions that read
 ``old_log_probs`` (and hosts that know `Strategy.reads` need not pass the others at all).
@@ -279,8 +280,7 @@ class RolloutBatch:
             adv_sums = masked_row_sums(token_adv.detach(), m)
             bad = bad | nonfinite_rows(token_adv, m, adv_sums)
         if self.old_log_probs is not None:
-            lp = self.old_log_probs.detach()
-            bad = bad | nonfinite_rows(lp, m, masked_row_sums(lp, m))
+            bad = bad | nonfinite_rows(self.old_log_probs.detach(), m)
         invalid = ~self.is_padding & bad
         active = ~self.is_padding & ~invalid
         self._set("invalid_mask", invalid)

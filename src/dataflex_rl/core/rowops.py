@@ -101,10 +101,20 @@ def masked_row_means(
     return c.to(torch.float64) + s / lengths.clamp(min=1).to(torch.float64)
 
 
-def nonfinite_rows(values: Tensor, mask: Tensor, row_sums: Tensor) -> Tensor:
-    """[B] bool: rows with a NaN or infinite value on a valid token, given each row's masked
-    sum (`masked_row_sums`): a sum with a non-finite term is non-finite, so only rows whose sum
-    is not finite (a bad value, or a rare overflow) are checked token by token."""
+def nonfinite_rows(values: Tensor, mask: Tensor, row_sums: Tensor | None = None) -> Tensor:
+    """[B] bool: rows with a NaN or infinite value on a valid token.
+
+    A sum with a non-finite term is not finite, so only rows whose sum is not finite (a bad
+    value, or a rare overflow) are checked token by token. ``row_sums``: each row's masked
+    sum (`masked_row_sums`) when the caller has it. Without it, each row's sum over all its
+    tokens is taken first (no mask read, ~4x cheaper than a masked sum): when every one is
+    finite, so is every value and no row is returned; otherwise the masked sums are taken.
+    """
+    if row_sums is None:
+        plain = values.detach().sum(1)
+        if bool(torch.isfinite(plain).all()):
+            return torch.zeros(plain.shape, dtype=torch.bool, device=plain.device)
+        row_sums = masked_row_sums(values, mask)
     suspect = ~torch.isfinite(row_sums)
     if not bool(suspect.any()):
         return suspect

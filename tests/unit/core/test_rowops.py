@@ -89,6 +89,24 @@ def test_nonfinite_rows_look_only_at_valid_tokens():
             assert bool(got.any())
 
 
+def test_nonfinite_rows_without_sums_equal_the_token_check():
+    for i, mask in enumerate(_masks(4)):
+        g = torch.Generator().manual_seed(i)
+        clean = torch.randn(mask.shape, generator=g)  # every value finite: no mask read
+        assert not nonfinite_rows(clean, mask).any()
+        x = _values(mask, i)  # NaN on the invalid tokens: the masked sums decide
+        if mask.any():
+            r, c = mask.nonzero()[0]
+            x[r, c] = float("inf")
+        got = nonfinite_rows(x, mask)
+        assert torch.equal(got, (mask & ~torch.isfinite(x)).any(1))
+        assert bool(got.any()) == bool(mask.any())
+    # hand-worked: row 0 NaN on a padding token only (clean), row 1 -inf on a valid one
+    x = torch.tensor([[0.5, float("nan")], [float("-inf"), 1.0]])
+    mask = torch.tensor([[True, False], [True, True]])
+    assert nonfinite_rows(x, mask).tolist() == [False, True]
+
+
 def test_an_overflowing_sum_is_not_a_non_finite_value():
     mask = torch.ones(2, 256, dtype=torch.bool)
     x = torch.full((2, 256), 3e38)  # finite values whose float32 sum overflows
