@@ -33,14 +33,17 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.launch import Launch, run_launch
-from dataflex_rl.harness.running.supervisor import POLL_SECONDS, Progress, sigterm_raises
+from dataflex_rl.harness.running.supervisor import (
+    POLL_SECONDS,
+    Progress,
+    failure_record,
+    sigterm_raises,
+)
 
 #: seconds a plainly cancelled task has to stop before it is cancelled by force
 GRACE_SECONDS = 5.0
@@ -238,9 +241,9 @@ class RayExecutor:
         try:
             kind, value = ray.get(next(gen))
         except StopIteration:
-            return _failure(job, RuntimeError("the task ended without a record"))
+            return failure_record(job, RuntimeError("the task ended without a record"))
         except ray.exceptions.RayError as e:  # the worker or node died (after Ray's retry)
-            return _failure(job, e)
+            return failure_record(job, e)
         if kind == "started":
             started.add(gen)
             return None
@@ -262,14 +265,3 @@ def cancel(gens: list, grace: float = GRACE_SECONDS) -> None:
     for gen in gens:
         with contextlib.suppress(Exception):
             ray.cancel(gen, force=True)
-
-
-def _failure(job: Any, e: BaseException) -> dict:
-    return {
-        "status": "failed",
-        "method": job.method,
-        "seed": job.seed,
-        "error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}",
-        "traceback": "".join(traceback.format_exception(e)),
-        "wall_seconds": 0.0,
-    }

@@ -282,16 +282,23 @@ def _run_isolated(
     return results
 
 
+def failure_record(job: Any, e: BaseException) -> dict:
+    """The record of a run that ended with ``e`` outside the run itself (its worker process or
+    task died): the error's type and last line, and its traceback."""
+    text = str(e).strip()
+    return {
+        "status": "failed",
+        "method": job.method,
+        "seed": job.seed,
+        "error": f"{type(e).__name__}: {text.splitlines()[-1] if text else ''}",
+        "traceback": "".join(traceback.format_exception(e)),
+        "wall_seconds": 0.0,
+    }
+
+
 def _outcome(fut: cf.Future, job: Any) -> dict:
     """A finished future's record, or a failure record when its worker process died."""
     try:
         return fut.result()
     except Exception as e:  # noqa: BLE001  (e.g. BrokenProcessPool: a worker was killed)
-        return {
-            "status": "failed",
-            "method": job.method,
-            "seed": job.seed,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": "".join(traceback.format_exception(e)),
-            "wall_seconds": 0.0,
-        }
+        return failure_record(job, e)

@@ -202,10 +202,11 @@ def simulated_mde(
     return math.inf if math.isinf(c) else c * sd
 
 
-def min_seeds(m: int = 1, alpha: float = 0.05) -> int:
-    """Fewest paired seeds at which the exact sign-flip test can pass Holm's first step:
-    2/2^n ≤ α/m."""
-    return max(2, math.ceil(math.log2(2 * m / alpha) - 1e-12))
+def min_seeds(m: int = 1, alpha: float = 0.05) -> int | None:
+    """Fewest paired seeds at which the best of ``m`` comparisons can be decided at all: the
+    verdict rule's own floor, `stats.seeds_for_verdict` (2/2^n ≤ α/m for the exact test); None
+    when no seed count up to 64 can."""
+    return stats.seeds_for_verdict(m, alpha)
 
 
 def simulated_seeds_needed(
@@ -235,7 +236,7 @@ def simulated_seeds_needed(
         )
 
     lo = min_seeds(m, alpha)
-    if lo > max_n:
+    if lo is None or lo > max_n:
         return None
     if ok(lo):
         return lo
@@ -269,8 +270,8 @@ class SeedAdvice:
     n: int
     m: int
     p_floor: float
-    min_seeds: int
-    min_seeds_family: int
+    min_seeds: int | None
+    min_seeds_family: int | None
     effect: float | None = None
     seeds_needed: int | None = None
 

@@ -176,6 +176,22 @@ def sequential_verdicts(
     return out
 
 
+def _simulated_looks(
+    effects, sd, m, alpha, margin, round_size, max_seeds, min_seeds, reps, seed, prior_scale
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rounds loop's looks on simulated experiments: ``looks`` [L] (after ``min_seeds``
+    seeds, every ``round_size`` more, and at ``max_seeds``) and the verdicts [L, reps, m] of m
+    comparisons with true paired means ``effects`` (a number or [m]) and SD ``sd`` (normal),
+    from the confidence sequence at α/m."""
+    rng = np.random.default_rng([seed, m, max_seeds])
+    x = effects + sd * rng.standard_normal((max_seeds, reps, m))
+    low, high = confidence_sequence(x, alpha / m, 1.0, prior_scale)
+    looks = np.arange(min_seeds, max_seeds + 1, round_size)
+    if looks[-1] != max_seeds:
+        looks = np.append(looks, max_seeds)
+    return looks, verdicts_of(low[looks - 1], high[looks - 1], margin)
+
+
 def simulate_sequential(
     effect: float,
     sd: float,
@@ -204,13 +220,9 @@ def simulate_sequential(
     """
     from dataflex_rl.harness.statistics.power import simulated_seeds_needed
 
-    rng = np.random.default_rng([seed, m, max_seeds])
-    x = effect + sd * rng.standard_normal((max_seeds, reps, m))
-    low, high = confidence_sequence(x, alpha / m, 1.0, prior_scale)
-    looks = np.arange(min_seeds, max_seeds + 1, round_size)
-    if looks[-1] != max_seeds:
-        looks = np.append(looks, max_seeds)
-    v = verdicts_of(low[looks - 1], high[looks - 1], margin)  # [L, reps, m]
+    looks, v = _simulated_looks(
+        effect, sd, m, alpha, margin, round_size, max_seeds, min_seeds, reps, seed, prior_scale
+    )  # [L], [L, reps, m]
     done = np.all(v != UNDECIDED, axis=2)  # [L, reps]
     stop = np.where(done.any(axis=0), done.argmax(axis=0), len(looks) - 1)
     final = v[stop, np.arange(reps)]  # [reps, m]
@@ -271,13 +283,9 @@ def simulate_adaptive(
     """
     effects = np.asarray(effects, dtype=np.float64)
     m = effects.size
-    rng = np.random.default_rng([seed, m, max_seeds])
-    x = effects + sd * rng.standard_normal((max_seeds, reps, m))
-    low, high = confidence_sequence(x, alpha / m, 1.0, prior_scale)
-    looks = np.arange(min_seeds, max_seeds + 1, round_size)
-    if looks[-1] != max_seeds:
-        looks = np.append(looks, max_seeds)
-    v = verdicts_of(low[looks - 1], high[looks - 1], margin)  # [L, reps, m]
+    looks, v = _simulated_looks(
+        effects, sd, m, alpha, margin, round_size, max_seeds, min_seeds, reps, seed, prior_scale
+    )  # [L], [L, reps, m]
     decided = v != UNDECIDED
     first = np.where(decided.any(axis=0), decided.argmax(axis=0), len(looks) - 1)  # [reps, m]
     stop = first.max(axis=1)  # [reps]: the loop stops once every comparison is decided
