@@ -25,6 +25,23 @@ from dataflex_rl.core.registry import ConfigError
 LOCK_FILE = ".lock"
 
 
+def require_empty_dir(path: str | Path, what: str, force: bool = False) -> Path:
+    """``path`` as a `Path` when it is missing or empty, or ``force`` is set.
+
+    Raises:
+        ConfigError: ``path`` holds files and ``force`` is not set (``what`` names the command;
+            the first files are listed).
+    """
+    target = Path(path)
+    present = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
+    if present and not force:
+        raise ConfigError(
+            f"{what}: {target} already holds {', '.join(present[:5])}"
+            f"{' ...' if len(present) > 5 else ''}; choose an empty directory or pass --force"
+        )
+    return target
+
+
 def fsync_dir(directory: str | Path) -> None:
     """Flush a folder's entries (a rename into it) to disk; a no-op where unsupported."""
     try:

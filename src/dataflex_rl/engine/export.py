@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.io import require_empty_dir
 from dataflex_rl.engine.policy import (
     ASSETS_DIR,
     TINY_NAME,
@@ -50,13 +50,7 @@ def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> 
         ConfigError: ``out`` holds files and ``force`` is not set (they are listed).
         FileNotFoundError: ``spec`` is not a policy.
     """
-    target = Path(out)
-    present = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
-    if present and not force:
-        raise ConfigError(
-            f"export policy: {target} already holds {', '.join(present[:5])}"
-            f"{' ...' if len(present) > 5 else ''}; choose an empty directory or pass --force"
-        )
+    target = require_empty_dir(out, "export policy", force)
     policy = load_policy(spec)
     context = getattr(policy.model.config, "max_position_embeddings", None)
     tokenizer = (

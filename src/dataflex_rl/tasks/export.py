@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.io import require_empty_dir
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.tasks.base import TaskSet
 from dataflex_rl.tasks.datasets import content_sha256, to_verl_rows, write_rows
@@ -63,13 +64,7 @@ def export_tasks(
         ConfigError: ``out`` holds files and ``force`` is not set; a domain that is not
             registered (no verifier to score it by), or without training or held-out problems.
     """
-    target = Path(out)
-    present = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
-    if present and not force:
-        raise ConfigError(
-            f"export tasks: {target} already holds {', '.join(present[:5])}"
-            f"{' ...' if len(present) > 5 else ''}; choose an empty directory or pass --force"
-        )
+    target = require_empty_dir(out, "export tasks", force)
     for d in taskset.domains:
         DomainVerifier(domain=d)  # an unregistered domain fails here, before any file
         if not taskset.train[d] or not taskset.eval[d][:eval_per_domain]:
