@@ -74,14 +74,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
             require("ray", "dataflex-rl compare --executor ray")
         _check_dependencies(args, plan(exp, out), "dataflex-rl compare")
-        engine = exp.engine_config()
-        if engine.tasks.source == "files":
-            from dataflex_rl.engine.taskio import load_file_tasks
-
-            load_file_tasks(engine.tasks)  # every data error before any run starts
     if args.dry_run:
         for r in plan(exp, out):
-            extra = f"  engine {r.engine_overrides}" if r.engine_overrides else ""
+            extra = f"  {exp.host} {r.engine_overrides}" if r.engine_overrides else ""
             print(f"{r.method:<18} seed {r.seed:<4} -> {r.out_dir}{extra}")
         return 0
     if args.until_decided:

@@ -19,7 +19,6 @@ from dataflex_rl.harness.reporting.report import (
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import (
-    DEFAULT_TRAIN_FN,
     Execution,
     execute,
     load_done,
@@ -105,19 +104,16 @@ def pairing_check(execution: Execution) -> str:
 
 def setup_lines(exp: Experiment, execution: Execution, runs: int) -> list[str]:
     b, e = exp.budget, exp.evaluation
-    cfg = exp.engine_config()
     cpu = sum(r.get("wall_seconds", 0.0) for r in execution.results)
-    mixers = [s.label for s in exp.strategies if s.mixes or s.spec.prerollout is not None]
+    host, *pairing = exp.host_module.setup_lines(exp)
     return [
         f"experiment: `{exp.path or exp.name}`"
         + (f": {exp.description}" if exp.description else ""),
-        f"engine: policy `{cfg.policy}`, domains {', '.join(cfg.tasks.domains)}; budget "
-        f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples",
+        host,
         f"score: {e.metric} held-out accuracy on {e.per_domain} problems per domain, at the "
         f"last checkpoint (learning curves: every {e.every or b.steps} steps)",
         pairing_check(execution),
-        "prompt stream: identical per seed for strategies without mix or prerollout"
-        + (f"; {', '.join(mixers)} change which prompts are drawn" if mixers else ""),
+        *pairing,
         *_control_lines(exp),
         *_warning_lines(execution),
         f"compute: {runs} runs ({execution.skipped} already finished), "
@@ -131,7 +127,7 @@ def _control_lines(exp: Experiment) -> list[str]:
     arms = {s.label: s for s in exp.strategies}
     return [
         f"control `{c.label}` ({c.name}, must be {c.outcome}): {c.kind.summary}"
-        + (f"; engine {arms[c.label].engine}" if arms[c.label].engine else "")
+        + (f"; {exp.host} {arms[c.label].engine}" if arms[c.label].engine else "")
         for c in exp.controls
     ]
 
@@ -158,7 +154,7 @@ def run_compare(
     workers: int | None = None,
     progress: bool = True,
     plots: bool = True,
-    train_fn: str = DEFAULT_TRAIN_FN,
+    train_fn: str | None = None,
     cells: set[tuple[str, int]] | None = None,
     address: str | None = None,
     executor=None,
@@ -171,7 +167,8 @@ def run_compare(
         workers: worker processes (default: one per core).
         progress: show the overall progress bar.
         plots: write PNG plots.
-        train_fn: training function as ``module:attr`` (tests pass a fake engine).
+        train_fn: training function as ``module:attr`` (None: the host's; tests pass a fake
+            engine).
         cells: the ``(label, seed)`` runs of the matrix to run and report (None: every one;
             ``--until-decided`` leaves out the later seeds of decided comparisons).
         address: the Ray cluster of ``executor: ray`` (None: ``RAY_ADDRESS``, else a local
@@ -180,6 +177,7 @@ def run_compare(
             None: the experiment's ``executor`` with its ``resources``, entered here.
     """
     if executor is None:
+        exp.host_module.check(exp)  # its settings, Python and data, before any run starts
         with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
             return run_compare(exp, out_dir, workers, progress, plots, train_fn, cells, executor=ex)
     out = Path(out_dir or Path("runs") / "compare" / exp.name)
@@ -201,7 +199,8 @@ def run_compare(
             "strategies": {s.label: s.to_dict() for s in exp.strategies},
             "controls": exp.control_outcomes,
             "engine_overrides": {s.label: s.engine for s in exp.strategies if s.engine},
-            "engine": runs[0].config,
+            **({} if exp.host == "engine" else {"host": exp.host}),
+            exp.host: runs[0].config,
             "budget": asdict(exp.budget),
             "evaluation": asdict(exp.evaluation),
             "statistics": asdict(exp.statistics),
@@ -214,7 +213,7 @@ def run_compare(
     )
     prepare_store(tracking)  # the shared MLflow database, before the workers open it
     execution = execute(runs, workers, progress, executor=executor)
-    domains = list(exp.engine_config().tasks.domains)
+    domains = exp.domains
     rows = result_rows(execution, domains, exp.evaluation.metric)
     write_results_csv(rows, out / "results.csv")
     props = proportion_rows(execution)
@@ -243,7 +242,7 @@ def run_compare(
                     "seeds": list(exp.seeds),
                     "budget": asdict(exp.budget),
                     "evaluation": asdict(exp.evaluation),
-                    "engine": {k: v for k, v in runs[0].config.items() if k != "tracking"},
+                    exp.host: {k: v for k, v in runs[0].config.items() if k != "tracking"},
                 }
             ),
         )

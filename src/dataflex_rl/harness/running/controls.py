@@ -7,8 +7,8 @@ outcome it must have against the baseline:
 control       label                must be    what the arm is
 ============  ===================  =========  ===============================================
 ``aa``        ``aa_control``       same       the baseline with another sampling-noise stream
-                                              (engine ``noise_stream``): a difference it shows
-                                              is noise called a result
+                                              (engine ``noise_stream``, TRL's sampling seed): a
+                                              difference it shows is noise called a result
 ``no_update`` ``no_update_control`` worse     the baseline with ``optim.lr: 0`` (AdamW never
                                               moves the parameters)
 ``half_lr``   ``half_lr_control``  worse      the baseline at half the experiment's learning
@@ -38,7 +38,7 @@ from typing import Any
 from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, parse_strategy
-from dataflex_rl.engine.config import EngineConfig, from_dict
+from dataflex_rl.engine.config import from_dict
 
 SAME, WORSE = "same", "worse"
 
@@ -72,41 +72,24 @@ class DropParams:
 
 @dataclass(frozen=True)
 class ControlKind:
-    """A built-in control: its arm's label, required outcome and how the arm is built.
-
-    ``build(baseline_spec, engine, params, where)`` returns the arm's strategy mapping and its
-    engine overrides (a nested mapping merged into the experiment's engine section).
-    """
+    """A built-in control: its arm's label, required outcome and how the arm's strategy is
+    built (``build(baseline_spec, params, where)`` -> the arm's strategy mapping). What the arm
+    changes in the host's settings is the host's (`hosts/<host>.control_overrides`: the
+    engine's ``noise_stream`` and ``optim.lr``, TRL's seed and learning rate, ...)."""
 
     name: str
     label: str
     outcome: str
     summary: str
     params: type
-    build: Callable[[dict, EngineConfig, Any, str], tuple[dict, dict]]
+    build: Callable[[dict, Any, str], dict]
 
 
-def _aa(spec: dict, engine: EngineConfig, p: AAParams, where: str) -> tuple[dict, dict]:
-    stream = engine.noise_stream + 1 if p.noise_stream is None else p.noise_stream
-    if stream == engine.noise_stream:
-        raise ConfigError(
-            f"{where}.noise_stream: must differ from the experiment's stream "
-            f"({engine.noise_stream}), or the arm repeats the baseline exactly"
-        )
-    return spec, {"noise_stream": stream}
+def _same(spec: dict, p: Any, where: str) -> dict:
+    return spec
 
 
-def _no_update(spec: dict, engine: EngineConfig, p: NoParams, where: str) -> tuple[dict, dict]:
-    return spec, {"optim": {"lr": 0.0}}
-
-
-def _half_lr(spec: dict, engine: EngineConfig, p: NoParams, where: str) -> tuple[dict, dict]:
-    if engine.optim.lr == 0:
-        raise ConfigError(f"{where}: the experiment's learning rate is 0; half of it is no harm")
-    return spec, {"optim": {"lr": engine.optim.lr / 2}}
-
-
-def _drop_half(spec: dict, engine: EngineConfig, p: DropParams, where: str) -> tuple[dict, dict]:
+def _drop_half(spec: dict, p: DropParams, where: str) -> dict:
     if "select" in spec:
         raise ConfigError(
             f"{where}: the baseline already has a 'select' mechanism; the "
@@ -118,7 +101,7 @@ def _drop_half(spec: dict, engine: EngineConfig, p: DropParams, where: str) -> t
         "recompute_advantages": False,
         "renormalize": False,
     }
-    return {**spec, "select": select}, {}
+    return {**spec, "select": select}
 
 
 KINDS: dict[str, ControlKind] = {
@@ -130,7 +113,7 @@ KINDS: dict[str, ControlKind] = {
             SAME,
             "the baseline under an independent sampling-noise stream (A/A)",
             AAParams,
-            _aa,
+            _same,
         ),
         ControlKind(
             "no_update",
@@ -138,7 +121,7 @@ KINDS: dict[str, ControlKind] = {
             WORSE,
             "the baseline with learning rate 0: the policy never moves",
             NoParams,
-            _no_update,
+            _same,
         ),
         ControlKind(
             "half_lr",
@@ -146,7 +129,7 @@ KINDS: dict[str, ControlKind] = {
             WORSE,
             "the baseline at half the experiment's learning rate",
             NoParams,
-            _half_lr,
+            _same,
         ),
         ControlKind(
             "drop_half",
@@ -181,19 +164,21 @@ class Control:
         return self.kind.outcome
 
     def arm(
-        self, baseline: StrategySpec, engine: EngineConfig, where: str
+        self, baseline: StrategySpec, overrides: Callable[[str, dict, str], dict], where: str
     ) -> tuple[StrategySpec, dict]:
-        """The arm's strategy spec (named by the label) and its engine overrides."""
+        """The arm's strategy spec (named by the label) and its host-settings overrides
+        (``overrides(name, params, where)``: the host's `control_overrides` for the
+        experiment)."""
         kind = self.kind
         params = from_dict(kind.params, self.params, where)
         spec = {k: v for k, v in baseline.to_dict().items() if k != "name"}
-        spec, overrides = kind.build(copy.deepcopy(spec), engine, params, where)
+        spec = kind.build(copy.deepcopy(spec), params, where)
         spec = {
             **spec,
             "name": self.label,
             "description": f"control '{self.name}' (must be {self.outcome}): {kind.summary}",
         }
-        return parse_strategy(spec, where), overrides
+        return parse_strategy(spec, where), overrides(self.name, asdict(params), where)
 
 
 def _one(name: Any, params: Any, where: str) -> Control:

@@ -16,6 +16,10 @@ An experiment file (``configs/experiments/quick.yaml``)::
     controls: [aa, {drop_half: {fraction: 0.5}}]
     # optional experiment trackers for every run and the report (docs/tracking.md)
     tracking: {backends: [tensorboard, mlflow]}
+    # the trainer that runs the runs: engine (default), trl, ... (harness/running/hosts); a
+    # host other than the engine takes its settings from its own section (trl: {...}) and
+    # refuses the engine section
+    host: engine
     # where runs execute: local worker processes, or tasks on a Ray cluster (docs/cluster.md)
     executor: local
     # what each run holds while it runs (Ray task resources; local: GPUs per worker)
@@ -26,7 +30,6 @@ Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,23 +38,11 @@ from typing import Any
 from dataflex_rl.core.config import Checked, key_path, param, validate, with_overrides
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
-from dataflex_rl.engine.config import EngineConfig, from_dict, resolve_paths
+from dataflex_rl.engine.config import EngineConfig, from_dict
 from dataflex_rl.harness.running.controls import Control, merge_overrides, parse_controls
+from dataflex_rl.harness.running.hosts import HOSTS, SECTIONS, host_module
 from dataflex_rl.harness.statistics.analysis import StatsOptions
 from dataflex_rl.tracking import TrackingConfig
-
-#: engine keys the experiment owns elsewhere: key -> where to set it
-OWNED = {
-    "strategy": "strategies",
-    "strategies": "strategies",
-    "seed": "seeds",
-    "steps": "budget.steps",
-    "out": "--out",
-    "eval": "evaluation",
-    "grpo.prompts_per_step": "budget.prompts_per_step",
-    "grpo.group_size": "budget.samples_per_prompt",
-    "tracking": "tracking (top level: every run and the report)",
-}
 
 
 @dataclass
@@ -126,7 +117,8 @@ class StrategyEntry:
 
     label: str
     spec: StrategySpec
-    #: engine settings of this arm only, merged into the experiment's (e.g. {"optim": {"lr": 0}})
+    #: the host's settings of this arm only, merged into the experiment's (an engine arm's
+    #: e.g. {"optim": {"lr": 0}}; a TRL arm's {"grpo": {"learning_rate": 0}})
     engine: dict = field(default_factory=dict)
     #: the control this arm is (harness/running/controls.py), None for the experiment's strategies
     control: str | None = None
@@ -161,6 +153,20 @@ class Experiment:
     #: where the runs execute (`EXECUTORS`) and what each one holds
     executor: str = "local"
     resources: Resources = field(default_factory=Resources)
+    #: the trainer that runs the runs (harness/running/hosts: engine, trl, ...)
+    host: str = "engine"
+    #: the host's section (``trl:``, ...) when the host is not the engine (its is ``engine``)
+    host_settings: dict = field(default_factory=dict)
+
+    @property
+    def host_module(self):
+        """The module describing the host to the harness (harness/running/hosts)."""
+        return host_module(self.host)
+
+    @property
+    def domains(self) -> list[str]:
+        """The evaluated domains (the report's benchmarks)."""
+        return self.host_module.domains(self)
 
     @property
     def labels(self) -> list[str]:
@@ -179,7 +185,9 @@ class Experiment:
 
     def engine_config(self, overrides: dict | None = None) -> EngineConfig:
         """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
-        control arm's ``overrides`` merged in."""
+        control arm's ``overrides`` merged in (engine experiments only)."""
+        if self.host != "engine":
+            raise ConfigError(f"{self.path or self.name}: host {self.host!r} has no engine config")
         data = merge_overrides(self.engine, overrides or {})
         b, e = self.budget, self.evaluation
         data["steps"] = b.steps
@@ -233,6 +241,17 @@ class ExperimentFile(Checked):
         choices=EXECUTORS,
     )
     resources: Resources = param(Resources(), "what each run holds while it runs")
+    host: str = param(
+        "engine",
+        "the trainer that runs the runs: engine (the embedded CPU engine), trl (TRL's "
+        "GRPOTrainer, settings in the 'trl' section); docs/hosts/compare.md",
+        choices=tuple(HOSTS),
+    )
+    trl: dict | None = param(
+        None,
+        "host trl: the TRL run's settings (harness/running/hosts/trl.py; docs/hosts/compare.md)",
+    )
+    verl: dict | None = param(None, "host verl: the verl run's settings (docs/hosts/compare.md)")
 
 
 TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentFile))
@@ -284,22 +303,6 @@ def _seeds(value: Any, where: str) -> tuple[int, ...]:
         f"{where}: expected a count (int >= 1) or a non-empty list of distinct "
         f"ints >= 0, got {value!r}"
     )
-
-
-def _check_engine(engine: Any, where: str) -> dict:
-    if engine is None:
-        return {}
-    if not isinstance(engine, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(engine).__name__}")
-    for key, home in OWNED.items():
-        head, _, tail = key.partition(".")
-        if head in engine and (
-            not tail or (isinstance(engine[head], dict) and tail in engine[head])
-        ):
-            raise ConfigError(
-                f"{where}.{key}: set by the experiment, not the engine section; use {home}"
-            )
-    return copy.deepcopy(engine)
 
 
 def parse_experiment(
@@ -357,28 +360,23 @@ def parse_experiment(
             f"{key_path(where, 'baseline')}: {baseline!r} is not one of the strategies."
             f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}"
         )
-    engine = _check_engine(top.engine, key_path(where, "engine"))
-    policy = engine.get("policy")
-    if (
-        isinstance(policy, str)
-        and base is not None
-        and policy != "tiny"
-        and not Path(policy).is_absolute()
-        and (base / policy).exists()
-    ):
-        engine["policy"] = str(base / policy)
-    tasks = engine.get("tasks")
-    if base is not None and isinstance(tasks, dict):  # a dataset's files, like the policy
-        for key in ("train", "eval"):
-            if key in tasks:
-                tasks[key] = resolve_paths(tasks[key], base)
+    host = host_module(top.host, key_path(where, "host"))
+    for section in SECTIONS:
+        if getattr(top, section) is not None and section != top.host:
+            raise ConfigError(
+                f"{key_path(where, section)}: the settings of host {section!r}, but the "
+                f"experiment's host is {top.host!r} (set host: {section} to use them)"
+            )
+    settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
     exp = Experiment(
         name=name,
         description=description,
         strategies=entries,
         baseline=baseline,
         seeds=_seeds(top.seeds, key_path(where, "seeds")),
-        engine=engine,
+        engine=settings if top.host == "engine" else {},
+        host=top.host,
+        host_settings=settings if top.host != "engine" else {},
         budget=top.budget,
         evaluation=top.evaluation,
         statistics=top.statistics,
@@ -391,7 +389,7 @@ def parse_experiment(
         raise ConfigError(
             f"{key_path(where, 'evaluation.samples')}: metric 'sampled' needs samples >= 1"
         )
-    exp.engine_config()  # validates the engine section now, not in a worker
+    host.run_config(exp, {})  # validates the host's section now, not in a worker
     return _with_controls(exp, top.controls, list(controls), where)
 
 
@@ -404,7 +402,11 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
     if not parsed:
         return exp
     base = next(s for s in exp.strategies if s.label == exp.baseline)
-    engine = exp.engine_config()
+    host = exp.host_module
+
+    def overrides(name: str, params: dict, at: str) -> dict:
+        return host.control_overrides(name, params, exp, at)
+
     arms = []
     for c in parsed:
         at = key_path(where, f"controls.{c.name}")
@@ -413,11 +415,11 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
                 f"{at}: its arm's label {c.label!r} is already a strategy label; "
                 "rename that strategy"
             )
-        spec, overrides = c.arm(base.spec, engine, at)
-        arms.append(StrategyEntry(c.label, spec, overrides, c.name))
+        spec, arm_overrides = c.arm(base.spec, overrides, at)
+        arms.append(StrategyEntry(c.label, spec, arm_overrides, c.name))
     exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms), controls=tuple(parsed))
-    for arm in arms:  # validates each arm's engine settings now, not in a worker
-        exp.engine_config(arm.engine)
+    for arm in arms:  # validates each arm's settings now, not in a worker
+        host.run_config(exp, arm.engine)
     return exp
 
 

@@ -2,7 +2,7 @@
 
 This is what an executor starts, wherever it runs it: the embedded engine's run is
 ``python -m dataflex_rl.harness.running.worker`` reading its `RunSpec` on stdin (runner.py:
-`engine_launch`); the TRL and verl hosts (issue 21) plug in with their own command lines. The
+`launch_of`), under the host's Python for a host with its own (TRL, verl). The
 process reports its record on one marked stdout line (`print_record`); `run_launch` starts it
 in a session of its own, makes it die with its starter (Linux's parent-death signal), waits,
 and kills its whole process group however the wait ends.

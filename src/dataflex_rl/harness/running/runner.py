@@ -21,7 +21,9 @@ writes its traceback to ``error.json``, is reported, and the others go on.
 Where the runs execute is an executor's (harness/running/executors.py: local worker processes,
 whose processes, signals and progress bar are supervisor.py's, or Ray tasks); this module plans
 the runs, fingerprints them, decides what resumes, runs one run in a worker (`execute_run`) and
-describes it as a process for executors that start one per run (`engine_launch`).
+describes it as a process for executors that start one per run (`launch_of`). What differs
+between hosts (engine, TRL, ...: settings, training function, Python, records, checkpoints) is
+the host's module (harness/running/hosts).
 
 `side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
 one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
@@ -46,15 +48,20 @@ from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
-from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
-from dataflex_rl.harness.running.launch import PYTHON, Launch
+from dataflex_rl.harness.running.hosts import host_module
+from dataflex_rl.harness.running.hosts.engine import (  # noqa: F401  (the engine's, re-exported)
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    read_records,
+    steps_done,
+)
+from dataflex_rl.harness.running.hosts.engine import TRAIN_FN as DEFAULT_TRAIN_FN
+from dataflex_rl.harness.running.launch import PYTHON, Launch, run_launch
 from dataflex_rl.harness.running.supervisor import Progress
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
-DEFAULT_TRAIN_FN = "dataflex_rl.engine.run:run_training"
-CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -65,18 +72,25 @@ class RunSpec:
         method: strategy label.
         seed: the pairing seed.
         strategy: the expanded strategy spec (a mapping).
-        config: the `EngineConfig` as a mapping (a control arm's engine overrides merged in).
+        config: the host's settings of the run as a mapping (`hosts/<host>.run_config`: the
+            engine's `EngineConfig`, TRL's section; a control arm's overrides merged in).
         steps: GRPO steps.
         out_dir: the run's folder.
-        train_fn: ``"module:attr"`` of the training function (``run_training``'s signature).
+        train_fn: ``"module:attr"`` of the training function (the engine's
+            ``engine.run.run_training``; another host's ``run_training(settings, strategy, *,
+            seed, out_dir, resume) -> dict``).
         mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
-        engine_overrides: the arm's own engine settings, already merged into ``config`` (a
+        engine_overrides: the arm's own host settings, already merged into ``config`` (a
             control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
             beyond ``config``.
         resume: None (the harness): decided from the folder (a finished run is skipped, a
             checkpoint made with the same configuration resumed, anything else deleted and
             started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
             asked; nothing is skipped or deleted.
+        host: the trainer (harness/running/hosts), part of the identity when not the engine.
+        python: the interpreter of the run (None: the harness's own, in a local worker
+            process; else the run is a process of this Python: `launch_of`); not part of the
+            identity (the same run under another path of the same environment).
     """
 
     method: str
@@ -89,22 +103,22 @@ class RunSpec:
     mixes: bool = False
     engine_overrides: dict = field(default_factory=dict)
     resume: bool | None = None
+    host: str = "engine"
+    python: str | None = None
 
     @property
     def identity(self) -> dict:
         """Everything that determines the run's result (as plain JSON data); where it is
         tracked does not."""
-        return json.loads(
-            json.dumps(
-                {
-                    "strategy": self.strategy,
-                    "config": {k: v for k, v in self.config.items() if k != "tracking"},
-                    "seed": self.seed,
-                    "steps": self.steps,
-                },
-                default=str,
-            )
-        )
+        identity = {
+            "strategy": self.strategy,
+            "config": {k: v for k, v in self.config.items() if k != "tracking"},
+            "seed": self.seed,
+            "steps": self.steps,
+        }
+        if self.host != "engine":  # an engine run's fingerprint is what it was before hosts
+            identity["host"] = self.host
+        return json.loads(json.dumps(identity, default=str))
 
     @property
     def fingerprint(self) -> str:
@@ -144,75 +158,51 @@ def run_tracking(
     return t
 
 
-def plan(experiment, out_dir: str | Path, train_fn: str = DEFAULT_TRAIN_FN) -> list[RunSpec]:
+def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[RunSpec]:
     """The runs of ``experiment``, seed-major (every strategy of seed 0 first, so paired
-    results arrive early). A control arm's engine overrides are merged into its config, so its
-    fingerprint differs from the baseline's. Each run is tracked as ``<label>-seed<s>``
-    (`run_tracking`)."""
-    config = experiment.engine_config().to_dict()
+    results arrive early). A control arm's overrides are merged into its config, so its
+    fingerprint differs from the baseline's. Each engine run is tracked as
+    ``<label>-seed<s>`` (`run_tracking`). ``train_fn``: None for the host's own."""
+    host = experiment.host_module
+    config = host.run_config(experiment, {})
     configs = {
-        e.label: experiment.engine_config(e.engine).to_dict() if e.engine else config
+        e.label: host.run_config(experiment, e.engine) if e.engine else config
         for e in experiment.strategies
     }
+    train_fn = train_fn or host.train_fn(experiment)
+    python = host.python(experiment)
     root = Path(out_dir) / "runs"
+
+    def tracked(label: str, seed: int) -> dict:
+        if experiment.host != "engine":  # a host's runs log where its own settings say
+            return {}
+        return {
+            "tracking": run_tracking(
+                experiment.tracking,
+                out_dir,
+                f"{label}-seed{seed}",
+                experiment.name,
+                experiment.evaluation.metric,
+            )
+        }
+
     return [
         RunSpec(
             e.label,
             s,
             e.to_dict(),
-            {
-                **configs[e.label],
-                "tracking": run_tracking(
-                    experiment.tracking,
-                    out_dir,
-                    f"{e.label}-seed{s}",
-                    experiment.name,
-                    experiment.evaluation.metric,
-                ),
-            },
+            {**configs[e.label], **tracked(e.label, s)},
             experiment.budget.steps,
             str(root / e.label / f"seed{s}"),
             train_fn,
             e.mixes,
             dict(e.engine),
+            host=experiment.host,
+            python=python,
         )
         for s in experiment.seeds
         for e in experiment.strategies
     ]
-
-
-def read_records(out_dir: Path, domains: list[str], mixes: bool) -> tuple[list, list]:
-    """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
-
-    Returns:
-        ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``,
-        proportions are ``{"step", "domain", "target", "actual"}``.
-    """
-    evals, props = [], []
-    for line in (out_dir / METRICS_FILE).read_text().splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
-        if r.get("kind") == "eval":
-            evals.append(
-                {
-                    "step": r["step"],
-                    **{k[len("eval/") :]: v for k, v in r.items() if k.startswith("eval/")},
-                }
-            )
-        elif mixes and r.get("kind") == "train":
-            for d in domains:
-                target = r.get(domain_metric("mix", d, "target"))
-                if target is not None:
-                    props.append(
-                        {
-                            "step": r["step"],
-                            "domain": d,
-                            "target": target,
-                            "actual": r.get(domain_metric("mix", d, "actual")),
-                        }
-                    )
-    return evals, props
 
 
 def _quiet_libraries() -> None:
@@ -246,15 +236,13 @@ def execute_run(run: RunSpec) -> dict:
 
 
 def _execute_run(run: RunSpec, caught: list) -> dict:
-    from dataflex_rl.core.registry import import_object
-    from dataflex_rl.engine.config import EngineConfig, from_dict
-
     out = Path(run.out_dir)
     t0 = time.perf_counter()
     try:
+        host = host_module(run.host)
         _quiet_libraries()
         if run.resume is None:
-            resume = _has_checkpoint(out) and _started_as(out) == run.fingerprint
+            resume = host.has_checkpoint(out) and _started_as(out) == run.fingerprint
             if out.exists() and not resume:
                 shutil.rmtree(out)
         else:
@@ -271,12 +259,10 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
                 "identity": run.identity,
             },
         )
-        train = import_object(run.train_fn, "train_fn")
-        config = from_dict(EngineConfig, run.config)
-        summary, resume = _train_or_start_over(train, config, run, out, resume)
-        evals, props = read_records(out, list(config.tasks.domains), run.mixes)
+        summary, resume = host.train(run, out, resume)
+        evals, props = host.read_records(out, run.config, run.mixes)
         if not evals:
-            raise RuntimeError(f"{out / METRICS_FILE}: the run wrote no evaluation")
+            raise RuntimeError(f"{out}: the run wrote no evaluation")
         done = {
             "status": "done",
             "method": run.method,
@@ -307,35 +293,6 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         except OSError:
             pass
         return failed
-
-
-def _train_or_start_over(train, config, run: RunSpec, out: Path, resume: bool) -> tuple[dict, bool]:
-    """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None) and
-    the engine finds no usable checkpoint (every one corrupt), the run starts over with a
-    warning instead of failing on every rerun; an explicit resume fails with the error."""
-    from dataflex_rl.engine.checkpoint import CheckpointError
-
-    kwargs = {"seed": run.seed, "steps": run.steps, "out_dir": str(out), "progress": False}
-    try:
-        return train(config, run.strategy, resume=resume, **kwargs), resume
-    except CheckpointError as e:
-        if not resume or run.resume is not None:
-            raise
-        warnings.warn(
-            f"{out}: no usable checkpoint ({e}); the run starts over", UserWarning, stacklevel=2
-        )
-    for p in out.iterdir():
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.name != RUN_FILE:
-            p.unlink()
-    return train(config, run.strategy, resume=False, **kwargs), False
-
-
-def _has_checkpoint(out: Path) -> bool:
-    """The engine left a checkpoint folder (an unfinished run can continue from it)."""
-    d = out / CHECKPOINTS_DIR
-    return d.is_dir() and any(p.name.startswith("step-") for p in d.iterdir())
 
 
 def _started_as(out: Path) -> str | None:
@@ -380,29 +337,6 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".") or "(all)"]
 
 
-def steps_done(out_dir: Path, tail_bytes: int = 65536) -> int:
-    """Training steps a run's records show done: the newest ``"train"`` record's ``step`` + 1
-    in its ``metrics.jsonl`` (read from the end; a line cut mid-write is skipped), 0 when
-    there is none yet. A resumed run's log is cut back to its checkpoint, so this counts again
-    from there."""
-    try:
-        with (out_dir / METRICS_FILE).open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            end = f.tell()
-            f.seek(max(0, end - tail_bytes))
-            lines = f.read().splitlines()
-    except OSError:
-        return 0
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:  # cut mid-write, or the first line of the tail cut by the seek
-            continue
-        if isinstance(record, dict) and record.get("kind") == "train":
-            return int(record["step"]) + 1
-    return steps_done(out_dir, end) if end > tail_bytes else 0
-
-
 @dataclass
 class Execution:
     """What happened to the matrix: results per run (done and failed), counts, timing."""
@@ -420,19 +354,26 @@ class Execution:
         return [r for r in self.results if r["status"] == "done"]
 
 
-def engine_launch(run: RunSpec) -> Launch:
-    """The engine run as a process (what the Ray executor starts on a node):
-    ``python -m dataflex_rl.harness.running.worker`` with the run on stdin, its folder made
-    absolute, started in this process's working directory where that exists."""
+def launch_of(run: RunSpec) -> Launch:
+    """The run as a process (what the Ray executor starts on a node, and the local executor
+    for a run with its own Python): ``python -m dataflex_rl.harness.running.worker`` under the
+    run's interpreter (`RunSpec.python`, else the starter's own), with the run on stdin, its
+    folder made absolute, started in this process's working directory where that exists."""
     run = dataclasses.replace(run, out_dir=str(Path(run.out_dir).resolve()))
     return Launch(
-        argv=(PYTHON, "-m", "dataflex_rl.harness.running.worker"),
+        argv=(run.python or PYTHON, "-m", "dataflex_rl.harness.running.worker"),
         run_dir=run.out_dir,
         method=run.method,
         seed=run.seed,
         stdin=json.dumps(dataclasses.asdict(run)),
         cwd=os.getcwd(),
     )
+
+
+def execute_launched(run: RunSpec) -> dict:
+    """What a local worker does with a run that has its own Python: start it as a process
+    (`launch_of`, `launch.run_launch`) and return the record it printed."""
+    return run_launch(launch_of(run))
 
 
 def execute(
@@ -472,15 +413,20 @@ def execute(
             len(runs), len(runs) - len(todo), steps, _steps_done, slots, progress, desc, where
         )
         with bar:
-            ex.results += executor.run(todo, execute_run, engine_launch, bar)
+            work = execute_run if all(r.python is None for r in todo) else _execute_any
+            ex.results += executor.run(todo, work, launch_of, bar)
     order = {(r.method, r.seed): i for i, r in enumerate(runs)}
     ex.results.sort(key=lambda r: order[(r["method"], r["seed"])])
     ex.wall_seconds = time.perf_counter() - t0
     return ex
 
 
+def _execute_any(run: RunSpec) -> dict:
+    return execute_run(run) if run.python is None else execute_launched(run)
+
+
 def _steps_done(run: RunSpec) -> int:
-    return steps_done(Path(run.out_dir))
+    return host_module(run.host).steps_done(Path(run.out_dir))
 
 
 def side_by_side(

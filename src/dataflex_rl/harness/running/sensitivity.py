@@ -321,7 +321,7 @@ def measure(exp: Experiment, execution: Execution, m: int) -> dict:
         gains, gain checks, controls with pairing correlations), ``cost_checks``, CPU totals,
         ``decided``, ``cpu_minutes_per_verdict`` (primary metric), the pairing check.
     """
-    domains = list(exp.engine_config().tasks.domains)
+    domains = exp.domains
     options = exp.stats_options()
     primary = exp.evaluation.metric
     metrics = {}

@@ -48,7 +48,7 @@ from dataflex_rl.harness.reporting.tables import Table, TableSection, section_ma
 from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
-from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN, locked_output
+from dataflex_rl.harness.running.runner import locked_output
 from dataflex_rl.harness.statistics.analysis import score_matrices
 from dataflex_rl.harness.statistics.results import Row
 
@@ -177,7 +177,7 @@ def run_until_decided(
     workers: int | None = None,
     progress: bool = True,
     plots: bool = True,
-    train_fn: str = DEFAULT_TRAIN_FN,
+    train_fn: str | None = None,
     rule: Rule | None = None,
     echo: Callable[[str], None] = print,
     address: str | None = None,
@@ -219,6 +219,7 @@ def run_until_decided(
         alpha=alpha,
     )
     seq.seeds_of = {label: [] for label in exp.labels}
+    exp.host_module.check(exp)  # its settings, Python and data, before any run starts
     with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
         res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
     _fixed_design(seq, diffs, exp)
@@ -235,12 +236,12 @@ def _rounds(
     echo: Callable[[str], None],
     progress: bool,
     plots: bool,
-    train_fn: str,
+    train_fn: str | None,
 ) -> tuple[CompareResult, dict[str, np.ndarray]]:
     """The rounds of `run_until_decided` on an entered executor, filling ``seq``: the last
     round's result and paired differences."""
     comparisons, controls, alpha, margin = seq.comparisons, seq.controls, seq.alpha, seq.margin
-    domains = list(exp.engine_config().tasks.domains)
+    domains = exp.domains
     seeds, new = list(exp.seeds), list(exp.seeds)
     frozen: dict[str, dict] = {}  # the verdicts of decided comparisons, as decided
     while True:

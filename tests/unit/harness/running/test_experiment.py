@@ -60,6 +60,14 @@ MINIMAL = {"name": "t", "strategies": ["baseline", "difffilter"], "seeds": 2}
         ({"evaluation": {"metric": "greedyy"}}, r"evaluation\.metric: must be one of"),
         ({"evaluation": {"metric": "sampled"}}, r"evaluation\.samples: metric 'sampled' needs"),
         ({"statistics": {"alpha": 1.5}}, r"statistics\.alpha"),
+        ({"host": "enigne"}, r"experiment\.host: must be one of 'engine'"),
+        ({"host": 3}, r"experiment\.host"),
+        (
+            {"trl": {"model": "m"}},
+            r"experiment\.trl: the settings of host 'trl', but the experiment's host is 'engine'",
+        ),
+        ({"verl": {}}, r"experiment\.verl: the settings of host 'verl'.*set host: verl"),
+        ({"trl": 3}, r"experiment\.trl"),
     ],
 )
 def test_errors_name_the_key(patch, match):
@@ -108,3 +116,18 @@ def test_seeds_override_runs_seeds_0_to_n_minus_1():
     for bad in (0, -2, True, 2.5):
         with pytest.raises(ConfigError, match="--seeds: must be an integer >= 1"):
             load_experiment(quick, seeds=bad)
+
+
+def test_engine_is_the_default_host_and_unchanged():
+    """host: engine (explicit or by default) is the same experiment: same run configs."""
+    from dataflex_rl.harness.running.runner import plan
+
+    default = parse_experiment(MINIMAL)
+    explicit = parse_experiment({**MINIMAL, "host": "engine"})
+    assert default.host == explicit.host == "engine"
+    assert [r.fingerprint for r in plan(default, "o")] == [
+        r.fingerprint for r in plan(explicit, "o")
+    ]
+    run = plan(default, "o")[0]
+    assert run.python is None and run.host == "engine"
+    assert "host" not in run.identity  # engine fingerprints are what they were before hosts
