@@ -160,6 +160,7 @@ COMPONENTS = {
     ("scorer", "response_length"): "tests/unit/scorers/test_scorers.py::test_length_and_efficiency",
     ("skip policy", "greso"): "tests/unit/prerollout/test_prerollout.py::test_greso_*",
     ("skip policy", "thompson"): "tests/unit/prerollout/test_prerollout.py::test_thompson_*",
+    ("skip policy", "probe"): "tests/unit/prerollout/test_probe.py::test_probe_*",
 }
 
 

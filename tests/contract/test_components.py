@@ -85,8 +85,14 @@ def _exercise(kind, comp, seed):
         return (comp.raw_proportions(values, observed, drawn, prior),)
     history = PromptHistory()
     history.update(b)
+    keys = list(b.prompt_keys) + ["unseen"]
+    features = None
+    if comp.feature_layer is not None:  # the representation a host would give: per key
+        features = torch.tensor(
+            [[float(len(str(k))), float(sum(map(ord, str(k))) % 5)] for k in keys]
+        )
     keep, metrics = comp.filter(
-        history, list(b.prompt_keys) + ["unseen"], b.step, torch.Generator().manual_seed(seed)
+        history, keys, b.step, torch.Generator().manual_seed(seed), features=features
     )
     comp.observe(b, history)
     return (keep, torch.tensor(list(metrics.values()), dtype=torch.float64))

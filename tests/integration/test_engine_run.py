@@ -62,6 +62,71 @@ def test_resume_gives_the_uninterrupted_hash(tmp_path, strategy):
     assert [r["step"] for r in train] == [0, 1, 2, 3, 4]
 
 
+PROBE = {
+    "name": "probe",
+    "select": {"preset": "difffilter"},
+    "prerollout": {
+        "actuator": {
+            "name": "probe",
+            "layer": 1,
+            "min_observed": 6,
+            "threshold": 0.3,
+            "audit": 0.5,
+            "revisits": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0},
+        }
+    },
+}
+
+
+def _no_time(records):
+    """Metrics records without wall-clock figures."""
+    clock = ("dataflex/time_ms", "dataflex/prerollout/seconds_saved_est")
+    return [
+        {k: v for k, v in r.items() if not k.startswith("time") and k not in clock} for r in records
+    ]
+
+
+def test_probe_skips_audits_and_resumes_exactly(tmp_path):
+    cfg = config(tasks={"train_size": 60, "candidate_factor": 2.0})
+    full = run_training(cfg, PROBE, seed=1, steps=5, out_dir=tmp_path / "full")
+    run_training(cfg, PROBE, seed=1, steps=2, out_dir=tmp_path / "cut")
+    resumed = run_training(cfg, PROBE, seed=1, steps=5, out_dir=tmp_path / "cut", resume=True)
+    assert resumed["parameter_sha256"] == full["parameter_sha256"]
+    train = [r for r in read_metrics(tmp_path / "full") if r["kind"] == "train"]
+    total = {
+        k: sum(r.get(f"dataflex/prerollout/{k}", 0.0) for r in train)
+        for k in ("skipped_probe", "audited", "audit_groups", "probe_tokens")
+    }
+    # the run did skip, audit and pay for the probe's forward passes (layer 1 of 4)
+    assert total["skipped_probe"] > 0 and total["audited"] > 0
+    assert total["audit_groups"] == total["audited"] and total["probe_tokens"] > 0
+    for r in train:
+        assert r["engine/generation_cost_tokens"] == (
+            r["engine/tokens_generated"]
+            + r.get("engine/tokens_audit", 0.0)
+            + r.get("dataflex/prerollout/probe_tokens", 0.0)
+        )
+    assert _no_time(read_metrics(tmp_path / "cut")) == _no_time(read_metrics(tmp_path / "full"))
+
+
+def test_generated_tokens_budget_stops_the_run(tmp_path):
+    first = run_training(config(), "baseline", seed=2, steps=2, out_dir=tmp_path / "a")
+    train = [r for r in read_metrics(tmp_path / "a") if r["kind"] == "train"]
+    after_one = train[0]["engine/generation_cost_tokens_total"]
+    assert (
+        train[1]["engine/generation_cost_tokens_total"]
+        == after_one + train[1]["engine/tokens_generated"]
+    )
+    # a budget reached during step 0 stops after it; the same seed trains identically
+    cut = run_training(
+        config(generated_tokens=int(after_one)), "baseline", seed=2, steps=9, out_dir=tmp_path / "b"
+    )
+    assert cut["steps"] == 1
+    assert first["parameter_sha256"] != cut["parameter_sha256"]
+    one = run_training(config(), "baseline", seed=2, steps=1, out_dir=tmp_path / "c")
+    assert one["parameter_sha256"] == cut["parameter_sha256"]
+
+
 def test_outputs_metrics_plots_and_summary(tmp_path):
     cfg = config(log={**BASE["log"], "plots": True})
     s = run_training(cfg, "softmax", seed=0, steps=2, out_dir=tmp_path)

@@ -112,6 +112,12 @@ def _with_grad(b):
     )
 
 
+def key_features(keys) -> torch.Tensor:
+    """[N, 3] features that are a function of each prompt key alone (for skip policies that
+    read the policy's prompt representation)."""
+    return torch.tensor([[float(len(str(k))), float(sum(map(ord, str(k))) % 7), 1.0] for k in keys])
+
+
 def _decide(spec, b):
     s = Strategy(spec, domains=b.domains)
     with warnings.catch_warnings():
@@ -195,8 +201,9 @@ def test_every_component_is_finite_gradient_free_and_permutation_invariant(
     if "prerollout" in s.parts:  # the prompt history must not depend on the row order
         ps, _ = _decide(spec, permute_groups(b, perm)[0])
         keys = sorted(set(b.prompt_keys)) + ["unseen"]
-        k1, _ = s.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0))
-        k2, _ = ps.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0))
+        f = key_features(keys) if s.feature_layer is not None else None
+        k1, _ = s.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0), f)
+        k2, _ = ps.filter_prompts(keys, b.step + 1, torch.Generator().manual_seed(0), f)
         assert torch.equal(k1, k2)
 
 

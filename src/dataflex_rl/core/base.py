@@ -187,14 +187,36 @@ class SkipPolicy(Component):
     kind: ClassVar[str] = "skip policy"
     needs_signal: ClassVar[bool] = False
 
+    @property
+    def feature_layer(self) -> int | None:
+        """The prompt representation the policy reads (None: none; k: the policy model's
+        hidden states after k layers, mean-pooled over the prompt's tokens, 0 being its
+        token embeddings). A host passes it to `filter` as ``features``."""
+        return None
+
     def filter(
-        self, history: PromptHistory, keys: list, step: int, generator: torch.Generator | None
+        self,
+        history: PromptHistory,
+        keys: list,
+        step: int,
+        generator: torch.Generator | None,
+        features: Tensor | None = None,
     ) -> tuple[Tensor, dict]:
-        """([N] bool keep, metrics) for candidate prompts ``keys``."""
+        """([N] bool keep, metrics) for candidate prompts ``keys`` (``features``: [N, H] their
+        representations, when `feature_layer` asks for one)."""
         raise NotImplementedError
+
+    def audit_mask(self, skip: Tensor, generator: torch.Generator | None) -> Tensor | None:
+        """[N] bool: skipped candidates (``skip``) generated anyway but not trained on, to
+        measure the false-skip rate (None: no audit, and no randomness drawn)."""
+        return None
 
     def observe(self, batch: RolloutBatch, history: PromptHistory) -> None:
         """Adapt to this step's outcomes (before ``history`` records them)."""
+
+    def observe_audit(self, batch: RolloutBatch, history: PromptHistory) -> None:
+        """Learn from the outcomes of audited prompts (skipped, generated, not trained on;
+        before ``history`` records them); called before `observe` of the same step."""
 
 
 SCORERS: Registry[type[Scorer]] = Registry("scorer", Scorer)

@@ -242,10 +242,26 @@ class Strategy:
         """[D] current target domain proportions (None without ``mix``)."""
         return None if self._proportions is None else self._proportions.clone()
 
+    @property
+    def feature_layer(self) -> int | None:
+        """The prompt representation the skip policy reads (`SkipPolicy.feature_layer`;
+        None: none, or no pre-rollout)."""
+        if "prerollout" not in self.parts:
+            return None
+        return self.parts["prerollout"][1].feature_layer
+
     def filter_prompts(
-        self, prompt_keys: Sequence, step: int, generator: torch.Generator | None = None
+        self,
+        prompt_keys: Sequence,
+        step: int,
+        generator: torch.Generator | None = None,
+        features: Tensor | None = None,
     ) -> tuple[Tensor, dict]:
-        """Pre-rollout: which candidate prompts to generate. Returns ([N] bool keep, metrics)."""
+        """Pre-rollout: which candidate prompts to generate. Returns ([N] bool keep, metrics).
+
+        ``features``: [N, H] the candidates' representations, for a skip policy that reads
+        them (`feature_layer`); a host that cannot give them is refused before training.
+        """
         n = len(prompt_keys)
         if "prerollout" not in self.parts:
             return torch.ones(n, dtype=torch.bool), {}
@@ -253,9 +269,33 @@ class Strategy:
         if not _due(step, mspec.warmup_steps, mspec.every):
             return torch.ones(n, dtype=torch.bool), {"dataflex/prerollout/active": 0.0}
         policy = self.parts["prerollout"][1]
-        keep, metrics = policy.filter(self._history, list(prompt_keys), step, generator)
+        keep, metrics = policy.filter(
+            self._history, list(prompt_keys), step, generator, features=features
+        )
         metrics["dataflex/prerollout/active"] = 1.0
         return keep, metrics
+
+    def audit_prompts(self, skip: Tensor, generator: torch.Generator | None) -> Tensor | None:
+        """[N] bool: which skipped candidates to generate anyway for the false-skip audit (not
+        trained on; `SkipPolicy.audit_mask`); None: no audit."""
+        if "prerollout" not in self.parts:
+            return None
+        return self.parts["prerollout"][1].audit_mask(skip, generator)
+
+    def observe_audit(self, batch: RolloutBatch) -> dict[str, float]:
+        """The outcomes of audited prompts: the skip policy learns from them and the prompt
+        history records them; no decision is made. Returns ``audit_groups`` and
+        ``audit_informative`` (groups whose rewards were not all equal: false skips)."""
+        if self._history is None or batch.batch_size == 0:
+            return {}
+        batch = detach_batch(batch)
+        self.parts["prerollout"][1].observe_audit(batch, self._history)
+        self._history.update(batch)
+        present = batch.group_size > 0
+        return {
+            "dataflex/prerollout/audit_groups": float(present.sum()),
+            "dataflex/prerollout/audit_informative": float(((batch.group_std > 0) & present).sum()),
+        }
 
     # ------------------------------------------------------------------ after advantages
     def decide(self, batch: RolloutBatch) -> Decision:

@@ -285,6 +285,13 @@ class EngineConfig(Checked):
         ge=0,
     )
     steps: int = param(200, "GRPO steps", ge=0)
+    generated_tokens: int | None = param(
+        None,
+        "stop once the run's generation cost reaches this many tokens (response tokens of "
+        "trained and audited groups plus the skip policy's forward passes; "
+        "engine/generation_cost_tokens_total); steps stays the most steps (null: steps only)",
+        ge=1,
+    )
     out: str | None = param(None, "output directory (default runs/<strategy>-s<seed>)")
     threads: int = param(
         1,

@@ -231,7 +231,8 @@ def _loop(
             total=total, initial=tr.step, desc=f"train {tr.driver.strategy.spec.name}", unit="step"
         )
     times = []
-    while tr.step < total:
+    budget = cfg.generated_tokens
+    while tr.step < total and (budget is None or tr.cost_tokens < budget):
         metrics = tr.train_step()
         times.append(metrics["time/step_s"])
         writer.write("train", metrics.pop("step"), metrics)

@@ -40,7 +40,7 @@ from dataflex_rl.engine.data import (
 from dataflex_rl.engine.evaluation import evaluate
 from dataflex_rl.engine.noise import derive_seed, row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
-from dataflex_rl.engine.sampler import Rollout, sample_groups
+from dataflex_rl.engine.sampler import Rollout, prompt_representation, sample_groups
 from dataflex_rl.engine.taskio import dataset_identity, domain_names, score
 from dataflex_rl.engine.update import Learner
 from dataflex_rl.hosts.common.driver import Driver
@@ -128,6 +128,8 @@ class EmbeddedTrainer:
         # numbers across strategies run with one seed (engine/noise.py)
         self.noise_base = derive_seed(self.seed, f"rollout:{config.noise_stream}")
         self.step = 0
+        #: generation cost so far, in tokens (`engine/generation_cost_tokens_total`)
+        self.cost_tokens = 0.0
         self._warned: set[type] = set()
 
     def _intake(self) -> Intake:
@@ -148,7 +150,14 @@ class EmbeddedTrainer:
             max_rounds=t.max_draw_rounds,
             exact=False,
             key=attrgetter("key"),
+            features=self._features,
         )
+
+    def _features(self, problems: list, layer: int) -> tuple[torch.Tensor, float]:
+        """The policy's representation of ``problems`` for a skip policy that reads one."""
+        tok = self.policy.tokenizer
+        ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
+        return prompt_representation(self.policy.model, ids, layer, tok.pad_id)
 
     def _decision_log(self, strategy: Strategy, out_dir) -> DecisionLog | None:
         if out_dir is None or not self.config.decision_log.enabled:
@@ -182,12 +191,16 @@ class EmbeddedTrainer:
             candidates = metrics["dataflex/prerollout/candidates"]
             metrics["engine/prompts_skipped"] = candidates - len(problems)
         metrics["engine/prompts_generated"] = float(len(problems))
+        audit_tokens = self._audit(step, metrics)
+        probe_tokens = metrics.get("dataflex/prerollout/probe_tokens", 0.0)
         if not problems:
+            self._cost(0.0, audit_tokens, probe_tokens, metrics)
             metrics.update({"engine/empty_step": 1.0, "time/step_s": time.perf_counter() - t0})
             self.step += 1
             return metrics
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         batch = self._batch(rollout, rewards, problems, domain_idx, step)
+        self._cost(float(rollout.num_tokens), audit_tokens, probe_tokens, metrics, batch)
         t1 = time.perf_counter()
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
@@ -211,6 +224,43 @@ class EmbeddedTrainer:
         )
         self.step += 1
         return metrics
+
+    def _audit(self, step: int, metrics: dict) -> float:
+        """Generate the prompts the skip policy audits (skipped, generated anyway, not trained
+        on) and let it learn from them; returns their generated tokens."""
+        items, domain_idx = self.driver.audited
+        if not items:
+            return 0.0
+        rollout, rewards, _, _ = self._rollout(items, step)
+        metrics.update(
+            self.driver.observe_audit(self._batch(rollout, rewards, items, domain_idx, step))
+        )
+        metrics["engine/tokens_audit"] = float(rollout.num_tokens)
+        return float(rollout.num_tokens)
+
+    def _cost(
+        self,
+        generated: float,
+        audit: float,
+        probe: float,
+        metrics: dict,
+        batch: RolloutBatch | None = None,
+    ) -> None:
+        """The step's generation accounting (docs/metrics.md): the cost in tokens (trained
+        groups' response tokens + audited groups' + the probe's forward passes), its running
+        total, and the tokens of groups that came back zero-variance (the oracle ceiling)."""
+        cost = generated + audit + probe
+        self.cost_tokens += cost
+        metrics["engine/generation_cost_tokens"] = cost
+        metrics["engine/generation_cost_tokens_total"] = self.cost_tokens
+        if batch is not None:
+            present = batch.group_size > 0
+            zero = (batch.group_std == 0) & present
+            tokens = torch.zeros(batch.num_groups, dtype=torch.float64).index_add_(
+                0, batch.group_ids, (batch.response_length * batch.active_mask).to(torch.float64)
+            )
+            metrics["engine/tokens_zero_variance"] = float(tokens[zero].sum())
+            metrics["engine/groups_effective"] = float((present & ~zero).sum())
 
     def _decide(self, batch: RolloutBatch, generate_seconds: float, metrics: dict):
         """The driver's decision (its metrics into ``metrics``); the strategy's warnings are
@@ -341,6 +391,7 @@ class EmbeddedTrainer:
         return {
             "step": self.step,
             "seed": self.seed,
+            "generation_cost_tokens": self.cost_tokens,
             "config": self.config.to_dict(),
             "model": self.policy.model.state_dict(),
             "optimizer": self.learner.optimizer.state_dict(),
@@ -359,7 +410,17 @@ class EmbeddedTrainer:
         if state["seed"] != self.seed:
             raise ValueError(f"checkpoint has seed {state['seed']}, this run {self.seed}")
         # settings that change the trajectory must match (steps, outputs and logging may not)
-        free = {"steps", "out", "log", "decision_log", "strategy", "strategies", "seed", "eval"}
+        free = {
+            "steps",
+            "generated_tokens",
+            "out",
+            "log",
+            "decision_log",
+            "strategy",
+            "strategies",
+            "seed",
+            "eval",
+        }
         now = self.config.to_dict()
         changed = sorted(k for k in now if k not in free and now[k] != state["config"].get(k))
         if changed:
@@ -370,6 +431,7 @@ class EmbeddedTrainer:
         self.policy.model.load_state_dict(state["model"])
         self.learner.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
+        self.cost_tokens = float(state.get("generation_cost_tokens", 0.0))  # older checkpoints
         self.driver.resume(state["dataflex"], self.step)
         set_global_rng_state(state["rng"])
         if self.parameter_hash() != state["parameter_sha256"]:

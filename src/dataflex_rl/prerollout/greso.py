@@ -85,7 +85,12 @@ class Greso(SkipPolicy):
         return easy, hard, o.mean_tokens()
 
     def filter(
-        self, history: PromptHistory, keys: list, step: int, generator: torch.Generator | None
+        self,
+        history: PromptHistory,
+        keys: list,
+        step: int,
+        generator: torch.Generator | None,
+        features: Tensor | None = None,
     ) -> tuple[Tensor, dict]:
         n = len(keys)
         u = torch.rand(n, generator=generator, dtype=torch.float64)

@@ -70,7 +70,12 @@ class ThompsonBand(SkipPolicy):
         return alpha, beta, o.count
 
     def filter(
-        self, history: PromptHistory, keys: list, step: int, generator: torch.Generator | None
+        self,
+        history: PromptHistory,
+        keys: list,
+        step: int,
+        generator: torch.Generator | None,
+        features: Tensor | None = None,
     ) -> tuple[Tensor, dict]:
         n = len(keys)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))

@@ -50,17 +50,23 @@ def intake_metrics(history, keys: Sequence, plain: Tensor, generated: Tensor) ->
         generated: [N] bool the candidates sent to generation.
 
     Returns:
-        ``skipped`` (plain, not generated), ``replacements`` (generated, not plain),
-        ``tokens_saved_est`` (sum over skipped prompts of their mean remembered tokens).
+        ``skipped`` (plain, not generated; split into ``skipped_first``, prompts never
+        generated before, whose savings no history can estimate, and ``skipped_revisit``),
+        ``replacements`` (generated, not plain), ``tokens_saved_est`` (sum over skipped
+        prompts of their mean remembered tokens: revisits only).
     """
     skipped = plain & ~generated
     saved = 0.0
+    first = 0
     if history is not None and bool(skipped.any()):
         idx = skipped.nonzero().squeeze(1).tolist()
-        est = history.outcomes([keys[i] for i in idx]).mean_tokens()
-        saved = float(torch.nan_to_num(est, nan=0.0).sum())
+        o = history.outcomes([keys[i] for i in idx])
+        saved = float(torch.nan_to_num(o.mean_tokens(), nan=0.0).sum())
+        first = int((o.count == 0).sum())
     return {
         PREFIX + "skipped": float(skipped.sum()),
+        PREFIX + "skipped_first": float(first),
+        PREFIX + "skipped_revisit": float(skipped.sum()) - first,
         PREFIX + "replacements": float((generated & ~plain).sum()),
         PREFIX + "tokens_saved_est": saved,
     }

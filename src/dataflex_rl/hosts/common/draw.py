@@ -8,7 +8,7 @@ explicit argument, ``exact``: whether the batch must hold exactly ``n`` prompts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
@@ -20,6 +20,10 @@ from dataflex_rl.hosts.common.accounting import (
     plain_batch,
 )
 from dataflex_rl.hosts.common.sampler import DomainSampler, draw_metrics
+
+#: a host's prompt representations of drawn (domain, item) pairs at a layer: ([N, H] features,
+#: the forward-pass cost in prompt tokens)
+FeaturesOf = Callable[[Sequence[tuple[int, int]], int], tuple[Tensor, float]]
 
 #: pre-rollout figures that are counts: over the candidate rounds of one draw, and over the
 #: draws of one step (verl's refills), they add up; every other figure is the latest one
@@ -35,6 +39,11 @@ COUNTS = frozenset(
         "tokens_saved_est",
         "forced",
         "rounds",
+        "probe_tokens",
+        "audited",
+        "skipped_first",
+        "skipped_revisit",
+        "skipped_probe",
     )
 )
 
@@ -57,6 +66,8 @@ def draw_with_skipping(
     candidate_factor: float,
     max_rounds: int,
     fill_with_skipped: bool,
+    features_of: FeaturesOf | None = None,
+    audit: list[tuple[int, int]] | None = None,
 ) -> tuple[list[tuple[int, int]], Tensor, dict[str, float]]:
     """Draw candidates in rounds and keep, per domain, the first ones the strategy generates.
 
@@ -75,6 +86,11 @@ def draw_with_skipping(
         candidate_factor: candidates per missing prompt in each round (>= 1).
         max_rounds: candidate rounds at most (>= 1).
         fill_with_skipped: fill the rest with skipped candidates when rounds run out.
+        features_of: the host's prompt representations (`FeaturesOf`), for a skip policy
+            that reads them (`Strategy.feature_layer`); their cost adds to ``probe_tokens``.
+        audit: a list that receives the skipped candidates the policy audits
+            (`Strategy.audit_prompts`: generated anyway, not trained on; ``audited``
+            counts them); None: no audit (and no randomness drawn for it).
 
     Returns:
         (chosen (domain, item) pairs in draw order, [D] still missing, metrics): the
@@ -97,8 +113,24 @@ def draw_with_skipping(
             break
         r_keys = [key_of(d, i) for d, i in drawn]
         r_dom = torch.tensor([d for d, _ in drawn], dtype=torch.int64)
-        keep, pre = strategy.filter_prompts(r_keys, step, generator)
+        features = None
+        layer = strategy.feature_layer
+        if layer is not None:
+            if features_of is None:
+                raise ValueError(
+                    "pre-rollout: the skip policy reads the policy's prompt representation, "
+                    "which this host does not provide"
+                )
+            features, cost = features_of(drawn, layer)
+            add_counts(metrics, {PREFIX + "probe_tokens": float(cost)})
+        keep, pre = strategy.filter_prompts(r_keys, step, generator, features=features)
         add_counts(metrics, pre)  # the policy's counts add up over rounds; rates: the last one
+        if audit is not None:
+            picked = strategy.audit_prompts(~keep, generator)
+            if picked is not None:
+                picked = picked & ~keep
+                audit += [drawn[j] for j in picked.nonzero().squeeze(1).tolist()]
+                add_counts(metrics, {PREFIX + "audited": float(picked.sum())})
         take = first_per_domain(r_dom, keep, left)
         plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
         left -= torch.bincount(r_dom[take], minlength=D)
@@ -142,6 +174,8 @@ def draw_batch(
     max_rounds: int,
     *,
     exact: bool,
+    features_of: FeaturesOf | None = None,
+    audit: list[tuple[int, int]] | None = None,
 ) -> tuple[list[tuple[int, int]], dict[str, float]]:
     """The ``n`` prompts of one step, at ``proportions``, with the strategy's pre-rollout skipping.
 
@@ -166,6 +200,8 @@ def draw_batch(
         generator: randomness of the skip policy.
         candidate_factor, max_rounds: see `draw_with_skipping`.
         exact: fill the batch to the quota (see above).
+        features_of, audit: see `draw_with_skipping` (an exact draw audits nothing: the
+            audited candidates would be forced into the batch).
 
     Returns:
         (drawn (domain, item) pairs, metrics): the pre-rollout figures of
@@ -188,6 +224,8 @@ def draw_batch(
             candidate_factor,
             max_rounds,
             fill_with_skipped=exact,
+            features_of=features_of,
+            audit=None if exact else audit,
         )
         if exact and int(left.sum()) > 0:  # the policy skipped nothing more: plain draws
             drawn += sampler.take(left)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import StrategySpec
 from dataflex_rl.core.strategy import Decision, Strategy
 from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
@@ -63,6 +64,14 @@ class Driver:
         *,
         host: str = "engine",
     ) -> None:
+        layer = strategy.feature_layer
+        if layer is not None and (intake is None or intake.features is None):
+            name = strategy.spec.prerollout.actuator.name
+            raise ConfigError(
+                f"prerollout.actuator: {name!r} reads the policy's prompt representation "
+                f"(hidden states after {layer} layers), which the {host} host does not "
+                "provide; use it in the embedded engine, or greso/thompson here"
+            )
         self.strategy = strategy
         self.intake = intake
         self.log = log
@@ -147,6 +156,18 @@ class Driver:
         before = self._drawn[2] if self._drawn is not None and self._drawn[0] == step else {}
         self._drawn = (step, target, add_counts(dict(before), metrics))
         return items, domain_ids, metrics
+
+    @property
+    def audited(self) -> tuple[list, list[int]]:
+        """(items, domain ids) of the last draw's audited prompts: skipped, to be generated
+        anyway and not trained on (`observe_audit`); empty without an intake."""
+        return ([], []) if self.intake is None else self.intake.audited
+
+    def observe_audit(self, batch: RolloutBatch) -> dict[str, float]:
+        """The audited prompts' outcomes (call before `decide` of the same step): the skip
+        policy learns from them, nothing is decided. Returns ``audit_groups`` and
+        ``audit_informative`` (false skips)."""
+        return self.strategy.observe_audit(batch)
 
     def decide(
         self, batch: RolloutBatch, generate_seconds: float | None = None

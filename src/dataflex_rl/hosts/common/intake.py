@@ -108,6 +108,13 @@ class Intake:
         exact: every draw holds exactly ``n`` prompts (verl's and TRL's batches: skipped
             candidates fill what the rounds did not); False leaves it short (the engine).
         key: an item's prompt key, what the prompt history knows (default: the item).
+        features: the host's prompt representations of items at a layer: ``features(items,
+            layer) -> ([N, H] tensor, cost in prompt tokens)``, for a skip policy that reads
+            them (None: the host has none).
+
+    Attributes:
+        audited: after each `draw` of a non-exact intake, the items (and domain ids) the skip
+            policy audits: skipped, to be generated anyway and not trained on.
     """
 
     def __init__(
@@ -121,6 +128,7 @@ class Intake:
         max_rounds: int = 8,
         exact: bool = True,
         key: Callable[[Any], Hashable] | None = None,
+        features: Callable[[list, int], tuple[Tensor, float]] | None = None,
     ) -> None:
         self.pools = [list(p) for p in pools]
         self.domains = tuple(domains)
@@ -131,6 +139,8 @@ class Intake:
         self.max_rounds = max_rounds
         self.exact = exact
         self.key = key
+        self.features = features
+        self.audited: tuple[list, list[int]] = ([], [])
 
     @classmethod
     def from_rows(
@@ -201,6 +211,14 @@ class Intake:
         def key_of(d: int, i: int) -> Hashable:
             return self.pools[d][i] if key is None else key(self.pools[d][i])
 
+        features_of = None
+        if self.features is not None:
+            features = self.features
+
+            def features_of(pairs, layer):
+                return features([self.pools[d][i] for d, i in pairs], layer)
+
+        audit: list[tuple[int, int]] = []
         drawn, metrics = draw_batch(
             self.sampler,
             key_of,
@@ -212,7 +230,10 @@ class Intake:
             self.candidate_factor,
             self.max_rounds,
             exact=self.exact,
+            features_of=features_of,
+            audit=audit,
         )
+        self.audited = ([self.pools[d][i] for d, i in audit], [d for d, _ in audit])
         return [self.pools[d][i] for d, i in drawn], [d for d, _ in drawn], metrics
 
     def state_dict(self) -> dict:

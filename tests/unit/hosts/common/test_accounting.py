@@ -41,7 +41,13 @@ def test_intake_metrics_count_against_the_plain_batch():
     generated = torch.tensor([False, True, False, True, True])
     m = intake_metrics(h, keys, plain, generated)
     # a and new skipped (a saves its 6 tokens, new has no history); c and d replace them
-    assert m == {P + "skipped": 2.0, P + "replacements": 2.0, P + "tokens_saved_est": 6.0}
+    assert m == {
+        P + "skipped": 2.0,
+        P + "skipped_first": 1.0,  # new
+        P + "skipped_revisit": 1.0,  # a
+        P + "replacements": 2.0,
+        P + "tokens_saved_est": 6.0,
+    }
     assert intake_metrics(None, keys, plain, generated)[P + "tokens_saved_est"] == 0.0
 
 
