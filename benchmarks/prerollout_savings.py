@@ -1,34 +1,42 @@
-"""Does pre-rollout skipping save generation? Post-hoc difffilter vs skipping + difffilter.
+"""Does pre-rollout skipping pay on prompts seen for the first time, at equal generation cost?
 
-Both arms train the shipped tiny policy on the embedded engine with paired seeds (same seed:
-same warm start, same task pools, same evaluation prompts) until they have the same number of
-*effective* groups (groups whose rewards were not all equal, i.e. non-zero GRPO advantage):
+Every arm trains the shipped tiny policy on the embedded engine (paired seeds: same warm start,
+task pools and held-out prompts) until it has spent the same generation cost, ``--tokens``
+(`engine/generation_cost_tokens_total`: response tokens of trained and audited groups plus
+the probe's forward passes), then is evaluated on the held-out prompts.
 
-- ``difffilter``: every drawn prompt is generated; zero-signal groups are dropped post hoc.
-- ``<policy>+difffilter``: a skip policy (``greso`` by default, or ``thompson``) drops
-  prompts before generation from their history; ``tasks.candidate_factor`` draws replacement
-  prompts to keep the batch full.
+Regime 1, first visits (the embedded default: 2,000 training prompts per domain, so a run
+draws each prompt about once):
 
-Reported per seed: generated tokens per effective group (and their ratio, skipping /
-baseline), steps, generation seconds, skipped prompts, replacements, the share of generated
-groups with zero variance, and held-out greedy accuracy (start -> end); the paired accuracy
-deltas get the harness's statistics (`dataflex_rl.harness.statistics.stats`: t interval, paired
-bootstrap, exact sign-flip p-value, minimum detectable difference). The training pools are
-bounded (``--train-size`` prompts per domain) so that prompts recur over several epochs, as in
-real RLVR runs; with thousands of prompts and few steps nothing is ever skipped. Smaller pools
-recur more and save more, but there GRPO itself loses held-out accuracy (overfitting).
+- ``grpo``: plain GRPO, 16 prompts per step.
+- ``dynamic``: dynamic sampling: difffilter (zero-variance groups dropped after generation)
+  with over-draw, ``--overdraw`` prompts per step (21 = 16 / (1 - 0.24), the zero-variance
+  share measured in plain GRPO runs here), so about 16 groups with signal are trained on.
+  The engine has no refill loop (verl's DAPO ``filter_groups`` does), so the over-draw is a
+  fixed count, not "until 16".
+- ``probe``: dynamic sampling plus the ``probe`` skip policy (first visits: a logistic probe
+  on the policy's prompt representation; revisits: greso), skipped candidates replaced
+  (``candidate_factor``), an audit share of the skipped prompts generated, not trained on.
 
-    .venv/bin/python benchmarks/prerollout_savings.py [--seeds 0 1 2 3 4 5] [--effective 960]
-        [--train-size 64] [--factor 4.0] [--policy greso|thompson] [--target 0.1] [--workers 2]
+Regime 2, 4-5 epochs (``--epochs-pool`` prompts per domain; history and prediction together):
+``dynamic`` vs ``probe``, fewer seeds, savings only.
 
-The default (64 prompts per domain, about 11 epochs) is the many-epoch regime where history
-pays; ``--train-size 200 --effective 1920`` is a 4.5-epoch run. ``--factor`` must leave enough
-candidates to fill the batch when half of them are skipped, or batches shrink and the skipping
-arm takes more (smaller) optimizer steps than the baseline. The report ends with the
-ceiling: the share of the baseline's tokens spent on zero-variance groups of prompts seen
-before, the most any history-based skipper can save.
+Reported: tokens per effective group (generation cost / trained groups whose rewards were not
+all equal) vs dynamic sampling; the oracle ceiling (the share of dynamic sampling's generated
+tokens spent on groups that came back zero-variance: what a perfect skipper saves at an
+unchanged trajectory), split into first visits and revisits; the false-skip rate (audited
+skipped prompts whose group came back informative); held-out accuracy at equal cost vs plain
+GRPO with the harness's verdict (`analysis.analyze_summary`: Holm-adjusted exact sign-flip
+test and corrected bootstrap interval; >= 6 paired seeds for a verdict). The last line:
 
-A benchmark, not a test (default: about 2.5 minutes wall on 2 cores).
+    first visits: tokens per effective group -XX% vs dynamic sampling (ceiling -YY%),
+    false-skip ZZ%, accuracy at equal tokens vs plain GRPO: VERDICT
+
+    .venv/bin/python benchmarks/prerollout_savings.py [--seeds 0 1 2 3 4 5] [--tokens 150000]
+        [--epoch-seeds 0 1 2] [--epochs-pool 200] [--epochs-tokens 150000] [--workers 2]
+        [--threshold 0.5] [--layer 0] [--audit 0.1]
+
+A benchmark, not a test (default: about 30 minutes wall on 2 idle cores).
 """
 
 from __future__ import annotations
@@ -37,283 +45,251 @@ import argparse
 import multiprocessing as mp
 import time
 
-BASELINE = {"name": "difffilter", "select": {"preset": "difffilter"}}
+PROMPTS = 16
+GROUP = 8
 
 
-def _skip_arm(args) -> dict:
-    """The pre-rollout arm: difffilter plus the chosen skip policy."""
-    if args.policy == "greso":
-        actuator = {"name": "greso", "compound": not args.flat}
-        if args.explore is not None:
-            actuator.update(explore_prob=args.explore, min_explore=min(args.explore, 0.05))
-        if args.target is not None:
-            actuator["target_zero_variance"] = args.target
-        if args.adapt_step is not None:
-            actuator["adapt_step"] = args.adapt_step
-    else:
-        actuator = {
-            "name": "thompson",
-            "low": args.band[0],
-            "high": args.band[1],
-            "discount": args.discount,
-        }
+def _arms(args) -> dict[str, tuple[dict, dict]]:
+    """arm -> (strategy, engine overrides)."""
+    probe = {
+        "name": "probe",
+        "layer": args.layer,
+        "threshold": args.threshold,
+        "audit": args.audit,
+        "min_observed": args.min_observed,
+    }
+    dynamic = {"grpo": {"prompts_per_step": args.overdraw}}
     return {
-        "name": f"{args.policy}+difffilter",
-        "select": {"preset": "difffilter"},
-        "prerollout": {"actuator": actuator, "history_size": args.history},
+        "grpo": ({"name": "grpo"}, {}),
+        "dynamic": ({"name": "dynamic", "select": {"preset": "difffilter"}}, dynamic),
+        "probe": (
+            {
+                "name": "probe",
+                "select": {"preset": "difffilter"},
+                "prerollout": {"actuator": probe},
+            },
+            {**dynamic, "tasks": {"candidate_factor": args.factor}},
+        ),
     }
 
 
-def _config(args, factor: float):
+def _config(pool: int, tokens: int, overrides: dict, eval_per_domain: int):
     from dataflex_rl.engine.config import load_config
 
+    tasks = {"train_size": pool, **overrides.get("tasks", {})}
+    grpo = {"prompts_per_step": PROMPTS, "group_size": GROUP, **overrides.get("grpo", {})}
     return load_config(
         {
             "policy": "tiny",
             "threads": 1,
-            "grpo": {"prompts_per_step": args.prompts, "group_size": args.group_size},
-            "tasks": {"train_size": args.train_size, "candidate_factor": factor},
-            "eval": {"per_domain": args.eval_per_domain, "samples": 0},
+            "steps": 10_000,
+            "generated_tokens": tokens,
+            "grpo": grpo,
+            "tasks": tasks,
+            "eval": {"per_domain": eval_per_domain, "samples": 4},
             "log": {"progress": False, "plots": False, "checkpoint_every": 0},
         }
     )
 
 
 def _track_visits(tr) -> dict:
-    """Count, as the run goes, tokens of groups by first visit / revisit and zero variance.
-
-    From the baseline arm this gives a ceiling for any history-based skipper: it can only
-    avoid zero-variance groups of prompts seen before, so tokens per effective group can fall
-    at most to (tokens - revisit zero-variance tokens) / tokens of the baseline's (were the
-    training trajectory unchanged).
-    """
+    """Tokens of trained groups by first visit / revisit, and of those zero-variance."""
     import torch
 
-    from dataflex_rl.core.segment import segment_sum
+    from dataflex_rl.core.segment import segment_min, segment_sum
 
     seen: set = set()
-    out = {
-        "first_tokens": 0.0,
-        "first_zero_tokens": 0.0,
-        "revisit_tokens": 0.0,
-        "revisit_zero_tokens": 0.0,
-    }
+    out = {"first_tokens": 0.0, "first_zero": 0.0, "revisit_tokens": 0.0, "revisit_zero": 0.0}
     decide = tr.driver.strategy.decide
 
     def counting_decide(batch):
         G = batch.num_groups
         tokens = segment_sum(batch.response_length.to(torch.float64), batch.group_ids, G)
-        zero = (batch.group_std == 0).tolist()
-        first_row = {}
-        for row, g in enumerate(batch.group_ids.tolist()):  # instrumentation, 16 groups
-            first_row.setdefault(g, row)
-        for g, row in first_row.items():
-            key = batch.prompt_keys[row]
-            kind = "revisit" if key in seen else "first"
-            out[f"{kind}_tokens"] += float(tokens[g])
-            if zero[g]:
-                out[f"{kind}_zero_tokens"] += float(tokens[g])
-            seen.add(key)
+        zero = batch.group_std == 0
+        first = segment_min(torch.arange(batch.batch_size), batch.group_ids, G, empty=0)
+        keys = [batch.prompt_keys[r] for r in first.tolist()]
+        again = torch.tensor([k in seen for k in keys])
+        for kind, m in (("first", ~again), ("revisit", again)):
+            out[f"{kind}_tokens"] += float(tokens[m].sum())
+            out[f"{kind}_zero"] += float(tokens[m & zero].sum())
+        seen.update(keys)
         return decide(batch)
 
     tr.driver.strategy.decide = counting_decide
     return out
 
 
+SUMS = (
+    "engine/generation_cost_tokens",
+    "engine/tokens_generated",
+    "engine/tokens_audit",
+    "engine/tokens_zero_variance",
+    "engine/groups_effective",
+    "engine/prompts_generated",
+    "dataflex/prerollout/probe_tokens",
+    "dataflex/prerollout/skipped",
+    "dataflex/prerollout/skipped_first",
+    "dataflex/prerollout/skipped_revisit",
+    "dataflex/prerollout/skipped_probe",
+    "dataflex/prerollout/audit_groups",
+    "dataflex/prerollout/audit_informative",
+)
+
+
 def _one(job: tuple) -> dict:
-    arm, seed, args = job
+    regime, arm, seed, strategy, overrides, pool, tokens, eval_per_domain = job
     import torch
 
     from dataflex_rl.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
-    strategy, factor = (BASELINE, 1.0) if arm == "difffilter" else (_skip_arm(args), args.factor)
-    tr = EmbeddedTrainer(_config(args, factor), strategy, seed=seed)
-    visits = _track_visits(tr)
-    initial = tr.evaluate()["eval/mean/greedy"]
     t0 = time.perf_counter()
-    effective = tokens = gen_s = skipped = replacements = saved = 0.0
-    zv_through = []
-    while effective < args.effective and tr.step < args.max_steps:
+    tr = EmbeddedTrainer(_config(pool, tokens, overrides, eval_per_domain), strategy, seed=seed)
+    visits = _track_visits(tr)
+    sums = dict.fromkeys(SUMS, 0.0)
+    while tr.cost_tokens < tokens:
         m = tr.train_step()
-        n = m.get("engine/prompts_generated", 0.0)
-        zero = m.get("dataflex/zero_advantage_group_fraction", 0.0)
-        effective += round(n * (1.0 - zero))
-        tokens += m.get("engine/tokens_generated", 0.0)
-        gen_s += m.get("time/generate_s", 0.0)
-        skipped += m.get("dataflex/prerollout/skipped", 0.0)
-        replacements += m.get("dataflex/prerollout/replacements", 0.0)
-        saved += m.get("dataflex/prerollout/tokens_saved_est", 0.0)
-        if n:
-            zv_through.append(zero)
+        for k in SUMS:
+            sums[k] += m.get(k, 0.0)
     ev = tr.evaluate()
     return {
+        "regime": regime,
         "arm": arm,
         "seed": seed,
         "steps": tr.step,
-        "effective": effective,
-        "tokens": tokens,
-        "tokens_per_effective": tokens / max(effective, 1.0),
-        "generate_s": gen_s,
-        "skipped": skipped,
-        "replacements": replacements,
-        "tokens_saved_est": saved,
-        "zero_variance_share": sum(zv_through) / max(len(zv_through), 1),
-        "initial_accuracy": initial,
-        "accuracy": ev["eval/mean/greedy"],
+        **{k.split("/")[-1]: v for k, v in sums.items()},
         **visits,
+        "sampled": ev["eval/mean/sampled"],
+        "greedy": ev["eval/mean/greedy"],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _signed(x: float) -> str:
+    return f"{x * 100:+.1f}%"
 
 
 def main() -> None:
     import numpy as np
 
-    from dataflex_rl.harness.statistics import stats
+    from dataflex_rl.harness.statistics.analysis import TOO_FEW, StatsOptions, analyze_summary
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
-    ap.add_argument(
-        "--effective",
-        type=int,
-        default=960,
-        help="effective (non-zero-advantage) groups each run trains on",
-    )
-    ap.add_argument("--train-size", type=int, default=64, help="training prompts per domain")
-    ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument(
-        "--factor",
-        type=float,
-        default=4.0,
-        help="candidate_factor of the greso arm (1.0: no replacements)",
-    )
-    ap.add_argument(
-        "--explore",
-        type=float,
-        default=None,
-        help="greso's initial exploration probability (default: greso's)",
-    )
-    ap.add_argument(
-        "--adapt-step",
-        type=float,
-        default=None,
-        help="greso's change of the exploration probability per step (default: greso's)",
-    )
-    ap.add_argument(
-        "--target", type=float, default=None, help="greso's target_zero_variance (default: greso's)"
-    )
-    ap.add_argument(
-        "--flat", action="store_true", help="greso compound=false: explore with p, not p ** run"
-    )
-    ap.add_argument(
-        "--policy",
-        choices=("greso", "thompson"),
-        default="greso",
-        help="the skip policy of the pre-rollout arm",
-    )
-    ap.add_argument(
-        "--band", type=float, nargs=2, default=(0.1, 0.9), help="thompson's low and high"
-    )
-    ap.add_argument("--discount", type=float, default=1.0, help="thompson's discount")
-    ap.add_argument("--history", type=int, default=4, help="prerollout history_size")
+    ap.add_argument("--tokens", type=int, default=150_000, help="generation cost of every arm")
+    ap.add_argument("--pool", type=int, default=2000, help="regime 1: prompts per domain")
+    ap.add_argument("--epoch-seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--epochs-pool", type=int, default=200, help="regime 2: prompts per domain")
+    ap.add_argument("--epochs-tokens", type=int, default=150_000)
+    ap.add_argument("--overdraw", type=int, default=21, help="dynamic sampling: prompts per step")
+    ap.add_argument("--factor", type=float, default=2.0, help="probe arm: candidate_factor")
+    ap.add_argument("--threshold", type=float, default=0.5, help="probe: skip threshold")
+    ap.add_argument("--layer", type=int, default=0, help="probe: representation layer")
+    ap.add_argument("--audit", type=float, default=0.1, help="probe: audit share")
+    ap.add_argument("--min-observed", type=int, default=128, help="probe: outcomes before skipping")
     ap.add_argument("--eval-per-domain", type=int, default=100)
-    ap.add_argument("--max-steps", type=int, default=600)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    skip = f"{args.policy}+difffilter"
-    arms = ("difffilter", skip)
-    jobs = [(arm, s, args) for s in args.seeds for arm in arms]
+    arms = _arms(args)
+    jobs = [
+        ("first", a, s, *arms[a], args.pool, args.tokens, args.eval_per_domain)
+        for s in args.seeds
+        for a in ("grpo", "dynamic", "probe")
+    ] + [
+        ("epochs", a, s, *arms[a], args.epochs_pool, args.epochs_tokens, args.eval_per_domain)
+        for s in args.epoch_seeds
+        for a in ("dynamic", "probe")
+    ]
     with mp.get_context("spawn").Pool(args.workers) as pool:
         runs = pool.map(_one, jobs)
-    by = {(r["arm"], r["seed"]): r for r in runs}
-    if args.policy == "greso":
-        knobs = (
-            f"explore_prob {args.explore or 'default'}, adapt_step "
-            f"{args.adapt_step or 'default'}, target_zero_variance "
-            f"{args.target or 'default'}{', flat' if args.flat else ''}"
-        )
-    else:
-        knobs = f"band {args.band[0]}..{args.band[1]}, discount {args.discount}"
+    by = {(r["regime"], r["arm"], r["seed"]): r for r in runs}
     print(
-        f"until {args.effective} effective groups; {args.prompts} prompts x G={args.group_size}"
-        f" per step; pool {args.train_size}/domain; {args.policy} arm: candidate_factor "
-        f"{args.factor}, history {args.history}, {knobs}"
+        f"equal generation cost: {args.tokens} tokens (first visits, pool {args.pool}/domain), "
+        f"{args.epochs_tokens} (epochs, pool {args.epochs_pool}/domain); G={GROUP}; plain GRPO "
+        f"{PROMPTS} prompts/step, dynamic sampling and probe {args.overdraw}; probe: layer "
+        f"{args.layer}, threshold {args.threshold}, audit {args.audit}, min_observed "
+        f"{args.min_observed}, candidate_factor {args.factor}, revisits greso"
     )
-    print(
-        f"{'seed':>4} {'arm':>20} {'steps':>5} {'eff':>4} {'tokens':>7} {'tok/eff':>7} "
-        f"{'gen s':>6} {'skip':>5} {'repl':>5} {'zv share':>8} {'acc':>13}"
+    head = (
+        f"{'regime':>6} {'arm':>8} {'seed':>4} {'steps':>5} {'cost':>7} {'probe':>6} "
+        f"{'eff':>5} {'tok/eff':>7} {'zv tok':>6} {'skip 1st':>8} {'skip rev':>8} "
+        f"{'audit':>5} {'fs':>4} {'sampled':>7} {'greedy':>6}"
     )
+    print(head)
     for r in runs:
+        tpe = r["generation_cost_tokens"] / max(r["groups_effective"], 1.0)
+        zv = r["tokens_zero_variance"] / max(r["tokens_generated"], 1.0)
         print(
-            f"{r['seed']:>4} {r['arm']:>20} {r['steps']:>5} {r['effective']:>4.0f} "
-            f"{r['tokens']:>7.0f} {r['tokens_per_effective']:>7.2f} {r['generate_s']:>6.1f} "
-            f"{r['skipped']:>5.0f} {r['replacements']:>5.0f} {r['zero_variance_share']:>8.3f} "
-            f"{r['initial_accuracy']:>6.3f}->{r['accuracy']:.3f}"
+            f"{r['regime']:>6} {r['arm']:>8} {r['seed']:>4} {r['steps']:>5} "
+            f"{r['generation_cost_tokens']:>7.0f} {r['probe_tokens']:>6.0f} "
+            f"{r['groups_effective']:>5.0f} {tpe:>7.2f} {zv:>6.3f} {r['skipped_first']:>8.0f} "
+            f"{r['skipped_revisit']:>8.0f} {r['audit_groups']:>5.0f} "
+            f"{r['audit_informative']:>4.0f} {r['sampled']:>7.3f} {r['greedy']:>6.3f}"
         )
-    ratio = np.array(
-        [
-            by[skip, s]["tokens_per_effective"] / by["difffilter", s]["tokens_per_effective"]
-            for s in args.seeds
-        ]
-    )
-    acc = np.array([by[skip, s]["accuracy"] - by["difffilter", s]["accuracy"] for s in args.seeds])
-    r_mean, r_lo, r_hi = stats.t_interval(ratio)
-    a_mean, a_lo, a_hi = stats.t_interval(acc)
-    p = stats.sign_flip_pvalue(acc)
-    print(
-        f"tokens per effective group, {args.policy} / baseline: {r_mean:.3f} "
-        f"(95% t CI {r_lo:.3f}..{r_hi:.3f}; per seed {np.round(ratio, 3).tolist()}) -> "
-        f"{(1 - r_mean) * 100:.1f}% fewer (target >= 30%)"
-    )
-    b_lo, b_hi = stats.bootstrap_interval(acc, np.random.default_rng(0))
-    moved = {
-        arm: float(
-            np.mean([by[arm, s]["accuracy"] - by[arm, s]["initial_accuracy"] for s in args.seeds])
+
+    def tpe(r):
+        return r["generation_cost_tokens"] / max(r["groups_effective"], 1.0)
+
+    def savings(regime, seeds):
+        ratio = np.array(
+            [tpe(by[regime, "probe", s]) / tpe(by[regime, "dynamic", s]) for s in seeds]
         )
-        for arm in arms
-    }
-    print(
-        f"held-out greedy accuracy, {args.policy} - baseline: {a_mean:+.3f} "
-        f"(95% t CI {a_lo:+.3f}..{a_hi:+.3f}, paired bootstrap {b_lo:+.3f}..{b_hi:+.3f}, "
-        f"sign-flip p={p:.3f}; per seed {np.round(acc, 3).tolist()}; smallest possible p "
-        f"with {len(acc)} seeds = {stats.min_pvalue(len(acc)):.2g}; minimum detectable "
-        f"difference {stats.mde_paired(float(np.std(acc, ddof=1)), len(acc)):.3f})"
-    )
-    print(
-        "accuracy change from the shared start, mean over seeds: "
-        + ", ".join(f"{arm} {v:+.3f}" for arm, v in moved.items())
-    )
-    base = [by["difffilter", s] for s in args.seeds]
-    ceiling = np.array([b["revisit_zero_tokens"] / b["tokens"] for b in base])
-    first = np.array([b["first_zero_tokens"] / b["tokens"] for b in base])
-    print(
-        f"baseline tokens spent on zero-variance groups: revisits {ceiling.mean():.3f}, "
-        f"first visits {first.mean():.3f} -> a history-based skipper saves at most "
-        f"{ceiling.mean() * 100:.1f}% of tokens per effective group here "
-        f"({args.policy} reached {(1 - r_mean) / ceiling.mean() * 100:.0f}% of that)"
-    )
-    left = np.array(
-        [by[skip, s]["revisit_zero_tokens"] / by[skip, s]["tokens"] for s in args.seeds]
-    )
-    print(
-        f"{args.policy} arm: share of its tokens still spent on zero-variance revisits "
-        f"{left.mean():.3f} (baseline {ceiling.mean():.3f})"
-    )
-    gen = np.array(
-        [
-            by[skip, s]["generate_s"]
-            / by[skip, s]["effective"]
-            / (by["difffilter", s]["generate_s"] / by["difffilter", s]["effective"])
-            for s in args.seeds
-        ]
-    )
-    print(
-        f"generation seconds per effective group, {args.policy} / baseline: {gen.mean():.3f} "
-        f"(per seed {np.round(gen, 3).tolist()})"
-    )
+        dyn = [by[regime, "dynamic", s] for s in seeds]
+        ceiling = np.array([r["tokens_zero_variance"] / r["tokens_generated"] for r in dyn])
+        first = np.array([r["first_zero"] / r["tokens_generated"] for r in dyn])
+        revisit = np.array([r["revisit_zero"] / r["tokens_generated"] for r in dyn])
+        pr = [by[regime, "probe", s] for s in seeds]
+        audits = sum(r["audit_groups"] for r in pr)
+        fs = sum(r["audit_informative"] for r in pr) / audits if audits else float("nan")
+        return 1 - ratio, ceiling, first, revisit, fs, audits, pr
+
+    out = {}
+    for regime, seeds in (("first", args.seeds), ("epochs", args.epoch_seeds)):
+        if not seeds:
+            continue
+        saved, ceiling, first, revisit, fs, audits, pr = savings(regime, seeds)
+        skipped_first = sum(r["skipped_first"] for r in pr)
+        skipped_rev = sum(r["skipped_revisit"] for r in pr)
+        print(
+            f"[{regime}] tokens per effective group, probe vs dynamic sampling: "
+            f"{_signed(-saved.mean())} (per seed {np.round(-saved * 100, 1).tolist()}); ceiling "
+            f"-{_pct(ceiling.mean())} (zero-variance tokens of dynamic sampling: first visits "
+            f"{_pct(first.mean())}, revisits {_pct(revisit.mean())}); reached "
+            f"{saved.mean() / ceiling.mean() * 100:.0f}% of the ceiling; false-skip {_pct(fs)} "
+            f"({audits:.0f} audited groups); skipped plain-batch prompts: first visits "
+            f"{skipped_first:.0f}, revisits {skipped_rev:.0f}"
+        )
+        out[regime] = (saved.mean(), ceiling.mean(), fs)
+    seeds = [str(s) for s in args.seeds]
+    methods = ["grpo", "dynamic", "probe"]
+    verdict = "n/a"
+    for metric in ("sampled", "greedy"):
+        matrix = np.array([[by["first", m, int(s)][metric] for s in seeds] for m in methods])
+        res = analyze_summary("mean", "average", methods, matrix, "grpo", StatsOptions())
+        parts = []
+        for c in res.comparisons:
+            parts.append(
+                f"{c.method} {c.delta:+.3f} (p_holm {c.p_holm:.3f}, {c.verdict}; MDE {c.mde:.3f})"
+            )
+            if c.method == "probe" and metric == "sampled":
+                verdict = c.verdict if c.verdict_possible else f"{TOO_FEW} ({c.n_pairs})"
+        means = ", ".join(f"{m} {matrix[i].mean():.3f}" for i, m in enumerate(methods))
+        print(
+            f"[first] held-out {metric} accuracy at equal cost: {means}; vs grpo: "
+            + "; ".join(parts)
+        )
     print(f"wall {time.perf_counter() - t0:.0f}s")
+    saved, ceiling, fs = out["first"]
+    print(
+        f"first visits: tokens per effective group {_signed(-saved)} vs dynamic sampling (ceiling "
+        f"-{_pct(ceiling)}), false-skip {_pct(fs)}, accuracy at equal tokens vs plain GRPO: "
+        f"{verdict}"
+    )
 
 
 if __name__ == "__main__":

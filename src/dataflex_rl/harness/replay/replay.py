@@ -248,6 +248,13 @@ def read_log(path: str | Path) -> DecisionLogData:
 def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
     """What this strategy reads that the log holds only approximately, and the flag to set."""
     notes = []
+    if strategy.feature_layer is not None:
+        name = strategy.spec.prerollout.actuator.name
+        notes.append(
+            f"prerollout: {name} reads the policy's prompt representation, which the log does "
+            "not hold: its skip decisions are not replayed (its skipped shares read 0); "
+            "its decisions are in the run's metrics (dataflex/prerollout/*)"
+        )
     full = bool(log.settings.get("full_tokens"))
     c = log.columns
     for mech, (scorer, actuator) in strategy.parts.items():
@@ -420,6 +427,8 @@ def _skipped_groups(st: Strategy, batch: RolloutBatch, gen: torch.Generator) -> 
     """[G] bool: groups whose prompt the pre-rollout policy would not have generated."""
     G = batch.num_groups
     if "prerollout" not in st.parts or batch.prompt_keys is None or G == 0:
+        return None
+    if st.feature_layer is not None:  # the log holds no prompt representations
         return None
     first = torch.full((G,), batch.batch_size, dtype=torch.int64).scatter_reduce_(
         0, batch.group_ids, torch.arange(batch.batch_size), "amin"
