@@ -4,9 +4,6 @@ TRL and verl (the same warm-started policy, the same tasks and verifiers)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-
-from dataflex_rl.core.registry import ConfigError
 
 EXPORT_HELP = "write the engine's policy and tasks for TRL and verl (Hugging Face / verl formats)"
 EXPORT_DESCRIPTION = """\
@@ -73,30 +70,14 @@ def policy_main(args: argparse.Namespace) -> int:
 
 def tasks_main(args: argparse.Namespace) -> int:
     """Run ``dataflex-rl export tasks``."""
-    from dataflex_rl.engine.config import default_difficulty, load_config
-    from dataflex_rl.engine.trainer import tasks_from_config
-    from dataflex_rl.tasks.export import export_tasks
+    from dataflex_rl.engine.config import load_config
+    from dataflex_rl.engine.export import export_engine_tasks
 
     source, overrides = args.config, list(getattr(args, "overrides", None) or ())
     if source is not None and "=" in source and not source.endswith((".yaml", ".yml")):
         source, overrides = None, [source, *overrides]  # no CONFIG, only KEY=VALUE
-    config = load_config(source, dotted=overrides)
-    t = config.tasks
-    if t.source != "generated":
-        raise ConfigError(
-            f"export tasks: tasks.source is {t.source!r}; only generated tasks are exported "
-            "(files are already a dataset: give them to TRL or verl as they are)"
-        )
-    settings = dataclasses.asdict(t)
-    if t.difficulty is None:
-        settings["difficulty"] = default_difficulty(t.domains)
-    settings["eval_per_domain"] = config.eval.per_domain
-    manifest = export_tasks(
-        tasks_from_config(config),
-        args.out,
-        eval_per_domain=config.eval.per_domain,
-        settings=settings,
-        force=args.force,
+    manifest = export_engine_tasks(
+        load_config(source, dotted=overrides), args.out, force=args.force
     )
     rows = manifest["rows"]
     print(f"wrote {args.out}: {', '.join(manifest['domains'])}")

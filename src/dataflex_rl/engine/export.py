@@ -79,3 +79,38 @@ def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> 
     manifest["export"] = entry
     (target / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
     return entry
+
+
+def export_engine_tasks(config, out: str | Path, *, force: bool = False) -> dict[str, Any]:
+    """Write the tasks an engine config makes (its ``tasks`` section, the first
+    ``eval.per_domain`` held-out problems) in verl's schema (``dataflex-rl export tasks``;
+    `dataflex_rl.tasks.export.export_tasks`) and return the manifest.
+
+    Raises:
+        ConfigError: the tasks are files already (only generated tasks are exported), or
+            ``out`` holds files and ``force`` is not set.
+    """
+    import dataclasses
+
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.engine.config import default_difficulty
+    from dataflex_rl.engine.trainer import tasks_from_config
+    from dataflex_rl.tasks.export import export_tasks
+
+    t = config.tasks
+    if t.source != "generated":
+        raise ConfigError(
+            f"export tasks: tasks.source is {t.source!r}; only generated tasks are exported "
+            "(files are already a dataset: give them to TRL or verl as they are)"
+        )
+    settings = dataclasses.asdict(t)
+    if t.difficulty is None:
+        settings["difficulty"] = default_difficulty(t.domains)
+    settings["eval_per_domain"] = config.eval.per_domain
+    return export_tasks(
+        tasks_from_config(config),
+        out,
+        eval_per_domain=config.eval.per_domain,
+        settings=settings,
+        force=force,
+    )

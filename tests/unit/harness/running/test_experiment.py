@@ -10,6 +10,14 @@ from dataflex_rl.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[4]
 EXPERIMENTS = sorted((ROOT / "configs" / "experiments").glob("*.yaml"))
+HOSTED = sorted((ROOT / "examples" / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", HOSTED, ids=lambda p: p.name)
+def test_shipped_host_experiment_loads(path):
+    exp = load_experiment(path)
+    assert exp.host != "engine" and exp.baseline in exp.labels
+    assert exp.domains and exp.host_module.run_config(exp, {})
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)

@@ -40,6 +40,7 @@ from dataflex_rl.core.registry import ConfigError, suggest
 #: host name -> the module describing it to the harness
 HOSTS = {
     "engine": "dataflex_rl.harness.running.hosts.engine",
+    "trl": "dataflex_rl.harness.running.hosts.trl",
 }
 #: the experiment sections of every host but the engine's (``trl:``, ``verl:``), including
 #: hosts not registered here yet, so a file naming one gets a clear error, not "unknown key"
