@@ -58,12 +58,12 @@ def write_experiment(folder: Path, exports: Path, **top) -> Path:
     return path
 
 
-def compare(exp: Path, out: Path, wait: bool = True):
+def compare(exp: Path, out: Path, wait: bool = True, path: tuple[str, ...] = ()):
     if not HARNESS.exists():
         pytest.skip(f"{HARNESS} missing (bash scripts/setup.sh creates the main venv)")
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
     }
@@ -214,3 +214,26 @@ def test_check_settings_names_the_key():
     recompute = {"name": "r", "select": {"preset": "difffilter", "recompute_advantages": True}}
     with pytest.raises(ConfigError, match=r"trl\.grpo: strategy 'r' does not fit: .*recompute"):
         check_settings(settings, "x:y", strategies=[recompute])
+
+
+def test_a_strategy_yaml_with_user_components_runs_on_trl(paired, tmp_path):
+    """examples/custom_strategy: the user's scorer and actuator (module:attr from their own
+    module on PYTHONPATH) in a strategy YAML, in a TRL run, as in the engine."""
+    folder, _, _ = paired
+    custom = ROOT / "examples" / "custom_strategy"
+    exp = write_experiment(
+        tmp_path,
+        folder / "exported",
+        strategies=[str(custom / "strategy.yaml")],
+        baseline="strategy",
+        seeds=[0],
+        budget={"steps": 2, "prompts_per_step": 2, "samples_per_prompt": 4},
+    )
+    out = tmp_path / "out"
+    compare(exp, out, path=(str(custom),))
+    run = out / "runs" / "strategy" / "seed0"
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if "dataflex/select/active" in r]
+    assert len(train) == 2 and all(r["dataflex/select/active"] == 1.0 for r in train)
+    assert all("dataflex/weight_std" in r for r in train)  # the reweighter acted too
+    assert json.loads((run / "done.json").read_text())["status"] == "done"

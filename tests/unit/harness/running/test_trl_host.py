@@ -207,3 +207,22 @@ def test_no_trainer_state_is_an_error(tmp_path):
 def test_python_is_absolute(tmp_path):
     exp = parse_experiment(experiment(tmp_path, python=sys.executable))
     assert host.python(exp) == sys.executable
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("host=verl", "override host=verl: must be one of 'engine', 'trl'"),
+        ("trl.noise_stream=x", "trl.noise_stream"),
+        ("trl.python=/no/such/python", "trl.python: /no/such/python does not exist"),
+    ],
+)
+def test_compare_refuses_before_any_run(tmp_path, capsys, override, message):
+    from dataflex_rl.cli import main
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(json.dumps(experiment(tmp_path)))  # JSON is YAML
+    out = tmp_path / "out"
+    assert main(["compare", str(exp), override, "--out", str(out), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (out / "runs").exists() and not (tmp_path / "exported").exists()
