@@ -53,40 +53,42 @@ def build_model(out: Path) -> Path:
     return out
 
 
-def build_dataset(path: Path, rows: list[tuple[str, int]]) -> Path:
-    """One verl-schema row per (domain, solved_by): the script of `verl_fake_rollout`."""
+def build_dataset(path: Path, rows: list[tuple]) -> Path:
+    """One verl-schema row per (domain, solved_by[, solved_from]): the script of
+    `verl_fake_rollout` (solved_from: the first step it is answered as solved_by says, 0)."""
     import pandas as pd
 
     records = [
         {
-            "prompt": [{"role": "user", "content": f"{domain} question {i}"}],
-            "data_source": domain,
-            "domain": domain,
+            "prompt": [{"role": "user", "content": f"{row[0]} question {i}"}],
+            "data_source": row[0],
+            "domain": row[0],
             "reward_model": {"style": "rule", "ground_truth": str(i % 10)},
-            "extra_info": {"index": i, "solved_by": solved_by},
+            "extra_info": {
+                "index": i,
+                "solved_by": row[1],
+                "solved_from": row[2] if len(row) > 2 else 0,
+            },
         }
-        for i, (domain, solved_by) in enumerate(rows)
+        for i, row in enumerate(rows)
     ]
     pd.DataFrame(records).to_parquet(path)
     return path
 
 
-def overrides(work: Path, data: Path, model: Path, steps: int, extra: list[str]) -> list[str]:
+def base_overrides(work: Path) -> list[str]:
+    """The settings of every CPU run that are not the run's own (seeds, files, budget, output):
+    the tiny model on CPU, scripted generation (`verl_fake_rollout`), one fake GPU."""
     loops = work / "agent_loops.yaml"
     loops.write_text(
         "- name: scripted\n  _target_: tests.hosts.verl_fake_rollout.ScriptedAgentLoop\n"
     )
     return [
         "algorithm.adv_estimator=grpo",
-        "trainer.v1.trainer_mode=dataflex",
-        f"data.train_files={data}",
-        f"data.val_files={data}",
-        "data.train_batch_size=4",
         "data.max_prompt_length=64",
         "data.max_response_length=16",
         "data.dataloader_num_workers=0",
         "data.shuffle=false",
-        f"actor_rollout_ref.model.path={model}",
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
@@ -96,7 +98,6 @@ def overrides(work: Path, data: Path, model: Path, steps: int, extra: list[str])
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.rollout.name=cpu_test",
-        "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.nnodes=1",  # no hybrid replicas: "standalone", unused
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
@@ -107,16 +108,41 @@ def overrides(work: Path, data: Path, model: Path, steps: int, extra: list[str])
         "reward.num_workers=1",
         "trainer.n_gpus_per_node=1",
         "trainer.nnodes=1",
+        "trainer.project_name=dataflex_e2e",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "ray_kwargs.ray_init.num_cpus=32",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+
+
+#: environment of every CPU run (VERL_USE_EXTERNAL_MODULES: the shims, in every process)
+CPU_ENV = {
+    "VERL_PLATFORM": "cpu",
+    "VERL_ENGINE_DEVICE": "cuda",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_NUM_THREADS": "1",
+    "RAY_DEDUP_LOGS": "0",
+    "WANDB_MODE": "disabled",
+    "HYDRA_FULL_ERROR": "1",
+}
+SHIMS = "tests.hosts.verl_cpu_shims"
+
+
+def overrides(work: Path, data: Path, model: Path, steps: int, extra: list[str]) -> list[str]:
+    return [
+        *base_overrides(work),
+        "trainer.v1.trainer_mode=dataflex",
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        "data.train_batch_size=4",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.rollout.n=4",
         "trainer.logger=[console,file]",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
         f"trainer.default_local_dir={work / 'ckpt'}",
-        "trainer.project_name=dataflex_e2e",
         "trainer.experiment_name=run",
-        "+ray_kwargs.ray_init.num_gpus=1",
-        "ray_kwargs.ray_init.num_cpus=32",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "+dataflex.poll_interval=0.1",
         *extra,
     ]
@@ -137,17 +163,11 @@ def run(
     metrics_path = work / f"metrics_{tag}.jsonl"
     env = {
         **os.environ,
+        **CPU_ENV,
         "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        "VERL_PLATFORM": "cpu",
-        "VERL_ENGINE_DEVICE": "cuda",
-        "VERL_USE_EXTERNAL_MODULES": "tests.hosts.verl_cpu_shims",
+        "VERL_USE_EXTERNAL_MODULES": SHIMS,
         "VERL_FILE_LOGGER_PATH": str(metrics_path),
         "DATAFLEX_TEST_RECORD": str(record),
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "RAY_DEDUP_LOGS": "0",
-        "WANDB_MODE": "disabled",
-        "HYDRA_FULL_ERROR": "1",
         "RAY_ADDRESS": "local",
     }  # a fresh cluster even if the test process runs one
     cmd = [

@@ -1,8 +1,10 @@
 """Test-only stand-in for generation: a scripted agent loop and its rule reward.
 
 Each dataset row says in ``extra_info.solved_by`` how many of its ``rollout.n`` sessions answer
-correctly: session ``s`` answers ``ground_truth`` when ``s < solved_by``, else ``"x"``. So every
-group's solve rate is fixed by the data, and the tests know which groups a strategy keeps.
+correctly: session ``s`` answers ``ground_truth`` when ``s < solved_by``, else ``"x"``; a row with
+``extra_info.solved_from = k`` is answered so only from verl's step ``k`` on (validation at step
+``k`` included). So every group's solve rate is fixed by the data and the step, and the tests
+know which groups a strategy keeps and what each validation measures.
 Rollout log-probs are a fixed function of the prompt and position, so verl's rollout
 correction has something to correct. Tiny and deterministic; no model is run here.
 """
@@ -24,11 +26,12 @@ class ScriptedAgentLoop(AgentLoopBase):
         )
         info = kwargs.get("extra_info") or {}
         truth = str(kwargs["reward_model"]["ground_truth"])
-        answer = truth if int(kwargs["session_id"]) < int(info.get("solved_by", 0)) else "x"
+        step = int(kwargs["global_steps"])  # weights version, as verl's LLM client records it
+        solved = int(kwargs["session_id"]) < int(info.get("solved_by", 0))
+        answer = truth if solved and step >= int(info.get("solved_from", 0)) else "x"
         response_ids = self.tokenizer.encode(f"{answer} ok") + [self.tokenizer.eos_token_id]
         seed = hashlib.sha256(messages[-1]["content"].encode()).digest()
         logprobs = [-0.2 - (seed[i % len(seed)] / 255.0) for i in range(len(response_ids))]
-        step = int(kwargs["global_steps"])  # weights version, as verl's LLM client records it
         return AgentLoopOutput(
             prompt_ids=list(prompt_ids),
             response_ids=response_ids,

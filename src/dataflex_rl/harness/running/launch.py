@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dataflex_rl.core.process import die_with_starter
+
 #: ``argv[0]`` meaning the Python interpreter of the process that starts the launch (on a
 #: cluster node: the node's own, not the driver's path)
 PYTHON = "python"
@@ -64,23 +66,6 @@ def print_record(record: dict) -> None:
     sys.stdout.flush()
 
 
-#: run by the launched process's interpreter before it becomes the run (``execvp``): die
-#: with its starter (Linux's parent-death signal survives exec), or exit at once if the starter
-#: is already gone. An exec wrapper, not ``preexec_fn``: a Ray worker has threads, and code
-#: run between fork and exec there can deadlock.
-DIE_WITH_STARTER = """\
-import ctypes, os, signal, sys
-if sys.platform.startswith("linux"):
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-if os.getppid() != int(sys.argv[1]):
-    os._exit(1)
-os.execvp(sys.argv[2], sys.argv[2:])
-"""
-
-
 def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) -> dict:
     """Start ``launch`` as a child process in a session of its own, wait for it, and return the
     record it printed (or a failure record with its exit status and the end of its stderr).
@@ -89,7 +74,7 @@ def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) ->
     whole process group is killed: no process of the run outlives it. ``on_start(pid)`` is
     called once the child runs."""
     argv = [sys.executable if launch.argv[0] == PYTHON else launch.argv[0], *launch.argv[1:]]
-    argv = [sys.executable, "-c", DIE_WITH_STARTER, str(os.getpid()), *argv]
+    argv = die_with_starter(argv)
     cwd = launch.cwd if launch.cwd and os.path.isdir(launch.cwd) else None
     if cwd is None:
         cwd = str(Path(launch.run_dir).parent)

@@ -31,6 +31,7 @@ connection is used and left open.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -53,11 +54,16 @@ PROBE_SECONDS = 120.0
 
 def run_task(launch: Launch):
     """The Ray task of one run (a streaming generator): ``("started", node id)``, then
-    ``("record", record)``."""
+    ``("record", record)``. The run's process gets ``RAY_ADDRESS`` = this cluster's, so a
+    run that is itself a Ray program (verl with ``verl.ray: join``) joins the cluster its task
+    runs on, wherever that is; one that starts its own Ray instance (``ray.init(address=
+    "local")``, verl's default here) is unaffected."""
     import ray
 
-    yield ("started", ray.get_runtime_context().get_node_id())
-    yield ("record", run_launch(launch))
+    context = ray.get_runtime_context()
+    env = {"RAY_ADDRESS": context.gcs_address, **launch.env}
+    yield ("started", context.get_node_id())
+    yield ("record", run_launch(dataclasses.replace(launch, env=env)))
 
 
 def probe_storage(path: str, token: str) -> str:

@@ -212,7 +212,7 @@ def test_python_is_absolute(tmp_path):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("host=verl", "override host=verl: must be one of 'engine', 'trl'"),
+        ("host=vrl", "override host=vrl: must be one of 'engine', 'trl', 'verl'"),
         ("trl.noise_stream=x", "trl.noise_stream"),
         ("trl.python=/no/such/python", "trl.python: /no/such/python does not exist"),
     ],

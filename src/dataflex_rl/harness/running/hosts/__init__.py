@@ -41,6 +41,7 @@ from dataflex_rl.core.registry import ConfigError, suggest
 HOSTS = {
     "engine": "dataflex_rl.harness.running.hosts.engine",
     "trl": "dataflex_rl.harness.running.hosts.trl",
+    "verl": "dataflex_rl.harness.running.hosts.verl",
 }
 #: the experiment sections of every host but the engine's (``trl:``, ``verl:``), including
 #: hosts not registered here yet, so a file naming one gets a clear error, not "unknown key"

@@ -1,0 +1,142 @@
+"""One verl run of ``compare``: ``python -m verl.trainer.main_ppo`` with the run's overrides.
+
+`run_training` is the verl host's training function (``host: verl`` in an experiment file);
+the harness calls it in the verl venv's Python (``verl.python``) and reads the results from
+the files it leaves in the run's folder::
+
+    dataflex_strategy.yaml      the arm's strategy (the expanded spec), read by the plugin
+    verl_metrics/attempt-N.jsonl  verl's file logger, one file per start (verl truncates its
+                                file when it opens it, so a resumed run writes the next one)
+    verl_log/attempt-N.txt      verl's stdout and stderr; attempt-N.json its command and env
+    ckpt/                       trainer.default_local_dir: verl's checkpoints (with the
+                                strategy state), the decision log
+
+The command is built by `settings.run_overrides` (module docstring there). verl runs as a
+child process of this Python, in its process group, and dies with it (`die_with_starter`):
+whoever stops this process (the harness's supervisor or Ray task, or a SIGKILL) stops verl,
+and with it the Ray instance verl started.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from dataflex_rl.core.io import atomic_write_json, atomic_write_text
+from dataflex_rl.core.process import die_with_starter
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.verl.settings import (
+    CKPT_DIR,
+    LATEST_FILE,
+    LOG_DIR,
+    METRICS_DIR,
+    STRATEGY_FILE,
+    command,
+    parse_settings,
+    run_env,
+    run_overrides,
+)
+
+#: characters of verl's output kept in the error of a failed run
+LOG_TAIL = 6000
+
+
+def checkpoint_step(out_dir: str | Path) -> int:
+    """The step of the newest checkpoint verl finished in the run's folder (0: none)."""
+    try:
+        return int((Path(out_dir) / CKPT_DIR / LATEST_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def attempts(out_dir: str | Path) -> list[Path]:
+    """The run's metrics files, oldest start first."""
+    d = Path(out_dir) / METRICS_DIR
+    files = d.glob("attempt-*.jsonl") if d.is_dir() else []
+    return sorted(files, key=lambda p: int(p.stem.split("-")[1]))
+
+
+def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool) -> dict:
+    """Train one run with verl (see the module docstring).
+
+    Args:
+        settings: the experiment's ``verl:`` section, with the experiment's budget and
+            evaluation keys and the arm's control overrides merged in (`VerlSettings`).
+        strategy: the arm's expanded strategy spec (a mapping; written to the run folder and
+            given to the plugin as ``dataflex.strategy``).
+        seed: the pairing seed (every verl seed: `settings.seed_overrides`).
+        out_dir: the run's folder.
+        resume: continue from verl's newest checkpoint in ``out_dir`` (none: from the start);
+            False starts over (this run's earlier files are removed).
+
+    Returns:
+        A summary: the attempt, the step it resumed from, wall seconds, the command.
+
+    Raises:
+        ConfigError: invalid settings, or no verl in this Python.
+        RuntimeError: verl failed (the end of its output in the message).
+    """
+    s = parse_settings(settings)
+    if importlib.util.find_spec("verl") is None:
+        raise ConfigError(
+            f"verl.python: {sys.executable} has no verl; set verl.python to the Python of a "
+            "venv with verl 0.9.x and dataflex-rl (bash scripts/setup_verl.sh makes .venv-verl)"
+        )
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        for sub in (CKPT_DIR, METRICS_DIR, LOG_DIR):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    step = checkpoint_step(out) if resume else 0
+    attempt = len(attempts(out)) + 1
+    strategy_file = out / STRATEGY_FILE
+    atomic_write_text(strategy_file, yaml.safe_dump(strategy, sort_keys=False))
+    cwd = os.getcwd()
+    env = run_env(s, cwd, os.environ.get("PYTHONPATH", ""))
+    overrides = run_overrides(
+        s,
+        seed=seed,
+        out_dir=out,
+        strategy_file=strategy_file,
+        name=f"{out.parent.name}-{out.name}",
+        resume=resume,
+        resume_step=step,
+        env=env,
+    )
+    argv = command(s, sys.executable, overrides)
+    metrics = out / METRICS_DIR / f"attempt-{attempt}.jsonl"
+    log = out / LOG_DIR / f"attempt-{attempt}.txt"
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env["VERL_FILE_LOGGER_PATH"] = str(metrics)
+    atomic_write_json(log.with_suffix(".json"), {"argv": argv, "env": env, "cwd": cwd})
+    t0 = time.perf_counter()
+    with open(log, "wb") as f:
+        code = subprocess.run(
+            die_with_starter(argv),
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        ).returncode
+    if code != 0:
+        tail = log.read_bytes()[-LOG_TAIL:].decode(errors="replace")
+        raise RuntimeError(f"verl exited with code {code} ({log}); its output ends:\n{tail}")
+    return {
+        "attempt": attempt,
+        "resumed_from_step": step,
+        "checkpoint_step": checkpoint_step(out),
+        "wall_seconds": time.perf_counter() - t0,
+        "command": " ".join(argv),
+        "log": str(log),
+        "metrics": str(metrics),
+        "settings": json.loads(json.dumps(settings, default=str)),
+    }

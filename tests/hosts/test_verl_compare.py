@@ -1,0 +1,181 @@
+"""``dataflex-rl compare`` on a verl experiment (``host: verl``), end to end on CPU.
+
+Each run is ``python -m verl.trainer.main_ppo`` (the real v1 sync pipeline, trainer mode
+``dataflex``) started by the verl host's training function in this venv's Python; only
+generation is scripted and the platform shimmed, through the experiment's own ``verl.modules``
+and ``verl.env`` (what a user with an agent loop or platform of their own sets too).
+
+2 arms x 2 seeds x 4 steps, validation and a checkpoint at every step. The scripted held-out
+answers change with the step (``solved_from``), so every results.csv cell is known by hand:
+
+    math  rows (solved_by, solved_from): (1,0) (1,0) (1,1) (1,2)  -> 2/4, 3/4, then 4/4
+    logic rows: (1,0) (0,0)                                       -> 1/2 at every step
+
+The first ``compare`` (local worker processes) is stopped (SIGTERM) once a run has saved its
+step-1 checkpoint; the rerun, through the Ray executor (a local cluster; each verl run starts
+its own Ray instance inside its task, ``verl.ray: own``), resumes the stopped runs from verl's
+checkpoints and runs the rest. About 6-8 minutes
+on 2 shared cores (each verl start costs 45-120 s there, a step about 2 s).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+
+from tests.hosts.verl_e2e_run import (  # noqa: E402
+    CPU_ENV,
+    ROOT,
+    SHIMS,
+    base_overrides,
+    build_dataset,
+    build_model,
+)
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 4
+EXPECTED = {("math", 0): 0.5, ("math", 1): 0.75} | {("math", s): 1.0 for s in range(2, STEPS + 1)}
+EXPECTED |= {("logic", s): 0.5 for s in range(STEPS + 1)}
+
+
+def experiment(work: Path) -> Path:
+    build_model(work / "model")
+    build_dataset(
+        work / "train.parquet", [("math", 1), ("logic", 4), ("math", 2), ("logic", 0)] * 2
+    )
+    build_dataset(
+        work / "val_math.parquet", [("math", 1, 0), ("math", 1, 0), ("math", 1, 1), ("math", 1, 2)]
+    )
+    build_dataset(work / "val_logic.parquet", [("logic", 1, 0), ("logic", 0, 0)])
+    exp = {
+        "name": "verl_cpu",
+        "host": "verl",
+        "strategies": ["baseline", "difffilter"],
+        "seeds": 2,
+        "budget": {"steps": STEPS, "prompts_per_step": 4, "samples_per_prompt": 4},
+        "evaluation": {"metric": "greedy", "every": 1},
+        "verl": {
+            "python": sys.executable,
+            "model": "model",  # relative: to this file's folder
+            "train_files": "train.parquet",
+            "val_files": ["val_math.parquet", "val_logic.parquet"],
+            "modules": [SHIMS],
+            "env": {**CPU_ENV, "PYTHONPATH": str(ROOT)},
+            "dataflex": {"poll_interval": 0.1},
+            "overrides": base_overrides(work),
+        },
+    }
+    path = work / "verl_cpu.yaml"
+    path.write_text(yaml.safe_dump(exp, sort_keys=False))
+    return path
+
+
+def compare(path: Path, out: Path, *extra: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dataflex_rl.cli",
+            "compare",
+            str(path),
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        cwd=path.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def verl_processes(root: Path) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(root) in line and "ps -eo" not in line]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    work = tmp_path_factory.mktemp("verl_compare")
+    path, out = experiment(work), work / "out"
+    first = compare(path, out)
+    ckpt = out / "runs" / "baseline" / "seed0" / "ckpt" / "latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + 400
+    while not ckpt.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ckpt.exists(), first.communicate()[0][-4000:]
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=60)
+    time.sleep(2)
+    left = verl_processes(out)
+    second = compare(path, out, "--executor", "ray")  # each run's own Ray inside a Ray task
+    log = second.communicate(timeout=900)[0]
+    assert second.returncode == 0, log[-6000:]
+    return out, left, log
+
+
+def test_results_are_read_from_verls_validation_at_every_step(study):
+    out, _, _ = study
+    rows = pd.read_csv(out / "results.csv")
+    got = {(r.method, r.seed, r.benchmark, r.step): r.score for r in rows.itertuples()}
+    want = {
+        (m, s, d, step): score
+        for m in ("baseline", "difffilter")
+        for s in (0, 1)
+        for (d, step), score in EXPECTED.items()
+    }
+    assert got == pytest.approx(want)
+    assert (out / "statistics.csv").is_file()
+    report = (out / "report.md").read_text()
+    assert "pairing check passed" in report
+    assert "data order (data.seed)" in report and "not paired by verl" in report
+
+
+def test_the_stopped_run_resumed_from_verls_checkpoint(study):
+    out, left, _ = study
+    assert left == [], "a verl process outlived the stopped compare"
+    run = out / "runs" / "baseline" / "seed0"
+    done = json.loads((run / "done.json").read_text())
+    assert done["resumed"] is True
+    attempts = sorted((run / "verl_metrics").glob("attempt-*.jsonl"))
+    assert len(attempts) == 2
+    resumed = [json.loads(x)["step"] for x in attempts[1].read_text().splitlines()]
+    assert 1 <= resumed[0] < STEPS and resumed[-1] == STEPS  # from a checkpoint mid-way
+    log = (run / "verl_log" / "attempt-2.txt").read_text()
+    assert "Resuming from" in log and "restored strategy state" in log
+
+
+def test_every_seed_is_set_and_the_strategy_reaches_verl(study):
+    out, _, _ = study
+    for method in ("baseline", "difffilter"):
+        for seed in (0, 1):
+            run = out / "runs" / method / f"seed{seed}"
+            argv = json.loads((run / "verl_log" / "attempt-1.json").read_text())["argv"]
+            assert f"data.seed={seed}" in argv
+            assert f"actor_rollout_ref.rollout.seed={seed}" in argv
+            assert f"++dataflex.seed={seed}" in argv
+            assert yaml.safe_load((run / "dataflex_strategy.yaml").read_text())["name"] == method
+    metrics = out / "runs" / "difffilter" / "seed1" / "verl_metrics" / "attempt-1.jsonl"
+    steps = [json.loads(x)["data"] for x in metrics.read_text().splitlines()]
+    # the strategy ran inside verl: its own metrics in verl's log
+    assert "dataflex/kept_response_fraction" in steps[1]
