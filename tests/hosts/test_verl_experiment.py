@@ -2,6 +2,7 @@
 (examples/experiments/verl_*.yaml) composed against verl 0.9.1's real config (an unknown or
 misspelled key fails), checked by the dataflex trainer, with the seeds where verl reads them."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,32 @@ def test_every_run_of_the_example_is_a_valid_verl_config(path, tmp_path):
         trainer = DataflexTrainer(config)  # the strategy and the dataflex block fit verl
         assert trainer.dataflex.seed == 1
         assert trainer._spec.name == run.method
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            "actor_rollout_ref.actor.ppo_mini_batch_sise=4",
+            "verl refuses a run of strategy baseline: ConfigCompositionException: Could not "
+            "override 'actor_rollout_ref.actor.ppo_mini_batch_sise'",
+        ),
+        (
+            "algorithm.adv_estimator=gae",  # difffilter's solve rate needs prompt groups
+            "verl refuses a run of strategy difffilter: ConfigError: ",
+        ),
+    ],
+)
+def test_a_run_verl_would_refuse_is_refused_before_any_run(tmp_path, extra, message):
+    import yaml
+
+    from dataflex_rl.core.registry import ConfigError
+    from tests.hosts.test_verl_compare import experiment
+
+    path = experiment(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["verl"]["overrides"].append(extra)
+    path.write_text(yaml.safe_dump(data))
+    exp = load_experiment(path)
+    with pytest.raises(ConfigError, match="verl: " + re.escape(message)):
+        exp.host_module.check(exp)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -36,6 +37,7 @@ from dataflex_rl.hosts.verl.settings import (
     VerlSettings,
     override_key,
     parse_settings,
+    run_env,
 )
 
 #: verl's per-data-source validation accuracy (the core variable's mean over n responses)
@@ -45,6 +47,8 @@ TRAIN_KEY = "training/global_step"
 SETUP = "bash scripts/setup_verl.sh"
 SETUP_HINT = f"{SETUP} makes .venv-verl (verl 0.9.1 and dataflex-rl)"
 TRAIN_FN = "dataflex_rl.hosts.verl.run:run_training"
+#: seconds verl's Python has to check every arm (imports verl, composes, builds no worker)
+CHECK_SECONDS = 300
 #: ray.init arguments a run that joins a running cluster must not pass
 JOIN_REFUSED = ("ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus")
 #: settings holding paths, resolved against the experiment file's folder where they exist there
@@ -327,11 +331,12 @@ def python(exp) -> str:
 
 
 def check(exp) -> None:
-    """Before any run: verl's Python (`check_python`), the model and data files, and the
-    resources a run's Ray mode needs."""
+    """Before any run: verl's Python (`check_python`), the model and data files, the
+    resources a run's Ray mode needs, and, in verl's Python, that verl composes every arm's
+    run and the dataflex trainer accepts it (`check_in_verl`)."""
     where = key_path(exp.path or exp.name, "verl")
     s = _settings(exp)
-    check_python(s.python, key_path(where, "python"))
+    python = check_python(s.python, key_path(where, "python"))
     if not Path(s.model).is_dir():
         raise ConfigError(f"{key_path(where, 'model')}: {s.model} is not a model directory")
     train = [s.train_files] if isinstance(s.train_files, str) else s.train_files
@@ -370,6 +375,36 @@ def check(exp) -> None:
             f"{key_path(exp.path or exp.name, 'resources.gpus_per_run')}: {gpus:g}, but "
             f"verl.overrides set trainer.n_gpus_per_node={per_node}: each run's own Ray "
             "instance sees only the GPUs the run holds"
+        )
+    check_in_verl(exp, python, where)
+
+
+def check_in_verl(exp, python: str, where: str) -> None:
+    """Every arm's run (seed 0) composed by Hydra against verl's config and given to the
+    dataflex trainer, in verl's Python (``python -m dataflex_rl.hosts.verl.check``): a key verl
+    does not have, or a strategy that does not fit verl's settings, is refused before any run."""
+    arms = [
+        {"label": e.label, "settings": run_config(exp, e.engine), "strategy": e.to_dict()}
+        for e in exp.strategies
+    ]
+    s = _settings(exp)
+    env = {**os.environ, **run_env(s, os.getcwd(), os.environ.get("PYTHONPATH", ""))}
+    try:
+        out = subprocess.run(
+            [python, "-m", "dataflex_rl.hosts.verl.check"],
+            input=json.dumps(arms),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=CHECK_SECONDS,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ConfigError(f"{where}: verl's check did not finish in {CHECK_SECONDS} s") from e
+    if out.returncode != 0:
+        lines = [x for x in out.stderr.splitlines() if x.strip()]
+        raise ConfigError(
+            f"{where}: verl refuses a run of strategy "
+            + (lines[-1] if lines else f"(exit {out.returncode}, no message)")
         )
 
 

@@ -158,3 +158,22 @@ def test_domains_are_the_val_files_data_sources_or_the_declared_ones(tmp_path, m
     monkeypatch.setattr(host, "check_python", lambda python, where="": python)
     with pytest.raises(ConfigError, match=r"verl\.domains: \['logic', 'math'\] are not the data"):
         host.check(exp)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("verl.python=/no/such/python", "verl.python: /no/such/python does not exist"),
+        ("verl.lr=x", "override verl.lr=x: expected float"),
+        ("verl.overrides=[trainer.save_freq=3]", "trainer.save_freq is set by each run"),
+    ],
+)
+def test_compare_refuses_a_verl_experiment_before_any_run(tmp_path, capsys, override, message):
+    from dataflex_rl.cli import main
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment(tmp_path)))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), override, "--out", str(out), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (out / "runs").exists()

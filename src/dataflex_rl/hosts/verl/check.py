@@ -1,0 +1,83 @@
+"""``python -m dataflex_rl.hosts.verl.check``: does verl accept each arm's run, before any run?
+
+Run by the harness (harness/running/hosts/verl.py: ``check``) in ``verl.python`` with a JSON
+list of arms on stdin, ``[{"label", "settings", "strategy"}, ...]``. For each arm it composes the
+command line a run of seed 0 would get (`settings.run_overrides`) with Hydra against verl's
+config (``verl.config`` or verl's ``ppo_trainer``): a misspelled or unknown key fails here, as
+it would in every run; then it builds the ``dataflex`` trainer from that config, which checks
+the strategy and the dataflex block against verl's settings (a group scorer under a non-group
+estimator, ``bypass_mode`` with weights, ...). Nothing is started: no Ray, no worker, no model.
+
+Exit status 0 when every arm passes; 2 with one line on stderr, ``<label>: <what verl said>``,
+at the first that does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from dataflex_rl.hosts.verl.settings import parse_settings, run_env, run_overrides
+
+
+def compose_run(settings: dict, strategy: dict, work: Path):
+    """verl's composed config of a seed-0 run of these settings and strategy (in ``work``)."""
+    from hydra import compose, initialize_config_dir
+
+    s = parse_settings(settings)
+    work.mkdir(parents=True, exist_ok=True)
+    strategy_file = work / "dataflex_strategy.yaml"
+    strategy_file.write_text(yaml.safe_dump(strategy, sort_keys=False))
+    env = run_env(s, os.getcwd(), os.environ.get("PYTHONPATH", ""))
+    overrides = run_overrides(
+        s,
+        seed=0,
+        out_dir=work,
+        strategy_file=strategy_file,
+        name="check",
+        resume=False,
+        resume_step=0,
+        env=env,
+    )
+    if s.config:
+        config_dir, name = str(Path(s.config).resolve().parent), Path(s.config).stem
+    else:
+        import verl
+
+        config_dir, name = str(Path(verl.__file__).parent / "trainer" / "config"), "ppo_trainer"
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name=name, overrides=overrides)
+
+
+def check_arm(settings: dict, strategy: dict, work: Path) -> None:
+    """Compose the arm's run and build the dataflex trainer from it; raises what verl or the
+    plugin raises."""
+    from dataflex_rl.hosts.verl.trainer import DataflexTrainer
+
+    DataflexTrainer(compose_run(settings, strategy, work))
+
+
+def _message(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return f"{type(e).__name__}: {' '.join(lines[:3])}" if lines else type(e).__name__
+
+
+def main() -> int:
+    arms = json.loads(sys.stdin.read())
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, arm in enumerate(arms):
+            try:
+                check_arm(arm["settings"], arm["strategy"], Path(tmp) / str(i))
+            except Exception as e:  # noqa: BLE001  (reported on one line, named by the arm)
+                print(f"{arm['label']}: {_message(e)}", file=sys.stderr)
+                return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
