@@ -104,3 +104,36 @@ tracking: {backends: [tensorboard, wandb, mlflow]}
     assert "4 finished (4 skipped as already done), 0 failed" in capsys.readouterr().out
     assert done.stat().st_mtime_ns == stamp
     assert json.loads(done.read_text())["status"] == "done"
+
+
+def test_compare_at_equal_generation_cost(tmp_path):
+    exp = tmp_path / "cost.yaml"
+    exp.write_text("""\
+name: cost
+strategies: [baseline, difffilter]
+seeds: 2
+engine: {policy: tiny}
+# each run stops once it has generated 150 tokens (steps: at most 50)
+budget: {steps: 50, generated_tokens: 150, prompts_per_step: 3, samples_per_prompt: 2}
+evaluation: {every: 1, per_domain: 4}
+statistics: {n_boot: 500}
+""")
+    out = tmp_path / "out"
+    assert run_cli(["compare", str(exp), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
+    for run in sorted((out / "runs").glob("*/seed*")):
+        train = [json.loads(x) for x in (run / "metrics.jsonl").open() if '"kind": "train"' in x]
+        totals = [r["engine/generation_cost_tokens_total"] for r in train]
+        assert totals[-1] >= 150 and (len(totals) == 1 or totals[-2] < 150), run
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    # every checkpoint's cost is in results.csv: 0 at step 0, the run's total at its end
+    assert {float(r["generated_tokens"]) for r in rows if r["step"] == "0"} == {0.0}
+    last = {}
+    for r in rows:
+        key = (r["method"], r["seed"])
+        if int(r["step"]) >= int(last.get(key, r)["step"]):
+            last[key] = r
+    assert len(last) == 4 and all(float(r["generated_tokens"]) >= 150 for r in last.values())
+    report = (out / "report.md").read_text()
+    assert "each run stopped at 150 generated tokens" in report
+    assert "## Accuracy against generated tokens" in report
+    assert (out / "plots" / "accuracy_vs_tokens.png").is_file()

@@ -41,6 +41,11 @@ VERDICT_STYLE = {
 FIGURES = {
     "forest": ("forest", "Forest plot", "paired deltas against the baseline per summary"),
     "curves": ("curves", "Learning curves", "mean held-out score per method and checkpoint"),
+    "tokens": (
+        "tokens",
+        "Accuracy against generated tokens",
+        "mean held-out score per method against the generation cost spent",
+    ),
     "profiles": ("profiles", "Performance profiles", "fraction of scores above each threshold"),
     "proportions": ("proportions", "Domain proportions", "mixers' domain proportions per step"),
 }
@@ -225,8 +230,9 @@ def sections(
     if "forest" in figures:
         out.append(_section("forest", FIGURES["forest"][1], _figure("forest", figures, out_dir)))
     out += [table_section(x) for x in extra]
-    if "curves" in figures:
-        out.append(_section("curves", FIGURES["curves"][1], _figure("curves", figures, out_dir)))
+    for key in ("curves", "tokens"):
+        if key in figures:
+            out.append(_section(key, FIGURES[key][1], _figure(key, figures, out_dir)))
     if len(a.summaries) > 1:
         body = "".join(
             f"<h3>{html.escape(x.name)}</h3>"

@@ -113,13 +113,17 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     return _save(fig, path)
 
 
-def learning_curves(a: Analysis, path: str | Path, fmt: Fmt) -> Path | None:
+def learning_curves(
+    a: Analysis, path: str | Path, fmt: Fmt, by_tokens: bool = False
+) -> Path | None:
     """Mean score over seeds per method, one panel per benchmark plus the average; shaded ± SE
-    (`Analysis.curves`). Returns None without curves (final scores only)."""
-    if not a.curves:
+    (`Analysis.curves`; with ``by_tokens`` against generated tokens, `Analysis.token_curves`).
+    Returns None without curves (final scores only)."""
+    curves = a.token_curves if by_tokens else a.curves
+    if not curves:
         return None
-    fig, axes, ncols = _panels(len(a.curves))
-    for i, (ax, (panel, by_method)) in enumerate(zip(axes, a.curves.items())):
+    fig, axes, ncols = _panels(len(curves))
+    for i, (ax, (panel, by_method)) in enumerate(zip(axes, curves.items())):
         for k, m in enumerate(a.methods):
             if m not in by_method:
                 continue
@@ -128,7 +132,7 @@ def learning_curves(a: Analysis, path: str | Path, fmt: Fmt) -> Path | None:
             (line,) = ax.plot(c.steps, mean, lw=1.2, label=m, **_method_style(k))
             ax.fill_between(c.steps, mean - se, mean + se, color=line.get_color(), alpha=0.12)
         ax.set_title(panel)
-        ax.set_xlabel("step")
+        ax.set_xlabel("generated tokens (generation cost)" if by_tokens else "step")
         if i % ncols == 0:
             ax.set_ylabel("held-out score" + (f" ({fmt.unit})" if fmt.unit else ""))
     axes[-1].legend(fontsize=6, frameon=False, ncol=2)

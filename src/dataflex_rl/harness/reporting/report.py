@@ -167,7 +167,11 @@ def render_markdown(
             *(f"- {t}" for t in narrative.ranking_sentences(a) + narrative.sign_changes(a)),
             "",
         ]
-    for key, title in (("curves", "Learning curves"), ("proportions", "Domain proportions")):
+    for key, title in (
+        ("curves", "Learning curves"),
+        ("tokens", "Accuracy against generated tokens (equal generation cost)"),
+        ("proportions", "Domain proportions"),
+    ):
         if key in plot_files:
             md += [f"## {title}", "", f"![{key}]({plot_files[key].relative_to(out_dir)})", ""]
     if inputs.failures:
@@ -321,7 +325,7 @@ class ReportParts:
     Args:
         analysis: the `Analysis` (every number the report prints).
         fmt: how scores are shown.
-        plots: plot name (forest, curves, proportions, profiles) -> PNG written.
+        plots: plot name (forest, curves, tokens, proportions, profiles) -> PNG written.
         inputs: the `ReportInputs`.
         out: the report's folder.
         prov: what produced the report (`provenance.current`).
@@ -364,6 +368,11 @@ def report_parts(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> Repo
         curves = plots.learning_curves(a, out / "plots" / "learning_curves.png", fmt)
         if curves is not None:
             files["curves"] = curves
+        tokens = plots.learning_curves(
+            a, out / "plots" / "accuracy_vs_tokens.png", fmt, by_tokens=True
+        )
+        if tokens is not None:
+            files["tokens"] = tokens
         props = plots.proportion_traces(a.traces, out / "plots" / "proportions.png")
         if props is not None:
             files["proportions"] = props

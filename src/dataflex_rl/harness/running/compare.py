@@ -44,14 +44,24 @@ class CompareResult:
     report: ReportParts | None = None
 
 
-def result_rows(execution: Execution, domains: list[str], metric: str) -> list[Row]:
-    """One row per finished run × domain × evaluation checkpoint; ``score`` is ``metric``."""
+#: results.csv column of a checkpoint's generation cost so far (`curves.token_curves`)
+GENERATED_TOKENS = "generated_tokens"
+
+
+def result_rows(
+    execution: Execution, domains: list[str], metric: str, tokens: bool = False
+) -> list[Row]:
+    """One row per finished run × domain × evaluation checkpoint; ``score`` is ``metric``;
+    with ``tokens`` (an experiment with ``budget.generated_tokens``) each row also carries its
+    checkpoint's generation cost (`GENERATED_TOKENS`, for the accuracy-vs-tokens curves)."""
     rows = []
     for r in execution.done:
         for e in r["evals"]:
             for d in domains:
                 name = metric_domain(d)
                 extra = {k: e[f"{name}/{k}"] for k in ("greedy", "sampled") if f"{name}/{k}" in e}
+                if tokens and "tokens" in e:
+                    extra[GENERATED_TOKENS] = e["tokens"]
                 if metric in extra:
                     rows.append(
                         Row(
@@ -214,7 +224,9 @@ def run_compare(
     prepare_store(tracking)  # the shared MLflow database, before the workers open it
     execution = execute(runs, workers, progress, executor=executor)
     domains = exp.domains
-    rows = result_rows(execution, domains, exp.evaluation.metric)
+    rows = result_rows(
+        execution, domains, exp.evaluation.metric, exp.budget.generated_tokens is not None
+    )
     write_results_csv(rows, out / "results.csv")
     props = proportion_rows(execution)
     write_proportions_csv(props, out / "proportions.csv")

@@ -49,7 +49,16 @@ from dataflex_rl.tracking import TrackingConfig
 class Budget(Checked):
     """Training budget of every run."""
 
-    steps: int = param(100, "GRPO steps per run", ge=0)
+    steps: int = param(
+        100, "GRPO steps per run (with generated_tokens: the most steps per run)", ge=0
+    )
+    generated_tokens: int | None = param(
+        None,
+        "stop each run once its generation cost reaches this many tokens (response tokens, "
+        "screens and audits included, plus a skip policy's forward passes), so strategies "
+        "that save generation are compared at equal cost; null: steps only (engine host)",
+        ge=1,
+    )
     prompts_per_step: int = param(16, "prompts (groups) per step", ge=1)
     samples_per_prompt: int = param(8, "G: sampled responses per prompt", ge=2)
 
@@ -191,6 +200,8 @@ class Experiment:
         data = merge_overrides(self.engine, overrides or {})
         b, e = self.budget, self.evaluation
         data["steps"] = b.steps
+        if b.generated_tokens is not None:
+            data["generated_tokens"] = b.generated_tokens
         data.setdefault("grpo", {}).update(
             prompts_per_step=b.prompts_per_step, group_size=b.samples_per_prompt
         )

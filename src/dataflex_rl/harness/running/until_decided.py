@@ -259,7 +259,9 @@ def _rounds(
             cells=cells,
             executor=executor,
         )
-        rows = result_rows(res.execution, domains, exp.evaluation.metric)
+        rows = result_rows(
+            res.execution, domains, exp.evaluation.metric, exp.budget.generated_tokens is not None
+        )
         diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
         verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
         verdicts.update(frozen)

@@ -48,7 +48,13 @@ from dataflex_rl.harness.statistics.aggregates import (
     method_aggregates,
     profiles,
 )
-from dataflex_rl.harness.statistics.curves import Curve, Trace, learning_curves, proportion_traces
+from dataflex_rl.harness.statistics.curves import (
+    Curve,
+    Trace,
+    learning_curves,
+    proportion_traces,
+    token_curves,
+)
 from dataflex_rl.harness.statistics.power import SeedAdvice, seed_advice
 from dataflex_rl.harness.statistics.results import (
     Row,
@@ -197,6 +203,9 @@ class Analysis:
     profiles: Profiles | None = None
     #: panel -> method -> learning curve (`curves.learning_curves`; empty without steps)
     curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
+    #: panel -> method -> mean score against generation cost (`curves.token_curves`; its
+    #: ``steps`` are tokens; empty when the runs recorded no cost)
+    token_curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
     #: mixer -> domain -> proportion trace (`curves.proportion_traces`)
     traces: dict[str, dict[str, Trace]] = field(default_factory=dict)
     #: other accuracy (a ``Row.extra`` key every row has) -> summary -> method -> mean over
@@ -501,6 +510,7 @@ def analyze(
         aggregates=aggs,
         profiles=profiles(scores) if aggs else None,
         curves=learning_curves(rows, methods),
+        token_curves=token_curves(rows, methods),
         traces=proportion_traces(proportions or []),
         extra_means=extra_means(rows),
     )

@@ -4,6 +4,10 @@
   several) and method, the mean held-out score over seeds at each checkpoint with its standard
   error (SD / √n; 0 for a single seed). A run enters the average at a step only when it has
   every benchmark there.
+- `token_curves`: the same mean score against the generation cost spent so far (a
+  checkpoint's ``generated_tokens``): each run's curve is interpolated linearly onto a common
+  grid of costs (from the latest first checkpoint to the earliest last one over all runs), so
+  strategies that save generation are compared at equal cost.
 - `proportion_traces`: per mixer method and domain, the target proportion and the sampled
   share at each step, means over seeds (NaN where no seed logged one).
 """
@@ -70,6 +74,54 @@ def learning_curves(rows: list[Row], methods: list[str]) -> dict[str, dict[str, 
                 [float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0 for v in vals],
             )
     return out
+
+
+#: ``Row.extra`` key of a checkpoint's generation cost so far
+TOKENS = "generated_tokens"
+
+
+def token_curves(
+    rows: list[Row], methods: list[str], points: int = 21
+) -> dict[str, dict[str, Curve]]:
+    """panel -> method -> `Curve` whose ``steps`` are generation costs (tokens): the average
+    over benchmarks (the benchmark itself when there is one) of each run's checkpoints that
+    carry ``generated_tokens`` (`TOKENS`), interpolated onto ``points`` common costs; mean
+    and SE over seeds. Empty when no row carries a cost or the runs share no range."""
+    rows = [r for r in rows if r.step is not None and TOKENS in r.extra]
+    if not rows:
+        return {}
+    benchmarks = list(dict.fromkeys(r.benchmark for r in rows))
+    panel = AVERAGE if len(benchmarks) > 1 else benchmarks[0]
+    scores: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    cost: dict[tuple, float] = {}
+    for r in rows:
+        scores[(r.method, r.seed)][r.step].append(r.score)
+        cost[(r.method, r.seed, r.step)] = float(r.extra[TOKENS])
+    runs = {}
+    for (m, seed), by_step in scores.items():
+        steps = sorted(s for s, v in by_step.items() if len(v) == len(benchmarks))
+        if steps:
+            runs[(m, seed)] = (
+                np.array([cost[(m, seed, s)] for s in steps]),
+                np.array([float(np.mean(by_step[s])) for s in steps]),
+            )
+    if not runs:
+        return {}
+    start = max(float(t[0]) for t, _ in runs.values())
+    end = min(float(t[-1]) for t, _ in runs.values())
+    if not end > start:
+        return {}
+    grid = np.linspace(start, end, points)
+    out: dict[str, Curve] = {}
+    for m in methods:
+        ys = [np.interp(grid, t, y) for (mm, _), (t, y) in runs.items() if mm == m]
+        if not ys:
+            continue
+        v = np.array(ys)
+        n = v.shape[0]
+        se = v.std(0, ddof=1) / math.sqrt(n) if n > 1 else np.zeros(points)
+        out[m] = Curve([int(round(g)) for g in grid], v.mean(0).tolist(), se.tolist())
+    return {panel: out}
 
 
 def proportion_traces(rows: list[dict]) -> dict[str, dict[str, Trace]]:

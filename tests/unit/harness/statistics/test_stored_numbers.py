@@ -9,7 +9,7 @@ import pytest
 
 from dataflex_rl.harness.statistics import power
 from dataflex_rl.harness.statistics.analysis import StatsOptions, analyze
-from dataflex_rl.harness.statistics.curves import learning_curves, proportion_traces
+from dataflex_rl.harness.statistics.curves import learning_curves, proportion_traces, token_curves
 from dataflex_rl.harness.statistics.results import Row
 
 OPTS = StatsOptions(n_boot=500)
@@ -101,6 +101,31 @@ def test_learning_curves_mean_and_se_over_seeds():
     # the average per run is (x + y)/2: 0.4 and 0.6 at step 0; step 10 has no full run
     assert c["average"]["m"].steps == [0] and c["average"]["m"].mean == pytest.approx([0.5])
     assert learning_curves([Row("m", "0", "x", 0.2)], ["m"]) == {}
+
+
+def test_token_curves_interpolate_each_run_onto_common_costs():
+    def run(m, seed, points):
+        return [
+            Row(m, seed, "x", score, step=i, extra={"generated_tokens": tokens})
+            for i, (tokens, score) in enumerate(points)
+        ]
+
+    rows = (
+        run("a", "0", [(0, 0.2), (100, 0.4)])
+        + run("a", "1", [(0, 0.2), (120, 0.5)])
+        + run("b", "0", [(0, 0.2), (60, 0.3), (90, 0.6)])
+        + run("b", "1", [(0, 0.4), (200, 0.4)])
+    )
+    c = token_curves(rows, ["a", "b"], points=3)
+    # common costs: from the latest first checkpoint (0) to the earliest last one (90)
+    assert list(c) == ["x"] and c["x"]["a"].steps == [0, 45, 90]
+    # a: seed 0 at 45 -> .2 + .2 * .45 = .29, at 90 -> .38; seed 1 at 45 -> .2 + .3 * .375
+    # = .3125, at 90 -> .425
+    assert c["x"]["a"].mean == pytest.approx([0.2, (0.29 + 0.3125) / 2, (0.38 + 0.425) / 2])
+    # b: seed 0 at 45 -> .2 + .1 * .75 = .275, at 90 -> .6; seed 1 flat .4
+    assert c["x"]["b"].mean == pytest.approx([0.3, (0.275 + 0.4) / 2, 0.5])
+    assert c["x"]["b"].se == pytest.approx([0.1, 0.0625, 0.1])  # |y0 - y1| / 2
+    assert token_curves([Row("m", "0", "x", 0.2, step=0)], ["m"]) == {}  # no costs
 
 
 def test_proportion_traces_mean_over_seeds():

@@ -22,6 +22,8 @@ from dataflex_rl.core.registry import ConfigError
 SETUP = "bash scripts/quickstart.sh"
 TRAIN_FN = "dataflex_rl.engine.run:run_training"
 CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
+#: the run's generation cost so far, in its evaluation records
+TOKENS = "engine/generation_cost_tokens_total"
 
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {
@@ -29,6 +31,7 @@ OWNED = {
     "strategies": "strategies",
     "seed": "seeds",
     "steps": "budget.steps",
+    "generated_tokens": "budget.generated_tokens",
     "out": "--out",
     "eval": "evaluation",
     "grpo.prompts_per_step": "budget.prompts_per_step",
@@ -129,7 +132,12 @@ def setup_lines(exp) -> list[str]:
     mixers = [s.label for s in exp.strategies if s.mixes or s.spec.prerollout is not None]
     return [
         f"engine: policy `{cfg.policy}`, domains {', '.join(cfg.tasks.domains)}; budget "
-        f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples",
+        f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples"
+        + (
+            f", each run stopped at {b.generated_tokens} generated tokens (equal generation cost)"
+            if b.generated_tokens is not None
+            else ""
+        ),
         "prompt stream: identical per seed for strategies without mix or prerollout"
         + (f"; {', '.join(mixers)} change which prompts are drawn" if mixers else ""),
     ]
@@ -167,7 +175,8 @@ def read_records(out_dir: Path, config: dict, mixes: bool) -> tuple[list, list]:
     """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
 
     Returns:
-        ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``,
+        ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``
+        and ``"tokens"``, the run's generation cost at that checkpoint (when recorded),
         proportions are ``{"step", "domain", "target", "actual"}``.
     """
     domains = (config.get("tasks") or {}).get("domains") or []
@@ -181,6 +190,7 @@ def read_records(out_dir: Path, config: dict, mixes: bool) -> tuple[list, list]:
                 {
                     "step": r["step"],
                     **{k[len("eval/") :]: v for k, v in r.items() if k.startswith("eval/")},
+                    **({"tokens": r[TOKENS]} if TOKENS in r else {}),
                 }
             )
         elif mixes and r.get("kind") == "train":
