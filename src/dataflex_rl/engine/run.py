@@ -213,7 +213,7 @@ def _strip(record: dict) -> dict:
 def _evaluate(tr: EmbeddedTrainer, writer: MetricsWriter) -> dict:
     t = time.perf_counter()
     metrics = tr.evaluate()
-    metrics["engine/generation_cost_tokens_total"] = tr.cost_tokens
+    metrics["engine/generation_cost_tokens_at_eval"] = tr.cost_tokens
     metrics["time/eval_s"] = time.perf_counter() - t
     writer.write("eval", tr.step, metrics)
     return {"kind": "eval", "step": tr.step, **metrics}

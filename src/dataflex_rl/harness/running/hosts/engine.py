@@ -23,7 +23,7 @@ SETUP = "bash scripts/quickstart.sh"
 TRAIN_FN = "dataflex_rl.engine.run:run_training"
 CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
 #: the run's generation cost so far, in its evaluation records
-TOKENS = "engine/generation_cost_tokens_total"
+TOKENS = "engine/generation_cost_tokens_at_eval"
 
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {
