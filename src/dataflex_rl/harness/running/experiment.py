@@ -378,6 +378,11 @@ def parse_experiment(
                 f"{key_path(where, section)}: the settings of host {section!r}, but the "
                 f"experiment's host is {top.host!r} (set host: {section} to use them)"
             )
+    if top.budget.generated_tokens is not None and top.host != "engine":
+        raise ConfigError(
+            f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "
+            f"at a generation cost; host {top.host!r} counts steps (use budget.steps)"
+        )
     settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
     exp = Experiment(
         name=name,

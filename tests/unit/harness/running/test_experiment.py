@@ -139,3 +139,20 @@ def test_engine_is_the_default_host_and_unchanged():
     run = plan(default, "o")[0]
     assert run.python is None and run.host == "engine"
     assert "host" not in run.identity  # engine fingerprints are what they were before hosts
+
+
+def test_generated_tokens_budget_reaches_the_engine_and_only_the_engine():
+    base = {"name": "x", "strategies": ["baseline", "difffilter"], "seeds": 2}
+    exp = parse_experiment({**base, "budget": {"steps": 500, "generated_tokens": 9000}})
+    cfg = exp.engine_config()
+    assert cfg.generated_tokens == 9000 and cfg.steps == 500
+    assert parse_experiment(base).engine_config().generated_tokens is None
+    with pytest.raises(ConfigError, match=r"budget\.generated_tokens: must be >= 1"):
+        parse_experiment({**base, "budget": {"generated_tokens": 0}})
+    path = next(p for p in HOSTED if load_experiment(p).host == "trl")
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    data["budget"] = {**(data.get("budget") or {}), "generated_tokens": 9000}
+    with pytest.raises(ConfigError, match=r"budget\.generated_tokens: only the engine host"):
+        parse_experiment(data)
