@@ -58,19 +58,23 @@ What makes a decision cheap (issue 13, item 4):
   other threads keep theirs, and the save/restore costs ~15 us (printed in the header). (b) is the
   ``Strategy(threads=1)`` default: the host keeps its own setting, the decision runs at 1
   thread, and ``threads=None`` keeps the old behaviour (the ``free`` column).
-* **Token level (ar): plain torch.** The scorer makes p_t = exp(old_log_prob_t) [B, T], the
-  reweighter its raw weights alpha * p + (1 - alpha) [B, T], the strategy their row sums
-  over the valid tokens (a chunk of rows at a time, `core.rowops`) and a scale and offset
-  per row; the host's buffer gets raw * scale + offset on the kept valid tokens. Two new
-  [B, T] tensors (their page faults cost about as much as a pass each) and five passes.
+* **Token level (ar): plain torch.** The scorer makes p_t = exp(old_log_prob_t) [B, T] (exp,
+  clamp and mask in place), the reweighter its raw weights alpha * p + (1 - alpha) [B, T], the
+  strategy their row sums over the valid tokens (a chunk of rows at a time, `core.rowops`: 1 MiB
+  temporaries) and a scale and offset per row; the host's buffer gets raw * scale + offset on
+  the kept valid tokens. Those two are the only new [B, T] tensors of the path, and the
+  plain interface needs both (neither component may write into a tensor it did not make).
   Against an older checkout with the compiled kernels of issue 13 (``Strategy(native=...)``)
-  its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it). On CPU most of
-  the cost is the page faults of the two new tensors (4 KiB pages: ~60 ms each at this size,
-  4x the fused pass; the floor of the plain interface here is ~11-12x); torch maps them on
-  2 MiB pages with ``THP_MEM_ALLOC_ENABLE=1`` in the environment (the header says whether
-  it is set), which looks fast in back-to-back calls but on this VM is slower with seconds
-  between decisions (see the results file), and on a GPU its caching allocator reuses
-  memory.
+  its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it). On CPU about
+  half the cost is the memory of those two tensors, not arithmetic: torch takes a block this
+  large from the C allocator, which maps it fresh (4 KiB page faults on the first write:
+  ~50-60 ms each at the largest size) and unmaps it when freed (~10 ms), ~6-7x the fused pass
+  for the two; the arithmetic (exp, three masked passes, the row sums, the write) is ~7x.
+  Where the allocator keeps freed memory (glibc: ``MALLOC_MMAP_MAX_=0
+  MALLOC_TRIM_THRESHOLD_=<large>``: the process keeps its peak memory) the same code measures
+  under 10x, also with seconds between decisions; ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB pages)
+  looks fast back to back but on this VM is slower with seconds between decisions. The header
+  prints these settings. On a GPU the caching allocator reuses memory. See the results file.
 
 Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.
 
@@ -581,6 +585,26 @@ def fused_pass(
     return torch.addcmul(offset, t["old_log_probs"], scale, out=out)
 
 
+#: environment variables that change what a new [B, T] tensor costs on CPU (see the module doc)
+ALLOCATOR_ENV = (
+    "THP_MEM_ALLOC_ENABLE",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "GLIBC_TUNABLES",
+    "LD_PRELOAD",
+)
+
+
+def allocator_settings() -> str:
+    """The allocator settings of this process, for the header: ``NAME=value`` of each
+    `ALLOCATOR_ENV` variable that is set, ``THP_MEM_ALLOC_ENABLE=unset`` always shown."""
+    shown = [f"{k}={os.environ[k]}" for k in ALLOCATOR_ENV if k in os.environ]
+    if "THP_MEM_ALLOC_ENABLE" not in os.environ:
+        shown.insert(0, "THP_MEM_ALLOC_ENABLE=unset")
+    return ", ".join(shown)
+
+
 def scope_cost_us(threads: int, n: int = 2000) -> float:
     """Microseconds of one `intra_op_threads(1)` enter + exit when torch is at ``threads``."""
     from dataflex_rl.core.strategy import intra_op_threads
@@ -801,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, host at {args.threads} threads, {args.clock} clock, "
         f"median of {args.repeats} (loop: {loop_repeats}) after one warm-up call; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}"
+        f"{allocator_settings()}"
     )
     if HAS_THREADS:
         print(
