@@ -23,7 +23,7 @@ engine's figures for the same seeds are printed beside them. The last lines:
 
 Runs are resumable (a rerun continues unfinished runs and reuses finished ones), so the hosts
 can be run one at a time (``--hosts trl``, then ``--hosts engine``) and the table printed from
-both. A benchmark, not a test: about 1 h per host on 2 shared cores at the defaults (a TRL or
+both (``--report-only``: from the runs finished so far, nothing run). A benchmark, not a test: about 1 h per host on 2 shared cores at the defaults (a TRL or
 engine step of 16 x 8 takes 1-2 s here).
 """
 
@@ -117,7 +117,14 @@ def main() -> int:
     p.add_argument("--hosts", nargs="+", default=["trl", "engine"], choices=["trl", "engine"])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="runs/bench/cross_host")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: the table from the runs already finished in --out",
+    )
     args = p.parse_args()
+    if args.report_only:
+        args.hosts = []
 
     from dataflex_rl.harness.running.compare import run_compare
     from dataflex_rl.harness.running.experiment import parse_experiment
