@@ -106,3 +106,27 @@ def test_domain_key_and_domain_order(tmp_path):
     assert trainer.driver.intake.domains == ("hard", "mid", "easy")
     trainer.train()
     assert logged(trainer, "dataflex/mix/domain/hard/target") == [pytest.approx(1 / 3)]
+
+
+def test_probe_reads_the_trl_policys_prompt_representation(tmp_path):
+    # the probe skips first visits once it has seen 4 outcomes (threshold 0.05: nearly every
+    # candidate); TRL computes the representation (layer 1 of the tiny model) and generates
+    # only for the drawn prompts; an exact batch audits nothing
+    probe = {
+        "prerollout": {
+            "actuator": {"name": "probe", "layer": 1, "min_observed": 4, "threshold": 0.05}
+        }
+    }
+    seen: list = []
+    ds = tiny_dataset()
+    trainer = dataflex_trainer(tmp_path, probe, reward=scoring(seen), dataset=ds, max_steps=3)
+    rec = Recorder(trainer)
+    trainer.train()
+    assert logged(trainer, "dataflex/prerollout/probe_ready") == [0.0, 1.0, 1.0]
+    assert sum(logged(trainer, "dataflex/prerollout/skipped_probe")[1:]) > 0
+    assert min(logged(trainer, "dataflex/prerollout/probe_tokens")) > 0
+    assert not logged(trainer, "dataflex/prerollout/audited")
+    for prompts, (rows, _, _) in zip(seen, rec.draws):
+        assert prompts == [ds[r]["prompt"] for r in rows for _ in range(4)]
+    probe_state = trainer.driver.strategy.parts["prerollout"][1]
+    assert probe_state._observed == 12  # 3 steps x 4 prompts, all learned from

@@ -186,6 +186,9 @@ class SkipPolicy(Component):
 
     kind: ClassVar[str] = "skip policy"
     needs_signal: ClassVar[bool] = False
+    #: whether it reads the policy's prompt representation (`feature_layer` not None): a
+    #: host must be able to compute one (the engine and TRL can, verl cannot)
+    reads_features: ClassVar[bool] = False
 
     @property
     def feature_layer(self) -> int | None:

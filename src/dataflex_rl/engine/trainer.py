@@ -40,11 +40,12 @@ from dataflex_rl.engine.data import (
 from dataflex_rl.engine.evaluation import evaluate
 from dataflex_rl.engine.noise import derive_seed, row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
-from dataflex_rl.engine.sampler import Rollout, prompt_representation, sample_groups
+from dataflex_rl.engine.sampler import Rollout, sample_groups
 from dataflex_rl.engine.taskio import dataset_identity, domain_names, score
 from dataflex_rl.engine.update import Learner
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import Intake
+from dataflex_rl.hosts.common.representation import prompt_representation
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
     from dataflex_rl.hosts.common.decision_log import DecisionLog

@@ -39,14 +39,16 @@ class ProbeSkip(SkipPolicy):
     state; null: the probe decides them too). A share ``audit`` of the skipped candidates is
     generated anyway and not trained on: the outcomes of these prompts are the false-skip rate
     (``audit_informative / audit_groups``) and the probe's unbiased labels for the prompts it
-    skips, so it keeps learning where it acts (hosts that must fill an exact batch, verl and
-    TRL, audit nothing).
+    skips, so it keeps learning where it acts. Hosts: the embedded engine and TRL compute the
+    representation (`dataflex_rl.hosts.common.representation`); TRL fills an exact batch and
+    audits nothing; verl refuses the probe (its intake runs where no model is).
 
     Metrics of ``filter``: ``skipped`` (``skipped_probe`` by the probe, the rest by the
     revisit policy, whose metrics pass through), ``predicted_zero_variance`` (mean predicted
     probability over the candidates) and ``probe_ready`` (1 once it may skip).
     """
 
+    reads_features: ClassVar[bool] = True
     paper: ClassVar[str] = (
         "a probe on the policy's own hidden states (POISE, arXiv 2605.07579) and prompt-only "
         "value prediction (PCL, arXiv 2510.01135); revisits as GRESO (arXiv 2506.02177)"

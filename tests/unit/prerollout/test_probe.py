@@ -155,6 +155,17 @@ def test_probe_needs_features_and_a_host_that_gives_them():
         Driver(s, intake, host="trl")
 
 
+def test_verl_refuses_the_probe_before_anything_is_built():
+    from dataflex_rl.hosts.common.config import HostConfig, HostSettings, check_block
+
+    block = HostConfig(strategy={"prerollout": {"actuator": "probe"}})
+    with pytest.raises(ConfigError, match=r"PPOTrainerSync\._next_train_batch"):
+        check_block(block, HostSettings("verl", "grpo", True, ()))
+    check_block(block, HostSettings("trl", "grpo", True, ()))  # TRL computes it
+    greso = HostConfig(strategy={"prerollout": {"actuator": "greso"}})
+    check_block(greso, HostSettings("verl", "grpo", True, ()))
+
+
 def test_probe_state_round_trip():
     spec = {"prerollout": {"actuator": {"name": "probe", "min_observed": 2, "iterations": 3}}}
     a, fresh = Strategy(spec), Strategy(spec)

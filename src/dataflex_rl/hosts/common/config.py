@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from dataflex_rl.core.base import SKIP_POLICIES
 from dataflex_rl.core.config import Checked, field_rows, param
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import StrategySpec, parse_strategy, resolved_option
@@ -113,6 +114,16 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
         available_fields=host.fields,
     )
     check_proportions(block, spec)
+    if host.name == "verl" and spec.prerollout is not None:
+        name = spec.prerollout.actuator.name
+        if SKIP_POLICIES.get(name).reads_features:
+            raise ConfigError(
+                f"dataflex.strategy.prerollout.actuator: {name!r} reads the policy's prompt "
+                "representation, which verl cannot give its intake: the intake draws rows in "
+                "the driver process (PPOTrainerSync._next_train_batch), which holds no model; "
+                "the policy lives in the actor worker group (ActorRolloutRefWorker), which "
+                "has no call that returns prompt hidden states. Use greso or thompson on verl"
+            )
     return spec
 
 

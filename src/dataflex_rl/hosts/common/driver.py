@@ -91,6 +91,7 @@ class Driver:
         *,
         log_decisions: bool = True,
         settings: dict[str, Any] | None = None,
+        features: Any = None,
     ) -> Driver:
         """The driver of a host that trains on its own dataset (verl, TRL).
 
@@ -103,10 +104,12 @@ class Driver:
             run_dir: the run's output folder (a relative ``decision_log.dir`` is under it).
             log_decisions: whether this process writes the decision log (TRL: the main one).
             settings: host settings recorded in the decision log.
+            features: the host's prompt representations of rows (`Intake`'s ``features``),
+                for a skip policy that reads them; None: the host has none.
         """
         domains = intake = None
         if row_domains is not None:
-            domains, intake = intake_for(block, row_domains)
+            domains, intake = intake_for(block, row_domains, features)
         strategy = Strategy(
             spec,
             domains=domains,

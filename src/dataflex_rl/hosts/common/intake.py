@@ -151,6 +151,7 @@ class Intake:
         seed: int = 0,
         candidate_factor: float = 2.0,
         max_rounds: int = 8,
+        features: Callable[[list, int], tuple[Tensor, float]] | None = None,
     ) -> Intake:
         """An exact intake over a map-style dataset's rows (the items are row indices).
 
@@ -160,6 +161,7 @@ class Intake:
             proportions: [D] proportions used when the strategy does not mix (None: the
                 pools' own sizes, i.e. what a shuffled dataloader gives in expectation).
             seed: seed of the per-domain orders and of pre-rollout randomness.
+            features: the host's representations of rows (see `Intake`).
         """
         domains = tuple(domains)
         index = {d: i for i, d in enumerate(domains)}
@@ -187,6 +189,7 @@ class Intake:
             seeds=(seed, seed),
             candidate_factor=candidate_factor,
             max_rounds=max_rounds,
+            features=features,
         )
 
     def target(self, strategy: Strategy) -> Tensor:
@@ -298,7 +301,9 @@ def read_row_domains(
     return values
 
 
-def intake_for(block: Any, row_domains: Sequence[str]) -> tuple[tuple[str, ...], Intake]:
+def intake_for(
+    block: Any, row_domains: Sequence[str], features: Callable | None = None
+) -> tuple[tuple[str, ...], Intake]:
     """A host's (domains, `Intake`) from its ``dataflex`` block and its rows' domains.
 
     The domains are the block's ``domains`` (their order is the strategy's domain ids), or
@@ -312,5 +317,6 @@ def intake_for(block: Any, row_domains: Sequence[str]) -> tuple[tuple[str, ...],
         block.seed,
         block.candidate_factor,
         block.max_draw_rounds,
+        features,
     )
     return domains, intake

@@ -35,6 +35,7 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.config import HostConfig, acts_on_loss, uses_intake
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import read_row_domains
+from dataflex_rl.hosts.common.representation import prompt_representation
 from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, trl_rewards
 from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
@@ -109,6 +110,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
             self.args.output_dir,
             log_decisions=self.accelerator.is_main_process,
             settings={"loss_type": self.args.loss_type},
+            features=self._prompt_features,
         )
 
     # ------------------------------------------------------------------ hooks
@@ -138,6 +140,22 @@ class DataflexGRPOTrainer(GRPOTrainer):
         return out
 
     # ------------------------------------------------------------------ intake
+    def _prompt_features(self, rows: list[int], layer: int) -> tuple[torch.Tensor, float]:
+        """The policy's representation of training rows (a skip policy that reads one):
+        the prompts as TRL renders and tokenizes them, mean-pooled hidden states after
+        ``layer`` layers (`prompt_representation`). Every rank computes the same."""
+        from trl.data_utils import maybe_apply_chat_template
+
+        tok = self.processing_class
+        texts = [
+            maybe_apply_chat_template({"prompt": self.train_dataset[r]["prompt"]}, tok)["prompt"]
+            for r in rows
+        ]
+        ids = tok(text=texts, add_special_tokens=False)["input_ids"]
+        model = self.accelerator.unwrap_model(self.model)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        return prompt_representation(model, ids, layer, pad)
+
     def _intake(self, inputs: list[dict], step: int):
         """Replace the dataloader's rows by the strategy's draw: exactly N / G prompts over
         all ranks, each G times in a row; this rank keeps its slice of the N rows.
