@@ -14,8 +14,9 @@ answers change with the step (``solved_from``), so every results.csv cell is kno
 The first ``compare`` (local worker processes) is stopped (SIGTERM) once a run has saved its
 step-1 checkpoint; the rerun, through the Ray executor (a local cluster; each verl run starts
 its own Ray instance inside its task, ``verl.ray: own``), resumes the stopped runs from verl's
-checkpoints and runs the rest. About 6-8 minutes
-on 2 shared cores (each verl start costs 45-120 s there, a step about 2 s).
+checkpoints and runs the rest. Then one run with ``verl.ray: join`` on a running cluster.
+The module took 10.8 minutes on 2 shared cores at load 11-19 (a verl start costs 75-125 s
+there, a step about 2 s).
 """
 
 import json
@@ -81,11 +82,12 @@ def experiment(work: Path) -> Path:
     return path
 
 
-def compare(path: Path, out: Path, *extra: str) -> subprocess.Popen:
+def compare(path: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
+        **(env or {}),
     }
     return subprocess.Popen(
         [
@@ -99,6 +101,7 @@ def compare(path: Path, out: Path, *extra: str) -> subprocess.Popen:
             "--workers",
             "2",
             "--no-progress",
+            *extra,
         ],
         cwd=path.parent,
         env=env,
@@ -179,3 +182,54 @@ def test_every_seed_is_set_and_the_strategy_reaches_verl(study):
     steps = [json.loads(x)["data"] for x in metrics.read_text().splitlines()]
     # the strategy ran inside verl: its own metrics in verl's log
     assert "dataflex/kept_response_fraction" in steps[1]
+
+
+#: a process holding a Ray cluster with one (fake) GPU until its stdin closes
+HEAD = (
+    "import ray, sys; ray.init(num_cpus=16, num_gpus=1, include_dashboard=False); "
+    "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()"
+)
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory):
+    """One run with ``verl.ray: join`` through ``--executor ray`` on a running cluster."""
+    work = tmp_path_factory.mktemp("verl_join")
+    path, out = experiment(work), work / "out"
+    data = yaml.safe_load(path.read_text())
+    data.update(strategies=["baseline"], seeds=1, executor="ray")
+    data["budget"]["steps"] = 2
+    data["resources"] = {"cpus_per_run": 1, "gpus_per_run": 0}  # verl's placement groups take it
+    data["verl"]["ray"] = "join"
+    data["verl"]["overrides"] = [o for o in data["verl"]["overrides"] if "ray_init.num_" not in o]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    head = subprocess.Popen(
+        [sys.executable, "-c", HEAD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        address = head.stdout.readline().strip()
+        run = compare(path, out, "--address", address, env={"RAY_AUTH_MODE": "disabled"})
+        log = run.communicate(timeout=600)[0]
+        assert run.returncode == 0, log[-6000:]
+    finally:
+        head.stdin.close()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+    return out, address
+
+
+def test_a_join_run_places_verls_workers_on_the_cluster_its_task_runs_on(joined):
+    out, address = joined
+    rows = pd.read_csv(out / "results.csv")
+    got = {(r.benchmark, r.step): r.score for r in rows.itertuples()}
+    assert got == pytest.approx({k: v for k, v in EXPECTED.items() if k[1] <= 2})
+    log = (out / "runs" / "baseline" / "seed0" / "verl_log" / "attempt-1.txt").read_text()
+    assert f"Connecting to existing Ray cluster at address: {address}" in log

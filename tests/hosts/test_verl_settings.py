@@ -175,6 +175,9 @@ def test_a_missing_required_key_is_named():
         ("a,b", "'a,b'"),
         ("it's", "'it\\'s'"),
         ("null", "'null'"),
+        ("1", "'1'"),  # a string stays a string (Ray's env_vars must be str)
+        ("1e-6", "'1e-6'"),
+        (1, "1"),
         ("pkg://m.n", "'pkg://m.n'"),
         (True, "true"),
         (0.5, "0.5"),

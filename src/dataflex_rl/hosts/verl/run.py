@@ -100,7 +100,12 @@ def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, res
     strategy_file = out / STRATEGY_FILE
     atomic_write_text(strategy_file, yaml.safe_dump(strategy, sort_keys=False))
     cwd = os.getcwd()
+    metrics = out / METRICS_DIR / f"attempt-{attempt}.jsonl"
+    log = out / LOG_DIR / f"attempt-{attempt}.txt"
     env = run_env(s, cwd, os.environ.get("PYTHONPATH", ""))
+    # verl's file logger runs in its TaskRunner actor: with ray: join that actor has only the
+    # variables passed in the runtime env, so the path goes there too
+    env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     overrides = run_overrides(
         s,
         seed=seed,
@@ -112,11 +117,8 @@ def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, res
         env=env,
     )
     argv = command(s, sys.executable, overrides)
-    metrics = out / METRICS_DIR / f"attempt-{attempt}.jsonl"
-    log = out / LOG_DIR / f"attempt-{attempt}.txt"
     metrics.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     atomic_write_json(log.with_suffix(".json"), {"argv": argv, "env": env, "cwd": cwd})
     t0 = time.perf_counter()
     with open(log, "wb") as f:

@@ -199,9 +199,18 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
-    if _PLAIN.match(text) and text.lower() not in ("null", "true", "false"):
+    if _PLAIN.match(text) and text.lower() not in ("null", "true", "false") and not _number(text):
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _number(text: str) -> bool:
+    """Whether Hydra would read ``text`` as a number (then a string must be quoted)."""
+    try:
+        float(text.replace("_", ""))
+    except ValueError:
+        return False
+    return True
 
 
 def flat_overrides(prefix: str, mapping: dict) -> list[str]:

@@ -28,11 +28,10 @@ from typing import Any
 from dataflex_rl.core.config import key_path
 from dataflex_rl.core.metrics import metric_domain, split_domain_metric
 from dataflex_rl.core.registry import ConfigError, import_object
+from dataflex_rl.hosts.verl.run import attempts as metrics_files
+from dataflex_rl.hosts.verl.run import checkpoint_step
 from dataflex_rl.hosts.verl.settings import (
-    CKPT_DIR,
     EXPERIMENT_KEYS,
-    LATEST_FILE,
-    METRICS_DIR,
     STREAM_STRIDE,
     VerlSettings,
     override_key,
@@ -53,14 +52,6 @@ CHECK_SECONDS = 300
 JOIN_REFUSED = ("ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus")
 #: settings holding paths, resolved against the experiment file's folder where they exist there
 PATH_KEYS = ("model", "train_files", "val_files", "config", "python")
-
-
-def metrics_files(run_dir: str | Path) -> list[Path]:
-    """A run's verl metrics files, oldest attempt first."""
-    d = Path(run_dir) / METRICS_DIR
-    if not d.is_dir():
-        return []
-    return sorted(d.glob("attempt-*.jsonl"), key=lambda p: int(p.stem.rpartition("-")[2]))
 
 
 def logged_steps(run_dir: str | Path) -> dict[int, dict]:
@@ -138,14 +129,6 @@ def steps_done(run_dir: str | Path) -> int:
             if isinstance(data, dict) and TRAIN_KEY in data:
                 return int(data[TRAIN_KEY])
     return checkpoint_step(run_dir)
-
-
-def checkpoint_step(run_dir: str | Path) -> int:
-    """Step of the newest checkpoint verl finished in the run (0: none)."""
-    try:
-        return int((Path(run_dir) / CKPT_DIR / LATEST_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def has_checkpoint(run_dir: str | Path) -> bool:
