@@ -80,9 +80,15 @@ def _component_text(kind: str, name: str) -> str:
         lines.append("| (none) | | | | |")
     for p in params:
         lines.append(
-            f"| `{p['name']}` | {p['type']} | {p['default']!r} | {p['range']} | {p['doc']} |"
+            f"| `{p['name']}` | {_cell(p['type'])} | {_cell(repr(p['default']))} | "
+            f"{_cell(p['range'])} | {_cell(p['doc'])} |"
         )
     return "\n".join(lines)
+
+
+def _cell(text) -> str:
+    """A Markdown table cell: a ``|`` (a union type such as ``str | dict``) is escaped."""
+    return str(text).replace("|", "\\|")
 
 
 def _preset_text(name: str) -> str:

@@ -22,8 +22,10 @@ _VAR_EPS = 1e-8
 @SKIP_POLICIES.register("probe")
 @dataclass
 class ProbeSkip(SkipPolicy):
-    """Skip prompts a logistic probe on the policy's prompt representation predicts to give a
-    zero-variance group (all answers right, or all wrong), also on their first visit.
+    """``probe``: skip prompts predicted to give a zero-variance group, also on a first visit.
+
+    The prediction is a logistic probe on the policy's prompt representation; a zero-variance
+    group has all answers right, or all wrong.
 
     The host gives every candidate's representation: the policy model's hidden states after
     ``layer`` layers (0: its token embeddings), mean-pooled over the prompt's tokens; its
