@@ -136,6 +136,9 @@ class DirectoryLock:
     lock alive after their parent. Re-entering in the process that holds it is allowed (a
     command that calls another locked command).
 
+    A folder the lock created is removed again on release when the lock file is all it holds
+    (a command refused before writing anything leaves no trace).
+
     Args:
         directory: the folder (created if missing).
         command: what is running, for the message a second writer gets.
@@ -148,6 +151,7 @@ class DirectoryLock:
         self.directory = Path(directory)
         self.command = command if command is not None else " ".join(sys.argv)
         self._fd: int | None = None
+        self._created = False
 
     @property
     def path(self) -> Path:
@@ -161,6 +165,7 @@ class DirectoryLock:
             return {}
 
     def __enter__(self) -> Self:
+        created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -181,7 +186,7 @@ class DirectoryLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         os.fsync(fd)
-        self._fd = fd
+        self._fd, self._created = fd, created
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -190,6 +195,9 @@ class DirectoryLock:
         fd, self._fd = self._fd, None
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
+            if self._created and [p.name for p in self.directory.iterdir()] == [LOCK_FILE]:
+                self.path.unlink()
+                self.directory.rmdir()
         os.close(fd)  # releases the flock
 
     def _message(self, held: dict[str, Any]) -> str:

@@ -77,3 +77,18 @@ def test_the_lock_file_descriptor_is_not_inherited(tmp_path):
         assert not os.get_inheritable(lock._fd)  # a worker never keeps the lock alive
     finally:
         lock.__exit__(None, None, None)
+
+
+def test_a_folder_the_lock_made_is_removed_when_nothing_was_written(tmp_path):
+    # a command refused before writing anything (a bad dataset, a missing venv) leaves no folder
+    with DirectoryLock(tmp_path / "refused"):
+        assert (tmp_path / "refused" / ".lock").exists()
+    assert not (tmp_path / "refused").exists()
+    # a folder that got contents, or existed before, stays (with its emptied lock file)
+    with DirectoryLock(tmp_path / "wrote"):
+        (tmp_path / "wrote" / "results.csv").write_text("method\n")
+    assert sorted(p.name for p in (tmp_path / "wrote").iterdir()) == [".lock", "results.csv"]
+    (tmp_path / "existed").mkdir()
+    with DirectoryLock(tmp_path / "existed"):
+        pass
+    assert [p.name for p in (tmp_path / "existed").iterdir()] == [".lock"]
