@@ -218,7 +218,7 @@ def main() -> None:
     head = (
         f"{'regime':>6} {'arm':>8} {'seed':>4} {'steps':>5} {'cost':>7} {'probe':>6} "
         f"{'eff':>5} {'tok/eff':>7} {'zv tok':>6} {'skip 1st':>8} {'skip rev':>8} "
-        f"{'audit':>5} {'fs':>4} {'sampled':>7} {'greedy':>6}"
+        f"{'audit':>5} {'fs':>4} {'aud tok':>7} {'sampled':>7} {'greedy':>6}"
     )
     print(head)
     for r in runs:
@@ -229,7 +229,8 @@ def main() -> None:
             f"{r['generation_cost_tokens']:>7.0f} {r['probe_tokens']:>6.0f} "
             f"{r['groups_effective']:>5.0f} {tpe:>7.2f} {zv:>6.3f} {r['skipped_first']:>8.0f} "
             f"{r['skipped_revisit']:>8.0f} {r['audit_groups']:>5.0f} "
-            f"{r['audit_informative']:>4.0f} {r['sampled']:>7.3f} {r['greedy']:>6.3f}"
+            f"{r['audit_informative']:>4.0f} {r['tokens_audit']:>7.0f} {r['sampled']:>7.3f} "
+            f"{r['greedy']:>6.3f}"
         )
 
     def tpe(r):
@@ -246,13 +247,24 @@ def main() -> None:
         pr = [by[regime, "probe", s] for s in seeds]
         audits = sum(r["audit_groups"] for r in pr)
         fs = sum(r["audit_informative"] for r in pr) / audits if audits else float("nan")
-        return 1 - ratio, ceiling, first, revisit, fs, audits, pr
+        bare = np.array(
+            [
+                (
+                    by[regime, "probe", s]["generation_cost_tokens"]
+                    - by[regime, "probe", s]["tokens_audit"]
+                )
+                / max(by[regime, "probe", s]["groups_effective"], 1.0)
+                / tpe(by[regime, "dynamic", s])
+                for s in seeds
+            ]
+        )
+        return 1 - ratio, ceiling, first, revisit, fs, audits, pr, 1 - bare
 
     out = {}
     for regime, seeds in (("first", args.seeds), ("epochs", args.epoch_seeds)):
         if not seeds:
             continue
-        saved, ceiling, first, revisit, fs, audits, pr = savings(regime, seeds)
+        saved, ceiling, first, revisit, fs, audits, pr, bare = savings(regime, seeds)
         skipped_first = sum(r["skipped_first"] for r in pr)
         skipped_rev = sum(r["skipped_revisit"] for r in pr)
         print(
@@ -262,7 +274,8 @@ def main() -> None:
             f"{_pct(first.mean())}, revisits {_pct(revisit.mean())}); reached "
             f"{saved.mean() / ceiling.mean() * 100:.0f}% of the ceiling; false-skip {_pct(fs)} "
             f"({audits:.0f} audited groups); skipped plain-batch prompts: first visits "
-            f"{skipped_first:.0f}, revisits {skipped_rev:.0f}"
+            f"{skipped_first:.0f}, revisits {skipped_rev:.0f}; without the audit's tokens "
+            f"{_signed(-bare.mean())}"
         )
         out[regime] = (saved.mean(), ceiling.mean(), fs)
     seeds = [str(s) for s in args.seeds]
@@ -276,8 +289,18 @@ def main() -> None:
             parts.append(
                 f"{c.method} {c.delta:+.3f} (p_holm {c.p_holm:.3f}, {c.verdict}; MDE {c.mde:.3f})"
             )
-            if c.method == "probe" and metric == "sampled":
-                verdict = c.verdict if c.verdict_possible else f"{TOO_FEW} ({c.n_pairs})"
+        # the headline: the probe against plain GRPO, decided beforehand, as its own family
+        # (6 paired seeds can decide one comparison; the three-arm family above needs 7)
+        idx = [methods.index("grpo"), methods.index("probe")]
+        own = analyze_summary(
+            "mean", "average", ["grpo", "probe"], matrix[idx], "grpo", StatsOptions()
+        ).comparisons[0]
+        parts.append(
+            f"probe alone (a family of one): {own.delta:+.3f}, p {own.p:.3f}, corrected CI "
+            f"{own.corrected_ci[0]:+.3f}..{own.corrected_ci[1]:+.3f}, {own.verdict}"
+        )
+        if metric == "sampled":
+            verdict = own.verdict if own.verdict_possible else f"{TOO_FEW} ({own.n_pairs})"
         means = ", ".join(f"{m} {matrix[i].mean():.3f}" for i, m in enumerate(methods))
         print(
             f"[first] held-out {metric} accuracy at equal cost: {means}; vs grpo: "

@@ -38,7 +38,8 @@ class ProbeSkip(SkipPolicy):
     predicted probability of a zero-variance group is ``threshold`` or more is skipped.
 
     Prompts with history go to ``revisits`` (default ``greso``, with its own parameters and
-    state; null: the probe decides them too). A share ``audit`` of the skipped candidates is
+    state; null: the probe decides them too). A share ``audit`` of the skipped prompts of the
+    plain batch (the ones skipping kept from generation, not over-drawn candidates) is
     generated anyway and not trained on: the outcomes of these prompts are the false-skip rate
     (``audit_informative / audit_groups``) and the probe's unbiased labels for the prompts it
     skips, so it keeps learning where it acts. Hosts: the embedded engine and TRL compute the
@@ -69,8 +70,8 @@ class ProbeSkip(SkipPolicy):
     )
     audit: float = param(
         0.1,
-        "share of skipped prompts generated anyway and not trained on (the false-skip "
-        "audit; 0: none)",
+        "share of the plain batch's skipped prompts generated anyway and not trained on "
+        "(the false-skip audit; 0: none)",
         ge=0.0,
         le=1.0,
     )

@@ -89,8 +89,10 @@ def draw_with_skipping(
         features_of: the host's prompt representations (`FeaturesOf`), for a skip policy
             that reads them (`Strategy.feature_layer`); their cost adds to ``probe_tokens``.
         audit: a list that receives the skipped candidates the policy audits
-            (`Strategy.audit_prompts`: generated anyway, not trained on; ``audited``
-            counts them); None: no audit (and no randomness drawn for it).
+            (`Strategy.audit_prompts` over the skipped prompts of the plain batch, the ones
+            skipping kept from generation: generated anyway, not trained on; ``audited``
+            counts them); None: no audit (and no randomness drawn for it). Over-drawn
+            candidates, which would not have been generated anyway, are not audited.
 
     Returns:
         (chosen (domain, item) pairs in draw order, [D] still missing, metrics): the
@@ -125,14 +127,14 @@ def draw_with_skipping(
             add_counts(metrics, {PREFIX + "probe_tokens": float(cost)})
         keep, pre = strategy.filter_prompts(r_keys, step, generator, features=features)
         add_counts(metrics, pre)  # the policy's counts add up over rounds; rates: the last one
-        if audit is not None:
-            picked = strategy.audit_prompts(~keep, generator)
-            if picked is not None:
-                picked = picked & ~keep
-                audit += [drawn[j] for j in picked.nonzero().squeeze(1).tolist()]
-                add_counts(metrics, {PREFIX + "audited": float(picked.sum())})
         take = first_per_domain(r_dom, keep, left)
         plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
+        if audit is not None:  # the plain batch's skips: what skipping actually decided
+            picked = strategy.audit_prompts(~keep & plain[-1], generator)
+            if picked is not None:
+                picked = picked & ~keep & plain[-1]
+                audit += [drawn[j] for j in picked.nonzero().squeeze(1).tolist()]
+                add_counts(metrics, {PREFIX + "audited": float(picked.sum())})
         left -= torch.bincount(r_dom[take], minlength=D)
         items += drawn
         keys += r_keys
