@@ -109,6 +109,22 @@ def test_probe_skips_audits_and_resumes_exactly(tmp_path):
     assert _no_time(read_metrics(tmp_path / "cut")) == _no_time(read_metrics(tmp_path / "full"))
 
 
+def test_probe_decisions_are_logged_and_the_log_replays(tmp_path):
+    from dataflex_rl.harness.replay.replay import read_log, replay
+
+    cfg = config(tasks={"train_size": 60, "candidate_factor": 2.0}, decision_log={"enabled": True})
+    run_training(cfg, PROBE, seed=1, steps=4, out_dir=tmp_path / "run")
+    train = [r for r in read_metrics(tmp_path / "run") if r["kind"] == "train"]
+    log = read_log(tmp_path / "run" / "decisions")
+    for name in ("skipped_probe", "audited", "audit_groups", "audit_informative"):
+        logged = [0.0 if v != v else float(v) for v in log.steps[f"prerollout_{name}"]]
+        assert logged == [r.get(f"dataflex/prerollout/{name}", 0.0) for r in train], name
+    assert sum(log.steps["prerollout_audit_groups"] > 0) > 0
+    res = replay(log, [PROBE, "difffilter"], labels=["probe", "difffilter"])
+    assert any("prompt representation" in n for n in res.notes["probe"])
+    assert res.overall  # the run's own decisions (select) replay; its skips are not replayed
+
+
 def test_generated_tokens_budget_stops_the_run(tmp_path):
     first = run_training(config(), "baseline", seed=2, steps=2, out_dir=tmp_path / "a")
     train = [r for r in read_metrics(tmp_path / "a") if r["kind"] == "train"]

@@ -46,7 +46,10 @@ tokens, padding rows excluded), ``kept``, ``renormalize``, ``recomputed``,
 host did not say), ``actual_<d>`` (share of the batch's groups) and ``next_<d>`` (proportions
 the decision set; NaN when the mixer did not update), and the pre-rollout counts
 ``prerollout_candidates``, ``prerollout_candidates_skipped``, ``prerollout_skipped``,
-``prerollout_tokens_saved_est`` (NaN without pre-rollout).
+``prerollout_tokens_saved_est``, ``prerollout_skipped_first``, ``prerollout_skipped_revisit``,
+and for a skip policy that skips first visits (``probe``) ``prerollout_skipped_probe``,
+``prerollout_audited``, ``prerollout_audit_groups``, ``prerollout_audit_informative`` (the
+false-skip audit's outcomes) (NaN where the step had none).
 
 The columns are built from the batch's tensors with vectorized conversions; the token
 summaries are masked row sums (`core.rowops`), a chunk of rows at a time.
@@ -77,7 +80,18 @@ RESPONSES, STEPS = "responses", "steps"
 #: prefix of the metadata keys in every file's schema
 META_PREFIX = "dataflex."
 #: pre-rollout counts copied from the host's step metrics (``dataflex/prerollout/<name>``)
-PREROLLOUT_COUNTS = ("candidates", "candidates_skipped", "skipped", "tokens_saved_est")
+PREROLLOUT_COUNTS = (
+    "candidates",
+    "candidates_skipped",
+    "skipped",
+    "tokens_saved_est",
+    "skipped_first",
+    "skipped_revisit",
+    "skipped_probe",
+    "audited",
+    "audit_groups",
+    "audit_informative",
+)
 
 
 def part_name(first_step: int) -> str:

@@ -79,6 +79,8 @@ class Driver:
         self.decisions = 0
         # (step, proportions drawn at, draw metrics summed over the step's draws) until decided
         self._drawn: tuple[int, Tensor, dict[str, float]] | None = None
+        # (step, metrics) of that step's audit outcomes until decided (logged with it)
+        self._audit: tuple[int, dict[str, float]] | None = None
 
     @classmethod
     def for_dataset(
@@ -170,7 +172,9 @@ class Driver:
         """The audited prompts' outcomes (call before `decide` of the same step): the skip
         policy learns from them, nothing is decided. Returns ``audit_groups`` and
         ``audit_informative`` (false skips)."""
-        return self.strategy.observe_audit(batch)
+        metrics = self.strategy.observe_audit(batch)
+        self._audit = (batch.step, metrics)
+        return metrics
 
     def decide(
         self, batch: RolloutBatch, generate_seconds: float | None = None
@@ -189,6 +193,9 @@ class Driver:
         drawn = self._drawn if self._drawn is not None and self._drawn[0] == batch.step else None
         self._drawn = None
         target, draw_metrics = (None, {}) if drawn is None else drawn[1:]
+        if self._audit is not None and self._audit[0] == batch.step:
+            draw_metrics = {**draw_metrics, **self._audit[1]}
+        self._audit = None
         decision = self.strategy.decide(batch)
         self.decisions += 1
         metrics = {**decision.metrics, **draw_metrics}
