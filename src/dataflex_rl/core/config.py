@@ -116,10 +116,13 @@ def _bounds(meta: dict) -> dict:
 
 
 def range_text(meta: dict, tp: Any = None) -> str:
-    """The declared range as text: ``[0, 1)``, ``one of 'a', 'b'``, ``finite``, ``true/false``."""
+    """The declared range as text: ``[0, 1)``, ``one of 'a', 'b'``, ``finite``, ``true/false``,
+    or what a non-numeric value must be (``expect``)."""
     if meta.get("choices") is not None:
         return "one of " + ", ".join(map(repr, meta["choices"]))
     b = _bounds(meta)
+    if not b and meta.get("expect"):
+        return meta["expect"]
     if not b:
         leaves = _leaf_types(tp) if tp is not None else set()
         if leaves and leaves <= {bool, type(None)}:

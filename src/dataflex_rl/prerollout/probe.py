@@ -86,6 +86,7 @@ class ProbeSkip(SkipPolicy):
         "greso",
         "skip policy of prompts with history: a name, or a mapping with 'name' and its "
         "parameters (null: the probe decides them too)",
+        expect="a history skip policy's name, a mapping with 'name', or null",
     )
 
     def __post_init__(self) -> None:
