@@ -92,6 +92,7 @@ def test_a_run_verl_would_refuse_is_refused_before_any_run(tmp_path, extra, mess
 
     path = experiment(tmp_path)
     data = yaml.safe_load(path.read_text())
+    data["strategies"] = ["baseline", "difffilter"]
     data["verl"]["overrides"].append(extra)
     path.write_text(yaml.safe_dump(data))
     exp = load_experiment(path)
