@@ -68,13 +68,14 @@ What makes a decision cheap (issue 13, item 4):
   its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it). On CPU about
   half the cost is the memory of those two tensors, not arithmetic: torch takes a block this
   large from the C allocator, which maps it fresh (4 KiB page faults on the first write:
-  ~50-60 ms each at the largest size) and unmaps it when freed (~10 ms), ~6-7x the fused pass
-  for the two; the arithmetic (exp, three masked passes, the row sums, the write) is ~7x.
-  Where the allocator keeps freed memory (glibc: ``MALLOC_MMAP_MAX_=0
-  MALLOC_TRIM_THRESHOLD_=<large>``: the process keeps its peak memory) the same code measures
-  under 10x, also with seconds between decisions; ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB pages)
-  looks fast back to back but on this VM is slower with seconds between decisions. The header
-  prints these settings. On a GPU the caching allocator reuses memory. See the results file.
+  ~50-60 ms each at the largest size) and unmaps it when freed (~10-13 ms), ~7.5x the fused
+  pass for the two; the arithmetic (exp, three masked passes, the row sums, the write) is
+  another ~7.5x (``ar_breakdown.py`` splits it). Where the allocator keeps freed memory
+  (glibc: ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<large>``: the process keeps its peak
+  memory) the same code measures under 10x back to back (``ar_breakdown.py --gap 3`` checks
+  it with seconds between decisions); ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB pages) looks fast
+  back to back but on this VM is slower with seconds between decisions. The header prints
+  these settings. On a GPU the caching allocator reuses memory. See the results file.
 
 Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.
 
