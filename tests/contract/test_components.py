@@ -224,7 +224,9 @@ def test_describe_lists_every_parameter(kind, name):
     params = {p["name"]: p for p in cls.parameters()}
     assert set(params) == {f.name for f in dataclasses.fields(cls)}
     for field_name, p in params.items():
-        assert f"| `{field_name}` | {p['type']} | {p['default']!r} |" in body, field_name
+        # a '|' inside a table cell is escaped (union types such as 'str | dict')
+        cell_type = p["type"].replace("|", "\\|")
+        assert f"| `{field_name}` | {cell_type} | {p['default']!r} |" in body, field_name
         assert p["doc"], f"{name}.{field_name} needs a doc line"
     if cls.paper:
         assert cls.paper in body
