@@ -74,8 +74,7 @@ class DropParams:
 class ControlKind:
     """A built-in control: its arm's label, required outcome and how the arm's strategy is
     built (``build(baseline_spec, params, where)`` -> the arm's strategy mapping). What the arm
-    changes in the host's settings is the host's (`hosts/<host>.control_overrides`: the
-    engine's ``noise_stream`` and ``optim.lr``, TRL's seed and learning rate, ...)."""
+    changes in the host's settings is `control_overrides` of the host's `HostControls`."""
 
     name: str
     label: str
@@ -164,11 +163,10 @@ class Control:
         return self.kind.outcome
 
     def arm(
-        self, baseline: StrategySpec, overrides: Callable[[str, dict, str], dict], where: str
+        self, baseline: StrategySpec, host: HostControls, settings: dict, where: str
     ) -> tuple[StrategySpec, dict]:
         """The arm's strategy spec (named by the label) and its host-settings overrides
-        (``overrides(name, params, where)``: the host's `control_overrides` for the
-        experiment)."""
+        (`control_overrides` of the host's keys and the experiment's run settings)."""
         kind = self.kind
         params = from_dict(kind.params, self.params, where)
         spec = {k: v for k, v in baseline.to_dict().items() if k != "name"}
@@ -178,7 +176,82 @@ class Control:
             "name": self.label,
             "description": f"control '{self.name}' (must be {self.outcome}): {kind.summary}",
         }
-        return parse_strategy(spec, where), overrides(self.name, asdict(params), where)
+        overrides = control_overrides(self.name, asdict(params), host, settings, where)
+        return parse_strategy(spec, where), overrides
+
+
+@dataclass(frozen=True)
+class HostControls:
+    """Where a host's run settings (its ``run_config``) hold what the controls change: dotted
+    paths, with the value the host uses when its settings leave one unset.
+
+    Args:
+        stream: the training sampling-noise stream (aa: another one).
+        lr: the learning rate (no_update: 0; half_lr: half the experiment's).
+        stream_default, lr_default: the host's values when the settings do not hold the key.
+        section: how messages name the settings (``"trl."``: ``trl.noise_stream``).
+    """
+
+    stream: str
+    lr: str
+    stream_default: int = 0
+    lr_default: float | None = None
+    section: str = ""
+
+
+def _get(settings: dict, path: str, default: Any) -> Any:
+    node: Any = settings
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return default if node is None else node
+
+
+def _nested(path: str, value: Any) -> dict:
+    """``"a.b", v`` -> ``{"a": {"b": v}}``."""
+    head, _, tail = path.partition(".")
+    return {head: _nested(tail, value) if tail else value}
+
+
+def control_overrides(
+    name: str, params: dict, host: HostControls, settings: dict, where: str
+) -> dict:
+    """The host settings a control arm changes, merged into the experiment's for that arm:
+
+    - ``aa``: ``host.stream`` = ``params["noise_stream"]`` (default the experiment's + 1);
+    - ``no_update``: ``host.lr`` = 0.0;
+    - ``half_lr``: ``host.lr`` = half the experiment's;
+    - ``drop_half``: nothing (a selector added to the strategy, the same on every host).
+
+    Args:
+        settings: the experiment's run settings on the host (``run_config(exp, {})``).
+
+    Raises:
+        ConfigError: the aa stream equals the experiment's (the arm would repeat the baseline
+            exactly), or half_lr of a learning rate of 0.
+    """
+    if name == "aa":
+        base = _get(settings, host.stream, host.stream_default)
+        stream = params.get("noise_stream")
+        stream = base + 1 if stream is None else stream
+        if stream == base:
+            raise ConfigError(
+                f"{where}.noise_stream: must differ from the experiment's stream ({base}) in "
+                f"{host.section}{host.stream}, or the arm repeats the baseline exactly"
+            )
+        return _nested(host.stream, stream)
+    if name == "no_update":
+        return _nested(host.lr, 0.0)
+    if name == "half_lr":
+        lr = _get(settings, host.lr, host.lr_default)
+        if lr is None or lr == 0:
+            raise ConfigError(
+                f"{where}: the experiment's learning rate is 0 ({host.section}{host.lr}); "
+                "half of it is no harm"
+            )
+        return _nested(host.lr, lr / 2)
+    return {}
 
 
 def _one(name: Any, params: Any, where: str) -> Control:

@@ -419,10 +419,7 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
         return exp
     base = next(s for s in exp.strategies if s.label == exp.baseline)
     host = exp.host_module
-
-    def overrides(name: str, params: dict, at: str) -> dict:
-        return host.control_overrides(name, params, exp, at)
-
+    settings = host.run_config(exp, {})
     arms = []
     for c in parsed:
         at = key_path(where, f"controls.{c.name}")
@@ -431,7 +428,7 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
                 f"{at}: its arm's label {c.label!r} is already a strategy label; "
                 "rename that strategy"
             )
-        spec, arm_overrides = c.arm(base.spec, overrides, at)
+        spec, arm_overrides = c.arm(base.spec, host.CONTROLS, settings, at)
         arms.append(StrategyEntry(c.label, spec, arm_overrides, c.name))
     exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms), controls=tuple(parsed))
     for arm in arms:  # validates each arm's settings now, not in a worker

@@ -281,3 +281,69 @@ def test_cli_control_flag_and_dry_run(tmp_path, capsys):
         run_cli(["compare", str(path), "--until-decided"])
     with pytest.raises(ConfigError, match="go with --until-decided"):
         run_cli(["compare", str(path), "--margin", "0.01"])
+
+
+# ---------------------------------------------------------------- run ids stay as they were
+#: one experiment per host with every control (absolute paths that need not exist: planning
+#: reads no file)
+PINNED_HOSTS = {
+    "engine": {
+        "engine": {"tasks": {"domains": ["math", "logic"]}, "optim": {"lr": 0.04}},
+        "evaluation": {"every": 2, "per_domain": 5},
+    },
+    "trl": {
+        "host": "trl",
+        "trl": {"exports": "/pinned/exported", "grpo": {"learning_rate": 0.04}},
+        "evaluation": {"metric": "sampled", "every": 2, "per_domain": 5, "samples": 2},
+    },
+    "verl": {
+        "host": "verl",
+        "verl": {
+            "model": "/pinned/model",
+            "train_files": "/pinned/t.parquet",
+            "val_files": "/pinned/v.parquet",
+            "lr": 4e-6,
+        },
+        "evaluation": {"metric": "greedy", "every": 2},
+    },
+}
+#: their fingerprints (first 16 hex digits) computed at 600e367, when each host wrote its own
+#: control mapping; a change here means finished and unfinished runs of existing comparisons
+#: no longer resume
+PINNED = {
+    "engine": {
+        "baseline": "9a2f253bd629ac00",
+        "aa_control": "804658a0835ad86e",
+        "no_update_control": "0961eaf58ba3fa7c",
+        "half_lr_control": "93dba1ef544b606e",
+        "drop_half_control": "477168b5fb0a719c",
+    },
+    "trl": {
+        "baseline": "873d1853648b7022",
+        "aa_control": "1f885a095d079614",
+        "no_update_control": "03fd57c9935d7572",
+        "half_lr_control": "51a8d7ae460a4dc3",
+        "drop_half_control": "c7610744083952ea",
+    },
+    "verl": {
+        "baseline": "a8aee987324c9e8b",
+        "aa_control": "18ac523726ed473b",
+        "no_update_control": "55d3dd8a102abee2",
+        "half_lr_control": "b5941163377b0892",
+        "drop_half_control": "893002220eff78cc",
+    },
+}
+
+
+@pytest.mark.parametrize("host", list(PINNED_HOSTS))
+def test_control_arms_fingerprints_are_the_pinned_ones(host):
+    data = {
+        "name": "pin",
+        "strategies": ["baseline"],
+        "seeds": [3],
+        "controls": ["aa", "no_update", "half_lr", "drop_half"],
+        "budget": {"steps": 4, "prompts_per_step": 4, "samples_per_prompt": 2},
+        **PINNED_HOSTS[host],
+    }
+    runs = plan(parse_experiment(data), "/o")
+    assert {r.method: r.fingerprint[:16] for r in runs} == PINNED[host]

@@ -11,7 +11,7 @@ INTERFACE = (
     "parse_section",
     "domains",
     "run_config",
-    "control_overrides",
+    "CONTROLS",
     "train_fn",
     "python",
     "check",

@@ -12,9 +12,10 @@ Settings and planning (in the harness's process)
     ``domains(exp) -> list[str]``: the domains evaluated (the report's benchmarks).
     ``run_config(exp, overrides) -> dict``: the mapping a run receives (`RunSpec.config`): the
     section with an arm's overrides merged in and the budget and evaluation applied.
-    ``control_overrides(name, params, exp, where) -> dict``: the settings a control arm
-    changes (aa: another sampling stream, no_update / half_lr: the learning rate); drop_half
-    changes the strategy only (controls.py) and returns ``{}``.
+    ``CONTROLS``: a `controls.HostControls`, where the settings ``run_config`` returns hold
+    the sampling stream (aa: another) and the learning rate (no_update: 0, half_lr: half);
+    `controls.control_overrides` makes a control arm's overrides from it (drop_half changes
+    the strategy only).
     ``train_fn(exp) -> str``: ``"module:attr"`` of the training function.
     ``python(exp) -> str | None``: the interpreter of its runs (None: the harness's own, and
     runs execute inside local worker processes; else each run is a process of that Python).

@@ -18,6 +18,7 @@ from typing import Any
 
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.running.controls import HostControls
 
 SETUP = "bash scripts/quickstart.sh"
 TRAIN_FN = "dataflex_rl.engine.run:run_training"
@@ -25,6 +26,8 @@ CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
 #: the run's generation cost so far, in its evaluation records
 TOKENS = "engine/generation_cost_tokens_at_eval"
 
+#: what the controls change: aa another ``noise_stream``, no_update / half_lr ``optim.lr``
+CONTROLS = HostControls(stream="noise_stream", lr="optim.lr")
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {
     "strategy": "strategies",
@@ -84,30 +87,6 @@ def domains(exp) -> list[str]:
 def run_config(exp, overrides: dict) -> dict:
     """The `EngineConfig` of an arm as a mapping."""
     return exp.engine_config(overrides or None).to_dict()
-
-
-def control_overrides(name: str, params: dict, exp, where: str) -> dict:
-    """aa: ``noise_stream`` (default the experiment's + 1); no_update: ``optim.lr`` 0;
-    half_lr: half the experiment's ``optim.lr``; drop_half: nothing (a selector)."""
-    engine = exp.engine_config()
-    if name == "aa":
-        stream = params.get("noise_stream")
-        stream = engine.noise_stream + 1 if stream is None else stream
-        if stream == engine.noise_stream:
-            raise ConfigError(
-                f"{where}.noise_stream: must differ from the experiment's stream "
-                f"({engine.noise_stream}), or the arm repeats the baseline exactly"
-            )
-        return {"noise_stream": stream}
-    if name == "no_update":
-        return {"optim": {"lr": 0.0}}
-    if name == "half_lr":
-        if engine.optim.lr == 0:
-            raise ConfigError(
-                f"{where}: the experiment's learning rate is 0; half of it is no harm"
-            )
-        return {"optim": {"lr": engine.optim.lr / 2}}
-    return {}
 
 
 def train_fn(exp) -> str:

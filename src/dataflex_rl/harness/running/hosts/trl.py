@@ -27,7 +27,7 @@ from typing import Any
 from dataflex_rl.core.config import Checked, key_path, param
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.engine.config import from_dict
-from dataflex_rl.harness.running.controls import merge_overrides
+from dataflex_rl.harness.running.controls import HostControls, merge_overrides
 from dataflex_rl.harness.running.hosts.engine import steps_done  # noqa: F401  (metrics.jsonl)
 
 SETUP = "bash scripts/setup_trl.sh"
@@ -35,6 +35,11 @@ TRAIN_FN = "dataflex_rl.hosts.trl.run:run_training"
 #: GRPOConfig's default learning rate in TRL 1.16 (half_lr halves it when it is not set;
 #: tests/hosts_trl checks it against the installed TRL)
 TRL_DEFAULT_LR = 1e-6
+#: what the controls change: aa another ``noise_stream`` (training sampling, same model, prompt
+#: order and evaluation); no_update / half_lr ``grpo.learning_rate`` (TRL's default when unset)
+CONTROLS = HostControls(
+    stream="noise_stream", lr="grpo.learning_rate", lr_default=TRL_DEFAULT_LR, section="trl."
+)
 #: GRPOConfig fields the experiment sets: field -> where to set it
 OWNED = {
     "output_dir": "--out (each run's folder)",
@@ -201,10 +206,6 @@ def _paths(s: dict, where: str) -> dict:
     return {"model": str(model), "train": str(train), "eval": _eval_files(s, where)}
 
 
-def _learning_rate(s: dict) -> float:
-    return float(s["grpo"].get("learning_rate", TRL_DEFAULT_LR))
-
-
 def _eval_batch(per_domain: int, samples: int) -> int:
     """Completions per evaluation batch: whole groups of ``samples``, and a number of prompts
     that divides ``per_domain`` (every batch the same size, so TRL's mean over batches is the
@@ -257,33 +258,6 @@ def run_config(exp, overrides: dict) -> dict:
 
 def domains(exp) -> list[str]:
     return list(run_config(exp, {})["eval"])
-
-
-def control_overrides(name: str, params: dict, exp, where: str) -> dict:
-    """aa: ``noise_stream`` (default the experiment's + 1: another training sampling stream,
-    same model, prompt order and evaluation); no_update / half_lr: ``grpo.learning_rate`` 0 /
-    half the experiment's (TRL's default 1e-6 when unset); drop_half: nothing (a selector)."""
-    s = exp.host_settings
-    if name == "aa":
-        base = s.get("noise_stream", 0)
-        stream = params.get("noise_stream")
-        stream = base + 1 if stream is None else stream
-        if stream == base:
-            raise ConfigError(
-                f"{where}.noise_stream: must differ from the experiment's stream ({base}), "
-                "or the arm repeats the baseline exactly"
-            )
-        return {"noise_stream": stream}
-    if name == "no_update":
-        return {"grpo": {"learning_rate": 0.0}}
-    if name == "half_lr":
-        lr = _learning_rate({"grpo": s.get("grpo") or {}})
-        if lr == 0:
-            raise ConfigError(
-                f"{where}: the experiment's learning rate is 0; half of it is no harm"
-            )
-        return {"grpo": {"learning_rate": lr / 2}}
-    return {}
 
 
 def train_fn(exp) -> str:

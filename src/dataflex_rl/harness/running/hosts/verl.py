@@ -28,6 +28,7 @@ from typing import Any
 from dataflex_rl.core.config import key_path
 from dataflex_rl.core.metrics import metric_domain, split_domain_metric
 from dataflex_rl.core.registry import ConfigError, import_object
+from dataflex_rl.harness.running.controls import HostControls, merge_overrides
 from dataflex_rl.hosts.verl.run import attempts as metrics_files
 from dataflex_rl.hosts.verl.run import checkpoint_step
 from dataflex_rl.hosts.verl.settings import (
@@ -39,6 +40,11 @@ from dataflex_rl.hosts.verl.settings import (
     run_env,
 )
 
+#: what the controls change: aa another rollout sampling stream (same model, data order and
+#: validation); no_update / half_lr the actor's learning rate
+CONTROLS = HostControls(
+    stream="sampling_stream", lr="lr", lr_default=VerlSettings.lr, section="verl."
+)
 #: verl's per-data-source validation accuracy (the core variable's mean over n responses)
 VAL_KEY = re.compile(r"^val-core/(?P<source>.+)/(?:acc|reward)/mean@(?P<n>\d+)$")
 #: a training step's line (verl's own step counter)
@@ -159,34 +165,6 @@ def check_python(python: str, where: str = "verl.python") -> str:
     return str(resolved)
 
 
-# --------------------------------------------------------------------------- controls
-def control_settings(name: str, settings: VerlSettings, params: dict, where: str) -> dict:
-    """A control arm's verl settings (merged into the experiment's verl section):
-
-    - ``aa``: another rollout sampling stream (``sampling_stream``; params ``noise_stream``,
-      default the experiment's + 1): same model, data order and validation;
-    - ``no_update``: ``lr: 0`` (actor_rollout_ref.actor.optim.lr);
-    - ``half_lr``: half the experiment's ``lr``;
-    - ``drop_half``: none (a selector added to the strategy, the same on every host).
-    """
-    if name == "aa":
-        stream = params.get("noise_stream")
-        stream = settings.sampling_stream + 1 if stream is None else stream
-        if stream == settings.sampling_stream:
-            raise ConfigError(
-                f"{where}.noise_stream: must differ from the experiment's "
-                f"verl.sampling_stream ({settings.sampling_stream})"
-            )
-        return {"sampling_stream": stream}
-    if name == "no_update":
-        return {"lr": 0.0}
-    if name == "half_lr":
-        if settings.lr == 0:
-            raise ConfigError(f"{where}: verl.lr is 0; half of it is no harm")
-        return {"lr": settings.lr / 2}
-    return {}
-
-
 def pairing_notes(settings: VerlSettings) -> list[str]:
     """The report's Setup lines: what a verl study pairs, and what verl cannot."""
     return [
@@ -281,8 +259,6 @@ def val_sources(settings: VerlSettings) -> list[str]:
 def run_config(exp, overrides: dict) -> dict:
     """The settings a run receives: the section, an arm's overrides, the budget and the
     evaluation (validated; ``python`` left out: where verl is installed is not the run)."""
-    from dataflex_rl.harness.running.controls import merge_overrides
-
     b, e = exp.budget, exp.evaluation
     data = merge_overrides(exp.host_settings, overrides or {})
     data.pop("python", None)
@@ -296,11 +272,6 @@ def run_config(exp, overrides: dict) -> dict:
     )
     parse_settings(data, key_path(exp.path or exp.name, "verl"))
     return data
-
-
-def control_overrides(name: str, params: dict, exp, where: str) -> dict:
-    """`control_settings` of the experiment's verl section."""
-    return control_settings(name, _settings(exp), params, where)
 
 
 def train_fn(exp) -> str:

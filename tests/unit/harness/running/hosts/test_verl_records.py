@@ -6,13 +6,13 @@ import json
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.running.controls import control_overrides
 from dataflex_rl.harness.running.hosts.verl import (
-    control_settings,
+    CONTROLS,
     has_checkpoint,
     read_records,
     steps_done,
 )
-from dataflex_rl.hosts.verl.settings import parse_settings
 
 
 def line(step, **data):
@@ -133,9 +133,7 @@ def test_progress_is_the_newest_attempts_last_training_step(run, tmp_path):
     assert steps_done(fresh) == 1 and has_checkpoint(fresh) and not has_checkpoint(run)
 
 
-SETTINGS = parse_settings(
-    {"model": "/m", "train_files": "/t", "val_files": "/v", "lr": 2e-6, "sampling_stream": 3}
-)
+SETTINGS = {"model": "/m", "train_files": "/t", "val_files": "/v", "lr": 2e-6, "sampling_stream": 3}
 
 
 @pytest.mark.parametrize(
@@ -149,9 +147,16 @@ SETTINGS = parse_settings(
     ],
 )
 def test_controls_map_to_verl_settings(name, params, expected):
-    assert control_settings(name, SETTINGS, params, "controls") == expected
+    assert control_overrides(name, params, CONTROLS, SETTINGS, "controls") == expected
 
 
 def test_an_aa_stream_equal_to_the_experiments_is_refused():
-    with pytest.raises(ConfigError, match="controls.noise_stream: must differ"):
-        control_settings("aa", SETTINGS, {"noise_stream": 3}, "controls")
+    with pytest.raises(ConfigError, match=r"controls.noise_stream: must differ.*verl\.sampling"):
+        control_overrides("aa", {"noise_stream": 3}, CONTROLS, SETTINGS, "controls")
+
+
+def test_unset_stream_and_lr_are_verls_defaults():
+    # verl.lr unset: VerlSettings' 1e-6, halved; sampling_stream unset: 0, so aa takes 1
+    bare = {"model": "/m", "train_files": "/t", "val_files": "/v"}
+    assert control_overrides("half_lr", {}, CONTROLS, bare, "c") == {"lr": 5e-7}
+    assert control_overrides("aa", {}, CONTROLS, bare, "c") == {"sampling_stream": 1}
