@@ -16,7 +16,10 @@ draws each prompt about once):
   fixed count, not "until 16".
 - ``probe``: dynamic sampling plus the ``probe`` skip policy (first visits: a logistic probe
   on the policy's prompt representation; revisits: greso), skipped candidates replaced
-  (``candidate_factor``), an audit share of the skipped prompts generated, not trained on.
+  (``candidate_factor``), an audit share of the skipped prompts generated, not trained on;
+  with its default false-skip control (``--max-false-skip 0.1``: it skips only above the
+  lowest threshold whose audited false-skip rate has a 95% upper bound <= 0.1; ``none``: a
+  fixed ``--threshold``).
 
 Regime 2, 4-5 epochs (``--epochs-pool`` prompts per domain; history and prediction together):
 ``dynamic`` vs ``probe``, fewer seeds, savings only.
@@ -34,7 +37,7 @@ test and corrected bootstrap interval; >= 6 paired seeds for a verdict). The las
 
     .venv/bin/python benchmarks/prerollout_savings.py [--seeds 0 1 2 3 4 5] [--tokens 150000]
         [--epoch-seeds 0 1 2] [--epochs-pool 200] [--epochs-tokens 150000] [--workers 2]
-        [--threshold 0.5] [--layer 0] [--audit 0.1]
+        [--threshold 0.5] [--layer 0] [--audit 0.1] [--max-false-skip 0.1|none]
 
 A benchmark, not a test (default: about 30 minutes wall on 2 idle cores).
 """
@@ -57,6 +60,7 @@ def _arms(args) -> dict[str, tuple[dict, dict]]:
         "threshold": args.threshold,
         "audit": args.audit,
         "min_observed": args.min_observed,
+        "max_false_skip": args.max_false_skip,
     }
     dynamic = {"grpo": {"prompts_per_step": args.overdraw}}
     return {
@@ -147,10 +151,14 @@ def _one(job: tuple) -> dict:
     tr = EmbeddedTrainer(_config(pool, tokens, overrides, eval_per_domain), strategy, seed=seed)
     visits = _track_visits(tr)
     sums = dict.fromkeys(SUMS, 0.0)
+    last: dict = {}  # the probe's control at the last step that reported it
     while tr.cost_tokens < tokens:
         m = tr.train_step()
         for k in SUMS:
             sums[k] += m.get(k, 0.0)
+        for k in ("probe_threshold", "probe_audit_sample", "probe_false_skip_bound"):
+            if f"dataflex/prerollout/{k}" in m:
+                last[k] = m[f"dataflex/prerollout/{k}"]
     ev = tr.evaluate()
     return {
         "regime": regime,
@@ -159,6 +167,8 @@ def _one(job: tuple) -> dict:
         "steps": tr.step,
         **{k.split("/")[-1]: v for k, v in sums.items()},
         **visits,
+        "threshold": last.get("probe_threshold", float("nan")),
+        "audit_sample": last.get("probe_audit_sample", 0.0),
         "sampled": ev["eval/mean/sampled"],
         "greedy": ev["eval/mean/greedy"],
         "wall_s": time.perf_counter() - t0,
@@ -167,6 +177,10 @@ def _one(job: tuple) -> dict:
 
 def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
+
+
+def _rate(informative: float, audits: float) -> str:
+    return f"{informative / audits * 100:.1f}%" if audits else "n/a (nothing audited)"
 
 
 def _signed(x: float) -> str:
@@ -191,6 +205,12 @@ def main() -> None:
     ap.add_argument("--layer", type=int, default=0, help="probe: representation layer")
     ap.add_argument("--audit", type=float, default=0.1, help="probe: audit share")
     ap.add_argument("--min-observed", type=int, default=128, help="probe: outcomes before skipping")
+    ap.add_argument(
+        "--max-false-skip",
+        type=lambda v: None if v == "none" else float(v),
+        default=0.1,
+        help="probe: target false-skip rate of its control ('none': a fixed --threshold)",
+    )
     ap.add_argument("--eval-per-domain", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
@@ -213,12 +233,14 @@ def main() -> None:
         f"{args.epochs_tokens} (epochs, pool {args.epochs_pool}/domain); G={GROUP}; plain GRPO "
         f"{PROMPTS} prompts/step, dynamic sampling and probe {args.overdraw}; probe: layer "
         f"{args.layer}, threshold {args.threshold}, audit {args.audit}, min_observed "
-        f"{args.min_observed}, candidate_factor {args.factor}, revisits greso"
+        f"{args.min_observed}, max_false_skip {args.max_false_skip}, candidate_factor "
+        f"{args.factor}, revisits greso"
     )
     head = (
         f"{'regime':>6} {'arm':>8} {'seed':>4} {'steps':>5} {'cost':>7} {'probe':>6} "
         f"{'eff':>5} {'tok/eff':>7} {'zv tok':>6} {'skip 1st':>8} {'skip rev':>8} "
-        f"{'audit':>5} {'fs':>4} {'aud tok':>7} {'sampled':>7} {'greedy':>6}"
+        f"{'audit':>5} {'fs':>4} {'aud tok':>7} {'thr':>5} {'table':>5} {'sampled':>7} "
+        f"{'greedy':>6}"
     )
     print(head)
     for r in runs:
@@ -229,8 +251,8 @@ def main() -> None:
             f"{r['generation_cost_tokens']:>7.0f} {r['probe_tokens']:>6.0f} "
             f"{r['groups_effective']:>5.0f} {tpe:>7.2f} {zv:>6.3f} {r['skipped_first']:>8.0f} "
             f"{r['skipped_revisit']:>8.0f} {r['audit_groups']:>5.0f} "
-            f"{r['audit_informative']:>4.0f} {r['tokens_audit']:>7.0f} {r['sampled']:>7.3f} "
-            f"{r['greedy']:>6.3f}"
+            f"{r['audit_informative']:>4.0f} {r['tokens_audit']:>7.0f} {r['threshold']:>5.3f} "
+            f"{r['audit_sample']:>5.0f} {r['sampled']:>7.3f} {r['greedy']:>6.3f}"
         )
 
     def tpe(r):
@@ -246,7 +268,7 @@ def main() -> None:
         revisit = np.array([r["revisit_zero"] / r["tokens_generated"] for r in dyn])
         pr = [by[regime, "probe", s] for s in seeds]
         audits = sum(r["audit_groups"] for r in pr)
-        fs = sum(r["audit_informative"] for r in pr) / audits if audits else float("nan")
+        fs = _rate(sum(r["audit_informative"] for r in pr), audits)
         bare = np.array(
             [
                 (
@@ -267,15 +289,18 @@ def main() -> None:
         saved, ceiling, first, revisit, fs, audits, pr, bare = savings(regime, seeds)
         skipped_first = sum(r["skipped_first"] for r in pr)
         skipped_rev = sum(r["skipped_revisit"] for r in pr)
+        by_probe = sum(r["skipped_probe"] for r in pr)
+        thr = ", ".join(f"{r['threshold']:.3f}" for r in pr)
         print(
             f"[{regime}] tokens per effective group, probe vs dynamic sampling: "
             f"{_signed(-saved.mean())} (per seed {np.round(-saved * 100, 1).tolist()}); ceiling "
             f"-{_pct(ceiling.mean())} (zero-variance tokens of dynamic sampling: first visits "
             f"{_pct(first.mean())}, revisits {_pct(revisit.mean())}); reached "
-            f"{saved.mean() / ceiling.mean() * 100:.0f}% of the ceiling; false-skip {_pct(fs)} "
+            f"{saved.mean() / ceiling.mean() * 100:.0f}% of the ceiling; false-skip {fs} "
             f"({audits:.0f} audited groups); skipped plain-batch prompts: first visits "
-            f"{skipped_first:.0f}, revisits {skipped_rev:.0f}; without the audit's tokens "
-            f"{_signed(-bare.mean())}"
+            f"{skipped_first:.0f}, revisits {skipped_rev:.0f}; candidates skipped by the probe "
+            f"{by_probe:.0f}, its threshold at the end per seed [{thr}] (1: the control allows "
+            f"no skip); without the audit's tokens {_signed(-bare.mean())}"
         )
         out[regime] = (saved.mean(), ceiling.mean(), fs)
     seeds = [str(s) for s in args.seeds]
@@ -310,7 +335,7 @@ def main() -> None:
     saved, ceiling, fs = out["first"]
     print(
         f"first visits: tokens per effective group {_signed(-saved)} vs dynamic sampling (ceiling "
-        f"-{_pct(ceiling)}), false-skip {_pct(fs)}, accuracy at equal tokens vs plain GRPO: "
+        f"-{_pct(ceiling)}), false-skip {fs}, accuracy at equal tokens vs plain GRPO: "
         f"{verdict}"
     )
 

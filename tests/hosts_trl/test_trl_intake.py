@@ -111,10 +111,17 @@ def test_domain_key_and_domain_order(tmp_path):
 def test_probe_reads_the_trl_policys_prompt_representation(tmp_path):
     # the probe skips first visits once it has seen 4 outcomes (threshold 0.05: nearly every
     # candidate); TRL computes the representation (layer 1 of the tiny model) and generates
-    # only for the drawn prompts; an exact batch audits nothing
+    # only for the drawn prompts; an exact batch audits nothing (so a fixed threshold,
+    # max_false_skip null: the false-skip control, with no audited outcome, skips nothing)
     probe = {
         "prerollout": {
-            "actuator": {"name": "probe", "layer": 1, "min_observed": 4, "threshold": 0.05}
+            "actuator": {
+                "name": "probe",
+                "layer": 1,
+                "min_observed": 4,
+                "threshold": 0.05,
+                "max_false_skip": None,
+            }
         }
     }
     seen: list = []

@@ -72,6 +72,7 @@ PROBE = {
             "min_observed": 6,
             "threshold": 0.3,
             "audit": 0.5,
+            "max_false_skip": None,
             "revisits": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0},
         }
     },

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
@@ -101,3 +103,122 @@ def test_first_per_domain_equals_a_loop(cands, quota):
     ok = torch.tensor([o for _, o in cands], dtype=torch.bool)
     got = first_per_domain(dom, ok, torch.tensor(quota, dtype=torch.int64))
     assert got.tolist() == want
+
+
+# ---------------------------------------------------------------------- the probe's control
+def _oracle_threshold(q, informative, target, confidence):
+    """Plain loop: the lowest distinct prediction whose Clopper-Pearson bound (the beta
+    quantile, not the binomial test the implementation uses) is <= target."""
+    from dataflex_rl.prerollout.probe import false_skip_bound
+
+    best, margins = math.inf, []
+    for t in sorted(set(q)):
+        n = sum(1 for v in q if v >= t)
+        k = sum(1 for v, i in zip(q, informative) if v >= t and i)
+        u = false_skip_bound(k, n, confidence)
+        margins.append(abs(u - target))
+        if u <= target and t < best:
+            best = t
+    return best, min(margins, default=1.0)
+
+
+TABLES = st.lists(
+    st.tuples(st.sampled_from([i / 20 for i in range(21)]), st.booleans()),
+    max_size=80,
+)
+
+
+@given(
+    TABLES,
+    st.floats(0.05, 0.6),
+    st.sampled_from([0.6, 0.8, 0.9, 0.95]),
+    st.floats(0.0, 1.0),
+)
+@settings(max_examples=200)
+def test_controlled_threshold_equals_a_loop_and_never_passes_a_bound_over_the_target(
+    table, target, confidence, clean_share
+):
+    from dataflex_rl.prerollout.probe import controlled_threshold, false_skip_bound
+
+    # many clean entries on top now and then, so that thresholds do pass
+    table = sorted(table, key=lambda e: -e[0])
+    table = [(q, i and j >= clean_share * len(table)) for j, (q, i) in enumerate(table)]
+    q = [e[0] for e in table]
+    inf = [e[1] for e in table]
+    want, margin = _oracle_threshold(q, inf, target, confidence)
+    assume(margin > 1e-9)  # a bound on the target itself: either answer is right
+    got = controlled_threshold(
+        torch.tensor(q, dtype=torch.float64),
+        torch.tensor(inf, dtype=torch.bool),
+        target,
+        confidence,
+    )
+    assert got == want
+    if got < math.inf:  # the rule skips only where the bound is within the target
+        n = sum(1 for v in q if v >= got)
+        k = sum(1 for v, i in zip(q, inf) if v >= got and i)
+        assert false_skip_bound(k, n, confidence) <= target
+
+
+@given(
+    st.lists(
+        st.lists(st.tuples(st.floats(-2.0, 2.0), st.booleans()), min_size=1, max_size=6),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([0.2, 0.4]),
+)
+@settings(max_examples=60, deadline=None)
+def test_probe_never_skips_when_the_audited_bound_exceeds_the_target(steps, target):
+    from dataflex_rl import Strategy
+    from dataflex_rl.prerollout.probe import false_skip_bound
+
+    conf = 0.6
+    s = Strategy(
+        {
+            "prerollout": {
+                "actuator": {
+                    "name": "probe",
+                    "min_observed": 1,
+                    "threshold": 0.01,
+                    "audit": 1.0,
+                    "max_false_skip": target,
+                    "confidence": conf,
+                    "revisits": None,
+                }
+            }
+        }
+    )
+    probe = s.parts["prerollout"][1]
+    for step, cands in enumerate(steps):
+        keys = [f"{step}-{j}" for j in range(len(cands))]
+        x = torch.tensor([[v] for v, _ in cands])
+        # the table before this draw, read from the saved state
+        state = s.state_dict()["components"]["prerollout"]["actuator"]
+        tq = state["audit_q"].tolist()
+        ti = state["audit_informative"].tolist()
+        g = torch.Generator().manual_seed(step)
+        keep, m = s.filter_prompts(keys, step, g, x)
+        skipped = m["dataflex/prerollout/skipped_probe"]
+        thr = probe.skip_threshold
+        bounds = [
+            false_skip_bound(
+                sum(1 for v, i in zip(tq, ti) if v >= t and i),
+                sum(1 for v in tq if v >= t),
+                conf,
+            )
+            for t in set(tq)
+        ]
+        if all(b > target for b in bounds):  # no threshold's bound is within the target
+            assert skipped == 0 and thr == math.inf
+        if skipped:
+            n = sum(1 for v in tq if v >= thr)
+            k = sum(1 for v, i in zip(tq, ti) if v >= thr and i)
+            assert false_skip_bound(k, n, conf) <= target
+        plain = torch.ones(len(keys), dtype=torch.bool)
+        audited = s.audit_prompts(~keep, plain, g)
+        groups = {k: [1.0, 0.0] if inf else [0.0, 0.0] for k, (_, inf) in zip(keys, cands)}
+        aud = {k: groups[k] for k, a in zip(keys, audited.tolist()) if a}
+        if aud:
+            s.observe_audit(_batch([(k, r, 1) for k, r in aud.items()], step))
+        s.decide(_batch([(k, groups[k], 1) for k, kp in zip(keys, keep.tolist()) if kp], step))

@@ -209,9 +209,12 @@ class SkipPolicy(Component):
         representations, when `feature_layer` asks for one)."""
         raise NotImplementedError
 
-    def audit_mask(self, skip: Tensor, generator: torch.Generator | None) -> Tensor | None:
+    def audit_mask(
+        self, skip: Tensor, plain: Tensor, generator: torch.Generator | None
+    ) -> Tensor | None:
         """[N] bool: skipped candidates (``skip``) generated anyway but not trained on, to
-        measure the false-skip rate (None: no audit, and no randomness drawn)."""
+        measure the false-skip rate (None: no audit, and no randomness drawn). ``plain``: [N]
+        bool the candidates of the plain batch (those generated had nothing been skipped)."""
         return None
 
     def observe(self, batch: RolloutBatch, history: PromptHistory) -> None:

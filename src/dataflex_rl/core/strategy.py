@@ -275,12 +275,15 @@ class Strategy:
         metrics["dataflex/prerollout/active"] = 1.0
         return keep, metrics
 
-    def audit_prompts(self, skip: Tensor, generator: torch.Generator | None) -> Tensor | None:
+    def audit_prompts(
+        self, skip: Tensor, plain: Tensor, generator: torch.Generator | None
+    ) -> Tensor | None:
         """[N] bool: which skipped candidates to generate anyway for the false-skip audit (not
-        trained on; `SkipPolicy.audit_mask`); None: no audit."""
+        trained on; `SkipPolicy.audit_mask`; ``plain``: [N] bool the plain batch's
+        candidates); None: no audit."""
         if "prerollout" not in self.parts:
             return None
-        return self.parts["prerollout"][1].audit_mask(skip, generator)
+        return self.parts["prerollout"][1].audit_mask(skip, plain, generator)
 
     def observe_audit(self, batch: RolloutBatch) -> dict[str, float]:
         """The outcomes of audited prompts: the skip policy learns from them and the prompt

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
+from scipy import special, stats
 from torch import Tensor
 
 from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
@@ -17,6 +20,52 @@ from dataflex_rl.core.segment import segment_min
 
 #: added to the running variance before the features are scaled
 _VAR_EPS = 1e-8
+
+
+def false_skip_bound(informative: int, n: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson upper bound on a rate from ``informative`` of ``n`` (1 when
+    ``n`` is 0 or every one is informative): the rate p with P(Binomial(n, p) <= informative)
+    = 1 - ``confidence``."""
+    if n <= 0 or informative >= n:
+        return 1.0
+    return float(stats.beta.ppf(confidence, informative + 1, n - informative))
+
+
+def controlled_threshold(
+    predicted: Tensor, informative: Tensor, target: float, confidence: float
+) -> float:
+    """The lowest skip threshold whose audited false-skip rate is bounded by ``target``.
+
+    Args:
+        predicted: [M] float64 the audit sample's predicted zero-variance probabilities (at
+            the time of the decision).
+        informative: [M] bool whether each one's group came back informative (a false skip
+            had it been skipped).
+        target: the largest false-skip rate allowed (``max_false_skip``).
+        confidence: of the one-sided Clopper-Pearson bound (`false_skip_bound`).
+
+    Returns:
+        The smallest prediction t in ``predicted`` such that, among the n entries with
+        prediction >= t, of which k are informative, the bound U(k, n) <= ``target``; that is
+        P(Binomial(n, target) <= k) <= 1 - ``confidence`` (the same test without the
+        quantile). ``math.inf`` (skip nothing) when no t passes, in particular while fewer
+        than log(1 - confidence) / log(1 - target) entries are in the sample (29 at 0.95 and
+        0.10: the fewest clean ones that could pass).
+    """
+    if predicted.numel() == 0:
+        return math.inf
+    q = predicted.to(torch.float64).numpy()
+    y = informative.to(torch.bool).numpy()
+    order = np.argsort(-q, kind="stable")
+    q, y = q[order], y[order]
+    n = np.arange(1, len(q) + 1)
+    k = np.cumsum(y)
+    # a threshold t keeps every tie with it: only the last of a run of equal predictions
+    last = np.append(q[1:] != q[:-1], True)
+    passes = last & (special.bdtr(k, n, target) <= 1.0 - confidence)
+    if not passes.any():
+        return math.inf
+    return float(q[np.flatnonzero(passes)[-1]])
 
 
 @SKIP_POLICIES.register("probe")
@@ -34,8 +83,31 @@ class ProbeSkip(SkipPolicy):
     and standard deviation, fitted online: after each step it adds the step's groups (label 1:
     the group came back zero-variance) to a memory of the ``memory`` most recent outcomes and
     takes ``iterations`` full-batch gradient steps (step size ``lr``, L2 penalty ``l2``) from
-    its current weights. Once it has observed ``min_observed`` outcomes, a candidate whose
-    predicted probability of a zero-variance group is ``threshold`` or more is skipped.
+    its current weights. Once it has observed ``min_observed`` outcomes (it is *ready*), a
+    candidate whose predicted probability q of a zero-variance group is at least the skip
+    threshold is skipped: ``threshold``, or with ``max_false_skip`` (the default) the larger of
+    ``threshold`` and the controlled threshold below.
+
+    False-skip control (``max_false_skip``: the target false-skip rate). The audit sample is
+    a uniform ``audit`` share of the probe's own decisions: every candidate of the plain batch
+    the ready probe decides (first visits; with ``revisits`` null, all) draws u ~ U(0, 1) (the
+    audit's draw), and u < ``audit`` puts it in the sample whatever the decision: skipped, it
+    is audited (generated, not trained on); kept, it is generated and trained on as usual (no
+    extra cost). Each sampled candidate's (q at the decision, whether its group came back
+    informative) enters a table of the ``audit_memory`` most recent ones. After every step the
+    threshold is recomputed from the table (`controlled_threshold`): for a candidate
+    threshold t (each predicted q in the table), n(t) entries have q >= t and k(t) of them
+    were informative; the one-sided Clopper-Pearson bound at ``confidence`` on the false-skip
+    rate above t passes when P(Binomial(n(t), max_false_skip) <= k(t)) <= 1 - confidence; the
+    controlled threshold is the lowest t that passes, and infinite (skip nothing) when none
+    does, so it skips nothing until the table holds log(1 - confidence) / log(1 - target)
+    entries (29 at the defaults) above the threshold. Since the sample is independent of the
+    decision, k(t) / n(t) estimates the false-skip rate skipping at t would have had on the
+    sampled decisions. Not covered: the choice of the lowest passing t among many (each
+    bound holds for one t fixed in advance), and drift of the probe's predictions between a
+    table entry's decision and today's. On a host that audits nothing (TRL) the table stays
+    empty and the controlled probe skips nothing; ``max_false_skip: null`` skips at
+    ``threshold``.
 
     Prompts with history go to ``revisits`` (default ``greso``, with its own parameters and
     state; null: the probe decides them too). A share ``audit`` of the skipped prompts of the
@@ -48,7 +120,10 @@ class ProbeSkip(SkipPolicy):
 
     Metrics of ``filter``: ``skipped`` (``skipped_probe`` by the probe, the rest by the
     revisit policy, whose metrics pass through), ``predicted_zero_variance`` (mean predicted
-    probability over the candidates) and ``probe_ready`` (1 once it may skip).
+    probability over the candidates), ``probe_ready`` (1 once it may skip),
+    ``probe_threshold`` (the skip threshold in use; 1 when the control allows no skip),
+    ``probe_audit_sample`` (entries in the table) and ``probe_false_skip_bound`` (the bound
+    above the threshold in use; 1 when it skips nothing).
     """
 
     reads_features: ClassVar[bool] = True
@@ -64,9 +139,23 @@ class ProbeSkip(SkipPolicy):
     )
     threshold: float = param(
         0.6,
-        "skip when the predicted probability of a zero-variance group is at least this",
+        "skip when the predicted probability of a zero-variance group is at least this "
+        "(with max_false_skip: the lowest skip threshold the control may set)",
         gt=0.0,
         le=1.0,
+    )
+    max_false_skip: float | None = param(
+        0.1,
+        "target false-skip rate: skip only above the lowest threshold whose audited "
+        "false-skip rate has an upper confidence bound <= this (null: skip at threshold)",
+        gt=0.0,
+        lt=1.0,
+    )
+    confidence: float = param(
+        0.95, "one-sided confidence of the false-skip bound (Clopper-Pearson)", gt=0.0, lt=1.0
+    )
+    audit_memory: int = param(
+        2048, "most recent audit-sample outcomes the controlled threshold is chosen from", ge=1
     )
     audit: float = param(
         0.1,
@@ -103,6 +192,12 @@ class ProbeSkip(SkipPolicy):
             self._revisit = cls.from_config(params, "revisits")
             if self._revisit.feature_layer is not None:
                 raise ConfigError(f"revisits: {spec['name']!r} reads features; use a history one")
+        if self.max_false_skip is not None and self.audit <= 0.0:
+            raise ConfigError(
+                "max_false_skip: the false-skip control chooses its threshold from audited "
+                "outcomes and needs audit > 0 (got audit 0); set max_false_skip: null to skip "
+                "at a fixed threshold"
+            )
         self._reset()
 
     def _reset(self) -> None:
@@ -118,6 +213,15 @@ class ProbeSkip(SkipPolicy):
         self._pending_step = -1
         self._pending: dict = {}
         self._pending_x: list[Tensor] = []
+        # the false-skip control: the audit sample's (prediction, informative), oldest first,
+        # and the controlled threshold they give (inf: skip nothing)
+        self._audit_q = torch.zeros(0, dtype=torch.float64)
+        self._audit_informative = torch.zeros(0, dtype=torch.bool)
+        self._controlled = math.inf
+        # the last `filter` call (keys, predictions, decided by the probe) until `audit_mask`,
+        # and this step's sampled candidates: key -> prediction, until their outcomes arrive
+        self._round: tuple[list, Tensor, Tensor] | None = None
+        self._sampled: dict = {}
 
     @property
     def feature_layer(self) -> int:
@@ -128,6 +232,22 @@ class ProbeSkip(SkipPolicy):
     def ready(self) -> bool:
         """Whether it has observed ``min_observed`` outcomes (and may skip)."""
         return self._observed >= self.min_observed and self._w is not None
+
+    @property
+    def skip_threshold(self) -> float:
+        """The threshold in use: ``threshold``, or the larger of it and the controlled one
+        (``math.inf``: skip nothing)."""
+        if self.max_false_skip is None:
+            return self.threshold
+        return max(self.threshold, self._controlled)
+
+    def _bound_in_use(self) -> float:
+        """The false-skip bound over the table's entries above the threshold in use."""
+        t = self.skip_threshold
+        above = self._audit_q >= t
+        return false_skip_bound(
+            int((self._audit_informative & above).sum()), int(above.sum()), self.confidence
+        )
 
     def _scaled(self, x: Tensor) -> Tensor:
         var = self._m2 / max(self._n, 1)
@@ -199,40 +319,75 @@ class ProbeSkip(SkipPolicy):
             skip = seen & ~keep_r
             decides = ~seen
         q = self.predict(features)
-        by_probe = decides & (q >= self.threshold) if self.ready else torch.zeros_like(skip)
+        ready = self.ready
+        by_probe = decides & (q >= self.skip_threshold) if ready else torch.zeros_like(skip)
         skip = skip | by_probe
+        self._round = (list(keys), q, decides & ready)
+        thr = self.skip_threshold
         metrics.update(
             {
                 "dataflex/prerollout/skipped": float(skip.sum()),
                 "dataflex/prerollout/skipped_probe": float(by_probe.sum()),
                 "dataflex/prerollout/predicted_zero_variance": float(q.mean()) if n else 0.0,
-                "dataflex/prerollout/probe_ready": float(self.ready),
+                "dataflex/prerollout/probe_ready": float(ready),
             }
         )
+        if self.max_false_skip is not None:
+            metrics.update(
+                {
+                    "dataflex/prerollout/probe_threshold": min(thr, 1.0),
+                    "dataflex/prerollout/probe_audit_sample": float(self._audit_q.numel()),
+                    "dataflex/prerollout/probe_false_skip_bound": self._bound_in_use(),
+                }
+            )
         return ~skip, metrics
 
-    def audit_mask(self, skip: Tensor, generator: torch.Generator | None) -> Tensor | None:
+    def audit_mask(
+        self, skip: Tensor, plain: Tensor, generator: torch.Generator | None
+    ) -> Tensor | None:
         if self.audit <= 0.0:
             return None
         u = torch.rand(skip.shape[0], generator=generator, dtype=torch.float64)
-        return skip & (u < self.audit)
+        picked = u < self.audit
+        if self.max_false_skip is not None and self._round is not None:
+            keys, q, decided = self._round
+            if len(keys) == skip.shape[0]:  # the sample: skipped or not, the same draw
+                sample = (picked & plain & decided).nonzero().squeeze(1).tolist()
+                self._sampled.update((keys[j], float(q[j])) for j in sample)
+        self._round = None
+        return skip & picked
+
+    @staticmethod
+    def _groups(batch: RolloutBatch) -> tuple[list, Tensor]:
+        """(prompt keys, [K] bool zero-variance) of the batch's groups with responses."""
+        present = batch.group_size > 0
+        if batch.prompt_keys is None or not bool(present.any()):
+            return [], torch.zeros(0, dtype=torch.bool)
+        G = batch.num_groups
+        first = segment_min(torch.arange(batch.batch_size), batch.group_ids, G, empty=0)
+        groups = present.nonzero().squeeze(1)
+        keys = [batch.prompt_keys[r] for r in first[groups].tolist()]
+        return keys, (batch.group_std == 0)[groups]
 
     def _outcomes(self, batch: RolloutBatch) -> tuple[Tensor, Tensor]:
         """([K, H] features, [K] bool zero-variance) of the batch's groups whose features
-        were drawn this step."""
-        G = batch.num_groups
-        present = batch.group_size > 0
-        if batch.prompt_keys is None or not self._pending or not bool(present.any()):
+        were drawn this step; sampled groups' outcomes go to the audit table."""
+        keys, zero = self._groups(batch)
+        if self._sampled and keys:
+            take = [j for j, key in enumerate(keys) if key in self._sampled]
+            q = [self._sampled.pop(keys[j]) for j in take]
+            if take:
+                m = self.audit_memory
+                self._audit_q = torch.cat([self._audit_q, torch.tensor(q, dtype=torch.float64)])
+                self._audit_q = self._audit_q[-m:]
+                self._audit_informative = torch.cat([self._audit_informative, ~zero[take]])[-m:]
+        if not self._pending or not keys:
             return torch.zeros(0, 0, dtype=torch.float64), torch.zeros(0, dtype=torch.bool)
-        first = segment_min(torch.arange(batch.batch_size), batch.group_ids, G, empty=0)
-        groups = present.nonzero().squeeze(1)
         get = self._pending.get
-        rows = torch.tensor(
-            [get(batch.prompt_keys[r], -1) for r in first[groups].tolist()], dtype=torch.int64
-        )
+        rows = torch.tensor([get(key, -1) for key in keys], dtype=torch.int64)
         known = rows >= 0
         x = torch.cat(self._pending_x)[rows[known]]
-        return x, (batch.group_std == 0)[groups][known]
+        return x, zero[known]
 
     def observe_audit(self, batch: RolloutBatch, history: PromptHistory) -> None:
         x, zero = self._outcomes(batch)
@@ -244,6 +399,11 @@ class ProbeSkip(SkipPolicy):
         x, zero = self._outcomes(batch)
         self.learn(x, zero)
         self._pending, self._pending_x = {}, []
+        self._round, self._sampled = None, {}
+        if self.max_false_skip is not None:
+            self._controlled = controlled_threshold(
+                self._audit_q, self._audit_informative, self.max_false_skip, self.confidence
+            )
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -259,6 +419,11 @@ class ProbeSkip(SkipPolicy):
             "x": c(self._x),
             "y": self._y.clone(),
             "observed": self._observed,
+            "audit_q": self._audit_q.clone(),
+            "audit_informative": self._audit_informative.clone(),
+            # the controlled threshold (inf: skip nothing), a tensor: state trees hold finite
+            # JSON numbers only
+            "controlled": torch.tensor(self._controlled, dtype=torch.float64),
             "revisits": None if self._revisit is None else self._revisit.state_dict(),
         }
 
@@ -273,5 +438,8 @@ class ProbeSkip(SkipPolicy):
         self._n = int(state["n"])
         self._y = state["y"].to(torch.float64).clone()
         self._observed = int(state["observed"])
+        self._audit_q = state["audit_q"].to(torch.float64).clone()
+        self._audit_informative = state["audit_informative"].to(torch.bool).clone()
+        self._controlled = float(state["controlled"])
         if self._revisit is not None:
             self._revisit.load_state_dict(state["revisits"])

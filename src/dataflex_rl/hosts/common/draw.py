@@ -92,7 +92,9 @@ def draw_with_skipping(
             (`Strategy.audit_prompts` over the skipped prompts of the plain batch, the ones
             skipping kept from generation: generated anyway, not trained on; ``audited``
             counts them); None: no audit (and no randomness drawn for it). Over-drawn
-            candidates, which would not have been generated anyway, are not audited.
+            candidates, which would not have been generated anyway, are not audited. The
+            policy also sees the plain batch itself (the ``probe``'s false-skip control
+            samples its kept candidates with the same draw).
 
     Returns:
         (chosen (domain, item) pairs in draw order, [D] still missing, metrics): the
@@ -130,7 +132,7 @@ def draw_with_skipping(
         take = first_per_domain(r_dom, keep, left)
         plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
         if audit is not None:  # the plain batch's skips: what skipping actually decided
-            picked = strategy.audit_prompts(~keep & plain[-1], generator)
+            picked = strategy.audit_prompts(~keep & plain[-1], plain[-1], generator)
             if picked is not None:
                 picked = picked & ~keep & plain[-1]
                 audit += [drawn[j] for j in picked.nonzero().squeeze(1).tolist()]
