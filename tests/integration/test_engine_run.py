@@ -110,6 +110,24 @@ def test_probe_skips_audits_and_resumes_exactly(tmp_path):
     assert _no_time(read_metrics(tmp_path / "cut")) == _no_time(read_metrics(tmp_path / "full"))
 
 
+def test_controlled_probe_resumes_exactly(tmp_path):
+    # the false-skip control (a loose target so that 5 short steps move it): its audit sample
+    # and threshold are saved with the checkpoint at step 2 and restored exactly
+    act = {**PROBE["prerollout"]["actuator"], "max_false_skip": 0.9, "confidence": 0.6}
+    strategy = {**PROBE, "prerollout": {"actuator": {**act, "audit": 1.0}}}
+    cfg = config(tasks={"train_size": 60, "candidate_factor": 2.0})
+    full = run_training(cfg, strategy, seed=1, steps=5, out_dir=tmp_path / "full")
+    run_training(cfg, strategy, seed=1, steps=2, out_dir=tmp_path / "cut")
+    resumed = run_training(cfg, strategy, seed=1, steps=5, out_dir=tmp_path / "cut", resume=True)
+    assert resumed["parameter_sha256"] == full["parameter_sha256"]
+    train = [r for r in read_metrics(tmp_path / "full") if r["kind"] == "train"]
+    sample = [r["dataflex/prerollout/probe_audit_sample"] for r in train]
+    assert sample[2] > 0  # the control had outcomes at the cut
+    thresholds = [r["dataflex/prerollout/probe_threshold"] for r in train]
+    assert min(thresholds[3:]) < 1.0  # and a threshold after it
+    assert _no_time(read_metrics(tmp_path / "cut")) == _no_time(read_metrics(tmp_path / "full"))
+
+
 def test_probe_decisions_are_logged_and_the_log_replays(tmp_path):
     from dataflex_rl.harness.replay.replay import read_log, replay
 
