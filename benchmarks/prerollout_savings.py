@@ -225,8 +225,18 @@ def main() -> None:
         for s in args.epoch_seeds
         for a in ("dynamic", "probe")
     ]
+    runs = []
     with mp.get_context("spawn").Pool(args.workers) as pool:
-        runs = pool.map(_one, jobs)
+        for r in pool.imap(_one, jobs):  # in job order, each as soon as it and those before end
+            runs.append(r)
+            print(
+                f"done: {r['regime']} {r['arm']} seed {r['seed']}: {r['steps']} steps, cost "
+                f"{r['generation_cost_tokens']:.0f}, effective groups {r['groups_effective']:.0f}, "
+                f"audited {r['audit_groups']:.0f} ({r['audit_informative']:.0f} informative), "
+                f"threshold {r['threshold']:.3f}, sampled {r['sampled']:.3f}, "
+                f"{time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
     by = {(r["regime"], r["arm"], r["seed"]): r for r in runs}
     print(
         f"equal generation cost: {args.tokens} tokens (first visits, pool {args.pool}/domain), "
