@@ -6,10 +6,12 @@ generation is scripted and the platform shimmed, through the experiment's own ``
 and ``verl.env`` (what a user with an agent loop or platform of their own sets too).
 
 2 arms x 2 seeds x 4 steps, validation and a checkpoint at every step. The scripted held-out
-answers change with the step (``solved_from``), so every results.csv cell is known by hand:
+answers change with the step (``solved_from``), so every results.csv cell is known by hand;
+``evaluation.per_domain: 3`` keeps the first 3 prompts of each data source (the run's
+``held_out.parquet``, verl's data.val_files):
 
-    math  rows (solved_by, solved_from): (1,0) (1,0) (1,1) (1,2)  -> 2/4, 3/4, then 4/4
-    logic rows: (1,0) (0,0)                                       -> 1/2 at every step
+    math  rows (solved_by, solved_from): (1,0) (1,0) (1,1) [(1,2) left out]  -> 2/3, then 3/3
+    logic rows: (1,0) (0,0)                                                  -> 1/2 at every step
 
 The first ``compare`` (local worker processes) is stopped (SIGTERM) once a run has saved its
 step-1 checkpoint; the rerun, through the Ray executor (a local cluster; each verl run starts
@@ -47,7 +49,7 @@ pytestmark = pytest.mark.e2e
 
 STEPS = 4
 CUSTOM = ROOT / "examples" / "custom_strategy"
-EXPECTED = {("math", 0): 0.5, ("math", 1): 0.75} | {("math", s): 1.0 for s in range(2, STEPS + 1)}
+EXPECTED = {("math", 0): 2 / 3} | {("math", s): 1.0 for s in range(1, STEPS + 1)}
 EXPECTED |= {("logic", s): 0.5 for s in range(STEPS + 1)}
 
 
@@ -68,7 +70,7 @@ def experiment(work: Path) -> Path:
         "strategies": ["baseline", {"label": "custom", "strategy": str(CUSTOM / "strategy.yaml")}],
         "seeds": 2,
         "budget": {"steps": STEPS, "prompts_per_step": 4, "samples_per_prompt": 4},
-        "evaluation": {"metric": "greedy", "every": 1},
+        "evaluation": {"metric": "greedy", "every": 1, "per_domain": 3},
         "verl": {
             "python": sys.executable,
             "model": "model",  # relative: to this file's folder
@@ -180,6 +182,11 @@ def test_every_seed_is_set_and_the_strategy_reaches_verl(study):
             assert f"data.seed={seed}" in argv
             assert f"actor_rollout_ref.rollout.seed={seed}" in argv
             assert f"++dataflex.seed={seed}" in argv
+            # evaluation.per_domain: the first 3 prompts of each data source, in file order
+            assert f"data.val_files={run.resolve() / 'held_out.parquet'}" in argv
+            held = pd.read_parquet(run / "held_out.parquet")
+            assert list(held["data_source"]) == ["math"] * 3 + ["logic"] * 2
+            assert [e["solved_from"] for e in held["extra_info"]] == [0, 0, 1, 0, 0]
             assert yaml.safe_load((run / "dataflex_strategy.yaml").read_text())["name"] == method
     run = out / "runs" / "custom" / "seed1"
     assert "my_strategies:ShortAdvantage" in (run / "dataflex_strategy.yaml").read_text()

@@ -14,7 +14,8 @@ An experiment file (``configs/experiments/quick.yaml``)::
     statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
     # optional control arms (harness/running/controls.py): aa, no_update, half_lr, drop_half
     controls: [aa, {drop_half: {fraction: 0.5}}]
-    # optional experiment trackers for every run and the report (docs/tracking.md)
+    # optional experiment trackers for every run and the report (docs/tracking.md; engine
+    # host: TRL and verl runs log through their own, trl.grpo / verl.overrides)
     tracking: {backends: [tensorboard, mlflow]}
     # the trainer that runs the runs: engine (default), trl, ... (harness/running/hosts); a
     # host other than the engine takes its settings from its own section (trl: {...}) and
@@ -243,7 +244,9 @@ class ExperimentFile(Checked):
     tracking: TrackingConfig = param(
         TrackingConfig(),
         "experiment trackers of every run (one tracker run per strategy and seed, grouped "
-        "by the experiment name) and of the report (docs/tracking.md)",
+        "by the experiment name) and of the report (docs/tracking.md); engine host only: "
+        "trl and verl runs log through their own (trl.grpo.report_to, verl.overrides "
+        "trainer.logger)",
     )
     executor: str = param(
         "local",
@@ -382,6 +385,12 @@ def parse_experiment(
         raise ConfigError(
             f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "
             f"at a generation cost; host {top.host!r} counts steps (use budget.steps)"
+        )
+    if host.TRACKING is not None and top.tracking != TrackingConfig():
+        raise ConfigError(
+            f"{key_path(where, 'tracking')}: the experiment's trackers follow engine runs "
+            f"and their report; host {top.host!r} runs log through their own: set "
+            f"{host.TRACKING}"
         )
     settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
     exp = Experiment(

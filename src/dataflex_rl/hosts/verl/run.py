@@ -5,6 +5,8 @@ the harness calls it in the verl venv's Python (``verl.python``) and reads the r
 the files it leaves in the run's folder::
 
     dataflex_strategy.yaml      the arm's strategy (the expanded spec), read by the plugin
+    held_out.parquet            with ``eval_per_domain``: the first N prompts of each data
+                                source of val_files (`held_out_subset`), verl's data.val_files
     verl_metrics/attempt-N.jsonl  verl's file logger, one file per start (verl truncates its
                                 file when it opens it, so a resumed run writes the next one)
     verl_log/attempt-N.txt      verl's stdout and stderr; attempt-N.json its command and env
@@ -19,6 +21,7 @@ and with it the Ray instance verl started.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -35,6 +38,7 @@ from dataflex_rl.core.process import die_with_starter
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.verl.settings import (
     CKPT_DIR,
+    HELD_OUT_FILE,
     LATEST_FILE,
     LOG_DIR,
     METRICS_DIR,
@@ -62,6 +66,35 @@ def attempts(out_dir: str | Path) -> list[Path]:
     d = Path(out_dir) / METRICS_DIR
     files = d.glob("attempt-*.jsonl") if d.is_dir() else []
     return sorted(files, key=lambda p: int(p.stem.split("-")[1]))
+
+
+def held_out_subset(val_files: str | list[str], per_domain: int, out: Path) -> Path:
+    """Write the first ``per_domain`` rows of each ``data_source`` of ``val_files`` (read in
+    order, file after file, as verl concatenates them) to ``out``, in their order: the same
+    held-out prompts for every run of an experiment, as the engine's and TRL's
+    ``evaluation.per_domain`` take the first N problems of each domain.
+
+    Raises:
+        ConfigError: a file without a ``data_source`` column.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = [val_files] if isinstance(val_files, str) else list(val_files)
+    tables = [pq.read_table(f) for f in files]
+    for f, t in zip(files, tables):
+        if "data_source" not in t.column_names:
+            raise ConfigError(f"verl.val_files: {f} has no data_source column")
+    table = pa.concat_tables(tables, promote_options="default")
+    seen: dict[str, int] = {}
+    keep = []
+    for i, source in enumerate(table.column("data_source").to_pylist()):
+        seen[source] = seen.get(source, 0) + 1
+        if seen[source] <= per_domain:
+            keep.append(i)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.take(pa.array(keep, type=pa.int64())), out)
+    return out
 
 
 def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool) -> dict:
@@ -99,6 +132,9 @@ def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, res
     attempt = len(attempts(out)) + 1
     strategy_file = out / STRATEGY_FILE
     atomic_write_text(strategy_file, yaml.safe_dump(strategy, sort_keys=False))
+    if s.eval_per_domain is not None:  # evaluation.per_domain: every run the same subset
+        held_out = held_out_subset(s.val_files, s.eval_per_domain, out / HELD_OUT_FILE)
+        s = dataclasses.replace(s, val_files=str(held_out))
     cwd = os.getcwd()
     metrics = out / METRICS_DIR / f"attempt-{attempt}.jsonl"
     log = out / LOG_DIR / f"attempt-{attempt}.txt"

@@ -30,6 +30,8 @@ CKPT_DIR = "ckpt"
 METRICS_DIR = "verl_metrics"
 LOG_DIR = "verl_log"
 STRATEGY_FILE = "dataflex_strategy.yaml"
+#: the held-out prompts a run validates on when ``eval_per_domain`` is set
+HELD_OUT_FILE = "held_out.parquet"
 #: verl writes it last when it saves a checkpoint (holds the step)
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 #: a run's rollout seed is ``seed + STREAM_STRIDE * sampling_stream`` (distinct for every
@@ -107,6 +109,12 @@ class VerlSettings(Checked):
     eval_every: int = param(25, "validate every N steps (0: at the start and the end)", ge=0)
     eval_metric: str = param("greedy", "validation: greedy or sampled", choices=EVAL_METRICS)
     eval_samples: int = param(1, "responses per held-out prompt when sampled", ge=1)
+    eval_per_domain: int | None = param(
+        None,
+        "held-out prompts per data source: the first N of each in val_files, written into the "
+        "run's folder (`held_out_subset`) and validated instead of val_files; null: all",
+        ge=1,
+    )
 
 
 #: keys of the verl section the experiment sets (budget, evaluation) -> where to set them
@@ -117,6 +125,7 @@ EXPERIMENT_KEYS = {
     "eval_every": "evaluation.every",
     "eval_metric": "evaluation.metric",
     "eval_samples": "evaluation.samples",
+    "eval_per_domain": "evaluation.per_domain",
 }
 #: Hydra keys a run sets (exact, or a prefix ending in '.') -> the setting that owns them
 RUN_KEYS = {

@@ -309,7 +309,8 @@ PINNED_HOSTS = {
 }
 #: their fingerprints (first 16 hex digits) computed at 600e367, when each host wrote its own
 #: control mapping; a change here means finished and unfinished runs of existing comparisons
-#: no longer resume
+#: no longer resume. verl's recomputed when evaluation.per_domain began to apply on verl (its
+#: runs validate on another held-out set, eval_per_domain in their settings)
 PINNED = {
     "engine": {
         "baseline": "9a2f253bd629ac00",
@@ -326,11 +327,11 @@ PINNED = {
         "drop_half_control": "c7610744083952ea",
     },
     "verl": {
-        "baseline": "a8aee987324c9e8b",
-        "aa_control": "18ac523726ed473b",
-        "no_update_control": "55d3dd8a102abee2",
-        "half_lr_control": "b5941163377b0892",
-        "drop_half_control": "893002220eff78cc",
+        "baseline": "37ece964bb02f456",
+        "aa_control": "df910aee55582871",
+        "no_update_control": "54addc460f98e3f0",
+        "half_lr_control": "6b3430ced50d5a3d",
+        "drop_half_control": "05f21bc44b63b26b",
     },
 }
 

@@ -12,6 +12,7 @@ INTERFACE = (
     "domains",
     "run_config",
     "CONTROLS",
+    "TRACKING",
     "train_fn",
     "python",
     "check",

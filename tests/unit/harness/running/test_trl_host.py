@@ -226,3 +226,16 @@ def test_compare_refuses_before_any_run(tmp_path, capsys, override, message):
     assert main(["compare", str(exp), override, "--out", str(out), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not (out / "runs").exists() and not (tmp_path / "exported").exists()
+
+
+def test_compare_refuses_the_experiments_tracking_naming_trls_own(tmp_path, capsys):
+    from dataflex_rl.cli import main
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(json.dumps({**experiment(tmp_path), "tracking": {"backends": ["mlflow"]}}))
+    out = tmp_path / "out"
+    assert main(["compare", str(exp), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "exp.yaml: tracking: the experiment's trackers follow engine runs" in err
+    assert "set trl.grpo: report_to, logging_dir and run_name" in err
+    assert not out.exists() and not (tmp_path / "exported").exists()  # nothing written

@@ -16,6 +16,9 @@ Settings and planning (in the harness's process)
     the sampling stream (aa: another) and the learning rate (no_update: 0, half_lr: half);
     `controls.control_overrides` makes a control arm's overrides from it (drop_half changes
     the strategy only).
+    ``TRACKING``: None where the experiment's ``tracking:`` section applies to the host's
+    runs; else where the host's own settings set its trackers (``tracking:`` is refused,
+    naming it).
     ``train_fn(exp) -> str``: ``"module:attr"`` of the training function.
     ``python(exp) -> str | None``: the interpreter of its runs (None: the harness's own, and
     runs execute inside local worker processes; else each run is a process of that Python).

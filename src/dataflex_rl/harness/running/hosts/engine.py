@@ -28,6 +28,8 @@ TOKENS = "engine/generation_cost_tokens_at_eval"
 
 #: what the controls change: aa another ``noise_stream``, no_update / half_lr ``optim.lr``
 CONTROLS = HostControls(stream="noise_stream", lr="optim.lr")
+#: the experiment's ``tracking:`` applies to engine runs (another host names its own place)
+TRACKING = None
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {
     "strategy": "strategies",

@@ -40,6 +40,11 @@ TRL_DEFAULT_LR = 1e-6
 CONTROLS = HostControls(
     stream="noise_stream", lr="grpo.learning_rate", lr_default=TRL_DEFAULT_LR, section="trl."
 )
+#: where a TRL run's trackers are set (the experiment's ``tracking:`` is refused)
+TRACKING = (
+    "trl.grpo: report_to, logging_dir and run_name, GRPOConfig's (TRL's own trackers; "
+    "report_to: none keeps them off)"
+)
 #: GRPOConfig fields the experiment sets: field -> where to set it
 OWNED = {
     "output_dir": "--out (each run's folder)",

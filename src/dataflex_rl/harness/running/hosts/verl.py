@@ -45,6 +45,11 @@ from dataflex_rl.hosts.verl.settings import (
 CONTROLS = HostControls(
     stream="sampling_stream", lr="lr", lr_default=VerlSettings.lr, section="verl."
 )
+#: where a verl run's trackers are set (the experiment's ``tracking:`` is refused)
+TRACKING = (
+    "verl.overrides: trainer.logger=[console,wandb] (or tensorboard, mlflow, ...) and "
+    "trainer.project_name, verl's own loggers (each run adds the file logger compare reads)"
+)
 #: verl's per-data-source validation accuracy (the core variable's mean over n responses)
 VAL_KEY = re.compile(r"^val-core/(?P<source>.+)/(?:acc|reward)/mean@(?P<n>\d+)$")
 #: a training step's line (verl's own step counter)
@@ -260,6 +265,11 @@ def run_config(exp, overrides: dict) -> dict:
     """The settings a run receives: the section, an arm's overrides, the budget and the
     evaluation (validated; ``python`` left out: where verl is installed is not the run)."""
     b, e = exp.budget, exp.evaluation
+    if e.metric == "greedy" and e.samples > 0:
+        raise ConfigError(
+            f"{key_path(exp.path or exp.name, 'evaluation.samples')}: host verl validates one "
+            "way per run: greedy (samples: 0) or metric: sampled with samples >= 1 responses"
+        )
     data = merge_overrides(exp.host_settings, overrides or {})
     data.pop("python", None)
     data.update(
@@ -269,6 +279,7 @@ def run_config(exp, overrides: dict) -> dict:
         eval_every=e.every,
         eval_metric=e.metric,
         eval_samples=max(e.samples, 1),
+        eval_per_domain=e.per_domain,
     )
     parse_settings(data, key_path(exp.path or exp.name, "verl"))
     return data
@@ -380,8 +391,8 @@ def setup_lines(exp) -> list[str]:
         "greedy" if e.metric == "greedy" else f"{max(e.samples, 1)} samples at temperature 1"
     )
     return [
-        f"verl host: model `{s.model}`, data sources {', '.join(domains(exp))} (held-out "
-        f"files: the whole of each; evaluation.per_domain does not apply); budget {b.steps} "
+        f"verl host: model `{s.model}`, data sources {', '.join(domains(exp))} (held-out: "
+        f"the first {e.per_domain} prompts of each in val_files); budget {b.steps} "
         f"steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples; validation "
         f"{validation} at step 0 and every {e.every or b.steps} steps; lr {s.lr:g}; "
         f"Ray: {s.ray}",

@@ -177,3 +177,39 @@ def test_compare_refuses_a_verl_experiment_before_any_run(tmp_path, capsys, over
     assert main(["compare", str(path), override, "--out", str(out), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not (out / "runs").exists()
+
+
+def test_evaluation_reaches_the_run_and_per_domain_names_its_subset(tmp_path):
+    data = experiment(tmp_path, domains=["math"])
+    data["evaluation"]["per_domain"] = 7
+    exp = parse_experiment(data, "exp.yaml", tmp_path)
+    assert plan(exp, tmp_path / "out")[0].config["eval_per_domain"] == 7
+    assert "the first 7 prompts of each in val_files" in exp.host_module.setup_lines(exp)[0]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        # a tracker of the experiment's would follow no verl run: named, with verl's own place
+        (
+            {"tracking": {"backends": ["tensorboard"]}},
+            "exp.yaml: tracking: the experiment's trackers follow engine runs and their "
+            "report; host 'verl' runs log through their own: set verl.overrides: "
+            "trainer.logger=[console,wandb]",
+        ),
+        # greedy validation takes one response: samples would be ignored
+        (
+            {"evaluation": {"metric": "greedy", "samples": 4}},
+            "exp.yaml: evaluation.samples: host verl validates one way per run",
+        ),
+    ],
+)
+def test_compare_refuses_a_setting_verl_runs_would_ignore(tmp_path, capsys, change, message):
+    from dataflex_rl.cli import main
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({**experiment(tmp_path), **change}))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err.replace("\n", " ")
+    assert not out.exists()  # nothing written

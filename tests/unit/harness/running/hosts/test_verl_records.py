@@ -160,3 +160,32 @@ def test_unset_stream_and_lr_are_verls_defaults():
     bare = {"model": "/m", "train_files": "/t", "val_files": "/v"}
     assert control_overrides("half_lr", {}, CONTROLS, bare, "c") == {"lr": 5e-7}
     assert control_overrides("aa", {}, CONTROLS, bare, "c") == {"sampling_stream": 1}
+
+
+def test_held_out_subset_keeps_the_first_n_of_each_data_source_in_file_order(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from dataflex_rl.hosts.verl.run import held_out_subset
+
+    # two files, read one after the other as verl concatenates them:
+    #   a.parquet: math0 logic0 math1 math2      b.parquet: logic1 sci0 logic2 math3
+    pq.write_table(
+        pa.table({"data_source": ["math", "logic", "math", "math"], "q": ["m0", "l0", "m1", "m2"]}),
+        tmp_path / "a.parquet",
+    )
+    pq.write_table(
+        pa.table({"data_source": ["logic", "sci", "logic", "math"], "q": ["l1", "s0", "l2", "m3"]}),
+        tmp_path / "b.parquet",
+    )
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    out = held_out_subset(files, 2, tmp_path / "run" / "held_out.parquet")
+    # 2 per source: math0 math1 (math2, math3 left out), logic0 logic1 (logic2 out), sci0
+    assert pq.read_table(out).column("q").to_pylist() == ["m0", "l0", "m1", "l1", "s0"]
+    one = held_out_subset(files[0], 1, tmp_path / "one.parquet")
+    assert pq.read_table(one).column("q").to_pylist() == ["m0", "l0"]
+    everything = held_out_subset(files, 10, tmp_path / "all.parquet")
+    assert pq.read_table(everything).num_rows == 8
+    pq.write_table(pa.table({"q": ["x"]}), tmp_path / "bare.parquet")
+    with pytest.raises(ConfigError, match=r"verl\.val_files: .*bare\.parquet has no data_source"):
+        held_out_subset(str(tmp_path / "bare.parquet"), 1, tmp_path / "x.parquet")
