@@ -37,13 +37,23 @@ def cluster():
     ray.shutdown()
 
 
-def free_cpus_become(n: float, timeout: float = 30.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if ray.available_resources().get("CPU", 0.0) == n:
-            return True
+#: seconds a wait on a condition may take before the test fails: generous, since every wait
+#: ends as soon as its condition holds (a Ray worker's start took over 120 s under load)
+DEADLINE = 600.0
+
+
+def until(condition, timeout: float = DEADLINE) -> bool:
+    """Poll ``condition()`` until it holds (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.2)
-    return False
+    return True
+
+
+def free_cpus_become(n: float, timeout: float = DEADLINE) -> bool:
+    return until(lambda: ray.available_resources().get("CPU", 0.0) == n, timeout)
 
 
 def test_ray_gives_the_local_results_byte_for_byte(cluster, tmp_path):
@@ -98,33 +108,31 @@ def driver(out: Path, address: str) -> subprocess.Popen:
     )
 
 
-def wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.time() + timeout
-    while not all(p.exists() for p in paths):
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            raise AssertionError(f"waiting for {paths}: {proc.communicate()[0][-3000:]}")
-        time.sleep(0.2)
+def wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = DEADLINE) -> None:
+    """Until every path exists (the runs it marks have started or finished); fails at once if
+    the driver exits first."""
+    if not until(lambda: all(p.exists() for p in paths) or proc.poll() is not None, timeout):
+        proc.kill()
+    if not all(p.exists() for p in paths):
+        missing = [str(p) for p in paths if not p.exists()]
+        raise AssertionError(f"waiting for {missing}: {proc.communicate()[0][-3000:]}")
 
 
 def pids_of(out: Path) -> list[int]:
     return [int(p.read_text()) for p in sorted((out / "pids").iterdir())]
 
 
-def dead(pid: int, timeout: float = 15.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        try:  # a zombie is not running
-            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-                return True
-        except OSError:
-            return True
-        time.sleep(0.2)
-    return False
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie is not running)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (ProcessLookupError, OSError):
+        return True
+
+
+def dead(pid: int, timeout: float = DEADLINE) -> bool:
+    return until(lambda: gone(pid), timeout)
 
 
 def test_cancelled_or_killed_compare_leaves_no_task_and_a_rerun_reuses_finished_runs(
@@ -141,7 +149,7 @@ def test_cancelled_or_killed_compare_leaves_no_task_and_a_rerun_reuses_finished_
     wait_for(slow + done, proc)
     running = pids_of(out)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) != 0
+    assert proc.wait(timeout=DEADLINE) != 0
     assert all(dead(pid) for pid in running), running
     assert free_cpus_become(2.0), ray.available_resources()
 
@@ -152,15 +160,15 @@ def test_cancelled_or_killed_compare_leaves_no_task_and_a_rerun_reuses_finished_
     wait_for(slow, proc)
     running = pids_of(out)
     proc.kill()
-    proc.wait(timeout=30)
-    assert all(dead(pid, timeout=60) for pid in running), running
-    assert free_cpus_become(2.0, timeout=60), ray.available_resources()
+    proc.wait(timeout=DEADLINE)
+    assert all(dead(pid) for pid in running), running
+    assert free_cpus_become(2.0), ray.available_resources()
 
     # 3. the rerun reuses both finished baseline runs and finishes the slow ones
     (out / "hold").unlink()
     stamps = [p.stat().st_mtime_ns for p in done]
     proc = driver(out, cluster)
-    output = proc.communicate(timeout=300)[0]
+    output = proc.communicate(timeout=DEADLINE)[0]
     assert proc.returncode == 0, output[-3000:]
     assert "done 4 skipped 2 failed 0" in output
     assert [p.stat().st_mtime_ns for p in done] == stamps
