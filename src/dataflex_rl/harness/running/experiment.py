@@ -381,6 +381,12 @@ def parse_experiment(
                 f"{key_path(where, section)}: the settings of host {section!r}, but the "
                 f"experiment's host is {top.host!r} (set host: {section} to use them)"
             )
+    if top.budget.steps < 1 and top.host != "engine":
+        raise ConfigError(
+            f"{key_path(where, 'budget.steps')}: host {top.host!r} trains at least 1 step "
+            "(steps: 0, evaluation only, is the engine host's; TRL reads max_steps 0 as "
+            "'train by epochs')"
+        )
     if top.budget.generated_tokens is not None and top.host != "engine":
         raise ConfigError(
             f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "

@@ -215,6 +215,7 @@ def test_python_is_absolute(tmp_path):
         ("host=vrl", "override host=vrl: must be one of 'engine', 'trl', 'verl'"),
         ("trl.noise_stream=x", "trl.noise_stream"),
         ("trl.python=/no/such/python", "trl.python: /no/such/python does not exist"),
+        ("budget.steps=0", "override budget.steps=0: host 'trl' trains at least 1 step"),
     ],
 )
 def test_compare_refuses_before_any_run(tmp_path, capsys, override, message):

@@ -197,6 +197,10 @@ def test_evaluation_reaches_the_run_and_per_domain_names_its_subset(tmp_path):
             "report; host 'verl' runs log through their own: set verl.overrides: "
             "trainer.logger=[console,wandb]",
         ),
+        (
+            {"budget": {"steps": 0}},
+            "exp.yaml: budget.steps: host 'verl' trains at least 1 step",
+        ),
         # greedy validation takes one response: samples would be ignored
         (
             {"evaluation": {"metric": "greedy", "samples": 4}},
