@@ -111,10 +111,10 @@ def driver(out: Path, address: str) -> subprocess.Popen:
 def wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = DEADLINE) -> None:
     """Until every path exists (the runs it marks have started or finished); fails at once if
     the driver exits first."""
-    if not until(lambda: all(p.exists() for p in paths) or proc.poll() is not None, timeout):
+    until(lambda: all(p.exists() for p in paths) or proc.poll() is not None, timeout)
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
         proc.kill()
-    if not all(p.exists() for p in paths):
-        missing = [str(p) for p in paths if not p.exists()]
         raise AssertionError(f"waiting for {missing}: {proc.communicate()[0][-3000:]}")
 
 
