@@ -519,41 +519,46 @@ def main() -> None:
             if b > a
         ]
 
-    with mp.get_context("spawn").Pool(args.workers) as pool:
-        train = pool.apply_async(_train, ((args.seed, args.steps, {mid, args.steps}),))
-        pending = [pool.apply_async(_estimate, (j,)) for j in jobs(*policies[0], None)]
-        run = train.get()
-        for label, step in policies[1:]:
-            pending += [
-                pool.apply_async(_estimate, (j,)) for j in jobs(label, step, run["states"][step])
-            ]
-        parts = [p.get() for p in pending]
-    # the estimation workers drew the run's own prompts: check it where they overlap
-    for part in parts:
-        for step, keys in part["draws"].items():
-            if step < len(run["draws"]) and keys != run["draws"][step]:
-                raise RuntimeError(f"step {step}: the estimate drew other prompts than the run")
     print(
         f"instrument: the embedded default (tiny policy, G={G}, {P} prompts/step, "
         f"{cfg.grpo.max_new_tokens} response tokens, temperature {cfg.grpo.temperature}, "
         f"{cfg.tasks.train_size} training prompts/domain); plain GRPO seed {args.seed}, "
-        f"{args.steps} steps ({run['wall_s']:.0f}s); per policy the first-visit prompts of "
-        f"steps [s, s+{n_steps}) x M={args.samples} samples; workers: "
-        f"{sum(p['wall_s'] for p in parts):.0f}s of estimation"
+        f"{args.steps} steps; per policy the first-visit prompts of steps [s, s+{n_steps}) x "
+        f"M={args.samples} samples; each policy printed as it is done",
+        flush=True,
     )
     results = []
-    for label, step in policies:
-        mine = sorted((p for p in parts if p["label"] == label), key=lambda p: p["start"])
-        d = {
-            "correct": np.concatenate([p["correct"] for p in mine])[: args.prompts],
-            "lengths": np.concatenate([p["lengths"] for p in mine])[: args.prompts],
-            "domain": sum((p["domain"] for p in mine), [])[: args.prompts],
-            "domains": mine[0]["domains"],
-            "revisits": sum(p["revisits"] for p in mine),
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        train = pool.apply_async(_train, ((args.seed, args.steps, {mid, args.steps}),))
+        pending = {
+            policies[0][0]: [pool.apply_async(_estimate, (j,)) for j in jobs(*policies[0], None)]
         }
-        window = (max(step - 10, 0), min(step + 10, args.steps))
-        results.append(_analyze(label, d, G, args.folds, run, window))
-        _print(results[-1])
+        run = train.get()
+        print(f"plain GRPO run: {run['wall_s']:.0f}s", flush=True)
+        for label, step in policies[1:]:
+            pending[label] = [
+                pool.apply_async(_estimate, (j,)) for j in jobs(label, step, run["states"][step])
+            ]
+        for label, step in policies:
+            mine = sorted((p.get() for p in pending[label]), key=lambda p: p["start"])
+            # the estimate drew the run's own prompts: checked where they overlap
+            for part in mine:
+                for s, keys in part["draws"].items():
+                    if s < len(run["draws"]) and keys != run["draws"][s]:
+                        raise RuntimeError(
+                            f"step {s}: the estimate drew other prompts than the run"
+                        )
+            d = {
+                "correct": np.concatenate([p["correct"] for p in mine])[: args.prompts],
+                "lengths": np.concatenate([p["lengths"] for p in mine])[: args.prompts],
+                "domain": sum((p["domain"] for p in mine), [])[: args.prompts],
+                "domains": mine[0]["domains"],
+                "revisits": sum(p["revisits"] for p in mine),
+            }
+            window = (max(step - 10, 0), min(step + 10, args.steps))
+            results.append(_analyze(label, d, G, args.folds, run, window))
+            _print(results[-1])
+            print(f"   ({sum(p['wall_s'] for p in mine):.0f}s of sampling)", flush=True)
     print(f"\nwall {time.perf_counter() - t0:.0f}s")
     for r in results:
         print(_verdict(r))
