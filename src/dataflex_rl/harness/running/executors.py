@@ -8,7 +8,10 @@ their own command lines and a reader of their own logs, and the executors do not
   in-process in each worker, imports paid once per worker). With ``resources.gpus_per_run``
   each worker process gets its own GPUs for its whole life (`device_sets`, set as
   ``CUDA_VISIBLE_DEVICES`` before it runs anything); without ``--workers``, one worker per
-  ``cpus_per_run`` cores, at most one per device set.
+  ``cpus_per_run`` cores, at most one per device set. Each worker process (and the host
+  processes it starts) gets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = cores // workers
+  (`thread_env`) unless the user's environment sets ``OMP_NUM_THREADS``: a run's torch
+  otherwise takes every core, and two side by side spin against each other.
 - ``RayExecutor`` (harness/running/ray_executor.py, the one module of the harness that imports
   ray): each run is a Ray task holding ``cpus_per_run``, ``gpus_per_run`` and the custom
   resources, which starts the run's `Launch` on the node Ray picks.
@@ -70,6 +73,22 @@ def device_sets(visible: Sequence[str], gpus_per_run: float) -> list[str]:
     return [",".join(visible[i : i + k]) for i in range(0, len(visible) - k + 1, k)]
 
 
+def thread_env(workers: int, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The thread settings of one of ``workers`` runs side by side on this machine: OpenMP
+    and MKL threads = cores // workers (at least 1); nothing when ``env`` (default: this
+    process's environment) sets ``OMP_NUM_THREADS`` (the user's choice wins).
+
+    Without it every run's torch starts one thread per core: with two TRL runs on 2 cores
+    (4 threads spinning at OpenMP barriers) a step took ~10x the CPU of one thread per run
+    (benchmarks/cross_host.py, 2026-12-02).
+    """
+    env = os.environ if env is None else env
+    if "OMP_NUM_THREADS" in env:
+        return {}
+    threads = str(max(1, default_workers() // max(1, workers)))
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
 @dataclass
 class LocalExecutor:
     """Worker processes on this machine (`supervisor.supervise`).
@@ -93,16 +112,23 @@ class LocalExecutor:
 
     def start(self, out_dir: Path) -> None:
         """Checks before any run (nothing to check for local processes but the GPUs)."""
-        self.worker_envs()
+        self.device_envs()
 
-    def worker_envs(self) -> list[dict[str, str]] | None:
+    def device_envs(self) -> list[dict[str, str]] | None:
+        """One ``CUDA_VISIBLE_DEVICES`` per device set (None: no GPUs asked for)."""
         if not self.gpus_per_run:
             return None
         return [{"CUDA_VISIBLE_DEVICES": d} for d in device_sets(visible_gpus(), self.gpus_per_run)]
 
+    def worker_envs(self, workers: int) -> list[dict[str, str]]:
+        """What each of ``workers`` worker processes adds to its environment: its devices
+        (`device_envs`) and its threads (`thread_env`)."""
+        devices = self.device_envs() or [{}] * workers
+        return [{**d, **thread_env(workers)} for d in devices[:workers]]
+
     def slots(self, jobs: int) -> int:
         """Worker processes for ``jobs`` runs."""
-        envs = self.worker_envs()
+        envs = self.device_envs()
         n = self.workers or max(1, int(default_workers() // self.cpus_per_run))
         if envs is not None:
             n = min(n, len(envs))
@@ -120,7 +146,8 @@ class LocalExecutor:
     ) -> list[dict]:
         """``work(job)`` for every job in the worker processes (``launch`` is not needed:
         the engine runs in-process in each worker)."""
-        return supervise(jobs, work, self.slots(len(jobs)), progress, self.worker_envs())
+        n = self.slots(len(jobs))
+        return supervise(jobs, work, n, progress, self.worker_envs(n))
 
 
 def make_executor(

@@ -170,6 +170,11 @@ def start_worker(parent_pid: int, envs) -> None:
     ``envs`` (set before any job is unpickled, so before a job's imports read it)."""
     die_with_parent(parent_pid)
     os.environ.update(envs.get())
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if threads.isdigit() and int(threads) > 0 and torch is not None:
+        # torch came in with this module's imports and read its thread count already
+        torch.set_num_threads(int(threads))
 
 
 def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:

@@ -19,6 +19,7 @@ from dataflex_rl.harness.running.executors import (
     LocalExecutor,
     device_sets,
     make_executor,
+    thread_env,
     visible_gpus,
 )
 from dataflex_rl.harness.running.experiment import Resources
@@ -57,8 +58,18 @@ def test_local_workers_follow_cpus_and_device_sets(monkeypatch):
     # 6 GPUs at 2 per run: 3 workers however many cores, each with its own pair
     local = LocalExecutor(gpus_per_run=2)
     assert local.slots(100) == 3 and LocalExecutor(workers=8, gpus_per_run=2).slots(100) == 3
-    assert local.worker_envs() == [{"CUDA_VISIBLE_DEVICES": d} for d in ("0,1", "2,3", "4,5")]
-    assert LocalExecutor().worker_envs() is None  # no GPUs asked for: the environment is kept
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    # each worker: its own device set, and 16 cores // 3 workers = 5 threads
+    threads = {"OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "5"}
+    assert local.worker_envs(3) == [
+        {"CUDA_VISIBLE_DEVICES": d, **threads} for d in ("0,1", "2,3", "4,5")
+    ]
+    assert LocalExecutor().device_envs() is None  # no GPUs asked for
+    # no GPUs: threads only, 16 cores // 2 workers
+    assert LocalExecutor().worker_envs(2) == [{"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}] * 2
+    assert thread_env(32) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # at least 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting wins: nothing added
+    assert thread_env(2) == {} and LocalExecutor().worker_envs(2) == [{}, {}]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(ConfigError, match=r"1 GPU\(s\) per run, but this machine shows 0"):
         LocalExecutor(gpus_per_run=1).start(Path("."))
@@ -93,6 +104,32 @@ def test_each_worker_process_keeps_its_own_devices():
     # two processes, each with one device set for its whole life, never the same one
     assert sorted(d for s in by_pid.values() for d in s) == ["0,1", "2,3"]
     assert all(len(s) == 1 for s in by_pid.values())
+
+
+def report_threads(job: Job) -> dict:
+    import torch  # imported in the worker after its environment is set
+
+    time.sleep(0.3)  # both workers take a job
+    return {
+        "status": "done",
+        "method": job.method,
+        "seed": job.seed,
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def test_local_workers_do_not_oversubscribe_the_cores(monkeypatch):
+    """Two workers on this machine: each run's torch gets cores // 2 threads (at least 1),
+    not one per core each."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    jobs = [Job("j", s) for s in range(2)]
+    bar = Progress(len(jobs), 0, 1, lambda job: 0, workers=2, show=False)
+    records = LocalExecutor(workers=2).run(jobs, report_threads, None, bar)
+    expected = max(1, (os.cpu_count() and len(os.sched_getaffinity(0))) // 2)
+    assert sorted(r["seed"] for r in records) == [0, 1]
+    assert {(r["omp"], r["torch_threads"]) for r in records} == {(str(expected), expected)}
 
 
 # ------------------------------------------------------------------ a run as a process
