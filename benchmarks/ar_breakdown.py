@@ -18,23 +18,37 @@ memory already written, and the arithmetic passes into preallocated memory: exp,
 the masked ``where``, the masked row sums, the fused pass itself. The last lines add them up
 in units of the fused pass.
 
-``--gap S`` sleeps S seconds before each timed round (a training step between decisions).
-The allocator's settings matter here (the header prints them): torch takes a block this large
-from the C allocator, which maps it fresh and unmaps it on free unless told to keep freed
-memory, e.g. glibc's ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184``.
+``--gap S`` sleeps S seconds before each timed round (a training step between decisions);
+the round's first two new tensors (``score``, ``raw weights``) are then what a decision
+pays once per training step, and ``decide`` what it pays right after another.
+
+The allocator's settings matter here: torch takes a block this large from the C allocator,
+which maps it fresh and unmaps it on free. ``--allocators`` runs the breakdown once per
+setting, each in a fresh process (torch reads ``THP_MEM_ALLOC_ENABLE`` at its first
+allocation, glibc its variables at start), and prints them side by side (docs/performance.md):
+
+* ``default``: none of `strategy_overhead.ALLOCATOR_ENV` set (4 KiB pages);
+* ``thp``: ``THP_MEM_ALLOC_ENABLE=1``, torch's CPU allocator asks for transparent huge pages
+  (2 MiB) for blocks of 2 MiB and more;
+* ``keep``: glibc keeps freed memory (``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=16 GiB``):
+  the process holds its peak memory.
+
+``--allocators current`` runs in this process, with whatever the environment sets.
 
 Usage::
 
-    .venv/bin/python benchmarks/ar_breakdown.py --repeats 5 --clock cpu
-    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 \\
-        .venv/bin/python benchmarks/ar_breakdown.py --repeats 5 --clock cpu --gap 3
+    .venv/bin/python benchmarks/ar_breakdown.py --repeats 5 --clock cpu            # default, thp
+    .venv/bin/python benchmarks/ar_breakdown.py --repeats 5 --clock cpu --gap 3 \\
+        --allocators default,thp,keep
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,6 +68,12 @@ from dataflex_rl.core.strategy import normalized_weights  # noqa: E402
 PATH_STEPS = ("score", "raw weights", "normalization", "decide", "write", "drop")
 MEMORY = ("new + first write", "free", "fill (written memory)")
 ARITHMETIC = ("exp", "clamp", "mask (where)", "masked row sums", "fused pass")
+#: the settings ``--allocators`` knows: the environment each runs with (beside the others unset)
+ALLOCATORS = {
+    "default": {},
+    "thp": {"THP_MEM_ALLOC_ENABLE": "1"},
+    "keep": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(16 << 30)},
+}
 
 
 def new_written(shape) -> torch.Tensor:
@@ -102,13 +122,8 @@ def one_round(t: dict, strategy: Strategy, out: torch.Tensor, clock) -> dict[str
     return ms
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", default="large", choices=list(so.SIZES))
-    ap.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up)")
-    ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
-    ap.add_argument("--gap", type=float, default=0.0, help="seconds of sleep before each round")
-    args = ap.parse_args(argv)
+def run_here(args: argparse.Namespace) -> None:
+    """The breakdown in this process, printed (allocator: as the environment sets it)."""
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
     t = so.make_tensors(*so.SIZES[args.size])
@@ -140,6 +155,48 @@ def main(argv=None) -> int:
         f"{memory:.1f} ms = x{memory / fused:.2f}; the rest {total - memory:.1f} ms = "
         f"x{(total - memory) / fused:.2f}"
     )
+    first = med["score"] + med["raw weights"]
+    print(
+        f"summary: decide + write + drop x{total / fused:.2f} the fused pass; the round's "
+        f"first two new tensors (score + raw weights) {first:.1f} ms; a new [B, T] and its "
+        f"first write {med['new + first write']:.1f} ms",
+        flush=True,
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="large", choices=list(so.SIZES))
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up)")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
+    ap.add_argument("--gap", type=float, default=0.0, help="seconds of sleep before each round")
+    ap.add_argument(
+        "--allocators",
+        default="default,thp",
+        help=f"comma-separated settings, each in a fresh process: {', '.join(ALLOCATORS)}; "
+        "or 'current' (this process, as the environment sets it)",
+    )
+    args = ap.parse_args(argv)
+    names = args.allocators.split(",")
+    if names == ["current"]:
+        run_here(args)
+        return 0
+    for name in names:
+        if name not in ALLOCATORS:
+            ap.error(f"--allocators: unknown setting {name!r}; choose from {', '.join(ALLOCATORS)}")
+    summaries = []
+    for name in names:
+        env = {k: v for k, v in os.environ.items() if k not in so.ALLOCATOR_ENV}
+        env.update(ALLOCATORS[name])
+        print(f"== {name}", flush=True)
+        cmd = [sys.executable, __file__, "--allocators", "current", "--size", args.size]
+        cmd += ["--repeats", str(args.repeats), "--clock", args.clock, "--gap", str(args.gap)]
+        out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+        print(out, end="", flush=True)
+        summaries += [
+            f"{name:8s} {line}" for line in out.splitlines() if line.startswith("summary")
+        ]
+    print("\n".join(summaries))
     return 0
 
 

@@ -74,7 +74,8 @@ What makes a decision cheap (issue 13, item 4):
   (glibc: ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<large>``: the process keeps its peak
   memory) the same code measures under 10x back to back (``ar_breakdown.py --gap 3`` checks
   it with seconds between decisions); ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB pages) looks fast
-  back to back but on this VM is slower with seconds between decisions. The header prints
+  back to back but on this VM is slower with seconds between decisions (docs/performance.md;
+  ``ar_breakdown.py --gap 3 --allocators default,thp,keep`` measures it). The header prints
   these settings. On a GPU the caching allocator reuses memory. See the results file.
 
 Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.
