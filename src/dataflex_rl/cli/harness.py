@@ -76,7 +76,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _check_dependencies(args, plan(exp, out), "dataflex-rl compare")
     if args.dry_run:
         for r in plan(exp, out):
-            extra = f"  {exp.host} {r.engine_overrides}" if r.engine_overrides else ""
+            extra = f"  {exp.host} {r.overrides}" if r.overrides else ""
             print(f"{r.method:<18} seed {r.seed:<4} -> {r.out_dir}{extra}")
         return 0
     if args.until_decided:

@@ -137,7 +137,7 @@ def _control_lines(exp: Experiment) -> list[str]:
     arms = {s.label: s for s in exp.strategies}
     return [
         f"control `{c.label}` ({c.name}, must be {c.outcome}): {c.kind.summary}"
-        + (f"; {exp.host} {arms[c.label].engine}" if arms[c.label].engine else "")
+        + (f"; {exp.host} {arms[c.label].overrides}" if arms[c.label].overrides else "")
         for c in exp.controls
     ]
 
@@ -208,7 +208,7 @@ def run_compare(
             "seeds": exp.seeds,
             "strategies": {s.label: s.to_dict() for s in exp.strategies},
             "controls": exp.control_outcomes,
-            "engine_overrides": {s.label: s.engine for s in exp.strategies if s.engine},
+            "overrides": {s.label: s.overrides for s in exp.strategies if s.overrides},
             **({} if exp.host == "engine" else {"host": exp.host}),
             exp.host: runs[0].config,
             "budget": asdict(exp.budget),

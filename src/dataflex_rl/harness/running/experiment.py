@@ -123,13 +123,13 @@ EXECUTORS = ("local", "ray")
 @dataclass(frozen=True)
 class StrategyEntry:
     """One strategy of the matrix: its label, its fully expanded spec and, for a control arm,
-    its engine overrides and the control's name."""
+    its host-settings overrides and the control's name."""
 
     label: str
     spec: StrategySpec
     #: the host's settings of this arm only, merged into the experiment's (an engine arm's
     #: e.g. {"optim": {"lr": 0}}; a TRL arm's {"grpo": {"learning_rate": 0}})
-    engine: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
     #: the control this arm is (harness/running/controls.py), None for the experiment's strategies
     control: str | None = None
 
@@ -447,7 +447,7 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
         arms.append(StrategyEntry(c.label, spec, arm_overrides, c.name))
     exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms), controls=tuple(parsed))
     for arm in arms:  # validates each arm's settings now, not in a worker
-        host.run_config(exp, arm.engine)
+        host.run_config(exp, arm.overrides)
     return exp
 
 

@@ -80,7 +80,7 @@ class RunSpec:
             ``engine.run.run_training``; another host's ``run_training(settings, strategy, *,
             seed, out_dir, resume) -> dict``).
         mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
-        engine_overrides: the arm's own host settings, already merged into ``config`` (a
+        overrides: the arm's own host settings, already merged into ``config`` (a
             control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
             beyond ``config``.
         resume: None (the harness): decided from the folder (a finished run is skipped, a
@@ -101,10 +101,20 @@ class RunSpec:
     out_dir: str
     train_fn: str = DEFAULT_TRAIN_FN
     mixes: bool = False
-    engine_overrides: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
     resume: bool | None = None
     host: str = "engine"
     python: str | None = None
+
+    @classmethod
+    def from_fields(cls, data: dict) -> RunSpec:
+        """A run from its fields as JSON (`launch_of`'s stdin), also as a starter from before
+        ``overrides`` was named ``engine_overrides`` writes them (a compare started before an
+        upgrade launches its later runs under the new code)."""
+        data = dict(data)
+        if "engine_overrides" in data:
+            data.setdefault("overrides", data.pop("engine_overrides"))
+        return cls(**data)
 
     @property
     def identity(self) -> dict:
@@ -166,7 +176,7 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
     host = experiment.host_module
     config = host.run_config(experiment, {})
     configs = {
-        e.label: host.run_config(experiment, e.engine) if e.engine else config
+        e.label: host.run_config(experiment, e.overrides) if e.overrides else config
         for e in experiment.strategies
     }
     train_fn = train_fn or host.train_fn(experiment)
@@ -196,7 +206,7 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
             str(root / e.label / f"seed{s}"),
             train_fn,
             e.mixes,
-            dict(e.engine),
+            dict(e.overrides),
             host=experiment.host,
             python=python,
         )
@@ -255,7 +265,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
                 "fingerprint": run.fingerprint,
                 "method": run.method,
                 "seed": run.seed,
-                "engine_overrides": run.engine_overrides,
+                "overrides": run.overrides,
                 "identity": run.identity,
             },
         )

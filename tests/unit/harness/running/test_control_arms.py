@@ -83,11 +83,11 @@ def test_controls_become_labelled_arms_with_required_outcomes(value):
         "drop_half_control": "worse",
     }
     arms = {s.label: s for s in e.strategies}
-    assert arms["aa_control"].engine == {"noise_stream": 1}
-    assert arms["no_update_control"].engine == {"optim": {"lr": 0.0}}
+    assert arms["aa_control"].overrides == {"noise_stream": 1}
+    assert arms["no_update_control"].overrides == {"optim": {"lr": 0.0}}
     # half the engine's default learning rate
-    assert arms["half_lr_control"].engine == {"optim": {"lr": EngineConfig().optim.lr / 2}}
-    assert arms["drop_half_control"].engine == {}
+    assert arms["half_lr_control"].overrides == {"optim": {"lr": EngineConfig().optim.lr / 2}}
+    assert arms["drop_half_control"].overrides == {}
     select = arms["drop_half_control"].to_dict()["select"]
     assert select["actuator"] == {"name": "random_groups", "fraction": 0.5, "salt": 0}
     assert select["renormalize"] is False
@@ -110,14 +110,16 @@ def test_controls_follow_the_experiments_engine_and_baseline():
         controls=["aa", "half_lr", {"drop_half": {"fraction": 0.25, "salt": 3}}],
     )
     arms = {s.label: s for s in e.strategies}
-    assert arms["aa_control"].engine == {"noise_stream": 3}
-    assert arms["half_lr_control"].engine == {"optim": {"lr": 5e-5}}
+    assert arms["aa_control"].overrides == {"noise_stream": 3}
+    assert arms["half_lr_control"].overrides == {"optim": {"lr": 5e-5}}
     drop = arms["drop_half_control"].to_dict()
     assert drop["reweight"] == arms["ref"].to_dict()["reweight"]  # baseline's strategy
     assert drop["select"]["actuator"]["fraction"] == 0.25
-    cfg = e.engine_config(arms["half_lr_control"].engine)
+    cfg = e.engine_config(arms["half_lr_control"].overrides)
     assert cfg.optim.lr == 5e-5 and cfg.noise_stream == 2 and cfg.optim.betas == [0.9, 0.999]
-    assert exp(controls=[{"aa": {"noise_stream": 5}}]).strategies[-1].engine == {"noise_stream": 5}
+    assert exp(controls=[{"aa": {"noise_stream": 5}}]).strategies[-1].overrides == {
+        "noise_stream": 5
+    }
 
 
 @pytest.mark.parametrize(
@@ -215,7 +217,7 @@ def test_arms_have_their_own_config_and_fingerprint(tmp_path):
         assert len(set(prints)) == 6
     base, aa = by[("baseline", 0)], by[("aa_control", 0)]
     assert aa.config["noise_stream"] == 1 and base.config["noise_stream"] == 0
-    assert aa.identity["config"]["noise_stream"] == 1 and aa.engine_overrides == {"noise_stream": 1}
+    assert aa.identity["config"]["noise_stream"] == 1 and aa.overrides == {"noise_stream": 1}
     assert by[("no_update_control", 1)].config["optim"]["lr"] == 0.0
     assert by[("half_lr_control", 1)].config["optim"]["lr"] == EngineConfig().optim.lr / 2
     # the same engine (only the tracker run's name differs)
@@ -249,7 +251,7 @@ def test_workers_get_the_arms_engine_and_adding_a_control_reuses_finished_runs(t
     assert seen("no_update_control")["lr"] == 0.0
     assert seen("drop_half_control")["select"]["actuator"]["name"] == "random_groups"
     run = json.loads((tmp_path / "runs" / "no_update_control" / "seed0" / "run.json").read_text())
-    assert run["engine_overrides"] == {"optim": {"lr": 0.0}}
+    assert run["overrides"] == {"optim": {"lr": 0.0}}
     report = (tmp_path / "report.md").read_text()
     assert "no_update_control" in report and "aa_control" in report
 

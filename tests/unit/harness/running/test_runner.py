@@ -172,3 +172,31 @@ def test_a_dead_worker_is_retried_once_then_reported(tmp_path):
     assert calls(tmp_path).count("crash 0 False") == 2  # tried twice
     noisy = json.loads((tmp_path / "runs" / "noisy" / "seed0" / "done.json").read_text())
     assert noisy["warnings"] == ["2× UserWarning: step N: something odd"]
+
+
+def test_a_run_crosses_to_its_process_whole_and_under_its_former_field_name(tmp_path):
+    import dataclasses
+
+    from dataflex_rl.harness.running.runner import RunSpec, launch_of
+
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "seeds": 1,
+            "strategies": ["baseline"],
+            "controls": ["half_lr"],
+            "engine": {"tasks": {"domains": ["math"]}, "optim": {"lr": 0.5}},
+            "budget": {"steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2},
+        }
+    )
+    arm = plan(exp, tmp_path, FAKE)[-1]
+    assert arm.overrides == {"optim": {"lr": 0.25}}
+    fields = json.loads(launch_of(arm).stdin)  # what the worker reads on stdin
+    assert RunSpec.from_fields(fields) == dataclasses.replace(
+        arm, out_dir=str(Path(arm.out_dir).resolve())
+    )
+    # a starter from before the rename wrote the same field as engine_overrides
+    old = {("engine_overrides" if k == "overrides" else k): v for k, v in fields.items()}
+    assert "overrides" not in old
+    assert RunSpec.from_fields(old) == RunSpec.from_fields(fields)
+    assert RunSpec.from_fields(old).fingerprint == arm.fingerprint

@@ -100,10 +100,10 @@ def test_controls_map_to_trl_settings(tmp_path):
     data["controls"] = ["aa", "no_update", "half_lr", "drop_half"]
     exp = parse_experiment(data)
     arms = {s.label: s for s in exp.strategies}
-    assert arms["aa_control"].engine == {"noise_stream": 1}
-    assert arms["no_update_control"].engine == {"grpo": {"learning_rate": 0.0}}
-    assert arms["half_lr_control"].engine == {"grpo": {"learning_rate": 0.02}}
-    assert arms["drop_half_control"].engine == {}
+    assert arms["aa_control"].overrides == {"noise_stream": 1}
+    assert arms["no_update_control"].overrides == {"grpo": {"learning_rate": 0.0}}
+    assert arms["half_lr_control"].overrides == {"grpo": {"learning_rate": 0.02}}
+    assert arms["drop_half_control"].overrides == {}
     assert arms["drop_half_control"].spec.to_dict()["select"]["actuator"]["name"] == "random_groups"
     runs = {(r.method, r.seed): r for r in plan(exp, tmp_path / "out")}
     base = runs[("baseline", 0)].config
@@ -121,7 +121,7 @@ def test_half_lr_without_a_learning_rate_halves_trls_default(tmp_path):
     data = experiment(tmp_path)
     data["controls"] = ["half_lr"]
     arm = parse_experiment(data).strategies[-1]
-    assert arm.engine == {"grpo": {"learning_rate": host.TRL_DEFAULT_LR / 2}}
+    assert arm.overrides == {"grpo": {"learning_rate": host.TRL_DEFAULT_LR / 2}}
 
 
 def test_own_train_fn_is_the_runs(tmp_path):

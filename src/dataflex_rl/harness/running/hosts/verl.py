@@ -349,7 +349,7 @@ def check_in_verl(exp, python: str, where: str) -> None:
     dataflex trainer, in verl's Python (``python -m dataflex_rl.hosts.verl.check``): a key verl
     does not have, or a strategy that does not fit verl's settings, is refused before any run."""
     arms = [
-        {"label": e.label, "settings": run_config(exp, e.engine), "strategy": e.to_dict()}
+        {"label": e.label, "settings": run_config(exp, e.overrides), "strategy": e.to_dict()}
         for e in exp.strategies
     ]
     s = _settings(exp)
