@@ -23,8 +23,9 @@ engine's figures for the same seeds are printed beside them. The last lines:
 
 Runs are resumable (a rerun continues unfinished runs and reuses finished ones), so the hosts
 can be run one at a time (``--hosts trl``, then ``--hosts engine``) and the table printed from
-both (``--report-only``: from the runs finished so far, nothing run). A benchmark, not a test: about 1 h per host on 2 shared cores at the defaults (a TRL or
-engine step of 16 x 8 takes 1-2 s here).
+both (``--report-only``: from the runs finished so far, nothing run). A benchmark, not a test:
+at the defaults the TRL host took ~32 min on 2 cores with one thread per run (2026-12-02:
+baseline +10.0 points, drop_half worse, aa no detectable difference; docs/hosts/compare.md).
 """
 
 from __future__ import annotations
