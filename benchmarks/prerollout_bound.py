@@ -45,9 +45,8 @@ and the best screen.
     .venv/bin/python benchmarks/prerollout_bound.py [--prompts 1000] [--samples 96]
         [--folds 4] [--steps 200] [--seed 0] [--chunks 4] [--workers 2]
 
-A benchmark, not a test (default: an estimated 5-10 minutes wall on 2 idle cores, from the
-sampler's ~1.6 ms per sample and ~0.6 s per training step measured on this machine; the
-defaults were not timed end to end).
+A benchmark, not a test (default: 430 s wall on the shared 2 cores at nice 10; the plain-GRPO
+run 243 s of it).
 """
 
 from __future__ import annotations
