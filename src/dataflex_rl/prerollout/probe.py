@@ -8,7 +8,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from scipy import special, stats
 from torch import Tensor
 
 from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
@@ -28,6 +27,8 @@ def false_skip_bound(informative: int, n: int, confidence: float) -> float:
     = 1 - ``confidence``."""
     if n <= 0 or informative >= n:
         return 1.0
+    from scipy import stats  # here, not at import: the verl plugin imports this module
+
     return float(stats.beta.ppf(confidence, informative + 1, n - informative))
 
 
@@ -62,6 +63,8 @@ def controlled_threshold(
     k = np.cumsum(y)
     # a threshold t keeps every tie with it: only the last of a run of equal predictions
     last = np.append(q[1:] != q[:-1], True)
+    from scipy import special  # here, not at import: the verl plugin imports this module
+
     passes = last & (special.bdtr(k, n, target) <= 1.0 - confidence)
     if not passes.any():
         return math.inf
