@@ -24,7 +24,7 @@ from dataflex_rl.harness.running.executors import (
 )
 from dataflex_rl.harness.running.experiment import Resources
 from dataflex_rl.harness.running.launch import PYTHON, RECORD_MARK, Launch, run_launch
-from dataflex_rl.harness.running.supervisor import Progress, supervise
+from dataflex_rl.harness.running.supervisor import Progress, default_workers, supervise
 
 ROOT = Path(__file__).resolve().parents[4]
 LAUNCH = "src/dataflex_rl/harness/running/launch.py"
@@ -82,13 +82,19 @@ class Job:
     steps: int = 1
 
 
-def report_devices(job: Job) -> dict:
+def report_worker(job: Job) -> dict:
+    """What a worker process sees: its devices, its threads (torch imported in the worker
+    after its environment is set) and its pid."""
+    import torch
+
     time.sleep(0.3)  # both workers take a job
     return {
         "status": "done",
         "method": job.method,
         "seed": job.seed,
         "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
         "pid": os.getpid(),
     }
 
@@ -97,26 +103,13 @@ def test_each_worker_process_keeps_its_own_devices():
     jobs = [Job("j", s) for s in range(6)]
     bar = Progress(len(jobs), 0, 1, lambda job: 0, workers=2, show=False)
     envs = [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
-    records = supervise(jobs, report_devices, 2, bar, worker_envs=envs)
+    records = supervise(jobs, report_worker, 2, bar, worker_envs=envs)
     by_pid: dict[int, set] = {}
     for r in records:
         by_pid.setdefault(r["pid"], set()).add(r["devices"])
     # two processes, each with one device set for its whole life, never the same one
     assert sorted(d for s in by_pid.values() for d in s) == ["0,1", "2,3"]
     assert all(len(s) == 1 for s in by_pid.values())
-
-
-def report_threads(job: Job) -> dict:
-    import torch  # imported in the worker after its environment is set
-
-    time.sleep(0.3)  # both workers take a job
-    return {
-        "status": "done",
-        "method": job.method,
-        "seed": job.seed,
-        "omp": os.environ.get("OMP_NUM_THREADS"),
-        "torch_threads": torch.get_num_threads(),
-    }
 
 
 def test_local_workers_do_not_oversubscribe_the_cores(monkeypatch):
@@ -126,8 +119,8 @@ def test_local_workers_do_not_oversubscribe_the_cores(monkeypatch):
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     jobs = [Job("j", s) for s in range(2)]
     bar = Progress(len(jobs), 0, 1, lambda job: 0, workers=2, show=False)
-    records = LocalExecutor(workers=2).run(jobs, report_threads, None, bar)
-    expected = max(1, (os.cpu_count() and len(os.sched_getaffinity(0))) // 2)
+    records = LocalExecutor(workers=2).run(jobs, report_worker, None, bar)
+    expected = max(1, default_workers() // 2)
     assert sorted(r["seed"] for r in records) == [0, 1]
     assert {(r["omp"], r["torch_threads"]) for r in records} == {(str(expected), expected)}
 
