@@ -106,13 +106,13 @@ def test_first_per_domain_equals_a_loop(cands, quota):
 
 
 # ---------------------------------------------------------------------- the probe's control
-def _oracle_threshold(q, informative, target, confidence):
-    """Plain loop: the lowest distinct prediction whose Clopper-Pearson bound (the beta
-    quantile, not the binomial test the implementation uses) is <= target."""
+def _oracle_threshold(q, informative, target, confidence, floor):
+    """Plain loop: the lowest distinct prediction >= ``floor`` whose Clopper-Pearson bound
+    (the beta quantile, not the binomial test the implementation uses) is <= target."""
     from dataflex_rl.prerollout.probe import false_skip_bound
 
     best, margins = math.inf, []
-    for t in sorted(set(q)):
+    for t in sorted(v for v in set(q) if v >= floor):
         n = sum(1 for v in q if v >= t)
         k = sum(1 for v, i in zip(q, informative) if v >= t and i)
         u = false_skip_bound(k, n, confidence)
@@ -133,10 +133,11 @@ TABLES = st.lists(
     st.floats(0.05, 0.6),
     st.sampled_from([0.6, 0.8, 0.9, 0.95]),
     st.floats(0.0, 1.0),
+    st.sampled_from([-math.inf, 0.0, 0.3, 0.52, 0.9]),
 )
 @settings(max_examples=200)
 def test_controlled_threshold_equals_a_loop_and_never_passes_a_bound_over_the_target(
-    table, target, confidence, clean_share
+    table, target, confidence, clean_share, floor
 ):
     from dataflex_rl.prerollout.probe import controlled_threshold, false_skip_bound
 
@@ -145,13 +146,14 @@ def test_controlled_threshold_equals_a_loop_and_never_passes_a_bound_over_the_ta
     table = [(q, i and j >= clean_share * len(table)) for j, (q, i) in enumerate(table)]
     q = [e[0] for e in table]
     inf = [e[1] for e in table]
-    want, margin = _oracle_threshold(q, inf, target, confidence)
+    want, margin = _oracle_threshold(q, inf, target, confidence, floor)
     assume(margin > 1e-9)  # a bound on the target itself: either answer is right
     got = controlled_threshold(
         torch.tensor(q, dtype=torch.float64),
         torch.tensor(inf, dtype=torch.bool),
         target,
         confidence,
+        floor,
     )
     assert got == want
     if got < math.inf:  # the rule skips only where the bound is within the target

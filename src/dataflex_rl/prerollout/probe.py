@@ -33,7 +33,11 @@ def false_skip_bound(informative: int, n: int, confidence: float) -> float:
 
 
 def controlled_threshold(
-    predicted: Tensor, informative: Tensor, target: float, confidence: float
+    predicted: Tensor,
+    informative: Tensor,
+    target: float,
+    confidence: float,
+    floor: float = -math.inf,
 ) -> float:
     """The lowest skip threshold whose audited false-skip rate is bounded by ``target``.
 
@@ -44,9 +48,13 @@ def controlled_threshold(
             had it been skipped).
         target: the largest false-skip rate allowed (``max_false_skip``).
         confidence: of the one-sided Clopper-Pearson bound (`false_skip_bound`).
+        floor: the lowest threshold allowed (the probe's fixed ``threshold``). Only
+            predictions >= ``floor`` are candidates: the bound is not monotone in t (five
+            clean entries can pass where the top four do not), so the bound is tested at the
+            threshold that will be used, never at a lower one that a floor then raises.
 
     Returns:
-        The smallest prediction t in ``predicted`` such that, among the n entries with
+        The smallest prediction t >= ``floor`` in ``predicted`` such that, among the n entries with
         prediction >= t, of which k are informative, the bound U(k, n) <= ``target``; that is
         P(Binomial(n, target) <= k) <= 1 - ``confidence`` (the same test without the
         quantile). ``math.inf`` (skip nothing) when no t passes, in particular while fewer
@@ -65,7 +73,7 @@ def controlled_threshold(
     last = np.append(q[1:] != q[:-1], True)
     from scipy import special  # here, not at import: the verl plugin imports this module
 
-    passes = last & (special.bdtr(k, n, target) <= 1.0 - confidence)
+    passes = last & (q >= floor) & (special.bdtr(k, n, target) <= 1.0 - confidence)
     if not passes.any():
         return math.inf
     return float(q[np.flatnonzero(passes)[-1]])
@@ -405,7 +413,11 @@ class ProbeSkip(SkipPolicy):
         self._round, self._sampled = None, {}
         if self.max_false_skip is not None:
             self._controlled = controlled_threshold(
-                self._audit_q, self._audit_informative, self.max_false_skip, self.confidence
+                self._audit_q,
+                self._audit_informative,
+                self.max_false_skip,
+                self.confidence,
+                floor=self.threshold,
             )
 
     # ------------------------------------------------------------------ state

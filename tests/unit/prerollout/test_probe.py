@@ -224,6 +224,23 @@ def test_controlled_threshold_by_hand():
     assert controlled_threshold(clean[:0], none[:0], 0.1, 0.95) == math.inf
 
 
+def test_controlled_threshold_tests_the_bound_at_the_floor_it_will_use():
+    # target .2, confidence .6: pass when .8^n <= .4 (k = 0): n = 4 gives .4096 (fail),
+    # n = 5 gives .328 (pass). Four clean entries at .18 and one at .0005: the lowest passing
+    # threshold is .0005 (n = 5); under a floor of .01 the skipped set would be the top four
+    # alone, whose bound (1 - .4^(1/4) = .2047) is over the target -- so nothing passes.
+    q = torch.tensor([0.18, 0.18, 0.18, 0.18, 0.0005], dtype=torch.float64)
+    none = torch.zeros(5, dtype=torch.bool)
+    assert controlled_threshold(q, none, 0.2, 0.6) == 0.0005
+    assert false_skip_bound(0, 4, 0.6) == pytest.approx(1 - 0.4**0.25, abs=1e-12)
+    assert false_skip_bound(0, 4, 0.6) > 0.2 >= false_skip_bound(0, 5, 0.6)
+    assert controlled_threshold(q, none, 0.2, 0.6, floor=0.01) == math.inf
+    # a floor at or below a passing prediction keeps it
+    assert controlled_threshold(q, none, 0.2, 0.6, floor=0.0005) == 0.0005
+    six = torch.cat([q, torch.tensor([0.18], dtype=torch.float64)])  # .8^5 at the top: pass
+    assert controlled_threshold(six, torch.zeros(6, dtype=torch.bool), 0.2, 0.6, 0.01) == 0.18
+
+
 def _controlled(**kw):
     spec = {
         "name": "probe",
