@@ -59,23 +59,22 @@ What makes a decision cheap (issue 13, item 4):
   ``Strategy(threads=1)`` default: the host keeps its own setting, the decision runs at 1
   thread, and ``threads=None`` keeps the old behaviour (the ``free`` column).
 * **Token level (ar): plain torch.** The scorer makes p_t = exp(old_log_prob_t) [B, T] (exp,
-  clamp and mask in place), the reweighter its raw weights alpha * p + (1 - alpha) [B, T], the
+  clamp and mask in place, a chunk of rows at a time so the clamp and mask run in cache), the
+  reweighter its raw weights alpha * p + (1 - alpha) [B, T], the
   strategy their row sums over the valid tokens (a chunk of rows at a time, `core.rowops`: 1 MiB
   temporaries) and a scale and offset per row; the host's buffer gets raw * scale + offset on
-  the kept valid tokens. Those two are the only new [B, T] tensors of the path, and the
-  plain interface needs both (neither component may write into a tensor it did not make).
-  Against an older checkout with the compiled kernels of issue 13 (``Strategy(native=...)``)
-  its torch path is timed too, as ``ar[torch]`` (``--no-torch-ar`` skips it). On CPU about
-  half the cost is the memory of those two tensors, not arithmetic: torch takes a block this
-  large from the C allocator, which maps it fresh (4 KiB page faults on the first write:
-  ~50-60 ms each at the largest size) and unmaps it when freed (~10-13 ms), ~7.5x the fused
-  pass for the two; the arithmetic (exp, three masked passes, the row sums, the write) is
-  another ~7.5x (``ar_breakdown.py`` splits it). Where the allocator keeps freed memory
-  (glibc: ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<large>``: the process keeps its peak
-  memory) the same code measures under 10x back to back (``ar_breakdown.py --gap 3`` checks
-  it with seconds between decisions); ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB pages) looks fast
-  back to back but on this VM is slower with seconds between decisions (docs/performance.md;
-  ``ar_breakdown.py --gap 3 --allocators default,thp,keep`` measures it). The header prints
+  the kept valid tokens (also by chunks of rows). Those two are the only new [B, T] tensors
+  of the path, and the plain interface needs both (neither component may write into a tensor
+  it did not make). On CPU a block this large comes fresh from the C allocator (4 KiB page
+  faults on the first write: ~40-60 ms each at the largest size, ~10 ms to unmap it when
+  freed); the arithmetic (exp, the row sums, the write) is the rest. Whole-tensor masking
+  passes (``torch.where`` over [B, T]) cost ~2x a fused pass each; by chunks of rows the
+  decision + write went from 9.7x to 8.5x the fused pass on a quiet machine (issue 25,
+  results file). Where the allocator keeps freed memory (glibc: ``MALLOC_MMAP_MAX_=0
+  MALLOC_TRIM_THRESHOLD_=<large>``: the process keeps its peak memory) the page faults go;
+  ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB pages) looks fast back to back but on this VM is slower
+  with seconds between decisions (docs/performance.md; ``ar_breakdown.py --gap 3
+  --allocators default,thp,keep`` measures it). The header prints
   these settings. On a GPU the caching allocator reuses memory. See the results file.
 
 Measured figures, dated, with their commands: ``benchmarks/results/strategy_overhead.md``.

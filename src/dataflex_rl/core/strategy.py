@@ -32,7 +32,7 @@ from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.rowops import masked_row_sums
+from dataflex_rl.core.rowops import masked_row_sums, row_chunks
 from dataflex_rl.core.spec import (
     MechanismSpec,
     StrategySpec,
@@ -145,8 +145,10 @@ class Decision:
         scale, offset = self.token_scale, self.token_offset
         scale = torch.ones(B, device=raw.device) if scale is None else scale.to(torch.float32)
         offset = torch.zeros(B, device=raw.device) if offset is None else offset.to(torch.float32)
-        torch.addcmul(offset[:, None], raw, scale[:, None], out=out)
-        torch.where(self.response_mask, out, zero, out=out)  # padding tokens (NaN-safe)
+        scale, offset, mask = scale[:, None], offset[:, None], self.response_mask
+        for i, j in row_chunks(*raw.shape):  # the mask on a chunk still in cache
+            o = torch.addcmul(offset[i:j], raw[i:j], scale[i:j], out=out[i:j])
+            torch.where(mask[i:j], o, zero, out=o)  # padding tokens (NaN-safe)
         dropped = (~self.keep_mask).nonzero().squeeze(1)
         if dropped.numel():
             out.index_fill_(0, dropped, 0.0)

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from dataflex_rl.core.base import SCORERS, Scorer
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.rowops import masked_row_means
+from dataflex_rl.core.rowops import masked_row_means, row_chunks
 
 
 def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -> Tensor:
@@ -66,10 +66,15 @@ class TokenProb(Scorer):
         if batch.old_log_probs is None:
             raise ValueError("token_prob needs 'old_log_probs' in the batch")
         # one new [B, T] buffer, then in place: min(exp(x), 1) = exp(min(x, 0)); padding
-        # tokens and inactive rows 0
-        p = torch.exp(batch.old_log_probs).clamp_(max=1.0)
+        # tokens and inactive rows 0. A chunk of rows at a time: the clamp and the mask run
+        # on a chunk still in cache (whole-tensor passes cost ~3x as much at 8k x 4k tokens;
+        # element-wise, so the values are the same either way)
+        x, mask = batch.old_log_probs.detach(), batch.response_mask
+        p = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        torch.where(batch.response_mask, p, zero, out=p)
+        for i, j in row_chunks(*x.shape):
+            c = torch.exp(x[i:j], out=p[i:j]).clamp_(max=1.0)
+            torch.where(mask[i:j], c, zero, out=c)
         inactive = (~batch.active_mask).nonzero().squeeze(1)
         if inactive.numel():
             p.index_fill_(0, inactive, 0.0)
