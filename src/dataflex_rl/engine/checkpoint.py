@@ -65,6 +65,13 @@ def global_rng_state() -> dict[str, Any]:
     }
 
 
+def seed_global_rngs(seed: int) -> None:
+    """Seed the global RNGs (torch, Python, NumPy) with ``seed`` (31 bits)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
 def set_global_rng_state(state: dict[str, Any]) -> None:
     """Restore what `global_rng_state` returned."""
     torch.set_rng_state(state["torch"])

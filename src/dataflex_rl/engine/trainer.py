@@ -81,6 +81,12 @@ class EmbeddedTrainer:
         out_dir: the run's folder, where the decision log goes (``config.decision_log``;
             None: no log).
 
+    The process's global RNGs (torch, Python's ``random``, NumPy) are seeded from the run's
+    seed (``derive_seed(seed, "global")``), as a training entry does: the engine's own draws
+    use generators of their own and never read them, but a user component or model that does
+    then repeats, and two identical runs write identical checkpoints (torch seeds its global
+    generator at random in each new process).
+
     The tasks are checked against the policy before anything is trained
     (`dataflex_rl.engine.data`): generated ones for the vocabulary and the warm-start split, a
     loaded dataset fitted to the policy, ``data_report`` saying what was added, dropped and
@@ -104,6 +110,9 @@ class EmbeddedTrainer:
         torch.set_num_threads(config.threads)
         self.config = config
         self.seed = config.seed if seed is None else seed
+        from dataflex_rl.engine.checkpoint import seed_global_rngs
+
+        seed_global_rngs(derive_seed(self.seed, "global"))
         self.taskset = taskset if taskset is not None else tasks_from_config(config)
         self.domains = domain_names(self.taskset)
         self.policy = policy if policy is not None else load_policy(config.policy)

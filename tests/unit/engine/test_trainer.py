@@ -197,3 +197,29 @@ def test_optimizer_is_chosen_by_name_with_its_settings(tasks):
     assert adam.learner.optimizer.param_groups[0]["betas"] == (0.8, 0.99)
     with pytest.raises(Exception, match="optim.name"):
         load_config({"optim": {"name": "adam"}})
+
+
+def test_global_rngs_are_seeded_from_the_run_seed(tasks):
+    import random
+
+    import numpy as np
+
+    from dataflex_rl.engine.checkpoint import global_rng_state
+
+    torch.manual_seed(12345)  # whatever the process held before
+    make_trainer(tasks, seed=3)
+    s = derive_seed(3, "global")
+    assert torch.initial_seed() == s
+    want = torch.rand(3, generator=torch.Generator().manual_seed(s))
+    assert torch.equal(torch.rand(3), want)
+    assert random.random() == random.Random(s).random()
+    assert np.random.random() == np.random.RandomState(s).random_sample()
+    # two trainers of one seed, built after different global draws, hold the same state
+    torch.rand(7)
+    a = make_trainer(tasks, seed=3)
+    first = global_rng_state()
+    a.train_step()
+    torch.rand(11)
+    b = make_trainer(tasks, seed=3)
+    assert torch.equal(global_rng_state()["torch"], first["torch"])
+    assert b.state_dict()["rng"]["python"] == first["python"]
