@@ -178,3 +178,22 @@ def test_static_prior_sets_the_drawn_domain_counts(tmp_path):
     for _, doms, _ in rec.draws:  # 4 prompts: 2 easy, 1 hard, 1 mid
         assert torch.bincount(torch.tensor(doms), minlength=3).tolist() == [2, 1, 1]
     assert logged(trainer, "dataflex/mix/domain/easy/actual") == [0.5, 0.5]
+
+
+def test_recomputed_advantages_equal_trls_own_on_whole_kept_groups(tmp_path):
+    """difffilter keeps whole groups, so advantages recomputed on the kept rows are the ones
+    TRL computed for them: the same formula and TRL's constant (std + 1e-4). With verl's 1e-6
+    they would differ by ~1e-4 relative, far over the tolerance."""
+    spec = {"select": {"preset": "difffilter", "recompute_advantages": True}}
+    trainer = dataflex_trainer(tmp_path, spec, max_steps=2)
+    rec = Recorder(trainer)
+    trainer.train()
+    assert trainer.driver.strategy.adv_eps == 1e-4
+    compared = 0
+    for batch, decision in zip(rec.batches, rec.decisions):
+        kept = decision.keep_mask
+        trl = batch.response_advantages[kept]
+        ours = decision.advantages_per_response[kept]
+        torch.testing.assert_close(ours, trl, rtol=0.0, atol=1e-6)
+        compared += int((trl.abs() > 0.1).sum())
+    assert compared > 0  # some kept rows carry a real advantage

@@ -172,6 +172,9 @@ class Strategy:
             needs another is rejected here rather than mid-run.
         norm_adv_by_std: whether recomputed advantages divide by the group std (GRPO) or not
             (Dr. GRPO).
+        adv_eps: added to the group std when recomputed advantages divide by it: the host's
+            own constant, so advantages recomputed on a kept subset are the ones the host
+            would compute for it (verl and the engine 1e-6, TRL 1e-4).
         threads: torch intra-op threads `decide` runs with (default 1); None leaves torch's
             setting alone. A decision is a few passes over memory next to a training step:
             a second thread gains little on an idle machine, and next to other busy
@@ -197,6 +200,7 @@ class Strategy:
         advantage_estimator: str = "grpo",
         available_fields: Sequence[str] | None = None,
         norm_adv_by_std: bool = True,
+        adv_eps: float = 1e-6,
         threads: int | None = 1,
     ) -> None:
         if threads is not None and (
@@ -204,6 +208,9 @@ class Strategy:
         ):
             raise ConfigError(f"threads: must be an int >= 1 or None, got {threads!r}")
         self.threads = threads
+        if isinstance(adv_eps, bool) or not isinstance(adv_eps, (int, float)) or not adv_eps > 0:
+            raise ConfigError(f"adv_eps: must be a number > 0, got {adv_eps!r}")
+        self.adv_eps = float(adv_eps)
         self.spec, self.parts = _resolve(spec, domains, advantage_estimator, available_fields)
         self.advantage_estimator = advantage_estimator
         self.norm_adv_by_std = norm_adv_by_std
@@ -381,7 +388,11 @@ class Strategy:
         renormalize = resolved_option(mspec, "renormalize")
         metrics["dataflex/select/recompute_advantages"] = float(recompute)
         metrics["dataflex/select/renormalize"] = float(renormalize)
-        adv = grpo_advantages_per_response(batch, keep, self.norm_adv_by_std) if recompute else None
+        adv = (
+            grpo_advantages_per_response(batch, keep, self.norm_adv_by_std, self.adv_eps)
+            if recompute
+            else None
+        )
         if batch.batch_size and not bool(keep.any()) and bool(batch.active_mask.any()):
             warnings.warn(
                 f"step {batch.step}: {self.spec.name} dropped every response; "

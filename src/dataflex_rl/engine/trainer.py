@@ -132,6 +132,7 @@ class EmbeddedTrainer:
                 advantage_estimator="grpo",
                 available_fields=ENGINE_FIELDS,
                 norm_adv_by_std=g.norm_adv_by_std,
+                adv_eps=g.adv_eps,
             )
         self.driver = Driver(spec, self._intake(), self._decision_log(spec, out_dir))
         # sampling noise is keyed by (seed, noise stream, step, prompt, sample): common random

@@ -467,3 +467,29 @@ def test_write_weights_per_token_equals_weights_per_token(spec):
         ValueError, match=r"out must be a contiguous float32 tensor of shape \(4, 3\)"
     ):
         d.write_weights_per_token(torch.zeros(4, 3, dtype=torch.float64))
+
+
+def test_recomputed_advantages_use_the_hosts_std_constant():
+    # one group [1, 0, 0], difffilter keeps it whole: mean 1/3, unbiased std sqrt(1/3);
+    # A = (r - 1/3) / (sqrt(1/3) + eps): eps 0.25 gives 0.8058 for the 1, -0.4029 for the 0s
+    from dataflex_rl.core.batch import RolloutBatch
+    from dataflex_rl.core.registry import ConfigError
+
+    b = RolloutBatch(
+        rewards=torch.tensor([1.0, 0.0, 0.0]),
+        response_mask=torch.ones(3, 2, dtype=torch.bool),
+        group_ids=torch.zeros(3, dtype=torch.int64),
+        advantages=torch.zeros(3, 2),
+    )
+    spec = {"select": {"preset": "difffilter", "recompute_advantages": True}}
+    std = math.sqrt(1 / 3)
+    for eps in (0.25, 1e-6):
+        a = Strategy(spec, adv_eps=eps).decide(b).advantages_per_response
+        want = torch.tensor([2 / 3, -1 / 3, -1 / 3]) / (std + eps)
+        torch.testing.assert_close(a, want, rtol=1e-6, atol=0.0)
+    assert Strategy(spec, adv_eps=0.25).decide(b).advantages_per_response[0] == pytest.approx(
+        0.80578, abs=1e-5
+    )
+    for bad in (0.0, -1e-6, "1e-4", True):
+        with pytest.raises(ConfigError, match="adv_eps: must be a number > 0"):
+            Strategy(spec, adv_eps=bad)

@@ -223,3 +223,11 @@ def test_global_rngs_are_seeded_from_the_run_seed(tasks):
     b = make_trainer(tasks, seed=3)
     assert torch.equal(global_rng_state()["torch"], first["torch"])
     assert b.state_dict()["rng"]["python"] == first["python"]
+
+
+def test_the_strategy_recomputes_with_the_engines_adv_eps(tasks):
+    t = make_trainer(
+        tasks, grpo={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "adv_eps": 0.01}
+    )
+    assert t.driver.strategy.adv_eps == 0.01
+    assert make_trainer(tasks).driver.strategy.adv_eps == 1e-6

@@ -354,6 +354,7 @@ def build_for_log(spec: Any, log: DecisionLogData) -> Strategy:
         domains=log.domains,
         advantage_estimator=s.get("advantage_estimator", "grpo"),
         norm_adv_by_std=bool(s.get("norm_adv_by_std", True)),
+        adv_eps=float(s.get("adv_eps", 1e-6)),  # logs before it was recorded: 1e-6
     )
 
 

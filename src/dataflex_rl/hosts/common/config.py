@@ -89,13 +89,15 @@ class HostConfig(Checked):
 @dataclass(frozen=True)
 class HostSettings:
     """What a host tells the driver about itself: its name (``"verl"``, ``"trl"``), the
-    advantage estimator it runs, whether advantages are divided by the group std, and the
-    `RolloutBatch` fields it fills."""
+    advantage estimator it runs, whether advantages are divided by the group std, the
+    `RolloutBatch` fields it fills, and the constant it adds to the group std (``adv_eps``:
+    recomputed advantages use the host's own)."""
 
     name: str
     advantage_estimator: str
     norm_adv_by_std: bool
     fields: tuple[str, ...]
+    adv_eps: float = 1e-6
 
 
 def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:

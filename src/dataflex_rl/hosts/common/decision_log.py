@@ -171,7 +171,7 @@ class DecisionLog:
             config: the ``decision_log`` section.
             run_dir: the run's folder; a relative ``config.dir`` is taken under it.
             strategy: the `Strategy` whose decisions are logged (its spec, advantage
-                estimator and std normalization go into the log's settings).
+                estimator, std normalization and ``adv_eps`` go into the log's settings).
             domains: domain names in id order (None without an intake).
             host: ``"engine"``, ``"verl"`` or ``"trl"``.
             seed: the seed of the strategy's randomness.
@@ -180,6 +180,7 @@ class DecisionLog:
         common = {
             "advantage_estimator": strategy.advantage_estimator,
             "norm_adv_by_std": strategy.norm_adv_by_std,
+            "adv_eps": strategy.adv_eps,
             "seed": seed,
         }
         return cls(

@@ -118,6 +118,7 @@ class Driver:
             advantage_estimator=host.advantage_estimator,
             available_fields=host.fields,
             norm_adv_by_std=host.norm_adv_by_std,
+            adv_eps=host.adv_eps,
         )
         log = None
         if block.decision_log.enabled and log_decisions:

@@ -75,6 +75,10 @@ def parse_block(value: Any) -> HostConfig:
     return validate(HostConfig, None if value is None else dict(value), "dataflex")
 
 
+#: what TRL's GRPOTrainer adds to the group std (trl 1.16, ``_generate_and_score_completions``)
+TRL_ADV_EPS = 1e-4
+
+
 def norm_adv_by_std(args: Any) -> bool:
     """Whether TRL divides advantages by a std (``scale_rewards`` 'group' or 'batch')."""
     return str(getattr(args, "scale_rewards", "group")) != "none"
@@ -83,7 +87,8 @@ def norm_adv_by_std(args: Any) -> bool:
 def host_settings(args: Any) -> HostSettings:
     """The TRL host for the driver: GRPO advantages (std-normalized unless
     ``scale_rewards='none'``), and the fields `HOST_FIELDS`."""
-    return HostSettings("trl", "grpo", norm_adv_by_std(args), HOST_FIELDS)
+    # TRL 1.16 divides by (std + 1e-4), a constant of GRPOTrainer, not a setting
+    return HostSettings("trl", "grpo", norm_adv_by_std(args), HOST_FIELDS, adv_eps=TRL_ADV_EPS)
 
 
 def check(block: HostConfig, args: Any) -> StrategySpec:

@@ -107,6 +107,7 @@ def host_settings(config: Mapping) -> HostSettings:
         str(get_path(config, "algorithm.adv_estimator", "gae")),
         bool(get_path(config, "algorithm.norm_adv_by_std_in_grpo", True)),
         HOST_FIELDS,
+        adv_eps=1e-6,  # verl's group estimators' epsilon (core_algos, not a setting)
     )
 
 

@@ -281,3 +281,30 @@ def test_cli_takes_overrides_and_refuses_a_bad_one_before_replaying(tmp_path, ca
     row = next(r for r in capsys.readouterr().out.splitlines() if r.startswith("difffilter"))
     assert row.split()[:3] == ["difffilter", "1.000", "1.000"]  # retention, ESS: all kept
     assert (tmp_path / "out" / "replay.md").is_file()
+
+
+def test_replay_binds_strategies_with_the_logged_adv_eps(tmp_path):
+    from types import SimpleNamespace
+
+    from dataflex_rl.harness.replay.replay import build_for_log
+
+    spec = {"select": {"preset": "difffilter", "recompute_advantages": True}}
+    st = Strategy(spec, domains=DOMAINS, adv_eps=1e-4)  # as the TRL host binds it
+    config = SimpleNamespace(dir="log", steps_per_file=4, full_tokens=False, token_prob_mean=False)
+    log = DecisionLog.from_config(
+        config, tmp_path, strategy=st, domains=DOMAINS, host="trl", seed=0
+    )
+    b = make_batch(0)
+    d = st.decide(b)
+    log.record(b, d, target=st.proportions)
+    log.close()
+    data = read_log(tmp_path / "log")
+    assert data.settings["adv_eps"] == 1e-4
+    rebuilt = build_for_log(spec, data)
+    assert rebuilt.adv_eps == 1e-4
+    torch.testing.assert_close(
+        rebuilt.decide(b).advantages_per_response, d.advantages_per_response, rtol=0, atol=0
+    )
+    # a log written before adv_eps was recorded: the old constant
+    old = SimpleNamespace(settings={"advantage_estimator": "grpo"}, domains=DOMAINS)
+    assert build_for_log(spec, old).adv_eps == 1e-6

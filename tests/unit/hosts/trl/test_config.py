@@ -66,6 +66,7 @@ def test_strategy_built_for_grpo_advantages():
     assert s.advantage_estimator == "grpo" and s.norm_adv_by_std
     s = build(parse_block({"strategy": "difffilter"}), trl_args(scale_rewards="none")).strategy
     assert not s.norm_adv_by_std  # Dr. GRPO: recomputed advantages are not divided by a std
+    assert s.adv_eps == 1e-4  # TRL's constant (verl's and the engine's is 1e-6)
 
 
 def test_unknown_strategy_name_is_the_engines_error():
