@@ -105,17 +105,19 @@ def test_a_second_round_replaces_the_skipped_prompts():
     assert m[P + "tokens_saved_est"] == 28.0 and m[P + "forced"] == 0.0
 
 
-def test_zero_variance_through_is_the_share_of_generated_zero_variance_groups():
+def test_zero_variance_through_is_the_share_of_generated_zero_variance_groups(monkeypatch):
+    import dataflex_rl.engine.trainer as trainer_module
+
     tr = _trainer(train_size=4, factor=1.0)
     seen = {}
-    orig = tr._batch
+    orig = trainer_module.grpo_batch
 
     def spy(*args, **kwargs):
         b = orig(*args, **kwargs)
         seen["share"] = float((b.group_std == 0).float().mean())
         return b
 
-    tr._batch = spy
+    monkeypatch.setattr(trainer_module, "grpo_batch", spy)
     m = tr.train_step()
     assert m[P + "zero_variance_through"] == seen["share"]
     assert m[P + "skipped"] == 0.0 and m[P + "tokens_saved_est"] == 0.0

@@ -24,11 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dataflex_rl.core.advantages import group_advantages
 from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.strategy import Strategy
+from dataflex_rl.engine.batch import (
+    ENGINE_FIELDS,
+    grpo_batch,
+    reward_metrics,
+    zero_variance_metrics,
+)
 from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.engine.data import (
     check_generated,
@@ -49,21 +53,6 @@ from dataflex_rl.hosts.common.representation import prompt_representation
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
     from dataflex_rl.hosts.common.decision_log import DecisionLog
-
-#: RolloutBatch fields the engine fills
-ENGINE_FIELDS = (
-    "rewards",
-    "response_mask",
-    "group_ids",
-    "domain_ids",
-    "advantages",
-    "old_log_probs",
-    "prompt_keys",
-    "is_padding",
-    "step",
-    "response_advantages",
-    "response_lengths",
-)
 
 
 class EmbeddedTrainer:
@@ -210,7 +199,8 @@ class EmbeddedTrainer:
             self.step += 1
             return metrics
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
-        batch = self._batch(rollout, rewards, problems, domain_idx, step)
+        g = self.config.grpo
+        batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
         self._cost(float(rollout.num_tokens), audit_tokens, probe_tokens, metrics, batch)
         t1 = time.perf_counter()
         decision = self._decide(batch, t_gen, metrics)
@@ -223,7 +213,7 @@ class EmbeddedTrainer:
                 rollout, advantages, decision.weights_per_token, mask, decision.loss_mask, step
             )
         )
-        metrics.update(self._reward_metrics(rewards, domain_idx, rollout))
+        metrics.update(reward_metrics(rewards, domain_idx, rollout, self.domains))
         metrics.update(
             {
                 "time/generate_s": t_gen,
@@ -243,9 +233,10 @@ class EmbeddedTrainer:
         if not items:
             return 0.0
         rollout, rewards, _, _ = self._rollout(items, step)
-        metrics.update(
-            self.driver.observe_audit(self._batch(rollout, rewards, items, domain_idx, step))
+        batch = grpo_batch(
+            rollout, rewards, items, domain_idx, self.domains, step, self.config.grpo
         )
+        metrics.update(self.driver.observe_audit(batch))
         metrics["engine/tokens_audit"] = float(rollout.num_tokens)
         return float(rollout.num_tokens)
 
@@ -265,13 +256,7 @@ class EmbeddedTrainer:
         metrics["engine/generation_cost_tokens"] = cost
         metrics["engine/generation_cost_tokens_total"] = self.cost_tokens
         if batch is not None:
-            present = batch.group_size > 0
-            zero = (batch.group_std == 0) & present
-            tokens = torch.zeros(batch.num_groups, dtype=torch.float64).index_add_(
-                0, batch.group_ids, (batch.response_length * batch.active_mask).to(torch.float64)
-            )
-            metrics["engine/tokens_zero_variance"] = float(tokens[zero].sum())
-            metrics["engine/groups_effective"] = float((present & ~zero).sum())
+            metrics.update(zero_variance_metrics(batch))
 
     def _decide(self, batch: RolloutBatch, generate_seconds: float, metrics: dict):
         """The driver's decision (its metrics into ``metrics``); the strategy's warnings are
@@ -314,61 +299,6 @@ class EmbeddedTrainer:
         per_row = [problems[i] for i in rollout.prompt_index.tolist()]
         rewards = score(self.taskset, per_row, texts)
         return rollout, rewards, t1 - t0, time.perf_counter() - t1
-
-    def _batch(
-        self,
-        rollout: Rollout,
-        rewards: torch.Tensor,
-        problems: list,
-        domain_idx: list[int],
-        step: int,
-    ) -> RolloutBatch:
-        g = self.config.grpo
-        group_ids = rollout.prompt_index
-        # every group holds grpo.group_size >= 2 responses (EngineConfig refuses fewer), so
-        # no group lacks a baseline: what a one-response group would get never applies here
-        adv = group_advantages(
-            rewards.to(torch.float32),
-            group_ids,
-            len(problems),
-            norm_by_std=g.norm_adv_by_std,
-            eps=g.adv_eps,
-        )
-        mask = rollout.response_mask
-        return RolloutBatch(
-            rewards=rewards,
-            response_mask=mask,
-            group_ids=group_ids,
-            domain_ids=torch.tensor(domain_idx, dtype=torch.int64)[group_ids],
-            domains=self.domains,
-            advantages=adv[:, None] * mask,  # for the loss
-            old_log_probs=rollout.old_log_probs,
-            prompt_keys=tuple(problems[i].key for i in group_ids.tolist()),
-            step=step,
-            # outcome advantages are one value per response: decisions read these B values
-            # (exact, not a mean over the row) and no [B, T] tensor
-            response_advantages=adv,
-            response_lengths=mask.sum(1),
-        )
-
-    def _reward_metrics(
-        self, rewards: torch.Tensor, domain_idx: list[int], rollout: Rollout
-    ) -> dict[str, float]:
-        G = self.config.grpo.group_size
-        d_rows = torch.tensor(domain_idx, dtype=torch.int64).repeat_interleave(G)
-        D = len(self.domains)
-        n = torch.bincount(d_rows, minlength=D)
-        s = torch.zeros(D).index_add_(0, d_rows, rewards)
-        out = {
-            "train/reward": float(rewards.mean()),
-            "train/response_length": float(rollout.response_mask.sum(1).float().mean()),
-            "train/truncated_fraction": float((~rollout.finished).float().mean()),
-            "engine/tokens_generated": float(rollout.num_tokens),
-        }
-        for d, name in enumerate(self.domains):
-            if int(n[d]):
-                out[f"train/{metric_domain(name)}/reward"] = float(s[d] / n[d])
-        return out
 
     # ------------------------------------------------------------------ evaluation and state
     def evaluate(self) -> dict[str, float]:

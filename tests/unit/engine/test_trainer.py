@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dataflex_rl.engine.batch import grpo_batch, reward_metrics, zero_variance_metrics
 from dataflex_rl.engine.config import load_config
 from dataflex_rl.engine.data import tasks_from_config
 from dataflex_rl.engine.loss import policy_loss, response_log_probs
@@ -46,7 +47,7 @@ def test_batch_passes_the_exact_per_response_advantages(tasks):
     tr = make_trainer(tasks, "softmax")
     problems, domain_idx, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
     rollout, rewards, _, _ = tr._rollout(problems, 0)
-    batch = tr._batch(rollout, rewards, problems, domain_idx, 0)
+    batch = grpo_batch(rollout, rewards, problems, domain_idx, tr.domains, 0, tr.config.grpo)
     mask = rollout.response_mask
     assert torch.equal(batch.response_lengths, mask.sum(1))
     assert batch.response_advantages.dtype == torch.float32
@@ -231,3 +232,29 @@ def test_the_strategy_recomputes_with_the_engines_adv_eps(tasks):
     )
     assert t.driver.strategy.adv_eps == 0.01
     assert make_trainer(tasks).driver.strategy.adv_eps == 1e-6
+
+
+def test_step_figures_by_hand():
+    # two prompts of domains 1 and 0, G = 2: rewards [1, 0 | 1, 1]; lengths [2, 1 | 3, 0]
+    from types import SimpleNamespace
+
+    from dataflex_rl.core.batch import RolloutBatch
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], dtype=torch.bool)
+    rollout = SimpleNamespace(
+        prompt_index=torch.tensor([0, 0, 1, 1]),
+        response_mask=mask,
+        finished=torch.tensor([True, True, False, True]),
+        num_tokens=6,
+    )
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    m = reward_metrics(rewards, [1, 0], rollout, ("a", "b"))
+    assert m["train/reward"] == 0.75 and m["train/response_length"] == 1.5
+    assert m["train/truncated_fraction"] == 0.25 and m["engine/tokens_generated"] == 6.0
+    assert m["train/a/reward"] == 1.0 and m["train/b/reward"] == 0.5
+    batch = RolloutBatch(
+        rewards=rewards, response_mask=mask, group_ids=rollout.prompt_index, advantages=None
+    )
+    # group 1 (rewards 1, 1) has no signal: its 3 tokens are what an oracle skip saves
+    z = zero_variance_metrics(batch)
+    assert z == {"engine/tokens_zero_variance": 3.0, "engine/groups_effective": 1.0}
