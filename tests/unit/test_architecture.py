@@ -25,7 +25,11 @@ PYPROJECT = ROOT / "pyproject.toml"
 #: modules that import verl at import time (checked by the verl host tests)
 NEEDS_VERL = {"dataflex_rl.hosts.verl.plugin", "dataflex_rl.hosts.verl.trainer"}
 #: modules that import TRL at import time (checked by the TRL host tests, tests/hosts_trl)
-NEEDS_TRL = {"dataflex_rl.hosts.trl.trainer", "dataflex_rl.hosts.trl.run"}
+NEEDS_TRL = {
+    "dataflex_rl.hosts.trl.trainer",
+    "dataflex_rl.hosts.trl.run",
+    "dataflex_rl.hosts.trl.tensors",
+}
 
 
 def _env() -> dict[str, str]:

@@ -29,16 +29,15 @@ from dataclasses import dataclass, field
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.config import HostConfig, acts_on_loss, uses_intake
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import read_row_domains
-from dataflex_rl.hosts.common.representation import prompt_representation
 from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, trl_rewards
 from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
+from dataflex_rl.hosts.trl.tensors import gather_token_fields, prompt_features
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
 
@@ -110,7 +109,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
             self.args.output_dir,
             log_decisions=self.accelerator.is_main_process,
             settings={"loss_type": self.args.loss_type},
-            features=self._prompt_features,
+            features=lambda rows, layer: prompt_features(self, rows, layer),
         )
 
     # ------------------------------------------------------------------ hooks
@@ -140,22 +139,6 @@ class DataflexGRPOTrainer(GRPOTrainer):
         return out
 
     # ------------------------------------------------------------------ intake
-    def _prompt_features(self, rows: list[int], layer: int) -> tuple[torch.Tensor, float]:
-        """The policy's representation of training rows (a skip policy that reads one):
-        the prompts as TRL renders and tokenizes them, mean-pooled hidden states after
-        ``layer`` layers (`prompt_representation`). Every rank computes the same."""
-        from trl.data_utils import maybe_apply_chat_template
-
-        tok = self.processing_class
-        texts = [
-            maybe_apply_chat_template({"prompt": self.train_dataset[r]["prompt"]}, tok)["prompt"]
-            for r in rows
-        ]
-        ids = tok(text=texts, add_special_tokens=False)["input_ids"]
-        model = self.accelerator.unwrap_model(self.model)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        return prompt_representation(model, ids, layer, pad)
-
     def _intake(self, inputs: list[dict], step: int):
         """Replace the dataloader's rows by the strategy's draw: exactly N / G prompts over
         all ranks, each G times in a row; this rank keeps its slice of the N rows.
@@ -184,7 +167,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         token_mask = old_logps = None
         strategy = self.driver.strategy
         if "old_log_probs" in strategy.reads:
-            token_mask, old_logps = self._gather_token_fields(out, loss_mask)
+            token_mask, old_logps = gather_token_fields(self, out, loss_mask)
         rewards = self._dataflex_rewards
         if rewards is None:
             raise RuntimeError(
@@ -234,32 +217,6 @@ class DataflexGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, inputs)
         finally:
             self.beta = beta
-
-    def _gather_token_fields(self, out, loss_mask):
-        """([N, T] loss mask, [N, T] old log-probs), padded across ranks and gathered.
-
-        TRL computes old log-probs only off-policy; otherwise they are computed here, with
-        the model that generated (one forward pass without gradients).
-        """
-        old = out.get("old_per_token_logps")
-        if old is None:
-            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
-            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
-            with (
-                torch.no_grad(),
-                disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
-            ):
-                old, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model,
-                    ids,
-                    attn,
-                    out["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                )
-        acc = self.accelerator
-        mask = acc.gather(acc.pad_across_processes(loss_mask.int(), dim=1)).cpu().bool()
-        logps = acc.gather(acc.pad_across_processes(old.float(), dim=1)).cpu()
-        return mask, torch.where(mask, logps, torch.zeros_like(logps))
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
