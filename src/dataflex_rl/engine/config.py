@@ -192,7 +192,9 @@ class GRPOConfig(Checked):
     kl_coef: float = param(
         0.0, "coefficient of the k3 KL to the initial policy (0: no reference model)", ge=0.0
     )
-    adv_eps: float = param(1e-6, "epsilon added to the group std", gt=0.0)
+    adv_eps: float = param(
+        1e-6, "epsilon added to the group std (also in recomputed advantages)", gt=0.0
+    )
     norm_adv_by_std: bool = param(True, "divide advantages by the group std (False: Dr. GRPO)")
     ppo_epochs: int = param(
         1, "gradient steps on each batch (the ratio clip matters when > 1)", ge=1
