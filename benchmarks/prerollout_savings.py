@@ -22,7 +22,11 @@ draws each prompt about once):
   fixed ``--threshold``).
 
 Regime 2, 4-5 epochs (``--epochs-pool`` prompts per domain; history and prediction together):
-``dynamic`` vs ``probe``, fewer seeds, savings only.
+``dynamic`` vs ``probe``, fewer seeds, savings only; with ``--epoch-arms`` also
+``greso`` (dynamic sampling plus the ``greso`` skip policy alone, an ``--audit`` share of its
+plain-batch skips generated to measure its false-skip rate, no control) and ``greso_ctl``
+(the same with its false-skip control, ``max_false_skip`` ``--greso-max-false-skip``).
+``--regimes 2`` runs regime 2 only (no accuracy verdict then).
 
 Reported: tokens per effective group (generation cost / trained groups whose rewards were not
 all equal) vs dynamic sampling; the oracle ceiling (the share of dynamic sampling's generated
@@ -38,6 +42,8 @@ test and corrected bootstrap interval; >= 6 paired seeds for a verdict). The las
     .venv/bin/python benchmarks/prerollout_savings.py [--seeds 0 1 2 3 4 5] [--tokens 150000]
         [--epoch-seeds 0 1 2] [--epochs-pool 200] [--epochs-tokens 150000] [--workers 2]
         [--threshold 0.5] [--layer 0] [--audit 0.1] [--max-false-skip 0.1|none]
+        [--regimes 1 2] [--epoch-arms dynamic probe greso greso_ctl]
+        [--greso-max-false-skip 0.1]
 
 A benchmark, not a test (default: about 30 minutes wall on 2 idle cores).
 """
@@ -63,6 +69,9 @@ def _arms(args) -> dict[str, tuple[dict, dict]]:
         "max_false_skip": args.max_false_skip,
     }
     dynamic = {"grpo": {"prompts_per_step": args.overdraw}}
+    greso = {"name": "greso", "audit": args.audit}
+    greso_ctl = {**greso, "max_false_skip": args.greso_max_false_skip}
+    over = {**dynamic, "tasks": {"candidate_factor": args.factor}}
     return {
         "grpo": ({"name": "grpo"}, {}),
         "dynamic": ({"name": "dynamic", "select": {"preset": "difffilter"}}, dynamic),
@@ -72,8 +81,15 @@ def _arms(args) -> dict[str, tuple[dict, dict]]:
                 "select": {"preset": "difffilter"},
                 "prerollout": {"actuator": probe},
             },
-            {**dynamic, "tasks": {"candidate_factor": args.factor}},
+            over,
         ),
+        **{
+            name: (
+                {"name": name, "select": {"preset": "difffilter"}, "prerollout": {"actuator": a}},
+                over,
+            )
+            for name, a in (("greso", greso), ("greso_ctl", greso_ctl))
+        },
     }
 
 
@@ -135,8 +151,23 @@ SUMS = (
     "dataflex/prerollout/skipped_first",
     "dataflex/prerollout/skipped_revisit",
     "dataflex/prerollout/skipped_probe",
+    "dataflex/prerollout/skipped_easy",
+    "dataflex/prerollout/skipped_hard",
     "dataflex/prerollout/audit_groups",
     "dataflex/prerollout/audit_informative",
+)
+
+
+#: the skip policies' false-skip control, read at the last step that reported it
+CONTROL = (
+    "probe_threshold",
+    "probe_audit_sample",
+    "probe_false_skip_bound",
+    *(
+        f"greso_{m}_{kind}"
+        for m in ("run_threshold", "audit_sample", "false_skip_bound")
+        for kind in ("easy", "hard")
+    ),
 )
 
 
@@ -156,7 +187,7 @@ def _one(job: tuple) -> dict:
         m = tr.train_step()
         for k in SUMS:
             sums[k] += m.get(k, 0.0)
-        for k in ("probe_threshold", "probe_audit_sample", "probe_false_skip_bound"):
+        for k in CONTROL:
             if f"dataflex/prerollout/{k}" in m:
                 last[k] = m[f"dataflex/prerollout/{k}"]
     ev = tr.evaluate()
@@ -169,6 +200,7 @@ def _one(job: tuple) -> dict:
         **visits,
         "threshold": last.get("probe_threshold", float("nan")),
         "audit_sample": last.get("probe_audit_sample", 0.0),
+        **{k: last.get(k, float("nan")) for k in CONTROL[3:]},
         "sampled": ev["eval/mean/sampled"],
         "greedy": ev["eval/mean/greedy"],
         "wall_s": time.perf_counter() - t0,
@@ -211,9 +243,28 @@ def main() -> None:
         default=0.1,
         help="probe: target false-skip rate of its control ('none': a fixed --threshold)",
     )
+    ap.add_argument("--regimes", type=int, nargs="+", default=[1, 2], choices=[1, 2])
+    ap.add_argument(
+        "--epoch-arms",
+        nargs="+",
+        default=["dynamic", "probe"],
+        choices=["dynamic", "probe", "greso", "greso_ctl"],
+        help="regime 2: the arms (dynamic is always run: the reference)",
+    )
+    ap.add_argument(
+        "--greso-max-false-skip",
+        type=float,
+        default=0.1,
+        help="greso_ctl: target false-skip rate of greso's control (audit: --audit)",
+    )
     ap.add_argument("--eval-per-domain", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    if 1 not in args.regimes:
+        args.seeds = []
+    if 2 not in args.regimes:
+        args.epoch_seeds = []
+    epoch_arms = ["dynamic", *(a for a in args.epoch_arms if a != "dynamic")]
     t0 = time.perf_counter()
     arms = _arms(args)
     jobs = [
@@ -223,7 +274,7 @@ def main() -> None:
     ] + [
         ("epochs", a, s, *arms[a], args.epochs_pool, args.epochs_tokens, args.eval_per_domain)
         for s in args.epoch_seeds
-        for a in ("dynamic", "probe")
+        for a in epoch_arms
     ]
     runs = []
     with mp.get_context("spawn").Pool(args.workers) as pool:
@@ -268,24 +319,19 @@ def main() -> None:
     def tpe(r):
         return r["generation_cost_tokens"] / max(r["groups_effective"], 1.0)
 
-    def savings(regime, seeds):
-        ratio = np.array(
-            [tpe(by[regime, "probe", s]) / tpe(by[regime, "dynamic", s]) for s in seeds]
-        )
+    def savings(regime, seeds, arm="probe"):
+        ratio = np.array([tpe(by[regime, arm, s]) / tpe(by[regime, "dynamic", s]) for s in seeds])
         dyn = [by[regime, "dynamic", s] for s in seeds]
         ceiling = np.array([r["tokens_zero_variance"] / r["tokens_generated"] for r in dyn])
         first = np.array([r["first_zero"] / r["tokens_generated"] for r in dyn])
         revisit = np.array([r["revisit_zero"] / r["tokens_generated"] for r in dyn])
-        pr = [by[regime, "probe", s] for s in seeds]
+        pr = [by[regime, arm, s] for s in seeds]
         audits = sum(r["audit_groups"] for r in pr)
         fs = _rate(sum(r["audit_informative"] for r in pr), audits)
         bare = np.array(
             [
-                (
-                    by[regime, "probe", s]["generation_cost_tokens"]
-                    - by[regime, "probe", s]["tokens_audit"]
-                )
-                / max(by[regime, "probe", s]["groups_effective"], 1.0)
+                (by[regime, arm, s]["generation_cost_tokens"] - by[regime, arm, s]["tokens_audit"])
+                / max(by[regime, arm, s]["groups_effective"], 1.0)
                 / tpe(by[regime, "dynamic", s])
                 for s in seeds
             ]
@@ -294,7 +340,7 @@ def main() -> None:
 
     out = {}
     for regime, seeds in (("first", args.seeds), ("epochs", args.epoch_seeds)):
-        if not seeds:
+        if not seeds or (regime == "epochs" and "probe" not in epoch_arms):
             continue
         saved, ceiling, first, revisit, fs, audits, pr, bare = savings(regime, seeds)
         skipped_first = sum(r["skipped_first"] for r in pr)
@@ -313,6 +359,34 @@ def main() -> None:
             f"no skip); without the audit's tokens {_signed(-bare.mean())}"
         )
         out[regime] = (saved.mean(), ceiling.mean(), fs)
+    from dataflex_rl.prerollout.probe import false_skip_bound
+
+    for arm in ("greso", "greso_ctl"):
+        seeds = args.epoch_seeds
+        if arm not in epoch_arms or not seeds:
+            continue
+        saved, ceiling, _, _, fs, audits, pr, bare = savings("epochs", seeds, arm)
+        informative = sum(r["audit_informative"] for r in pr)
+        control = "; ".join(
+            f"seed {r['seed']}: run threshold easy {r['greso_run_threshold_easy']:.0f} hard "
+            f"{r['greso_run_threshold_hard']:.0f} (1e6: skips nothing), table "
+            f"{r['greso_audit_sample_easy']:.0f}/{r['greso_audit_sample_hard']:.0f}"
+            for r in pr
+        )
+        print(
+            f"[epochs] {arm}: tokens per effective group vs dynamic sampling "
+            f"{_signed(-saved.mean())} (per seed {np.round(-saved * 100, 1).tolist()}), without "
+            f"the audit's tokens {_signed(-bare.mean())}; ceiling -{_pct(ceiling.mean())}; "
+            f"false-skip share of audited skips {fs} ({audits:.0f} audited groups, one-sided "
+            f"95% bound {false_skip_bound(int(informative), int(audits), 0.95):.3f}); skipped "
+            f"plain-batch prompts {sum(r['skipped_revisit'] for r in pr):.0f}, candidates "
+            f"skipped easy {sum(r['skipped_easy'] for r in pr):.0f} hard "
+            f"{sum(r['skipped_hard'] for r in pr):.0f}"
+            + (f"; control at the end: {control}" if arm == "greso_ctl" else "")
+        )
+    if not args.seeds:
+        print(f"wall {time.perf_counter() - t0:.0f}s")
+        return
     seeds = [str(s) for s in args.seeds]
     methods = ["grpo", "dynamic", "probe"]
     verdict = "n/a"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -12,6 +13,13 @@ from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
 from dataflex_rl.core.batch import RolloutBatch, group_successes
 from dataflex_rl.core.config import param
 from dataflex_rl.core.history import PromptHistory
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.prerollout.probe import ProbeSkip, controlled_threshold, false_skip_bound
+
+#: the two kinds of zero-variance runs: all-correct (easy) and all-wrong (hard)
+KINDS = ("easy", "hard")
+#: the metric ``greso_run_threshold_*`` stands for an infinite threshold (skip nothing)
+NO_SKIP_RUN = 1e6
 
 
 @SKIP_POLICIES.register("greso")
@@ -67,10 +75,70 @@ class Greso(SkipPolicy):
         0.01, "change of the exploration probability per step", ge=0.0, le=1.0
     )
     min_explore: float = param(0.05, "lowest exploration probability", ge=0.0, le=1.0)
+    audit: float = param(
+        0.0,
+        "share of the plain batch's skipped prompts generated anyway and not trained on "
+        "(the false-skip audit; 0: none)",
+        ge=0.0,
+        le=1.0,
+    )
+    max_false_skip: float | None = param(
+        None,
+        "target false-skip rate: skip a kind only from the lowest run length whose audited "
+        "false-skip rate has an upper confidence bound <= this (null: no control); needs audit > 0",
+        gt=0.0,
+        lt=1.0,
+    )
+    confidence: float = param(
+        0.95, "one-sided confidence of the false-skip bound (Clopper-Pearson)", gt=0.0, lt=1.0
+    )
+    audit_memory: int = param(
+        2048,
+        "most recent audit-sample outcomes of each kind the controlled run threshold is "
+        "chosen from",
+        ge=1,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.max_false_skip is not None and self.audit <= 0.0:
+            raise ConfigError(
+                "max_false_skip: the false-skip control chooses its run thresholds from audited "
+                "outcomes and needs audit > 0 (got audit 0); set max_false_skip: null to skip "
+                "without it"
+            )
         self._p = {"easy": self.explore_prob, "hard": self.explore_prob}
+        self._reset_control()
+
+    def _reset_control(self) -> None:
+        # the false-skip control, per kind: the audit sample's (run at the decision,
+        # informative), oldest first, and the controlled run threshold they give (inf: skip
+        # nothing of that kind)
+        self._audit_run = {k: torch.zeros(0, dtype=torch.float64) for k in KINDS}
+        self._audit_informative = {k: torch.zeros(0, dtype=torch.bool) for k in KINDS}
+        self._controlled = dict.fromkeys(KINDS, math.inf)
+        # the last `filter` call (keys, [N] run, [N] kind is easy, [N] decided) until
+        # `audit_mask`, and this step's sampled candidates: key -> (kind, run), until their
+        # outcomes arrive
+        self._round: tuple[list, Tensor, Tensor, Tensor] | None = None
+        self._sampled: dict = {}
+
+    @property
+    def controlled(self) -> bool:
+        """Whether the false-skip control is on (``max_false_skip`` set)."""
+        return self.max_false_skip is not None
+
+    def run_threshold(self, kind: str) -> float:
+        """The run length from which a candidate of ``kind`` may be skipped: ``streak``, or with
+        the control the controlled threshold (>= ``streak``; ``math.inf``: none)."""
+        return self._controlled[kind] if self.controlled else float(self.streak)
+
+    def false_skip_bound(self, kind: str) -> float:
+        """The bound over the audited entries of ``kind`` at or above its run threshold in use
+        (1 when none)."""
+        above = self._audit_run[kind] >= self.run_threshold(kind)
+        k = int((self._audit_informative[kind] & above).sum())
+        return false_skip_bound(k, int(above.sum()), self.confidence)
 
     def runs(self, history: PromptHistory, keys: list) -> tuple[Tensor, Tensor, Tensor]:
         """Per candidate: ([N] easy run, [N] hard run, [N] mean tokens of its history).
@@ -97,13 +165,22 @@ class Greso(SkipPolicy):
         easy_run, hard_run, mean_tokens = self.runs(history, keys)
         is_easy = easy_run >= self.streak
         is_hard = hard_run >= self.streak
+        run = torch.maximum(easy_run, hard_run)
         p = torch.where(is_easy, self._p["easy"], self._p["hard"]).to(torch.float64)
         if self.compound:
-            p = p ** torch.maximum(easy_run, hard_run).to(torch.float64)
-        skip = (is_easy | is_hard) & (u >= p)
+            p = p ** run.to(torch.float64)
+        skippable = is_easy | is_hard
+        if self.controlled:
+            r = run.to(torch.float64)
+            skippable = (is_easy & (r >= self._controlled["easy"])) | (
+                is_hard & (r >= self._controlled["hard"])
+            )
+            # the sample: every candidate of either kind, skipped or not
+            self._round = (list(keys), run, is_easy, is_easy | is_hard)
+        skip = skippable & (u >= p)
         keep = ~skip
         saved = torch.where(skip, mean_tokens, torch.zeros_like(mean_tokens)).sum()
-        return keep, {
+        metrics = {
             "dataflex/prerollout/skipped": float(skip.sum()),
             "dataflex/prerollout/skipped_easy": float((skip & is_easy).sum()),
             "dataflex/prerollout/skipped_hard": float((skip & is_hard).sum()),
@@ -111,8 +188,70 @@ class Greso(SkipPolicy):
             "dataflex/prerollout/explore_prob_easy": self._p["easy"],
             "dataflex/prerollout/explore_prob_hard": self._p["hard"],
         }
+        if self.controlled:
+            for kind in KINDS:
+                metrics[f"dataflex/prerollout/greso_run_threshold_{kind}"] = min(
+                    self._controlled[kind], NO_SKIP_RUN
+                )
+                metrics[f"dataflex/prerollout/greso_audit_sample_{kind}"] = float(
+                    self._audit_run[kind].numel()
+                )
+                metrics[f"dataflex/prerollout/greso_false_skip_bound_{kind}"] = (
+                    self.false_skip_bound(kind)
+                )
+        return keep, metrics
+
+    def audit_mask(
+        self, skip: Tensor, plain: Tensor, generator: torch.Generator | None
+    ) -> Tensor | None:
+        if self.audit <= 0.0:
+            return None
+        u = torch.rand(skip.shape[0], generator=generator, dtype=torch.float64)
+        picked = u < self.audit
+        if self.controlled and self._round is not None:
+            keys, run, easy, decided = self._round
+            if len(keys) == skip.shape[0]:  # the sample: skipped or not, the same draw
+                sample = (picked & plain & decided).nonzero().squeeze(1).tolist()
+                self._sampled.update(
+                    (keys[j], ("easy" if bool(easy[j]) else "hard", int(run[j]))) for j in sample
+                )
+        self._round = None
+        return skip & picked
+
+    def _outcomes(self, batch: RolloutBatch) -> None:
+        """Sampled candidates' outcomes (run at the decision, informative) go to the table of
+        their kind."""
+        if not self._sampled:
+            return
+        keys, zero = ProbeSkip._groups(batch)
+        take = [j for j, key in enumerate(keys) if key in self._sampled]
+        got = {k: ([], []) for k in KINDS}
+        for j in take:
+            kind, run = self._sampled.pop(keys[j])
+            got[kind][0].append(float(run))
+            got[kind][1].append(not bool(zero[j]))
+        m = self.audit_memory
+        for kind, (runs, informative) in got.items():
+            if runs:
+                r = torch.cat([self._audit_run[kind], torch.tensor(runs, dtype=torch.float64)])
+                i = torch.cat([self._audit_informative[kind], torch.tensor(informative)])
+                self._audit_run[kind], self._audit_informative[kind] = r[-m:], i[-m:]
+
+    def observe_audit(self, batch: RolloutBatch, history: PromptHistory) -> None:
+        self._outcomes(batch)
 
     def observe(self, batch: RolloutBatch, history: PromptHistory) -> None:
+        self._outcomes(batch)
+        self._round, self._sampled = None, {}
+        if self.controlled:
+            for kind in KINDS:
+                self._controlled[kind] = controlled_threshold(
+                    self._audit_run[kind],
+                    self._audit_informative[kind],
+                    self.max_false_skip,
+                    self.confidence,
+                    floor=float(self.streak),
+                )
         size = batch.group_size
         present = size > 0
         n = int(present.sum())
@@ -130,7 +269,24 @@ class Greso(SkipPolicy):
             self._p[kind] = min(1.0, max(self.min_explore, self._p[kind] + step))
 
     def state_dict(self) -> dict:
-        return {"p": dict(self._p)}
+        state: dict = {"p": dict(self._p)}
+        if self.controlled:
+            # the control (per kind): the audit table and the controlled run threshold (inf:
+            # skip nothing), a tensor: state trees hold finite JSON numbers only
+            state["control"] = {
+                kind: {
+                    "run": self._audit_run[kind].clone(),
+                    "informative": self._audit_informative[kind].clone(),
+                    "threshold": torch.tensor(self._controlled[kind], dtype=torch.float64),
+                }
+                for kind in KINDS
+            }
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self._p = dict(state["p"])
+        self._reset_control()
+        for kind, c in state.get("control", {}).items():
+            self._audit_run[kind] = c["run"].to(torch.float64).clone()
+            self._audit_informative[kind] = c["informative"].to(torch.bool).clone()
+            self._controlled[kind] = float(c["threshold"])

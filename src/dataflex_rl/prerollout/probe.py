@@ -203,6 +203,12 @@ class ProbeSkip(SkipPolicy):
             self._revisit = cls.from_config(params, "revisits")
             if self._revisit.feature_layer is not None:
                 raise ConfigError(f"revisits: {spec['name']!r} reads features; use a history one")
+            if getattr(self._revisit, "max_false_skip", None) is not None:
+                raise ConfigError(
+                    "revisits: the probe does not pass its audits on to the revisit policy, "
+                    "whose false-skip control (max_false_skip) would then skip nothing; leave "
+                    "it null there"
+                )
         if self.max_false_skip is not None and self.audit <= 0.0:
             raise ConfigError(
                 "max_false_skip: the false-skip control chooses its threshold from audited "
