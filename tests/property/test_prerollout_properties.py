@@ -224,3 +224,70 @@ def test_probe_never_skips_when_the_audited_bound_exceeds_the_target(steps, targ
         if aud:
             s.observe_audit(_batch([(k, r, 1) for k, r in aud.items()], step))
         s.decide(_batch([(k, groups[k], 1) for k, kp in zip(keys, keep.tolist()) if kp], step))
+
+
+#: one candidate of a greso step: (prompt key, its group: easy, hard or informative)
+GRESO_STEP = st.dictionaries(
+    st.sampled_from("abcdef"), st.sampled_from(["easy", "hard", "mixed"]), min_size=1
+)
+
+
+@given(st.lists(GRESO_STEP, min_size=1, max_size=10), st.sampled_from([0.2, 0.4]))
+@settings(max_examples=60, deadline=None)
+def test_greso_never_skips_a_kind_whose_audited_bound_exceeds_the_target(steps, target):
+    from dataflex_rl import Strategy
+    from dataflex_rl.prerollout.probe import false_skip_bound
+
+    conf = 0.6
+    s = Strategy(
+        {
+            "prerollout": {
+                "actuator": {
+                    "name": "greso",
+                    "explore_prob": 0.0,
+                    "min_explore": 0.0,
+                    "audit": 1.0,
+                    "max_false_skip": target,
+                    "confidence": conf,
+                }
+            }
+        }
+    )
+    greso = s.parts["prerollout"][1]
+    rewards = {"easy": [1.0, 1.0], "hard": [0.0, 0.0], "mixed": [1.0, 0.0]}
+    for step, cands in enumerate(steps):
+        keys = list(cands)
+        easy, hard, _ = greso.runs(s.history, keys)
+        # the tables before this draw, read from the saved state
+        state = s.state_dict()["components"]["prerollout"]["actuator"]["control"]
+        g = torch.Generator().manual_seed(step)
+        keep, m = s.filter_prompts(keys, step, g)
+        for kind, run in (("easy", easy), ("hard", hard)):
+            tr = state[kind]["run"].tolist()
+            ti = state[kind]["informative"].tolist()
+            thr = greso.run_threshold(kind)
+            skipped = ~keep & (run > 0)
+            assert float(skipped.sum()) == m[f"dataflex/prerollout/skipped_{kind}"]
+            bounds = [
+                false_skip_bound(
+                    sum(1 for v, i in zip(tr, ti) if v >= t and i),
+                    sum(1 for v in tr if v >= t),
+                    conf,
+                )
+                for t in set(tr)
+            ]
+            if all(b > target for b in bounds):  # no threshold's bound is within the target
+                assert not skipped.any() and thr == math.inf
+            if skipped.any():
+                assert bool((run[skipped] >= thr).all())
+                n = sum(1 for v in tr if v >= thr)
+                k = sum(1 for v, i in zip(tr, ti) if v >= thr and i)
+                assert false_skip_bound(k, n, conf) <= target
+        plain = torch.ones(len(keys), dtype=torch.bool)
+        audited = s.audit_prompts(~keep, plain, g)
+        aud = [(k, rewards[cands[k]], 1) for k, a in zip(keys, audited.tolist()) if a]
+        if aud:
+            s.observe_audit(_batch(aud, step))
+        s.decide(
+            _batch([(k, rewards[cands[k]], 1) for k, kp in zip(keys, keep.tolist()) if kp], step)
+        )
