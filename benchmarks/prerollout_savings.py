@@ -171,6 +171,23 @@ CONTROL = (
 )
 
 
+def _tables(tr) -> dict:
+    """greso's control at the end: kind -> {run length: [audited entries, informative]}."""
+    parts = tr.driver.strategy.parts
+    policy = parts["prerollout"][1] if "prerollout" in parts else None
+    if getattr(policy, "max_false_skip", None) is None or not hasattr(policy, "_audit_run"):
+        return {}
+    out: dict = {}
+    for kind in ("easy", "hard"):
+        rows = out.setdefault(kind, {})
+        runs = policy._audit_run[kind].tolist()
+        for r, i in zip(runs, policy._audit_informative[kind].tolist()):
+            row = rows.setdefault(int(r), [0, 0])
+            row[0] += 1
+            row[1] += int(i)
+    return out
+
+
 def _one(job: tuple) -> dict:
     regime, arm, seed, strategy, overrides, pool, tokens, eval_per_domain = job
     import torch
@@ -192,6 +209,7 @@ def _one(job: tuple) -> dict:
                 last[k] = m[f"dataflex/prerollout/{k}"]
     ev = tr.evaluate()
     return {
+        "tables": _tables(tr),
         "regime": regime,
         "arm": arm,
         "seed": seed,
@@ -373,6 +391,19 @@ def main() -> None:
             f"{r['greso_audit_sample_easy']:.0f}/{r['greso_audit_sample_hard']:.0f}"
             for r in pr
         )
+        if arm == "greso_ctl":
+            pooled: dict = {}
+            for r in pr:
+                for kind, rows in r["tables"].items():
+                    for run, (n, k) in rows.items():
+                        row = pooled.setdefault(kind, {}).setdefault(run, [0, 0])
+                        row[0] += n
+                        row[1] += k
+            control += "; audit tables pooled over seeds, run: informative/entries: " + "; ".join(
+                f"{kind} "
+                + ", ".join(f"{run}: {k}/{n}" for run, (n, k) in sorted(pooled[kind].items()))
+                for kind in sorted(pooled)
+            )
         print(
             f"[epochs] {arm}: tokens per effective group vs dynamic sampling "
             f"{_signed(-saved.mean())} (per seed {np.round(-saved * 100, 1).tolist()}), without "

@@ -391,8 +391,11 @@ class ProbeSkip(SkipPolicy):
         were drawn this step; sampled groups' outcomes go to the audit table."""
         keys, zero = self._groups(batch)
         if self._sampled and keys:
-            take = [j for j, key in enumerate(keys) if key in self._sampled]
-            q = [self._sampled.pop(keys[j]) for j in take]
+            take, q = [], []
+            for j, key in enumerate(keys):
+                if key in self._sampled:  # a prompt generated twice: its first group
+                    take.append(j)
+                    q.append(self._sampled.pop(key))
             if take:
                 m = self.audit_memory
                 self._audit_q = torch.cat([self._audit_q, torch.tensor(q, dtype=torch.float64)])

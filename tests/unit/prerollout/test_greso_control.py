@@ -262,3 +262,15 @@ def test_greso_without_the_control_is_todays_greso(params):
     assert rec["p"] == OLD_P
     assert set(rec["state"]) == {"p"}
     assert rec["digest"] == OLD_DIGEST
+
+
+def test_greso_control_takes_the_first_group_of_a_prompt_generated_twice():
+    g, h = _controlled(), _prepared_history()
+    keep, _ = g.filter(h, ["e2a"], 2, None)
+    g.audit_mask(~keep, torch.ones(1, dtype=torch.bool), None)
+    assert g._sampled == {"e2a": ("easy", 2)}
+    # e2a twice in the batch (two groups): all-correct first, informative second
+    b = from_lists([1.0, 1.0, 1.0, 0.0], [0, 0, 1, 1], None, prompt_keys=("e2a",) * 4, step=2)
+    g.observe(b, h)  # raised KeyError before: the second group popped e2a again
+    assert g._audit_run["easy"].tolist() == [2.0]
+    assert g._audit_informative["easy"].tolist() == [False]

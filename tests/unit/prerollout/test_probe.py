@@ -343,3 +343,12 @@ def test_probe_control_state_round_trip():
     outs = [_step(st, 3, {"g": [0.0, 0.0], "h": [1.0, 0.0]}, X) for st in (a, b)]
     assert outs[0][0].tolist() == outs[1][0].tolist()
     assert pa.skip_threshold == pb.skip_threshold
+
+
+def test_probe_audit_table_takes_the_first_group_of_a_prompt_generated_twice():
+    p = ProbeSkip(revisits=None)
+    p._sampled = {"a": 0.7}  # sampled at prediction .7 this step
+    # "a" twice in the audited batch: informative first, all wrong second
+    b = from_lists([1.0, 0.0, 0.0, 0.0], [0, 0, 1, 1], None, prompt_keys=("a",) * 4)
+    p.observe_audit(b, PromptHistory())  # raised KeyError before: "a" popped twice
+    assert p._audit_q.tolist() == [0.7] and p._audit_informative.tolist() == [True]
