@@ -40,9 +40,38 @@ class Greso(SkipPolicy):
     within [``min_explore``, 1]: skipping tightens while zero-signal groups still slip
     through and relaxes when they don't.
 
+    False-skip control (opt-in: ``max_false_skip``, the target false-skip rate; needs
+    ``audit`` > 0), as ``probe``'s (docs/components/probe.md) with the run length in place of
+    the prediction, per kind. ``audit``: a share of the plain batch's skipped prompts (the
+    ones skipping kept from generation, not over-drawn candidates) generated anyway and not
+    trained on; alone it only measures the false-skip rate (``audit_informative /
+    audit_groups``). With the control the audit sample is a uniform ``audit`` share of the
+    plain batch's skippable candidates (run >= ``streak``), skipped or kept by the
+    exploration draw alike (the audit's draw u < ``audit``; kept ones are generated and
+    trained on as usual, at no extra cost), so it does not lean on the exploration draw. Each
+    sampled candidate's (run at the decision, whether its group came back informative) enters
+    the table of its kind (easy: all-correct runs, hard: all-wrong runs, whose false-skip
+    rates differ a lot), the ``audit_memory`` most recent per kind. After every step each
+    kind's run threshold is `controlled_threshold` of its table (floor ``streak``): the
+    lowest run length t whose entries with run >= t, n of them with k informative, pass the
+    one-sided Clopper-Pearson test at ``confidence``, P(Binomial(n, max_false_skip) <= k) <=
+    1 - confidence; infinite (that kind skips nothing) while none passes, in particular
+    before the table holds log(1 - confidence) / log(1 - max_false_skip) clean entries (29
+    at 0.95 and 0.10). A candidate of a kind is then skippable only when its run reaches the
+    kind's threshold, and the exploration draw (``p ** run``) still applies. The bound holds
+    for one threshold fixed in advance (not for the lowest passing one among several), and
+    the false-skip rate of a run length drifts as the policy learns while the table ages.
+    Only the embedded engine audits: on TRL and verl the controlled greso skips nothing. As
+    ``probe``'s ``revisits`` it is refused (the probe does not pass its audits on).
+    ``max_false_skip: null`` (the default): no control, decisions and state as without it.
+
     Metrics of ``filter``: ``skipped`` (candidates not to generate, also split ``_easy`` /
     ``_hard``) and ``tokens_saved_est``, the sum over skipped prompts of the mean response
-    tokens of their remembered groups (not just the last group).
+    tokens of their remembered groups (not just the last group). With the control, per kind
+    (``_easy``, ``_hard``): ``greso_run_threshold`` (the run threshold in use; 1e6 stands for
+    infinite: the kind skips nothing), ``greso_audit_sample`` (entries in the kind's table)
+    and ``greso_false_skip_bound`` (the bound over the table's entries at or above the
+    threshold in use; 1 when it skips nothing).
 
     Keeping the batch full is the host's job, not an option of this policy: both hosts draw
     rounds of ``candidate_factor`` x the missing prompts per domain until enough are kept, for
@@ -224,12 +253,12 @@ class Greso(SkipPolicy):
         if not self._sampled:
             return
         keys, zero = ProbeSkip._groups(batch)
-        take = [j for j, key in enumerate(keys) if key in self._sampled]
         got = {k: ([], []) for k in KINDS}
-        for j in take:
-            kind, run = self._sampled.pop(keys[j])
-            got[kind][0].append(float(run))
-            got[kind][1].append(not bool(zero[j]))
+        for j, key in enumerate(keys):
+            if key in self._sampled:  # a prompt generated twice: its first group
+                kind, run = self._sampled.pop(key)
+                got[kind][0].append(float(run))
+                got[kind][1].append(not bool(zero[j]))
         m = self.audit_memory
         for kind, (runs, informative) in got.items():
             if runs:
