@@ -13,8 +13,14 @@ from dataflex_rl.core.base import SKIP_POLICIES, SkipPolicy
 from dataflex_rl.core.batch import RolloutBatch, group_successes
 from dataflex_rl.core.config import param
 from dataflex_rl.core.history import PromptHistory
-from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.prerollout.probe import ProbeSkip, controlled_threshold, false_skip_bound
+from dataflex_rl.prerollout.probe import (
+    ProbeSkip,
+    audit_draw,
+    check_control,
+    controlled_threshold,
+    false_skip_bound,
+    pop_sampled,
+)
 
 #: the two kinds of zero-variance runs: all-correct (easy) and all-wrong (hard)
 KINDS = ("easy", "hard")
@@ -130,12 +136,7 @@ class Greso(SkipPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_false_skip is not None and self.audit <= 0.0:
-            raise ConfigError(
-                "max_false_skip: the false-skip control chooses its run thresholds from audited "
-                "outcomes and needs audit > 0 (got audit 0); set max_false_skip: null to skip "
-                "without it"
-            )
+        check_control(self.max_false_skip, self.audit, "run thresholds")
         self._p = {"easy": self.explore_prob, "hard": self.explore_prob}
         self._reset_control()
 
@@ -235,17 +236,15 @@ class Greso(SkipPolicy):
     ) -> Tensor | None:
         if self.audit <= 0.0:
             return None
-        u = torch.rand(skip.shape[0], generator=generator, dtype=torch.float64)
-        picked = u < self.audit
-        if self.controlled and self._round is not None:
-            keys, run, easy, decided = self._round
-            if len(keys) == skip.shape[0]:  # the sample: skipped or not, the same draw
-                sample = (picked & plain & decided).nonzero().squeeze(1).tolist()
-                self._sampled.update(
-                    (keys[j], ("easy" if bool(easy[j]) else "hard", int(run[j]))) for j in sample
-                )
+        keys, run, easy, decided = self._round or ([], None, None, None)
+        if not self.controlled or len(keys) != skip.shape[0]:
+            decided = None  # no control, or not the last filter's candidates: no sample
+        audited, sample = audit_draw(skip, plain, decided, self.audit, generator)
+        self._sampled.update(
+            (keys[j], ("easy" if bool(easy[j]) else "hard", int(run[j]))) for j in sample
+        )
         self._round = None
-        return skip & picked
+        return audited
 
     def _outcomes(self, batch: RolloutBatch) -> None:
         """Sampled candidates' outcomes (run at the decision, informative) go to the table of
@@ -254,11 +253,9 @@ class Greso(SkipPolicy):
             return
         keys, zero = ProbeSkip._groups(batch)
         got = {k: ([], []) for k in KINDS}
-        for j, key in enumerate(keys):
-            if key in self._sampled:  # a prompt generated twice: its first group
-                kind, run = self._sampled.pop(key)
-                got[kind][0].append(float(run))
-                got[kind][1].append(not bool(zero[j]))
+        for j, (kind, run) in zip(*pop_sampled(self._sampled, keys)):
+            got[kind][0].append(float(run))
+            got[kind][1].append(not bool(zero[j]))
         m = self.audit_memory
         for kind, (runs, informative) in got.items():
             if runs:

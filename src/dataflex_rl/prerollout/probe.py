@@ -79,6 +79,52 @@ def controlled_threshold(
     return float(q[np.flatnonzero(passes)[-1]])
 
 
+def check_control(max_false_skip: float | None, audit: float, chooses: str) -> None:
+    """The false-skip control (``max_false_skip`` set) needs audited outcomes (``audit`` > 0).
+
+    Raises:
+        ConfigError: naming ``max_false_skip`` and what the control ``chooses``.
+    """
+    if max_false_skip is not None and audit <= 0.0:
+        raise ConfigError(
+            f"max_false_skip: the false-skip control chooses its {chooses} from audited "
+            "outcomes and needs audit > 0 (got audit 0); set max_false_skip: null to skip "
+            "without it"
+        )
+
+
+def audit_draw(
+    skip: Tensor,
+    plain: Tensor,
+    decided: Tensor | None,
+    share: float,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, list[int]]:
+    """The audit's one draw over N candidates (u < ``share`` each).
+
+    Returns:
+        ([N] bool the skipped candidates audited: generated anyway, not trained on; the
+        control's sample: indices of the ``plain`` candidates the policy ``decided``,
+        skipped or not, with the same draw, so it does not lean on the skip decision; empty
+        when ``decided`` is None).
+    """
+    u = torch.rand(skip.shape[0], generator=generator, dtype=torch.float64)
+    picked = u < share
+    sample = [] if decided is None else (picked & plain & decided).nonzero().squeeze(1).tolist()
+    return skip & picked, sample
+
+
+def pop_sampled(sampled: dict, keys: list) -> tuple[list[int], list]:
+    """(indices into ``keys``, their values) of the sampled prompts among ``keys``, removed
+    from ``sampled``; a prompt generated twice in one batch counts its first group."""
+    take, values = [], []
+    for j, key in enumerate(keys):
+        if key in sampled:
+            take.append(j)
+            values.append(sampled.pop(key))
+    return take, values
+
+
 @SKIP_POLICIES.register("probe")
 @dataclass
 class ProbeSkip(SkipPolicy):
@@ -209,12 +255,7 @@ class ProbeSkip(SkipPolicy):
                     "whose false-skip control (max_false_skip) would then skip nothing; leave "
                     "it null there"
                 )
-        if self.max_false_skip is not None and self.audit <= 0.0:
-            raise ConfigError(
-                "max_false_skip: the false-skip control chooses its threshold from audited "
-                "outcomes and needs audit > 0 (got audit 0); set max_false_skip: null to skip "
-                "at a fixed threshold"
-            )
+        check_control(self.max_false_skip, self.audit, "threshold")
         self._reset()
 
     def _reset(self) -> None:
@@ -364,15 +405,13 @@ class ProbeSkip(SkipPolicy):
     ) -> Tensor | None:
         if self.audit <= 0.0:
             return None
-        u = torch.rand(skip.shape[0], generator=generator, dtype=torch.float64)
-        picked = u < self.audit
-        if self.max_false_skip is not None and self._round is not None:
-            keys, q, decided = self._round
-            if len(keys) == skip.shape[0]:  # the sample: skipped or not, the same draw
-                sample = (picked & plain & decided).nonzero().squeeze(1).tolist()
-                self._sampled.update((keys[j], float(q[j])) for j in sample)
+        keys, q, decided = self._round or ([], None, None)
+        if self.max_false_skip is None or len(keys) != skip.shape[0]:
+            decided = None  # no control, or not the last filter's candidates: no sample
+        audited, sample = audit_draw(skip, plain, decided, self.audit, generator)
+        self._sampled.update((keys[j], float(q[j])) for j in sample)
         self._round = None
-        return skip & picked
+        return audited
 
     @staticmethod
     def _groups(batch: RolloutBatch) -> tuple[list, Tensor]:
@@ -391,11 +430,7 @@ class ProbeSkip(SkipPolicy):
         were drawn this step; sampled groups' outcomes go to the audit table."""
         keys, zero = self._groups(batch)
         if self._sampled and keys:
-            take, q = [], []
-            for j, key in enumerate(keys):
-                if key in self._sampled:  # a prompt generated twice: its first group
-                    take.append(j)
-                    q.append(self._sampled.pop(key))
+            take, q = pop_sampled(self._sampled, keys)
             if take:
                 m = self.audit_memory
                 self._audit_q = torch.cat([self._audit_q, torch.tensor(q, dtype=torch.float64)])

@@ -15,19 +15,10 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.prerollout.greso import NO_SKIP_RUN, Greso
 from dataflex_rl.prerollout.probe import false_skip_bound
 from tests.states import assert_moved, state_equal
+from tests.unit.prerollout.groups import group_batch as _batch
 
 EASY, HARD, MIXED = [1.0, 1.0], [0.0, 0.0], [1.0, 0.0]
 P = "dataflex/prerollout/"
-
-
-def _batch(groups, step=0):
-    """``groups``: {prompt_key: [rewards]} -> one group per prompt, in order."""
-    rewards, gids, keys = [], [], []
-    for g, (key, rs) in enumerate(groups.items()):
-        rewards += rs
-        gids += [g] * len(rs)
-        keys += [key] * len(rs)
-    return from_lists(rewards, gids, None, prompt_keys=tuple(keys), step=step)
 
 
 def _controlled(**kw) -> Greso:

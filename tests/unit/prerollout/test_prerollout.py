@@ -8,18 +8,9 @@ from dataflex_rl import Strategy
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.prerollout.greso import Greso
+from tests.unit.prerollout.groups import group_batch as _batch
 
 NAN = float("nan")
-
-
-def _batch(groups, step=0, lengths=None):
-    """``groups``: {prompt_key: [rewards]} -> one group per prompt, in order."""
-    rewards, gids, keys = [], [], []
-    for g, (key, rs) in enumerate(groups.items()):
-        rewards += rs
-        gids += [g] * len(rs)
-        keys += [key] * len(rs)
-    return from_lists(rewards, gids, lengths, prompt_keys=tuple(keys), step=step)
 
 
 def test_history_records_one_outcome_per_group_under_its_own_key():

@@ -13,16 +13,7 @@ from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.prerollout.probe import ProbeSkip, controlled_threshold, false_skip_bound
 from tests.states import assert_moved, state_equal
-
-
-def _batch(groups, step=0):
-    """``groups``: {prompt_key: [rewards]} -> one group per prompt, in order."""
-    rewards, gids, keys = [], [], []
-    for g, (key, rs) in enumerate(groups.items()):
-        rewards += rs
-        gids += [g] * len(rs)
-        keys += [key] * len(rs)
-    return from_lists(rewards, gids, None, prompt_keys=tuple(keys), step=step)
+from tests.unit.prerollout.groups import group_batch as _batch
 
 
 def _sig(x: float) -> float:
