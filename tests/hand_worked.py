@@ -13,6 +13,8 @@ The batch: 3 groups of 4 responses, one per domain (math, logic, science), T = 4
   > .5) but informative: mean .75, std sqrt(4 * .15^2 / 3) = sqrt(.03), A = +-.15 / sqrt(.03)
   = +-.8660.
 * old log-probs: ln .5 on row 0's tokens (p = .5), 0 elsewhere (p = 1).
+* entropies: .1 on every valid token but seven: 2 (row 0, token 0), 1.5 (1, 1), 3 (3, 2),
+  .7 (6, 2), 1 (8, 3), .5 (9, 1), .4 (11, 1).
 
 Informative rows (|A| > 0): 0-3 and 8-11.
 """
@@ -30,6 +32,16 @@ from dataflex_rl.core.batch import RolloutBatch
 DOMAINS = ("math", "logic", "science")
 A2 = 0.15 / math.sqrt(0.03)  # group 2's |A| = .8660
 R = 1 / math.sqrt(2)  # +-.5 / sqrt(.5) or +-.15 / sqrt(.045): a kept pair's GRPO advantage
+#: (row, token) -> entropy of the seven high-entropy tokens (every other valid token: .1)
+HIGH_ENTROPY = {
+    (0, 0): 2.0,
+    (1, 1): 1.5,
+    (3, 2): 3.0,
+    (6, 2): 0.7,
+    (8, 3): 1.0,
+    (9, 1): 0.5,
+    (11, 1): 0.4,
+}
 
 
 def batch(step: int = 0) -> RolloutBatch:
@@ -39,6 +51,9 @@ def batch(step: int = 0) -> RolloutBatch:
     mask = torch.arange(4)[None, :] < lengths[:, None]
     lp = torch.zeros(12, 4)
     lp[0] = math.log(0.5)
+    ent = torch.full((12, 4), 0.1)
+    for (i, t), e in HIGH_ENTROPY.items():
+        ent[i, t] = e
     return RolloutBatch(
         rewards=torch.tensor(rewards),
         response_mask=mask,
@@ -49,6 +64,7 @@ def batch(step: int = 0) -> RolloutBatch:
         old_log_probs=lp,
         prompt_keys=tuple(f"p{g}" for g in range(3) for _ in range(4)),
         step=step,
+        entropies=torch.where(mask, ent, torch.full_like(ent, 9.0)),  # 9: never read
     )
 
 
@@ -124,11 +140,24 @@ EXPECTED: dict[str, tuple] = {
     # raw 2 in [.2, .8] (group 0), else 1; mean over the informative rows (2 x 4 + 1 x 4) / 8
     "diffband": ([1] * 12, [4 / 3] * 4 + [1.0] * 4 + [2 / 3] * 4, None, None),
     "ar": ([1] * 12, _ar_weights(), None, None),
+    # 32 valid tokens, 25 at .1 then .4 .5 .7 1 1.5 2 3; the .8-quantile's rank is .8 x 31 =
+    # 24.8: between the 25th and 26th sorted values, .1 + .8 x (.4 - .1) = .34. The seven
+    # tokens above it are kept (`TOKEN_KEEP`); their rows are kept with weight 1 (row 6 too,
+    # though its group has no signal: the selection reads entropies only)
+    "high_entropy": (
+        [1, 1, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1],
+        [1.0, 1, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1],
+        None,
+        None,
+    ),
     "static": ([1] * 12, [1.0] * 12, None, [1 / 3] * 3),
     # mean rewards .25, 1, .75: gaps .75, 0, .25, softmax at T = .1, floor .05
     "reward_gap": ([1] * 12, [1.0] * 12, None, _softmax_proportions([0.75, 0, 0.25], 0.1, 0.05)),
     "dump_ucb": ([1] * 12, [1.0] * 12, None, _ucb_proportions()),
 }
+#: preset -> the (row, token) pairs its token-level selector keeps (other presets keep no
+#: token mask)
+TOKEN_KEEP = {"high_entropy": sorted(HIGH_ENTROPY)}
 #: presets pinned by hand-worked unit tests over several steps instead (a learning-progress
 #: slope needs rewards that change from step to step)
 ELSEWHERE = {"tscl": "tests/unit/scorers/test_scorers.py::test_learning_progress_known_slope"}
@@ -139,6 +168,7 @@ COMPONENTS = {
     ("selector", "max_variance"): "maxvar",
     ("selector", "gfpo"): "gfpo",
     ("selector", "top_fraction"): "topk",
+    ("selector", "top_tokens"): "high_entropy",
     ("selector", "random_groups"): "tests/unit/select/test_random_groups.py::"
     "test_hand_worked_draws_and_decisions",
     ("reweighter", "softmax"): "softmax",
@@ -154,6 +184,7 @@ COMPONENTS = {
     ("scorer", "efficiency"): "gfpo",
     ("scorer", "advantage_magnitude"): "topk",
     ("scorer", "token_prob"): "ar",
+    ("scorer", "token_entropy"): "high_entropy",
     ("scorer", "domain_reward"): "reward_gap",
     ("scorer", "domain_advantage_magnitude"): "dump_ucb",
     ("scorer", "learning_progress"): "tscl",
@@ -197,6 +228,10 @@ def check_hand_worked(preset: str) -> None:
         torch.testing.assert_close(
             d.advantages_per_response, torch.tensor(advantages), rtol=1e-5, atol=1e-6, msg=preset
         )
+    if preset in TOKEN_KEEP:
+        assert d.token_keep_mask.nonzero().tolist() == [list(p) for p in TOKEN_KEEP[preset]]
+    else:
+        assert d.token_keep_mask is None, preset
     if proportions is not None:
         torch.testing.assert_close(
             d.proportions,

@@ -32,6 +32,7 @@ def rollout_batches(
     padding: bool = True,
     advantages: bool = True,
     old_log_probs: bool = True,
+    entropies: bool = True,
     min_groups: int = 1,
     num_domains: int | None = None,
 ) -> RolloutBatch:
@@ -41,7 +42,8 @@ def rollout_batches(
         reward_kind: "binary" (0/1), "continuous", "tied" (a few values) or None (any).
         invalid: allow NaN/inf rewards on non-padding rows.
         padding: allow padding rows.
-        advantages / old_log_probs: include these fields.
+        advantages / old_log_probs / entropies: include these fields (entropies tied now
+            and then, as the first tokens of a group's responses are).
         num_domains: D (None: 1 to 3).
     """
     G = draw(st.integers(min_groups, max_groups))
@@ -95,6 +97,12 @@ def rollout_batches(
     if old_log_probs:
         lp = -torch.rand(B, T, generator=gen) * 4.0
         olp = torch.where(mask, lp, torch.full((B, T), garbage))
+    ent = None
+    if entropies:
+        e = torch.rand(B, T, generator=gen) * 3.0
+        if draw(st.booleans()):  # ties: a few values only
+            e = (e * 2).round() / 2
+        ent = torch.where(mask, e, torch.full((B, T), garbage))
     dom = torch.tensor([group_domain[g] for g in group_ids], dtype=torch.int64)
     return RolloutBatch(
         rewards=torch.tensor(rewards, dtype=torch.float32),
@@ -107,6 +115,7 @@ def rollout_batches(
         prompt_keys=tuple(f"p{g}" for g in group_ids),
         is_padding=torch.tensor(pad, dtype=torch.bool),
         step=draw(st.integers(0, 20)),
+        entropies=ent,
     )
 
 
@@ -131,6 +140,8 @@ def permute_groups(batch: RolloutBatch, group_perm: list[int], row_seed: int = 0
         prompt_keys=keys,
         is_padding=batch.is_padding[order],
         step=batch.step,
+        entropies=take(batch.entropies),
+        micro_batch_ids=take(batch.micro_batch_ids),
     )
     return permuted, order
 
@@ -169,6 +180,7 @@ def random_batch(
     adv = torch.where(mask, adv, torch.full_like(adv, float("nan")))
     lp = torch.where(mask, -torch.rand(B, T, generator=g) * 3, torch.full((B, T), 1e6))
     group_dom = torch.randint(0, D, (num_groups,), generator=g)
+    ent = torch.where(mask, torch.rand(B, T, generator=g) * 2, torch.full((B, T), 1e6))
     return RolloutBatch(
         rewards=rewards,
         response_mask=mask,
@@ -180,4 +192,5 @@ def random_batch(
         prompt_keys=tuple(f"q{int(i)}" for i in gids),
         is_padding=pad,
         step=step,
+        entropies=ent,
     )

@@ -63,7 +63,9 @@ def _component_text(kind: str, name: str) -> str:
             lines.append(f"- accepts scores at: {', '.join(sorted(cls.accepts))} level")
         if getattr(cls, "default_scorer", None):
             lines.append(f"- default scorer: {cls.default_scorer}")
-        if hasattr(cls, "level"):
+        if kind == "selector" and cls.level == "token":
+            lines.append("- keeps: tokens (a [B, T] mask; a response with none is dropped)")
+        elif hasattr(cls, "level") and kind != "selector":
             lines.append(f"- weights at: {cls.level} level")
         for opt in ("recompute_advantages", "renormalize"):
             if hasattr(cls, f"{opt}_default"):

@@ -58,6 +58,19 @@ _P = [
             }
         },
     ),
+    Preset(
+        "high_entropy",
+        "policy gradient only on the top 20% highest-entropy tokens of the batch (the "
+        "policy's entropy at each response token)",
+        "Wang et al. 2025, Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "
+        "Effective RL for LLM Reasoning (arXiv 2506.01939)",
+        {
+            "select": {
+                "scorer": "token_entropy",
+                "actuator": {"name": "top_tokens", "fraction": 0.2, "scope": "batch"},
+            }
+        },
+    ),
     # --- reweight
     Preset(
         "softmax",

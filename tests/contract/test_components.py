@@ -147,7 +147,8 @@ def test_output_shapes_dtypes_and_masks(kind, name):
                 assert (s[~token_mask(b)] == 0).all()
         elif kind == "selector":
             (keep,) = out
-            assert keep.shape == (B,) and keep.dtype == torch.bool
+            assert keep.shape == ((B, T) if cls.level == "token" else (B,))
+            assert keep.dtype == torch.bool
         elif kind == "reweighter":
             (raw,) = out
             norm = b.active_mask & informative_mask(b)
@@ -256,7 +257,12 @@ def test_preset_builds_and_decides_within_contract(preset):
         assert d.loss_mask.shape == (B, T) and d.loss_mask.dtype == torch.bool
         assert d.weights_per_token.shape == (B, T) and d.weights_per_token.dtype == torch.float32
         assert not (d.keep_mask & ~b.active_mask).any(), "padding/invalid rows never kept"
-        assert torch.equal(d.loss_mask, token_mask(b) & d.keep_mask[:, None])
+        kept_rows = token_mask(b) & d.keep_mask[:, None]
+        if d.token_keep_mask is None:
+            assert torch.equal(d.loss_mask, kept_rows)
+        else:  # a token-level selector: a kept row keeps some of its valid tokens
+            assert torch.equal(d.loss_mask, kept_rows & d.token_keep_mask)
+            assert torch.equal(d.keep_mask, d.loss_mask.any(1))
         w = d.weights_per_token
         assert torch.isfinite(w).all() and (w >= 0).all()
         assert (w[~d.loss_mask] == 0).all()

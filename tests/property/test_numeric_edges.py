@@ -173,6 +173,7 @@ def extreme_batches(draw):
         advantages=torch.where(mask, adv, 0.0),
         old_log_probs=torch.where(mask, olp, 0.0),
         prompt_keys=tuple(f"p{g}" for g in gids),
+        entropies=torch.where(mask, flat().abs(), 0.0),
     )
 
 
@@ -205,7 +206,7 @@ def test_decisions_never_carry_gradients(preset):
     b = b.replace(
         **{
             name: getattr(b, name).clone().requires_grad_(True)
-            for name in ("rewards", "advantages", "old_log_probs")
+            for name in ("rewards", "advantages", "old_log_probs", "entropies")
         }
     )
     s = Strategy(preset, domains=DOMAINS)
@@ -220,6 +221,7 @@ def test_decisions_never_carry_gradients(preset):
         d.advantages,
         d.proportions,
         d.token_weights,
+        d.token_keep_mask,
     ]
     for t in outs:
         if t is not None:

@@ -154,3 +154,53 @@ def test_permuting_groups_permutes_top_fraction_without_ties(b, by_group, fracti
     assert torch.equal(
         sel.select(scores[rows], pb) & pb.active_mask, (sel.select(scores, b) & b.active_mask)[rows]
     )
+
+
+@given(
+    rollout_batches(max_tokens=7),
+    st.sampled_from([0.05, 0.1, 0.2, 0.3, 0.5, 0.9, 1.0]),
+    st.integers(1, 4),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+)
+def test_top_tokens_equals_a_per_pool_torch_quantile_loop(b, fraction, pools, micro, seed):
+    # the oracle: per pool, torch.quantile over its valid tokens (a Python loop over pools
+    # and rows), keep tokens >= it
+    from dataflex_rl.scorers.policy import TokenEntropy
+    from dataflex_rl.select.top_tokens import TopTokens
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, pools, (b.batch_size,), generator=g)
+    b = b.replace(micro_batch_ids=ids)
+    scope = "micro_batch" if micro else "batch"
+    scores = TokenEntropy().score(b)
+    keep = TopTokens(fraction=fraction, scope=scope).select(scores, b)
+    pool_of = ids.tolist() if micro else [0] * b.batch_size
+    valid = b.response_mask & b.active_mask[:, None]
+    expected = torch.zeros_like(valid)
+    for k in set(pool_of):
+        rows = [i for i in range(b.batch_size) if pool_of[i] == k]
+        values = [float(scores[i, t]) for i in rows for t in range(valid.shape[1]) if valid[i, t]]
+        if not values:
+            continue
+        thr = torch.quantile(torch.tensor(values, dtype=scores.dtype), 1.0 - fraction)
+        for i in rows:
+            expected[i] = valid[i] & (scores[i] >= thr)
+    assert torch.equal(keep, expected)
+    if fraction == 1.0:
+        assert torch.equal(keep, valid)
+    # never a padding token or a token of an inactive row
+    assert not (keep & ~valid).any()
+
+
+@given(
+    st.lists(st.floats(0, 50, width=32), min_size=1, max_size=60),
+    st.floats(0, 1),
+    st.sampled_from([torch.float32, torch.float64]),
+)
+def test_segment_quantile_is_torch_quantile_bit_for_bit(values, q, dtype):
+    from dataflex_rl.core.segment import segment_quantile
+
+    v = torch.tensor(values, dtype=dtype)
+    got = segment_quantile(v, torch.zeros(len(values), dtype=torch.int64), 1, q)[0]
+    assert torch.equal(got, torch.quantile(v, q))

@@ -111,18 +111,24 @@ class DomainScorer(Scorer):
 
 @dataclass
 class Selector(Component):
-    """Scores -> keep mask over responses."""
+    """Scores -> keep mask over responses (or, at ``level`` token, over tokens)."""
 
     kind: ClassVar[str] = "selector"
     default_scorer: ClassVar[str | None] = None
     accepts: ClassVar[frozenset[str]] = frozenset({"response", "group"})
+    #: "response" -> a [B] keep mask; "token" -> a [B, T] keep mask over tokens (a response
+    #: with no kept token is dropped)
+    level: ClassVar[str] = "response"
     group_based: ClassVar[bool] = False
     #: paper defaults of the selection options, overridable in the spec
     recompute_advantages_default: ClassVar[bool] = False
     renormalize_default: ClassVar[bool] = True
+    #: optional `RolloutBatch` fields the selector itself reads (beside its scorer's)
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def select(self, scores: Tensor, batch: RolloutBatch) -> Tensor:
-        """[B] bool keep mask. Inactive rows are dropped afterwards whatever this returns."""
+        """The keep mask at ``level``: [B] bool, or [B, T] bool for a token-level selector.
+        Inactive rows (and padding tokens) are dropped afterwards whatever this returns."""
         raise NotImplementedError
 
 

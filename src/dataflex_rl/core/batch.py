@@ -10,9 +10,9 @@ the functions at the bottom of this module, from those fields, when it is asked 
 Rows that never take part in anything:
 
 * padding rows (``is_padding``), which hosts add to balance batches;
-* rows whose reward is NaN or infinite (a broken verifier), or whose advantages or old
-  log-probs are non-finite on a valid token: they are treated exactly like padding (never
-  kept, weight 0, not counted in group statistics) and counted in the metrics
+* rows whose reward is NaN or infinite (a broken verifier), or whose advantages, old
+  log-probs or entropies are non-finite on a valid token: they are treated exactly like
+  padding (never kept, weight 0, not counted in group statistics) and counted in the metrics
   ``dataflex/invalid_responses`` (and ``dataflex/invalid_reward_responses`` for rewards).
   The remaining *active* rows are ``active_mask``.
 
@@ -20,8 +20,8 @@ Every field given is validated, the per-token ones included (a pass over each [B
 tensor, a chunk of rows at a time: `core.rowops`; for old log-probs one plain row sum, the
 mask read only when a sum is not finite). A strategy decides on `RolloutBatch.reading`
 of the host's batch, which leaves out the per-token fields none of its components declares: a
-non-finite ``old_log_probs`` row makes its row invalid only for decisions that read
-``old_log_probs`` (and hosts that know `Strategy.reads` need not pass the others at all).
+non-finite ``old_log_probs`` (or ``entropies``) row makes its row invalid only for decisions
+that read that field (and hosts that know `Strategy.reads` need not pass the others at all).
 
 Hosts whose advantages are one value per response (outcome rewards, GRPO-like estimators) and
 who know the response lengths can also pass ``response_advantages`` [B] and
@@ -74,6 +74,8 @@ TENSOR_FIELDS = (
     "is_padding",
     "response_advantages",
     "response_lengths",
+    "entropies",
+    "micro_batch_ids",
 )
 
 
@@ -104,7 +106,7 @@ def _describe(x) -> str:
 
 #: the optional per-token tensors a decision reads only when one of its components declares
 #: them (`RolloutBatch.reading`)
-TOKEN_FIELDS = ("advantages", "old_log_probs")
+TOKEN_FIELDS = ("advantages", "old_log_probs", "entropies")
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +133,15 @@ class RolloutBatch:
             against ``response_mask`` when the batch reads the mask anyway (to validate a
             per-token field); otherwise the host vouches for it, as for
             ``response_advantages``.
+        entropies: [B, T] float, optional: the entropy (nats) of the policy's next-token
+            distribution at each response token, from the logits the host computes old
+            log-probs with (the sampling distribution: logits / temperature). A non-finite
+            value on a valid token makes its row invalid, as for ``old_log_probs``.
+        micro_batch_ids: [B] int64 >= 0, optional: the loss micro-batch each row is trained
+            in, counted over processes (micro-batch k holds the k-th micro-batch of every
+            process). None: one micro-batch, the whole batch. Token selection whose
+            quantile is taken per micro-batch reads it (``top_tokens``, ``scope:
+            micro_batch``).
 
     Attributes (derived when the batch is built; `replace` derives them again):
         num_groups: G.
@@ -139,7 +150,7 @@ class RolloutBatch:
             (``response_advantages`` when given), 0 where none or inactive; None without
             advantages.
         invalid_mask: [B] bool, non-padding rows with a non-finite reward, or a non-finite
-            advantage or old log-prob on a valid token; treated exactly like padding.
+            advantage, old log-prob or entropy on a valid token; treated exactly like padding.
         active_mask: [B] bool, the rows that take part: not padding, not invalid.
         group_size: [G] int64 active responses per group.
         group_mean: [G] float64 mean reward over the active responses (0 for empty groups).
@@ -161,6 +172,8 @@ class RolloutBatch:
     step: int = 0
     response_advantages: Tensor | None = None
     response_lengths: Tensor | None = None
+    entropies: Tensor | None = None
+    micro_batch_ids: Tensor | None = None
     num_groups: int = field(init=False, repr=False)
     response_length: Tensor = field(init=False, repr=False)
     advantage_per_response: Tensor | None = field(init=False, repr=False)
@@ -254,12 +267,21 @@ class RolloutBatch:
                 B == 0 or (int(n.min()) >= 0 and int(n.max()) <= m.shape[1]),
                 f"response_lengths must lie in 0..T={m.shape[1]}",
             )
+        mb = self.micro_batch_ids
+        if mb is not None:
+            _check(
+                isinstance(mb, Tensor) and mb.shape == (B,) and mb.dtype == torch.int64,
+                f"micro_batch_ids must be an int64 tensor [B] with B={B}, got {_describe(mb)}",
+            )
+            _check(B == 0 or int(mb.min()) >= 0, "micro_batch_ids must be >= 0")
 
     def _derive(self) -> None:
         """The row and group facts (see the class doc), one pass over each per-token field."""
         m = self.response_mask
         token_adv = self.advantages if self.response_advantages is None else None
-        reads_mask = token_adv is not None or self.old_log_probs is not None
+        reads_mask = (
+            token_adv is not None or self.old_log_probs is not None or self.entropies is not None
+        )
         n = self.response_lengths
         if n is None:
             n = row_counts(m)
@@ -279,8 +301,10 @@ class RolloutBatch:
         elif token_adv is not None:
             adv_sums = masked_row_sums(token_adv.detach(), m)
             bad = bad | nonfinite_rows(token_adv, m, adv_sums)
-        if self.old_log_probs is not None:
-            bad = bad | nonfinite_rows(self.old_log_probs.detach(), m)
+        for name in ("old_log_probs", "entropies"):
+            t = getattr(self, name)
+            if t is not None:
+                bad = bad | nonfinite_rows(t.detach(), m)
         invalid = ~self.is_padding & bad
         active = ~self.is_padding & ~invalid
         self._set("invalid_mask", invalid)

@@ -111,6 +111,7 @@ def step_metrics(
     *,
     per_domain: bool = False,
     signal: Tensor | None = None,
+    kept_tokens: Tensor | None = None,
 ) -> dict:
     """Kept fractions, weight statistics, zero-advantage share and per-domain figures.
 
@@ -123,6 +124,8 @@ def step_metrics(
         weights_per_response: [B] the decision's weights per response.
         per_domain: record per-domain figures (the strategy knows the domains).
         signal: [D] the mixing signal at the last update, if any.
+        kept_tokens: [B] int64 tokens each row keeps after a token-level selector (None:
+            every valid token of a kept row).
     """
     active = batch.active_mask
     n_tok = batch.response_length
@@ -141,6 +144,8 @@ def step_metrics(
     )
     counts = flags.sum(1)  # [7]
     tokens = (flags[:2] * n_tok).sum(1)  # [2] valid tokens of active, kept rows
+    if kept_tokens is not None:
+        tokens[1] = (keep * kept_tokens).sum()
     # groups with an active / kept / informative row (informative rows are active: a group
     # without signal has an active row and no informative one)
     has = _groups_with(flags[:3], batch.group_ids, G)

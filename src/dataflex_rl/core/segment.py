@@ -439,3 +439,37 @@ def round_half_up(x: Tensor) -> Tensor:
     as 0.7 * 45 is 31.499999999999996 in binary floating point but means 31.5, so it gives 32.
     """
     return torch.floor(x + 0.5 + 1e-9 * x.abs().clamp(min=1.0))
+
+
+def segment_quantile(values: Tensor, segment_ids: Tensor, num_segments: int, q: float) -> Tensor:
+    """[S] the ``q``-quantile of each segment's values, linearly interpolated, NaN for an
+    empty segment.
+
+    The arithmetic is ``torch.quantile``'s (default ``interpolation="linear"``), in the values'
+    dtype: with the segment's n values sorted ascending, the rank is ``q * (n - 1)`` and the
+    quantile ``lerp(v[floor(rank)], v[ceil(rank)], rank - floor(rank))``; so for one segment it
+    equals ``torch.quantile(values, q)`` bit for bit (a property test checks it), without
+    ``torch.quantile``'s limit of 2**24 values and for every segment in one sort.
+
+    Args:
+        values: [N] float, finite.
+        segment_ids: [N] int64 in ``0..num_segments-1``.
+        num_segments: S.
+        q: the quantile, in [0, 1].
+    """
+    device, dtype = values.device, values.dtype
+    order = lexsort(values, segment_ids)  # by segment, then by value
+    ordered = values[order]
+    counts = torch.bincount(segment_ids, minlength=num_segments)
+    starts = torch.cumsum(counts, 0) - counts
+    last = (counts - 1).clamp(min=0).to(dtype)
+    ranks = torch.tensor(q, dtype=dtype, device=device) * last
+    below = ranks.to(torch.int64)
+    above = torch.ceil(ranks).to(torch.int64)
+    weights = ranks - below.to(dtype)
+    if ordered.numel() == 0:
+        return torch.full((num_segments,), float("nan"), dtype=dtype, device=device)
+    idx = (starts + below).clamp(max=ordered.numel() - 1)
+    idx_above = (starts + above).clamp(max=ordered.numel() - 1)
+    out = torch.lerp(ordered[idx], ordered[idx_above], weights)
+    return torch.where(counts > 0, out, torch.full_like(out, float("nan")))

@@ -304,6 +304,13 @@ def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, C
             )
     elif needs_signal:
         raise ConfigError(f"{where}: actuator {spec.actuator.name!r} needs a 'scorer'")
+    if getattr(act_cls, "level", None) == "token" and spec.mechanism == "select":
+        if resolved_option(spec, "recompute_advantages"):
+            raise ConfigError(
+                f"{where}.recompute_advantages: {spec.actuator.name!r} keeps tokens, not "
+                "responses; advantages cannot be re-centred on a kept subset of responses "
+                "(set recompute_advantages: false)"
+            )
     return scorer, actuator
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from dataflex_rl.core.advantages import grpo_advantages_per_response
 from dataflex_rl.core.base import Mixer, Scorer, check_score_shape, checked_scores
-from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch, informative_mask
+from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch, informative_mask, token_mask
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
@@ -78,15 +78,17 @@ def broadcast_scores(scores: Tensor, granularity: str, batch: RolloutBatch) -> T
 class Decision:
     """What a strategy decided for one batch.
 
-    A decision is held per response; its [B, T] views (``weights_per_token``, ``loss_mask``,
+    A decision is held per response (plus, after a token-level selector, which tokens stay:
+    ``token_keep_mask``); its [B, T] views (``weights_per_token``, ``loss_mask``,
     ``advantages``) are built on first access and cached, so a host pays for a [B, T] buffer
     only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
     writes them into a buffer of its own (`write_weights_per_token`).
 
     Attributes:
         keep_mask: [B] bool, responses that take part in the update.
-        weights_per_response: [B] float32, mean token weight over each row's valid tokens
-            (0 for dropped, padding and invalid rows and for rows without tokens).
+        weights_per_response: [B] float32, mean token weight over each row's tokens in the
+            loss (its valid tokens; its kept ones after a token-level selector); 0 for
+            dropped, padding and invalid rows and for rows without tokens.
         response_mask: [B, T] bool, the batch's valid tokens (not copied).
         renormalize: average the loss over ``loss_mask`` (True) or the original mask.
         advantages_per_response: [B] recomputed advantages, or None to keep the host's.
@@ -96,6 +98,8 @@ class Decision:
             weights are then each row's ``weights_per_response``). The final weight of a kept
             valid token of row i is ``token_weights * token_scale[i] + token_offset[i]``.
         token_scale, token_offset: [B] the normalization of ``token_weights`` (None: 1 and 0).
+        token_keep_mask: [B, T] bool, the tokens a token-level selector kept (None: every
+            valid token of a kept row). Dropped tokens have weight 0 and leave ``loss_mask``.
     """
 
     keep_mask: Tensor
@@ -108,11 +112,20 @@ class Decision:
     token_weights: Tensor | None = field(default=None, repr=False)
     token_scale: Tensor | None = field(default=None, repr=False)
     token_offset: Tensor | None = field(default=None, repr=False)
+    token_keep_mask: Tensor | None = field(default=None, repr=False)
+
+    @property
+    def per_token(self) -> bool:
+        """Whether the weights differ within a row (token weights or a token keep mask): a
+        host then applies ``weights_per_token``, not ``weights_per_response``."""
+        return self.token_weights is not None or self.token_keep_mask is not None
 
     @cached_property
     def loss_mask(self) -> Tensor:
-        """[B, T] bool, valid tokens of kept rows."""
-        return self.response_mask & self.keep_mask[:, None]
+        """[B, T] bool, valid tokens of kept rows (their kept tokens after a token-level
+        selector)."""
+        mask = self.response_mask & self.keep_mask[:, None]
+        return mask if self.token_keep_mask is None else mask & self.token_keep_mask
 
     @cached_property
     def weights_per_token(self) -> Tensor:
@@ -145,7 +158,10 @@ class Decision:
         scale, offset = self.token_scale, self.token_offset
         scale = torch.ones(B, device=raw.device) if scale is None else scale.to(torch.float32)
         offset = torch.zeros(B, device=raw.device) if offset is None else offset.to(torch.float32)
-        scale, offset, mask = scale[:, None], offset[:, None], self.response_mask
+        mask = self.response_mask
+        if self.token_keep_mask is not None:
+            mask = mask & self.token_keep_mask
+        scale, offset = scale[:, None], offset[:, None]
         for i, j in row_chunks(*raw.shape):  # the mask on a chunk still in cache
             o = torch.addcmul(offset[i:j], raw[i:j], scale[i:j], out=out[i:j])
             torch.where(mask[i:j], o, zero, out=o)  # padding tokens (NaN-safe)
@@ -329,11 +345,17 @@ class Strategy:
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
-        advantages = None
+        advantages = token_keep = None
         renormalize = False
         work = batch
         if "select" in self.parts:
-            keep, advantages, renormalize = self._select(batch, metrics)
+            keep, advantages, renormalize, token_keep = self._select(batch, metrics)
+            if token_keep is not None and "reweight" in self.parts:
+                # reweighting sees the kept tokens only: its mean 1 is over them
+                work = batch.replace(
+                    response_mask=batch.response_mask & token_keep,
+                    response_lengths=token_keep.sum(1),
+                )
             if advantages is not None and "reweight" in self.parts:
                 # the recomputed advantages, one per response: a [B, T] view without a copy
                 # (padding tokens hold the row's value; every reader masks them)
@@ -362,6 +384,7 @@ class Strategy:
             weights.token_raw,
             weights.token_scale,
             weights.token_offset,
+            token_keep,
         )
         metrics.update(
             step_metrics(
@@ -370,20 +393,29 @@ class Strategy:
                 weights.per_response,
                 per_domain=self.domains is not None,
                 signal=self._signal,
+                kept_tokens=None if token_keep is None else token_keep.sum(1),
             )
         )
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
         return decision
 
-    def _select(self, batch: RolloutBatch, metrics: dict) -> tuple[Tensor, Tensor | None, bool]:
+    def _select(
+        self, batch: RolloutBatch, metrics: dict
+    ) -> tuple[Tensor, Tensor | None, bool, Tensor | None]:
+        """(keep [B], recomputed advantages or None, renormalize, token keep [B, T] or None)."""
         mspec = self.spec.select
         scorer, selector = self.parts["select"]
         if not _due(batch.step, mspec.warmup_steps, mspec.every):
             metrics["dataflex/select/active"] = 0.0
-            return batch.active_mask.clone(), None, False
+            return batch.active_mask.clone(), None, False, None
         metrics["dataflex/select/active"] = 1.0
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
-        keep = selector.select(scores, batch) & batch.active_mask
+        token_keep = None
+        if selector.level == "token":
+            token_keep = _checked_token_keep(selector, selector.select(scores, batch), batch)
+            keep = token_keep.any(1)
+        else:
+            keep = selector.select(scores, batch) & batch.active_mask
         recompute = resolved_option(mspec, "recompute_advantages")
         renormalize = resolved_option(mspec, "renormalize")
         metrics["dataflex/select/recompute_advantages"] = float(recompute)
@@ -400,7 +432,7 @@ class Strategy:
                 StrategyWarning,
                 stacklevel=4,
             )
-        return keep, adv, renormalize
+        return keep, adv, renormalize, token_keep
 
     def _reweight(self, batch: RolloutBatch, keep: Tensor, metrics: dict) -> Weights:
         """Scores -> raw weights -> `normalized_weights`: mean 1 over the normalization set
@@ -499,6 +531,19 @@ class Strategy:
             self._history.load_state_dict(state["history"])
 
 
+def _checked_token_keep(selector, mask, batch: RolloutBatch) -> Tensor:
+    """A token-level selector's [B, T] keep mask, restricted to the valid tokens of active
+    rows; refused unless it is a bool tensor of the batch's [B, T] shape."""
+    shape = tuple(batch.response_mask.shape)
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask)
+        raise ValueError(
+            f"selector {type(selector).__qualname__}.select must return a bool tensor of "
+            f"shape [B, T] = {shape} (level token), got {got}"
+        )
+    return mask & token_mask(batch)
+
+
 def check_strategy(
     spec: Any,
     *,
@@ -579,16 +624,17 @@ def _check_host_fit(mspec, scorer, actuator, estimator, available, domains, wher
             f"estimator {estimator!r} has none. Use a group estimator "
             f"({', '.join(sorted(GROUP_ESTIMATORS))}) or a response-level scorer"
         )
-    if available is not None and scorer is not None:
+    if available is not None:
         have = set(available)
         if "response_advantages" in have:  # per-response advantages stand for them
             have.add("advantages")
-        missing = [f for f in scorer.requires if f not in have]
-        if missing:
-            raise ConfigError(
-                f"{where}.scorer: {type(scorer).__name__} needs "
-                f"{', '.join(missing)}, which this host does not provide"
-            )
+        for role, comp in (("scorer", scorer), ("actuator", actuator)):
+            missing = [f for f in getattr(comp, "requires", ()) if f not in have]
+            if comp is not None and missing:
+                raise ConfigError(
+                    f"{where}.{role}: {type(comp).__name__}{_settings(comp)} needs "
+                    f"{', '.join(missing)}, which this host does not provide"
+                )
     if isinstance(actuator, Mixer) and domains is not None:
         D = len(domains)
         if actuator.floor * D > 1 + 1e-12:
@@ -596,6 +642,12 @@ def _check_host_fit(mspec, scorer, actuator, estimator, available, domains, wher
                 f"{where}.actuator.floor: {actuator.floor} * {D} domains "
                 f"> 1; use floor <= {1 / D:.4f}"
             )
+
+
+def _settings(comp) -> str:
+    """`` (scope: micro_batch)`` for a component whose needs depend on its parameters."""
+    scope = getattr(comp, "scope", None)
+    return f" (scope: {scope})" if scope is not None else ""
 
 
 def _initial_proportions(spec: StrategySpec, mixer: Mixer, domains: Sequence[str]) -> Tensor:
@@ -618,7 +670,7 @@ def detach_batch(batch: RolloutBatch) -> RolloutBatch:
     requires grad)."""
     changes = {
         name: t.detach()
-        for name in ("rewards", "advantages", "old_log_probs", "response_advantages")
+        for name in ("rewards", "advantages", "old_log_probs", "response_advantages", "entropies")
         if (t := getattr(batch, name)) is not None and t.requires_grad
     }
     return batch.replace(**changes) if changes else batch

@@ -1,4 +1,4 @@
-"""Scorers of the policy's own signals: advantages and token probabilities."""
+"""Scorers of the policy's own signals: advantages, token probabilities and entropies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.base import SCORERS, Scorer
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, token_mask
 from dataflex_rl.core.rowops import masked_row_means, row_chunks
 
 
@@ -79,3 +79,30 @@ class TokenProb(Scorer):
         if inactive.numel():
             p.index_fill_(0, inactive, 0.0)
         return p
+
+
+@SCORERS.register("token_entropy")
+@dataclass
+class TokenEntropy(Scorer):
+    """Per token: the policy's entropy at the token (0 on padding tokens and inactive rows).
+
+    The entropy of the policy's next-token distribution, field ``entropies``, filled by the
+    host from the logits it computes old log-probs with (docs/concepts.md).
+
+    High-entropy tokens are the "forks" where the policy hesitates between continuations;
+    Wang et al. (2025) find that the policy gradient on the top ~20% of them carries RLVR's
+    gains.
+    """
+
+    granularity: ClassVar[str] = "token"
+    requires: ClassVar[tuple[str, ...]] = ("entropies",)
+    paper: ClassVar[str] = (
+        "Wang et al. 2025, Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "
+        "Effective Reinforcement Learning for LLM Reasoning (arXiv 2506.01939)"
+    )
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        if batch.entropies is None:
+            raise ValueError("token_entropy needs 'entropies' in the batch")
+        e = batch.entropies.detach()
+        return torch.where(token_mask(batch), e, torch.zeros((), dtype=e.dtype, device=e.device))

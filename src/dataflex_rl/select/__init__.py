@@ -5,4 +5,5 @@ from dataflex_rl.select import (  # noqa: F401  (registers)
     group_subset,
     random_groups,
     top_fraction,
+    top_tokens,
 )

@@ -287,6 +287,7 @@ def test_empty_batch_is_defined_for_every_preset(preset):
         domain_ids=torch.zeros(0, dtype=torch.int64),
         advantages=torch.zeros(0, 3),
         old_log_probs=torch.zeros(0, 3),
+        entropies=torch.zeros(0, 3),
         prompt_keys=(),
     )
     s = Strategy(preset, domains=DOMAINS)
@@ -373,6 +374,8 @@ def _stream(n, seed=0):
             old_log_probs=-torch.rand(B, T, generator=g),
             prompt_keys=tuple(keys[i] for i in gids.tolist()),
             step=step,
+            # a generator of their own: the other fields stay what they were without them
+            entropies=torch.rand(B, T, generator=torch.Generator().manual_seed(seed + step)),
         )
         out.append(b.replace(advantages=grpo_advantages(b, b.active_mask)))
     return out
@@ -385,6 +388,13 @@ STATEFUL_SPECS = [
         "prerollout": {"actuator": "greso", "history_size": 2},
         "mix": {"preset": "tscl", "warmup_steps": 2, "every": 2},
         "select": "difffilter",
+        "reweight": "ar",
+    },
+    {  # token selection beside every other mechanism
+        "name": "all_tokens",
+        "prerollout": {"actuator": "greso", "history_size": 2},
+        "mix": {"preset": "tscl", "warmup_steps": 2, "every": 2},
+        "select": {"preset": "high_entropy", "warmup_steps": 1},
         "reweight": "ar",
     },
     {"name": "ucb", "mix": {"preset": "dump_ucb", "warmup_steps": 1, "every": 1}},
