@@ -85,7 +85,14 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
         base = batch.response_advantages
         lengths = batch.response_length
         kept_tokens = int(lengths[decision.keep_mask].sum())
-        if "select" in parts:
+        if decision.token_keep_mask is not None:  # token selection: advantages 0 on the
+            # tokens not kept, TRL's masks and denominators as they were (renormalize false)
+            T = out["advantages"].shape[1]
+            keep = decision.token_keep_mask[:, :T]
+            assert bool((out["advantages"][~keep] == 0).all())
+            assert torch.equal(out["completion_mask"].sum(1), lengths)
+            assert int(out["num_items_in_batch"]) == int(lengths.sum())
+        elif "select" in parts:
             drop = ~decision.keep_mask
             assert out["advantages"][drop].abs().sum() == 0
             assert out["completion_mask"][drop].sum() == 0  # renormalize: out of the loss
@@ -102,7 +109,10 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
             assert torch.equal(out["advantages"], base)
             assert torch.equal(out["completion_mask"].sum(1), lengths)
     fractions = logged(trainer, "dataflex/kept_response_fraction")
-    if "select" in parts:
+    if name == "high_entropy":  # a fifth of the tokens (ties may keep a few more)
+        fractions = logged(trainer, "dataflex/kept_token_fraction")
+        assert all(0.2 <= f < 0.4 for f in fractions), fractions
+    elif "select" in parts:
         assert min(fractions) < 1.0, f"{name} kept everything: {fractions}"
         if name in ("maxvar", "gfpo", "topk"):  # half of each group / of the batch
             assert all(d.keep_mask.float().mean() == 0.5 for d in rec.decisions)

@@ -206,6 +206,8 @@ class Strategy:
             valid and informative. Components see `RolloutBatch.reading` of the batch: the
             other fields are left out, so their values invalidate no row. A host that passes
             only these fields saves their validation when it builds the batch.
+        requires: every optional `RolloutBatch` field a component declares, plus
+            ``advantages`` (``micro_batch_ids`` among them: a host fills what is asked).
     """
 
     def __init__(
@@ -237,6 +239,7 @@ class Strategy:
             for c in (scorer, actuator):
                 declared.update(getattr(c, "requires", ()) if c is not None else ())
         self.reads: frozenset[str] = frozenset(f for f in TOKEN_FIELDS if f in declared)
+        self.requires: frozenset[str] = frozenset(declared)
         self._drawn: Tensor | None = None
         self._drawn_last: Tensor | None = None  # that step's draws, replaced on a retry
         self._proportions: Tensor | None = None

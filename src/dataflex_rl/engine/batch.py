@@ -30,6 +30,8 @@ ENGINE_FIELDS = (
     "step",
     "response_advantages",
     "response_lengths",
+    "entropies",
+    "micro_batch_ids",
 )
 
 
@@ -44,7 +46,9 @@ def grpo_batch(
 ) -> RolloutBatch:
     """The rollout of ``problems`` (G responses each, scored ``rewards`` [B]) as the batch the
     strategy decides on, with the engine's GRPO advantages (``grpo.norm_adv_by_std``,
-    ``grpo.adv_eps``) per response and, for the loss, per token."""
+    ``grpo.adv_eps``) per response and, for the loss, per token; the sampler's entropies
+    when it computed them. The engine's loss takes every row in one pass: one micro-batch
+    (``micro_batch_ids`` all 0)."""
     group_ids = rollout.prompt_index
     # every group holds grpo.group_size >= 2 responses (EngineConfig refuses fewer), so
     # no group lacks a baseline: what a one-response group would get never applies here
@@ -70,6 +74,8 @@ def grpo_batch(
         # (exact, not a mean over the row) and no [B, T] tensor
         response_advantages=adv,
         response_lengths=mask.sum(1),
+        entropies=rollout.entropies,
+        micro_batch_ids=torch.zeros(len(group_ids), dtype=torch.int64),
     )
 
 

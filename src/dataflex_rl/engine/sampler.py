@@ -35,6 +35,9 @@ class Rollout:
             distribution (logits / temperature; temperature 1 for greedy); 0 on padding.
         prompt_index: [B] int64 prompt (group) of each row.
         finished: [B] bool, the row emitted EOS within the token budget.
+        entropies: [B, T] float32 entropy (nats) of the sampling distribution at each
+            generated token, from the logits the old log-probs come from; 0 on padding.
+            None unless asked for (``sample_groups(..., entropies=True)``).
     """
 
     prompt_ids: Tensor
@@ -44,6 +47,7 @@ class Rollout:
     old_log_probs: Tensor
     prompt_index: Tensor
     finished: Tensor
+    entropies: Tensor | None = None
 
     @property
     def group_size(self) -> int:
@@ -82,8 +86,10 @@ def _draw(
     generator: torch.Generator | None,
     noise_keys: Tensor | None = None,
     position: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """Sampled (or greedy) token [R] and its log-prob [R] under the sampling distribution.
+    entropy: bool = False,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Sampled (or greedy) token [R], its log-prob [R] under the sampling distribution and,
+    with ``entropy``, that distribution's entropy [R] (else None).
 
     With ``noise_keys`` [R] the token is drawn by inverting the CDF at the keyed uniform of
     each row at ``position``; otherwise from ``generator``.
@@ -97,7 +103,11 @@ def _draw(
             tok = inverse_cdf_draw(logp, uniforms(noise_keys, position))
         else:
             tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
-    return tok, logp.gather(1, tok[:, None]).squeeze(1)
+    ent = None
+    if entropy:  # -sum p log p; a token of probability 0 adds 0 (its log-prob may be -inf)
+        plogp = logp.exp() * logp
+        ent = -torch.where(torch.isnan(plogp), torch.zeros_like(plogp), plogp).sum(-1)
+    return tok, logp.gather(1, tok[:, None]).squeeze(1), ent
 
 
 @torch.no_grad()
@@ -112,6 +122,7 @@ def sample_groups(
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     noise_keys: Tensor | None = None,
+    entropies: bool = False,
 ) -> Rollout:
     """Sample ``group_size`` responses for every prompt.
 
@@ -127,6 +138,8 @@ def sample_groups(
             ``noise_keys`` is None.
         noise_keys: [N * G] int64 per-row keys (`noise.row_keys`): token ``t`` of row ``b`` is
             drawn from the uniform keyed by ``(noise_keys[b], t)`` (common random numbers).
+        entropies: also return the sampling distribution's entropy at each token (one more
+            pass over the vocabulary per token; the tokens drawn are the same either way).
 
     Returns:
         A `Rollout` with B = N * G rows, grouped by prompt.
@@ -160,12 +173,14 @@ def sample_groups(
     next_pos = pos[:, -1].repeat_interleave(G, 0) + 1
     B = N * G
     done = torch.zeros(B, dtype=torch.bool)
-    toks, logps, valid = [], [], []
+    toks, logps, valid, ents = [], [], [], []
     for _ in range(max_new_tokens):
-        tok, logp = _draw(last, temperature, generator, noise_keys, len(toks))
+        tok, logp, ent = _draw(last, temperature, generator, noise_keys, len(toks), entropies)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         toks.append(tok)
         logps.append(torch.where(done, torch.zeros_like(logp), logp))
+        if ent is not None:
+            ents.append(torch.where(done, torch.zeros_like(ent), ent))
         valid.append(~done)
         done = done | (tok == eos_id)
         if bool(done.all()) or len(toks) == max_new_tokens:
@@ -191,4 +206,5 @@ def sample_groups(
         old_log_probs=torch.stack(logps, 1).float(),
         prompt_index=torch.arange(N).repeat_interleave(G),
         finished=done,
+        entropies=torch.stack(ents, 1).float() if entropies else None,
     )

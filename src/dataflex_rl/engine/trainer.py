@@ -293,6 +293,7 @@ class EmbeddedTrainer:
             pad_id=tok.pad_id,
             temperature=g.temperature,
             noise_keys=keys,
+            entropies="entropies" in self.driver.strategy.reads,
         )
         t1 = time.perf_counter()
         texts = [tok.decode(row) for row in rollout.response_ids.tolist()]

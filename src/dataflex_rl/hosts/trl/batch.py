@@ -63,6 +63,8 @@ def build_batch(
     prompt_keys: Sequence | None = None,
     response_mask: Tensor | None = None,
     old_log_probs: Tensor | None = None,
+    entropies: Tensor | None = None,
+    micro_batch_ids: Tensor | None = None,
 ) -> RolloutBatch:
     """A `RolloutBatch` of the N global completions, in TRL's global row order.
 
@@ -77,6 +79,9 @@ def build_batch(
         response_mask: [N, T] the real loss mask, padded across ranks; None: the first
             ``lengths[i]`` tokens (enough when no component reads token tensors).
         old_log_probs: [N, T] aligned with ``response_mask``, or None.
+        entropies: [N, T] the policy's entropy at each completion token, aligned with
+            ``response_mask``, or None.
+        micro_batch_ids: [N] the loss micro-batch of each row (counted over ranks), or None.
     """
     N = int(rewards.shape[0])
     if N % group_size:
@@ -96,5 +101,7 @@ def build_batch(
         step=int(step),
         response_advantages=advantages.detach().to("cpu", torch.float32),
         response_lengths=lengths,
+        entropies=None if entropies is None else entropies.to("cpu", torch.float32),
+        micro_batch_ids=None if micro_batch_ids is None else micro_batch_ids.to("cpu", torch.int64),
         **kwargs,
     )

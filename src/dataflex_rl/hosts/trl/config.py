@@ -19,7 +19,7 @@ from typing import Any
 
 from dataflex_rl.core.config import validate
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import StrategySpec, load_yaml
+from dataflex_rl.core.spec import StrategySpec, load_yaml, resolved_option
 from dataflex_rl.core.strategy import group_parts
 from dataflex_rl.hosts.common.config import (
     HostConfig,
@@ -44,6 +44,8 @@ HOST_FIELDS = (
     "step",
     "domain_ids",
     "prompt_keys",
+    "entropies",
+    "micro_batch_ids",
 )
 
 
@@ -145,6 +147,17 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
                 f"multi_objective_aggregation={aggregation!r}). Set {where}: false, or use "
                 "scale_rewards 'group' or 'none' with 'sum_then_normalize'"
             )
+    if (
+        spec.select is not None
+        and _token_level(spec)
+        and resolved_option(spec.select, "renormalize")
+    ):
+        raise ConfigError(
+            f"{spec.name}.select.renormalize: a token-level selector cannot take its dropped "
+            "tokens out of TRL's denominators one by one (TRL's completion_mask is also the "
+            "attention mask of the completion); set renormalize: false (TRL's own "
+            "top_entropy_quantile keeps them in the denominator too)"
+        )
     spg = getattr(args, "steps_per_generation", None)
     ga = getattr(args, "gradient_accumulation_steps", 1)
     if acts_on_loss(spec) and spg is not None and spg != ga:
@@ -155,6 +168,13 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
             spg,
             ga,
         )
+
+
+def _token_level(spec: StrategySpec) -> bool:
+    """Whether the strategy's selector keeps tokens (`Selector.level` token)."""
+    from dataflex_rl.core.base import SELECTORS
+
+    return SELECTORS.get(spec.select.actuator.name).level == "token"
 
 
 def config_table() -> str:

@@ -77,8 +77,10 @@ def apply_decision(
     decision with the effective learning rate preserved (see the module docstring):
 
     * ``advantages``: the decision's recomputed advantages when it has them, else TRL's; times
-      the weights (per response, or per token when the decision has token weights: then
-      ``advantages`` becomes [n, T]) and the factor c; exactly 0 on rows with weight 0.
+      the weights (per response, or per token when the decision has token weights or a token
+      keep mask: then ``advantages`` becomes [n, T], 0 on the tokens not kept, which is how
+      TRL's own ``top_entropy_quantile`` leaves a token out of the policy term) and the
+      factor c; exactly 0 on rows with weight 0.
     * ``completion_mask``: rows outside R zeroed (their policy loss, KL, entropy bonus and
       share of TRL's metrics go with them, as for TRL's own truncated rows).
     * ``num_items_in_batch``: the loss tokens of the rows in R, over all ranks.
@@ -144,7 +146,7 @@ def apply_decision(
         if decision.advantages_per_response is None
         else decision.advantages_per_response[rows].to(device, adv.dtype)
     )
-    token_level = decision.token_weights is not None
+    token_level = decision.per_token
     if token_level:
         w_src = decision.weights_per_token[rows]
         T, k = mask.shape[1], min(mask.shape[1], w_src.shape[1])

@@ -1,6 +1,7 @@
 """What the TRL host reads from the trainer's model and ranks: the prompt representation a
-skip policy may read, and the per-token fields (loss mask, old log-probs) a decision may read,
-gathered over ranks. Needs TRL."""
+skip policy may read, the per-token fields (loss mask, old log-probs, entropies) a decision
+may read, gathered over ranks, and the loss micro-batch each row will be trained in. Needs
+TRL."""
 
 from __future__ import annotations
 
@@ -27,27 +28,78 @@ def prompt_features(trainer, rows: list[int], layer: int) -> tuple[torch.Tensor,
     return prompt_representation(model, ids, layer, pad)
 
 
-def gather_token_fields(trainer, out: dict, loss_mask: torch.Tensor):
-    """([N, T] loss mask, [N, T] old log-probs) of a generation's output ``out``, padded
-    across ranks and gathered.
+def gather_token_fields(trainer, out: dict, loss_mask: torch.Tensor, entropies: bool = False):
+    """([N, T] loss mask, [N, T] old log-probs, [N, T] entropies or None) of a generation's
+    output ``out``, padded across ranks and gathered.
 
-    TRL computes old log-probs only off-policy; otherwise they are computed here, with the
-    model that generated (one forward pass without gradients).
+    TRL computes old log-probs only off-policy, and entropies only at loss time; what it
+    did not compute is computed here, with the model that generated, by TRL's own
+    ``_get_per_token_logps_and_entropies`` (its temperature, its chunks of
+    ``per_device_train_batch_size`` rows; one forward pass without gradients). With
+    ``entropies`` they are the policy's entropies at each completion token, the values TRL's
+    loss reads for ``top_entropy_quantile`` as long as the policy has not moved since the
+    generation (one optimisation pass per generation).
     """
     old = out.get("old_per_token_logps")
-    if old is None:
+    ent = None
+    if old is None or entropies:
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
         attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
         kwargs = trainer.args.gradient_checkpointing_kwargs
         with torch.no_grad(), disable_gradient_checkpointing(trainer.model, kwargs):
-            old, _, _ = trainer._get_per_token_logps_and_entropies(
+            logps, ent, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model,
                 ids,
                 attn,
                 out["completion_ids"].size(1),
                 batch_size=trainer.args.per_device_train_batch_size,
+                compute_entropy=entropies,
             )
+        old = logps if old is None else old  # TRL's own when it has them
     acc = trainer.accelerator
     mask = acc.gather(acc.pad_across_processes(loss_mask.int(), dim=1)).cpu().bool()
     logps = acc.gather(acc.pad_across_processes(old.float(), dim=1)).cpu()
-    return mask, torch.where(mask, logps, torch.zeros_like(logps))
+    zero = torch.zeros((), dtype=torch.float32)
+    if ent is not None:
+        ent = acc.gather(acc.pad_across_processes(ent.float(), dim=1)).cpu()
+        ent = torch.where(mask, ent, zero)
+    return mask, torch.where(mask, logps, zero), ent
+
+
+#: the key of each row's local index in a generation's output when micro-batches are
+#: predicted (`predicted_micro_batches`): it travels through TRL's shuffle and split, and the
+#: loss checks that each micro-batch holds the rows predicted for it
+ROW_KEY = "dataflex_row"
+
+
+def predicted_micro_batches(trainer, n: int) -> torch.Tensor:
+    """[n] int64: the loss micro-batch each of this rank's ``n`` rows will be trained in.
+
+    TRL's ``_prepare_inputs`` (1.16) shuffles the generation batch right after
+    ``_generate_and_score_completions`` returns, with ``torch.randperm(n)`` on the global
+    CPU generator (``shuffle_sequence_dict``), then splits it into
+    ``steps_per_generation`` equal micro-batches. The permutation is drawn here from a copy
+    of that generator's state (the global state is left as it is), so it is the one TRL
+    draws next; `check_micro_batch` verifies it at loss time.
+    """
+    fork = torch.Generator()
+    fork.set_state(torch.get_rng_state())
+    perm = torch.randperm(n, generator=fork)
+    size = n // trainer.args.steps_per_generation
+    micro = torch.empty(n, dtype=torch.int64)
+    micro[perm] = torch.arange(n, dtype=torch.int64) // size
+    return micro
+
+
+def check_micro_batch(inputs: dict, predicted: torch.Tensor, index: int) -> None:
+    """Raise unless the rows of this micro-batch (``inputs[ROW_KEY]``) are the ones
+    `predicted_micro_batches` placed in micro-batch ``index``."""
+    rows = inputs[ROW_KEY].cpu()
+    got = predicted[rows]
+    if not bool((got == index).all()):
+        raise RuntimeError(
+            f"dataflex: micro-batch {index} holds rows predicted for micro-batches "
+            f"{sorted(set(got.tolist()))}: TRL's shuffle drew another permutation than the "
+            "one predicted (something used the global torch generator in between); the "
+            "decision's micro_batch scope does not match TRL's micro-batches"
+        )

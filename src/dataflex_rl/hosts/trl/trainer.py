@@ -7,7 +7,8 @@ One generation batch of TRL, with what this class adds (``docs/hosts/trl.md``)::
         super(): generate, _calculate_rewards [keep the gathered rewards], advantages
         [gather advantages and lengths; driver.decide on every rank; apply_decision]
     _compute_loss per micro-batch (the weights ride in the advantages, drops in the masks;
-        with beta > 0 under a row-count loss_type, the KL term is scaled by c like them)
+        with beta > 0 under a row-count loss_type, the KL term is scaled by c like them;
+        with a micro_batch-scoped token selection, its rows checked against the prediction)
     _save_checkpoint / _load_optimizer_and_scheduler   [driver.save / driver.restore]
 
 The dataloader keeps running as TRL built it, but with the intake it is only a clock: its
@@ -37,7 +38,13 @@ from dataflex_rl.hosts.common.intake import read_row_domains
 from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, trl_rewards
 from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
-from dataflex_rl.hosts.trl.tensors import gather_token_fields, prompt_features
+from dataflex_rl.hosts.trl.tensors import (
+    ROW_KEY,
+    check_micro_batch,
+    gather_token_fields,
+    predicted_micro_batches,
+    prompt_features,
+)
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
 
@@ -100,6 +107,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         self.driver: Driver | None = None
         self._dataflex_rewards = None  # the gathered [N, F] rewards of this generation
         self._dataflex_kl_scale = 1.0  # c of the generation the loss now reads (beta x c)
+        self._dataflex_micro = None  # [n] predicted micro-batch of this rank's rows
         super().__init__(*args, **kwargs)
         self.driver = Driver.for_dataset(
             self.dataflex,
@@ -164,10 +172,17 @@ class DataflexGRPOTrainer(GRPOTrainer):
         local = torch.stack([out["advantages"].float(), loss_mask.sum(1).float()], 1)
         both = acc.gather(local).cpu()  # one collective: [N, 2]
         advantages, lengths = both[:, 0], both[:, 1].round().to(torch.int64)
-        token_mask = old_logps = None
+        token_mask = old_logps = entropies = micro = None
         strategy = self.driver.strategy
-        if "old_log_probs" in strategy.reads:
-            token_mask, old_logps = gather_token_fields(self, out, loss_mask)
+        if {"old_log_probs", "entropies"} & strategy.reads:
+            token_mask, old_logps, entropies = gather_token_fields(
+                self, out, loss_mask, entropies="entropies" in strategy.reads
+            )
+        if "micro_batch_ids" in strategy.requires:  # after TRL's shuffle, which rows meet
+            local = predicted_micro_batches(self, n)
+            self._dataflex_micro = local
+            out[ROW_KEY] = torch.arange(n, device=mask.device)
+            micro = acc.gather(local.to(acc.device)).cpu()
         rewards = self._dataflex_rewards
         if rewards is None:
             raise RuntimeError(
@@ -185,7 +200,9 @@ class DataflexGRPOTrainer(GRPOTrainer):
             domain_ids=drawn[1] if drawn is not None else None,
             prompt_keys=drawn[0].tolist() if drawn is not None else None,
             response_mask=token_mask,
-            old_log_probs=old_logps,
+            old_log_probs=old_logps if "old_log_probs" in strategy.reads else None,
+            entropies=entropies,
+            micro_batch_ids=micro,
         )
         decision, metrics = self.driver.decide(batch, gen_seconds)
         if acts_on_loss(strategy.spec):
@@ -208,6 +225,10 @@ class DataflexGRPOTrainer(GRPOTrainer):
         """TRL's loss; with ``beta > 0`` under a row-count ``loss_type`` after a drop, with
         ``beta x c`` (c = N / R, `apply_decision`), so the KL term of the rows left is
         averaged over them, as the policy term is (every micro-batch of the generation)."""
+        if ROW_KEY in inputs and self.model.training:
+            check_micro_batch(
+                inputs, self._dataflex_micro, self._step % self.args.steps_per_generation
+            )
         scale = self._dataflex_kl_scale
         if scale == 1.0 or self.beta == 0.0 or not self.model.training:
             return super()._compute_loss(model, inputs)
