@@ -21,11 +21,15 @@ def make_batch(
     seed: int = 0,
     n_prompts: int = 20,
     per_response: bool = False,
+    entropies: bool = True,
+    micro_batches: bool = False,
 ) -> RolloutBatch:
     """0/1 rewards from a per-group solve probability, GRPO advantages (constant per row),
     per-token old log-probs, right-padded variable lengths, three domains, prompt keys drawn
     from ``n_prompts`` prompts (so histories see repeats). ``per_response``: the advantages
-    and lengths are also passed per response, as the engine and verl hosts do."""
+    and lengths are also passed per response, as the engine and verl hosts do. ``entropies``:
+    per-token entropies in [0, 3); ``micro_batches``: rows alternate between two loss
+    micro-batches."""
     g = torch.Generator().manual_seed(seed * 100_003 + step)
     B = prompts * G
     grp = torch.arange(prompts).repeat_interleave(G)
@@ -38,6 +42,8 @@ def make_batch(
     var = torch.zeros(prompts).index_add_(0, grp, (r - mean[grp]) ** 2) / (G - 1)
     adv = (r - mean[grp]) / (var.sqrt()[grp] + 1e-6)
     lp = -torch.rand(B, T, generator=g) * 2 * mask
+    # a generator of their own: the other fields are what they were without entropies
+    ent = torch.rand(B, T, generator=torch.Generator().manual_seed(seed * 7 + step + 1)) * 3
     return RolloutBatch(
         rewards=r,
         response_mask=mask,
@@ -50,6 +56,8 @@ def make_batch(
         step=step,
         response_advantages=adv if per_response else None,
         response_lengths=lengths if per_response else None,
+        entropies=ent * mask if entropies else None,
+        micro_batch_ids=torch.arange(B) % 2 if micro_batches else None,
     )
 
 
@@ -61,6 +69,7 @@ def write_log(
     steps_per_file: int = 4,
     close: bool = True,
     per_response: bool = False,
+    batch_kwargs: dict | None = None,
     **log_kwargs,
 ) -> tuple[Strategy, list]:
     """Run ``spec`` on ``steps`` synthetic batches (`make_batch`), logging each; returns the
@@ -77,7 +86,7 @@ def write_log(
     )
     out = []
     for s in range(steps):
-        b = make_batch(s, per_response=per_response)
+        b = make_batch(s, per_response=per_response, **(batch_kwargs or {}))
         target = st.proportions
         d = st.decide(b)
         log.record(b, d, target=target)

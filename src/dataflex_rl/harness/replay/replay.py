@@ -22,6 +22,11 @@ How the per-token fields are rebuilt (per step, T = the logged ``max_length``, r
   logged per-response weights up to float rounding), else ``logprob_mean`` (exp(mean log p)
   <= mean p: per-response weights are approximate). Token weights within a response are only
   reproduced with ``full_tokens``.
+* entropies: with ``full_tokens`` the logged tokens (token selection replays exactly); else
+  each response's ``entropy_mean`` on all its tokens, so a token-level selector keeps or drops
+  a response's tokens together and its choices within a response are not the run's
+  (`signal_notes` says so). Micro-batches (``micro_batch_ids``) come from the ``micro_batch``
+  column.
 """
 
 from __future__ import annotations
@@ -74,10 +79,12 @@ class DecisionLogData:
         length = torch.from_numpy(c["length"][a:b])
         mask = torch.arange(T)[None, :] < length[:, None]
         maskf = mask.to(torch.float32)
-        adv = lp = None
+        adv = lp = ent = None
         if "advantage_tokens" in c:
             adv = _scatter_tokens(c["advantage_tokens"], c["token_offsets"], a, b, mask)
             lp = _scatter_tokens(c["logprob_tokens"], c["token_offsets"], a, b, mask)
+            if "entropy_tokens" in c:
+                ent = _scatter_tokens(c["entropy_tokens"], c["token_offsets"], a, b, mask)
         else:
             if not np.isnan(c["advantage"][a:b]).all():
                 adv = torch.from_numpy(c["advantage"][a:b])[:, None] * maskf
@@ -88,6 +95,10 @@ class DecisionLogData:
                     torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))[:, None]
                     * maskf
                 )
+        if ent is None and "entropy_mean" in c and not np.isnan(c["entropy_mean"][a:b]).all():
+            ent = torch.from_numpy(c["entropy_mean"][a:b])[:, None] * maskf
+        if ent is not None and b > a and bool(torch.isnan(ent[mask]).all()):
+            ent = None  # the host passed no entropies
         if adv is not None and b > a and bool(torch.isnan(adv[mask]).all()):
             adv = None  # the host logged no advantages (NaN on every valid token)
         per_response = {}
@@ -112,6 +123,8 @@ class DecisionLogData:
             prompt_keys=None if keys is None else tuple(keys[a:b]),
             is_padding=torch.from_numpy(c["is_padding"][a:b]),
             step=int(self.steps["step"][i]),
+            entropies=ent,
+            micro_batch_ids=_micro_batches(c, a, b),
             **per_response,
         )
 
@@ -122,10 +135,19 @@ class DecisionLogData:
         nxt = np.array([self.steps[f"next_{d}"][i] for d in self.domains])
         return {
             "keep": c["keep"][a:b],
+            "kept_tokens": c["kept_tokens"][a:b] if "kept_tokens" in c else None,
             "weight": c["weight"][a:b],
             "decision_advantage": c["decision_advantage"][a:b],
             "next": nxt,
         }
+
+
+def _micro_batches(c: dict, a: int, b: int) -> torch.Tensor | None:
+    """[b - a] the logged micro-batch ids of rows a..b (None: the host gave none)."""
+    mb = c.get("micro_batch")
+    if mb is None or b == a or bool((mb[a:b] < 0).any()):
+        return None
+    return torch.from_numpy(mb[a:b])
 
 
 def _scatter_tokens(
@@ -214,8 +236,9 @@ def read_log(path: str | Path) -> DecisionLogData:
     cols["decision_advantage"] = pc.fill_null(resp["decision_advantage"], math.nan).to_numpy(
         zero_copy_only=False
     )
-    if "prob_mean" in resp.column_names:
-        cols["prob_mean"] = resp["prob_mean"].to_numpy()
+    for name in ("prob_mean", "entropy_mean", "micro_batch", "kept_tokens"):
+        if name in resp.column_names:
+            cols[name] = resp[name].to_numpy(zero_copy_only=False)
     dom = pc.index_in(pc.cast(resp["domain"], pa.string()), value_set=pa.array(domains))
     cols["domain"] = dom.to_numpy(zero_copy_only=False).astype(np.int64)
     keys = resp["prompt_key"]
@@ -223,7 +246,9 @@ def read_log(path: str | Path) -> DecisionLogData:
         keys = pc.cast(keys, keys.type.value_type)
     cols["prompt_key"] = None if keys.null_count == len(keys) else keys.to_pylist()
     if "advantage_tokens" in resp.column_names:
-        for name in ("advantage_tokens", "logprob_tokens"):
+        token_cols = ["advantage_tokens", "logprob_tokens"]
+        token_cols += ["entropy_tokens"] if "entropy_tokens" in resp.column_names else []
+        for name in token_cols:
             lists = resp[name].combine_chunks()
             cols[name] = lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
         cols["token_offsets"] = np.concatenate([[0], np.cumsum(cols["length"])])
@@ -278,6 +303,20 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
                         "decision_log.token_prob_mean: true (per-response weights) "
                         "or decision_log.full_tokens: true (token weights)"
                     )
+            if "entropies" in reads and not full:
+                notes.append(
+                    f"{mech}: {name} reads per-token entropies; the log has each "
+                    "response's mean entropy only, so a response's tokens are kept or "
+                    "dropped together and the token choices are not the run's (log them "
+                    "with decision_log.full_tokens: true)"
+                )
+            if "micro_batch_ids" in reads and (
+                "micro_batch" not in c or bool((c["micro_batch"] < 0).any())
+            ):
+                notes.append(
+                    f"{mech}: {name} takes its quantile per loss micro-batch, which the "
+                    "log does not hold: replay pools the whole step instead"
+                )
             if "advantages" in reads and not full:
                 valid = (c["length"] > 0) & np.isfinite(c["advantage"])
                 a, m = c["advantage"][valid], c["advantage_mean"][valid]
@@ -288,6 +327,22 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
                         "value. Set decision_log.full_tokens: true"
                     )
     return notes
+
+
+def check_signals(label: str, strategy: Strategy, log: DecisionLogData) -> None:
+    """Refuse, before replaying, a strategy that reads a signal the log does not hold at all.
+
+    Raises:
+        ConfigError: the strategy reads per-token entropies and the logged run had none (its
+            host computes them only for a strategy that reads them).
+    """
+    ent = log.columns.get("entropy_mean")
+    if "entropies" in strategy.reads and (ent is None or bool(np.isnan(ent).all())):
+        raise ConfigError(
+            f"replay: strategy {label!r} reads per-token entropies, which this log does not "
+            "hold (the logged run's strategy did not read them, so its host did not compute "
+            "them); replay it on the log of a run whose strategy reads entropies"
+        )
 
 
 # ---------------------------------------------------------------------------- replay
@@ -379,6 +434,8 @@ def replay(
     if len(set(labels)) != len(labels):
         raise ConfigError(f"replay: strategy labels must differ, got {labels}")
     strategies = [build_for_log(s, log) for s in specs]
+    for lb, st in zip(labels, strategies):
+        check_signals(lb, st, log)
     res = ReplayResult(
         log, labels, notes={lb: signal_notes(st, log) for lb, st in zip(labels, strategies)}
     )
@@ -444,12 +501,15 @@ def _skipped_groups(st: Strategy, batch: RolloutBatch, gen: torch.Generator) -> 
 
 
 def _identical(d, logged: dict) -> bool:
-    """Keep mask, weights, recomputed advantages and mixer update bit-identical to the log."""
+    """Keep mask, tokens in the loss per row, weights, recomputed advantages and mixer update
+    bit-identical to the log."""
     adv = d.advantages_per_response
     adv = np.full(len(logged["keep"]), np.nan) if adv is None else adv.numpy()
     nxt = np.full(len(logged["next"]), np.nan) if d.proportions is None else d.proportions.numpy()
+    tokens = logged["kept_tokens"]
     return bool(
         np.array_equal(d.keep_mask.numpy(), logged["keep"])
+        and (tokens is None or np.array_equal(d.loss_mask.sum(1).numpy(), tokens))
         and np.array_equal(d.weights_per_response.numpy(), logged["weight"])
         and np.array_equal(
             adv.astype(np.float64), logged["decision_advantage"].astype(np.float64), equal_nan=True

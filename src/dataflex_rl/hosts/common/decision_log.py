@@ -31,15 +31,21 @@ Response columns (B rows per step):
                     advantages, ``response_advantages``: that value, like ``advantage``)
 ``logprob_mean``    float32, mean old log-prob over valid tokens
 ``prob_mean``       float32, mean token probability (only with ``token_prob_mean``)
+``entropy_mean``    float32, mean policy entropy over valid tokens (NaN without entropies)
+``micro_batch``     int64, the row's loss micro-batch (``micro_batch_ids``; -1 without)
 ``keep``            bool, the decision's keep mask
+``kept_tokens``     int64, the row's tokens in the loss (``loss_mask``: its valid tokens when
+                    kept; after a token-level selector, the ones it kept)
 ``weight``          float32, the decision's weight per response (mean token weight)
 ``decision_advantage``  float, advantage recomputed by the selector (null: host's kept)
-``advantage_tokens``, ``logprob_tokens``  list<float32> of the valid tokens' values (only
-                    with ``full_tokens``)
+``advantage_tokens``, ``logprob_tokens``, ``entropy_tokens``  list<float32> of the valid
+                    tokens' values (only with ``full_tokens``; NaN for a field the host
+                    did not pass)
 ==================  =========================================================================
 
 Step columns: ``step``, ``responses``, ``groups``, ``max_length`` (T), ``tokens`` (generated
-tokens, padding rows excluded), ``kept``, ``renormalize``, ``recomputed``,
+tokens, padding rows excluded), ``kept``, ``kept_tokens`` (tokens in the loss),
+``renormalize``, ``recomputed``,
 ``per_response_advantages`` (the host passed ``response_advantages``: replay passes the logged
 ``advantage`` the same way, so decisions replay bit for bit), ``mix_updated``,
 ``decide_ms``, per domain ``target_<d>`` (proportions the batch was drawn at; NaN when the
@@ -259,9 +265,17 @@ class DecisionLog:
             cols["logprob_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
         else:
             cols["logprob_mean"] = np.full(B, np.nan, np.float32)
+        if batch.entropies is not None:
+            sums = masked_row_sums(batch.entropies.detach(), batch.response_mask)
+            cols["entropy_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
+        else:
+            cols["entropy_mean"] = np.full(B, np.nan, np.float32)
+        mb = batch.micro_batch_ids
+        cols["micro_batch"] = np.full(B, -1, np.int64) if mb is None else mb.cpu().numpy()
         if self.token_prob_mean:
             cols["prob_mean"] = _prob_mean(batch, nf)
         cols["keep"] = decision.keep_mask.cpu().numpy()
+        cols["kept_tokens"] = decision.loss_mask.sum(1).to(torch.int64).cpu().numpy()
         cols["weight"] = decision.weights_per_response.detach().to(torch.float32).cpu().numpy()
         a = decision.advantages_per_response
         cols["decision_advantage"] = (
@@ -272,6 +286,7 @@ class DecisionLog:
             for name, t in (
                 ("advantage_tokens", batch.advantages),
                 ("logprob_tokens", batch.old_log_probs),
+                ("entropy_tokens", batch.entropies),
             ):
                 values = (
                     t.detach()[batch.response_mask].to(torch.float32).cpu().numpy()
@@ -301,6 +316,7 @@ class DecisionLog:
             "max_length": int(batch.response_mask.shape[1]),
             "tokens": int(cols["length"][real].sum()),
             "kept": int(cols["keep"].sum()),
+            "kept_tokens": int(cols["kept_tokens"].sum()),
             "renormalize": bool(decision.renormalize),
             "recomputed": decision.advantages_per_response is not None,
             "per_response_advantages": batch.response_advantages is not None,

@@ -95,7 +95,7 @@ def test_replay_is_exact_on_logs_of_hosts_passing_per_response_advantages(tmp_pa
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
     steps = 11 if name in MIX else 4  # mixers: warm-up 5, every 5 -> two updates
-    full = name == "ar"  # token weights need the tokens
+    full = name in ("ar", "high_entropy")  # token weights and token choices need the tokens
     write_log(tmp_path, name, steps, full_tokens=full)
     res = replay(read_log(tmp_path), [name])
     assert res.overall[name]["exact_steps"] == steps
@@ -308,3 +308,37 @@ def test_replay_binds_strategies_with_the_logged_adv_eps(tmp_path):
     # a log written before adv_eps was recorded: the old constant
     old = SimpleNamespace(settings={"advantage_estimator": "grpo"}, domains=DOMAINS)
     assert build_for_log(spec, old).adv_eps == 1e-6
+
+
+MICRO = {
+    "name": "high_entropy_micro",
+    "select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}},
+}
+
+
+def test_token_selection_replays_exactly_with_the_tokens_and_micro_batches(tmp_path):
+    write_log(tmp_path, MICRO, 3, full_tokens=True, batch_kwargs={"micro_batches": True})
+    log = read_log(tmp_path)
+    assert log.columns["micro_batch"].tolist()[:4] == [0, 1, 0, 1]
+    assert (log.columns["kept_tokens"] <= log.columns["length"]).all()
+    res = replay(log, [MICRO])
+    assert res.overall["high_entropy_micro"]["exact_steps"] == 3
+    assert res.notes["high_entropy_micro"] == []
+
+
+def test_token_selection_without_tokens_says_what_it_cannot_redo(tmp_path):
+    write_log(tmp_path, MICRO, 3, batch_kwargs={"micro_batches": True})
+    res = replay(read_log(tmp_path), [MICRO])
+    # each response's mean entropy stands for its tokens: kept together, not the run's choice
+    assert res.overall["high_entropy_micro"]["exact_steps"] == 0
+    (note,) = res.notes["high_entropy_micro"]
+    assert "mean entropy" in note and "full_tokens: true" in note
+    write_log(tmp_path / "no_micro", MICRO, 2, full_tokens=True)
+    res = replay(read_log(tmp_path / "no_micro"), [MICRO])
+    assert any("per loss micro-batch" in n for n in res.notes["high_entropy_micro"])
+
+
+def test_replaying_token_selection_on_a_log_without_entropies_is_refused(tmp_path):
+    write_log(tmp_path, "topk", 2, batch_kwargs={"entropies": False})
+    with pytest.raises(ConfigError, match="'high_entropy' reads per-token entropies"):
+        replay(read_log(tmp_path), ["topk", "high_entropy"])
