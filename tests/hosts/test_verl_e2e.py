@@ -9,6 +9,8 @@ Three runs of a tiny Qwen2 (about 1.5 min each on 2 cores, mostly start-up):
   Step 1: the actor gets verl's weights x ours. Step 2: every response is dropped -> grad 0.
 * ``mix``: reward-gap mixing + GRESO skipping, 2 steps with checkpoints, then
 * ``resume``: a 3rd step resumed from the step-2 checkpoint with the strategy state.
+* ``ent``: ``high_entropy`` for one step, on the entropies verl's actor computed with the
+  old log-probs.
 
 Both write a decision log; replaying the run's own strategy on it reproduces every decision.
 """
@@ -44,6 +46,12 @@ mix:
   every: 1
 prerollout:
   actuator: {name: greso, explore_prob: 0.0, min_explore: 0.0}
+"""
+
+# the top 20% highest-entropy tokens of the batch, from verl's own entropies
+ENTROPY_STRATEGY = """\
+name: high_entropy_verl
+select: high_entropy
 """
 
 # the decision log under trainer.default_local_dir (ckpt/decisions), flushed every step
@@ -86,6 +94,15 @@ def mix_runs(tmp_path_factory, model):
     first = run(work, data, model, 2, common, "mix")
     resumed = run(work, data, model, 3, [*common, "trainer.resume_mode=auto"], "resume")
     return work, first, resumed
+
+
+@pytest.fixture(scope="module")
+def entropy_run(tmp_path_factory, model):
+    work = tmp_path_factory.mktemp("entropy")
+    (work / "strategy.yaml").write_text(ENTROPY_STRATEGY)
+    data = build_dataset(work / "train.parquet", [("math", 1), ("logic", 2)] * 4)
+    extra = [f"+dataflex.strategy={work / 'strategy.yaml'}", *DECISION_LOG]
+    return run(work, data, model, 1, [*extra, "+dataflex.decision_log.full_tokens=true"], "ent")
 
 
 def load(record, name):
@@ -187,3 +204,33 @@ def test_the_mix_runs_decision_log_replays_exactly_across_the_resume(mix_runs):
     assert res.overall["mix_and_skip"]["exact_steps"] == 3
     rows = [r for r in res.rows if r["strategy"] == "mix_and_skip"]
     assert rows[0]["target_math"] == pytest.approx(0.75, abs=1e-3)  # math lags
+
+
+def test_high_entropy_keeps_the_top_fifth_of_verls_own_entropies(entropy_run):
+    steps, record = entropy_run
+    verl, actor = load(record, "verl_step1.pt"), load(record, "actor_step1.pt")
+    mask = verl["response_mask"].bool()
+    ent = verl["entropy"].float()
+    assert bool((ent[mask] > 0).all())  # verl wrote its actor's entropies
+    # the oracle: torch.quantile over verl's entropies of the valid tokens, keep those >= it
+    keep = mask & (ent >= torch.quantile(ent[mask], 0.8))
+    w = actor["rollout_is_weights"]
+    assert torch.equal(w > 0, keep)  # the actor gets weight 0 off the kept tokens
+    assert torch.allclose(w[keep], torch.ones(int(keep.sum())))  # and 1 on them
+    assert steps[0]["dataflex/kept_token_fraction"] == pytest.approx(
+        int(keep.sum()) / int(mask.sum())
+    )
+    # at least a fifth; more with ties (the scripted responses repeat: equal contexts give
+    # equal entropies), never every token
+    assert 0.2 <= steps[0]["dataflex/kept_token_fraction"] <= 0.5
+    assert steps[0]["actor/grad_norm"] > 0
+
+
+def test_the_entropy_runs_decision_log_replays_exactly(entropy_run):
+    from dataflex_rl.harness.replay.replay import read_log, replay
+
+    _, record = entropy_run
+    log = read_log(record.parent / "ckpt" / "decisions")
+    res = replay(log, [log.strategy])
+    assert res.overall["high_entropy_verl"]["exact_steps"] == 1
+    assert res.notes["high_entropy_verl"] == []

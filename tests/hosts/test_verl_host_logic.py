@@ -75,6 +75,51 @@ def test_bypass_mode_rejected_for_select_and_reweight_only():
     check(host, verl_view(loss_mode="bypass_mode"))
 
 
+def test_entropy_strategies_fit_verl_except_where_it_computes_none():
+    host = parse_host_config({"strategy": "high_entropy"})
+    check(host, verl_view())  # verl's actor writes entropies with the old log-probs
+    view = verl_view()
+    view["algorithm"]["rollout_correction"] = {"bypass_mode": True}
+    with pytest.raises(ConfigError, match=r"rollout_correction\.bypass_mode: .* entropies"):
+        check(host, view)
+    check(parse_host_config({"strategy": "difffilter"}), view)  # reads no entropies
+    micro = {"select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}}}
+    with pytest.raises(ConfigError, match=r"TopTokens \(scope: micro_batch\) needs micro_batch"):
+        check(parse_host_config({"strategy": micro}), verl_view())
+
+
+def test_token_selection_writes_weights_zero_off_the_kept_tokens():
+    # tokens 1 2 | 3 4 | 5 6, top half: 4, 5, 6 kept; verl's actor gets weight 1 there, 0
+    # elsewhere; the masks stay (renormalize false)
+    ent = torch.tensor([[1.0, 2], [3, 4], [5, 6]])
+    mask = torch.ones(3, 2, dtype=torch.int64)
+    keys = [f"u{i}_0_0" for i in range(3)]
+    rb, sessions = build_batch(
+        keys=keys,
+        uids=["u0", "u0", "u1"],
+        is_padding=[False] * 3,
+        rm_scores=torch.tensor([[0.0, 1], [0, 0], [0, 1]]),
+        response_mask=mask,
+        advantages=torch.tensor([[1.0, 1], [-1, -1], [0, 0]]),
+        old_log_probs=None,
+        entropies=ent,
+        step=0,
+    )
+    spec = {"select": {"preset": "high_entropy", "actuator": {"fraction": 0.5}}}
+    d = Strategy(spec).decide(rb)
+    wb = writeback(
+        d,
+        rb,
+        sessions,
+        response_mask=mask,
+        loss_mask=mask,
+        advantages=torch.zeros(3, 2),
+        existing_weights=None,
+    )
+    assert wb.rollout_is_weights.tolist() == [[0, 0], [0, 1], [1, 1]]
+    assert wb.response_mask is None and wb.loss_mask is None
+
+
 def test_recompute_advantages_needs_grpo():
     host = parse_host_config({"strategy": "maxvar"})  # recomputes by default (PODS)
     with pytest.raises(ConfigError, match="recompute_advantages.*'rloo'"):

@@ -151,7 +151,7 @@ def _recorder(name: str, method):
     """Wrap a trainer method to save the TransferQueue fields of its returned batch."""
     import transfer_queue as tq
 
-    fields = ("rollout_is_weights", "response_mask", "loss_mask", "advantages")
+    fields = ("rollout_is_weights", "response_mask", "loss_mask", "advantages", "entropy")
 
     def wrapped(self, batch, metrics):
         out = method(self, batch, metrics)

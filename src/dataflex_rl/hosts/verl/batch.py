@@ -76,6 +76,7 @@ def build_batch(
     advantages: Tensor,
     old_log_probs: Tensor | None,
     step: int,
+    entropies: Tensor | None = None,
     domains: Sequence[str] | None = None,
     domain_of_uid: Callable[[str], int] | None = None,
     prompt_of_uid: Callable[[str], object] | None = None,
@@ -89,6 +90,9 @@ def build_batch(
             response reward is their sum.
         response_mask: [B, T] after verl's rollout correction (rejected tokens are 0).
         advantages, old_log_probs: [B, T] as verl computed them.
+        entropies: [B, T] the actor's entropy at each response token, which verl computes
+            with the old log-probs (``calculate_entropy``, at the rollout temperature), or
+            None.
         step: verl's global step.
         domains: domain names; with ``domain_of_uid`` each row's domain id.
         prompt_of_uid: stable prompt identity (dataset row) for pre-rollout histories.
@@ -124,6 +128,7 @@ def build_batch(
         group_ids=factorize(u),
         advantages=adv,
         old_log_probs=None if old_log_probs is None else pick(old_log_probs).to(torch.float32),
+        entropies=None if entropies is None else pick(entropies).to(torch.float32),
         is_padding=pad,
         step=int(step),
         **kwargs,

@@ -42,6 +42,7 @@ HOST_FIELDS = (
     "step",
     "domain_ids",
     "prompt_keys",
+    "entropies",
 )
 #: verl policy losses that multiply ``rollout_is_weights`` into the per-token loss (0.9.1)
 WEIGHTED_LOSSES = frozenset(
@@ -153,6 +154,14 @@ def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
             ", ".join(sorted(WEIGHTED_LOSSES)),
             name,
         )
+    bypass = get_path(config, "algorithm.rollout_correction.bypass_mode", False)
+    if bypass and "entropies" in _declared(spec):
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode: verl then takes the rollout's log-probs "
+            "as old log-probs and computes no entropies (ppo/v1/trainer_base.py, "
+            f"_compute_old_log_prob), but strategy {name!r} reads the policy's entropies; "
+            "set bypass_mode=false"
+        )
     estimator = str(get_path(config, "algorithm.adv_estimator", "gae"))
     if recomputes_advantages(spec) and estimator not in GRPO_LIKE:
         where = f"{name}.select.recompute_advantages"
@@ -162,6 +171,17 @@ def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
             f"algorithm.adv_estimator is {estimator!r}{hint}. Set {where}: false, or use "
             f"{' or '.join(sorted(GRPO_LIKE))}"
         )
+
+
+def _declared(spec: StrategySpec) -> set[str]:
+    """The optional `RolloutBatch` fields the strategy's components declare."""
+    from dataflex_rl.core.spec import resolve_mechanism
+
+    out: set[str] = set()
+    for mech, mspec in spec.mechanisms().items():
+        for comp in resolve_mechanism(mspec, f"{spec.name}.{mech}"):
+            out.update(getattr(comp, "requires", ()) if comp is not None else ())
+    return out
 
 
 def config_table() -> str:

@@ -52,6 +52,7 @@ _VIEW_KEYS = (
     "algorithm.adv_estimator",
     "algorithm.norm_adv_by_std_in_grpo",
     "actor_rollout_ref.actor.policy_loss.loss_mode",
+    "algorithm.rollout_correction.bypass_mode",
 )
 
 
@@ -147,6 +148,14 @@ class DataflexTrainer(PPOTrainerSync):
         """Read the batch, decide, write weights/masks/advantages back; return the new meta."""
         present = set(batch.fields or ())
         optional = [f for f in ("old_log_probs", "rollout_is_weights") if f in present]
+        if "entropies" in self.driver.strategy.reads:
+            if "entropy" not in present:
+                raise RuntimeError(
+                    "dataflex: the strategy reads entropies, but verl wrote no 'entropy' "
+                    "field for this batch (ppo/v1/trainer_base.py, _compute_old_log_prob "
+                    "writes it when it computes old log-probs)"
+                )
+            optional.append("entropy")
         fields = ["uid", "response_mask", "loss_mask", "rm_scores", "advantages", *optional]
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
@@ -164,6 +173,7 @@ class DataflexTrainer(PPOTrainerSync):
             response_mask=dense["response_mask"],
             advantages=dense["advantages"],
             old_log_probs=dense.get("old_log_probs", None),
+            entropies=dense.get("entropy", None),
             step=step,
             domains=intake.domains if intake is not None else None,
             domain_of_uid=(lambda u: self._submitted(u)[1]) if intake is not None else None,
