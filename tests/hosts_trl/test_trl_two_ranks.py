@@ -108,3 +108,32 @@ def test_the_second_draw_follows_the_first_decisions_proportions(views):
     name = {0: "easy", 1: "mid", 2: "hard"}
     drawn = [name[int(k) // 16] for k in second["prompt_keys"][::4]]
     assert [drawn.count(d) for d in ("easy", "hard", "mid")] == floors
+
+
+def test_micro_batch_masks_equal_trls_gathered_over_both_ranks(tmp_path):
+    """`trl_entropy_ranks_run.py`: ``scope: micro_batch`` pools each micro-batch over both
+    processes, as TRL's ``top_entropy_quantile`` does; every loss call on every rank compares
+    the decision's mask on its rows with the one TRL applied."""
+    out = tmp_path / "entropy"
+    out.mkdir()
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    script = ROOT / "tests" / "hosts_trl" / "trl_entropy_ranks_run.py"
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), str(out)]
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    calls = [
+        c for p in (0, 1) for c in json.loads((out / f"entropy_rank{p}.json").read_text())["calls"]
+    ]
+    # 2 generations x 2 micro-batches x 2 ranks, each micro-batch one of the predicted ones
+    assert len(calls) == 8 and all(len(c["micro_batch"]) == 1 for c in calls)
+    assert all(c["equal"] for c in calls), calls
+    kept, tokens = sum(c["kept"] for c in calls), sum(c["tokens"] for c in calls)
+    assert 0.15 < kept / tokens < 0.5
