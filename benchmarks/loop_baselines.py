@@ -272,6 +272,31 @@ def ar(t: dict, alpha: float = 0.5) -> dict:
     return {"keep": rows.active, "token_weights": out}
 
 
+def high_entropy(t: dict, fraction: float = 0.2) -> dict:
+    """Top ``fraction`` of the valid tokens of active rows by entropy: tokens >= the linear
+    (1 - fraction)-quantile of the batch's, weight 1; rows with no kept token dropped."""
+    rows = gather_rows(t)
+    mask, ent = t["response_mask"], t["entropies"]
+    values = [ent[i][mask[i]] for members in rows.groups for i in members if rows.active[i]]
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    keep = [False] * len(rows.active)
+    pool = torch.cat(values) if values else torch.zeros(0)
+    if pool.numel() == 0:
+        return {"keep": keep, "token_weights": out}
+    # sort-based linear quantile (torch.quantile refuses more than 2**24 values)
+    ranked = torch.sort(pool).values
+    rank = torch.tensor(1.0 - fraction, dtype=pool.dtype) * (pool.numel() - 1)
+    lo, hi = int(rank), int(torch.ceil(rank))
+    threshold = torch.lerp(ranked[lo], ranked[hi], rank - lo)
+    for members in rows.groups:
+        for i in members:
+            if rows.active[i]:
+                kept = mask[i] & (ent[i] >= threshold)
+                out[i][kept] = 1.0
+                keep[i] = bool(kept.any())
+    return {"keep": keep, "token_weights": out}
+
+
 # ---------------------------------------------------------------------------- mix
 def _softmax(values: list[float], temperature: float) -> list[float]:
     z = [v / temperature for v in values]
@@ -386,5 +411,6 @@ LOOPS = {
     "per": per,
     "diffband": diffband,
     "ar": ar,
+    "high_entropy": high_entropy,
 }
 MIXERS = ("static", "reward_gap", "dump_ucb", "tscl")

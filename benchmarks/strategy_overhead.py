@@ -129,7 +129,7 @@ TORCH_SUFFIX = "[torch]"
 SIZES = {"small": (64, 8, 1024), "medium": (256, 8, 2048), "large": (512, 16, 4096)}
 DOMAINS = ("math", "logic", "science")
 MIX_PRESETS = loops.MIXERS
-TOKEN_LEVEL = ("ar", "ar" + TORCH_SUFFIX)
+TOKEN_LEVEL = ("ar", "ar" + TORCH_SUFFIX, "high_entropy")
 REFERENCE = ("baseline",)  # no mechanism: shown, but no target applies
 MAX_MS, MAX_FUSED_RATIO = 5.0, 10.0
 
@@ -168,7 +168,12 @@ def make_tensors(prompts: int, G: int, T: int, seed: int = 0, n_pad: int = 4) ->
         domain = torch.cat([domain, domain[idx]])
     is_padding = torch.zeros(B + n_pad, dtype=torch.bool)
     is_padding[B:] = True
+    # entropies from a generator of their own (the other inputs are what they were without
+    # them), passed only to the presets that read them (`for_preset`)
+    e = torch.Generator().manual_seed(seed + 1)
+    entropies = torch.empty(mask.shape).exponential_(1.0, generator=e).mul_(mask)
     return {
+        "entropies": entropies,
         "rewards": rewards,
         "response_mask": mask,
         "advantages": advantages,
@@ -187,6 +192,14 @@ def per_response_inputs(t: dict) -> dict:
         "response_advantages": torch.where(n > 0, t["advantages"][:, 0], 0.0),
         "response_lengths": n,
     }
+
+
+def for_preset(name: str, t: dict) -> dict:
+    """``t`` as a host gives it to ``name``: with entropies only when the preset reads them
+    (hosts compute them only then)."""
+    if "entropies" in Strategy(strategy_spec(name), domains=DOMAINS).reads:
+        return t
+    return {k: v for k, v in t.items() if k != "entropies"}
 
 
 def make_batch(t: dict, step: int = 0) -> RolloutBatch:
@@ -268,6 +281,7 @@ def check_agreement(name: str, t: dict, decision, ref: dict) -> None:
 
 def agree(name: str, t: dict) -> None:
     """Fresh strategy and loop; three steps for mixers (rewards shifted per step)."""
+    t = for_preset(name, t)
     strategy = Strategy(strategy_spec(name), domains=DOMAINS, **strategy_kwargs(name))
     loop = loop_for(name)
     for k in range(3 if name in MIX_PRESETS else 1):
@@ -663,7 +677,10 @@ def run_size(
     def build_ms(t: dict) -> float:  # building the RolloutBatch (validation), 1 thread
         return statistics.median(with_threads(1, lambda: timed(lambda: lambda: make_batch(t), 3))())
 
-    build = {"token": build_ms(base), "response": build_ms(resp_inputs)}
+    build = {
+        "token": build_ms(for_preset("baseline", base)),
+        "response": build_ms(for_preset("baseline", resp_inputs)),
+    }
     print(
         f"\n== {size}: {prompts} prompts x {G} = {B} rows (4 padding), T = {T}"
         f"{f' -- UNDER LOAD: {args.load} busy processes' if loaded else ''}\n"
@@ -686,7 +703,7 @@ def run_size(
                 name,
                 size,
                 inputs,
-                t,
+                for_preset(name, t),
                 args.repeats,
                 loop_repeats,
                 (fused[1], fused_new, out, lambda: fused_pass(base, out, scale, offset)),

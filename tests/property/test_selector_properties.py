@@ -204,3 +204,21 @@ def test_segment_quantile_is_torch_quantile_bit_for_bit(values, q, dtype):
     v = torch.tensor(values, dtype=dtype)
     got = segment_quantile(v, torch.zeros(len(values), dtype=torch.int64), 1, q)[0]
     assert torch.equal(got, torch.quantile(v, q))
+
+
+@given(
+    st.lists(st.floats(0, 50, width=32), min_size=1, max_size=60),
+    st.integers(1, 4),
+    st.floats(0, 1),
+    st.integers(0, 2**31 - 1),
+)
+def test_segment_quantile_per_segment_is_torch_quantile_bit_for_bit(values, S, q, seed):
+    from dataflex_rl.core.segment import segment_quantile
+
+    v = torch.tensor(values)
+    ids = torch.randint(0, S, (len(values),), generator=torch.Generator().manual_seed(seed))
+    got = segment_quantile(v, ids, S + 1, q)  # the last segment is empty
+    for k in range(S):
+        expected = torch.quantile(v[ids == k], q) if bool((ids == k).any()) else None
+        assert torch.isnan(got[k]) if expected is None else torch.equal(got[k], expected)
+    assert torch.isnan(got[S])

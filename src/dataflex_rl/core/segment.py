@@ -458,6 +458,13 @@ def segment_quantile(values: Tensor, segment_ids: Tensor, num_segments: int, q: 
         q: the quantile, in [0, 1].
     """
     device, dtype = values.device, values.dtype
+    if num_segments == 1 and values.numel():  # one segment: two selections, no sort
+        ranks = torch.tensor(q, dtype=dtype, device=device) * (values.numel() - 1)
+        below = int(ranks)
+        above = int(torch.ceil(ranks))
+        lo = torch.kthvalue(values, below + 1).values
+        hi = lo if above == below else torch.kthvalue(values, above + 1).values
+        return torch.lerp(lo, hi, ranks - below).reshape(1)
     order = lexsort(values, segment_ids)  # by segment, then by value
     ordered = values[order]
     counts = torch.bincount(segment_ids, minlength=num_segments)
