@@ -38,8 +38,6 @@ if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when
 
 #: the driver's state file in each checkpoint folder of a host (verl, TRL)
 STATE_FILE = "dataflex_state.safetensors"
-#: what earlier versions wrote (read with ``weights_only=True`` only)
-LEGACY_STATE_FILE = "dataflex_state.pt"
 
 
 class Driver:
@@ -251,14 +249,14 @@ class Driver:
     def restore(self, folder: str | Path | None, step: int | None = None) -> None:
         """`resume` from the state file in a host's checkpoint folder (None: no checkpoint,
         a fresh start). A folder without one resumes with a fresh strategy, with a warning."""
-        names = () if folder is None else (STATE_FILE, LEGACY_STATE_FILE)
-        path = next((Path(folder) / n for n in names if (Path(folder) / n).exists()), None)
-        if folder is not None and path is None:
+        path = None if folder is None else Path(folder) / STATE_FILE
+        if path is not None and not path.exists():
             self.logger.warning(
                 "dataflex: resuming from %s without %s; the strategy starts fresh",
                 folder,
                 STATE_FILE,
             )
+            path = None
         self.resume(None if path is None else load_state(path), step)
         if path is not None:
             self.logger.info("dataflex: restored strategy state from %s", path)

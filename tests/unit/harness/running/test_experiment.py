@@ -138,7 +138,7 @@ def test_engine_is_the_default_host_and_unchanged():
     ]
     run = plan(default, "o")[0]
     assert run.python is None and run.host == "engine"
-    assert "host" not in run.identity  # engine fingerprints are what they were before hosts
+    assert run.identity["host"] == "engine"
 
 
 def test_generated_tokens_budget_reaches_the_engine_and_only_the_engine():
