@@ -63,10 +63,11 @@ def _dataflex_imports(code: str) -> list[tuple[str, str]]:
     return out
 
 
-def test_extending_docs_and_examples_import_only_the_top_level():
-    doc = (ROOT / "docs" / "extending.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
-    sources = {f"docs/extending.md block {i}": b for i, b in enumerate(blocks)}
+def test_component_docs_and_examples_import_only_the_top_level():
+    sources = {}
+    for doc in ("extending.md", "config.md"):  # the pages that show a component
+        blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / doc).read_text(), flags=re.S)
+        sources |= {f"docs/{doc} block {i}": b for i, b in enumerate(blocks)}
     for path in (EXAMPLE / "my_strategies.py", ROOT / "examples" / "minimal_grpo.py"):
         sources[str(path.relative_to(ROOT))] = path.read_text()
     seen = set()
