@@ -9,7 +9,7 @@ loss is a few lines of torch.
     dataflex-rl export policy --out exported/tiny     # the engine's warm-started tiny policy
     python examples/minimal_grpo.py --policy exported/tiny --strategy difffilter --steps 50
 
-``--strategy`` takes a preset (``dataflex-rl list``), a strategy YAML or an inline spec; try
+``--strategy`` takes a preset (``dataflex-rl list``) or a strategy YAML file; try
 ``difffilter`` (drops groups whose responses all agree), ``softmax`` (reweights by |advantage|),
 ``dump_ucb`` (mixes domains) or ``baseline`` (changes nothing). The embedded engine
 (``dataflex-rl train``) is this loop with evaluation, checkpoints and a faster sampler.
@@ -49,8 +49,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
     """`Args` from the command line: one ``--option`` per field, its help from the field."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
-        flag, help = f"--{f.name.replace('_', '-')}", f.metadata["help"]
-        p.add_argument(flag, type=type(f.default), default=f.default, help=help)
+        flag = f"--{f.name.replace('_', '-')}"
+        p.add_argument(flag, type=type(f.default), default=f.default, help=f.metadata["help"])
     return Args(**vars(p.parse_args(argv)))
 
 
