@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,20 +42,22 @@ pytestmark = pytest.mark.skipif(
     os.environ.get("DATAFLEX_RUN_SLOW") != "1", reason="slow: set DATAFLEX_RUN_SLOW=1"
 )
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
 from dataflex_rl.core.registry import ConfigError  # noqa: E402
 from dataflex_rl.harness.running.compare import run_compare  # noqa: E402
 from dataflex_rl.harness.running.experiment import load_experiment  # noqa: E402
-from tests.integration.cluster_engine import HELD  # noqa: E402
+from tests.integration.cluster_engine import (  # noqa: E402
+    DEADLINE,
+    HELD,
+    calls,
+    dead,
+    held,
+    hold,
+    until,
+)
+from tests.integration.ray_cluster import STORE, add_node, raylet, start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-#: seconds a wait on a condition may take before the test fails: generous, since every wait
-#: ends as soon as its condition holds
-DEADLINE = 600.0
-#: the smallest object store Ray accepts is ~75 MiB; a run's task passes a few KB
-STORE = 80 * 1024 * 1024
 EXPERIMENT = """\
 name: cluster
 executor: ray
@@ -71,41 +72,15 @@ RUNS = [f"{m}-seed{s}" for s in (0, 1) for m in ("baseline", "dump_ucb")]
 COMPARED = ("results.csv", "statistics.csv", "proportions.csv")
 
 
-def until(condition, timeout: float = DEADLINE) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie is not running)."""
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except (ProcessLookupError, OSError):
-        return True
-
-
-def dead(pid: int) -> bool:
-    return until(lambda: gone(pid), 60.0)
-
-
-def raylet(node) -> int:
-    return node.all_processes[ray._private.ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
-
-
 class Nodes:
     """The cluster's worker nodes (1 CPU each): `ensure` tops them up to two."""
 
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster):
         self.cluster = cluster
 
     def ensure(self, n: int = 2) -> list:
         while len(self.cluster.worker_nodes) < n:
-            self.cluster.add_node(num_cpus=1, object_store_memory=STORE)
+            add_node(self.cluster)
         self.cluster.wait_for_nodes()
         assert until(lambda: ray.cluster_resources().get("CPU") == n, 60.0)
         return list(self.cluster.worker_nodes)
@@ -116,11 +91,7 @@ class Nodes:
 
 @pytest.fixture(scope="module")
 def cluster():
-    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
-    c = Cluster(initialize_head=True, head_node_args=head)
-    # Cluster writes its address where a plain ray.init() of any process on this machine
-    # would join it; every driver here names the address
-    ray._common.utils.reset_ray_address()
+    c = start()
     ray.init(address=c.address, log_to_driver=False, configure_logging=False)
     try:
         yield c
@@ -157,13 +128,6 @@ def assert_same_results(out: Path, local: Path) -> None:
         assert (out / name).read_bytes() == (local / name).read_bytes(), name
 
 
-def hold(out: Path, name: str = "all") -> Path:
-    (out / "hold").mkdir(parents=True, exist_ok=True)
-    path = out / "hold" / name
-    path.touch()
-    return path
-
-
 def driver(exp: Path, out: Path, address: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.cluster_engine", str(exp), str(out), address],
@@ -181,17 +145,6 @@ def finish(proc: subprocess.Popen) -> str:
     return output
 
 
-def held(out: Path, name: str, n: int, proc: subprocess.Popen) -> dict:
-    """The ``n``-th hold of run ``name`` (cluster_engine.py), once it is held; fails at once if
-    the driver exits first."""
-    path = out / "held" / f"{name}.{n}"
-    until(lambda: path.exists() or proc.poll() is not None)
-    if not path.exists():
-        proc.kill()
-        raise AssertionError(f"waiting for {path}: {proc.communicate()[0][-3000:]}")
-    return json.loads(path.read_text())
-
-
 def held_now(out: Path, count: int, proc: subprocess.Popen) -> dict[str, dict]:
     """Once ``count`` runs are held: run name -> its first hold."""
     folder = out / "held"
@@ -206,12 +159,6 @@ def held_now(out: Path, count: int, proc: subprocess.Popen) -> dict[str, dict]:
 def done_of(out: Path, name: str) -> dict:
     label, seed = name.rsplit("-", 1)
     return json.loads((out / "runs" / label / seed / "done.json").read_text())
-
-
-def calls(out: Path, name: str) -> list[tuple[bool, int]]:
-    """(resumed, raylet) of each process of run ``name``, in order."""
-    lines = (out / "calls.jsonl").read_text().splitlines()
-    return [(c["resumed"], c["raylet"]) for c in map(json.loads, lines) if c["run"] == name]
 
 
 def test_a_node_lost_mid_run_resumes_its_run_on_another_node(cluster, nodes, local_study, tmp_path):
