@@ -20,7 +20,11 @@ executor hold:
   (Ray kills the worker; the run dies with it); a compare killed outright is a dead Ray driver,
   whose tasks Ray kills;
 - a task whose node or worker process dies (not the run: its own failure is a record) is
-  retried once by Ray (``max_retries=1``), resuming from the run's last checkpoint.
+  retried once by Ray (``max_retries=1``), resuming from the run's last checkpoint; lost again,
+  the run is reported failed with Ray's error and `LOST_NOTE` (a rerun continues it).
+
+Each of these is tested on a cluster of several nodes on one machine
+(tests/integration/test_ray_cluster.py, docs/cluster.md).
 
 The connection is opened on entering the executor (``with``) and closed on leaving it; a local
 cluster started for it (no ``--address`` and no ``RAY_ADDRESS``) is shut down with it. In a
