@@ -12,12 +12,12 @@ import copy
 
 import pytest
 
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.data import tasks_from_config
-from dataflex_rl.engine.policy import load_policy
-from dataflex_rl.engine.run import run_training
-from dataflex_rl.engine.trainer import EmbeddedTrainer
 from dataflex_rl.harness.replay.replay import read_log, replay
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.data import tasks_from_config
+from dataflex_rl.hosts.engine.policy import load_policy
+from dataflex_rl.hosts.engine.run import run_training
+from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 from dataflex_rl.presets import PRESETS
 
 MIX = {n for n, p in PRESETS.items() if "mix" in p.spec}

@@ -29,14 +29,14 @@ import yaml
 from dataflex_rl.core import io as dio
 from dataflex_rl.core.io import DirectoryLock, LockedError, atomic_write_json
 from dataflex_rl.core.statefile import StateFileError, load_state_file, save_state_file
-from dataflex_rl.engine import checkpoint as ckpt
-from dataflex_rl.engine.checkpoint import CheckpointError, checkpoint_dirs, load_checkpoint
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.run import run_training
-from dataflex_rl.engine.runlog import read_metrics
 from dataflex_rl.harness.running.compare import run_compare
 from dataflex_rl.harness.statistics.results import Row, write_results_csv
 from dataflex_rl.hosts.common.state import load_state, save_state
+from dataflex_rl.hosts.engine import checkpoint as ckpt
+from dataflex_rl.hosts.engine.checkpoint import CheckpointError, checkpoint_dirs, load_checkpoint
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.run import run_training
+from dataflex_rl.hosts.engine.runlog import read_metrics
 from tests.integration import fault_engine as fe
 
 ROOT = Path(__file__).resolve().parents[2]
