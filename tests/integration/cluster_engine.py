@@ -2,7 +2,7 @@
 cluster of several nodes (test_ray_cluster.py, tests/hosts_trl/test_trl_cluster.py), and their
 ``compare`` driver.
 
-* `held_training` (`HELD`): the engine's ``engine.run.run_training`` itself, and
+* `held_training` (`HELD`): the engine's ``hosts.engine.run.run_training`` itself, and
   `held_trl_training` (`HELD_TRL`, in TRL's Python) the TRL host's ``run_training`` itself,
   except that after each checkpoint the run saves, while ``<study>/hold/all`` or
   ``<study>/hold/<label>-seed<s>`` exists, it writes ``<study>/held/<label>-seed<s>.<n>`` (n:
@@ -78,7 +78,7 @@ def _raylet() -> int:
 
 
 def held_training(config, strategy, *, seed, steps, out_dir, resume, progress):
-    from dataflex_rl.engine import run
+    from dataflex_rl.hosts.engine import run
 
     hold, save = Hold(out_dir, resume), run.save_checkpoint
 
