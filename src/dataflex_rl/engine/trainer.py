@@ -44,7 +44,7 @@ from dataflex_rl.engine.data import (
 from dataflex_rl.engine.evaluation import evaluate
 from dataflex_rl.engine.noise import derive_seed, row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
-from dataflex_rl.engine.sampler import Rollout, sample_groups
+from dataflex_rl.engine.sampler import Rollout, concat_rollouts, sample_groups
 from dataflex_rl.engine.taskio import dataset_identity, domain_names, score
 from dataflex_rl.engine.update import Learner
 from dataflex_rl.hosts.common.driver import Driver
@@ -180,8 +180,9 @@ class EmbeddedTrainer:
 
         The driver draws ``prompts_per_step`` problems (with pre-rollout, rounds of
         ``candidate_factor`` x the missing ones per domain, for at most ``max_draw_rounds``
-        rounds; then the batch stays short); the engine generates and scores them, the
-        driver decides, and the engine updates the policy with the decision.
+        rounds; then the batch stays short); the engine generates and scores them (with
+        ``refill``, then refill rounds: `_refill`), the driver decides on every generated
+        group, and the engine updates the policy with the decision.
         """
         t0 = time.perf_counter()
         step = self.step
@@ -201,6 +202,13 @@ class EmbeddedTrainer:
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         g = self.config.grpo
         batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
+        if self.driver.strategy.refill_rounds:
+            (rollout, rewards, problems, domain_idx, batch, t_more) = self._refill(
+                step, rollout, rewards, problems, domain_idx, batch, metrics
+            )
+            t_gen, t_rew = t_gen + t_more[0], t_rew + t_more[1]
+            # the refill draws' probe passes too (their counts add up in the driver)
+            probe_tokens = self.driver.pending.get("dataflex/prerollout/probe_tokens", 0.0)
         self._cost(float(rollout.num_tokens), audit_tokens, probe_tokens, metrics, batch)
         t1 = time.perf_counter()
         decision = self._decide(batch, t_gen, metrics)
@@ -225,6 +233,35 @@ class EmbeddedTrainer:
         )
         self.step += 1
         return metrics
+
+    def _refill(self, step, rollout, rewards, problems, domain_idx, batch, metrics):
+        """Refill rounds (`Driver.refill`): the groups the selector drops are replaced by new
+        draws, generated and scored here, until ``prompts_per_step`` groups are kept or the
+        strategy's ``refill.max_rounds`` ran. Returns the step's rollout, rewards, problems,
+        domain ids and batch over every round, and the rounds' (generate, reward) seconds."""
+        g = self.config.grpo
+        parts = [(rollout, rewards)]
+        problems, domain_idx = list(problems), list(domain_idx)
+        seconds = [0.0, 0.0]
+
+        def generate(items: list, doms: list[int], _round: int) -> RolloutBatch:
+            r, rew, t_gen, t_rew = self._rollout(items, step, before=problems)
+            seconds[0] += t_gen
+            seconds[1] += t_rew
+            parts.append((r, rew))
+            problems.extend(items)
+            domain_idx.extend(doms)
+            return grpo_batch(r, rew, items, doms, self.domains, step, g)
+
+        _, refill = self.driver.refill(g.prompts_per_step, step, batch, generate)
+        metrics.update(refill)
+        if len(parts) == 1:
+            return rollout, rewards, problems, domain_idx, batch, seconds
+        rollout = concat_rollouts([r for r, _ in parts], self.policy.tokenizer.pad_id)
+        rewards = torch.cat([rew for _, rew in parts])
+        batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
+        metrics["engine/prompts_generated"] = float(len(problems))
+        return rollout, rewards, problems, domain_idx, batch, seconds
 
     def _audit(self, step: int, metrics: dict) -> float:
         """Generate the prompts the skip policy audits (skipped, generated anyway, not trained
@@ -277,13 +314,19 @@ class EmbeddedTrainer:
                 )
         return decision
 
-    def _rollout(self, problems: list, step: int) -> tuple[Rollout, torch.Tensor, float, float]:
-        """Generate G responses per problem (keyed noise) and score them."""
+    def _rollout(
+        self, problems: list, step: int, before: list = ()
+    ) -> tuple[Rollout, torch.Tensor, float, float]:
+        """Generate G responses per problem (keyed noise) and score them. ``before``: the
+        problems generated earlier in the step (refill rounds): a prompt drawn again gets
+        the noise of its next occurrence."""
         g = self.config.grpo
         tok = self.policy.tokenizer
         t0 = time.perf_counter()
         ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
-        keys = row_keys(self.noise_base, step, [p.key for p in problems], g.group_size)
+        keys = row_keys(self.noise_base, step, [p.key for p in [*before, *problems]], g.group_size)[
+            len(before) * g.group_size :
+        ]
         rollout = sample_groups(
             self.policy.model,
             ids,
