@@ -109,6 +109,12 @@ class RefillOptions:
     max_rounds: int = param(
         4, "refill rounds at most after the step's first generation (>= 1)", ge=1
     )
+    overdraw: bool = param(
+        False,
+        "draw the expected count that fills the step (missing groups / the share of the "
+        "step's groups kept so far, at most prompts_per_step) instead of exactly the missing "
+        "ones; groups past the step's last needed one are generated, not trained on",
+    )
 
 
 _SECTION = "a preset name or a mapping"
@@ -133,7 +139,7 @@ class StrategyFile:
     refill: dict | None = param(
         None,
         "dynamic sampling: replace the groups the selector drops with new draws "
-        "(a mapping: max_rounds)",
+        "(a mapping: max_rounds, overdraw)",
     )
 
 
@@ -202,9 +208,10 @@ class RefillSpec:
     """The ``refill`` section, validated (`RefillOptions`)."""
 
     max_rounds: int = 4
+    overdraw: bool = False
 
     def to_dict(self) -> dict:
-        return {"max_rounds": self.max_rounds}
+        return {"max_rounds": self.max_rounds, "overdraw": self.overdraw}
 
 
 @dataclass(frozen=True)
@@ -392,7 +399,8 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
     refill = None
     if value.get("refill") is not None:
         where_refill = key_path(where, "refill")
-        refill = RefillSpec(validate(RefillOptions, value["refill"], where_refill).max_rounds)
+        options = validate(RefillOptions, value["refill"], where_refill)
+        refill = RefillSpec(options.max_rounds, options.overdraw)
         check_refill_selector(parts.get("select"), where_refill)
     return StrategySpec(name=name, description=description, refill=refill, **parts)
 

@@ -315,6 +315,12 @@ class Strategy:
         refill)."""
         return 0 if self.spec.refill is None else self.spec.refill.max_rounds
 
+    @property
+    def refill_overdraw(self) -> bool:
+        """Whether refill rounds draw the expected count that fills the step
+        (``refill.overdraw``) rather than exactly the missing groups."""
+        return self.spec.refill is not None and self.spec.refill.overdraw
+
     def groups_kept(self, batch: RolloutBatch) -> Tensor:
         """[G] bool: the groups the selector keeps in ``batch`` (present groups only), what a
         refilling host counts after each generation round. Pure: no state moves, nothing is

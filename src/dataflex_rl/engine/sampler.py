@@ -216,3 +216,19 @@ def concat_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> Rollout:
         prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rollouts, offsets.tolist())]),
         finished=torch.cat([r.finished for r in rollouts]),
     )
+
+
+def first_groups(rollout: Rollout, m: int) -> Rollout:
+    """The first ``m`` prompts' groups of ``rollout`` (rows are grouped by prompt)."""
+    if m == rollout.prompt_ids.shape[0]:
+        return rollout
+    rows = m * rollout.group_size
+    return Rollout(
+        prompt_ids=rollout.prompt_ids[:m],
+        prompt_mask=rollout.prompt_mask[:m],
+        response_ids=rollout.response_ids[:rows],
+        response_mask=rollout.response_mask[:rows],
+        old_log_probs=rollout.old_log_probs[:rows],
+        prompt_index=rollout.prompt_index[:rows],
+        finished=rollout.finished[:rows],
+    )

@@ -44,7 +44,7 @@ from dataflex_rl.engine.data import (
 from dataflex_rl.engine.evaluation import evaluate
 from dataflex_rl.engine.noise import derive_seed, row_keys
 from dataflex_rl.engine.policy import Policy, load_policy, parameter_hash
-from dataflex_rl.engine.sampler import Rollout, concat_rollouts, sample_groups
+from dataflex_rl.engine.sampler import Rollout, concat_rollouts, first_groups, sample_groups
 from dataflex_rl.engine.taskio import dataset_identity, domain_names, score
 from dataflex_rl.engine.update import Learner
 from dataflex_rl.hosts.common.driver import Driver
@@ -202,14 +202,15 @@ class EmbeddedTrainer:
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         g = self.config.grpo
         batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
+        generated = float(rollout.num_tokens)
         if self.driver.strategy.refill_rounds:
-            (rollout, rewards, problems, domain_idx, batch, t_more) = self._refill(
+            (rollout, rewards, problems, domain_idx, batch, generated, t_more) = self._refill(
                 step, rollout, rewards, problems, domain_idx, batch, metrics
             )
             t_gen, t_rew = t_gen + t_more[0], t_rew + t_more[1]
             # the refill draws' probe passes too (their counts add up in the driver)
             probe_tokens = self.driver.pending.get("dataflex/prerollout/probe_tokens", 0.0)
-        self._cost(float(rollout.num_tokens), audit_tokens, probe_tokens, metrics, batch)
+        self._cost(generated, audit_tokens, probe_tokens, metrics, batch)
         t1 = time.perf_counter()
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
@@ -222,6 +223,7 @@ class EmbeddedTrainer:
             )
         )
         metrics.update(reward_metrics(rewards, domain_idx, rollout, self.domains))
+        metrics["engine/tokens_generated"] = generated  # refill groups not trained on too
         metrics.update(
             {
                 "time/generate_s": t_gen,
@@ -238,30 +240,39 @@ class EmbeddedTrainer:
         """Refill rounds (`Driver.refill`): the groups the selector drops are replaced by new
         draws, generated and scored here, until ``prompts_per_step`` groups are kept or the
         strategy's ``refill.max_rounds`` ran. Returns the step's rollout, rewards, problems,
-        domain ids and batch over every round, and the rounds' (generate, reward) seconds."""
+        domain ids and batch over every round (groups past the step's last needed one left
+        out: generated, counted in the cost, not trained on), the generated tokens of every
+        round, and the rounds' (generate, reward) seconds."""
         g = self.config.grpo
-        parts = [(rollout, rewards)]
-        problems, domain_idx = list(problems), list(domain_idx)
+        rounds: list[tuple] = []
         seconds = [0.0, 0.0]
+        before = list(problems)
 
         def generate(items: list, doms: list[int], _round: int) -> RolloutBatch:
-            r, rew, t_gen, t_rew = self._rollout(items, step, before=problems)
+            r, rew, t_gen, t_rew = self._rollout(items, step, before=before)
             seconds[0] += t_gen
             seconds[1] += t_rew
-            parts.append((r, rew))
-            problems.extend(items)
-            domain_idx.extend(doms)
+            rounds.append((r, rew, items, doms))
+            before.extend(items)
             return grpo_batch(r, rew, items, doms, self.domains, step, g)
 
-        _, refill = self.driver.refill(g.prompts_per_step, step, batch, generate)
+        _, taken, refill = self.driver.refill(g.prompts_per_step, step, batch, generate)
         metrics.update(refill)
-        if len(parts) == 1:
-            return rollout, rewards, problems, domain_idx, batch, seconds
-        rollout = concat_rollouts([r for r, _ in parts], self.policy.tokenizer.pad_id)
-        rewards = torch.cat([rew for _, rew in parts])
+        tokens = float(rollout.num_tokens) + sum(float(r.num_tokens) for r, *_ in rounds)
+        if not rounds:
+            return rollout, rewards, problems, domain_idx, batch, tokens, seconds
+        parts, rews = [rollout], [rewards]
+        problems, domain_idx = list(problems), list(domain_idx)
+        for (r, rew, items, doms), use in zip(rounds, taken):
+            parts.append(first_groups(r, use))
+            rews.append(rew[: use * g.group_size])
+            problems += items[:use]
+            domain_idx += doms[:use]
+        rollout = concat_rollouts(parts, self.policy.tokenizer.pad_id)
+        rewards = torch.cat(rews)
         batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
-        metrics["engine/prompts_generated"] = float(len(problems))
-        return rollout, rewards, problems, domain_idx, batch, seconds
+        metrics["engine/prompts_generated"] = float(len(before))
+        return rollout, rewards, problems, domain_idx, batch, tokens, seconds
 
     def _audit(self, step: int, metrics: dict) -> float:
         """Generate the prompts the skip policy audits (skipped, generated anyway, not trained

@@ -117,3 +117,23 @@ def test_refill_composes_with_mixing_and_prerollout(tasks, monkeypatch):
     assert sum(rounds) > 0 and len(domains) > 3 * 4  # refills ran
     assert set(domains) == {0}  # every draw, refills included, from the only domain mixed in
     assert m["dataflex/prerollout/candidates"] >= m["engine/prompts_generated"]
+
+
+def test_overdraw_trains_on_the_groups_up_to_the_last_needed_one(tasks, monkeypatch):
+    # 4 prompts, 1 with signal: overdraw asks 3 x 4 / 1 = 12, at most 4; all 4 have signal,
+    # the step needs 3: it trains on 4 + 3 groups, the 4th refill group is generated only
+    score, calls = planted([1, 4])
+    monkeypatch.setattr(trainer_module, "score", score)
+    spec = {"name": "o", "select": "dapo", "refill": {"max_rounds": 3, "overdraw": True}}
+    tr = make_trainer(tasks, spec)
+    seen = []
+    decide = tr.driver.strategy.decide
+    tr.driver.strategy.decide = lambda b: seen.append(b.num_groups) or decide(b)
+    m = tr.train_step()
+    assert [len(c) for c in calls] == [16, 16] and seen == [7]
+    assert m[R + "discarded"] == 1.0 and m[R + "full"] == 1.0 and m[R + "groups_kept"] == 4.0
+    assert m["engine/prompts_generated"] == 8.0
+    # the discarded group's tokens are generation cost all the same
+    assert m["engine/generation_cost_tokens"] == m["engine/tokens_generated"]
+    # (4 discarded rows of >= 1 token each beyond the 28 trained rows)
+    assert m["engine/tokens_generated"] >= m["train/response_length"] * 28 + 4 - 1e-3

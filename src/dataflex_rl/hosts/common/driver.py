@@ -166,21 +166,22 @@ class Driver:
 
     def refill(
         self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
-    ) -> tuple[list[RolloutBatch], dict[str, float]]:
+    ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
         """Refill rounds for ``step`` (`run_refill`; the strategy refills): the groups the
         selector drops in ``first`` are replaced by prompts drawn from the intake, generated
-        by ``generate``. Returns (the rounds' batches, the ``dataflex/refill/`` metrics); the
-        metrics also go with the step's decision (and its decision log row). The host then
-        decides once on every group the step generated."""
+        by ``generate``. Returns (the rounds' batches, how many leading groups of each the
+        step uses, the ``dataflex/refill/`` metrics); the metrics also go with the step's
+        decision (and its decision log row). The host then decides once on every group the
+        step uses: the first generation's and the rounds' leading ones."""
 
         def draw(k: int) -> tuple[list, list[int]]:
             items, domain_ids, _ = self.draw(k, step)
             return items, domain_ids
 
-        batches, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
+        batches, taken, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
         if self._drawn is not None and self._drawn[0] == step:
             self._drawn[2].update(metrics)
-        return batches, metrics
+        return batches, taken, metrics
 
     @property
     def audited(self) -> tuple[list, list[int]]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import torch
-
 from dataflex_rl.core.batch import RolloutBatch
 
 REFILL = "dataflex/refill/"
@@ -41,8 +39,14 @@ def run_refill(
     first: RolloutBatch,
     generate: Generate,
     granule: int = 1,
-) -> tuple[list[RolloutBatch], dict[str, float]]:
+) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
     """The refill rounds of one step.
+
+    Each round draws the missing kept groups, ``n - kept``; with ``refill.overdraw``, the
+    count expected to fill the step, ``ceil(missing x generated / kept)`` over the step's
+    groups so far (``n`` when none was kept yet), at most ``n``; either rounded up to a
+    multiple of ``granule``. A round that fills the step keeps its groups up to the one that
+    holds the ``n``-th kept group; the rest were generated, not trained on (``discarded``).
 
     Args:
         strategy: the `Strategy` (``refill_rounds`` > 0; its ``groups_kept``).
@@ -52,36 +56,48 @@ def run_refill(
         first: the step's first generation, scored.
         generate: the host's generation of a round (`Generate`).
         granule: each round draws a multiple of this many prompts (a host whose processes
-            must generate equal shares); the rounds may then keep more than ``n`` groups, and
-            the host trains on the first ``n``.
+            must generate equal shares).
 
     Returns:
-        (the refill rounds' batches, in order; metrics under ``dataflex/refill/``):
-        ``rounds`` (refill rounds run), ``prompts_drawn`` (their prompts), ``groups_kept``
-        (kept groups over all rounds, at most ``n``), ``missing`` (``n`` minus that),
-        ``full`` (1 when the step reached ``n`` kept groups), ``groups_generated`` (groups
-        generated in the step), ``overgeneration`` (that / ``n``), ``zero_variance_before``
-        (zero-variance share of the first generation's groups) and ``zero_variance_after``
-        (share of the step's ``n`` slots without a kept group that has signal).
+        (the refill rounds' batches, in order; how many leading groups of each the step
+        trains on; metrics under ``dataflex/refill/``): ``rounds`` (refill rounds run),
+        ``prompts_drawn`` (their prompts), ``groups_kept`` (kept groups in the step, at
+        most ``n``), ``missing`` (``n`` minus that), ``full`` (1 when the step reached ``n``
+        kept groups), ``groups_generated`` (groups generated in the step), ``discarded``
+        (generated past the ``n``-th kept group: not in the step's batch),
+        ``overgeneration`` (generated / ``n``), ``zero_variance_before`` (zero-variance
+        share of the first generation's groups) and ``zero_variance_after`` (share of the
+        step's ``n`` slots without a kept group that has signal).
     """
     kept_first = strategy.groups_kept(first)
     kept = int(kept_first.sum())
     signal = int((kept_first & (first.group_std > 0)).sum())
     zero, groups = zero_variance(first)
     batches: list[RolloutBatch] = []
-    drawn = 0
+    taken: list[int] = []
+    drawn = discarded = 0
     while kept < n and len(batches) < strategy.refill_rounds:
-        want = math.ceil((n - kept) / granule) * granule
-        items, domain_ids = draw(want)
+        missing = n - kept
+        want = missing
+        if strategy.refill_overdraw:
+            want = min(math.ceil(missing * groups / kept), n) if kept else n
+        items, domain_ids = draw(math.ceil(want / granule) * granule)
         if not items:
             break
         batch = generate(items, domain_ids, len(batches) + 1)
-        batches.append(batch)
-        drawn += len(items)
         k = strategy.groups_kept(batch)
+        use = int(k.shape[0])
+        if int(k.sum()) >= missing:  # the missing-th kept group ends what the step uses
+            use = int((k.cumsum(0) == missing).nonzero()[0]) + 1
+            k = k[:use]
+        batches.append(batch)
+        taken.append(use)
+        drawn += len(items)
+        present = batch.group_size > 0
+        discarded += int(present[use:].sum())
         kept += int(k.sum())
-        signal += int((k & (batch.group_std > 0)).sum())
-        groups += int((batch.group_size > 0).sum())
+        signal += int((k & (batch.group_std[:use] > 0)).sum())
+        groups += int(present.sum())
     metrics = {
         REFILL + "rounds": float(len(batches)),
         REFILL + "prompts_drawn": float(drawn),
@@ -89,14 +105,9 @@ def run_refill(
         REFILL + "missing": float(max(n - kept, 0)),
         REFILL + "full": float(kept >= n),
         REFILL + "groups_generated": float(groups),
+        REFILL + "discarded": float(discarded),
         REFILL + "overgeneration": groups / n if n else 0.0,
         REFILL + "zero_variance_before": zero / max(int((first.group_size > 0).sum()), 1),
         REFILL + "zero_variance_after": 1.0 - min(signal, n) / n if n else 0.0,
     }
-    return batches, metrics
-
-
-def first_kept_groups(kept_per_group: torch.Tensor, n: int) -> torch.Tensor:
-    """[G] bool: the first ``n`` kept groups in order (what a host that over-drew trains
-    on)."""
-    return kept_per_group & (kept_per_group.cumsum(0) <= n)
+    return batches, taken, metrics

@@ -12,7 +12,7 @@ from dataflex_rl.core.spec import parse_strategy
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import Intake
-from dataflex_rl.hosts.common.refill import REFILL, first_kept_groups, run_refill
+from dataflex_rl.hosts.common.refill import REFILL, run_refill
 
 R = REFILL
 ROWS = ["a"] * 8 + ["b"] * 4  # static proportions 2/3, 1/3 (the pools' sizes)
@@ -47,16 +47,16 @@ def loop(strategy, n, first, outcomes, granule=1):
         signal = (outcomes[rnd - 1] + [False] * len(items))[: len(items)]
         return groups(signal)
 
-    batches, metrics = run_refill(strategy, draw, n, first, generate, granule)
-    return asked, batches, metrics
+    batches, taken, metrics = run_refill(strategy, draw, n, first, generate, granule)
+    return asked, (batches, taken), metrics
 
 
 def test_round_two_draws_exactly_the_dropped_groups_and_the_limit_stops_it():
     # 4 groups, 2 zero-variance: round 1 draws 2 and keeps 1; round 2 draws 1, keeps none;
     # round 3 draws 1, keeps none; the limit (3) stops the step 1 group short
     s = Strategy(dapo(3))
-    asked, batches, m = loop(s, 4, groups([True, True, False, False]), [[True], [], []])
-    assert asked == [2, 1, 1] and len(batches) == 3
+    asked, (batches, taken), m = loop(s, 4, groups([True, True, False, False]), [[True], [], []])
+    assert asked == [2, 1, 1] and len(batches) == 3 and taken == [2, 1, 1]
     assert m == {
         R + "rounds": 3.0,
         R + "prompts_drawn": 4.0,
@@ -64,6 +64,7 @@ def test_round_two_draws_exactly_the_dropped_groups_and_the_limit_stops_it():
         R + "missing": 1.0,
         R + "full": 0.0,
         R + "groups_generated": 8.0,
+        R + "discarded": 0.0,
         R + "overgeneration": 2.0,  # 8 groups generated for 4
         R + "zero_variance_before": 0.5,
         R + "zero_variance_after": 0.25,  # 1 slot of 4 holds no group with signal
@@ -80,15 +81,31 @@ def test_a_full_batch_stops_refilling():
     assert asked == [] and m[R + "rounds"] == 0.0 and m[R + "overgeneration"] == 1.0
 
 
-def test_a_granule_rounds_each_draw_up_and_the_host_trains_on_the_first_n():
-    # 3 missing, granule 2: 4 drawn; all 4 kept -> 5 kept of 4 wanted, the host keeps 4
+def test_a_granule_rounds_each_draw_up_and_the_step_ends_at_its_last_kept_group():
+    # 3 missing, granule 2: 4 drawn, kept: yes, no, yes, yes -> the 3rd kept group is the
+    # round's 4th: the step uses 4 groups; then kept yes, yes, yes, no -> uses 3, discards 1
     s = Strategy(dapo(2))
-    asked, batches, m = loop(s, 4, groups([True, False, False, False]), [[True] * 4], granule=2)
-    assert asked == [4] and m[R + "groups_kept"] == 4.0 and m[R + "full"] == 1.0
-    kept = torch.cat(
-        [s.groups_kept(groups([True, False, False, False])), s.groups_kept(batches[0])]
-    )
-    assert first_kept_groups(kept, 4).tolist() == [True, False, False, False] + [True] * 3 + [False]
+    first = groups([True, False, False, False])
+    asked, (_, taken), m = loop(s, 4, first, [[True, False, True, True]], granule=2)
+    assert asked == [4] and taken == [4] and m[R + "discarded"] == 0.0
+    asked, (_, taken), m = loop(s, 4, first, [[True, True, True]], granule=2)
+    assert asked == [4] and taken == [3] and m[R + "discarded"] == 1.0
+    assert m[R + "groups_kept"] == 4.0 and m[R + "full"] == 1.0 and m[R + "groups_generated"] == 8
+
+
+def test_overdraw_draws_the_count_expected_to_fill_the_step():
+    # 8 groups, 2 kept: 6 missing x 8 generated / 2 kept = 24, at most 8 -> 8; then kept 2
+    # of those: 4 of 16 generated kept, 4 missing x 16 / 4 = 16 -> 8
+    s = Strategy({"select": "dapo", "refill": {"max_rounds": 2, "overdraw": True}})
+    first = groups([True, True] + [False] * 6)
+    asked, _, m = loop(s, 8, first, [[True, True], [True] * 8])
+    assert asked == [8, 8] and m[R + "full"] == 1.0 and m[R + "discarded"] == 4.0
+    # nothing kept yet: a whole batch
+    asked, _, _ = loop(s, 4, groups([False] * 4), [[True] * 4])
+    assert asked == [4]
+    # exact draws (the default) ask for the 6 missing
+    asked, _, _ = loop(Strategy(dapo(1)), 8, first, [[]])
+    assert asked == [6]
 
 
 def test_difffilter_band_refills_what_it_drops():
@@ -153,7 +170,7 @@ def test_the_driver_refills_through_the_intake_with_the_mix_and_the_skip_policy(
         seen.append((list(items), list(doms)))
         return groups([False] * len(items), step=1)
 
-    _, m = d.refill(3, 1, groups([False] * len(first_rows), step=1), generate)
+    _, _, m = d.refill(3, 1, groups([False] * len(first_rows), step=1), generate)
     assert m[R + "rounds"] == 2.0 and [len(i) for i, _ in seen] == [3, 3]
     drawn = first_rows + [r for items, _ in seen for r in items]
     assert not set(drawn) & set(solved)
