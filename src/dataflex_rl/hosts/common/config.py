@@ -130,8 +130,8 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
 
 
 def uses_intake(spec: StrategySpec) -> bool:
-    """Whether the strategy draws the host's prompts (mix, prerollout or refill)."""
-    return spec.mix is not None or spec.prerollout is not None or spec.refill is not None
+    """Whether the strategy acts before generation (mix or prerollout)."""
+    return spec.mix is not None or spec.prerollout is not None
 
 
 def acts_on_loss(spec: StrategySpec) -> bool:
