@@ -33,7 +33,8 @@ _P = [
     Preset(
         "dapo",
         "dynamic sampling: drop groups whose rewards are all equal (zero variance: no GRPO "
-        "signal) and refill the batch with new prompts, up to 4 refill rounds per step",
+        "signal) and refill the batch with new prompts (as many per round as expected to fill "
+        "it), up to 4 refill rounds per step",
         "Yu et al. 2025, DAPO: an open-source LLM reinforcement learning system at scale "
         "(dynamic sampling)",
         {
@@ -41,7 +42,7 @@ _P = [
                 "scorer": "reward_std",
                 "actuator": {"name": "band", "low": 0.0, "high": None, "inclusive": False},
             },
-            "refill": {"max_rounds": 4},
+            "refill": {"max_rounds": 4, "overdraw": True},
         },
     ),
     Preset(
