@@ -31,7 +31,8 @@ def test_shipped_experiment_loads(path):
 
 def test_paper13_has_the_papers_configurations():
     exp = load_experiment(ROOT / "configs" / "experiments" / "paper13.yaml")
-    assert exp.labels == list(PRESETS)  # the 13 presets, in the paper's order
+    # the paper's 13 presets, in its order (presets beyond it are registered after them)
+    assert exp.labels == list(PRESETS)[:13]
     assert len(exp.labels) == 13
     assert list(exp.engine_config().tasks.domains) == ["math", "logic", "science"]
 
