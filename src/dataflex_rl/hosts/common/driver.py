@@ -31,6 +31,7 @@ from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
 from dataflex_rl.hosts.common.config import HostConfig, HostSettings
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
+from dataflex_rl.hosts.common.refill import Generate, run_refill
 from dataflex_rl.hosts.common.state import load_state, save_state
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -160,6 +161,25 @@ class Driver:
         before = self._drawn[2] if self._drawn is not None and self._drawn[0] == step else {}
         self._drawn = (step, target, add_counts(dict(before), metrics))
         return items, domain_ids, metrics
+
+    def refill(
+        self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
+    ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
+        """Refill rounds for ``step`` (`run_refill`; the strategy refills): the groups the
+        selector drops in ``first`` are replaced by prompts drawn from the intake, generated
+        by ``generate``. Returns (the rounds' batches, how many leading groups of each the
+        step uses, the ``dataflex/refill/`` metrics); the metrics also go with the step's
+        decision (and its decision log row). The host then decides once on every group the
+        step uses: the first generation's and the rounds' leading ones."""
+
+        def draw(k: int) -> tuple[list, list[int]]:
+            items, domain_ids, _ = self.draw(k, step)
+            return items, domain_ids
+
+        batches, taken, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
+        if self._drawn is not None and self._drawn[0] == step:
+            self._drawn[2].update(metrics)
+        return batches, taken, metrics
 
     @property
     def audited(self) -> tuple[list, list[int]]:
