@@ -58,19 +58,6 @@ _P = [
             }
         },
     ),
-    Preset(
-        "high_entropy",
-        "policy gradient only on the top 20% highest-entropy tokens of the batch (the "
-        "policy's entropy at each response token)",
-        "Wang et al. 2025, Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "
-        "Effective RL for LLM Reasoning (arXiv 2506.01939)",
-        {
-            "select": {
-                "scorer": "token_entropy",
-                "actuator": {"name": "top_tokens", "fraction": 0.2, "scope": "batch"},
-            }
-        },
-    ),
     # --- reweight
     Preset(
         "softmax",
@@ -157,6 +144,35 @@ _P = [
                 "actuator": {"name": "softmax", "temperature": 0.01, "floor": 0.05},
                 "warmup_steps": 5,
                 "every": 5,
+            }
+        },
+    ),
+    # --- beyond the seed paper
+    Preset(
+        "dapo",
+        "dynamic sampling: drop groups whose rewards are all equal (zero variance: no GRPO "
+        "signal) and refill the batch with new prompts (as many per round as expected to fill "
+        "it), up to 4 refill rounds per step",
+        "Yu et al. 2025, DAPO: an open-source LLM reinforcement learning system at scale "
+        "(dynamic sampling)",
+        {
+            "select": {
+                "scorer": "reward_std",
+                "actuator": {"name": "band", "low": 0.0, "high": None, "inclusive": False},
+            },
+            "refill": {"max_rounds": 4, "overdraw": True},
+        },
+    ),
+    Preset(
+        "high_entropy",
+        "policy gradient only on the top 20% highest-entropy tokens of the batch (the "
+        "policy's entropy at each response token)",
+        "Wang et al. 2025, Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "
+        "Effective RL for LLM Reasoning (arXiv 2506.01939)",
+        {
+            "select": {
+                "scorer": "token_entropy",
+                "actuator": {"name": "top_tokens", "fraction": 0.2, "scope": "batch"},
             }
         },
     ),

@@ -120,6 +120,10 @@ class Selector(Component):
     #: with no kept token is dropped)
     level: ClassVar[str] = "response"
     group_based: ClassVar[bool] = False
+    #: whether a response's keep depends on its own score alone (fed a group-level score, the
+    #: selector then keeps or drops whole groups, each from its own outcomes: refilling
+    #: replaces what it drops)
+    elementwise: ClassVar[bool] = False
     #: paper defaults of the selection options, overridable in the spec
     recompute_advantages_default: ClassVar[bool] = False
     renormalize_default: ClassVar[bool] = True

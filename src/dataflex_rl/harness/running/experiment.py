@@ -389,9 +389,18 @@ def parse_experiment(
             "'train by epochs')"
         )
     if top.budget.generated_tokens is not None and top.host != "engine":
+        why = {
+            "trl": "TRL's GRPOTrainer stops at max_steps, and the TRL run entry has no stop at "
+            "a count of generated tokens (refill rounds included), so its arms cannot be cut "
+            "at equal generation cost",
+            "verl": "verl's trainer stops at trainer.total_training_steps; generation (and "
+            "filter_groups' refills) happens in verl's rollout workers and ReplayBuffer, "
+            "which the plugin does not meter token by token",
+        }.get(top.host, f"host {top.host!r} counts steps")
         raise ConfigError(
             f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "
-            f"at a generation cost; host {top.host!r} counts steps (use budget.steps)"
+            f"at a generation cost: {why}. Use budget.steps; the refill metrics "
+            "(dataflex/refill/overgeneration) say what each arm generated"
         )
     if host.TRACKING is not None and top.tracking != TrackingConfig():
         raise ConfigError(

@@ -87,7 +87,7 @@ class RunSpec:
             checkpoint made with the same configuration resumed, anything else deleted and
             started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
             asked; nothing is skipped or deleted.
-        host: the trainer (hosts/registry.py), part of the identity when not the engine.
+        host: the trainer (hosts/registry.py), part of the identity.
         python: the interpreter of the run (None: the harness's own, in a local worker
             process; else the run is a process of this Python: `launch_of`); not part of the
             identity (the same run under another path of the same environment).
@@ -108,12 +108,7 @@ class RunSpec:
 
     @classmethod
     def from_fields(cls, data: dict) -> RunSpec:
-        """A run from its fields as JSON (`launch_of`'s stdin), also as a starter from before
-        ``overrides`` was named ``engine_overrides`` writes them (a compare started before an
-        upgrade launches its later runs under the new code)."""
-        data = dict(data)
-        if "engine_overrides" in data:
-            data.setdefault("overrides", data.pop("engine_overrides"))
+        """A run from its fields as JSON (`launch_of`'s stdin)."""
         return cls(**data)
 
     @property
@@ -121,13 +116,12 @@ class RunSpec:
         """Everything that determines the run's result (as plain JSON data); where it is
         tracked does not."""
         identity = {
+            "host": self.host,
             "strategy": self.strategy,
             "config": {k: v for k, v in self.config.items() if k != "tracking"},
             "seed": self.seed,
             "steps": self.steps,
         }
-        if self.host != "engine":  # an engine run's fingerprint is what it was before hosts
-            identity["host"] = self.host
         return json.loads(json.dumps(identity, default=str))
 
     @property

@@ -2,8 +2,8 @@
 
 Layout: ``<out>/checkpoints/step-00000010/`` holds one safetensors state file per part
 (``model``, ``optimizer``, ``dataflex``: the `Driver`'s strategy and intake state, ``rng``;
-tensors plus plain JSON data, see `dataflex_rl.core.statefile`; a schema-1 checkpoint, with
-``strategy``, ``sampler`` and ``rng`` parts instead, is read in this layout), ``meta.json`` (step, seed, config, parameter hash) and
+tensors plus plain JSON data, see `dataflex_rl.core.statefile`), ``meta.json`` (step, seed,
+config, parameter hash) and
 ``MANIFEST.json`` (schema version, step, SHA-256 and size of every file, and its own SHA-256),
 written last.
 
@@ -12,7 +12,7 @@ a full disk never leaves a half-written checkpoint, and the previous one stays u
 last two checkpoints are kept. A load verifies every file against the manifest; a corrupt or
 missing file makes it fall back to the previous intact checkpoint with a warning naming the
 bad file, or, when none is intact, raises `CheckpointError` naming it. Nothing is unpickled:
-a ``checkpoint.pt`` of the old pickle format (or any pickle) is refused, not executed.
+a pickle in place of a state file is refused, not executed.
 """
 
 from __future__ import annotations
@@ -41,15 +41,12 @@ from dataflex_rl.core.statefile import (
 )
 
 CHECKPOINTS_DIR = "checkpoints"
-LEGACY_FILE = "checkpoint.pt"
 MANIFEST = "MANIFEST.json"
 META = "meta.json"
 SCHEMA = 2
 KEEP = 2
 # parts of `EmbeddedTrainer.state_dict` stored as state files; the rest goes to meta.json
 PARTS = ("model", "optimizer", "dataflex", "rng")
-#: the parts of schema 1 (before the host driver), read and converted
-PARTS_1 = ("model", "optimizer", "strategy", "sampler", "rng")
 
 
 class CheckpointError(ConfigError):
@@ -99,9 +96,8 @@ def latest_step(directory: str | Path) -> int | None:
 
 
 def has_checkpoint(directory: str | Path) -> bool:
-    """Whether ``directory`` holds a checkpoint to resume from (or an old-format one, which
-    `load_checkpoint` refuses with a message)."""
-    return bool(checkpoint_dirs(directory)) or (Path(directory) / LEGACY_FILE).is_file()
+    """Whether ``directory`` holds a checkpoint to resume from."""
+    return bool(checkpoint_dirs(directory))
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
@@ -197,7 +193,7 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
         manifest = json.loads((folder / MANIFEST).read_bytes())
         files = manifest["files"]
         schema = manifest.get("schema")
-        if schema not in (1, SCHEMA):
+        if schema != SCHEMA:
             raise ValueError(f"schema {schema!r}, expected {SCHEMA}")
         if manifest.get("sha256") != _manifest_sha256(manifest):
             raise ValueError("does not match its own SHA-256")
@@ -205,8 +201,7 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{folder / MANIFEST}: missing (the save did not finish)") from None
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{folder / MANIFEST}: corrupt ({e})") from None
-    parts = PARTS if schema == SCHEMA else PARTS_1
-    expected = {f"{p}.safetensors" for p in parts} | {META}
+    expected = {f"{p}.safetensors" for p in PARTS} | {META}
     if set(files) != expected:
         raise CheckpointError(
             f"{folder / MANIFEST}: lists {sorted(files)}, expected {sorted(expected)}"
@@ -225,7 +220,7 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(data[META])
         state = decode_tree(meta["state"], {})
-        for part in parts:
+        for part in PARTS:
             state[part] = parse_state(
                 data[f"{part}.safetensors"], folder / f"{part}.safetensors", part
             )
@@ -238,20 +233,6 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
             f"{folder / META}: step {state.get('step')} but the manifest "
             f"says {manifest.get('step')}"
         )
-    return state if schema == SCHEMA else _from_schema_1(state)
-
-
-def _from_schema_1(state: dict[str, Any]) -> dict[str, Any]:
-    """A schema-1 state in today's layout: strategy, sampler and pre-rollout generator are
-    the driver's state (``dataflex``), and ``rng`` holds the global RNGs only."""
-    rng = state.pop("rng")
-    state["dataflex"] = {
-        "format": 1,
-        "decisions": 0,  # not recorded in schema 1; the engine's clock is its step
-        "strategy": state.pop("strategy"),
-        "intake": {"sampler": state.pop("sampler"), "generator": rng["prerollout"]},
-    }
-    state["rng"] = rng["global"]
     return state
 
 
@@ -263,18 +244,10 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no checkpoint there.
-        CheckpointError: none is intact (naming the bad file of each), or only a
-            ``checkpoint.pt`` of the old pickle format is there (refused, never unpickled).
+        CheckpointError: none is intact (naming the bad file of each).
     """
     folders = checkpoint_dirs(directory)
     if not folders:
-        legacy = Path(directory) / LEGACY_FILE
-        if legacy.is_file():
-            raise CheckpointError(
-                f"{legacy}: a pickle checkpoint (the old format, or a file from elsewhere); "
-                "pickles can run arbitrary code when loaded, so it is not read. Start the run "
-                "again (without --resume, in another --out or after removing this folder)."
-            )
         raise FileNotFoundError(f"--resume: no checkpoint under {Path(directory)}")
     problems = []
     for folder in folders:

@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 from dataflex_rl.core.config import Checked, field_rows, key_path, param, validate, with_overrides
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
-from dataflex_rl.hosts.common.config import REMOVED_KEYS, DecisionLogConfig
+from dataflex_rl.hosts.common.config import DecisionLogConfig
 from dataflex_rl.tracking.config import TrackingConfig
 
 #: difficulty levels of the engine's default task set; the shipped tiny policy was warm-started
@@ -262,8 +262,6 @@ class LogConfig(Checked):
 @dataclass
 class EngineConfig(Checked):
     """One embedded-engine run (or, with ``strategies``, a side-by-side comparison)."""
-
-    removed_keys: ClassVar[dict[str, str]] = REMOVED_KEYS
 
     policy: str = param(
         "tiny",

@@ -208,3 +208,43 @@ def sample_groups(
         finished=done,
         entropies=torch.stack(ents, 1).float() if entropies else None,
     )
+
+
+def concat_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> Rollout:
+    """One `Rollout` of several (a step's refill rounds), groups in order: prompts re-padded
+    on the left to the longest, responses on the right (pad id, mask False, log-prob 0)."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    P = max(r.prompt_ids.shape[1] for r in rollouts)
+    T = max(r.response_ids.shape[1] for r in rollouts)
+
+    def pad(t: Tensor, width: int, value, left: bool) -> Tensor:
+        extra = width - t.shape[1]
+        return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value)
+
+    offsets = torch.tensor([0] + [r.prompt_ids.shape[0] for r in rollouts[:-1]]).cumsum(0)
+    return Rollout(
+        prompt_ids=torch.cat([pad(r.prompt_ids, P, pad_id, True) for r in rollouts]),
+        prompt_mask=torch.cat([pad(r.prompt_mask, P, False, True) for r in rollouts]),
+        response_ids=torch.cat([pad(r.response_ids, T, pad_id, False) for r in rollouts]),
+        response_mask=torch.cat([pad(r.response_mask, T, False, False) for r in rollouts]),
+        old_log_probs=torch.cat([pad(r.old_log_probs, T, 0.0, False) for r in rollouts]),
+        prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rollouts, offsets.tolist())]),
+        finished=torch.cat([r.finished for r in rollouts]),
+    )
+
+
+def first_groups(rollout: Rollout, m: int) -> Rollout:
+    """The first ``m`` prompts' groups of ``rollout`` (rows are grouped by prompt)."""
+    if m == rollout.prompt_ids.shape[0]:
+        return rollout
+    rows = m * rollout.group_size
+    return Rollout(
+        prompt_ids=rollout.prompt_ids[:m],
+        prompt_mask=rollout.prompt_mask[:m],
+        response_ids=rollout.response_ids[:rows],
+        response_mask=rollout.response_mask[:rows],
+        old_log_probs=rollout.old_log_probs[:rows],
+        prompt_index=rollout.prompt_index[:rows],
+        finished=rollout.finished[:rows],
+    )

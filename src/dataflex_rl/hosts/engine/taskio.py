@@ -16,10 +16,7 @@ from torch import Tensor
 
 def build_tasks(domains: Sequence[str], seed: int, **options: Any):
     """``dataflex_rl.tasks.build_taskset(domains=..., seed=..., **options)``."""
-    try:
-        from dataflex_rl.tasks import build_taskset
-    except ImportError:  # the package may export it only from its base module
-        from dataflex_rl.tasks.base import build_taskset
+    from dataflex_rl.tasks import build_taskset
 
     return build_taskset(domains=tuple(domains), seed=seed, **options)
 

@@ -47,7 +47,7 @@ from dataflex_rl.hosts.engine.data import (
 from dataflex_rl.hosts.engine.evaluation import evaluate
 from dataflex_rl.hosts.engine.noise import derive_seed, row_keys
 from dataflex_rl.hosts.engine.policy import Policy, load_policy, parameter_hash
-from dataflex_rl.hosts.engine.sampler import Rollout, sample_groups
+from dataflex_rl.hosts.engine.sampler import Rollout, concat_rollouts, first_groups, sample_groups
 from dataflex_rl.hosts.engine.taskio import dataset_identity, domain_names, score
 from dataflex_rl.hosts.engine.update import Learner
 
@@ -180,8 +180,9 @@ class EmbeddedTrainer:
 
         The driver draws ``prompts_per_step`` problems (with pre-rollout, rounds of
         ``candidate_factor`` x the missing ones per domain, for at most ``max_draw_rounds``
-        rounds; then the batch stays short); the engine generates and scores them, the
-        driver decides, and the engine updates the policy with the decision.
+        rounds; then the batch stays short); the engine generates and scores them (with
+        ``refill``, then refill rounds: `_refill`), the driver decides on every generated
+        group, and the engine updates the policy with the decision.
         """
         t0 = time.perf_counter()
         step = self.step
@@ -201,7 +202,15 @@ class EmbeddedTrainer:
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         g = self.config.grpo
         batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
-        self._cost(float(rollout.num_tokens), audit_tokens, probe_tokens, metrics, batch)
+        generated = float(rollout.num_tokens)
+        if self.driver.strategy.refill_rounds:
+            (rollout, rewards, problems, domain_idx, batch, generated, t_more) = self._refill(
+                step, rollout, rewards, problems, domain_idx, batch, metrics
+            )
+            t_gen, t_rew = t_gen + t_more[0], t_rew + t_more[1]
+            # the refill draws' probe passes too (their counts add up in the driver)
+            probe_tokens = self.driver.pending.get("dataflex/prerollout/probe_tokens", 0.0)
+        self._cost(generated, audit_tokens, probe_tokens, metrics, batch)
         t1 = time.perf_counter()
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
@@ -214,6 +223,7 @@ class EmbeddedTrainer:
             )
         )
         metrics.update(reward_metrics(rewards, domain_idx, rollout, self.domains))
+        metrics["engine/tokens_generated"] = generated  # refill groups not trained on too
         metrics.update(
             {
                 "time/generate_s": t_gen,
@@ -225,6 +235,44 @@ class EmbeddedTrainer:
         )
         self.step += 1
         return metrics
+
+    def _refill(self, step, rollout, rewards, problems, domain_idx, batch, metrics):
+        """Refill rounds (`Driver.refill`): the groups the selector drops are replaced by new
+        draws, generated and scored here, until ``prompts_per_step`` groups are kept or the
+        strategy's ``refill.max_rounds`` ran. Returns the step's rollout, rewards, problems,
+        domain ids and batch over every round (groups past the step's last needed one left
+        out: generated, counted in the cost, not trained on), the generated tokens of every
+        round, and the rounds' (generate, reward) seconds."""
+        g = self.config.grpo
+        rounds: list[tuple] = []
+        seconds = [0.0, 0.0]
+        before = list(problems)
+
+        def generate(items: list, doms: list[int], _round: int) -> RolloutBatch:
+            r, rew, t_gen, t_rew = self._rollout(items, step, before=before)
+            seconds[0] += t_gen
+            seconds[1] += t_rew
+            rounds.append((r, rew, items, doms))
+            before.extend(items)
+            return grpo_batch(r, rew, items, doms, self.domains, step, g)
+
+        _, taken, refill = self.driver.refill(g.prompts_per_step, step, batch, generate)
+        metrics.update(refill)
+        tokens = float(rollout.num_tokens) + sum(float(r.num_tokens) for r, *_ in rounds)
+        if not rounds:
+            return rollout, rewards, problems, domain_idx, batch, tokens, seconds
+        parts, rews = [rollout], [rewards]
+        problems, domain_idx = list(problems), list(domain_idx)
+        for (r, rew, items, doms), use in zip(rounds, taken):
+            parts.append(first_groups(r, use))
+            rews.append(rew[: use * g.group_size])
+            problems += items[:use]
+            domain_idx += doms[:use]
+        rollout = concat_rollouts(parts, self.policy.tokenizer.pad_id)
+        rewards = torch.cat(rews)
+        batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
+        metrics["engine/prompts_generated"] = float(len(before))
+        return rollout, rewards, problems, domain_idx, batch, tokens, seconds
 
     def _audit(self, step: int, metrics: dict) -> float:
         """Generate the prompts the skip policy audits (skipped, generated anyway, not trained
@@ -277,13 +325,19 @@ class EmbeddedTrainer:
                 )
         return decision
 
-    def _rollout(self, problems: list, step: int) -> tuple[Rollout, torch.Tensor, float, float]:
-        """Generate G responses per problem (keyed noise) and score them."""
+    def _rollout(
+        self, problems: list, step: int, before: list = ()
+    ) -> tuple[Rollout, torch.Tensor, float, float]:
+        """Generate G responses per problem (keyed noise) and score them. ``before``: the
+        problems generated earlier in the step (refill rounds): a prompt drawn again gets
+        the noise of its next occurrence."""
         g = self.config.grpo
         tok = self.policy.tokenizer
         t0 = time.perf_counter()
         ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
-        keys = row_keys(self.noise_base, step, [p.key for p in problems], g.group_size)
+        keys = row_keys(self.noise_base, step, [p.key for p in [*before, *problems]], g.group_size)[
+            len(before) * g.group_size :
+        ]
         rollout = sample_groups(
             self.policy.model,
             ids,

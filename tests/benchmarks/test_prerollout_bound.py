@@ -1,17 +1,14 @@
 """The math of benchmarks/prerollout_bound.py: hand-worked examples and plain-loop oracles."""
 
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).parents[3] / "benchmarks" / "prerollout_bound.py"
-_spec = importlib.util.spec_from_file_location("prerollout_bound", _PATH)
-bound = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bound)
+from tests.benchmarks import load
+
+bound = load("prerollout_bound")
 
 
 def _loop_group(correct, lengths, G, k=None, stop_right=True, stop_wrong=True):

@@ -1,6 +1,6 @@
 """How sensitive the embedded instrument is: learning signal, noise, pairing, controls, cost.
 
-The computations behind ``benchmarks/sensitivity.py``, which runs an experiment's baseline next
+The computations behind ``benchmarks/sensitivity.py`` (only benchmarks use them), which runs an experiment's baseline next
 to every built-in control arm (harness/running/controls.py) over paired seeds with the harness's own
 runner, then measures, against the targets of issue 11:
 

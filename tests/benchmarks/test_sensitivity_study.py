@@ -1,4 +1,4 @@
-"""harness/running/sensitivity.py (behind benchmarks/sensitivity.py): gains over the warm start,
+"""benchmarks/sensitivity_study.py (behind benchmarks/sensitivity.py): gains over the warm start,
 issue 11's targets, controls' seeds needed, CPU-minutes per decided verdict. Hand-worked numbers, no
 engine."""
 
@@ -7,10 +7,12 @@ import math
 
 import pytest
 
-from dataflex_rl.harness.running import sensitivity as sens
 from dataflex_rl.harness.running.runner import Execution
 from dataflex_rl.harness.statistics import power
 from dataflex_rl.harness.statistics.results import Row
+from tests.benchmarks import load
+
+sens = load("sensitivity_study")
 
 DATA = {
     "name": "t",
