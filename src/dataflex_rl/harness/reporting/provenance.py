@@ -38,12 +38,13 @@ class Provenance:
     versions: tuple[tuple[str, str], ...]
     source: str = ""
 
-    def lines(self) -> list[str]:
-        """Markdown list items (without the dash)."""
-        out = [f"command: `{self.command}`", f"in: `{self.cwd}`", f"written: {self.written}"]
+    def facts(self) -> list[tuple[str, str]]:
+        """``(name, value)`` pairs, values in markdown."""
+        out = [("command", f"`{self.command}`"), ("in", f"`{self.cwd}`")]
+        out.append(("written", self.written))
         if self.source:
-            out.append(f"dataflex-rl source: git `{self.source}`")
-        out.append("versions: " + ", ".join(f"{n} {v}" for n, v in self.versions))
+            out.append(("dataflex-rl source", f"git `{self.source}`"))
+        out.append(("versions", ", ".join(f"{n} {v}" for n, v in self.versions)))
         return out
 
 

@@ -1,88 +1,19 @@
-"""The report's tables as data (formatted cells), for report.md and report.html alike.
+"""The report's tables as data (`document.Table`, formatted cells), for every renderer.
 
-Each builder reads numbers an analysis already holds and formats them; `markdown` renders a
-`Table` as markdown lines, `dataflex_rl.harness.reporting.html_report` as an HTML table.
+Each builder reads numbers an analysis already holds and formats them; a number that says
+"none" or "not available" is written in words ("none", "n/a"), never ``inf`` or ``nan``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from dataflex_rl.harness.reporting.document import BASELINE, Table
 from dataflex_rl.harness.reporting.narrative import Fmt, control_status, delta_interval, pvalue
 from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import Analysis, SummaryResult
-
-#: the verdict key of a baseline row (`Table.verdicts`)
-BASELINE = "baseline"
-
-
-@dataclass(frozen=True)
-class Table:
-    """Formatted cells.
-
-    Args:
-        header: column names.
-        rows: one tuple of cells per row, as long as ``header``.
-        numeric: per column, whether it holds numbers (right-aligned).
-        verdicts: per row, the verdict it shows (an `analysis` verdict, or `BASELINE`), for
-            renderers that colour it; empty when the table has no verdicts.
-        link: the column whose cells are relative paths, rendered as links to them (-1: none).
-    """
-
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    numeric: tuple[bool, ...]
-    verdicts: tuple[str, ...] = ()
-    link: int = -1
-
-
-@dataclass(frozen=True)
-class TableSection:
-    """A section a caller adds to a report (`report.ReportInputs.sections`), e.g. the rounds of
-    ``compare --until-decided``: sentences, a table, sentences; report.md and report.html
-    render the same one.
-
-    Args:
-        sid: its id in report.html (letters, digits, ``-``).
-        title: its heading.
-        lead: markdown sentences before the table (one paragraph).
-        table: the table.
-        notes: markdown sentences after it (one paragraph).
-    """
-
-    sid: str
-    title: str
-    lead: tuple[str, ...]
-    table: Table
-    notes: tuple[str, ...] = ()
-
-
-def section_markdown(sec: TableSection) -> list[str]:
-    """``sec`` as markdown lines (a level-2 heading)."""
-    return [
-        f"## {sec.title}",
-        "",
-        *([" ".join(sec.lead), ""] if sec.lead else []),
-        *markdown(sec.table),
-        *(["", *sec.notes] if sec.notes else []),
-    ]
-
-
-def markdown(t: Table) -> list[str]:
-    """The table as markdown lines (cells of the `Table.link` column as ``[path](path)``)."""
-    align = "|" + "|".join("---:" if n else "---" for n in t.numeric) + "|"
-
-    def cells(row: tuple[str, ...]) -> list[str]:
-        return [f"[{c}]({c})" if j == t.link and c else c for j, c in enumerate(row)]
-
-    return [
-        "| " + " | ".join(t.header) + " |",
-        align,
-        *("| " + " | ".join(cells(row)) + " |" for row in t.rows),
-    ]
 
 
 def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
@@ -118,7 +49,7 @@ def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
                 f"{delta_interval(c, fmt, corrected=True)}{level}",
                 pvalue(c.p),
                 pvalue(c.p_holm),
-                "inf" if math.isinf(c.mde) else fmt.value(c.mde),
+                "none" if math.isinf(c.mde) else fmt.value(c.mde),
                 f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a",
                 f"{c.verdict}; control ({c.control}): {control_status(c)}"
                 if c.control
@@ -138,7 +69,9 @@ def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: 
             g.method,
             f"{g.runs} × {g.tasks}",
             f"{fmt.value(g.iqm)} {fmt.interval(*g.iqm_ci)}",
-            "—" if g.method == baseline else f"{g.poi:.2f} [{g.poi_ci[0]:.2f}, {g.poi_ci[1]:.2f}]",
+            "—"
+            if g.method == baseline
+            else f"{_num(g.poi)} [{_num(g.poi_ci[0])}, {_num(g.poi_ci[1])}]",
         )
         for g in aggs
     )
@@ -146,19 +79,58 @@ def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: 
     return Table(header, rows, (False, True, False, False))
 
 
+def _num(v: float) -> str:
+    return f"{v:.2f}" if math.isfinite(v) else "n/a"
+
+
 def ranking_table(a: Analysis) -> Table:
     """Each method's rank by mean under every summary (`Analysis.ranks`)."""
     names = [s.name for s in a.summaries]
     table = dict(zip(names, a.ranks))
-    rows = tuple((m, *(str(int(table[n][i])) for n in names)) for i, m in enumerate(a.methods))
+    rows = tuple(
+        (m, *(f"{table[n][i]:.0f}" if math.isfinite(table[n][i]) else "n/a" for n in names))
+        for i, m in enumerate(a.methods)
+    )
     return Table(("method", *names), rows, (False, *(True,) * len(names)))
 
 
 def tau_table(a: Analysis) -> Table:
     """Kendall's tau-b between every two summaries' rankings."""
     names = [s.name for s in a.summaries]
-    rows = tuple(
-        (n, *(f"{t:.2f}" if math.isfinite(t) else "n/a" for t in np.asarray(a.tau)[i]))
-        for i, n in enumerate(names)
-    )
+    rows = tuple((n, *(_num(t) for t in np.asarray(a.tau)[i])) for i, n in enumerate(names))
     return Table(("", *names), rows, (False, *(True,) * len(names)))
+
+
+def scores_table(a: Analysis, fmt: Fmt) -> Table:
+    """The comparison on the average, decision metric first (what ``compare`` and ``report``
+    print): per method the compared metric's means per domain and on the average, Δ, the
+    corrected interval ("n/a (N seeds)" where no verdict is possible), p (Holm) and the
+    verdict; then the other accuracy the engine measured (`Analysis.beside`), labelled."""
+    s = a.primary
+    cols = [*a.parts, s.name]
+    unit = f", {fmt.unit}" if fmt.unit else ""
+    label = "score" if a.compared == "score" else f"{a.compared} accuracy"
+    main = {x.name: {m.method: m.mean for m in x.methods + x.control_methods} for x in a.summaries}
+    beside = a.extra_means[a.beside] if a.beside else {}
+    comps = {c.method: c for c in s.comparisons + s.controls}
+    rows = []
+    for m in s.methods + s.control_methods:
+        cells = [m.method, *(fmt.value(main[c].get(m.method, math.nan)) for c in cols)]
+        c = comps.get(m.method)
+        if c is None:
+            cells += ["(baseline)", "", "", ""]
+        else:
+            verdict = c.verdict
+            if c.control:
+                verdict += f" [control, must be {c.control}: {control_status(c)}]"
+            p = f"{c.p_holm:.3f}" if math.isfinite(c.p_holm) else "n/a"
+            cells += [fmt.value(c.delta, True), delta_interval(c, fmt, True), p, verdict]
+        cells += [fmt.value(beside.get(x, {}).get(m.method, math.nan)) for x in cols if beside]
+        rows.append(tuple(cells))
+    header = ("method", *cols, "Δ", "corrected CI", "p (Holm)", "verdict")
+    groups = [("", 1), (f"{label} (compared{unit})", len(cols) + 4)]
+    if beside:
+        header += tuple(cols)
+        groups.append((f"{a.beside} accuracy{unit}", len(cols)))
+    numeric = tuple(h not in ("method", "corrected CI", "verdict") for h in header)
+    return Table(header, tuple(rows), numeric, groups=tuple(groups))

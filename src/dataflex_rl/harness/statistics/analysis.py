@@ -211,6 +211,10 @@ class Analysis:
     #: other accuracy (a ``Row.extra`` key every row has) -> summary -> method -> mean over
     #: seeds of its final values (controls included)
     extra_means: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    #: the accuracy ``score`` is (`score_metric`: "sampled", "greedy", or "score" for
+    #: external results) and the other one the rows carry beside it (None: none)
+    compared: str = "score"
+    beside: str | None = None
 
     def summary(self, name: str) -> SummaryResult:
         return next(s for s in self.summaries if s.name == name)
@@ -513,6 +517,8 @@ def analyze(
         token_curves=token_curves(rows, methods),
         traces=proportion_traces(proportions or []),
         extra_means=extra_means(rows),
+        compared=score_metric(rows)[0],
+        beside=score_metric(rows)[1],
     )
 
 
@@ -529,6 +535,22 @@ def aggregate_scores(
         if x.shape[0] >= 2:
             out[m] = x
     return out
+
+
+#: accuracies the engine records beside ``score`` (``Row.extra``)
+ENGINE_METRICS = ("sampled", "greedy")
+
+
+def score_metric(rows: list[Row]) -> tuple[str, str | None]:
+    """(name of the compared metric, the other engine accuracy the rows carry or None).
+
+    The compared metric is the engine accuracy that equals ``score`` on every row ("score"
+    for external results); the other one is the remaining accuracy present on every row.
+    """
+    same = [k for k in ENGINE_METRICS if all(r.extra.get(k) == r.score for r in rows)]
+    name = same[0] if same else "score"
+    other = [k for k in ENGINE_METRICS if k != name and all(k in r.extra for r in rows)]
+    return name, (other[0] if other and name != "score" else None)
 
 
 def extra_means(rows: list[Row]) -> dict[str, dict[str, dict[str, float]]]:

@@ -19,6 +19,7 @@ SECTIONS = [
     "sensitivity",
     "verdicts",
     "forest",
+    "scores",
     "curves",
     "per-summary",
     "ranking",
@@ -168,10 +169,11 @@ def test_strata_index_page_links_every_stratum_and_shows_its_verdicts(synthetic_
         if r[0][2] in release_table.MODELS
     }
     assert len(index) == 8
-    # methods, paired seeds, verdict possible, better, worse, no detectable difference, report
-    c1 = ["2", "3", "no (3 paired seeds)", "0", "0", "2", "qwen2.5-math-7b_c1_short/report.html"]
+    # reference, methods, paired seeds, verdict possible, better, worse, no detectable
+    # difference, report (the word: the path is the link's, the row names the stratum)
+    c1 = ["grpo", "2", "3", "no (3 paired seeds)", "0", "0", "2", "report"]
     assert index["qwen2.5-math-7b", "c1", "short"] == c1
-    assert index["qwen2.5-math-7b", "c2", "long"][1:6] == ["8", "yes", "1", "0", "1"]
+    assert index["qwen2.5-math-7b", "c2", "long"][2:7] == ["8", "yes", "1", "0", "1"]
     text = (top / "report.html").read_text()
     # each stratum's verdict table in colour and words: difffilter +3 points, 8 seeds: better
     c2 = text.split('<section id="qwen2.5-math-7b_c2_long">')[1].split("</section>")[0]
