@@ -98,9 +98,10 @@ def long_rows(
     ]
 
 
-def write_domains_yaml(path: Path) -> Path:
+def write_domains_yaml(path: Path, benchmarks: dict | None = None) -> Path:
+    """``domain: [benchmark, ...]`` of ``benchmarks`` (default `BENCHMARKS`)."""
     groups: dict[str, list[str]] = {}
-    for b, d in BENCHMARKS.items():
+    for b, d in (BENCHMARKS if benchmarks is None else benchmarks).items():
         groups.setdefault(d, []).append(b)
     path.write_text(
         "# benchmark groups: each domain weighs the same in the average\n"

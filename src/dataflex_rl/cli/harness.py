@@ -267,28 +267,21 @@ file): dataflex-rl replay runs/baseline-s0 --strategy difffilter select.actuator
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from dataflex_rl.harness.replay.replay import read_log, replay, strategies_with_overrides
-    from dataflex_rl.harness.replay.report import write_replay_report
+    from dataflex_rl.harness.replay.report import replay_document, write_replay_report
 
     log = read_log(args.log_dir)
     specs = strategies_with_overrides(args.strategy or [log.strategy], args.overrides or ())
     res = replay(log, specs)
     out = Path(args.out or log.folder.parent / "replay")
     files = write_replay_report(res, out, plots=not args.no_plots)
+    from dataflex_rl.harness.reporting.document import text
+
     print(
         f"{log.num_steps} logged steps x {len(specs)} strategies in {res.seconds:.2f} s "
         f"({res.steps_per_second:.0f} steps/s)"
     )
-    print(f"{'strategy':<16}{'retention':>10}{'ESS':>7}{'skip':>7}{'Jaccard':>9}{'exact':>10}")
-    for lb in res.strategies:
-        o = res.overall[lb]
-        print(
-            f"{lb:<16}{o['retention']:>10.3f}{o['ess_fraction']:>7.3f}{o['skip_rate']:>7.3f}"
-            f"{o['jaccard_logged']:>9.3f}"
-            + ("         —" if o["exact_steps"] is None else f"{o['exact_steps']:>6}/{o['steps']}")
-        )
-    for lb in res.strategies:
-        for note in res.notes[lb]:
-            print(f"note ({lb}): {note}")
+    doc = replay_document(res, {}, out)
+    print(text(doc, only=("overall", "approximate"), lead=False), end="")
     print(f"\nreport: {files['report']}")
     return 0
 

@@ -211,9 +211,12 @@ def text_table(t: Table) -> str:
     return texttable.text_table(spans, rows)
 
 
-def text(doc: Document, only: tuple[str, ...] | None = None, width: int = 100) -> str:
-    """The document for a terminal: the lead, then each section (``only``: those ids) with its
-    title underlined, paragraphs wrapped at ``width``, tables aligned, figures by path."""
+def text(
+    doc: Document, only: tuple[str, ...] | None = None, width: int = 100, lead: bool = True
+) -> str:
+    """The document for a terminal: the lead (unless not ``lead``), then each section
+    (``only``: those ids) with its title underlined, paragraphs wrapped at ``width``, tables
+    aligned, figures by path."""
 
     def wrap(t: str, indent: str = "") -> list[str]:
         return textwrap.wrap(
@@ -225,7 +228,7 @@ def text(doc: Document, only: tuple[str, ...] | None = None, width: int = 100) -
             break_on_hyphens=False,
         )
 
-    lines = [*wrap(doc.lead), ""]
+    lines = [*wrap(doc.lead), ""] if lead else []
     for s in doc.sections:
         if only is not None and s.sid not in only:
             continue
