@@ -205,7 +205,7 @@ def replay_plot(res: ReplayResult, path: Path) -> Path:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7, frameon=False)
-    return _save(fig, path, svg=False)
+    return _save(fig, path)
 
 
 def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
@@ -235,4 +235,4 @@ def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)
     axes[0][0].legend(fontsize=7, frameon=False)
-    return _save(fig, path, svg=False)
+    return _save(fig, path)

@@ -1,7 +1,7 @@
 """``report.html``: a `document.Document` as one self-contained page, for a laptop or a phone.
 
 It formats the document's blocks and computes nothing. One file: the plots are inlined as data
-URIs (SVG where one lies beside the PNG), the style sheet is in the page, there is no script,
+URIs (their PNGs), the style sheet is in the page, there is no script,
 and a Content-Security-Policy forbids every request but data: images, so the page loads nothing
 from anywhere. Every string that comes from the user (method, benchmark and file names,
 errors) is HTML-escaped. A table's verdict column comes right after the first (a phone shows it
@@ -28,6 +28,7 @@ from dataflex_rl.harness.reporting.document import (
     Paragraph,
     Table,
 )
+from dataflex_rl.harness.reporting.plots import DPI
 from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE
 
 #: verdict -> (CSS class, symbol); the verdict's words are always printed beside the colour
@@ -157,23 +158,13 @@ def table_html(t: Table) -> str:
     )
 
 
-def _width_px(data: bytes, svg: bool) -> float:
-    """The image's own width in CSS pixels (an SVG's in pt, a PNG's pixels at `plots.DPI`)."""
-    if svg:
-        m = re.search(rb'<svg[^>]*\swidth="([\d.]+)(pt|px)?"', data)
-        return float(m.group(1)) * (4 / 3 if m.group(2) == b"pt" else 1.0) if m else 640.0
-    return struct.unpack(">I", data[16:20])[0] * 96 / 110
-
-
 def figure_html(f: Figure, out: Path) -> str:
-    """The plot inlined as a data URI (its SVG where one lies beside the PNG): full width up
-    to its own size; on a phone at least 70% of it, scrolling sideways (labels stay readable)."""
-    svg = f.path.with_suffix(".svg")
-    src = svg if svg.is_file() else f.path
-    data = src.read_bytes()
-    w = _width_px(data, src is svg)
-    kind = "svg+xml" if src is svg else "png"
-    uri = f"data:image/{kind};base64," + base64.b64encode(data).decode("ascii")
+    """The plot's PNG inlined as a data URI: full width up to its own size (`plots.DPI`
+    pixels per inch shown at 96 CSS pixels per inch); on a phone at least 70% of it, scrolling
+    sideways (labels stay readable)."""
+    data = f.path.read_bytes()
+    w = struct.unpack(">I", data[16:20])[0] * 96 / DPI  # the PNG header's width
+    uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     style = f"--w: {w:.0f}px; --min-w: {min(0.7 * w, 1000):.0f}px"
     caption = f"{f.title}; also `{f.path.relative_to(out).as_posix()}`"
     return (

@@ -14,6 +14,9 @@ statistics, the ``by`` columns first.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,6 +96,7 @@ def write_strata_report(
     out_dir: str | Path,
     inputs: ReportInputs,
     requested: tuple[str, ...] = (),
+    workers: int | None = None,
 ) -> list[ReportParts | None]:
     """Write one report per stratum of ``table`` and the index (see the module docstring).
 
@@ -102,6 +106,8 @@ def write_strata_report(
         inputs: shared by every stratum (its title and setup gain the stratum's values; its
             baseline is replaced by the stratum's reference, `references`).
         requested: the reference methods asked for (``--baseline A,B``), first present wins.
+        workers: strata reported at once, each in its own process (`_in_processes`; default
+            the machine's CPUs).
 
     Returns:
         The `ReportParts` of each stratum, in order; None for a stratum without a comparison
@@ -112,22 +118,25 @@ def write_strata_report(
     refs = references(table, requested)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    parts: list[ReportParts | None] = []
     prov = provenance.current()
-    for s, folder, ref in zip(table.strata, folders(table.strata), refs):
-        if skip_reason(s, ref):
-            parts.append(None)
-            continue
-        own = replace(
-            inputs,
-            baseline=ref,
-            title=f"{inputs.title} — {s.label}",
-            setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
-            params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
+    jobs = [
+        (
+            s.rows,
+            out / folder,
+            replace(
+                inputs,
+                baseline=ref,
+                title=f"{inputs.title} — {s.label}",
+                setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
+                params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
+            ),
+            prov,
         )
-        p = prepare_report(s.rows, out / folder, own, prov)
-        write_report_files(p)
-        parts.append(p)
+        for s, folder, ref in zip(table.strata, folders(table.strata), refs)
+        if not skip_reason(s, ref)
+    ]
+    done = iter(_in_processes(jobs, workers))
+    parts = [None if skip_reason(s, r) else next(done) for s, r in zip(table.strata, refs)]
     stats = [
         {**s.values, **row}
         for s, p in zip(table.strata, parts)
@@ -139,6 +148,26 @@ def write_strata_report(
     atomic_write_text(out / "report.md", markdown(doc))
     atomic_write_text(out / "report.html", html(doc))
     return parts
+
+
+def _report_stratum(job: tuple) -> ReportParts:
+    """One stratum's report (`prepare_report`, then `write_report_files`)."""
+    rows, out, inputs, prov = job
+    parts = prepare_report(rows, out, inputs, prov)
+    write_report_files(parts)
+    return parts
+
+
+def _in_processes(jobs: list[tuple], workers: int | None) -> list[ReportParts]:
+    """`_report_stratum` of every job, in order: in up to ``workers`` forked processes
+    (strata are independent; each draws its own plots), in this one where fork is not
+    available or one worker suffices. The same reports either way."""
+    workers = min(len(jobs), workers or os.cpu_count() or 1)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_report_stratum(j) for j in jobs]
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(_report_stratum, jobs))
 
 
 #: the index's columns after the stratum's own
