@@ -1,6 +1,6 @@
 """Write ``harness/statistics/power_table.csv``: the verdict rule's simulated MDE, in units of
 the paired SD, at the report's default settings (α 0.05, power 0.8, `power.REPS` experiments,
-`power.N_BOOT` resamples, seed 0, 10,000 random sign flips above 16 seeds), for m = 1..8
+`power.N_BOOT` resamples, seed 0, 10,000 random sign flips above 16 seeds), for m = 1..`power.TABLE_MAX_M`
 comparisons and every seed count from the fewest that allow a verdict up to 64.
 
 Each entry is what `power.simulated_mde(1.0, n, m=m)` simulates (`power.critical_effects`, run

@@ -490,11 +490,7 @@ def analyze(
     methods = [m for m in methods if m not in controls]
     means = np.array([[s.mean_of(m) for m in methods] for s in summaries])
     k = len(summaries)
-    tau = np.full((k, k), np.nan)
-    for i in range(k):
-        for j in range(k):
-            ok = np.isfinite(means[i]) & np.isfinite(means[j])
-            tau[i, j] = stats.kendall_tau(means[i][ok], means[j][ok])
+    tau = stats.kendall_tau_matrix(means)
     fractions = scores_are_fractions(r.score for r in rows)
     scores = aggregate_scores(methods, first_seen, matrices)
     aggs = method_aggregates(scores, baseline, fractions, options.seed)

@@ -277,6 +277,29 @@ def kendall_tau(x, y) -> float:
     return float(min(1.0, max(-1.0, con_minus_dis / np.sqrt(untied_x) / np.sqrt(untied_y))))
 
 
+def kendall_tau_matrix(scores) -> np.ndarray:
+    """[S, S] `kendall_tau` between every two rows of ``scores`` [S, k], each pair over the
+    items finite in both (NaN where fewer than two remain or one side is constant).
+
+    All pairs at once from the [S, k, k] pair signs; the same arithmetic as `kendall_tau`.
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    finite = np.isfinite(x)
+    x = np.stack([_tie_close(np.where(f, row, np.nan)) for row, f in zip(x, finite)])
+    sign = (x[:, :, None] > x[:, None, :]).astype(float) - (x[:, :, None] < x[:, None, :])
+    valid = (finite[:, :, None] & finite[:, None, :]).astype(float)  # [S, k, k]
+    sign *= valid
+    # over the pairs valid in both rows, every pair counted twice, halved as in kendall_tau
+    con_minus_dis = np.einsum("apq,bpq->ab", sign, sign) / 2
+    untied_a = np.einsum("apq,bpq->ab", np.abs(sign), valid) / 2
+    untied_b = untied_a.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = con_minus_dis / np.sqrt(untied_a) / np.sqrt(untied_b)
+    tau = np.clip(tau, -1.0, 1.0)
+    tau[(untied_a == 0) | (untied_b == 0)] = np.nan
+    return tau
+
+
 def _tie_close(v: np.ndarray) -> np.ndarray:
     """``v`` with values within rounding error (1e-12 relative) of the next smaller one set
     equal to it, so they tie: a mean of 0.5 and 0.1 and a mean of 0.4 and 0.2 are the same
