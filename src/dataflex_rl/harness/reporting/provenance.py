@@ -38,15 +38,6 @@ class Provenance:
     versions: tuple[tuple[str, str], ...]
     source: str = ""
 
-    def facts(self) -> list[tuple[str, str]]:
-        """``(name, value)`` pairs, values in markdown."""
-        out = [("command", f"`{self.command}`"), ("in", f"`{self.cwd}`")]
-        out.append(("written", self.written))
-        if self.source:
-            out.append(("dataflex-rl source", f"git `{self.source}`"))
-        out.append(("versions", ", ".join(f"{n} {v}" for n, v in self.versions)))
-        return out
-
 
 def _git_describe(package_dir: Path) -> str:
     """``git describe`` of the checkout holding ``package_dir`` as ``src/dataflex_rl``; ""

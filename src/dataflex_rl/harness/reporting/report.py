@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataflex_rl.core.io import atomic_path, atomic_write_text
-from dataflex_rl.harness.reporting import narrative, plots, provenance, tables
+from dataflex_rl.harness.reporting import narrative, plots, provenance
 from dataflex_rl.harness.reporting.document import (
     Document,
     Facts,
@@ -125,6 +125,7 @@ def report_document(parts: ReportParts) -> Document:
     from the stored analysis (report.md, report.html and the terminal render this one)."""
     a, inputs, fmt, figures = parts.analysis, parts.inputs, parts.fmt, parts.plots
     s = a.primary
+    lead = " ".join(narrative.headline(a, fmt))
     secs = [
         Section(
             "sensitivity",
@@ -135,7 +136,7 @@ def report_document(parts: ReportParts) -> Document:
             "verdicts",
             f"Verdicts on '{s.name}'",
             (
-                tables.summary_table(s, fmt),
+                narrative.summary_table(s, fmt),
                 Legend(),
                 Items(tuple(narrative.verdict_sentences(a, s, fmt))),
             ),
@@ -144,7 +145,9 @@ def report_document(parts: ReportParts) -> Document:
     secs += [_figure_section(k, figures) for k in ("forest",) if k in figures]
     secs.append(
         Section(
-            "scores", f"Scores on '{s.name}', decision metric first", (tables.scores_table(a, fmt),)
+            "scores",
+            f"Scores on '{s.name}', decision metric first",
+            (narrative.scores_table(a, fmt),),
         )
     )
     secs += inputs.sections
@@ -154,7 +157,7 @@ def report_document(parts: ReportParts) -> Document:
         for x in a.summaries[:-1]:
             body += [
                 Heading(x.name),
-                tables.summary_table(x, fmt),
+                narrative.summary_table(x, fmt),
                 Items(tuple(narrative.verdict_sentences(a, x, fmt))),
             ]
         secs.append(Section("per-summary", "Per benchmark / domain", tuple(body)))
@@ -164,9 +167,9 @@ def report_document(parts: ReportParts) -> Document:
                 "ranking",
                 "Ranking",
                 (
-                    tables.ranking_table(a),
+                    narrative.ranking_table(a),
                     Paragraph("Kendall's tau-b between rankings:"),
-                    tables.tau_table(a),
+                    narrative.tau_table(a),
                     *([Items(tuple(said))] if said else []),
                 ),
             )
@@ -177,7 +180,7 @@ def report_document(parts: ReportParts) -> Document:
             Section(
                 "aggregates",
                 "Aggregates over runs × benchmarks",
-                (tables.aggregate_table(a.aggregates, a.baseline, fmt), *profile),
+                (narrative.aggregate_table(a.aggregates, a.baseline, fmt), *profile),
             )
         )
     secs += [_figure_section(k, figures) for k in ("proportions",) if k in figures]
@@ -198,10 +201,11 @@ def report_document(parts: ReportParts) -> Document:
         )
     secs += [
         Section("setup", "Setup", (Items(tuple(setup_lines(a, inputs))),)),
-        Section("provenance", "How this report was produced", (provenance_facts(a, parts.prov),)),
+        Section(
+            "provenance", "How this report was produced", (provenance_facts(parts.prov, a.options),)
+        ),
         Section("definitions", "Definitions", (definitions(a.options),)),
     ]
-    lead = " ".join(narrative.headline(a, fmt))
     return Document(inputs.title, lead, tuple(secs), parts.out)
 
 
@@ -229,14 +233,19 @@ def _figure_section(key: str, figures: dict[str, Path]) -> Section:
     return Section(sid, title, (_figure(key, figures),))
 
 
-def provenance_facts(a: Analysis, prov: Provenance) -> Facts:
-    """What wrote the report, and the statistics options."""
-    o = a.options
+def provenance_facts(prov: Provenance, o: StatsOptions) -> Facts:
+    """What wrote the report (command, folder, time, source, versions) and the statistics
+    options, values in markdown."""
+    facts = [("command", f"`{prov.command}`"), ("in", f"`{prov.cwd}`")]
+    facts.append(("written", prov.written))
+    if prov.source:
+        facts.append(("dataflex-rl source", f"git `{prov.source}`"))
+    facts.append(("versions", ", ".join(f"{n} {v}" for n, v in prov.versions)))
     stats = (
         f"α = {o.alpha:g}, power {o.power:g}, {o.n_boot} bootstrap resamples, "
         f"{o.n_perm} random sign flips above 16 seeds, seed {o.seed}"
     )
-    return Facts((*prov.facts(), ("statistics", stats)))
+    return Facts((*facts, ("statistics", stats)))
 
 
 def definitions(o: StatsOptions) -> Items:
@@ -269,7 +278,7 @@ def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
 #: comparison's columns empty and reads "baseline" under ``verdict``). Where no verdict is
 #: possible (``verdict_possible`` False) the interval columns are empty. ``control_passed``
 #: is True/False, empty for an untested control; ``control_status`` says it in words
-#: (`narrative.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
+#: (`analysis.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
 STATISTICS_COLUMNS = (
     "summary",
     "kind",
@@ -342,7 +351,7 @@ def statistics_rows(a: Analysis) -> list[dict]:
                     verdict=c.verdict,
                     control=c.control,
                     control_passed="" if c.control_passed is None else c.control_passed,
-                    control_status=narrative.control_status(c),
+                    control_status=c.control_status,
                 )
             out.append({k: _cell(v) for k, v in row.items()})
     return out

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.reporting import narrative, provenance, tables
+from dataflex_rl.harness.reporting import narrative, provenance
 from dataflex_rl.harness.reporting.document import (
     Document,
-    Facts,
     Items,
     Legend,
     Link,
@@ -42,6 +41,7 @@ from dataflex_rl.harness.reporting.report import (
     ReportParts,
     definitions,
     prepare_report,
+    provenance_facts,
     statistics_rows,
     write_csv,
     write_report_files,
@@ -252,7 +252,7 @@ def index_document(
                 s.label,
                 (
                     Paragraph(" ".join(narrative.headline(a, p.fmt))),
-                    tables.summary_table(a.primary, p.fmt),
+                    narrative.summary_table(a.primary, p.fmt),
                     Items(tuple(narrative.verdict_sentences(a, a.primary, p.fmt))),
                     Link("Full report", page),
                 ),
@@ -260,7 +260,9 @@ def index_document(
         )
     prov = done[0][1].prov if done else provenance.current()
     secs.append(
-        Section("provenance", "How this report was produced", (Facts(tuple(prov.facts())),))
+        Section(
+            "provenance", "How this report was produced", (provenance_facts(prov, inputs.options),)
+        )
     )
     secs.append(Section("definitions", "Definitions", (definitions(inputs.options),)))
     compared = sorted({r for r in refs if r})

@@ -137,6 +137,8 @@ class Comparison:
     #: whether a control got its required verdict (`control_passed`); None when not a
     #: control or untested
     control_passed: bool | None = None
+    #: a control's outcome in words (`control_status`); "" for a real method
+    control_status: str = ""
 
 
 def control_passed(c: Comparison) -> bool | None:
@@ -146,6 +148,20 @@ def control_passed(c: Comparison) -> bool | None:
     if not c.control or not c.verdict_possible:
         return None
     return c.verdict == CONTROL_KINDS[c.control]
+
+
+def control_status(c: Comparison) -> str:
+    """A control comparison's outcome in words: "passed", "FAILED", or, where its seed count
+    allows no verdict, "untested (3 seeds: no verdict possible; needs 6)" (``needs``: its
+    `Comparison.seeds_for_verdict`); "" for a real method."""
+    if not c.control:
+        return ""
+    if c.control_passed is not None:
+        return "passed" if c.control_passed else "FAILED"
+    need = c.seeds_for_verdict
+    return f"untested ({c.n_pairs} seed{'s' if c.n_pairs != 1 else ''}: no verdict possible; " + (
+        f"needs {need})" if need is not None else "needs more than 64)"
+    )
 
 
 @dataclass
@@ -401,6 +417,7 @@ def analyze_summary(
     for c in ctrl_comps:
         c.control = controls[c.method]
         c.control_passed = control_passed(c)
+        c.control_status = control_status(c)
     sd = pooled_sd(comps)
     n = min((c.n_pairs for c in comps), default=0)
     return SummaryResult(

@@ -13,7 +13,6 @@ from dataflex_rl.harness.reporting import (
     plots,
     report,
     strata,
-    tables,
 )
 from dataflex_rl.harness.reporting.report import ReportInputs, render_report, report_document
 from dataflex_rl.harness.statistics import (
@@ -30,7 +29,7 @@ from dataflex_rl.harness.statistics.power import SeedAdvice
 from dataflex_rl.harness.statistics.results import Row
 
 STATISTICS = (aggregates, analysis, curves, power, results, sequential, stats)
-RENDERING = (document, html_report, narrative, plots, report, strata, tables)
+RENDERING = (document, html_report, narrative, plots, report, strata)
 
 
 def stored_analysis():

@@ -1,10 +1,9 @@
-"""The scores table ``compare`` and ``report`` print (`tables.scores_table`, rendered by
+"""The scores table ``compare`` and ``report`` print (`narrative.scores_table`, rendered by
 `document.text_table`) leads with the metric compared, per domain, and shows the other
 accuracy beside it, labelled."""
 
 from dataflex_rl.harness.reporting.document import text_table
-from dataflex_rl.harness.reporting.narrative import Fmt
-from dataflex_rl.harness.reporting.tables import scores_table
+from dataflex_rl.harness.reporting.narrative import Fmt, scores_table
 from dataflex_rl.harness.statistics.analysis import StatsOptions, analyze, score_metric
 from dataflex_rl.harness.statistics.results import Row
 
