@@ -62,7 +62,7 @@ _CHUNK = 1 << 22
 #: the settings ``power_table.csv`` holds (`simulated_mde` reads it at exactly these)
 TABLE_ALPHA, TABLE_POWER = 0.05, 0.8
 TABLE_KEY = f"alpha={TABLE_ALPHA} power={TABLE_POWER} reps={REPS} n_boot={N_BOOT} seed=0"
-TABLE_MAX_M, TABLE_MAX_N = 3, 64
+TABLE_MAX_M, TABLE_MAX_N = 4, 64
 TABLE_FILE = Path(__file__).with_name("power_table.csv")
 
 
