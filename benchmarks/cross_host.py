@@ -82,8 +82,9 @@ def experiment(host: str, args) -> dict:
 def gains(result, domains: list[str]) -> dict[str, dict]:
     """arm -> {"gain": `sensitivity.Gain` of the domain average (fractions, over seeds: mean,
     SD, min), "curve": {step: mean over seeds of the domain-average accuracy}, "seeds"}."""
+    from sensitivity_study import gain_table  # benchmarks/ is the script's folder
+
     from dataflex_rl.harness.running.compare import result_rows
-    from dataflex_rl.harness.running.sensitivity import gain_table
 
     rows = result_rows(result.execution, domains, "sampled")
     out = {}

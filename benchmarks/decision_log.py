@@ -54,8 +54,8 @@ class Timed:
 
 
 def engine(steps: int, strategy: str, steps_per_file: int, out: Path, clock) -> dict:
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.trainer import EmbeddedTrainer
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
     cfg = load_config(
         {

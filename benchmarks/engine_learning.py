@@ -16,8 +16,8 @@ from pathlib import Path
 
 def _one(args: tuple) -> dict:
     config_path, strategy, seed, steps, out = args
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.run import run_training
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.run import run_training
 
     cfg = load_config(config_path) if config_path else load_config({})
     cfg.eval.every = 0

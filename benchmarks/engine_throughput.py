@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.data import tasks_from_config
-from dataflex_rl.engine.policy import load_policy
-from dataflex_rl.engine.sampler import left_pad, sample_groups
-from dataflex_rl.engine.trainer import EmbeddedTrainer
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.data import tasks_from_config
+from dataflex_rl.hosts.engine.policy import load_policy
+from dataflex_rl.hosts.engine.sampler import left_pad, sample_groups
+from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
 
 def count_tokens(responses: torch.Tensor, eos_id: int) -> int:

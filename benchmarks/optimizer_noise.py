@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from dataflex_rl.engine.config import EngineConfig, load_config
-from dataflex_rl.engine.noise import derive_seed
-from dataflex_rl.engine.trainer import EmbeddedTrainer
+from dataflex_rl.hosts.engine.config import EngineConfig, load_config
+from dataflex_rl.hosts.engine.noise import derive_seed
+from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
 #: GRPO variants: name -> (``optim`` overrides, rewards shuffled across the batch)
 GRPO_VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
@@ -110,8 +110,8 @@ def _run(job: tuple) -> dict[str, Any]:
         rewards = [trainer.train_step()["train/reward"] for _ in range(steps)]
         cpu_s, series = time.process_time() - t0, rewards
     elif kind == "sft":
-        from dataflex_rl.engine.taskio import train_pairs
-        from dataflex_rl.engine.warmstart import warm_start
+        from dataflex_rl.hosts.engine.taskio import train_pairs
+        from dataflex_rl.hosts.engine.warmstart import warm_start
 
         # the trainer only provides the policy, the task set and the held-out instrument
         trainer = EmbeddedTrainer(_config(policy), seed=seed)

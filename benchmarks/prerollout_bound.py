@@ -242,7 +242,7 @@ def expected_auc(score: np.ndarray, q: np.ndarray) -> float:
 
 # ------------------------------------------------------------------ measurement (workers)
 def _config():
-    from dataflex_rl.engine.config import load_config
+    from dataflex_rl.hosts.engine.config import load_config
 
     return load_config(
         {
@@ -262,7 +262,7 @@ def _train(job: tuple) -> dict:
 
     import torch
 
-    from dataflex_rl.engine.trainer import EmbeddedTrainer
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -299,10 +299,10 @@ def _estimate(job: tuple) -> dict:
     seed, label, state, policy_step, start, stop, M = job
     import torch
 
-    from dataflex_rl.engine.noise import derive_seed, row_keys
-    from dataflex_rl.engine.sampler import sample_groups
-    from dataflex_rl.engine.taskio import score
-    from dataflex_rl.engine.trainer import EmbeddedTrainer
+    from dataflex_rl.hosts.engine.noise import derive_seed, row_keys
+    from dataflex_rl.hosts.engine.sampler import sample_groups
+    from dataflex_rl.hosts.engine.taskio import score
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

@@ -30,9 +30,9 @@ def _collect(job: tuple) -> dict:
     seed, steps = job
     import torch
 
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.trainer import EmbeddedTrainer
     from dataflex_rl.hosts.common.representation import _left_pad
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
     cfg = load_config(

@@ -94,7 +94,7 @@ def _arms(args) -> dict[str, tuple[dict, dict]]:
 
 
 def _config(pool: int, tokens: int, overrides: dict, eval_per_domain: int):
-    from dataflex_rl.engine.config import load_config
+    from dataflex_rl.hosts.engine.config import load_config
 
     tasks = {"train_size": pool, **overrides.get("tasks", {})}
     grpo = {"prompts_per_step": PROMPTS, "group_size": GROUP, **overrides.get("grpo", {})}
@@ -192,7 +192,7 @@ def _one(job: tuple) -> dict:
     regime, arm, seed, strategy, overrides, pool, tokens, eval_per_domain = job
     import torch
 
-    from dataflex_rl.engine.trainer import EmbeddedTrainer
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

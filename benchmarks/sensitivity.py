@@ -3,7 +3,8 @@
 Runs an experiment's baseline and the four built-in control arms (``aa``, ``no_update``,
 ``half_lr``, ``drop_half``; docs/controls.md) over N paired seeds with the harness's own runner
 (parallel processes; finished runs under --out are reused, interrupted ones resume), then
-reports against the targets of issue 11 (computations in `dataflex_rl.harness.running.sensitivity`):
+reports against the targets of issue 11 (computations in
+`sensitivity_study`, beside it):
 
 - the baseline's gain over the warm start (final − step-0 held-out score) per domain and
   averaged over domains, with its SD and minimum over seeds and SD/gain, for the experiment's
@@ -34,8 +35,9 @@ import json
 import math
 from pathlib import Path
 
+import sensitivity_study as sens  # benchmarks/ is the script's folder
+
 from dataflex_rl.core.spec import load_yaml
-from dataflex_rl.harness.running import sensitivity as sens
 from dataflex_rl.harness.running.compare import run_compare
 
 

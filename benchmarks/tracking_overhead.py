@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.run import run_training
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.run import run_training
 from dataflex_rl.tracking import backends as B
 
 

@@ -93,6 +93,9 @@ EXPECTED: dict[str, tuple] = {
     "baseline": ([1] * 12, [1.0] * 12, None, None),
     # solve rate in (.2, .8): group 0 only
     "difffilter": ([1] * 4 + [0] * 8, [1.0] * 4 + [0.0] * 8, None, None),
+    # reward std > 0: groups 0 and 2 (group 2's rewards differ though all exceed .5);
+    # refilling is the host's (tests/unit/hosts/common/test_refill.py)
+    "dapo": ([1] * 4 + [0] * 4 + [1] * 4, [1.0] * 4 + [0.0] * 4 + [1.0] * 4, None, None),
     # per group the 2 of largest variance, ties to the smallest a (a lowest + 2 - a highest):
     # group 0 sorted 0 (row 1), 0 (row 2), 0 (row 3), 1 (row 0): a = 0 keeps rows 3, 0;
     # group 1 constant: a = 0 keeps the last two (rows 6, 7); group 2 sorted .6 (9), .6 (11),
@@ -151,6 +154,7 @@ COMPONENTS = {
     ("mixer", "softmax"): "tscl",
     ("scorer", "reward"): "maxvar",
     ("scorer", "solve_rate"): "difffilter",
+    ("scorer", "reward_std"): "dapo",
     ("scorer", "efficiency"): "gfpo",
     ("scorer", "advantage_magnitude"): "topk",
     ("scorer", "token_prob"): "ar",

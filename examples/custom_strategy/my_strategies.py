@@ -12,9 +12,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.base import Scorer, Selector
-from dataflex_rl.core.batch import RolloutBatch
-from dataflex_rl.core.config import param
+from dataflex_rl import RolloutBatch, Scorer, Selector, param
 
 
 @dataclass

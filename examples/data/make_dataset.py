@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dataflex_rl.engine.config import DEFAULT_DIFFICULTY
+from dataflex_rl.hosts.engine.config import DEFAULT_DIFFICULTY
 from dataflex_rl.tasks import build_taskset, save_dataset
 
 HERE = Path(__file__).resolve().parent

@@ -147,6 +147,22 @@ _P = [
             }
         },
     ),
+    # --- beyond the seed paper
+    Preset(
+        "dapo",
+        "dynamic sampling: drop groups whose rewards are all equal (zero variance: no GRPO "
+        "signal) and refill the batch with new prompts (as many per round as expected to fill "
+        "it), up to 4 refill rounds per step",
+        "Yu et al. 2025, DAPO: an open-source LLM reinforcement learning system at scale "
+        "(dynamic sampling)",
+        {
+            "select": {
+                "scorer": "reward_std",
+                "actuator": {"name": "band", "low": 0.0, "high": None, "inclusive": False},
+            },
+            "refill": {"max_rounds": 4, "overdraw": True},
+        },
+    ),
 ]
 
 for _preset in _P:

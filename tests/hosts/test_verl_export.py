@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("verl")
 
 from dataflex_rl.cli import main  # noqa: E402
-from dataflex_rl.engine.policy import ASSETS_DIR  # noqa: E402
-from dataflex_rl.engine.tokenizer import CharTokenizer  # noqa: E402
+from dataflex_rl.hosts.engine.policy import ASSETS_DIR  # noqa: E402
+from dataflex_rl.hosts.engine.tokenizer import CharTokenizer  # noqa: E402
 from dataflex_rl.tasks.export import REWARDS  # noqa: E402
 
 

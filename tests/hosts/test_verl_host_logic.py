@@ -38,13 +38,9 @@ def test_out_of_range_value_names_the_key():
         parse_host_config({"candidate_factor": 0.5})
 
 
-@pytest.mark.parametrize("value", [False, True, None])
-def test_native_was_removed_from_the_block_and_is_refused_saying_why(value):
-    with pytest.raises(
-        ConfigError,
-        match=r"^dataflex\.native: removed: the compiled C kernels for 'ar' .*; delete the key$",
-    ):
-        parse_host_config({"strategy": "ar", "native": value})
+def test_native_is_an_unknown_key():
+    with pytest.raises(ConfigError, match=r"^dataflex\.native: unknown key\. Valid keys: strategy"):
+        parse_host_config({"strategy": "ar", "native": False})
 
 
 def test_missing_block_runs_baseline(caplog):

@@ -161,18 +161,17 @@ def test_checkpoint_hooks_write_the_state_file_and_refuse_a_pickled_payload(tmp_
     rows_a = [a._prompts[u][0] for u in a._next_train_batch()["uid"]]
     rows_b = [b._prompts[u][0] for u in b._next_train_batch()["uid"]]
     assert rows_a == rows_b
-    # a pickle in its place (an old name or the new one) is refused and never runs
+    # a pickle in its place is refused and never runs
     marker = tmp_path / "EXECUTED"
 
     class Payload:
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    (folder / "dataflex_state.safetensors").unlink()
-    (folder / "dataflex_state.pt").write_bytes(pickle.dumps({"strategy": Payload()}))
+    (folder / "dataflex_state.safetensors").write_bytes(pickle.dumps({"strategy": Payload()}))
     c = intake_trainer(tmp_path, spec)
     c.global_steps = 2
-    with pytest.raises(StateFileError, match=r"dataflex_state\.pt: refused"):
+    with pytest.raises(StateFileError, match=r"dataflex_state\.safetensors: a pickle .*refused"):
         c._load_checkpoint()
     assert not marker.exists()
 

@@ -193,7 +193,7 @@ def test_trls_default_learning_rate_is_the_one_half_lr_halves():
 
     from trl import GRPOConfig
 
-    from dataflex_rl.harness.running.hosts.trl import TRL_DEFAULT_LR
+    from dataflex_rl.hosts.trl.host import TRL_DEFAULT_LR
 
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     assert fields["learning_rate"].default == TRL_DEFAULT_LR

@@ -55,10 +55,10 @@ def _trainer(exported, data, out, **kw):
 
 
 def test_trl_evaluates_each_domain_greedily_as_the_engine_does(exported, data, tmp_path):
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.evaluation import evaluate
-    from dataflex_rl.engine.policy import load_policy
-    from dataflex_rl.engine.trainer import tasks_from_config
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.evaluation import evaluate
+    from dataflex_rl.hosts.engine.policy import load_policy
+    from dataflex_rl.hosts.engine.trainer import tasks_from_config
 
     trainer = _trainer(
         exported,
@@ -94,8 +94,8 @@ def test_dataflex_trainer_trains_on_the_export_from_the_engine_prompt_ids(
 ):
     from trl import GRPOTrainer
 
-    from dataflex_rl.engine.policy import ASSETS_DIR
-    from dataflex_rl.engine.tokenizer import CharTokenizer
+    from dataflex_rl.hosts.engine.policy import ASSETS_DIR
+    from dataflex_rl.hosts.engine.tokenizer import CharTokenizer
 
     seen = []
     original = GRPOTrainer._generate_and_score_completions

@@ -55,6 +55,8 @@ def _spec(name):
         return {"name": f"skip_{name}", "prerollout": {"actuator": SKIPS[name]}}
     if name in PRESETS and "mix" in Strategy(name, domains=("easy", "hard", "mid")).parts:
         return {"mix": {"preset": name, "warmup_steps": 0, "every": 1}}
+    if name == "dapo":  # its selection here; its refill: tests/hosts_trl/test_trl_refill.py
+        return {"name": "dapo_select", "select": {"preset": "dapo"}}
     if name == "diffband":
         return {"reweight": {"preset": name, "actuator": {"low": 0.3, "high": 0.7}}}
     return name

@@ -14,9 +14,11 @@ from dataflex_rl.core.statefile import is_state_file  # noqa: E402
 from dataflex_rl.hosts.common.state import load_state  # noqa: E402
 from tests.hosts_trl.trainers import Recorder, dataflex_trainer  # noqa: E402
 
-#: select + mix + prerollout: every piece of state (histories, proportions, intake RNG)
+#: select + mix + prerollout + refill: every piece of state (histories, proportions, intake
+#: RNG, which the refill rounds draw from too)
 SPEC = {
     "select": {"preset": "difffilter"},
+    "refill": {"max_rounds": 2},
     "mix": {"preset": "reward_gap", "warmup_steps": 0, "every": 1},
     "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.5, "min_explore": 0.1}},
 }
@@ -61,7 +63,9 @@ def test_resume_continues_exactly(tmp_path):
     assert load_state(ckpt / "dataflex_state.safetensors")["decisions"] == 2
     resumed, rec2 = _run(tmp_path / "split", resume=str(ckpt))
     assert resumed.driver.decisions == straight.driver.decisions == 4
-    assert [d[0] for d in rec2.draws] == [d[0] for d in rec.draws[2:]]
+    # every draw after the checkpoint, the refill rounds' included, is the straight run's
+    assert len(rec2.draws) > 2
+    assert [d[0] for d in rec2.draws] == [d[0] for d in rec.draws[-len(rec2.draws) :]]
     for a, b in zip(rec.decisions[2:], rec2.decisions):
         assert torch.equal(a.keep_mask, b.keep_mask)
         assert torch.equal(a.weights_per_response, b.weights_per_response)

@@ -1,6 +1,6 @@
 """Two processes (torchrun, CPU, gloo) decide once on the gathered batch and agree.
 
-Each rank runs `tests/hosts_trl/trl_ranks_run.py` (every mechanism, token-level weights,
+Each rank runs `tests/hosts_trl/trl_ranks_run.py` (every mechanism and refill, token-level weights,
 ``loss_type=grpo``, 2 steps) and writes what it saw; here the two views are compared: the
 same N, rewards, intake draws, keep masks, weights (per response and ar's per token) and
 proportions on both ranks, slices that tile the N rows, and each rank's masks, per-token
@@ -44,6 +44,7 @@ def views(tmp_path_factory):
 def test_both_ranks_saw_two_generations(views):
     assert [v["rank"] for v in views] == [0, 1] and {v["world"] for v in views} == {2}
     assert [len(v["views"]) for v in views] == [2, 2]
+    assert sum(v["refill_rounds"] for v in views[0]["views"]) > 0  # refills ran
 
 
 GLOBAL = (
@@ -66,6 +67,9 @@ def test_ranks_decide_the_same_on_the_gathered_batch(views):
         assert a["N"] == 16 and len(a["prompt_keys"]) == 16
         assert a["num_items_in_batch"] == b["num_items_in_batch"]
         assert a["advantage_scale"] == b["advantage_scale"]
+        # refill: the same rounds on both ranks, and the batch decided holds its kept groups
+        assert a["refill_rounds"] == b["refill_rounds"]
+        assert a["refill_groups_kept"] == b["refill_groups_kept"] == sum(a["keep"]) / 4
         assert a["per_token_advantages"] and b["per_token_advantages"]
 
 

@@ -26,14 +26,16 @@ sys.path.insert(0, str(ROOT))  # tests.hosts_trl.tiny; the package comes from PY
 from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer  # noqa: E402
 from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
 
-#: every mechanism, acting from the first or second generation; token-level weights (ar), so
-#: each rank cuts [n, T] weights to its own padding
+#: every mechanism, acting from the first or second generation, and refill (the rounds'
+#: rows are generated on both ranks and the batch assembled on each); token-level weights
+#: (ar), so each rank cuts [n, T] weights to its own padding
 STRATEGY = {
     "name": "ranks_all_four",
     "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.5}, "warmup_steps": 1},
     "mix": {"preset": "reward_gap", "warmup_steps": 1, "every": 1},
     "select": {"preset": "difffilter"},
     "reweight": {"preset": "ar"},
+    "refill": {"max_rounds": 2},
 }
 
 
@@ -102,6 +104,8 @@ class RecordingTrainer(DataflexGRPOTrainer):
                     "advantage_scale": train["dataflex/trl/advantage_scale"][-1],
                     "per_token_advantages": out["advantages"].dim() == 2,
                     "kept_response_fraction": train["dataflex/kept_response_fraction"][-1],
+                    "refill_rounds": train["dataflex/refill/rounds"][-1],
+                    "refill_groups_kept": train["dataflex/refill/groups_kept"][-1],
                 }
             )
         return out

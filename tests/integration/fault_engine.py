@@ -73,7 +73,7 @@ def slow_training(config, strategy, *, seed, steps, out_dir, resume, progress):
 
 def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resume, progress):
     """As the engine does when every checkpoint of a run is corrupt (on resume)."""
-    from dataflex_rl.engine.checkpoint import CheckpointError
+    from dataflex_rl.hosts.engine.checkpoint import CheckpointError
 
     if resume:
         raise CheckpointError(
@@ -93,9 +93,9 @@ def _compare(out: str) -> None:
 def _train(out: str, kill_at: int) -> None:
     """Run `TINY` and SIGKILL this process at the ``kill_at``-th file operation."""
     from dataflex_rl.core import io as dio
-    from dataflex_rl.engine import checkpoint, runlog
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.run import run_training
+    from dataflex_rl.hosts.engine import checkpoint, runlog
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.run import run_training
 
     count = [0]
 

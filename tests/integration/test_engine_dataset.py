@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dataflex_rl.cli import main
-from dataflex_rl.engine.config import DEFAULT_DIFFICULTY, load_config
-from dataflex_rl.engine.run import run_training
-from dataflex_rl.engine.runlog import read_metrics
-from dataflex_rl.engine.trainer import EmbeddedTrainer
+from dataflex_rl.hosts.engine.config import DEFAULT_DIFFICULTY, load_config
+from dataflex_rl.hosts.engine.run import run_training
+from dataflex_rl.hosts.engine.runlog import read_metrics
+from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 from dataflex_rl.tasks import build_taskset, save_dataset
 from dataflex_rl.tasks.verifiers import build_verifier
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from dataflex_rl.core.batch import from_lists
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.trainer import EmbeddedTrainer
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
 GRESO = {
     "name": "skip",
@@ -106,7 +106,7 @@ def test_a_second_round_replaces_the_skipped_prompts():
 
 
 def test_zero_variance_through_is_the_share_of_generated_zero_variance_groups(monkeypatch):
-    import dataflex_rl.engine.trainer as trainer_module
+    import dataflex_rl.hosts.engine.trainer as trainer_module
 
     tr = _trainer(train_size=4, factor=1.0)
     seen = {}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.trainer import EmbeddedTrainer
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 from dataflex_rl.presets import PRESETS
 from tests.unit.test_metrics_doc import documented_keys, matches
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.run import format_table
 from dataflex_rl.harness.running.runner import side_by_side
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.run import format_table
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.policy import load_policy, parameter_hash
-from dataflex_rl.engine.run import run_training
-from dataflex_rl.engine.runlog import read_metrics
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.policy import load_policy, parameter_hash
+from dataflex_rl.hosts.engine.run import run_training
+from dataflex_rl.hosts.engine.runlog import read_metrics
 from tests.unit.test_metrics_doc import documented_keys, matches
 
 ROOT = Path(__file__).resolve().parents[2]

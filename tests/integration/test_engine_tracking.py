@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dataflex_rl.deps import MissingDependencyError
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.run import run_training
-from dataflex_rl.engine.runlog import read_metrics
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.run import run_training
+from dataflex_rl.hosts.engine.runlog import read_metrics
 from dataflex_rl.tracking import STATE_FILE, backends
 from tests import trackers
 

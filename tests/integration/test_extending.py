@@ -1,12 +1,14 @@
 """docs/extending.md, executed: a user's scorer and actuator from their own module, via YAML."""
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from dataflex_rl import ConfigError, Strategy
-from dataflex_rl.core.batch import from_lists
+import dataflex_rl
+from dataflex_rl import ConfigError, Strategy, from_lists
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "custom_strategy"
@@ -47,3 +49,41 @@ def test_user_component_param_typo_is_an_error(user_module_on_path):
 def test_missing_user_module_is_a_clear_error():
     with pytest.raises(ConfigError, match="cannot import module 'no_such_module'"):
         Strategy({"select": {"scorer": "no_such_module:X", "actuator": "band"}})
+
+
+def _dataflex_imports(code: str) -> list[tuple[str, str]]:
+    """(module, name) of every ``from dataflex_rl... import name`` and ``import dataflex_rl...``
+    in Python source."""
+    out = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dataflex_rl"):
+            out += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if a.name.startswith("dataflex_rl")]
+    return out
+
+
+def test_component_docs_and_examples_import_only_the_top_level():
+    sources = {}
+    for doc in ("extending.md", "config.md"):  # the pages that show a component
+        blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / doc).read_text(), flags=re.S)
+        sources |= {f"docs/{doc} block {i}": b for i, b in enumerate(blocks)}
+    for path in (EXAMPLE / "my_strategies.py", ROOT / "examples" / "minimal_grpo.py"):
+        sources[str(path.relative_to(ROOT))] = path.read_text()
+    seen = set()
+    for where, code in sources.items():
+        for module, name in _dataflex_imports(code):
+            assert module == "dataflex_rl", f"{where}: imports from {module}, not dataflex_rl"
+            assert name in dataflex_rl.__all__, f"{where}: {name} is not in dataflex_rl.__all__"
+            assert getattr(dataflex_rl, name) is not None
+            seen.add(name)
+    # what docs/extending.md's components and registration use, at least
+    assert {"Scorer", "Selector", "RolloutBatch", "param", "SCORERS", "Strategy"} <= seen
+
+
+def test_top_level_names_are_the_core_objects():
+    from dataflex_rl.core import base, batch, config
+
+    assert dataflex_rl.Scorer is base.Scorer and dataflex_rl.SCORERS is base.SCORERS
+    assert dataflex_rl.param is config.param and dataflex_rl.from_lists is batch.from_lists
+    assert all(hasattr(dataflex_rl, n) for n in dataflex_rl.__all__)

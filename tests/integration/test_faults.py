@@ -29,14 +29,14 @@ import yaml
 from dataflex_rl.core import io as dio
 from dataflex_rl.core.io import DirectoryLock, LockedError, atomic_write_json
 from dataflex_rl.core.statefile import StateFileError, load_state_file, save_state_file
-from dataflex_rl.engine import checkpoint as ckpt
-from dataflex_rl.engine.checkpoint import CheckpointError, checkpoint_dirs, load_checkpoint
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.run import run_training
-from dataflex_rl.engine.runlog import read_metrics
 from dataflex_rl.harness.running.compare import run_compare
 from dataflex_rl.harness.statistics.results import Row, write_results_csv
 from dataflex_rl.hosts.common.state import load_state, save_state
+from dataflex_rl.hosts.engine import checkpoint as ckpt
+from dataflex_rl.hosts.engine.checkpoint import CheckpointError, checkpoint_dirs, load_checkpoint
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.run import run_training
+from dataflex_rl.hosts.engine.runlog import read_metrics
 from tests.integration import fault_engine as fe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,36 +119,6 @@ def test_each_corrupt_file_falls_back_to_the_previous_checkpoint_naming_it(
         ):
             state = load_checkpoint(copy.parent)
         assert state["step"] == 3, name
-
-
-def test_a_schema_1_checkpoint_resumes_identically(reference, tmp_path, monkeypatch):
-    """Checkpoints written before the host driver (strategy, sampler and the pre-rollout
-    generator as parts of their own) are read in today's layout and resume exactly."""
-    ref_out, ref, ref_metrics = reference
-    out = tmp_path / "run"
-    shutil.copytree(ref_out, out)
-    old = load_checkpoint(out)  # step 4, today's layout, rewritten as schema 1
-    assert old["step"] == 4 and old["dataflex"]["intake"] is not None
-    driver = old.pop("dataflex")
-    old["strategy"], old["sampler"] = driver["strategy"], driver["intake"]["sampler"]
-    old["rng"] = {"prerollout": driver["intake"]["generator"], "global": old["rng"]}
-    monkeypatch.setattr(ckpt, "SCHEMA", 1)
-    monkeypatch.setattr(ckpt, "PARTS", ckpt.PARTS_1)
-    shutil.rmtree(out / "checkpoints")
-    ckpt.save_checkpoint(out, old)
-    assert (out / "checkpoints" / "step-00000004" / "sampler.safetensors").is_file()
-    monkeypatch.undo()
-    back = load_checkpoint(out)
-    assert torch.equal(back["dataflex"]["intake"]["generator"], driver["intake"]["generator"])
-    assert back["dataflex"]["strategy"]["steps_observed"] == 4
-    summary = run_training(
-        load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, steps=6, out_dir=out, resume=True
-    )
-    straight = run_training(
-        load_config(fe.TINY), fe.TINY_STRATEGY, seed=5, steps=6, out_dir=tmp_path / "straight"
-    )
-    assert summary["parameter_sha256"] == straight["parameter_sha256"]
-    assert strip_times(read_metrics(out)) == strip_times(read_metrics(tmp_path / "straight"))
 
 
 def test_no_intact_checkpoint_is_an_error_naming_each_bad_file(reference, tmp_path):
@@ -283,11 +253,6 @@ def test_a_pickle_where_a_checkpoint_belongs_is_refused_and_never_runs(reference
     ref_out, _, _ = reference
     marker = tmp_path / "EXECUTED"
     bad = payload_bytes(marker)
-    legacy = tmp_path / "old"
-    legacy.mkdir()
-    (legacy / "checkpoint.pt").write_bytes(bad)
-    with pytest.raises(CheckpointError, match=r"checkpoint\.pt: a pickle checkpoint .* not read"):
-        load_checkpoint(legacy)
     # in place of a state file, with a manifest rewritten to match (an attacker can do that)
     folder = tmp_path / "new" / "checkpoints" / "step-00000004"
     shutil.copytree(ref_out / "checkpoints" / "step-00000004", folder)
@@ -316,18 +281,10 @@ def test_host_strategy_state_refuses_pickles_and_reads_plain_data(tmp_path):
     back = load_state(save_state(tmp_path / "dataflex_state.safetensors", state))
     assert torch.equal(back["strategy"]["drawn"], state["strategy"]["drawn"])
     assert back["strategy"]["steps_observed"] == 2 and back["intake"] is None
-    # an old torch.save of plain data still loads (weights_only=True) ...
-    torch.save(state, tmp_path / "dataflex_state.pt")
-    assert load_state(tmp_path / "dataflex_state.pt")["strategy"]["steps_observed"] == 2
-    # ... but a payload does not, under either name
-    for name in ("dataflex_state.pt", "dataflex_state.safetensors"):
-        (tmp_path / name).write_bytes(bad)
-        with pytest.raises(
-            StateFileError,
-            match=rf"{re.escape(name)}: refused: .*could run "
-            r"arbitrary code",
-        ):
-            load_state(tmp_path / name)
+    # a payload in its place is refused, never run
+    (tmp_path / "dataflex_state.safetensors").write_bytes(bad)
+    with pytest.raises(StateFileError, match=r"dataflex_state\.safetensors: a pickle .*refused"):
+        load_state(tmp_path / "dataflex_state.safetensors")
     assert not marker.exists()
 
 

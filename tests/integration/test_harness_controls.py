@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 
 def test_controls_on_the_real_engine(tmp_path, capsys):
-    from dataflex_rl.engine.policy import load_policy, parameter_hash
+    from dataflex_rl.hosts.engine.policy import load_policy, parameter_hash
 
     exp = tmp_path / "tiny.yaml"
     # the shipped warm-started policy, so that groups have signal and the baseline moves;

@@ -23,7 +23,7 @@ BOOTSTRAP_HELP = "supervised warm start of the tiny policy; writes a checkpoint 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``dataflex-rl train`` (numeric ranges from the config declarations)."""
     from dataflex_rl.core.config import field_type, number_type, with_range
-    from dataflex_rl.engine.config import EngineConfig
+    from dataflex_rl.hosts.engine.config import EngineConfig
 
     seed, steps = field_type(EngineConfig, "seed"), field_type(EngineConfig, "steps")
     workers = number_type(int, ge=1)
@@ -63,8 +63,8 @@ def train_main(args: argparse.Namespace) -> int:
     A config's ``strategies`` run side by side through the harness runner
     (`dataflex_rl.harness.running.runner.side_by_side`), one process per strategy.
     """
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.run import format_table, run_training
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.run import format_table, run_training
 
     config = load_config(args.config, dotted=getattr(args, "overrides", None) or ())
     config = check_engine_dependencies(config, "dataflex-rl train")
@@ -94,9 +94,9 @@ def train_main(args: argparse.Namespace) -> int:
 
 def _train_side_by_side(config, args: argparse.Namespace) -> int:
     """The config's ``strategies`` on one seed; 1 when a run failed (the others still ran)."""
-    from dataflex_rl.engine.run import format_table
-    from dataflex_rl.engine.taskio import load_file_tasks
     from dataflex_rl.harness.running.runner import side_by_side
+    from dataflex_rl.hosts.engine.run import format_table
+    from dataflex_rl.hosts.engine.taskio import load_file_tasks
 
     if config.tasks.source == "files":
         load_file_tasks(config.tasks)  # every data error before any run starts
@@ -145,7 +145,7 @@ def check_engine_dependencies(config, command: str):
 def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``dataflex-rl bootstrap`` (defaults reproduce the shipped checkpoint)."""
     from dataflex_rl.core.config import number_type, with_range
-    from dataflex_rl.engine.warmstart import BootstrapArgs
+    from dataflex_rl.hosts.engine.warmstart import BootstrapArgs
 
     d = BootstrapArgs()
     seed, count, lr = number_type(int, ge=0), number_type(int, ge=1), number_type(float, gt=0.0)
@@ -177,8 +177,8 @@ def bootstrap_main(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from dataflex_rl.deps import require
-    from dataflex_rl.engine.policy import ASSETS_DIR, TINY_NAME
-    from dataflex_rl.engine.warmstart import BootstrapArgs, bootstrap, read_manifest
+    from dataflex_rl.hosts.engine.policy import ASSETS_DIR, TINY_NAME
+    from dataflex_rl.hosts.engine.warmstart import BootstrapArgs, bootstrap, read_manifest
 
     require("transformers", "dataflex-rl bootstrap (the policy)")
     bargs = replace(
@@ -213,7 +213,7 @@ def bootstrap_main(args: argparse.Namespace) -> int:
 def register_commands(sub) -> None:
     """Add ``train`` and ``bootstrap`` to the main CLI's subparsers."""
     from dataflex_rl.core.config import help_text
-    from dataflex_rl.engine.config import EngineConfig
+    from dataflex_rl.hosts.engine.config import EngineConfig
 
     p = sub.add_parser(
         "train",

@@ -55,7 +55,7 @@ The engine reads the files back with tasks.source: files and verifiers: {DOMAIN:
 def policy_main(args: argparse.Namespace) -> int:
     """Run ``dataflex-rl export policy``."""
     from dataflex_rl.deps import require
-    from dataflex_rl.engine.export import export_policy
+    from dataflex_rl.hosts.engine.export import export_policy
 
     require("transformers", "dataflex-rl export policy")
     entry = export_policy(args.policy, args.out, force=args.force)
@@ -70,8 +70,8 @@ def policy_main(args: argparse.Namespace) -> int:
 
 def tasks_main(args: argparse.Namespace) -> int:
     """Run ``dataflex-rl export tasks``."""
-    from dataflex_rl.engine.config import load_config
-    from dataflex_rl.engine.export import export_engine_tasks
+    from dataflex_rl.hosts.engine.config import load_config
+    from dataflex_rl.hosts.engine.export import export_engine_tasks
 
     source, overrides = args.config, list(getattr(args, "overrides", None) or ())
     if source is not None and "=" in source and not source.endswith((".yaml", ".yml")):

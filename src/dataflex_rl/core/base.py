@@ -117,6 +117,10 @@ class Selector(Component):
     default_scorer: ClassVar[str | None] = None
     accepts: ClassVar[frozenset[str]] = frozenset({"response", "group"})
     group_based: ClassVar[bool] = False
+    #: whether a response's keep depends on its own score alone (fed a group-level score, the
+    #: selector then keeps or drops whole groups, each from its own outcomes: refilling
+    #: replaces what it drops)
+    elementwise: ClassVar[bool] = False
     #: paper defaults of the selection options, overridable in the spec
     recompute_advantages_default: ClassVar[bool] = False
     renormalize_default: ClassVar[bool] = True

@@ -384,16 +384,9 @@ def config_error(
 def check(schema: type, data: dict, where: str, noun: str = "key") -> None:
     """Validate mapping ``data`` against ``schema`` without building anything.
 
-    A declared dataclass may list keys it no longer has, ``removed_keys: ClassVar[dict[str,
-    str]]`` (key -> why): a mapping that still sets one is refused with that reason.
-
     Raises:
         ConfigError: the first problem, naming its full key path.
     """
-    removed = getattr(schema, "removed_keys", {})
-    for key in data:
-        if key in removed:
-            raise ConfigError(f"{key_path(where, key)}: removed: {removed[key]}; delete the key")
     try:
         _model(schema).model_validate(data)
     except ValidationError as e:
@@ -583,8 +576,7 @@ def apply_overrides(
                 valid = [f.name for f in dataclasses.fields(declared) if f.init]
                 if part not in valid:
                     aliases = list(getattr(declared, "aliases", {}) or {})
-                    removed = getattr(declared, "removed_keys", {})  # refused by `check`
-                    if part not in aliases and part not in removed:
+                    if part not in aliases:
                         raise ConfigError(
                             f"override {item}: unknown key {part!r} of "
                             f"{'.'.join(parts[:i]) or 'the config'}."

@@ -97,6 +97,26 @@ class PrerolloutOptions(MechanismOptions):
     history_size: int = param(4, "group outcomes remembered per prompt", ge=1)
 
 
+@dataclass
+class RefillOptions:
+    """The ``refill`` section: dynamic sampling (DAPO). After generation and scoring, the
+    groups the selector drops are replaced by newly drawn prompts (through the intake: the
+    mix proportions and the pre-rollout skip policy apply), generated and scored, until the
+    step holds ``prompts_per_step`` kept groups or ``max_rounds`` refill rounds ran (the step
+    then trains on what it has). Needs a selector that keeps or drops each group as a whole
+    from that group's own outcomes."""
+
+    max_rounds: int = param(
+        4, "refill rounds at most after the step's first generation (>= 1)", ge=1
+    )
+    overdraw: bool = param(
+        False,
+        "draw the expected count that fills the step (missing groups / the share of the "
+        "step's groups kept so far, at most prompts_per_step) instead of exactly the missing "
+        "ones; groups past the step's last needed one are generated, not trained on",
+    )
+
+
 _SECTION = "a preset name or a mapping"
 
 
@@ -115,6 +135,11 @@ class StrategyFile:
     )
     prerollout: str | dict | None = param(
         None, "which candidate prompts are generated", expect=_SECTION
+    )
+    refill: dict | None = param(
+        None,
+        "dynamic sampling: replace the groups the selector drops with new draws "
+        "(a mapping: max_rounds, overdraw)",
     )
 
 
@@ -179,8 +204,20 @@ class MechanismSpec:
 
 
 @dataclass(frozen=True)
+class RefillSpec:
+    """The ``refill`` section, validated (`RefillOptions`)."""
+
+    max_rounds: int = 4
+    overdraw: bool = False
+
+    def to_dict(self) -> dict:
+        return {"max_rounds": self.max_rounds, "overdraw": self.overdraw}
+
+
+@dataclass(frozen=True)
 class StrategySpec:
-    """A whole strategy: any subset of the four mechanisms."""
+    """A whole strategy: any subset of the four mechanisms, and refilling (``refill``: the
+    intake replaces the groups the selector drops; None: off)."""
 
     name: str = "baseline"
     description: str = ""
@@ -188,6 +225,7 @@ class StrategySpec:
     reweight: MechanismSpec | None = None
     mix: MechanismSpec | None = None
     prerollout: MechanismSpec | None = None
+    refill: RefillSpec | None = None
 
     def mechanisms(self) -> dict[str, MechanismSpec]:
         """The enabled mechanisms, in step order."""
@@ -201,6 +239,8 @@ class StrategySpec:
         for m in MECHANISMS:
             if getattr(self, m) is not None:
                 out[m] = getattr(self, m).to_dict()
+        if self.refill is not None:
+            out["refill"] = self.refill.to_dict()
         return out
 
 
@@ -356,7 +396,49 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
         for m in MECHANISMS
         if value.get(m) is not None
     }
-    return StrategySpec(name=name, description=description, **parts)
+    refill = None
+    if value.get("refill") is not None:
+        where_refill = key_path(where, "refill")
+        options = validate(RefillOptions, value["refill"], where_refill)
+        refill = RefillSpec(options.max_rounds, options.overdraw)
+        check_refill_selector(parts.get("select"), where_refill)
+    return StrategySpec(name=name, description=description, refill=refill, **parts)
+
+
+def drops_whole_groups(scorer: Scorer | None, selector: Component) -> bool:
+    """Whether a selector keeps or drops each prompt group as a whole, from that group's own
+    outcomes: an elementwise actuator (``band``: a response's keep depends on its own score
+    only) fed by a group-level scorer (``solve_rate``, ``group_std``, ...)."""
+    return (
+        scorer is not None
+        and scorer.granularity == "group"
+        and bool(getattr(selector, "elementwise", False))
+    )
+
+
+def check_refill_selector(select: MechanismSpec | None, where: str) -> None:
+    """Refilling replaces dropped groups, so it needs a selector that drops whole groups, each
+    from its own outcomes (`drops_whole_groups`).
+
+    Raises:
+        ConfigError: no ``select`` section, or one whose selector keeps parts of groups or
+            decides a group from the rest of the batch; naming the key.
+    """
+    if select is None:
+        raise ConfigError(
+            f"{where}: refilling replaces the groups a selector drops, but the strategy has "
+            "no 'select' section; add one that drops whole groups (e.g. select: "
+            "{preset: difffilter}), or use the preset 'dapo'"
+        )
+    scorer, selector = resolve_mechanism(select, where.rsplit(".", 1)[0] + ".select")
+    if not drops_whole_groups(scorer, selector):
+        level = "none" if scorer is None else scorer.granularity
+        raise ConfigError(
+            f"{where}: needs a selector that keeps or drops each group as a whole from its "
+            f"own outcomes (a group-level scorer with an elementwise actuator such as "
+            f"'band'); select has actuator {select.actuator.name!r} with a {level}-level "
+            "scorer, which keeps parts of groups or ranks groups against each other"
+        )
 
 
 def strategy_label(value: Any) -> str:

@@ -309,6 +309,40 @@ class Strategy:
             "dataflex/prerollout/audit_informative": float(((batch.group_std > 0) & present).sum()),
         }
 
+    @property
+    def refill_rounds(self) -> int:
+        """Refill rounds at most per step (``refill.max_rounds``; 0: the strategy does not
+        refill)."""
+        return 0 if self.spec.refill is None else self.spec.refill.max_rounds
+
+    @property
+    def refill_overdraw(self) -> bool:
+        """Whether refill rounds draw the expected count that fills the step
+        (``refill.overdraw``) rather than exactly the missing groups."""
+        return self.spec.refill is not None and self.spec.refill.overdraw
+
+    def groups_kept(self, batch: RolloutBatch) -> Tensor:
+        """[G] bool: the groups the selector keeps in ``batch`` (present groups only), what a
+        refilling host counts after each generation round. Pure: no state moves, nothing is
+        logged. The selector drops whole groups from their own outcomes (a refilling
+        strategy is refused otherwise), so a group kept here is kept by `decide` in any batch
+        that holds it. Without ``select``, or when it is not due at ``batch.step``, every
+        present group is kept."""
+        present = batch.group_size > 0
+        if "select" not in self.parts:
+            return present
+        mspec = self.spec.select
+        if not _due(batch.step, mspec.warmup_steps, mspec.every):
+            return present
+        with intra_op_threads(self.threads):
+            batch = detach_batch(batch).reading(self.reads)
+            scorer, selector = self.parts["select"]
+            scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
+            keep = selector.select(scores, batch) & batch.active_mask
+            kept = torch.zeros(batch.num_groups, dtype=torch.bool)
+            kept[batch.group_ids[keep]] = True
+        return kept & present
+
     # ------------------------------------------------------------------ after advantages
     def decide(self, batch: RolloutBatch) -> Decision:
         """Select and reweight this batch; update mixing signals and prompt histories.

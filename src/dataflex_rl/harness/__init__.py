@@ -1,5 +1,8 @@
-"""Experiment harness: strategies × seeds with pairing, paired statistics, reports and plots.
+"""Experiment harness: strategies x paired seeds on any host, honest statistics, one report.
 
-``dataflex-rl compare EXPERIMENT`` runs a matrix on the embedded engine; ``dataflex-rl report
---from-csv FILE`` gives the same statistics for external results. See docs/harness.md.
+``dataflex-rl compare EXPERIMENT`` runs the matrix on the experiment's host (the embedded
+engine, TRL or verl; sub-package ``running``), ``dataflex-rl report`` analyses it, or external
+results given as a CSV, with paired statistics (``statistics``) into report.md, report.html and
+the terminal (``reporting``), and ``dataflex-rl replay`` runs other strategies on a logged run's
+decisions offline (``replay``). See docs/harness.md.
 """

@@ -43,6 +43,22 @@ class SolveRate(Scorer):
         return k / batch.group_size.clamp(min=1).to(torch.float64)
 
 
+@SCORERS.register("reward_std")
+@dataclass
+class RewardStd(Scorer):
+    """Per group: the unbiased std of the active responses' rewards (float64); exactly 0 when
+    they are all equal, the groups whose GRPO advantages are all 0 (the zero-variance groups
+    DAPO's dynamic sampling drops, and verl's ``filter_groups`` drops when its metric is the
+    reward)."""
+
+    granularity: ClassVar[str] = "group"
+    group_based: ClassVar[bool] = True
+    paper: ClassVar[str] = "Yu et al. 2025, DAPO (dynamic sampling)"
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        return batch.group_std.clone()
+
+
 @SCORERS.register("response_length")
 @dataclass
 class ResponseLength(Scorer):

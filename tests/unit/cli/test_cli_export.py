@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from dataflex_rl.cli import main
-from dataflex_rl.engine.config import load_config
-from dataflex_rl.engine.trainer import tasks_from_config
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.trainer import tasks_from_config
 
 ROOT = Path(__file__).resolve().parents[3]
 

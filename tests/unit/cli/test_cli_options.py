@@ -93,7 +93,7 @@ def test_train_override_value_is_checked_like_the_file(capsys):
 def test_train_strategy_override_runs_that_strategy_alone(monkeypatch, capsys):
     # quickstart.yaml has strategies [baseline, difffilter]; `strategy=maxvar` (the example of
     # train --help) runs maxvar alone instead of being ignored
-    import dataflex_rl.engine.run as run
+    import dataflex_rl.hosts.engine.run as run
 
     seen = []
 

@@ -29,7 +29,7 @@ from dataflex_rl.core.config import (
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import parse_strategy
 from dataflex_rl.describe import REGISTRIES
-from dataflex_rl.engine.config import EngineConfig, OptimConfig, load_config
+from dataflex_rl.hosts.engine.config import EngineConfig, OptimConfig, load_config
 
 
 @dataclasses.dataclass

@@ -6,7 +6,7 @@ import pytest
 
 from dataflex_rl.core.config import validate
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.engine.config import load_config
+from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.tracking import TrackingConfig, flatten
 
 

@@ -255,6 +255,21 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
             "not hold: its skip decisions are not replayed (its skipped shares read 0); "
             "its decisions are in the run's metrics (dataflex/prerollout/*)"
         )
+    logged_refill = isinstance(log.strategy, dict) and log.strategy.get("refill") is not None
+    if strategy.refill_rounds or logged_refill:
+        notes.append(
+            "refill: replay re-decides on the groups the logged run generated (on the engine, "
+            "every group of each step, refill rounds included; on TRL, the assembled batch), "
+            "so a selector's keep mask replays exactly; it cannot redo the refill itself: "
+            "which prompts a strategy would have drawn and generated to replace what it "
+            "drops needs new generations"
+            + (
+                f" (the log was written by {log.strategy.get('name', '?')!r}, which refilled: "
+                "its batches over-represent prompts that its selector keeps)"
+                if logged_refill
+                else ""
+            )
+        )
     full = bool(log.settings.get("full_tokens"))
     c = log.columns
     for mech, (scorer, actuator) in strategy.parts.items():

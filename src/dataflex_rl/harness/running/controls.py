@@ -38,7 +38,8 @@ from typing import Any
 from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, parse_strategy
-from dataflex_rl.engine.config import from_dict
+from dataflex_rl.hosts.engine.config import from_dict
+from dataflex_rl.hosts.host import HostControls
 
 SAME, WORSE = "same", "worse"
 
@@ -180,25 +181,6 @@ class Control:
         return parse_strategy(spec, where), overrides
 
 
-@dataclass(frozen=True)
-class HostControls:
-    """Where a host's run settings (its ``run_config``) hold what the controls change: dotted
-    paths, with the value the host uses when its settings leave one unset.
-
-    Args:
-        stream: the training sampling-noise stream (aa: another one).
-        lr: the learning rate (no_update: 0; half_lr: half the experiment's).
-        stream_default, lr_default: the host's values when the settings do not hold the key.
-        section: how messages name the settings (``"trl."``: ``trl.noise_stream``).
-    """
-
-    stream: str
-    lr: str
-    stream_default: int = 0
-    lr_default: float | None = None
-    section: str = ""
-
-
 def _get(settings: dict, path: str, default: Any) -> Any:
     node: Any = settings
     for key in path.split("."):
@@ -308,11 +290,3 @@ def parse_controls(value: Any, where: str = "controls") -> tuple[Control, ...]:
             raise ConfigError(f"{at}: control {control.name!r} is listed twice")
         out.append(control)
     return tuple(out)
-
-
-def merge_overrides(base: dict, overrides: dict) -> dict:
-    """``base`` with ``overrides`` merged in, nested mappings key by key (copies)."""
-    out = copy.deepcopy(base)
-    for k, v in overrides.items():
-        out[k] = merge_overrides(out.get(k) or {}, v) if isinstance(v, dict) else copy.deepcopy(v)
-    return out

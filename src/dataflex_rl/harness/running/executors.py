@@ -1,8 +1,8 @@
 """Executors: where the runs of a matrix execute (``compare --executor local|ray``).
 
 For an executor a run is a process launched from a command line, an environment and a run
-folder (harness/running/launch.py: `Launch`); the TRL and verl hosts (issue 21) plug in with
-their own command lines and a reader of their own logs, and the executors do not change.
+folder (harness/running/launch.py: `Launch`); every host (the engine, TRL, verl) gives its
+own command line and reader of its own logs, and the executors do not depend on which.
 
 - `LocalExecutor`: worker processes on this machine (`supervisor.supervise`; the engine runs
   in-process in each worker, imports paid once per worker). With ``resources.gpus_per_run``

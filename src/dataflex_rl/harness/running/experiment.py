@@ -17,7 +17,7 @@ An experiment file (``configs/experiments/quick.yaml``)::
     # optional experiment trackers for every run and the report (docs/tracking.md; engine
     # host: TRL and verl runs log through their own, trl.grpo / verl.overrides)
     tracking: {backends: [tensorboard, mlflow]}
-    # the trainer that runs the runs: engine (default), trl, ... (harness/running/hosts); a
+    # the trainer that runs the runs: engine (default), trl, ... (hosts/registry.py); a
     # host other than the engine takes its settings from its own section (trl: {...}) and
     # refuses the engine section
     host: engine
@@ -39,10 +39,11 @@ from typing import Any
 from dataflex_rl.core.config import Checked, key_path, param, validate, with_overrides
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
-from dataflex_rl.engine.config import EngineConfig, from_dict
-from dataflex_rl.harness.running.controls import Control, merge_overrides, parse_controls
-from dataflex_rl.harness.running.hosts import HOSTS, SECTIONS, host_module
+from dataflex_rl.harness.running.controls import Control, parse_controls
 from dataflex_rl.harness.statistics.analysis import StatsOptions
+from dataflex_rl.hosts.engine.config import EngineConfig, from_dict
+from dataflex_rl.hosts.host import merge_overrides
+from dataflex_rl.hosts.registry import HOSTS, SECTIONS, host_module
 from dataflex_rl.tracking import TrackingConfig
 
 
@@ -163,14 +164,14 @@ class Experiment:
     #: where the runs execute (`EXECUTORS`) and what each one holds
     executor: str = "local"
     resources: Resources = field(default_factory=Resources)
-    #: the trainer that runs the runs (harness/running/hosts: engine, trl, ...)
+    #: the trainer that runs the runs (hosts/registry.py: engine, trl, ...)
     host: str = "engine"
     #: the host's section (``trl:``, ...) when the host is not the engine (its is ``engine``)
     host_settings: dict = field(default_factory=dict)
 
     @property
     def host_module(self):
-        """The module describing the host to the harness (harness/running/hosts)."""
+        """The module describing the host to the harness (hosts/registry.py)."""
         return host_module(self.host)
 
     @property
@@ -263,7 +264,7 @@ class ExperimentFile(Checked):
     )
     trl: dict | None = param(
         None,
-        "host trl: the TRL run's settings (harness/running/hosts/trl.py; docs/hosts/compare.md)",
+        "host trl: the TRL run's settings (hosts/trl/host.py; docs/hosts/compare.md)",
     )
     verl: dict | None = param(None, "host verl: the verl run's settings (docs/hosts/compare.md)")
 
@@ -388,9 +389,18 @@ def parse_experiment(
             "'train by epochs')"
         )
     if top.budget.generated_tokens is not None and top.host != "engine":
+        why = {
+            "trl": "TRL's GRPOTrainer stops at max_steps, and the TRL run entry has no stop at "
+            "a count of generated tokens (refill rounds included), so its arms cannot be cut "
+            "at equal generation cost",
+            "verl": "verl's trainer stops at trainer.total_training_steps; generation (and "
+            "filter_groups' refills) happens in verl's rollout workers and ReplayBuffer, "
+            "which the plugin does not meter token by token",
+        }.get(top.host, f"host {top.host!r} counts steps")
         raise ConfigError(
             f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "
-            f"at a generation cost; host {top.host!r} counts steps (use budget.steps)"
+            f"at a generation cost: {why}. Use budget.steps; the refill metrics "
+            "(dataflex/refill/overgeneration) say what each arm generated"
         )
     if host.TRACKING is not None and top.tracking != TrackingConfig():
         raise ConfigError(

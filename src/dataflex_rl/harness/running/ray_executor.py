@@ -20,7 +20,11 @@ executor hold:
   (Ray kills the worker; the run dies with it); a compare killed outright is a dead Ray driver,
   whose tasks Ray kills;
 - a task whose node or worker process dies (not the run: its own failure is a record) is
-  retried once by Ray (``max_retries=1``), resuming from the run's last checkpoint.
+  retried once by Ray (``max_retries=1``), resuming from the run's last checkpoint; lost again,
+  the run is reported failed with Ray's error and `LOST_NOTE` (a rerun continues it).
+
+Each of these is tested on a cluster of several nodes on one machine
+(tests/integration/test_ray_cluster.py, docs/cluster.md).
 
 The connection is opened on entering the executor (``with``) and closed on leaving it; a local
 cluster started for it (no ``--address`` and no ``RAY_ADDRESS``) is shut down with it. In a
@@ -50,6 +54,13 @@ from dataflex_rl.harness.running.supervisor import (
 GRACE_SECONDS = 5.0
 #: seconds every node has to answer the storage check
 PROBE_SECONDS = 120.0
+#: Ray's errors for a task whose worker process or node died: raised once its one retry
+#: (``max_retries=1``) was lost too
+LOST = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError")
+LOST_NOTE = (
+    "lost twice, its worker or node died: Ray retried it once; rerun compare to continue it "
+    "from its last checkpoint"
+)
 
 
 def run_task(launch: Launch):
@@ -78,6 +89,12 @@ def probe_storage(path: str, token: str) -> str:
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     return ""
+
+
+def node_name(node: dict) -> str:
+    """A node as the user finds it: its address and the start of its Ray node id (several
+    nodes may share an address, e.g. on one machine)."""
+    return f"{node['NodeManagerAddress']} (node {node['NodeID'][:12]})"
 
 
 def fits(node_resources: dict[str, float], request: dict[str, float]) -> bool:
@@ -190,7 +207,7 @@ class RayExecutor:
                 answers = ["did not answer"] * len(nodes)
         finally:
             check.unlink(missing_ok=True)
-        bad = [f"{n['NodeManagerAddress']} ({a})" for n, a in zip(nodes, answers) if a]
+        bad = [f"{node_name(n)}: {a}" for n, a in zip(nodes, answers) if a]
         if bad:
             raise ConfigError(
                 f"--out {out}: not on storage every node sees: {'; '.join(bad)}. Put --out on "
@@ -249,7 +266,10 @@ class RayExecutor:
         except StopIteration:
             return failure_record(job, RuntimeError("the task ended without a record"))
         except ray.exceptions.RayError as e:  # the worker or node died (after Ray's retry)
-            return failure_record(job, e)
+            record = failure_record(job, e)
+            if type(e).__name__ in LOST:
+                record["error"] += f" ({LOST_NOTE})"
+            return record
         if kind == "started":
             started.add(gen)
             return None

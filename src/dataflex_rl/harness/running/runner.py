@@ -23,7 +23,7 @@ whose processes, signals and progress bar are supervisor.py's, or Ray tasks); th
 the runs, fingerprints them, decides what resumes, runs one run in a worker (`execute_run`) and
 describes it as a process for executors that start one per run (`launch_of`). What differs
 between hosts (engine, TRL, ...: settings, training function, Python, records, checkpoints) is
-the host's module (harness/running/hosts).
+the host's module (hosts/registry.py).
 
 `side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
 one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
@@ -50,16 +50,16 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
-from dataflex_rl.harness.running.hosts import host_module
-from dataflex_rl.harness.running.hosts.engine import (  # noqa: F401  (the engine's, re-exported)
+from dataflex_rl.harness.running.launch import PYTHON, Launch, run_launch
+from dataflex_rl.harness.running.supervisor import Progress
+from dataflex_rl.hosts.engine.host import (  # noqa: F401  (the engine's, re-exported)
     CHECKPOINTS_DIR,
     METRICS_FILE,
     read_records,
     steps_done,
 )
-from dataflex_rl.harness.running.hosts.engine import TRAIN_FN as DEFAULT_TRAIN_FN
-from dataflex_rl.harness.running.launch import PYTHON, Launch, run_launch
-from dataflex_rl.harness.running.supervisor import Progress
+from dataflex_rl.hosts.engine.host import TRAIN_FN as DEFAULT_TRAIN_FN
+from dataflex_rl.hosts.registry import host_module
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 
@@ -87,7 +87,7 @@ class RunSpec:
             checkpoint made with the same configuration resumed, anything else deleted and
             started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
             asked; nothing is skipped or deleted.
-        host: the trainer (harness/running/hosts), part of the identity when not the engine.
+        host: the trainer (hosts/registry.py), part of the identity.
         python: the interpreter of the run (None: the harness's own, in a local worker
             process; else the run is a process of this Python: `launch_of`); not part of the
             identity (the same run under another path of the same environment).
@@ -108,12 +108,7 @@ class RunSpec:
 
     @classmethod
     def from_fields(cls, data: dict) -> RunSpec:
-        """A run from its fields as JSON (`launch_of`'s stdin), also as a starter from before
-        ``overrides`` was named ``engine_overrides`` writes them (a compare started before an
-        upgrade launches its later runs under the new code)."""
-        data = dict(data)
-        if "engine_overrides" in data:
-            data.setdefault("overrides", data.pop("engine_overrides"))
+        """A run from its fields as JSON (`launch_of`'s stdin)."""
         return cls(**data)
 
     @property
@@ -121,13 +116,12 @@ class RunSpec:
         """Everything that determines the run's result (as plain JSON data); where it is
         tracked does not."""
         identity = {
+            "host": self.host,
             "strategy": self.strategy,
             "config": {k: v for k, v in self.config.items() if k != "tracking"},
             "seed": self.seed,
             "steps": self.steps,
         }
-        if self.host != "engine":  # an engine run's fingerprint is what it was before hosts
-            identity["host"] = self.host
         return json.loads(json.dumps(identity, default=str))
 
     @property

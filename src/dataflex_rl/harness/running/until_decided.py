@@ -3,7 +3,7 @@
 Round 1 runs the experiment's own seeds; every later round adds ``round_size`` new seeds (the
 smallest unused integers). After each round the paired differences method − baseline on the
 primary summary (the average over domains of the evaluation metric, each run's last checkpoint)
-go, in seed-addition order, to an anytime-valid rule (`harness.sequential.sequential_verdicts`),
+go, in seed-addition order, to an anytime-valid rule (`statistics.sequential.sequential_verdicts`),
 which calls each comparison better, worse, equivalent (within ±margin) or undecided with its
 type-I error controlled at α however many rounds are looked at. The loop stops when every
 comparison of the experiment's strategies is decided, or at ``max_seeds``.
@@ -15,7 +15,7 @@ is at level α/m, so the family's error stays ≤ α by the union bound). More s
 contradict it: the running intersection only narrows, so better stays better, worse stays
 worse, and equivalent stays inside ±margin (it may turn better or worse within the margin).
 `Sequential.runs_used` against `Sequential.runs_all_arms` is what this saves; simulated for a
-13-arm study by ``python -m dataflex_rl.harness.statistics.sequential --adaptive``.
+13-arm study by ``benchmarks/verdict_rule.py sequential --adaptive``.
 
 Controls (harness/running/controls.py) run every round on the same seeds, but do not keep the loop
 going: they check the instrument, they are not what the experiment asks. Their verdicts go to
@@ -26,7 +26,7 @@ Finished runs are never rerun (the runner's resume); the report is rewritten aft
 so an interrupted loop leaves the report of its last round. At the end ``sequential.json`` holds
 the rounds, and report.md and report.html get a section (`section`: a table of the rounds, which
 comparison stopped at which round, the runs saved) and the seeds a fixed-n design would have
-needed (`harness.power.simulated_seeds_needed` at the pooled SD of the paired differences, for
+needed (`statistics.power.simulated_seeds_needed` at the pooled SD of the paired differences, for
 an effect equal to the margin).
 """
 
@@ -50,7 +50,9 @@ from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import locked_output
 from dataflex_rl.harness.statistics.analysis import score_matrices
+from dataflex_rl.harness.statistics.power import simulated_seeds_needed
 from dataflex_rl.harness.statistics.results import Row
+from dataflex_rl.harness.statistics.sequential import sequential_verdicts
 
 UNDECIDED = "undecided"
 #: ``rule(diffs, alpha=, margin=, bound=)`` -> {label: result with verdict, n, low, high}
@@ -58,16 +60,12 @@ Rule = Callable[..., Mapping[str, Any]]
 
 
 def default_rule() -> Rule:
-    """The harness's anytime-valid rule (`harness.sequential.sequential_verdicts`)."""
-    from dataflex_rl.harness.statistics.sequential import sequential_verdicts
-
+    """The harness's anytime-valid rule (`statistics.sequential.sequential_verdicts`)."""
     return sequential_verdicts
 
 
 def fixed_design_seeds(sd: float, effect: float, m: int, alpha: float, power: float) -> int | None:
     """Paired seeds a fixed-n design needs to detect ``effect`` (None: over 64, or unknown)."""
-    from dataflex_rl.harness.statistics.power import simulated_seeds_needed
-
     return simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power)
 
 
@@ -309,12 +307,9 @@ def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment
     if not sds:
         return
     seq.pooled_sd = math.sqrt(sum(s * s for s in sds) / len(sds))
-    try:
-        seq.fixed_n = fixed_design_seeds(
-            seq.pooled_sd, seq.margin, len(seq.comparisons), seq.alpha, exp.statistics.power
-        )
-    except ImportError:  # harness.power not available: the section says so
-        seq.fixed_n = None
+    seq.fixed_n = fixed_design_seeds(
+        seq.pooled_sd, seq.margin, len(seq.comparisons), seq.alpha, exp.statistics.power
+    )
 
 
 def section(seq: Sequential) -> Section:

@@ -2,9 +2,9 @@
 
 A method is called "better" by `analysis.analyze_summary` when its Holm-adjusted exact sign-flip
 p-value is at most α **and** its bootstrap percentile interval at the Holm level lies above zero.
-The t-test formula (`stats.mde_paired`) ignores all three ingredients: the exact test cannot go
-below 2/2^n (no verdict at all below 6 seeds for α = 0.05), Holm divides α by up to m, and the
-interval must exclude zero too. Its MDE is detected with probability 0.25–0.65, not 0.8.
+The paired t-test's MDE formula ignores all three ingredients: the exact test cannot go below
+2/2^n (no verdict at all below 6 seeds for α = 0.05), Holm divides α by up to m, and the
+interval must exclude zero too (``benchmarks/verdict_rule.py power`` prints both). Its MDE is detected with probability 0.25–0.65, not 0.8.
 
 This module simulates the rule itself. Paired differences are d = effect + sd · z with z standard
 normal (n per simulated experiment, ``reps`` experiments). Everything scales with sd, so one
@@ -338,31 +338,3 @@ def seed_advice(
         effect if asked else None,
         simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power) if asked else None,
     )
-
-
-# python -m dataflex_rl.harness.statistics.power: the figures of docs/harness.md
-def _main() -> None:
-    print(
-        "MDE in units of the paired SD (simulated verdict rule, alpha 0.05, power 0.8) and "
-        "the power the t formula's MDE really has"
-    )
-    print(f"{'n':>3} {'m':>3} {'t-MDE':>7} {'power@t-MDE':>12} {'sim MDE':>8}")
-    for m in (1, 3, 12):
-        for n in (6, 8, 9, 12, 16, 20, 24):
-            t_mde = stats.mde_paired(1.0, n)
-            print(
-                f"{n:>3} {m:>3} {t_mde:>7.3f} {simulate_power(t_mde, 1.0, n, m=m):>12.2f} "
-                f"{simulated_mde(1.0, n, m=m):>8.3f}"
-            )
-    sd = 0.011  # paper13's pooled SD of paired differences on the average (3 seeds)
-    for m in (1, 12):
-        print(
-            f"sd {sd}, effect 0.01, m {m}: power at 12 seeds "
-            f"{simulate_power(0.01, sd, 12, m=m):.2f}, at 20 "
-            f"{simulate_power(0.01, sd, 20, m=m):.2f}; seeds needed "
-            f"{simulated_seeds_needed(sd, 0.01, m=m)}"
-        )
-
-
-if __name__ == "__main__":
-    _main()

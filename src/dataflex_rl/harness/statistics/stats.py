@@ -1,4 +1,4 @@
-"""Paired statistics over seeds: confidence intervals, tests, corrections, power, rankings.
+"""Paired statistics over seeds: confidence intervals, tests, corrections, rankings.
 
 Every function is pure (numpy and scipy only); randomness comes from a ``numpy.random.Generator``
 passed in. Shapes: ``values`` and ``diffs`` are ``[n]`` (one entry per seed); nothing loops over
@@ -17,12 +17,6 @@ Definitions used by the harness (docs/harness.md repeats them):
   p_(i) = min(1, max_{j ≤ i} (m - j + 1) p_(j)) (monotone). The per-method corrected level is
   α_(i) = α / (m - i + 1) with i the method's rank by raw p (ties take the smallest rank, the
   strictest level); the harness reports the bootstrap interval at level 1 - α_(i).
-- **MDE, t approximation** (`mde_paired`, `seeds_needed`; not used by reports, which simulate
-  the real verdict rule in `harness.power`): the smallest true mean difference a paired t-test
-  at level α detects
-  with probability ``power``: (t_{1-α/2, n-1} + t_{power, n-1}) · s_d / √n, s_d the SD of the
-  paired differences. It is the usual approximation to the noncentral-t power of the paired
-  t-test and tends to (1.96 + 0.84) · s_d / √n for many seeds.
 - **Kendall's tau** (`kendall_tau`): tau-b, ties corrected: ``scipy.stats.kendalltau`` after
   tying values within rounding error.
 """
@@ -213,34 +207,6 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     first_rank = np.searchsorted(ps, ps, side="left")  # ties -> smallest rank
     level[order] = alpha / (m - first_rank)
     return adjusted, level
-
-
-def mde_paired(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Minimum detectable mean difference of a paired two-sided *t-test* (the t approximation;
-    the harness's own rule is coarser and Holm-corrected: see `power.simulated_mde`).
-
-    (t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n; NaN when n < 2 or sd is NaN.
-    """
-    if n < 2 or not math.isfinite(sd):
-        return math.nan
-    df = n - 1
-    return float((stdtrit(df, 1 - alpha / 2) + stdtrit(df, power)) * sd / math.sqrt(n))
-
-
-def seeds_needed(
-    sd: float, effect: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 10_000
-) -> int | None:
-    """t approximation (see `power.simulated_seeds_needed` for the verdict rule's own figure):
-    fewest seeds whose t MDE is at most ``effect`` and whose exact sign-flip test can reach
-    ``alpha`` (2 / 2^n ≤ alpha); None beyond ``max_n`` or for a NaN ``sd``."""
-    if not math.isfinite(sd) or effect <= 0:
-        return None
-    n = max(2, math.ceil(math.log2(2 / alpha)))
-    while n <= max_n:
-        if mde_paired(sd, n, alpha, power) <= effect:
-            return n
-        n += 1 if n < 64 else n // 8
-    return None
 
 
 def kendall_tau(x, y) -> float:

@@ -14,6 +14,6 @@
 * `config`: settings every host takes the same way (e.g. the decision log's), and the checks
   made before anything is built (`check_block`).
 
-Hosts (``dataflex_rl.engine``, ``dataflex_rl.hosts.verl``, ``dataflex_rl.hosts.trl``) import
+Hosts (``dataflex_rl.hosts.engine``, ``dataflex_rl.hosts.verl``, ``dataflex_rl.hosts.trl``) import
 these; mechanisms and core never do.
 """

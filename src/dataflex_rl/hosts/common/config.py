@@ -8,7 +8,6 @@ it; the helpers below are the checks every such host makes before training start
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from dataflex_rl.core.base import SKIP_POLICIES
 from dataflex_rl.core.config import Checked, field_rows, param
@@ -44,18 +43,9 @@ class DecisionLogConfig(Checked):
     )
 
 
-#: keys the engine config and the ``dataflex`` block no longer have -> why (`core.config.check`)
-REMOVED_KEYS = {
-    "native": "the compiled C kernels for 'ar' it switched on are gone; 'ar' runs in torch "
-    "(a few passes over the tokens, next to a model step of seconds)",
-}
-
-
 @dataclass
 class HostConfig(Checked):
     """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
-
-    removed_keys: ClassVar[dict[str, str]] = REMOVED_KEYS
 
     strategy: str | dict = param(
         "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"

@@ -31,6 +31,7 @@ from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
 from dataflex_rl.hosts.common.config import HostConfig, HostSettings
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
+from dataflex_rl.hosts.common.refill import Generate, run_refill
 from dataflex_rl.hosts.common.state import load_state, save_state
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -38,8 +39,6 @@ if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when
 
 #: the driver's state file in each checkpoint folder of a host (verl, TRL)
 STATE_FILE = "dataflex_state.safetensors"
-#: what earlier versions wrote (read with ``weights_only=True`` only)
-LEGACY_STATE_FILE = "dataflex_state.pt"
 
 
 class Driver:
@@ -163,6 +162,25 @@ class Driver:
         self._drawn = (step, target, add_counts(dict(before), metrics))
         return items, domain_ids, metrics
 
+    def refill(
+        self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
+    ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
+        """Refill rounds for ``step`` (`run_refill`; the strategy refills): the groups the
+        selector drops in ``first`` are replaced by prompts drawn from the intake, generated
+        by ``generate``. Returns (the rounds' batches, how many leading groups of each the
+        step uses, the ``dataflex/refill/`` metrics); the metrics also go with the step's
+        decision (and its decision log row). The host then decides once on every group the
+        step uses: the first generation's and the rounds' leading ones."""
+
+        def draw(k: int) -> tuple[list, list[int]]:
+            items, domain_ids, _ = self.draw(k, step)
+            return items, domain_ids
+
+        batches, taken, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
+        if self._drawn is not None and self._drawn[0] == step:
+            self._drawn[2].update(metrics)
+        return batches, taken, metrics
+
     @property
     def audited(self) -> tuple[list, list[int]]:
         """(items, domain ids) of the last draw's audited prompts: skipped, to be generated
@@ -251,14 +269,14 @@ class Driver:
     def restore(self, folder: str | Path | None, step: int | None = None) -> None:
         """`resume` from the state file in a host's checkpoint folder (None: no checkpoint,
         a fresh start). A folder without one resumes with a fresh strategy, with a warning."""
-        names = () if folder is None else (STATE_FILE, LEGACY_STATE_FILE)
-        path = next((Path(folder) / n for n in names if (Path(folder) / n).exists()), None)
-        if folder is not None and path is None:
+        path = None if folder is None else Path(folder) / STATE_FILE
+        if path is not None and not path.exists():
             self.logger.warning(
                 "dataflex: resuming from %s without %s; the strategy starts fresh",
                 folder,
                 STATE_FILE,
             )
+            path = None
         self.resume(None if path is None else load_state(path), step)
         if path is not None:
             self.logger.info("dataflex: restored strategy state from %s", path)

@@ -45,6 +45,24 @@ def dataset_rows(dataset, rows: Sequence[int], keys: Sequence[str] | None) -> li
     return [{k: v for k, v in by_row[r].items() if keys is None or k in keys} for r in rows]
 
 
+def refill_domains(dataset) -> list[str]:
+    """The domain of every row for an intake that only refills (no mixing, no pre-rollout):
+    the ``domain`` or ``data_source`` column when the dataset has one, else one domain,
+    ``"all"``.
+
+    Raises:
+        ValueError: the dataset is not map-style (the intake draws rows by index).
+    """
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.hosts.common.intake import check_map_style, read_row_domains
+
+    check_map_style(dataset)
+    try:
+        return read_row_domains(dataset, None, dataset)
+    except ConfigError:  # no domain column: refills need none
+        return ["all"] * len(dataset)
+
+
 def prefix_mask(lengths: Tensor) -> Tensor:
     """[N, T] bool mask of the first ``lengths[i]`` tokens of each row (T = max length, >= 1)."""
     T = max(int(lengths.max()) if lengths.numel() else 0, 1)

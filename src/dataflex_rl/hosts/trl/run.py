@@ -1,5 +1,5 @@
 """One TRL run of ``compare`` (``host: trl``): `run_training` builds `DataflexGRPOTrainer` from
-the run's settings (harness/running/hosts/trl.py: `run_config`), trains, and leaves TRL's own
+the run's settings (hosts/trl/host.py: `run_config`), trains, and leaves TRL's own
 files in the run folder (``trainer_state.json`` with the log history the harness reads,
 ``checkpoint-N/`` it resumes from) plus ``metrics.jsonl`` (every log line, for progress).
 
@@ -145,7 +145,7 @@ def run_training(
     """Train one run of a TRL experiment into ``out_dir``.
 
     Args:
-        settings: the run's settings (harness/running/hosts/trl.py `run_config`): ``model``,
+        settings: the run's settings (hosts/trl/host.py `run_config`): ``model``,
             ``train``, ``eval`` ({domain: file}), ``rewards`` (module:attr), ``accuracy``,
             ``eval_per_domain``, ``grpo`` (GRPOConfig fields), ``dataflex``, ``noise_stream``.
         strategy: the expanded strategy spec.

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
 
 import torch
+from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
@@ -34,9 +36,10 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.config import HostConfig, acts_on_loss, uses_intake
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import read_row_domains
-from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, trl_rewards
+from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, refill_domains, trl_rewards
 from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
+from dataflex_rl.hosts.trl.refill import cat_rows, check_refillable, cpu_rows, slot_rows, take
 from dataflex_rl.hosts.trl.tensors import gather_token_fields, prompt_features
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
@@ -92,11 +95,13 @@ class DataflexGRPOTrainer(GRPOTrainer):
         # the block, the args and the training set (args None: TRL's defaults, by getattr)
         spec = check(self.dataflex, grpo_args)
         row_domains = None
-        if uses_intake(spec):
-            train_dataset = bound.get("train_dataset")
+        train_dataset = bound.get("train_dataset")
+        if uses_intake(spec) or spec.refill is not None and self.dataflex.domain_key:
             row_domains = read_row_domains(
                 train_dataset, self.dataflex.domain_key, train_dataset, logger
             )
+        elif spec.refill is not None:  # refills are drawn by the intake: one domain unless named
+            row_domains = refill_domains(train_dataset)
         self.driver: Driver | None = None
         self._dataflex_rewards = None  # the gathered [N, F] rewards of this generation
         self._dataflex_kl_scale = 1.0  # c of the generation the loss now reads (beta x c)
@@ -130,6 +135,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
         self._dataflex_kl_scale = 1.0
         t1 = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
+        if self.driver.strategy.refill_rounds:
+            out, drawn = self._refill(out, inputs, step, drawn)
         t2 = time.perf_counter()
         metrics = self._decide_and_apply(out, len(inputs), step, drawn, t2 - t1)
         metrics["dataflex/host_time_ms"] = (t1 - t0 + time.perf_counter() - t2) * 1e3
@@ -154,6 +161,89 @@ class DataflexGRPOTrainer(GRPOTrainer):
         local = rows_global[p * n : (p + 1) * n].tolist()
         keys = list(inputs[0]) if inputs else None
         return dataset_rows(self.train_dataset, local, keys), (rows_global, doms_global)
+
+    # ------------------------------------------------------------------ refill
+    def _round_batch(self, out, rewards, step, drawn):
+        """The global `RolloutBatch` of one generation round (what the selector reads)."""
+        acc = self.accelerator
+        mask = out["completion_mask"]
+        local = torch.stack([out["advantages"].float(), mask.sum(1).float()], 1)
+        both = acc.gather(local).cpu()
+        return build_batch(
+            rewards=trl_rewards(rewards, self.reward_weights),
+            advantages=both[:, 0],
+            lengths=both[:, 1].round().to(torch.int64),
+            group_size=self.num_generations,
+            step=step,
+            domains=self.driver.intake.domains,
+            domain_ids=drawn[1],
+            prompt_keys=drawn[0].tolist(),
+        )
+
+    def _refill(self, out, inputs, step, drawn):
+        """Refill rounds (`Driver.refill`, `dataflex_rl.hosts.trl.refill`): every rank
+        generates its share of each round's prompts with TRL's own generation, and every
+        rank assembles the same generation batch from the rounds. Returns (this rank's rows
+        of it, (its global rows, domain ids)); the gathered rewards follow it."""
+        check_refillable(out)
+        acc = self.accelerator
+        P, p, G = acc.num_processes, acc.process_index, self.num_generations
+        n = len(inputs)
+        first_rewards = self._dataflex_rewards
+        first = self._round_batch(out, first_rewards, step, drawn)
+        keys = list(inputs[0]) if inputs else None
+        rounds: list[tuple] = []
+
+        def generate(items: list, doms: list[int], _round: int):
+            rows_g = torch.tensor(items, dtype=torch.int64).repeat_interleave(G)
+            doms_g = torch.tensor(doms, dtype=torch.int64).repeat_interleave(G)
+            m = rows_g.shape[0] // P
+            local_rows = rows_g[p * m : (p + 1) * m].tolist()
+            self._dataflex_rewards = None
+            o = super(DataflexGRPOTrainer, self)._generate_and_score_completions(
+                dataset_rows(self.train_dataset, local_rows, keys)
+            )
+            check_refillable(o)
+            batch = self._round_batch(o, self._dataflex_rewards, step, (rows_g, doms_g))
+            rounds.append((o, self._dataflex_rewards.cpu(), rows_g, doms_g, batch))
+            return batch
+
+        strategy = self.driver.strategy
+        _, taken, _ = self.driver.refill(
+            n * P // G, step, first, generate, granule=P // math.gcd(G, P)
+        )
+        self._dataflex_rewards = first_rewards
+        if not rounds:
+            return out, drawn
+        pad = getattr(self.processing_class, "pad_token_id", None) or 0
+
+        def global_rows(o: dict) -> dict:
+            return cat_rows(gather_object([cpu_rows(o)]), pad)
+
+        used = [torch.arange(t * G) for t in taken]
+        table = cat_rows(
+            [global_rows(out)]
+            + [take(global_rows(r[0]), u) for r, u in zip(rounds, used, strict=True)],
+            pad,
+        )
+        kept_refill = torch.cat(
+            [strategy.groups_kept(r[4])[:t] for r, t in zip(rounds, taken, strict=True)]
+        )
+        index = slot_rows(strategy.groups_kept(first), kept_refill, G)
+        rewards = torch.cat([first_rewards.cpu()] + [r[1][u] for r, u in zip(rounds, used)])
+        rows = torch.cat([drawn[0]] + [r[2][u] for r, u in zip(rounds, used)])
+        doms = torch.cat([drawn[1]] + [r[3][u] for r, u in zip(rounds, used)])
+        mine = take(table, index[p * n : (p + 1) * n])
+        device = out["advantages"].device
+        new = {k: v.to(device) for k, v in mine.items()}
+        items = out.get("num_items_in_batch")
+        new["num_items_in_batch"] = torch.tensor(
+            int(table["completion_mask"].index_select(0, index).sum()),
+            dtype=items.dtype if isinstance(items, torch.Tensor) else torch.int64,
+            device=device,
+        )
+        self._dataflex_rewards = rewards.index_select(0, index).to(first_rewards.device)
+        return new, (rows.index_select(0, index), doms.index_select(0, index))
 
     # ------------------------------------------------------------------ select / reweight
     def _decide_and_apply(self, out, n, step, drawn, gen_seconds) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """``python -m dataflex_rl.hosts.verl.check``: does verl accept each arm's run, before any run?
 
-Run by the harness (harness/running/hosts/verl.py: ``check``) in ``verl.python`` with a JSON
+Run by the harness (hosts/verl/host.py: ``check``) in ``verl.python`` with a JSON
 list of arms on stdin, ``[{"label", "settings", "strategy"}, ...]``. For each arm it composes the
 command line a run of seed 0 would get (`settings.run_overrides`) with Hydra against verl's
 config (``verl.config`` or verl's ``ppo_trainer``): a misspelled or unknown key fails here, as

@@ -130,8 +130,10 @@ def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
     Raises:
         ConfigError: ``trainer.use_v1`` is off; ``loss_mode=bypass_mode`` (it ignores
             ``rollout_is_weights``) with select or reweight; ``recompute_advantages`` under an
-            estimator whose advantages are not GRPO's.
+            estimator whose advantages are not GRPO's; a ``refill`` verl's
+            ``algorithm.filter_groups`` cannot carry (`refill_overrides`).
     """
+    refill_overrides(spec, config)
     name = spec.name
     if not get_path(config, "trainer.use_v1", True):
         raise ConfigError(
@@ -162,6 +164,79 @@ def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
             f"algorithm.adv_estimator is {estimator!r}{hint}. Set {where}: false, or use "
             f"{' or '.join(sorted(GRPO_LIKE))}"
         )
+
+
+#: where verl 0.9.1 refills (DAPO's dynamic sampling), named in messages and docs
+VERL_FILTER_GROUPS = (
+    "verl/trainer/ppo/v1/replay_buffer.py (ReplayBuffer._dapo_filtered_keys evicts a finished "
+    "group whose metric has std 0 over more than one trajectory; the evicted prompts are "
+    "replaced through refill_fn, the trainer's _add_prompts_to_generate)"
+)
+
+
+#: what a verl run of a refilling strategy warns (the trainer logs it once)
+REFILL_LIMITATION = (
+    "dataflex: strategy %r refills through verl's algorithm.filter_groups (metric 'reward'): "
+    "verl refills until the batch is full, so refill.max_rounds (%d) and refill.overdraw are "
+    "not honoured (verl 0.9.1's V1 ReplayBuffer has no round limit: max_num_gen_batches is "
+    "ignored by trainer_base._resolve_filter_groups_metric; refills replace exactly the "
+    "evicted prompts)"
+)
+
+
+def zero_variance_selector(spec: StrategySpec) -> bool:
+    """Whether the strategy's selector drops exactly the groups whose rewards are all equal,
+    on every step: scorer ``reward_std``, actuator ``band`` with ``low`` 0, exclusive, no
+    upper bound, no warm-up, every step (preset ``dapo``): verl's own rule with
+    ``algorithm.filter_groups.metric=reward``."""
+    sel = spec.select
+    if sel is None or sel.scorer is None or sel.scorer.name != "reward_std":
+        return False
+    p = sel.actuator.params
+    return (
+        sel.actuator.name == "band"
+        and float(p.get("low", 0.2)) == 0.0
+        and p.get("high", 0.8) is None
+        and not p.get("inclusive", False)
+        and sel.warmup_steps == 0
+        and sel.every == 1
+    )
+
+
+def refill_overrides(spec: StrategySpec, config: Mapping) -> dict[str, Any]:
+    """verl's settings that carry the strategy's ``refill``: ``algorithm.filter_groups``
+    enabled with the metric ``reward`` (empty without ``refill``). verl's filter replaces only
+    zero-variance groups and keeps refilling until the batch is full: the selector must be
+    the zero-variance one (`zero_variance_selector`), and ``refill.max_rounds`` /
+    ``refill.overdraw`` are not honoured (`REFILL_LIMITATION`): verl 0.9.1's V1 ReplayBuffer has
+    no round limit (``max_num_gen_batches`` is ignored, trainer_base.py
+    ``_resolve_filter_groups_metric``) and replaces exactly the evicted prompts.
+
+    Raises:
+        ConfigError: another selector with ``refill``; ``algorithm.filter_groups`` enabled
+            with another metric.
+    """
+    if spec.refill is None:
+        return {}
+    if not zero_variance_selector(spec):
+        raise ConfigError(
+            f"dataflex.strategy.refill: on verl, refilling is verl's own "
+            f"algorithm.filter_groups, which replaces only groups whose rewards are all equal "
+            f"({VERL_FILTER_GROUPS}); strategy {spec.name!r} selects with "
+            f"{spec.select.actuator.name!r} over "
+            f"{'no scorer' if spec.select.scorer is None else repr(spec.select.scorer.name)}, "
+            "which drops other groups too. Use select: {preset: dapo} with refill, or drop "
+            "'refill' (the selector then drops without refilling)"
+        )
+    fg = get_path(config, "algorithm.filter_groups") or {}
+    metric = fg.get("metric") if isinstance(fg, Mapping) else None
+    if isinstance(fg, Mapping) and fg.get("enable") and metric not in (None, "reward"):
+        raise ConfigError(
+            f"algorithm.filter_groups.metric: {metric!r}, but strategy {spec.name!r} refills "
+            "zero-variance reward groups; set it to 'reward' (or leave filter_groups to the "
+            "strategy)"
+        )
+    return {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "reward"}
 
 
 def config_table() -> str:

@@ -22,7 +22,7 @@ import uuid
 
 import numpy as np
 import transfer_queue as tq
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -38,9 +38,11 @@ from dataflex_rl.hosts.common.intake import read_row_domains
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import (
     PER_RESPONSE_ESTIMATORS,
+    REFILL_LIMITATION,
     check,
     host_settings,
     parse_host_config,
+    refill_overrides,
 )
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
@@ -52,6 +54,7 @@ _VIEW_KEYS = (
     "algorithm.adv_estimator",
     "algorithm.norm_adv_by_std_in_grpo",
     "actor_rollout_ref.actor.policy_loss.loss_mode",
+    "algorithm.filter_groups",
 )
 
 
@@ -62,6 +65,8 @@ def host_view(config: DictConfig) -> dict:
         value = OmegaConf.select(config, dotted, default=None)
         if value is None:
             continue
+        if isinstance(value, DictConfig):
+            value = OmegaConf.to_container(value, resolve=True)
         node = view
         *parents, leaf = dotted.split(".")
         for p in parents:
@@ -87,6 +92,12 @@ class DataflexTrainer(PPOTrainerSync):
         view = host_view(config)
         self._host = host_settings(view)
         self._spec = check(self.dataflex, view)  # fail before workers start
+        overrides = refill_overrides(self._spec, view)  # refill: verl's own filter_groups
+        if overrides:
+            logger.warning(REFILL_LIMITATION, self._spec.name, self._spec.refill.max_rounds)
+            with open_dict(config):
+                for key, value in overrides.items():
+                    OmegaConf.update(config, key, value, force_add=True)
         self.driver: Driver | None = None
         self._prompts: dict[str, tuple[int, int, int]] = {}  # uid -> (row, domain, step)
         self._gen_mark: tuple[int, float] = (-1, 0.0)  # (global step, gen seconds so far)

@@ -10,10 +10,10 @@ import pytest
 
 from dataflex_rl.cli.harness import register_commands
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.engine.config import EngineConfig
 from dataflex_rl.harness.running.compare import run_compare
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
+from dataflex_rl.hosts.engine.config import EngineConfig
 
 FAKE = "tests.unit.harness.fake_engine:run_training"
 RECORD = "tests.unit.harness.running.test_control_arms:recording_train"

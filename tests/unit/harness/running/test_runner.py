@@ -195,11 +195,6 @@ def test_a_run_crosses_to_its_process_whole_and_under_its_former_field_name(tmp_
     assert RunSpec.from_fields(fields) == dataclasses.replace(
         arm, out_dir=str(Path(arm.out_dir).resolve())
     )
-    # a starter from before the rename wrote the same field as engine_overrides
-    old = {("engine_overrides" if k == "overrides" else k): v for k, v in fields.items()}
-    assert "overrides" not in old
-    assert RunSpec.from_fields(old) == RunSpec.from_fields(fields)
-    assert RunSpec.from_fields(old).fingerprint == arm.fingerprint
 
 
 def test_a_dependency_warning_every_run_repeats_is_one_line_per_package():

@@ -201,40 +201,6 @@ def test_bootstrap_is_deterministic_for_a_seed():
     assert tuple(a) == tuple(b)
 
 
-# ---------------------------------------------------------------- MDE
-def test_mde_hand_case():
-    # sd 1, n 3: (t(0.975, 2) = 4.302653 + t(0.8, 2) = 1.060660) / sqrt(3) = 3.096511
-    assert stats.mde_paired(1.0, 3) == pytest.approx(3.096511, abs=1e-5)
-
-
-def test_mde_tends_to_the_normal_formula():
-    n = 10_000
-    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)  # 2.8016
-    assert stats.mde_paired(1.0, n) == pytest.approx(z / math.sqrt(n), rel=1e-3)
-
-
-def test_mde_gives_the_requested_power():
-    # noncentral t: a true difference equal to the MDE is detected with power close to 0.8
-    n, sd = 10, 1.0
-    delta = stats.mde_paired(sd, n)
-    nc = delta / (sd / math.sqrt(n))
-    crit = sps.t.ppf(0.975, n - 1)
-    power = sps.nct.sf(crit, n - 1, nc) + sps.nct.cdf(-crit, n - 1, nc)
-    assert power == pytest.approx(0.8, abs=0.02)
-
-
-def test_mde_undefined_below_two_seeds():
-    assert math.isnan(stats.mde_paired(1.0, 1))
-
-
-def test_seeds_needed_is_the_smallest_sufficient_n():
-    n = stats.seeds_needed(0.02, 0.01)
-    assert stats.mde_paired(0.02, n) <= 0.01 < stats.mde_paired(0.02, n - 1)
-    # never fewer than the exact test needs to reach alpha = 0.05 (6 seeds)
-    assert stats.seeds_needed(0.001, 0.5) == 6
-    assert stats.seeds_needed(math.nan, 0.01) is None
-
-
 # ---------------------------------------------------------------- Kendall tau and ranks
 def test_kendall_tau_hand_case():
     # pairs (1,2) and (1,3) concordant, (2,3) discordant: (2 - 1) / 3

@@ -44,18 +44,19 @@ def test_a_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["s.safetensors"]  # the temporary is gone
 
 
-def test_an_old_torch_save_of_plain_data_loads_but_code_does_not(tmp_path):
-    torch.save({"t": torch.ones(2), "n": [1, "x"]}, tmp_path / "old.pt")
-    assert load_state(tmp_path / "old.pt")["n"] == [1, "x"]
+def test_a_pickle_is_refused_and_never_runs(tmp_path):
     marker = tmp_path / "EXECUTED"
 
     class Payload:
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    (tmp_path / "bad.pt").write_bytes(pickle.dumps({"t": Payload()}))
-    with pytest.raises(StateFileError, match=r"bad\.pt: refused: .*could run arbitrary code"):
-        load_state(tmp_path / "bad.pt")
+    (tmp_path / "bad.safetensors").write_bytes(pickle.dumps({"t": Payload()}))
+    with pytest.raises(StateFileError, match=r"bad\.safetensors: a pickle .*refused"):
+        load_state(tmp_path / "bad.safetensors")
+    torch.save({"t": torch.ones(2)}, tmp_path / "plain.pt")  # even of plain data
+    with pytest.raises(StateFileError, match=r"plain\.pt: a pickle \(torch\.save\) file"):
+        load_state(tmp_path / "plain.pt")
     assert not marker.exists()
 
 

@@ -134,11 +134,6 @@ def test_generation_batch_spanning_optimizer_steps_is_announced(caplog):
     assert caplog.text == ""  # a mixer does not touch the loss
 
 
-@pytest.mark.parametrize("value", [False, True, None])
-def test_native_was_removed_from_the_block_and_is_refused_saying_why(value):
-    with pytest.raises(
-        ConfigError,
-        match=r"^dataflex\.native: removed: the compiled C kernels for 'ar' .*; delete the key$",
-    ):
-        parse_block({"strategy": "ar", "native": value})
-    assert not hasattr(parse_block({"strategy": "ar"}), "native")
+def test_native_is_an_unknown_key():
+    with pytest.raises(ConfigError, match=r"^dataflex\.native: unknown key\. Valid keys: strategy"):
+        parse_block({"strategy": "ar", "native": False})

@@ -1,0 +1,113 @@
+"""Refill (dynamic sampling, DAPO): replace the groups a strategy's selector drops.
+
+After a step's first generation, the host scores the groups and asks the selector which it
+keeps (`Strategy.groups_kept`). Each refill round draws as many new prompts as kept groups are
+missing through the driver's intake (so the mix proportions and the pre-rollout skip policy
+apply to them as to any draw), the host generates and scores them, and the loop goes on
+until the step holds ``n`` kept groups or ``refill.max_rounds`` rounds ran; the step then
+trains on what it has, and the metrics say how short it is. The host decides once, on every
+group it generated in the step (dropped groups included: the prompt history and the mixing
+signals see every outcome, and replaying the decision log re-keeps the same groups).
+
+Needs no host library; the host passes its generation as a function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from dataflex_rl.core.batch import RolloutBatch
+
+REFILL = "dataflex/refill/"
+
+#: a host's generation for a refill round: (items, their domain ids, round >= 1) -> the
+#: round's scored `RolloutBatch` (its groups are the items, in order)
+Generate = Callable[[list, list[int], int], RolloutBatch]
+
+
+def zero_variance(batch: RolloutBatch) -> tuple[int, int]:
+    """(groups whose active rewards are all equal, groups with an active response)."""
+    present = batch.group_size > 0
+    return int(((batch.group_std == 0) & present).sum()), int(present.sum())
+
+
+def run_refill(
+    strategy,
+    draw: Callable[[int], tuple[list, list[int]]],
+    n: int,
+    first: RolloutBatch,
+    generate: Generate,
+    granule: int = 1,
+) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
+    """The refill rounds of one step.
+
+    Each round draws the missing kept groups, ``n - kept``; with ``refill.overdraw``, the
+    count expected to fill the step, ``ceil(missing x generated / kept)`` over the step's
+    groups so far (``n`` when none was kept yet), at most ``n``; either rounded up to a
+    multiple of ``granule``. A round that fills the step keeps its groups up to the one that
+    holds the ``n``-th kept group; the rest were generated, not trained on (``discarded``).
+
+    Args:
+        strategy: the `Strategy` (``refill_rounds`` > 0; its ``groups_kept``).
+        draw: ``draw(k) -> (items, domain ids)``, k new prompts from the intake (the host's
+            `Driver.draw` for this step); fewer (or none) when the intake has no more.
+        n: kept groups the step wants (``prompts_per_step``).
+        first: the step's first generation, scored.
+        generate: the host's generation of a round (`Generate`).
+        granule: each round draws a multiple of this many prompts (a host whose processes
+            must generate equal shares).
+
+    Returns:
+        (the refill rounds' batches, in order; how many leading groups of each the step
+        trains on; metrics under ``dataflex/refill/``): ``rounds`` (refill rounds run),
+        ``prompts_drawn`` (their prompts), ``groups_kept`` (kept groups in the step, at
+        most ``n``), ``missing`` (``n`` minus that), ``full`` (1 when the step reached ``n``
+        kept groups), ``groups_generated`` (groups generated in the step), ``discarded``
+        (generated past the ``n``-th kept group: not in the step's batch),
+        ``overgeneration`` (generated / ``n``), ``zero_variance_before`` (zero-variance
+        share of the first generation's groups) and ``zero_variance_after`` (share of the
+        step's ``n`` slots without a kept group that has signal).
+    """
+    kept_first = strategy.groups_kept(first)
+    kept = int(kept_first.sum())
+    signal = int((kept_first & (first.group_std > 0)).sum())
+    zero, groups = zero_variance(first)
+    batches: list[RolloutBatch] = []
+    taken: list[int] = []
+    drawn = discarded = 0
+    while kept < n and len(batches) < strategy.refill_rounds:
+        missing = n - kept
+        want = missing
+        if strategy.refill_overdraw:
+            want = min(math.ceil(missing * groups / kept), n) if kept else n
+        items, domain_ids = draw(math.ceil(want / granule) * granule)
+        if not items:
+            break
+        batch = generate(items, domain_ids, len(batches) + 1)
+        k = strategy.groups_kept(batch)
+        use = int(k.shape[0])
+        if int(k.sum()) >= missing:  # the missing-th kept group ends what the step uses
+            use = int((k.cumsum(0) == missing).nonzero()[0]) + 1
+            k = k[:use]
+        batches.append(batch)
+        taken.append(use)
+        drawn += len(items)
+        present = batch.group_size > 0
+        discarded += int(present[use:].sum())
+        kept += int(k.sum())
+        signal += int((k & (batch.group_std[:use] > 0)).sum())
+        groups += int(present.sum())
+    metrics = {
+        REFILL + "rounds": float(len(batches)),
+        REFILL + "prompts_drawn": float(drawn),
+        REFILL + "groups_kept": float(min(kept, n)),
+        REFILL + "missing": float(max(n - kept, 0)),
+        REFILL + "full": float(kept >= n),
+        REFILL + "groups_generated": float(groups),
+        REFILL + "discarded": float(discarded),
+        REFILL + "overgeneration": groups / n if n else 0.0,
+        REFILL + "zero_variance_before": zero / max(int((first.group_size > 0).sum()), 1),
+        REFILL + "zero_variance_after": 1.0 - min(signal, n) / n if n else 0.0,
+    }
+    return batches, taken, metrics

@@ -1,0 +1,108 @@
+"""One engine step's rollout as data: the strategy's `RolloutBatch` (with the engine's GRPO
+advantages) and the step's reward and generation-cost figures (docs/metrics.md).
+
+The engine's counterpart of ``hosts/verl/batch.py`` and ``hosts/trl/batch.py``: what the host
+has after generating and scoring, translated for the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from dataflex_rl.core.advantages import group_advantages
+from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.metrics import metric_domain
+from dataflex_rl.hosts.engine.config import GRPOConfig
+from dataflex_rl.hosts.engine.sampler import Rollout
+
+#: RolloutBatch fields the engine fills
+ENGINE_FIELDS = (
+    "rewards",
+    "response_mask",
+    "group_ids",
+    "domain_ids",
+    "advantages",
+    "old_log_probs",
+    "prompt_keys",
+    "is_padding",
+    "step",
+    "response_advantages",
+    "response_lengths",
+)
+
+
+def grpo_batch(
+    rollout: Rollout,
+    rewards: torch.Tensor,
+    problems: Sequence,
+    domain_idx: Sequence[int],
+    domains: Sequence[str],
+    step: int,
+    grpo: GRPOConfig,
+) -> RolloutBatch:
+    """The rollout of ``problems`` (G responses each, scored ``rewards`` [B]) as the batch the
+    strategy decides on, with the engine's GRPO advantages (``grpo.norm_adv_by_std``,
+    ``grpo.adv_eps``) per response and, for the loss, per token."""
+    group_ids = rollout.prompt_index
+    # every group holds grpo.group_size >= 2 responses (EngineConfig refuses fewer), so
+    # no group lacks a baseline: what a one-response group would get never applies here
+    adv = group_advantages(
+        rewards.to(torch.float32),
+        group_ids,
+        len(problems),
+        norm_by_std=grpo.norm_adv_by_std,
+        eps=grpo.adv_eps,
+    )
+    mask = rollout.response_mask
+    return RolloutBatch(
+        rewards=rewards,
+        response_mask=mask,
+        group_ids=group_ids,
+        domain_ids=torch.tensor(list(domain_idx), dtype=torch.int64)[group_ids],
+        domains=tuple(domains),
+        advantages=adv[:, None] * mask,  # for the loss
+        old_log_probs=rollout.old_log_probs,
+        prompt_keys=tuple(problems[i].key for i in group_ids.tolist()),
+        step=step,
+        # outcome advantages are one value per response: decisions read these B values
+        # (exact, not a mean over the row) and no [B, T] tensor
+        response_advantages=adv,
+        response_lengths=mask.sum(1),
+    )
+
+
+def reward_metrics(
+    rewards: torch.Tensor, domain_idx: Sequence[int], rollout: Rollout, domains: Sequence[str]
+) -> dict[str, float]:
+    """The step's mean reward (overall and per domain), response length, truncated share and
+    generated tokens."""
+    d_rows = torch.tensor(list(domain_idx), dtype=torch.int64)[rollout.prompt_index]
+    D = len(domains)
+    n = torch.bincount(d_rows, minlength=D)
+    s = torch.zeros(D).index_add_(0, d_rows, rewards)
+    out = {
+        "train/reward": float(rewards.mean()),
+        "train/response_length": float(rollout.response_mask.sum(1).float().mean()),
+        "train/truncated_fraction": float((~rollout.finished).float().mean()),
+        "engine/tokens_generated": float(rollout.num_tokens),
+    }
+    for d, name in enumerate(domains):
+        if int(n[d]):
+            out[f"train/{metric_domain(name)}/reward"] = float(s[d] / n[d])
+    return out
+
+
+def zero_variance_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """The response tokens of groups that came back zero-variance (what an oracle skip policy
+    would have saved) and the number of groups with signal."""
+    present = batch.group_size > 0
+    zero = (batch.group_std == 0) & present
+    tokens = torch.zeros(batch.num_groups, dtype=torch.float64).index_add_(
+        0, batch.group_ids, (batch.response_length * batch.active_mask).to(torch.float64)
+    )
+    return {
+        "engine/tokens_zero_variance": float(tokens[zero].sum()),
+        "engine/groups_effective": float((present & ~zero).sum()),
+    }

@@ -1,0 +1,156 @@
+"""A run's tasks, checked against its policy before anything is trained.
+
+Generated tasks must be spelled in the policy's character vocabulary, and a warm-started policy
+should have been warm-started beside the same task split. A dataset loaded from files is fitted
+instead: a character vocabulary is extended with its characters (`extend_vocabulary`), prompts
+that leave no room for a response in the model's context are dropped (`fit_to_context`), and the
+dataset's identity (paths and content hashes) lets a resume refuse changed files.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.engine.config import EngineConfig, default_difficulty
+from dataflex_rl.hosts.engine.policy import Policy, context_length, extend_vocabulary
+from dataflex_rl.hosts.engine.taskio import (
+    build_tasks,
+    fit_to_context,
+    load_file_tasks,
+    taskset_charset,
+    train_charset,
+    unknown_characters,
+)
+from dataflex_rl.hosts.engine.warmstart import policy_manifest, split_differences
+
+
+def tasks_from_config(config: EngineConfig):
+    """The `TaskSet` described by ``config.tasks``: generated, or loaded from files.
+
+    Raises:
+        ConfigError: a domain's settings have too few distinct prompts for the splits; for
+            files, see `load_file_tasks`.
+    """
+    t = config.tasks
+    if t.source == "files":
+        return load_file_tasks(t)
+    difficulty = default_difficulty(t.domains) if t.difficulty is None else t.difficulty
+    return build_tasks(
+        t.domains,
+        t.seed,
+        train_size=t.train_size,
+        eval_size=t.eval_size,
+        eval_seed=t.eval_seed,
+        difficulty=difficulty,
+        warm_size=t.warm_size,
+    )
+
+
+def vocabulary(policy: Policy) -> list[str] | None:
+    """A character tokenizer's characters (None for other tokenizers)."""
+    return list(getattr(policy.tokenizer, "chars", [])) or None
+
+
+def check_generated(taskset, policy: Policy, config: EngineConfig) -> None:
+    """Generated tasks: their characters must be in the policy's vocabulary.
+
+    Raises:
+        ConfigError: a character vocabulary lacks characters the tasks use.
+
+    Warns:
+        UserWarning: the policy's bootstrap MANIFEST records another task split than
+            ``config.tasks`` (the held-out, training and warm-start splits depend on every
+            setting of `TASK_SPLIT_KEYS`: held-out prompts may be warm-start prompts).
+    """
+    chars = getattr(policy.tokenizer, "chars", None)
+    missing = [] if chars is None else sorted(set(taskset_charset(taskset)) - set(chars))
+    if missing:
+        raise ConfigError(
+            f"policy {policy.source!r}: its character vocabulary lacks {missing} "
+            f"used by domains {list(taskset.domains)}; bootstrap a policy for these "
+            "domains ('dataflex-rl bootstrap')"
+        )
+    manifest = policy_manifest(policy.source)
+    differ = split_differences(manifest, config.tasks) if manifest is not None else {}
+    if differ:
+        what = "; ".join(
+            f"tasks.{k}: {ours!r} (bootstrap: {theirs!r})" for k, (ours, theirs) in differ.items()
+        )
+        warnings.warn(
+            f"policy {policy.source!r} was warm-started beside another task "
+            f"split: {what}. Held-out prompts may have been seen in the warm "
+            "start; set these tasks settings to the bootstrap's (its "
+            "MANIFEST.json, bootstrap_args)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def fit_loaded(taskset, policy: Policy, max_new_tokens: int) -> tuple[Any, dict[str, Any]]:
+    """A loaded dataset fitted to the policy: (the task set, what was added, dropped and
+    unknown); a character vocabulary is extended in place. One warning per finding."""
+    added = extend_vocabulary(policy, train_charset(taskset))
+    tok = policy.tokenizer
+    context = context_length(policy)
+    taskset, report = fit_to_context(taskset, tok.encode, context, max_new_tokens)
+    report["vocabulary_added"] = "".join(added)
+    report["eval_unknown_characters"] = unknown_characters(taskset, tok)
+    for split, per_domain in report["dropped"].items():
+        if any(per_domain.values()):
+            warnings.warn(
+                f"tasks.{split}: dropped prompts too long for the policy's context of "
+                f"{context} tokens with grpo.max_new_tokens={max_new_tokens}: "
+                f"{_counts(per_domain)}",
+                UserWarning,
+                stacklevel=3,
+            )
+    long = report["long_answers"]["train"]
+    if any(long.values()):
+        warnings.warn(
+            f"tasks.train: ground truths longer than grpo.max_new_tokens={max_new_tokens}"
+            f" tokens (only an equivalent shorter answer can score): {_counts(long)}",
+            UserWarning,
+            stacklevel=3,
+        )
+    for d, found in report["eval_unknown_characters"].items():
+        warnings.warn(
+            f"tasks.eval: {found['prompts']} held-out prompts and {found['answers']} "
+            f"answers of domain {d!r} use characters not in the training data "
+            f"({found['chars']!r}); they are encoded as <unk>, and such an answer cannot "
+            "be generated",
+            UserWarning,
+            stacklevel=3,
+        )
+    return taskset, report
+
+
+def check_same_data(state: dict[str, Any], dataset: dict | None, policy: Policy) -> None:
+    """Refuse a checkpoint taken on other data files or another character vocabulary.
+
+    Raises:
+        ValueError: naming the changed files, or the vocabulary.
+    """
+    theirs = state.get("dataset")
+    if theirs is not None and dataset is not None and theirs != dataset:
+        changed = [
+            f"{now['path']} (sha256 {then['sha256'][:12]} at the checkpoint, "
+            f"{now['sha256'][:12]} now)"
+            for role in ("train", "eval")
+            for then, now in zip(theirs.get(role, []), dataset.get(role, []))
+            if then != now
+        ] or ["the list of files"]
+        raise ValueError(
+            "cannot resume: the dataset changed since the checkpoint: "
+            f"{'; '.join(changed)}. Restore the data or start a new run (another --out)"
+        )
+    if state.get("vocabulary", vocabulary(policy)) != vocabulary(policy):
+        raise ValueError(
+            "cannot resume: the policy's character vocabulary differs from the checkpoint's"
+        )
+
+
+def _counts(per_domain: dict[str, int]) -> str:
+    """``"math 3, logic 1"`` for the non-zero counts."""
+    return ", ".join(f"{d} {n}" for d, n in per_domain.items() if n)

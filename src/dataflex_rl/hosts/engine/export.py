@@ -1,0 +1,116 @@
+"""A policy as a plain Hugging Face model directory (``dataflex-rl export policy``).
+
+The shipped ``tiny`` checkpoint (or a ``bootstrap`` checkpoint) keeps its tokenizer in
+``char_tokenizer.json``, which only the engine reads. `export_policy` writes the same weights
+with ``save_pretrained`` and the tokenizer as a ``PreTrainedTokenizerFast`` with the same
+characters and ids (`dataflex_rl.hosts.engine.tokenizer.hf_tokenizer`), so
+``AutoModelForCausalLM.from_pretrained(dir)`` and ``AutoTokenizer.from_pretrained(dir)`` load
+it in TRL, verl or any transformers script, and the engine itself loads it as a Hugging Face
+policy (``policy: DIR``) with the same logits and token ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.io import require_empty_dir
+from dataflex_rl.hosts.engine.policy import (
+    ASSETS_DIR,
+    TINY_NAME,
+    _quiet_transformers,
+    load_policy,
+    parameter_hash,
+)
+from dataflex_rl.hosts.engine.tokenizer import CharTokenizer, hf_tokenizer
+
+#: the provenance file a bootstrap writes and the export copies (with an ``export`` entry)
+MANIFEST_FILE = "MANIFEST.json"
+#: the class name written into ``tokenizer_config.json``: transformers 4.x and 5.x both load it
+TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+
+
+def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> dict[str, Any]:
+    """Write the policy ``spec`` as a Hugging Face model directory ``out``.
+
+    Args:
+        spec: ``"tiny"`` (the shipped warm-started checkpoint), a ``bootstrap`` checkpoint
+            directory, or a local Hugging Face model directory (as `load_policy` takes).
+        out: the directory to write (created).
+        force: write into a directory that already holds files (same-named files are
+            replaced; others are left).
+
+    Returns:
+        What was written: ``{"out", "source", "parameter_sha256", "vocab_size", "files"}``;
+        the same entry goes into ``out/MANIFEST.json`` under ``export`` (with the source's
+        MANIFEST, bootstrap settings and held-out accuracies, when it has one).
+
+    Raises:
+        ConfigError: ``out`` holds files and ``force`` is not set (they are listed).
+        FileNotFoundError: ``spec`` is not a policy.
+    """
+    target = require_empty_dir(out, "export policy", force)
+    policy = load_policy(spec)
+    context = getattr(policy.model.config, "max_position_embeddings", None)
+    tokenizer = (
+        hf_tokenizer(policy.tokenizer, context)
+        if isinstance(policy.tokenizer, CharTokenizer)
+        else policy.tokenizer.tok
+    )
+    target.mkdir(parents=True, exist_ok=True)
+    with _quiet_transformers():
+        policy.model.save_pretrained(str(target))
+    tokenizer.save_pretrained(str(target))
+    config_file = target / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["tokenizer_class"] = TOKENIZER_CLASS
+    config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    entry = {
+        "out": str(target),
+        "source": str(spec),
+        "parameter_sha256": parameter_hash(policy.model),
+        "vocab_size": len(tokenizer),
+        "files": sorted(p.name for p in target.iterdir() if p.name != MANIFEST_FILE),
+    }
+    source_dir = ASSETS_DIR / TINY_NAME if str(spec) == TINY_NAME else Path(spec)
+    manifest_in = source_dir / MANIFEST_FILE
+    manifest = json.loads(manifest_in.read_text()) if manifest_in.is_file() else {}
+    manifest["export"] = entry
+    (target / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    return entry
+
+
+def export_engine_tasks(config, out: str | Path, *, force: bool = False) -> dict[str, Any]:
+    """Write the tasks an engine config makes (its ``tasks`` section, the first
+    ``eval.per_domain`` held-out problems) in verl's schema (``dataflex-rl export tasks``;
+    `dataflex_rl.tasks.export.export_tasks`) and return the manifest.
+
+    Raises:
+        ConfigError: the tasks are files already (only generated tasks are exported), or
+            ``out`` holds files and ``force`` is not set.
+    """
+    import dataclasses
+
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.hosts.engine.config import default_difficulty
+    from dataflex_rl.hosts.engine.trainer import tasks_from_config
+    from dataflex_rl.tasks.export import export_tasks
+
+    t = config.tasks
+    if t.source != "generated":
+        raise ConfigError(
+            f"export tasks: tasks.source is {t.source!r}; only generated tasks are exported "
+            "(files are already a dataset: give them to TRL or verl as they are)"
+        )
+    settings = dataclasses.asdict(t)
+    if t.difficulty is None:
+        settings["difficulty"] = default_difficulty(t.domains)
+    settings["eval_per_domain"] = config.eval.per_domain
+    return export_tasks(
+        tasks_from_config(config),
+        out,
+        eval_per_domain=config.eval.per_domain,
+        settings=settings,
+        force=force,
+    )

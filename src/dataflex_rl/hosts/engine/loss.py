@@ -1,0 +1,130 @@
+"""GRPO pieces: response log-probs, group-normalized advantages, the clipped policy loss, KL.
+
+Semantics follow verl's defaults so a strategy behaves the same under both hosts:
+
+* advantages: core's `group_advantages` (verl's ``compute_grpo_outcome_advantage`` for the
+  engine's groups, which always hold ``group_size`` >= 2 responses).
+* policy loss: verl's ``vanilla`` loss (PPO clip with dual clip for negative advantages), with
+  per-token weights multiplied into the per-token losses before aggregation, as verl does with
+  ``rollout_is_weights``.
+* aggregation: ``token-mean`` over a mask.
+* KL: ``low_var_kl`` (the k3 estimator), clamped to [-10, 10].
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.hosts.engine.sampler import positions
+
+
+def response_log_probs(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float = 1.0,
+) -> Tensor:
+    """Log-prob of every response token under ``model`` (with grad when enabled).
+
+    Args:
+        prompt_ids: [B, P] left-padded prompt ids, one row per response.
+        prompt_mask: [B, P] bool.
+        response_ids: [B, T] right-padded response ids.
+        response_mask: [B, T] bool.
+        temperature: logits are divided by it (as the sampler did); ``<= 0`` means 1.
+
+    Returns:
+        [B, T] float32 log-probs; 0 where ``response_mask`` is False.
+    """
+    P = prompt_ids.shape[1]
+    ids = torch.cat([prompt_ids, response_ids], 1)
+    mask = torch.cat([prompt_mask, response_mask], 1)
+    logits = model(
+        input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask), use_cache=False
+    ).logits
+    logits = logits[:, P - 1 : -1].float()
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, -1).gather(2, response_ids[..., None]).squeeze(2)
+    return torch.where(response_mask, logp, torch.zeros_like(logp))
+
+
+def masked_token_mean(
+    values: Tensor, mask: Tensor, num_tokens: Tensor | int | None = None
+) -> Tensor:
+    """``token-mean`` aggregation: sum of ``values`` over ``mask`` / number of tokens.
+
+    Args:
+        values: [B, T] float.
+        mask: [B, T] bool. An empty mask gives 0 (with a graph, so ``backward`` works).
+        num_tokens: the denominator when ``values`` holds only some rows of the batch (the
+            batch's mask token count); default ``mask.sum()``.
+    """
+    m = mask.to(values.dtype)
+    den = m.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=values.dtype)
+    return (values * m).sum() / den.clamp(min=1.0)
+
+
+def policy_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    weights: Tensor | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    num_tokens: Tensor | int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
+
+    Per token: ``ratio = exp(logp - old_logp)``;
+    ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, and for ``A < 0`` also
+    ``min(l, -A clip_ratio_c)`` (dual clip); then ``l *= weights``; the loss is the token-mean
+    of ``l`` over ``mask``.
+
+    Args:
+        log_probs: [B, T] current log-probs (with grad).
+        old_log_probs: [B, T] sampling log-probs.
+        advantages: [B, T].
+        mask: [B, T] bool, tokens averaged over (the denominator of token-mean).
+        weights: [B, T] per-token weights (``Decision.weights_per_token``) or None.
+        clip_low, clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
+        clip_ratio_c: dual-clip bound for negative advantages (> 1).
+        num_tokens: token-mean denominator when these rows are a subset of the batch
+            (default ``mask.sum()``).
+
+    Returns:
+        (scalar loss, metrics: clip fraction, dual-clip fraction, approx KL to the sampler).
+    """
+    log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss1 = torch.maximum(unclipped, clipped)
+    loss_dual = torch.minimum(loss1, -advantages * clip_ratio_c)
+    per_token = torch.where(advantages < 0, loss_dual, loss1)
+    if weights is not None:
+        per_token = per_token * weights
+    loss = masked_token_mean(per_token, mask, num_tokens)
+    with torch.no_grad():
+        metrics = {
+            "clip_fraction": float(masked_token_mean((clipped > unclipped).float(), mask)),
+            "dual_clip_fraction": float(
+                masked_token_mean(((loss1 > loss_dual) & (advantages < 0)).float(), mask)
+            ),
+            "approx_kl_to_sampler": float(masked_token_mean(-log_ratio, mask)),
+        }
+    return loss, metrics
+
+
+def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """Per-token k3 KL estimate ``exp(ref - logp) - (ref - logp) - 1``, clamped to [-10, 10].
+
+    Schulman's low-variance estimator (verl ``low_var_kl``); >= 0, 0 where the two agree.
+    """
+    d = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
+    return (d.exp() - d - 1.0).clamp(-10.0, 10.0)

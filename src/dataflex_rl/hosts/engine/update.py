@@ -1,0 +1,137 @@
+"""The embedded engine's policy update: the clipped GRPO loss with a decision's weights and
+mask, on the rows that can have a gradient, then an SGD or AdamW step with gradient clipping.
+
+The loss has the semantics of verl's vanilla policy loss with ``rollout_is_weights`` (per-token
+weights, dual clip, token-mean aggregation; `dataflex_rl.hosts.engine.loss`), plus an optional k3 KL
+term to the initial policy.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from dataflex_rl.hosts.engine.config import GRPOConfig, OptimConfig
+from dataflex_rl.hosts.engine.loss import kl_k3, masked_token_mean, policy_loss, response_log_probs
+from dataflex_rl.hosts.engine.sampler import Rollout
+
+
+class Learner:
+    """The policy, its optimizer and (with ``kl_coef > 0``) a frozen copy as KL reference.
+
+    Args:
+        model: the policy's model (trained in place).
+        grpo: the loss settings.
+        optim: the optimizer settings.
+    """
+
+    def __init__(self, model: torch.nn.Module, grpo: GRPOConfig, optim: OptimConfig) -> None:
+        self.model = model
+        self.grpo = grpo
+        self.optim = optim
+        self.ref_model = None
+        if grpo.kl_coef > 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        o, params = optim, model.parameters()
+        self.optimizer = (
+            torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+            if o.name == "sgd"
+            else torch.optim.AdamW(
+                params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+            )
+        )
+
+    def learn(
+        self,
+        rollout: Rollout,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+        mask: torch.Tensor,
+        kept_mask: torch.Tensor,
+        step: int,
+    ) -> dict[str, float]:
+        """Policy-gradient update on the rows that can have a gradient.
+
+        Rows whose weighted advantage is 0 on every token give no policy gradient, so they are
+        left out of the forward pass. With ``loss_agg: token-mean`` they still count in the
+        token-mean denominator (as in verl); with ``informative-token-mean`` only the tokens
+        of rows with a gradient do. With a KL term, every kept row takes part.
+        """
+        g, o = self.grpo, self.optim
+        signal = (advantages * weights != 0) & mask
+        informative = signal.any(1)
+        rows = informative | (kept_mask.any(1) if self.ref_model is not None else False)
+        num_tokens = mask.sum() if g.loss_agg == "token-mean" else mask[informative].sum()
+        lr = o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
+        out = {
+            "engine/rows_in_loss_fraction": float(rows.float().mean()),
+            "engine/loss_tokens": float(num_tokens),
+            "optim/lr": lr,
+            "engine/empty_update": float(not bool(rows.any())),
+        }
+        if not bool(rows.any()):
+            # nothing can have a gradient: no optimizer step (AdamW would still move the
+            # parameters through its moments)
+            out.update({"loss/policy": 0.0, "loss/total": 0.0, "optim/grad_norm": 0.0})
+            return out
+        idx = rows.nonzero().squeeze(1)
+        T = int(rollout.response_mask[idx].sum(1).max())
+        sub = {
+            "resp": rollout.response_ids[idx, :T],
+            "rmask": rollout.response_mask[idx, :T],
+            "old": rollout.old_log_probs[idx, :T],
+            "adv": advantages[idx, :T],
+            "w": weights[idx, :T],
+            "mask": mask[idx, :T],
+            "kept": kept_mask[idx, :T],
+        }
+        pidx = rollout.prompt_index[idx]
+        p_ids, p_mask = rollout.prompt_ids[pidx], rollout.prompt_mask[pidx]
+        ref_logp = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logp = response_log_probs(
+                    self.ref_model, p_ids, p_mask, sub["resp"], sub["rmask"], g.temperature
+                )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        for _ in range(g.ppo_epochs):
+            logp = response_log_probs(
+                self.model, p_ids, p_mask, sub["resp"], sub["rmask"], g.temperature
+            )
+            loss, pg = policy_loss(
+                logp,
+                sub["old"],
+                sub["adv"],
+                sub["mask"],
+                sub["w"],
+                g.clip_low,
+                g.clip_high,
+                g.clip_ratio_c,
+                num_tokens=num_tokens,
+            )
+            total = loss
+            if ref_logp is not None:
+                kl = masked_token_mean(
+                    kl_k3(logp, ref_logp), sub["kept"], num_tokens=kept_mask.sum()
+                )
+                total = loss + g.kl_coef * kl
+                out["loss/kl"] = float(kl.detach())
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), o.grad_clip if o.grad_clip > 0 else float("inf")
+            )
+            self.optimizer.step()
+        self.model.eval()
+        out.update(
+            {
+                "loss/policy": float(loss.detach()),
+                "loss/total": float(total.detach()),
+                "optim/grad_norm": float(norm),
+                **{f"loss/{k}": v for k, v in pg.items()},
+            }
+        )
+        return out

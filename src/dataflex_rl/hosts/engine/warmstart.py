@@ -1,0 +1,315 @@
+"""Supervised warm start of the tiny policy, and ``bootstrap``: build, train, save, hash.
+
+The warm start teaches the format (prompt -> answer, EOS) and part of the skill, so GRPO starts
+from a partially competent policy (roughly 20-70% per domain). It is deterministic: the same
+arguments give the same parameter hash on the same software stack and CPU capability (SIMD
+width; float reductions differ across them).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dataflex_rl.core.io import atomic_write_text
+from dataflex_rl.core.metrics import metric_domain
+from dataflex_rl.hosts.engine.policy import (
+    ASSETS_DIR,
+    TINY_NAME,
+    Policy,
+    build_tiny_policy,
+    parameter_hash,
+    save_policy,
+)
+from dataflex_rl.hosts.engine.tokenizer import CharTokenizer
+
+MANIFEST_FILE = "MANIFEST.json"
+
+
+@dataclass(frozen=True)
+class BootstrapArgs:
+    """Everything that determines a bootstrapped checkpoint (stored in its MANIFEST).
+
+    Args:
+        seed: seed of the model init, the batch order and the task generators.
+        steps: supervised steps.
+        batch_size: examples per step.
+        lr: peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay to 10%).
+        weight_decay: AdamW weight decay.
+        domains: task domains.
+        task_seed: seed of the task stream (the engine's ``tasks.seed``).
+        train_size: GRPO training problems per domain (the engine's ``tasks.train_size``).
+        eval_size: held-out problems per domain (excluded from training; reported accuracy).
+        eval_seed: seed of the split into held-out, training and warm-start problems (the
+            engine's ``tasks.eval_seed``).
+        difficulty: per-domain difficulty (None: the engine's default levels).
+        warm_size: warm-start problems per domain: the warm split of the one de-duplicated
+            task stream, disjoint from the GRPO pools and held-out sets (0: train on the GRPO
+            pools). The engine's ``tasks.warm_size`` must equal it.
+
+    The task-split arguments (`TASK_SPLIT_KEYS`) must equal the engine's ``tasks`` settings
+    of a run that starts from the checkpoint: the splits depend on all of them.
+    """
+
+    seed: int = 0
+    steps: int = 150
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    domains: tuple[str, ...] = ("math", "logic", "science")
+    task_seed: int = 0
+    train_size: int = 2000
+    eval_size: int = 200
+    eval_seed: int = 0
+    difficulty: dict[str, Any] | None = None
+    warm_size: int = 0
+
+
+#: `BootstrapArgs` field -> engine ``tasks`` key, for the arguments that fix the task split
+TASK_SPLIT_KEYS = {
+    "domains": "domains",
+    "task_seed": "seed",
+    "train_size": "train_size",
+    "eval_size": "eval_size",
+    "eval_seed": "eval_seed",
+    "difficulty": "difficulty",
+    "warm_size": "warm_size",
+}
+
+
+def encode_examples(
+    tokenizer: CharTokenizer, prompts: list[str], answers: list[str]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded supervised examples ``[bos] prompt answer [eos]``.
+
+    Returns:
+        ids [M, L] int64, attention mask [M, L] bool, label mask [M, L] bool that is True on
+        the positions whose *next* token is an answer token or the EOS (loss positions).
+    """
+    seqs, starts = [], []
+    for p, a in zip(prompts, answers):
+        head = [tokenizer.bos_id] + tokenizer.encode(p)
+        seqs.append(head + tokenizer.encode(a) + [tokenizer.eos_id])
+        starts.append(len(head))
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), tokenizer.pad_id, dtype=torch.int64)
+    lengths = torch.tensor([len(s) for s in seqs])
+    attn = torch.arange(L)[None, :] < lengths[:, None]
+    ids[attn] = torch.tensor([t for s in seqs for t in s], dtype=torch.int64)
+    pos = torch.arange(L)[None, :]
+    label = (pos >= torch.tensor(starts)[:, None] - 1) & (pos < lengths[:, None] - 1)
+    return ids, attn, label
+
+
+def supervised_loss(model: torch.nn.Module, ids: Tensor, attn: Tensor, label: Tensor) -> Tensor:
+    """Mean next-token cross-entropy over the label positions of a right-padded batch."""
+    logits = model(input_ids=ids, attention_mask=attn.long(), use_cache=False).logits.float()
+    logp = torch.log_softmax(logits[:, :-1], -1)
+    nll = -logp.gather(2, ids[:, 1:, None]).squeeze(2)
+    m = label[:, :-1].float()
+    return (nll * m).sum() / m.sum().clamp(min=1)
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    """Linear warm-up over 5% of ``total`` then cosine decay to 10% of ``peak``."""
+    import math
+
+    warm = max(1, total // 20)
+    if step < warm:
+        return peak * (step + 1) / warm
+    frac = (step - warm) / max(1, total - warm)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def warm_start(
+    policy: Policy,
+    prompts: list[str],
+    answers: list[str],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    groups: list[int] | None = None,
+    callback: Callable[[int, float], None] | None = None,
+    schedule: Callable[[int], float] | None = None,
+) -> list[float]:
+    """Train ``policy`` in place on prompt -> answer pairs; returns the loss per step.
+
+    Args:
+        groups: a group id per example (its domain); every group is drawn equally often,
+            whatever its size. None: examples are drawn uniformly.
+        schedule: step -> factor of ``lr`` (as torch's ``LambdaLR``; ``lambda step: 1.0`` is
+            a constant ``lr``). None: `lr_at`, linear warm-up then cosine decay to 10%.
+
+    Batches are drawn with replacement by a generator seeded with ``seed``.
+    """
+    ids, attn, label = encode_examples(policy.tokenizer, prompts, answers)
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.zeros(len(prompts), dtype=torch.int64) if groups is None else torch.tensor(groups)
+    draw_weights = 1.0 / torch.bincount(g)[g].double()
+    model = policy.model
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, lr) if schedule is None else lr * schedule(step)
+        idx = torch.multinomial(draw_weights, batch_size, replacement=True, generator=gen)
+        width = int(attn[idx].sum(1).max())
+        loss = supervised_loss(model, ids[idx, :width], attn[idx, :width], label[idx, :width])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if callback is not None:
+            callback(step, losses[-1])
+    model.eval()
+    return losses
+
+
+def bootstrap(
+    out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *, progress: bool = False
+) -> dict[str, Any]:
+    """Build the tiny policy, warm-start it on the task generators, save it with a MANIFEST.
+
+    Args:
+        out_dir: directory for the checkpoint (model, ``char_tokenizer.json``, MANIFEST.json).
+        args: the `BootstrapArgs`; recorded verbatim in the MANIFEST.
+        progress: show a progress bar.
+
+    Returns:
+        The MANIFEST: parameter sha256, arguments, split sizes, warm-start examples per
+        domain, held-out greedy accuracy per domain, number of parameters, software versions,
+        CPU capability and machine, wall time.
+
+    Raises:
+        ConfigError: the task settings have too few distinct prompts for the splits (see
+            ``build_taskset``).
+    """
+    import transformers
+
+    from dataflex_rl.hosts.engine.config import default_difficulty
+    from dataflex_rl.hosts.engine.evaluation import evaluate
+    from dataflex_rl.hosts.engine.taskio import build_tasks, taskset_charset, warm_pairs
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    if args.difficulty is None:
+        args = replace(args, difficulty=default_difficulty(args.domains))
+    taskset = build_tasks(
+        args.domains,
+        args.task_seed,
+        train_size=args.train_size,
+        eval_size=args.eval_size,
+        eval_seed=args.eval_seed,
+        difficulty=args.difficulty,
+        warm_size=args.warm_size,
+    )
+    tokenizer = CharTokenizer.from_charset(taskset_charset(taskset))
+    policy = build_tiny_policy(tokenizer, args.seed)
+    prompts, answers, groups = warm_pairs(taskset)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.steps, desc="bootstrap", unit="step")
+    warm_start(
+        policy,
+        prompts,
+        answers,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        groups=groups,
+        callback=(lambda _step, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.3f}")))
+        if bar is not None
+        else None,
+    )
+    if bar is not None:
+        bar.close()
+    acc = evaluate(policy, taskset, samples=0)
+    out = save_policy(policy, out_dir)
+    manifest = {
+        "parameter_sha256": parameter_hash(policy.model),
+        "bootstrap_args": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in asdict(args).items()
+        },
+        "tasks": taskset.summary(),
+        "warm_examples": {d: groups.count(i) for i, d in enumerate(taskset.domains)},
+        "heldout_greedy_accuracy": {
+            d: round(acc[f"eval/{metric_domain(d)}/greedy"], 4) for d in args.domains
+        },
+        "num_parameters": policy.num_parameters,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        # float reductions differ across SIMD widths: the hash reproduces only on the same
+        # CPU capability
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+    }
+    atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The MANIFEST.json of a bootstrapped checkpoint."""
+    path = Path(directory) / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no MANIFEST (not a bootstrapped checkpoint)")
+    return json.loads(path.read_text())
+
+
+def policy_manifest(source: str) -> dict[str, Any] | None:
+    """The MANIFEST of the policy loaded from ``source`` (a `Policy.source`), or None.
+
+    Args:
+        source: ``"tiny"`` (the shipped checkpoint) or a directory; anything else (a freshly
+            built policy, a Hugging Face model without a MANIFEST) gives None.
+    """
+    directory = ASSETS_DIR / TINY_NAME if source == TINY_NAME else Path(source)
+    if not (directory / MANIFEST_FILE).is_file():
+        return None
+    return read_manifest(directory)
+
+
+def split_differences(manifest: dict[str, Any], tasks: Any) -> dict[str, tuple[Any, Any]]:
+    """The task-split settings in which an engine run differs from a policy's bootstrap.
+
+    Args:
+        manifest: a bootstrap MANIFEST (its ``bootstrap_args``).
+        tasks: the run's ``tasks`` settings (a ``TasksConfig``); a null difficulty means the
+            engine's default levels, as in ``bootstrap``.
+
+    Returns:
+        ``tasks`` key -> (the run's value, the bootstrap's value), for each differing key.
+    """
+    from dataflex_rl.hosts.engine.config import default_difficulty
+
+    boot = manifest.get("bootstrap_args", {})
+    out = {}
+    for boot_key, key in TASK_SPLIT_KEYS.items():
+        ours, theirs = getattr(tasks, key), boot.get(boot_key)
+        if key == "difficulty":
+            ours = default_difficulty(tasks.domains) if ours is None else ours
+            theirs = default_difficulty(boot.get("domains", ())) if theirs is None else theirs
+        if _plain(ours) != _plain(theirs):
+            out[key] = (ours, theirs)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would store it (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(value))

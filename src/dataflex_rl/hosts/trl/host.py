@@ -1,0 +1,454 @@
+"""TRL's ``GRPOTrainer`` as a host of ``compare`` (``host: trl``; docs/hosts/compare.md).
+
+Each run is a process of the TRL environment's Python (``trl.python``) running the project's
+training entry, ``dataflex_rl.hosts.trl.run:run_training`` (or the user's own function with
+its signature, ``trl.train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
+(`run_config`: this section, the arm's overrides, the budget and evaluation as ``GRPOConfig``
+fields). The harness never imports TRL: `check` asks the TRL Python to validate the
+``GRPOConfig`` fields, and the results are read from the run's ``trainer_state.json``
+(`read_records`): one eval dataset per domain, each logged by TRL as its own ``log_history``
+entry (the domain named by its ``eval_<domain>_loss`` key), whose ``eval_rewards/<accuracy
+reward>/mean`` is the domain's sampled held-out accuracy.
+
+``model: tiny`` and ``train`` / ``eval: default`` are the engine's shipped policy and default
+tasks, exported by `check` on first use into ``exports`` (``exported/tiny``,
+``exported/tasks``: what ``dataflex-rl export policy`` / ``export tasks`` write).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dataflex_rl.core.config import Checked, key_path, param
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.engine.config import from_dict
+from dataflex_rl.hosts.engine.host import steps_done  # noqa: F401  (metrics.jsonl)
+from dataflex_rl.hosts.host import HostControls, merge_overrides
+
+SETUP = "bash scripts/setup_trl.sh"
+TRAIN_FN = "dataflex_rl.hosts.trl.run:run_training"
+#: GRPOConfig's default learning rate in TRL 1.16 (half_lr halves it when it is not set;
+#: tests/hosts_trl checks it against the installed TRL)
+TRL_DEFAULT_LR = 1e-6
+#: what the controls change: aa another ``noise_stream`` (training sampling, same model, prompt
+#: order and evaluation); no_update / half_lr ``grpo.learning_rate`` (TRL's default when unset)
+CONTROLS = HostControls(
+    stream="noise_stream", lr="grpo.learning_rate", lr_default=TRL_DEFAULT_LR, section="trl."
+)
+#: where a TRL run's trackers are set (the experiment's ``tracking:`` is refused)
+TRACKING = (
+    "trl.grpo: report_to, logging_dir and run_name, GRPOConfig's (TRL's own trackers; "
+    "report_to: none keeps them off)"
+)
+#: GRPOConfig fields the experiment sets: field -> where to set it
+OWNED = {
+    "output_dir": "--out (each run's folder)",
+    "seed": "seeds (the run's pairing seed)",
+    "data_seed": "seeds (the run's pairing seed)",
+    "max_steps": "budget.steps",
+    "num_train_epochs": "budget.steps",
+    "num_generations": "budget.samples_per_prompt",
+    "per_device_train_batch_size": "budget.prompts_per_step (x samples_per_prompt)",
+    "gradient_accumulation_steps": "budget.prompts_per_step (one generation batch per step)",
+    "generation_batch_size": "budget.prompts_per_step",
+    "steps_per_generation": "budget.prompts_per_step",
+    "num_generations_eval": "evaluation.samples",
+    "eval_strategy": "evaluation.every",
+    "eval_steps": "evaluation.every",
+    "eval_on_start": "evaluation (always at step 0: the pairing check)",
+    "do_eval": "evaluation",
+    "resume_from_checkpoint": "compare (a rerun resumes unfinished runs)",
+    "dataflex": "strategies (and trl.dataflex for the other keys)",
+}
+#: keys of the dataflex block the experiment sets
+OWNED_DATAFLEX = {"strategy": "strategies", "seed": "seeds (the run's pairing seed)"}
+#: what `model: tiny` / `train: default` / `eval: default` name, under ``exports``
+TINY, DEFAULT = "tiny", "default"
+
+
+@dataclass
+class TrlSettings(Checked):
+    """The ``trl:`` section of an experiment file."""
+
+    python: str = param(
+        ".venv-trl/bin/python",
+        "the Python of the TRL runs (an environment with dataflex-rl[trl], TRL 1.16; "
+        "bash scripts/setup_trl.sh creates .venv-trl); relative: to the current folder",
+    )
+    model: str = param(
+        TINY,
+        "a Hugging Face model directory (relative: to the experiment file, else the current "
+        "folder), or 'tiny': the engine's shipped warm-started policy, exported on first use "
+        "into exports/tiny",
+    )
+    train: str = param(
+        DEFAULT,
+        "the training dataset: a parquet, JSON/JSONL file or save_to_disk folder in verl's "
+        "schema (dataflex-rl export tasks), or 'default': the engine's default tasks, exported "
+        "on first use into exports/tasks",
+    )
+    eval: str | dict[str, str] = param(
+        DEFAULT,
+        "held-out datasets, one per domain: {domain: file}, a folder of <domain>.parquet "
+        "files, or 'default' (exports/tasks/eval); TRL evaluates and logs each",
+        expect="'default', a folder or a mapping domain -> file",
+    )
+    exports: str = param(
+        "exported",
+        "where 'tiny' and 'default' are exported on first use (relative: to the current folder)",
+    )
+    rewards: list[str] = param(
+        ["dataflex_rl.tasks.rewards:correct"],
+        "TRL reward functions as module:attr (the default verifies each row by its domain)",
+    )
+    accuracy: str | None = param(
+        None,
+        "the reward whose evaluation mean is the held-out accuracy (its function's name; "
+        "default: the first reward's)",
+    )
+    grpo: dict[str, Any] = param(
+        {},
+        "GRPOConfig fields passed as they are (checked by the TRL Python before any run), "
+        "except the ones the experiment sets (trl.OWNED)",
+    )
+    dataflex: dict[str, Any] = param(
+        {}, "other keys of the dataflex block (domain_key, decision_log, ...; docs/hosts/trl.md)"
+    )
+    noise_stream: int = param(
+        0,
+        "the training sampling stream: the global RNG is seeded from (seed, noise_stream) "
+        "after the trainer is built (the aa control takes another)",
+        ge=0,
+    )
+    train_fn: str = param(
+        TRAIN_FN,
+        "the training function as module:attr: run_training(settings, strategy, *, seed, "
+        "out_dir, resume) -> dict (your own script's, on PYTHONPATH)",
+    )
+
+
+# ------------------------------------------------------------------ settings and planning
+def _resolve(value: str, base: Path | None) -> str:
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None and (base / p).exists():
+        return str(base / p)
+    return value
+
+
+def parse_section(data: Any, where: str, base: Path | None) -> dict:
+    """The ``trl:`` section checked (`TrlSettings`), with data and model paths that exist
+    relative to the experiment file resolved against it."""
+    s = from_dict(TrlSettings, data or {}, where)
+    for key, home in OWNED.items():
+        if key in s.grpo:
+            raise ConfigError(
+                f"{where}.grpo.{key}: set by the experiment, not the GRPOConfig fields; use {home}"
+            )
+    for key, home in OWNED_DATAFLEX.items():
+        if key in s.dataflex:
+            raise ConfigError(f"{where}.dataflex.{key}: set by the experiment; use {home}")
+    if not s.rewards:
+        raise ConfigError(f"{where}.rewards: expected at least one reward function")
+    out = asdict(s)
+    if s.model != TINY:
+        out["model"] = _resolve(s.model, base)
+    if s.train != DEFAULT:
+        out["train"] = _resolve(s.train, base)
+    if isinstance(s.eval, dict):
+        out["eval"] = {d: _resolve(f, base) for d, f in s.eval.items()}
+    elif s.eval != DEFAULT:
+        out["eval"] = _resolve(s.eval, base)
+    return out
+
+
+def _where(exp) -> str:
+    return key_path(exp.path or exp.name, "trl")
+
+
+def _exports(s: dict) -> Path:
+    return Path(s["exports"]).expanduser().resolve()
+
+
+def _default_domains() -> list[str]:
+    """The domains of the engine's default tasks (what `export tasks` writes)."""
+    from dataflex_rl.hosts.engine.config import load_config
+
+    return list(load_config(None).tasks.domains)
+
+
+def _eval_files(s: dict, where: str) -> dict[str, str]:
+    """Domain -> held-out file (absolute)."""
+    value = s["eval"]
+    if isinstance(value, dict):
+        if not value:
+            raise ConfigError(f"{where}.eval: expected at least one domain")
+        return {d: str(Path(f).expanduser().resolve()) for d, f in value.items()}
+    folder = _exports(s) / "tasks" / "eval" if value == DEFAULT else Path(value).expanduser()
+    if value == DEFAULT:
+        return {d: str(folder / f"{d}.parquet") for d in _default_domains()}
+    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    if not files:
+        raise ConfigError(
+            f"{where}.eval: {folder} is not a folder of <domain>.parquet files "
+            "(or give a mapping domain -> file)"
+        )
+    return {f.stem: str(f.resolve()) for f in files}
+
+
+def _paths(s: dict, where: str) -> dict:
+    ex = _exports(s)
+    model = ex / TINY if s["model"] == TINY else Path(s["model"]).expanduser().resolve()
+    train = (
+        ex / "tasks" / "train.parquet"
+        if s["train"] == DEFAULT
+        else Path(s["train"]).expanduser().resolve()
+    )
+    return {"model": str(model), "train": str(train), "eval": _eval_files(s, where)}
+
+
+def _eval_batch(per_domain: int, samples: int) -> int:
+    """Completions per evaluation batch: whole groups of ``samples``, and a number of prompts
+    that divides ``per_domain`` (every batch the same size, so TRL's mean over batches is the
+    mean over problems), at most 64 completions where possible."""
+    prompts = max(
+        (g for g in range(1, per_domain + 1) if per_domain % g == 0 and g * samples <= 64),
+        default=1,
+    )
+    return prompts * samples
+
+
+def run_config(exp, overrides: dict) -> dict:
+    """The settings a TRL run receives: the section with the arm's overrides, paths made
+    absolute, and ``grpo`` completed with what the experiment sets (one generation batch of
+    ``prompts_per_step x samples_per_prompt`` completions per optimizer step)."""
+    where = _where(exp)
+    data = merge_overrides(exp.host_settings, overrides or {})
+    s = asdict(from_dict(TrlSettings, data, where))
+    e, b = exp.evaluation, exp.budget
+    if e.metric != "sampled" or e.samples < 1:
+        raise ConfigError(
+            f"{key_path(exp.path or exp.name, 'evaluation.metric')}: host trl evaluates the "
+            "sampled accuracy only (TRL's evaluation samples at its temperature): set "
+            "evaluation.metric: sampled and evaluation.samples >= 1"
+        )
+    grpo = {
+        "per_device_eval_batch_size": _eval_batch(e.per_domain, e.samples),
+        "save_steps": e.every or b.steps or 1,
+        "logging_steps": 1,
+        **s["grpo"],
+        "max_steps": b.steps,
+        "num_generations": b.samples_per_prompt,
+        "per_device_train_batch_size": b.prompts_per_step * b.samples_per_prompt,
+        "gradient_accumulation_steps": 1,
+        "num_generations_eval": e.samples,
+        "eval_strategy": "steps" if e.every else "no",
+        **({"eval_steps": e.every} if e.every else {}),
+    }
+    accuracy = s["accuracy"] or s["rewards"][0].rpartition(":")[2].rpartition(".")[2]
+    return {
+        **_paths(s, where),
+        "rewards": s["rewards"],
+        "accuracy": accuracy,
+        "eval_per_domain": e.per_domain,
+        "grpo": grpo,
+        "dataflex": s["dataflex"],
+        "noise_stream": s["noise_stream"],
+    }
+
+
+def domains(exp) -> list[str]:
+    return list(run_config(exp, {})["eval"])
+
+
+def train_fn(exp) -> str:
+    return exp.host_settings.get("train_fn", TRAIN_FN)
+
+
+def python(exp) -> str:
+    return str(Path(exp.host_settings.get("python", TrlSettings.python)).expanduser().absolute())
+
+
+def check(exp) -> None:
+    """Before any run: the TRL Python exists and imports TRL and dataflex-rl's TRL host;
+    ``tiny`` / ``default`` are exported if missing; the model and data files exist; the TRL
+    Python validates the GRPOConfig fields, the rewards and the training function.
+
+    Raises:
+        ConfigError: naming the key (``trl.python`` with the setup command, ``trl.model``,
+            ``trl.grpo.<field>``, ...).
+    """
+    where = _where(exp)
+    exe = python(exp)
+    if not os.access(exe, os.X_OK):
+        raise ConfigError(
+            f"{where}.python: {exe} does not exist: TRL runs need their own Python with "
+            f"dataflex-rl[trl] (TRL 1.16); create it with `{SETUP}` or set trl.python"
+        )
+    config = run_config(exp, {})
+    _export_missing(exp.host_settings, config)
+    model = Path(config["model"])
+    if not (model / "config.json").is_file():
+        raise ConfigError(f"{where}.model: {model} is not a Hugging Face model directory")
+    if not Path(config["train"]).exists():
+        raise ConfigError(f"{where}.train: {config['train']} does not exist")
+    for d, f in config["eval"].items():
+        if not Path(f).exists():
+            raise ConfigError(f"{where}.eval.{d}: {f} does not exist")
+    payload = {
+        "settings": config,
+        "train_fn": train_fn(exp),
+        "where": where,
+        "strategies": [s.to_dict() for s in exp.strategies],
+    }
+    try:
+        done = subprocess.run(
+            [exe, "-m", "dataflex_rl.hosts.trl.run", "--check"],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except OSError as e:
+        raise ConfigError(f"{where}.python: {exe} cannot run ({e}); `{SETUP}`") from e
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        message = next((x for x in reversed(lines) if x.startswith("ConfigError: ")), None)
+        if message is not None:
+            raise ConfigError(message[len("ConfigError: ") :])
+        raise ConfigError(
+            f"{where}.python: {exe} cannot run the TRL host (`{SETUP}` installs it): "
+            + " | ".join(lines[-3:])
+        )
+
+
+def _export_missing(settings: dict, config: dict) -> None:
+    """Export the engine's tiny policy / default tasks into ``exports`` where the settings
+    name them and they are not there yet."""
+    if settings.get("model", TINY) == TINY and not Path(config["model"], "config.json").is_file():
+        from dataflex_rl.hosts.engine.export import export_policy
+
+        export_policy(TINY, config["model"], force=True)
+        print(f"exported the engine's tiny policy to {config['model']} (first use)")
+    tasks = _exports({"exports": settings.get("exports", TrlSettings.exports)}) / "tasks"
+    uses_default = DEFAULT in (settings.get("train", DEFAULT), settings.get("eval", DEFAULT))
+    if uses_default and not (tasks / "tasks.json").is_file():
+        from dataflex_rl.hosts.engine.config import load_config
+        from dataflex_rl.hosts.engine.export import export_engine_tasks
+
+        export_engine_tasks(load_config(None), tasks, force=True)
+        print(f"exported the engine's default tasks to {tasks} (first use)")
+
+
+def setup_lines(exp) -> list[str]:
+    c, b = run_config(exp, {}), exp.budget
+    own = exp.host_settings.get("grpo") or {}
+    return [
+        f"host: TRL GRPOTrainer (DataflexGRPOTrainer), model `{c['model']}`, train "
+        f"`{c['train']}`, domains {', '.join(c['eval'])}; budget {b.steps} steps × "
+        f"{b.prompts_per_step} prompts × {b.samples_per_prompt} samples; GRPOConfig "
+        + (", ".join(f"{k}={v}" for k, v in own.items()) or "defaults"),
+        "paired on TRL: per seed every arm loads the same model directory, draws the same "
+        "prompt order (GRPOConfig seed = the seed: TRL's sampler), evaluates the same "
+        "held-out problems at the same steps with the sampling RNG seeded by (seed, step, "
+        "domain), apart from training's; training's sampling stream is seeded by (seed, "
+        "noise_stream) once the trainer is built (aa: another stream)",
+        "not pairable on TRL: greedy accuracy (TRL evaluates by sampling; the score is sampled "
+        "accuracy); a rollout's kernels may be nondeterministic on GPUs; strategies that mix "
+        "or skip prompts draw other prompts",
+    ]
+
+
+# ------------------------------------------------------------------ running (in the run)
+def train(run, out: Path, resume: bool) -> tuple[dict, bool]:
+    from dataflex_rl.core.registry import import_object
+
+    fn = import_object(run.train_fn, "trl.train_fn")
+    summary = fn(run.config, run.strategy, seed=run.seed, out_dir=str(out), resume=resume)
+    return summary, resume
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    """``checkpoint-N`` folders TRL finished writing (``trainer_state.json`` is written
+    last), oldest first."""
+    found = [
+        p
+        for p in Path(out).glob("checkpoint-*")
+        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def has_checkpoint(out: Path) -> bool:
+    return bool(_checkpoints(out))
+
+
+def newest_checkpoint(out: Path) -> str | None:
+    found = _checkpoints(out)
+    return str(found[-1]) if found else None
+
+
+def log_history(out: Path) -> list[dict]:
+    """TRL's log history of a run: its ``trainer_state.json`` (written at the end of the
+    run, `trainer.save_state`), else the newest checkpoint's."""
+    state = Path(out) / "trainer_state.json"
+    if not state.is_file():
+        newest = newest_checkpoint(out)
+        if newest is None:
+            raise FileNotFoundError(f"{out}: no trainer_state.json (the run logged nothing)")
+        state = Path(newest) / "trainer_state.json"
+    return json.loads(state.read_text())["log_history"]
+
+
+def records_from_history(
+    history: list[dict], domains: list[str], accuracy: str, mixes: bool = False
+) -> tuple[list, list]:
+    """Evaluation records and (for mixers) proportions from a TRL log history.
+
+    Each eval dataset's evaluation is one entry holding ``eval_<domain>_loss`` (the dataset's
+    name) and ``eval_rewards/<accuracy>/mean`` (its mean reward: with 0/1 rewards, the
+    sampled accuracy). Entries of one step form one record ``{"step", "<domain>/sampled"}``;
+    a step evaluated twice (a resumed run re-evaluates its checkpoint's step) keeps the later.
+    Proportions are the training entries' ``dataflex/mix/domain/<d>/target|actual`` at step
+    ``step - 1`` (the step that drew them, as the engine counts).
+    """
+    from dataflex_rl.core.metrics import domain_metric, metric_domain
+
+    key = f"eval_rewards/{accuracy}/mean"
+    by_step: dict[int, dict] = {}
+    props = []
+    for entry in history:
+        step = int(entry.get("step", 0))
+        named = [d for d in domains if f"eval_{d}_loss" in entry or f"eval_{d}_runtime" in entry]
+        if named:
+            if key not in entry:
+                raise KeyError(
+                    f"the evaluation of {named[0]!r} at step {step} has no {key!r} "
+                    f"(keys: {', '.join(sorted(entry))})"
+                )
+            if entry[key] is not None:
+                by_step.setdefault(step, {"step": step})[f"{metric_domain(named[0])}/sampled"] = (
+                    float(entry[key])
+                )
+        elif mixes:
+            for d in domains:
+                target = entry.get(domain_metric("mix", d, "target"))
+                if target is not None:
+                    props.append(
+                        {
+                            "step": step - 1,
+                            "domain": d,
+                            "target": target,
+                            "actual": entry.get(domain_metric("mix", d, "actual")),
+                        }
+                    )
+    return [by_step[s] for s in sorted(by_step)], props
+
+
+def read_records(out: Path, config: dict, mixes: bool) -> tuple[list, list]:
+    """`records_from_history` over the run's `log_history` (files only)."""
+    return records_from_history(log_history(out), list(config["eval"]), config["accuracy"], mixes)

@@ -1,0 +1,105 @@
+"""Refill on TRL: a generation batch whose dropped groups are replaced by refill rounds.
+
+`DataflexGRPOTrainer` runs `Driver.refill` inside ``_generate_and_score_completions``: each
+round, every rank generates its equal share of the drawn prompts with TRL's own
+``_generate_and_score_completions`` (a round's prompts are a multiple of
+``P / gcd(G, P)``, so ``m x G`` rows split evenly over the P processes). The rounds' rows are
+gathered on every rank, and the generation batch TRL goes on with is assembled the same way
+on all of them: its N / G slots keep the first generation's kept groups in place, the
+dropped ones take the refill rounds' kept groups in order, and a slot left without one
+(the round limit) keeps its dropped group (it has no weight). Every rank then holds its n rows
+of that batch, and the step's decision is made on it, as on any generation batch. Text only:
+a generation that carries images or a tool mask is refused. Needs no TRL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+#: the output fields a refill knows how to assemble (rows first; prompt fields left-padded)
+ROW_FIELDS = (
+    "prompt_ids",
+    "prompt_mask",
+    "completion_ids",
+    "completion_mask",
+    "advantages",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+)
+#: fields recomputed after assembly
+OTHER_FIELDS = ("num_items_in_batch",)
+LEFT_PADDED = ("prompt_ids", "prompt_mask")
+
+
+def check_refillable(out: dict) -> None:
+    """Refuse a generation output this host cannot reassemble (images, tool masks, ...).
+
+    Raises:
+        ValueError: naming the fields.
+    """
+    other = sorted(set(out) - set(ROW_FIELDS) - set(OTHER_FIELDS))
+    if other:
+        raise ValueError(
+            f"dataflex.strategy.refill: TRL's generation carries {other}, which the TRL host "
+            "cannot reassemble after refill rounds (text-only generations); drop 'refill' "
+            "for this run"
+        )
+
+
+def cpu_rows(out: dict) -> dict[str, Tensor]:
+    """The row fields of a rank's generation output, on the CPU."""
+    return {k: out[k].detach().cpu() for k in ROW_FIELDS if out.get(k) is not None}
+
+
+def cat_rows(parts: Sequence[dict[str, Tensor]], pad_id: int) -> dict[str, Tensor]:
+    """Concatenate row dicts in order: prompt fields left-padded (ids with ``pad_id``), the
+    others right-padded (ids with ``pad_id``, the rest with 0)."""
+    out: dict[str, Tensor] = {}
+    for key in parts[0]:
+        tensors = [p[key] for p in parts]
+        if tensors[0].dim() == 1:
+            out[key] = torch.cat(tensors)
+            continue
+        width = max(t.shape[1] for t in tensors)
+        value = pad_id if key in ("prompt_ids", "completion_ids") else 0
+        left = key in LEFT_PADDED
+        out[key] = torch.cat(
+            [
+                torch.nn.functional.pad(
+                    t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value
+                )
+                for t in tensors
+            ]
+        )
+    return out
+
+
+def slot_rows(kept_first: Tensor, kept_refill: Tensor, group_size: int) -> Tensor:
+    """[N] indices into the rows of the first generation followed by the refill rounds' used
+    groups: the assembled generation batch.
+
+    Args:
+        kept_first: [S] bool the first generation's groups the selector keeps (S slots).
+        kept_refill: [R] bool the refill rounds' used groups it keeps, in order.
+        group_size: G.
+
+    Slot g keeps its group when kept; the k-th dropped slot takes the k-th kept refill group
+    while there are any; the rest keep their dropped group.
+    """
+    S = kept_first.shape[0]
+    group = torch.arange(S)
+    dropped = (~kept_first).nonzero().squeeze(1)
+    refills = S + kept_refill.nonzero().squeeze(1)
+    k = min(dropped.numel(), refills.numel())
+    group[dropped[:k]] = refills[:k]
+    return (group[:, None] * group_size + torch.arange(group_size)[None, :]).reshape(-1)
+
+
+def take(rows: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    """The rows ``index`` of every field."""
+    return {k: v.index_select(0, index) for k, v in rows.items()}

@@ -1,0 +1,139 @@
+"""The engine refills (dynamic sampling): round r draws exactly the groups still missing,
+generates them, and the step trains on every kept group; state resumes exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dataflex_rl.hosts.engine import trainer as trainer_module
+from dataflex_rl.hosts.engine.config import load_config
+from dataflex_rl.hosts.engine.data import tasks_from_config
+
+from .test_trainer import make_trainer
+
+R = "dataflex/refill/"
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return tasks_from_config(load_config({"tasks": {"train_size": 30, "eval_size": 5}}))
+
+
+def planted(signal_per_call: list[int]):
+    """A stand-in verifier: in its c-th call the first ``signal_per_call[c]`` groups get
+    rewards alternating 0, 1 (signal), every other group 0 (zero variance)."""
+    calls = []
+
+    def score(taskset, problems, texts):
+        c = len(calls)
+        calls.append([p.key for p in problems])
+        G = 4
+        n = signal_per_call[c] if c < len(signal_per_call) else 0
+        row = torch.arange(len(texts))
+        return ((row // G < n) & (row % 2 == 1)).to(torch.float32)
+
+    return score, calls
+
+
+def test_round_two_draws_exactly_the_zero_variance_groups_and_the_limit_stops_it(
+    tasks, monkeypatch
+):
+    # 4 prompts: 2 with signal; round 1 draws 2 (1 with signal), rounds 2 and 3 draw 1 each
+    # (none): the limit (3) leaves the step one group short
+    score, calls = planted([2, 1])
+    monkeypatch.setattr(trainer_module, "score", score)
+    tr = make_trainer(tasks, {"name": "d", "select": "dapo", "refill": {"max_rounds": 3}})
+    draws = []
+    draw = tr.driver.draw
+    tr.driver.draw = lambda n, step: draws.append(n) or draw(n, step)
+    m = tr.train_step()
+    assert draws == [4, 2, 1, 1] and [len(c) for c in calls] == [16, 8, 4, 4]
+    assert m[R + "rounds"] == 3.0 and m[R + "prompts_drawn"] == 4.0
+    assert m[R + "groups_kept"] == 3.0 and m[R + "missing"] == 1.0 and m[R + "full"] == 0.0
+    assert m[R + "overgeneration"] == 2.0 and m["engine/prompts_generated"] == 8.0
+    assert m[R + "zero_variance_before"] == 0.5 and m[R + "zero_variance_after"] == 0.25
+    # the decision covers every generated group; 3 kept of 8 (12 of 32 rows)
+    assert m["dataflex/kept_group_fraction"] == pytest.approx(3 / 8)
+    assert m["engine/groups_effective"] == 3.0
+    # every round's tokens are generation cost (what budget.generated_tokens counts)
+    assert m["engine/generation_cost_tokens"] == m["engine/tokens_generated"] > 0
+    assert tr.cost_tokens == m["engine/generation_cost_tokens"]
+
+
+def test_a_full_first_round_draws_nothing_more(tasks, monkeypatch):
+    score, calls = planted([4])
+    monkeypatch.setattr(trainer_module, "score", score)
+    m = make_trainer(tasks, "dapo").train_step()
+    assert len(calls) == 1 and m[R + "rounds"] == 0.0 and m[R + "full"] == 1.0
+
+
+def _text_parity(taskset, problems, texts):
+    # a stateless stand-in verifier with signal: reward 1 for an odd-length response
+    return torch.tensor([float(len(t) % 2) for t in texts])
+
+
+def test_state_round_trip_continues_identically(tasks, monkeypatch):
+    monkeypatch.setattr(trainer_module, "score", _text_parity)
+    a = make_trainer(tasks, "dapo")
+    for _ in range(2):
+        a.train_step()
+    state = a.state_dict()
+    b = make_trainer(tasks, "dapo")
+    b.load_state_dict(state)
+    ma, mb = a.train_step(), b.train_step()
+    assert a.parameter_hash() == b.parameter_hash()
+    assert {k: v for k, v in ma.items() if k.startswith(R)} == {
+        k: v for k, v in mb.items() if k.startswith(R)
+    }
+    assert ma["engine/generation_cost_tokens_total"] == mb["engine/generation_cost_tokens_total"]
+
+
+def test_refill_composes_with_mixing_and_prerollout(tasks, monkeypatch):
+    # dapo + a static mix + greso: refill draws follow the mix and pass the skip policy;
+    # the step's prerollout counts add up over its draws
+    monkeypatch.setattr(trainer_module, "score", _text_parity)
+    spec = {
+        "name": "mixed",
+        "select": "dapo",
+        "refill": {"max_rounds": 2},
+        "mix": {"actuator": {"name": "static", "floor": 0.0}, "prior": [1.0, 0.0, 0.0]},
+        "prerollout": {"actuator": "greso"},
+    }
+    tr = make_trainer(tasks, spec)
+    domains = []
+    draw = tr.driver.draw
+
+    def spy(n, step):
+        out = draw(n, step)
+        domains.extend(out[1])
+        return out
+
+    tr.driver.draw = spy
+    rounds = []
+    for _ in range(3):
+        m = tr.train_step()
+        rounds.append(m[R + "rounds"])
+    assert sum(rounds) > 0 and len(domains) > 3 * 4  # refills ran
+    assert set(domains) == {0}  # every draw, refills included, from the only domain mixed in
+    assert m["dataflex/prerollout/candidates"] >= m["engine/prompts_generated"]
+
+
+def test_overdraw_trains_on_the_groups_up_to_the_last_needed_one(tasks, monkeypatch):
+    # 4 prompts, 1 with signal: overdraw asks 3 x 4 / 1 = 12, at most 4; all 4 have signal,
+    # the step needs 3: it trains on 4 + 3 groups, the 4th refill group is generated only
+    score, calls = planted([1, 4])
+    monkeypatch.setattr(trainer_module, "score", score)
+    spec = {"name": "o", "select": "dapo", "refill": {"max_rounds": 3, "overdraw": True}}
+    tr = make_trainer(tasks, spec)
+    seen = []
+    decide = tr.driver.strategy.decide
+    tr.driver.strategy.decide = lambda b: seen.append(b.num_groups) or decide(b)
+    m = tr.train_step()
+    assert [len(c) for c in calls] == [16, 16] and seen == [7]
+    assert m[R + "discarded"] == 1.0 and m[R + "full"] == 1.0 and m[R + "groups_kept"] == 4.0
+    assert m["engine/prompts_generated"] == 8.0
+    # the discarded group's tokens are generation cost all the same
+    assert m["engine/generation_cost_tokens"] == m["engine/tokens_generated"]
+    # (4 discarded rows of >= 1 token each beyond the 28 trained rows)
+    assert m["engine/tokens_generated"] >= m["train/response_length"] * 28 + 4 - 1e-3
