@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dataflex_rl.harness.reporting.narrative import control_status
 from dataflex_rl.harness.running.compare import pairing_check, result_rows
 from dataflex_rl.harness.running.controls import KINDS, SAME
 from dataflex_rl.harness.running.experiment import Experiment, parse_experiment
@@ -233,7 +232,7 @@ class ControlResult:
     seeds_needed: int | None
     seeds_needed_family: int | None
     note: str = ""
-    #: `narrative.control_status`: passed, FAILED or "untested (3 seeds: no verdict
+    #: `analysis.control_status`: passed, FAILED or "untested (3 seeds: no verdict
     #: possible; needs 6)" (``passed`` None)
     status: str = ""
 
@@ -271,7 +270,7 @@ def control_results(
                 need,
                 need_m,
                 note,
-                control_status(c),
+                c.control_status,
             )
         )
     return out

@@ -63,7 +63,8 @@ statistics: {n_boot: 500}
     assert any(done("baseline", s)["summary"]["parameter_sha256"] != initial for s in (0, 1))
     report = (out / "report.md").read_text()
     assert "pairing check passed" in report
-    section = report[report.index("## Sensitivity of this instrument") : report.index("## Setup")]
+    start = report.index("## Sensitivity of this instrument")
+    section = report[start : report.index("\n## ", start + 1)]
     # 2 seeds: no verdict is possible, and the report says the controls were not tested
     assert "control aa_control (must be no detectable difference)" in section
     assert "control no_update_control (must be worse)" in section

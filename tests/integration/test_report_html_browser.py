@@ -147,3 +147,38 @@ def test_strata_index_in_chromium(driver, synthetic_strata_report, viewport, tmp
         driver, f"report_index_{viewport}", "index" if viewport == "phone" else "", tmp_path
     )
     _screenshot(driver, f"report_index_{viewport}_stratum", state["sections"][4], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def paper_index(tmp_path_factory) -> Path:
+    """The index page of the paper-sized release table (13 strata, 3 by-columns, empty regime
+    cells, two references), written without plots."""
+    from dataflex_rl.harness.reporting.report import ReportInputs
+    from dataflex_rl.harness.reporting.strata import write_strata_report
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+    from dataflex_rl.harness.statistics.results_table import read_table
+
+    tmp = tmp_path_factory.mktemp("paper_index")
+    table = read_table(
+        release_table.write_paper_csv(tmp / "paper.csv"),
+        by=("model", "campaign", "regime"),
+        scale=0.01,
+    )
+    inputs = ReportInputs("paper.csv", "", options=StatsOptions(n_boot=200), plots=False)
+    write_strata_report(table, tmp / "report", inputs, ("baseline", "static"))
+    return tmp / "report" / "report.html"
+
+
+def test_the_index_of_a_paper_table_fits_a_laptop_screen(driver, paper_index, tmp_path):
+    state = _load(driver, paper_index, "laptop")
+    assert len(state["sections"]) == 1 + 12 + 2
+    box = driver.execute_script(
+        "const s = document.querySelector('#index .scroll');"
+        "const links = [...s.querySelectorAll('a')].map(a => a.getBoundingClientRect().right);"
+        "return {scroll: s.scrollWidth, client: s.clientWidth, right: s.getBoundingClientRect()"
+        ".right, links: links, inner: window.innerWidth};"
+    )
+    # the whole index table shows without scrolling, its report links included
+    assert box["scroll"] <= box["client"], box
+    assert len(box["links"]) == 12 and max(box["links"]) <= min(box["right"], box["inner"])
+    _screenshot(driver, "report_index_paper_laptop", "", tmp_path)

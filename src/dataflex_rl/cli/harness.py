@@ -106,7 +106,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             plots=not args.no_plots,
             address=args.address,
         )
-    _print_summary(res.analysis, out)
+    _print_summary(res.report, out)
     ex = res.execution
     print(
         f"{res.runs} runs: {len(ex.done)} finished ({ex.skipped} skipped as already done), "
@@ -130,8 +130,13 @@ def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dataflex_rl.harness.reporting.report import ReportInputs, write_report
-    from dataflex_rl.harness.reporting.strata import pick_baseline, write_strata_report
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.harness.reporting.report import (
+        ReportInputs,
+        prepare_report,
+        write_report_files,
+    )
+    from dataflex_rl.harness.reporting.strata import references, skip_reason, write_strata_report
     from dataflex_rl.harness.statistics.analysis import StatsOptions
     from dataflex_rl.harness.statistics.results import read_proportions_csv
     from dataflex_rl.tracking import TrackingConfig, require_backends
@@ -142,15 +147,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
     require_backends(tracking, "dataflex-rl report")
     table, label, setup, default_out = _report_table(args)
-    baseline = pick_baseline(table, args.baseline)
+    requested = args.baseline or ()
+    refs = references(table, requested)
     rows = table.rows
+    if not table.by and skip_reason(table.strata[0], refs[0], requested):
+        raise ConfigError(f"{table.path}: {skip_reason(table.strata[0], refs[0], requested)}")
     out = Path(args.out or default_out)
     props = read_proportions_csv(args.proportions) if args.proportions else []
     options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot, seed=args.seed)
     notes = [*table.notes, *_percent_hint(rows, args.scale)]
     inputs = ReportInputs(
         title=args.title or f"Comparison: {label}",
-        baseline=baseline,
+        baseline=refs[0] or "",
         options=options,
         setup=[*setup, *notes],
         proportions=props,
@@ -161,14 +169,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for n in notes:
         print(f"note: {n}")
     if not table.by:
-        _print_summary(write_report(rows, out, inputs), out, rows)
+        parts = prepare_report(rows, out, inputs)
+        write_report_files(parts)
+        _print_summary(parts, out)
         return 0
-    from dataflex_rl.harness.reporting.terminal import summary_text
-
-    for s, parts in zip(table.strata, write_strata_report(table, out, inputs)):
+    strata = write_strata_report(table, out, inputs, requested)
+    for s, parts, ref in zip(table.strata, strata, refs):
         print(f"== {s.label} ==")
-        print(summary_text(parts.analysis, s.rows, str(parts.out / "report.md")), end="\n\n")
-    print(f"index of {len(table.strata)} comparisons: {out / 'report.md'}")
+        if parts is None:
+            print(f"not compared: {skip_reason(s, ref, requested)}", end="\n\n")
+        else:
+            _print_summary(parts, parts.out, end="\n\n")
+    print(f"index of {len(table.strata)} strata: {out / 'report.md'}")
     return 0
 
 
@@ -255,43 +267,36 @@ file): dataflex-rl replay runs/baseline-s0 --strategy difffilter select.actuator
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from dataflex_rl.harness.replay.replay import read_log, replay, strategies_with_overrides
-    from dataflex_rl.harness.replay.report import write_replay_report
+    from dataflex_rl.harness.replay.report import replay_document, write_replay_report
 
     log = read_log(args.log_dir)
     specs = strategies_with_overrides(args.strategy or [log.strategy], args.overrides or ())
     res = replay(log, specs)
     out = Path(args.out or log.folder.parent / "replay")
     files = write_replay_report(res, out, plots=not args.no_plots)
+    from dataflex_rl.harness.reporting.document import text
+
     print(
         f"{log.num_steps} logged steps x {len(specs)} strategies in {res.seconds:.2f} s "
         f"({res.steps_per_second:.0f} steps/s)"
     )
-    print(f"{'strategy':<16}{'retention':>10}{'ESS':>7}{'skip':>7}{'Jaccard':>9}{'exact':>10}")
-    for lb in res.strategies:
-        o = res.overall[lb]
-        print(
-            f"{lb:<16}{o['retention']:>10.3f}{o['ess_fraction']:>7.3f}{o['skip_rate']:>7.3f}"
-            f"{o['jaccard_logged']:>9.3f}"
-            + ("         —" if o["exact_steps"] is None else f"{o['exact_steps']:>6}/{o['steps']}")
-        )
-    for lb in res.strategies:
-        for note in res.notes[lb]:
-            print(f"note ({lb}): {note}")
+    doc = replay_document(res, {}, out)
+    print(text(doc, only=("overall", "approximate"), lead=False), end="")
     print(f"\nreport: {files['report']}")
     return 0
 
 
-def _print_summary(analysis, out: Path, rows=None) -> None:
-    """Headline and table (`harness.reporting.terminal`); ``rows`` default to ``out``/results.csv."""
-    from dataflex_rl.harness.reporting.terminal import summary_text
-    from dataflex_rl.harness.statistics.results_table import read_results_csv
+def _print_summary(parts, out: Path, end: str = "\n") -> None:
+    """The report's lead and its scores section (`document.text` of `report_document`), and
+    where the report is; ``parts`` None: no statistics (the baseline has no finished run)."""
+    from dataflex_rl.harness.reporting.document import text
+    from dataflex_rl.harness.reporting.report import report_document
 
-    if rows is None and analysis is not None:
-        rows = read_results_csv(out / "results.csv")
-    where = str(out / "report.md") + (
-        f" (one page: {out / 'report.html'})" if analysis is not None else ""
-    )
-    print(summary_text(analysis, rows or [], where))
+    if parts is None:
+        print(f"no statistics (the baseline has no finished run); see {out / 'report.md'}")
+        return
+    shown = text(report_document(parts), only=("scores",))
+    print(f"{shown}\nreport: {out / 'report.md'} (one page: {out / 'report.html'})", end=end)
 
 
 def _tracker_options(p: argparse.ArgumentParser) -> None:
@@ -529,8 +534,11 @@ def register_commands(subparsers) -> None:
     p.add_argument(
         "--baseline",
         default=None,
-        metavar="METHOD",
-        help="reference method (default 'baseline' if present, else the first)",
+        type=_columns,
+        metavar="METHOD[,METHOD...]",
+        help="reference method; a list: in each stratum the first of them present (e.g. "
+        "baseline,static); a stratum with none is listed, not compared (default 'baseline' "
+        "if present, else the first method)",
     )
     p.add_argument(
         "--out",

@@ -1,4 +1,7 @@
-"""``replay.md``, ``replay_steps.csv``, ``replay_summary.json`` and plots of a `ReplayResult`."""
+"""``replay.md``, ``replay_steps.csv``, ``replay_summary.json`` and plots of a `ReplayResult`.
+
+The report is a `document.Document` (`replay_document`) with the same tables, renderers and
+terminal view as ``compare``'s and ``report``'s."""
 
 from __future__ import annotations
 
@@ -11,6 +14,15 @@ import numpy as np
 
 from dataflex_rl.core.io import atomic_path, atomic_write_json, atomic_write_text
 from dataflex_rl.harness.replay.replay import ReplayResult
+from dataflex_rl.harness.reporting.document import (
+    Document,
+    Figure,
+    Items,
+    Paragraph,
+    Section,
+    Table,
+    markdown,
+)
 
 FRAMING = (
     "Replay is counterfactual on fixed rollouts: each strategy decides on the rollouts "
@@ -27,92 +39,96 @@ def _f(x: float, digits: int = 3) -> str:
     )
 
 
-def render_markdown(res: ReplayResult, plot_files: dict[str, Path], out: Path) -> str:
-    log = res.log
-    logged = log.strategy.get("name", "?")
-    responses = int(log.bounds[-1])
-    lines = [
-        "# Replay of a decision log",
-        "",
-        (
-            f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, "
-            f"{responses} responses, domains {', '.join(log.domains)}; the run's strategy: "
-            f"**{logged}**."
-        ),
-        "",
-        FRAMING,
-        "",
-        (
-            f"Replayed {len(res.strategies)} strategies in {res.seconds:.2f} s "
-            f"({res.steps_per_second:.0f} logged steps/s, all strategies together)."
-        ),
-        "",
-        "## Overall",
-        "",
-        "| strategy | retention | weight ESS | skip rate | tokens saved | "
-        "Jaccard vs logged | weight corr vs logged | identical to logged | "
-        + " | ".join(f"target {d}" for d in log.domains)
-        + " |",
-        "|---" * (8 + len(log.domains)) + "|",
-    ]
+#: what the overall table's columns mean (under it)
+COLUMNS = (
+    "retention: kept / active responses over all steps; weight ESS: "
+    "(Σw)²/Σw² over active responses, as a fraction of them (mean over steps); skip "
+    "rate: share of the step's prompts the pre-rollout policy would not generate, and "
+    "the tokens of their responses (share of all generated tokens); vs logged: the "
+    "decision the run applied (Jaccard of kept sets, Pearson correlation of weights; "
+    "— where one side is constant); identical to logged: for the run's own "
+    "strategy, the steps whose keep mask, weights, recomputed advantages and mixer "
+    "update are bit-identical to the logged ones (all of them unless a signal is "
+    "only approximate, see below); target: mean over steps of the domain "
+    "proportions the strategy asks for (— without mix)."
+)
+
+
+def overall_table(res: ReplayResult) -> Table:
+    """One row per replayed strategy: retention, weight ESS, skip rate, tokens saved,
+    agreement with the logged decision, exact steps, the domain proportions asked for."""
+    domains = res.log.domains
+    header = (
+        "strategy",
+        "retention",
+        "weight ESS",
+        "skip rate",
+        "tokens saved",
+        "Jaccard vs logged",
+        "weight corr vs logged",
+        "identical to logged",
+        *(f"target {d}" for d in domains),
+    )
+    rows = []
     for lb in res.strategies:
         o = res.overall[lb]
-        lines.append(
-            f"| {lb} | {_f(o['retention'])} | {_f(o['ess_fraction'])} | {_f(o['skip_rate'])} | "
-            f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%) | "
-            f"{_f(o['jaccard_logged'])} | {_f(o['weight_corr_logged'])} | "
-            f"{_exact(o)} | " + " | ".join(_f(o[f"target_{d}"]) for d in log.domains) + " |"
-        )
-    lines += [
-        "",
-        (
-            "retention: kept / active responses over all steps; weight ESS: "
-            "(Σw)²/Σw² over active responses, as a fraction of them (mean over steps); skip "
-            "rate: share of the step's prompts the pre-rollout policy would not generate, and "
-            "the tokens of their responses (share of all generated tokens); vs logged: the "
-            "decision the run applied (Jaccard of kept sets, Pearson correlation of weights; "
-            "— where one side is constant); identical to logged: for the run's own "
-            "strategy, the steps whose keep mask, weights, recomputed advantages and mixer "
-            "update are bit-identical to the logged ones (all of them unless a signal is "
-            "only approximate, see below); target: mean over steps of the domain "
-            "proportions the strategy asks for (— without mix)."
-        ),
-        "",
-    ]
-    if res.pairwise:
-        lines += [
-            "## Pairwise agreement (mean over steps)",
-            "",
-            "| strategy A | strategy B | Jaccard of kept sets | weight correlation |",
-            "|---|---|---|---|",
-        ]
-        pairs = dict.fromkeys((p["a"], p["b"]) for p in res.pairwise)
-        for a, b in pairs:
-            sel = [p for p in res.pairwise if p["a"] == a and p["b"] == b]
-            lines.append(
-                f"| {a} | {b} | {_f(_mean(p['jaccard'] for p in sel))} | "
-                f"{_f(_mean(p['weight_corr'] for p in sel))} |"
+        exact = "—" if o["exact_steps"] is None else f"{o['exact_steps']}/{o['steps']}"
+        rows.append(
+            (
+                lb,
+                _f(o["retention"]),
+                _f(o["ess_fraction"]),
+                _f(o["skip_rate"]),
+                f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%)",
+                _f(o["jaccard_logged"]),
+                _f(o["weight_corr_logged"]),
+                exact,
+                *(_f(o[f"target_{d}"]) for d in domains),
             )
-        lines.append("")
-    notes = [f"- **{lb}**: {n}" for lb in res.strategies for n in res.notes[lb]]
+        )
+    return Table(header, tuple(rows), (False, *(True,) * (len(header) - 1)))
+
+
+def pairwise_table(res: ReplayResult) -> Table:
+    """Mean over steps of the Jaccard of kept sets and the weight correlation, per pair."""
+    rows = []
+    for a, b in dict.fromkeys((p["a"], p["b"]) for p in res.pairwise):
+        sel = [p for p in res.pairwise if p["a"] == a and p["b"] == b]
+        jac, corr = _mean(p["jaccard"] for p in sel), _mean(p["weight_corr"] for p in sel)
+        rows.append((a, b, _f(jac), _f(corr)))
+    header = ("strategy A", "strategy B", "Jaccard of kept sets", "weight correlation")
+    return Table(header, tuple(rows), (False, False, True, True))
+
+
+def replay_document(res: ReplayResult, plot_files: dict[str, Path], out: Path) -> Document:
+    """The replay's report (``replay.md``; the terminal shows its ``overall`` section)."""
+    log = res.log
+    lead = (
+        f"Log: `{log.folder}` ({log.host} host), {log.num_steps} steps, {int(log.bounds[-1])} "
+        f"responses, domains {', '.join(log.domains)}; the run's strategy: "
+        f"**{log.strategy.get('name', '?')}**. {FRAMING} Replayed {len(res.strategies)} "
+        f"strategies in {res.seconds:.2f} s ({res.steps_per_second:.0f} logged steps/s, all "
+        "strategies together)."
+    )
+    secs = [Section("overall", "Overall", (overall_table(res), Paragraph(COLUMNS)))]
+    if res.pairwise:
+        secs.append(
+            Section("pairwise", "Pairwise agreement (mean over steps)", (pairwise_table(res),))
+        )
+    notes = tuple(f"**{lb}**: {n}" for lb in res.strategies for n in res.notes[lb])
     if notes:
-        lines += ["## Signals the log holds only approximately", "", *notes, ""]
+        secs.append(
+            Section("approximate", "Signals the log holds only approximately", (Items(notes),))
+        )
     if plot_files:
-        lines += ["## Plots", ""]
-        lines += [f"![{k}]({p.relative_to(out)})" for k, p in plot_files.items()]
-        lines.append("")
-    lines += [
-        (
-            "Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
-            "`replay_pairwise.csv`; overall: `replay_summary.json`."
-        ),
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _exact(o: dict) -> str:
-    return "—" if o["exact_steps"] is None else f"{o['exact_steps']}/{o['steps']}"
+        figs = tuple(Figure(p, k, k) for k, p in plot_files.items())
+        secs.append(Section("plots", "Plots", figs))
+    files = (
+        "Per-step figures: `replay_steps.csv` (one row per strategy and step) and "
+        "`replay_pairwise.csv`; overall: `replay_summary.json`."
+    )
+    secs.append(Section("files", "Files", (Paragraph(files),)))
+    return Document("Replay of a decision log", lead, tuple(secs), out)
 
 
 def _mean(values) -> float:
@@ -160,7 +176,7 @@ def write_replay_report(
             plot_files["proportions"] = props
     files.update(plot_files)
     files["report"] = out / "replay.md"
-    atomic_write_text(files["report"], render_markdown(res, plot_files, out))
+    atomic_write_text(files["report"], markdown(replay_document(res, plot_files, out)))
     return files
 
 
@@ -189,7 +205,7 @@ def replay_plot(res: ReplayResult, path: Path) -> Path:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7, frameon=False)
-    return _save(fig, path, svg=False)
+    return _save(fig, path)
 
 
 def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
@@ -219,4 +235,4 @@ def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)
     axes[0][0].legend(fontsize=7, frameon=False)
-    return _save(fig, path, svg=False)
+    return _save(fig, path)

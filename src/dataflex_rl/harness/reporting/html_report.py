@@ -1,32 +1,35 @@
-"""``report.html``: the report as one self-contained page, to open on a laptop or a phone.
+"""``report.html``: a `document.Document` as one self-contained page, for a laptop or a phone.
 
-It renders what the `Analysis` stores (its numbers, aggregates included), the generated
-sentences of `narrative` and the plots, and computes no statistic itself. One file: the
-plots are inlined as SVG data URIs, the style sheet is in the page, there is no script, and a
-Content-Security-Policy forbids every request but data: images, so the page loads nothing
+It formats the document's blocks and computes nothing. One file: the plots are inlined as data
+URIs (their PNGs), the style sheet is in the page, there is no script,
+and a Content-Security-Policy forbids every request but data: images, so the page loads nothing
 from anywhere. Every string that comes from the user (method, benchmark and file names,
-errors) is HTML-escaped. Sections, in order: sensitivity, verdicts (colour and text), forest
-plot, the caller's sections (``--until-decided``'s rounds), learning curves,
-per-benchmark/domain sections, ranking, aggregates, domain proportions,
-failed runs, setup, how it was produced (command, versions), definitions.
-
-`render_index` is the top page of a report per stratum (``report --by``): an index linking each
-stratum's own report.html, then each stratum's headline and verdict table, from the same pieces.
+errors) is HTML-escaped. A table's verdict column comes right after the first (a phone shows it
+without scrolling) and is coloured by the row's verdict, keeping its words.
 """
 
 from __future__ import annotations
 
 import base64
-import html
+import html as _html
 import re
-from dataclasses import dataclass
+import struct
 from pathlib import Path
 
-from dataflex_rl.harness.reporting import narrative, tables
-from dataflex_rl.harness.reporting.narrative import Fmt
-from dataflex_rl.harness.reporting.provenance import Provenance
-from dataflex_rl.harness.reporting.tables import BASELINE, Table, TableSection
-from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE, Analysis
+from dataflex_rl.harness.reporting.document import (
+    BASELINE,
+    Document,
+    Facts,
+    Figure,
+    Heading,
+    Items,
+    Legend,
+    Link,
+    Paragraph,
+    Table,
+)
+from dataflex_rl.harness.reporting.plots import DPI
+from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, TOO_FEW, WORSE
 
 #: verdict -> (CSS class, symbol); the verdict's words are always printed beside the colour
 VERDICT_STYLE = {
@@ -35,19 +38,6 @@ VERDICT_STYLE = {
     NO_DIFF: ("v-none", "●"),
     TOO_FEW: ("v-few", "○"),
     BASELINE: ("v-base", ""),
-}
-
-#: figure key of `write_report` -> (section id, title, alt text)
-FIGURES = {
-    "forest": ("forest", "Forest plot", "paired deltas against the baseline per summary"),
-    "curves": ("curves", "Learning curves", "mean held-out score per method and checkpoint"),
-    "tokens": (
-        "tokens",
-        "Accuracy against generated tokens",
-        "mean held-out score per method against the generation cost spent",
-    ),
-    "profiles": ("profiles", "Performance profiles", "fraction of scores above each threshold"),
-    "proportions": ("proportions", "Domain proportions", "mixers' domain proportions per step"),
 }
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -110,36 +100,46 @@ dl.facts dd { margin: 0; overflow-wrap: anywhere; }
 """
 
 
+def escape(text: str) -> str:
+    return _html.escape(text, quote=True)
+
+
 def inline(text: str) -> str:
-    """Escape ``text`` for HTML, then render the sentences' markdown: ``**bold**`` and
-    ```code```."""
-    out = html.escape(text, quote=True)
+    """Escape ``text`` for HTML, then render the sentences' markdown: ``**bold**``,
+    ```code``` and ``[text](relative path)`` links."""
+    out = escape(text)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', out)
 
 
-def bullets(items: list[str]) -> str:
-    return "<ul>" + "".join(f"<li>{inline(t)}</li>" for t in items) + "</ul>"
+def bullets(items: tuple[str, ...], details: tuple[str, ...] = ()) -> str:
+    def item(i: int, t: str) -> str:
+        d = details[i] if i < len(details) else ""
+        fold = f"<details><summary>details</summary><pre>{escape(d)}</pre></details>" if d else ""
+        return f"<li>{inline(t)}{fold}</li>"
+
+    return "<ul>" + "".join(item(i, t) for i, t in enumerate(items)) + "</ul>"
 
 
 def table_html(t: Table) -> str:
-    """``t`` as an HTML table in a horizontally scrolling box. A column named "verdict" comes
-    right after the first (so a phone shows it without scrolling) and is coloured by the
-    row's verdict, keeping its words; the first column stays in view while scrolling; cells of
-    the `Table.link` column link to the relative path they hold."""
+    """``t`` as an HTML table in a horizontally scrolling box (see the module docstring); the
+    first column stays in view while scrolling; `Table.link` cells link to ``<page>.html``
+    (the word "report", the path in its title: the row names the stratum)."""
     order = list(range(len(t.header)))
     col = t.header.index("verdict") if "verdict" in t.header and t.verdicts else -1
     if col > 0:
         order = [0, col, *(j for j in order[1:] if j != col)]
+    names = t.flat_header()
     head = "".join(
-        f'<th scope="col"{" class=num" if t.numeric[j] else ""}>{html.escape(t.header[j])}</th>'
+        f'<th scope="col"{" class=num" if t.numeric[j] else ""}>{escape(names[j])}</th>'
         for j in order
     )
     body = []
     for i, row in enumerate(t.rows):
         cells = []
         for j in order:
-            text = html.escape(row[j])
+            text = escape(row[j])
             if j == 0:
                 cells.append(f'<th scope="row">{text}</th>')
             elif j == col:
@@ -147,7 +147,8 @@ def table_html(t: Table) -> str:
                 mark = f'<span aria-hidden="true">{symbol}</span> ' if symbol else ""
                 cells.append(f'<td class="verdict {cls}">{mark}{text}</td>')
             elif j == t.link and text:
-                cells.append(f'<td><a href="{html.escape(row[j], quote=True)}">{text}</a></td>')
+                href = escape(row[j] + ".html")
+                cells.append(f'<td><a href="{href}" title="{href}">report</a></td>')
             else:
                 cells.append(f"<td{' class=num' if t.numeric[j] else ''}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -157,203 +158,62 @@ def table_html(t: Table) -> str:
     )
 
 
-def _svg_width_px(svg: bytes) -> float:
-    """The SVG's own width in CSS pixels (matplotlib writes it in pt)."""
-    m = re.search(rb'<svg[^>]*\swidth="([\d.]+)(pt|px)?"', svg)
-    if not m:
-        return 640.0
-    return float(m.group(1)) * (4 / 3 if m.group(2) == b"pt" else 1.0)
-
-
-def figure_html(svg_path: Path, alt: str, caption: str) -> str:
-    """The SVG inlined as a data URI: full width up to its own size; on a phone at least
-    70% of its own size, scrolling sideways, so the labels stay readable."""
-    data = svg_path.read_bytes()
-    w = _svg_width_px(data)
-    uri = "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
+def figure_html(f: Figure, out: Path) -> str:
+    """The plot's PNG inlined as a data URI: full width up to its own size (`plots.DPI`
+    pixels per inch shown at 96 CSS pixels per inch); on a phone at least 70% of it, scrolling
+    sideways (labels stay readable)."""
+    data = f.path.read_bytes()
+    w = struct.unpack(">I", data[16:20])[0] * 96 / DPI  # the PNG header's width
+    uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     style = f"--w: {w:.0f}px; --min-w: {min(0.7 * w, 1000):.0f}px"
+    caption = f"{f.title}; also `{f.path.relative_to(out).as_posix()}`"
     return (
-        f'<figure><div class="scroll"><img src="{uri}" alt="{html.escape(alt)}" '
+        f'<figure><div class="scroll"><img src="{uri}" alt="{escape(f.alt)}" '
         f'style="{style}"></div><figcaption>{inline(caption)}</figcaption></figure>'
     )
 
 
-def _section(sid: str, title: str, body: str) -> tuple[str, str, str]:
-    return sid, title, f'<section id="{sid}"><h2>{html.escape(title)}</h2>{body}</section>'
-
-
-def _verdict_legend() -> str:
+def legend() -> str:
     parts = [
-        f'<span class="{cls}">{symbol} {html.escape(v)}</span>'
+        f'<span class="{cls}">{symbol} {escape(v)}</span>'
         for v, (cls, symbol) in VERDICT_STYLE.items()
         if v not in (BASELINE, TOO_FEW)
     ]
     return '<p class="legend">verdict colours (the words say the same): ' + " ".join(parts) + "</p>"
 
 
-def _figure(key: str, figures: dict[str, Path], out_dir: Path) -> str:
-    sid, title, alt = FIGURES[key]
-    png = figures[key]
-    svg = png.with_suffix(".svg")
-    return figure_html(svg, alt, f"{title}; also `{png.relative_to(out_dir)}`")
+def block_html(b, out: Path) -> str:
+    if isinstance(b, Paragraph):
+        return f"<p>{inline(b.text)}</p>"
+    if isinstance(b, Items):
+        return bullets(b.items, b.details)
+    if isinstance(b, Table):
+        return table_html(b)
+    if isinstance(b, Figure):
+        return figure_html(b, out)
+    if isinstance(b, Heading):
+        return f"<h3>{escape(b.text)}</h3>"
+    if isinstance(b, Facts):
+        pairs = "".join(f"<dt>{escape(k)}</dt><dd>{inline(v)}</dd>" for k, v in b.pairs)
+        return f'<dl class="facts">{pairs}</dl>'
+    if isinstance(b, Link):
+        href = escape(b.page + ".html")
+        return f'<p>{escape(b.label)}: <a href="{href}">{href}</a></p>'
+    if isinstance(b, Legend):
+        return legend()
+    raise TypeError(f"not a block: {type(b).__name__}")
 
 
-def sections(
-    a: Analysis,
-    failures: list,
-    fmt: Fmt,
-    figures: dict[str, Path],
-    out_dir: Path,
-    prov: Provenance,
-    setup: list[str],
-    definitions: str,
-    extra: tuple[TableSection, ...] | list[TableSection] = (),
-) -> list[tuple[str, str, str]]:
-    """``(id, title, html)`` of every section present, in page order (arguments: `render_html`)."""
-    out = [
-        _section(
-            "sensitivity",
-            "Sensitivity of this instrument",
-            bullets(narrative.sensitivity_lines(a, fmt)),
-        )
-    ]
-    s = a.primary
-    out.append(
-        _section(
-            "verdicts",
-            f"Verdicts on '{s.name}'",
-            table_html(tables.summary_table(s, fmt))
-            + _verdict_legend()
-            + bullets(narrative.verdict_sentences(a, s, fmt)),
-        )
+def html(doc: Document) -> str:
+    """The whole self-contained page: title, lead, a navigation bar, every section."""
+    nav = "".join(f'<li><a href="#{s.sid}">{escape(s.title)}</a></li>' for s in doc.sections)
+    title = escape(doc.title)
+    sections = (
+        f'<section id="{s.sid}"><h2>{escape(s.title)}</h2>'
+        + "".join(block_html(b, doc.out) for b in s.blocks)
+        + "</section>"
+        for s in doc.sections
     )
-    if "forest" in figures:
-        out.append(_section("forest", FIGURES["forest"][1], _figure("forest", figures, out_dir)))
-    out += [table_section(x) for x in extra]
-    for key in ("curves", "tokens"):
-        if key in figures:
-            out.append(_section(key, FIGURES[key][1], _figure(key, figures, out_dir)))
-    if len(a.summaries) > 1:
-        body = "".join(
-            f"<h3>{html.escape(x.name)}</h3>"
-            + table_html(tables.summary_table(x, fmt))
-            + bullets(narrative.verdict_sentences(a, x, fmt))
-            for x in a.summaries[:-1]
-        )
-        out.append(_section("per-summary", "Per benchmark / domain", body))
-        out.append(
-            _section(
-                "ranking",
-                "Ranking",
-                table_html(tables.ranking_table(a))
-                + "<p>Kendall's tau-b between rankings:</p>"
-                + table_html(tables.tau_table(a))
-                + bullets(narrative.ranking_sentences(a) + narrative.sign_changes(a)),
-            )
-        )
-    if a.aggregates:
-        body = table_html(tables.aggregate_table(a.aggregates, a.baseline, fmt))
-        if "profiles" in figures:
-            body += _figure("profiles", figures, out_dir)
-        out.append(_section("aggregates", "Aggregates over runs × benchmarks", body))
-    if "proportions" in figures:
-        out.append(
-            _section("proportions", "Domain proportions", _figure("proportions", figures, out_dir))
-        )
-    if failures:
-        items = "".join(
-            f"<li><strong>{html.escape(f.method)}</strong>, seed {html.escape(f.seed)}: "
-            f"<code>{html.escape(f.error)}</code>"
-            + (
-                f"<details><summary>traceback</summary><pre>{html.escape(f.traceback)}</pre>"
-                "</details>"
-                if f.traceback
-                else ""
-            )
-            + "</li>"
-            for f in failures
-        )
-        out.append(_section("failures", "Failed runs", f"<ul>{items}</ul>"))
-    out.append(_section("setup", "Setup", bullets(setup)))
-    out.append(_section("provenance", "How this report was produced", provenance_html(a, prov)))
-    out.append(_section("definitions", "Definitions", definitions_html(definitions)))
-    return out
-
-
-def table_section(x: TableSection) -> tuple[str, str, str]:
-    """A caller's section (`tables.TableSection`): its lead, table and notes."""
-    lead = f"<p>{inline(' '.join(x.lead))}</p>" if x.lead else ""
-    notes = f"<p>{inline(' '.join(x.notes))}</p>" if x.notes else ""
-    return _section(x.sid, x.title, lead + table_html(x.table) + notes)
-
-
-def provenance_html(a: Analysis, prov: Provenance) -> str:
-    o = a.options
-    facts = [
-        ("command", f"<code>{html.escape(prov.command)}</code>"),
-        ("in", f"<code>{html.escape(prov.cwd)}</code>"),
-        ("written", html.escape(prov.written)),
-    ]
-    if prov.source:
-        facts.append(("dataflex-rl source", f"git <code>{html.escape(prov.source)}</code>"))
-    facts.append(
-        (
-            "statistics",
-            html.escape(
-                f"α = {o.alpha:g}, power {o.power:g}, {o.n_boot} bootstrap resamples, "
-                f"{o.n_perm} random sign flips above 16 seeds, seed {o.seed}"
-            ),
-        )
-    )
-    facts += [(n, html.escape(v)) for n, v in prov.versions]
-    return (
-        '<dl class="facts">'
-        + "".join(f"<dt>{html.escape(k)}</dt><dd>{v}</dd>" for k, v in facts)
-        + "</dl>"
-    )
-
-
-def definitions_html(text: str) -> str:
-    """A markdown list (``- item``, continuation lines indented) as an HTML list."""
-    items = [" ".join(part.split()) for part in re.split(r"^- ", text, flags=re.M) if part.strip()]
-    return bullets(items)
-
-
-def render_html(
-    a: Analysis,
-    title: str,
-    failures: list,
-    fmt: Fmt,
-    figures: dict[str, Path],
-    out_dir: Path,
-    prov: Provenance,
-    setup: list[str],
-    definitions: str,
-    extra: tuple[TableSection, ...] | list[TableSection] = (),
-) -> str:
-    """The text of ``report.html``.
-
-    Args:
-        a: the analysis.
-        title: the report's title.
-        failures: the runs that failed (`report.Failure`).
-        fmt: how scores are formatted.
-        figures: figure key -> PNG path written by `plots` (its SVG lies beside it).
-        out_dir: the report's folder (figure captions name the PNG relative to it).
-        prov: what produced the report.
-        setup: the Setup list of report.md (markdown items).
-        definitions: the Definitions of report.md (a markdown list).
-        extra: the caller's sections (`ReportInputs.sections`), after the forest plot.
-    """
-    parts = sections(a, failures, fmt, figures, out_dir, prov, setup, definitions, extra)
-    return page(title, " ".join(narrative.headline(a, fmt)), parts)
-
-
-def page(title: str, headline: str, parts: list[tuple[str, str, str]]) -> str:
-    """A whole self-contained page: ``title``, the ``headline`` paragraph (markdown
-    sentences), a navigation bar and the ``(id, title, html)`` sections of ``parts``."""
-    nav = "".join(f'<li><a href="#{sid}">{html.escape(t)}</a></li>' for sid, t, _ in parts)
-    title = html.escape(title)
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -362,71 +222,8 @@ def page(title: str, headline: str, parts: list[tuple[str, str, str]]) -> str:
         '<link rel="icon" href="data:,">'
         f"<title>{title}</title><style>{CSS}</style></head>\n"
         f"<body><main><header><h1>{title}</h1>"
-        f'<p class="headline">{inline(headline)}</p>'
+        f'<p class="headline">{inline(doc.lead)}</p>'
         f'<nav aria-label="sections"><ul>{nav}</ul></nav></header>\n'
-        + "\n".join(body for _, _, body in parts)
+        + "\n".join(sections)
         + "\n</main></body></html>\n"
     )
-
-
-@dataclass(frozen=True)
-class StratumPage:
-    """One stratum of an index page (`render_index`).
-
-    Args:
-        sid: its section id (letters, digits, ``-``, ``_``, ``.``).
-        label: its values, e.g. ``model=qwen, regime=long``.
-        href: its own report.html, relative to the index.
-        analysis: its `Analysis`.
-        fmt: how its scores are shown.
-    """
-
-    sid: str
-    label: str
-    href: str
-    analysis: Analysis
-    fmt: Fmt
-
-
-def stratum_section(s: StratumPage) -> tuple[str, str, str]:
-    """A stratum's headline, its verdict table on the average (colour and words) and the
-    sentences on it, with a link to its full report."""
-    a = s.analysis
-    body = (
-        f'<p class="headline">{inline(" ".join(narrative.headline(a, s.fmt)))}</p>'
-        + table_html(tables.summary_table(a.primary, s.fmt))
-        + bullets(narrative.verdict_sentences(a, a.primary, s.fmt))
-        + f'<p>Full report: <a href="{html.escape(s.href, quote=True)}">'
-        f"{html.escape(s.href)}</a></p>"
-    )
-    return _section(s.sid, s.label, body)
-
-
-def render_index(
-    title: str,
-    intro: list[str],
-    notes: list[str],
-    index: Table,
-    strata: list[StratumPage],
-    prov: Provenance,
-    definitions: str,
-) -> str:
-    """The text of the top ``report.html`` of a report per stratum (`strata`).
-
-    Args:
-        title: the page's title.
-        intro: markdown sentences under the title (what was compared).
-        notes: notes on reading the table (listed above the index).
-        index: one row per stratum (its `Table.link` column: the strata's report.html).
-        strata: each stratum's section, in the index's order.
-        prov: what produced the report.
-        definitions: the Definitions (a markdown list).
-    """
-    notes_html = bullets([f"note: {n}" for n in notes]) if notes else ""
-    parts = [_section("index", "Index", notes_html + table_html(index) + _verdict_legend())]
-    parts += [stratum_section(s) for s in strata]
-    if strata:
-        facts = provenance_html(strata[0].analysis, prov)
-        parts.append(_section("provenance", "How this report was produced", facts))
-    parts.append(_section("definitions", "Definitions", definitions_html(definitions)))
-    return page(title, " ".join(intro), parts)

@@ -1,13 +1,20 @@
-"""Sentences generated from the numbers of an `Analysis` (no hand-written claims).
+"""What a report says: sentences and tables generated from the numbers of an `Analysis` (no
+hand-written claims).
 
 Every number here is read from the analysis (harness/statistics/analysis.py computes and stores
-them); these functions only choose words and format.
+them); these functions only choose words and format. Tables are `document.Table` s of
+formatted cells; a number that says "none" or "not available" is written in words ("none",
+"n/a"), never ``inf`` or ``nan``.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from dataflex_rl.harness.reporting.document import BASELINE, Table
+from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import (
     BETTER,
     NO_DIFF,
@@ -59,20 +66,6 @@ def delta_interval(c, fmt: Fmt, corrected: bool = False) -> str:
     return fmt.interval(*(c.corrected_ci if corrected else c.ci), True)
 
 
-def control_status(c) -> str:
-    """A control comparison's outcome in words: "passed", "FAILED", or, where its seed count
-    allows no verdict, "untested (3 seeds: no verdict possible; needs 6)" (``needs``: its
-    `Comparison.seeds_for_verdict`); "" for a real method."""
-    if not c.control:
-        return ""
-    if c.control_passed is not None:
-        return "passed" if c.control_passed else "FAILED"
-    need = c.seeds_for_verdict
-    return f"untested ({c.n_pairs} seed{'s' if c.n_pairs != 1 else ''}: no verdict possible; " + (
-        f"needs {need})" if need is not None else "needs more than 64)"
-    )
-
-
 def pvalue(p: float) -> str:
     if not math.isfinite(p):
         return "n/a"
@@ -114,7 +107,7 @@ def headline(a: Analysis, fmt: Fmt) -> list[str]:
     if tested:
         best = max(tested, key=lambda c: c.delta)
         worst = min(tested, key=lambda c: c.delta)
-        n, _ = s.pair_counts()
+        n = min(c.n_pairs for c in s.comparisons)
         out.append(
             f"Observed differences range from {fmt.value(worst.delta, True)} "
             f"({worst.method}) to {fmt.value(best.delta, True)} ({best.method}); "
@@ -164,7 +157,7 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
     """How sensitive the instrument was in this experiment (before any ranking): noise, MDE
     at this seed count, the controls' outcomes, the pairing correlation."""
     s = a.primary
-    n, _ = s.pair_counts()
+    n = min((c.n_pairs for c in s.comparisons), default=0)
     m = max(1, len(s.comparisons))
     out = [
         f"paired seeds: {paired_seeds(s)} (seeds with both the baseline's and the method's "
@@ -194,7 +187,7 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
         )
     for c in s.controls:
         want = "no detectable difference" if c.control == "same" else "worse"
-        state = control_status(c)
+        state = c.control_status
         state = f"**{state}**" if c.control_passed is not None else state
         out.append(
             f"control {c.method} (must be {want}): {c.verdict}, "
@@ -291,3 +284,123 @@ def ranking_sentences(a: Analysis) -> list[str]:
             + "; a method's place depends on the summary chosen."
         )
     return out
+
+
+def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
+    """Per method of ``s`` (controls last): mean, paired Δ, intervals, p, MDE, r, verdict."""
+    unit = f" ({fmt.unit})" if fmt.unit else ""
+    header = (
+        "method",
+        "n",
+        f"mean{unit} [95% CI]",
+        f"Δ{unit} [95% CI]",
+        "corrected CI (level)",
+        "p",
+        "p (Holm)",
+        "MDE",
+        "r",
+        "verdict",
+    )
+    comps = {c.method: c for c in s.comparisons + s.controls}
+    rows, verdicts = [], []
+    for m in s.methods + s.control_methods:
+        head = (m.method, str(m.n), f"{fmt.value(m.mean)} {fmt.interval(m.low, m.high)}")
+        c = comps.get(m.method)
+        if c is None:
+            rows.append((*head, "(baseline)", "", "", "", "", "", ""))
+            verdicts.append(BASELINE)
+            continue
+        level = f" ({100 * (1 - c.level):.1f}%)" if math.isfinite(c.level) else ""
+        level = level if c.verdict_possible else ""
+        rows.append(
+            (
+                *head,
+                f"{fmt.value(c.delta, True)} {delta_interval(c, fmt)}",
+                f"{delta_interval(c, fmt, corrected=True)}{level}",
+                pvalue(c.p),
+                pvalue(c.p_holm),
+                "none" if math.isinf(c.mde) else fmt.value(c.mde),
+                f"{c.corr:+.2f}" if math.isfinite(c.corr) else "n/a",
+                f"{c.verdict}; control ({c.control}): {c.control_status}"
+                if c.control
+                else c.verdict,
+            )
+        )
+        verdicts.append(c.verdict)
+    numeric = (False, True, False, False, False, True, True, True, True, False)
+    return Table(header, tuple(rows), numeric, tuple(verdicts))
+
+
+def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: Fmt) -> Table:
+    """IQM and probability of improvement per method (`Analysis.aggregates`)."""
+    unit = f" ({fmt.unit})" if fmt.unit else ""
+    rows = tuple(
+        (
+            g.method,
+            f"{g.runs} × {g.tasks}",
+            f"{fmt.value(g.iqm)} {fmt.interval(*g.iqm_ci)}",
+            "—"
+            if g.method == baseline
+            else f"{_num(g.poi)} [{_num(g.poi_ci[0])}, {_num(g.poi_ci[1])}]",
+        )
+        for g in aggs
+    )
+    header = ("method", "runs × benchmarks", f"IQM{unit} [95% CI]", f"P(> {baseline}) [95% CI]")
+    return Table(header, rows, (False, True, False, False))
+
+
+def _num(v: float) -> str:
+    return f"{v:.2f}" if math.isfinite(v) else "n/a"
+
+
+def ranking_table(a: Analysis) -> Table:
+    """Each method's rank by mean under every summary (`Analysis.ranks`)."""
+    names = [s.name for s in a.summaries]
+    table = dict(zip(names, a.ranks))
+    rows = tuple(
+        (m, *(f"{table[n][i]:.0f}" if math.isfinite(table[n][i]) else "n/a" for n in names))
+        for i, m in enumerate(a.methods)
+    )
+    return Table(("method", *names), rows, (False, *(True,) * len(names)))
+
+
+def tau_table(a: Analysis) -> Table:
+    """Kendall's tau-b between every two summaries' rankings."""
+    names = [s.name for s in a.summaries]
+    rows = tuple((n, *(_num(t) for t in np.asarray(a.tau)[i])) for i, n in enumerate(names))
+    return Table(("", *names), rows, (False, *(True,) * len(names)))
+
+
+def scores_table(a: Analysis, fmt: Fmt) -> Table:
+    """The comparison on the average, decision metric first (what ``compare`` and ``report``
+    print): per method the compared metric's means per domain and on the average, Δ, the
+    corrected interval ("n/a (N seeds)" where no verdict is possible), p (Holm) and the
+    verdict; then the other accuracy the engine measured (`Analysis.beside`), labelled."""
+    s = a.primary
+    cols = [*a.parts, s.name]
+    unit = f", {fmt.unit}" if fmt.unit else ""
+    label = "score" if a.compared == "score" else f"{a.compared} accuracy"
+    main = {x.name: {m.method: m.mean for m in x.methods + x.control_methods} for x in a.summaries}
+    beside = a.extra_means[a.beside] if a.beside else {}
+    comps = {c.method: c for c in s.comparisons + s.controls}
+    rows = []
+    for m in s.methods + s.control_methods:
+        cells = [m.method, *(fmt.value(main[c].get(m.method, math.nan)) for c in cols)]
+        c = comps.get(m.method)
+        if c is None:
+            cells += ["(baseline)", "", "", ""]
+        else:
+            verdict = c.verdict
+            if c.control:
+                verdict += f" [control, must be {c.control}: {c.control_status}]"
+            p = f"{c.p_holm:.3f}" if math.isfinite(c.p_holm) else "n/a"
+            cells += [fmt.value(c.delta, True), delta_interval(c, fmt, True), p, verdict]
+        cells += [fmt.value(beside.get(x, {}).get(m.method, math.nan)) for x in cols if beside]
+        rows.append(tuple(cells))
+    header = ("method", *cols, "Δ", "corrected CI", "p (Holm)", "verdict")
+    groups = [("", 1), (f"{label} (compared{unit})", len(cols) + 4)]
+    if beside:
+        header += tuple(cols)
+        groups.append((f"{a.beside} accuracy{unit}", len(cols)))
+    numeric = tuple(h not in ("method", "corrected CI", "verdict") for h in header)
+    return Table(header, tuple(rows), numeric, groups=tuple(groups))

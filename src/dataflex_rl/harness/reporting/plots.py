@@ -24,6 +24,8 @@ from dataflex_rl.harness.statistics.analysis import BETTER, WORSE, Analysis
 from dataflex_rl.harness.statistics.curves import Trace
 
 COLORS = {BETTER: "tab:green", WORSE: "tab:red"}
+#: resolution of the PNGs (report.html shows them at 96/`DPI` of their pixels: their size)
+DPI = 110
 #: panels per row: more wrap onto further rows (a figure stays readable at a page's width)
 MAX_COLS = 3
 #: line colours of methods: tab10 without its green and red, which mean better and worse
@@ -36,21 +38,38 @@ def _method_style(k: int) -> dict:
     return {"color": METHOD_COLORS[k % n], "ls": ("-", "--", ":")[k // n % 3]}
 
 
-def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2):
+def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2, margins=None):
+    """A figure of ``nrows`` × ``ncols`` panels of ``w`` × ``h`` inches. ``margins``: (left,
+    right, top, bottom, between columns, between rows) in inches, a fixed layout (fast);
+    None: matplotlib's constrained layout (measures every label at each draw)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(w * ncols, h * nrows), layout="constrained")
+    width, height = w * ncols, h * nrows
+    fig = Figure(figsize=(width, height), layout=None if margins else "constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    grid = {}
+    if margins:
+        left, right, top, bottom, wgap, hgap = margins
+        cell_w = (width - left - right - wgap * (ncols - 1)) / ncols
+        cell_h = (height - top - bottom - hgap * (nrows - 1)) / nrows
+        grid = dict(
+            left=left / width,
+            right=1 - right / width,
+            top=1 - top / height,
+            bottom=bottom / height,
+            wspace=wgap / cell_w,
+            hspace=hgap / cell_h,
+        )
+    axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw=grid)
     return fig, axes
 
 
-def _panels(n: int, w: float = 4.2, h: float = 3.2):
+def _panels(n: int, w: float = 4.2, h: float = 3.2, margins=None):
     """A figure of ``n`` panels, at most `MAX_COLS` per row; returns ``(fig, [n] axes,
-    columns)`` (the grid's unused cells are hidden)."""
+    columns)`` (the grid's unused cells are hidden; ``margins``: `_figure`)."""
     ncols = min(n, MAX_COLS)
-    fig, grid = _figure(ncols, -(-n // ncols), w=w, h=h)
+    fig, grid = _figure(ncols, -(-n // ncols), w=w, h=h, margins=margins)
     axes = list(grid.ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
@@ -60,10 +79,15 @@ def _panels(n: int, w: float = 4.2, h: float = 3.2):
 def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     """One panel per summary; a row per method: delta (dot), 95% interval (thin), corrected
     interval (thick, coloured by verdict); the grey band is ± the pooled MDE. Where the seed
-    count allows no verdict there is no bar, only the dot and "n/a (N seeds)"."""
+    count allows no verdict there is no bar, only the dot and "n/a (N seeds)". Each panel's
+    bars and dots are one collection each (few artists: a 16-panel figure draws in a fraction
+    of a second)."""
     summaries = a.summaries
     methods = a.methods[1:]
-    fig, axes, ncols = _panels(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6)
+    # a fixed layout: room for the method names on the left, titles and axis labels
+    names = max((len(m) for m in methods), default=4)
+    margins = (0.25 + 0.085 * names, 0.15, 0.7, 0.5, 0.25, 0.75)
+    fig, axes, ncols = _panels(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6, margins=margins)
     y = np.arange(len(methods))[::-1]
     for i, (ax, s) in enumerate(zip(axes, summaries)):
         mde = s.mde
@@ -76,40 +100,48 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
                 label=f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)",
             )
         ax.axvline(0, color="0.4", lw=0.8)
-        for yi, c in zip(y, s.comparisons):
-            color = COLORS.get(c.verdict, "0.3")
-            if math.isfinite(c.corrected_ci[0]):
-                ax.plot(
-                    np.array(c.corrected_ci) * fmt.scale,
-                    [yi, yi],
-                    color=color,
-                    lw=3,
-                    alpha=0.5,
-                    solid_capstyle="butt",
-                )
-                ax.plot(np.array(c.ci) * fmt.scale, [yi, yi], color=color, lw=1)
-            if math.isfinite(c.delta):
-                ax.plot([c.delta * fmt.scale], [yi], "o", color=color, ms=4)
-            if not c.verdict_possible:  # no bar: no interval where no verdict is possible
-                ax.annotate(
-                    f"interval n/a ({c.n_pairs} seeds)",
-                    (0.02, yi),
-                    xycoords=ax.get_yaxis_transform(),  # x in axes fraction, y in data
-                    xytext=(0, 4),
-                    textcoords="offset points",
-                    fontsize=7,
-                    color="0.3",
-                )
-        if not any(c.verdict_possible for c in s.comparisons):
-            far = max([abs(c.delta) for c in s.comparisons if math.isfinite(c.delta)] or [0.0])
+        comps = s.comparisons
+        colors = [COLORS.get(c.verdict, "0.3") for c in comps]
+        bars = [k for k, c in enumerate(comps) if math.isfinite(c.corrected_ci[0])]
+        if bars:
+            lo = np.array([comps[k].corrected_ci for k in bars]) * fmt.scale
+            ci = np.array([comps[k].ci for k in bars]) * fmt.scale
+            yb, cb = y[bars], [colors[k] for k in bars]
+            ax.hlines(yb, lo[:, 0], lo[:, 1], colors=cb, lw=3, alpha=0.5)
+            ax.hlines(yb, ci[:, 0], ci[:, 1], colors=cb, lw=1)
+        dots = [k for k, c in enumerate(comps) if math.isfinite(c.delta)]
+        if dots:
+            ax.scatter(
+                [comps[k].delta * fmt.scale for k in dots],
+                y[dots],
+                s=16,
+                c=[colors[k] for k in dots],
+                zorder=3,
+            )
+        blocked = [k for k, c in enumerate(comps) if not c.verdict_possible]
+        if blocked:  # no bar: no interval where no verdict is possible
+            n = comps[blocked[0]].n_pairs
+            ax.text(
+                0.02,
+                0.98,
+                f"intervals n/a ({n} seeds)",
+                transform=ax.transAxes,
+                va="top",
+                fontsize=7,
+                color="0.3",
+            )
+        if not any(c.verdict_possible for c in comps):
+            far = max([abs(c.delta) for c in comps if math.isfinite(c.delta)] or [0.0])
             half = 1.3 * far * fmt.scale or 1.0
             ax.set_xlim(-half, half)  # zero in the middle; the dots alone do not set the range
         ax.set_yticks(y, methods if i % ncols == 0 else [""] * len(methods))
+        ax.set_ylim(-0.7, len(methods) - 0.3)
         ax.set_title(s.name)
         ax.set_xlabel(f"Δ vs {a.baseline}" + (f" ({fmt.unit})" if fmt.unit else ""))
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(loc="lower left", fontsize=7, frameon=False)
-    fig.suptitle("paired deltas: thin = 95% bootstrap, thick = Holm-corrected", fontsize=9)
+    top = 1 - 0.12 / fig.get_figheight()
+    fig.suptitle("paired deltas: thin = 95% bootstrap, thick = Holm-corrected", fontsize=9, y=top)
     return _save(fig, path)
 
 
@@ -178,14 +210,11 @@ def performance_profiles(profiles: Profiles, path: str | Path, fmt: Fmt) -> Path
     return _save(fig, path)
 
 
-def _save(fig, path: str | Path, svg: bool = True) -> Path:
-    """Write ``path`` (PNG) and, with ``svg``, the same figure as SVG beside it (report.html
-    inlines it)."""
+def _save(fig, path: str | Path) -> Path:
+    """Write ``path``, a PNG at `DPI`: the figure is drawn once (report.md links it,
+    report.html inlines it, trackers log it)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(p) as tmp:
-        fig.savefig(tmp, dpi=110, format=p.suffix.lstrip(".") or "png")
-    if svg:
-        with atomic_path(p.with_suffix(".svg")) as tmp:
-            fig.savefig(tmp, format="svg", metadata={"Date": None})
+        fig.savefig(tmp, dpi=DPI, format="png")
     return p

@@ -38,14 +38,6 @@ class Provenance:
     versions: tuple[tuple[str, str], ...]
     source: str = ""
 
-    def lines(self) -> list[str]:
-        """Markdown list items (without the dash)."""
-        out = [f"command: `{self.command}`", f"in: `{self.cwd}`", f"written: {self.written}"]
-        if self.source:
-            out.append(f"dataflex-rl source: git `{self.source}`")
-        out.append("versions: " + ", ".join(f"{n} {v}" for n, v in self.versions))
-        return out
-
 
 def _git_describe(package_dir: Path) -> str:
     """``git describe`` of the checkout holding ``package_dir`` as ``src/dataflex_rl``; ""

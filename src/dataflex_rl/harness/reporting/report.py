@@ -10,12 +10,24 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataflex_rl.core.io import atomic_path, atomic_write_text
-from dataflex_rl.harness.reporting import narrative, plots, provenance, tables
-from dataflex_rl.harness.reporting.html_report import render_html
+from dataflex_rl.harness.reporting import narrative, plots, provenance
+from dataflex_rl.harness.reporting.document import (
+    Document,
+    Facts,
+    Figure,
+    Heading,
+    Items,
+    Legend,
+    Paragraph,
+    Section,
+    markdown,
+)
+from dataflex_rl.harness.reporting.html_report import html
 from dataflex_rl.harness.reporting.narrative import Fmt
 from dataflex_rl.harness.reporting.provenance import Provenance
 from dataflex_rl.harness.statistics.analysis import (
@@ -47,7 +59,7 @@ DEFINITIONS = """\
   Holm over the comparison's family, corrected bootstrap interval) calls "better" with
   probability {power:g} at α = {alpha:g}, simulated at the comparison's paired seeds and observed
   SD of paired differences s_d, the other comparisons of the family taken as null;
-  "inf" when the seed count allows no verdict.
+  "none" when the seed count allows no verdict.
 - **r**: Pearson correlation across paired seeds between the method's and the baseline's
   final scores (how much pairing by seed removes).
 - **controls**: arms with a known answer, each tested on its own against the baseline
@@ -105,99 +117,142 @@ class ReportInputs:
     controls: dict[str, str] = field(default_factory=dict)
     tracking: TrackingConfig | None = None
     params: dict = field(default_factory=dict)
-    sections: list[tables.TableSection] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
 
 
-def render_markdown(
-    a: Analysis,
-    inputs: ReportInputs,
-    fmt: Fmt,
-    plot_files: dict[str, Path],
-    out_dir: Path,
-    prov: Provenance,
-) -> str:
-    """The text of ``report.md`` (``prov``: what wrote it)."""
-    o = a.options
-    md = [f"# {inputs.title}", "", " ".join(narrative.headline(a, fmt)), ""]
-    md += [
-        "## Sensitivity of this instrument",
-        "",
-        *(f"- {t}" for t in narrative.sensitivity_lines(a, fmt)),
-        "",
+def report_document(parts: ReportParts) -> Document:
+    """The report of ``parts`` as a `document.Document`: every section, in page order, built
+    from the stored analysis (report.md, report.html and the terminal render this one)."""
+    a, inputs, fmt, figures = parts.analysis, parts.inputs, parts.fmt, parts.plots
+    s = a.primary
+    lead = " ".join(narrative.headline(a, fmt))
+    secs = [
+        Section(
+            "sensitivity",
+            "Sensitivity of this instrument",
+            (Items(tuple(narrative.sensitivity_lines(a, fmt))),),
+        ),
+        Section(
+            "verdicts",
+            f"Verdicts on '{s.name}'",
+            (
+                narrative.summary_table(s, fmt),
+                Legend(),
+                Items(tuple(narrative.verdict_sentences(a, s, fmt))),
+            ),
+        ),
     ]
-    md += ["## Setup", "", *(f"- {line}" for line in setup_lines(a, inputs))]
-    md += [
-        "",
-        f"## Verdicts on '{a.primary.name}'",
-        "",
-        *tables.markdown(tables.summary_table(a.primary, fmt)),
-        "",
-        *(f"- {t}" for t in narrative.verdict_sentences(a, a.primary, fmt)),
-        "",
-    ]
-    if "forest" in plot_files:
-        md += [f"![paired deltas]({plot_files['forest'].relative_to(out_dir)})", ""]
-    for x in inputs.sections:
-        md += [*tables.section_markdown(x), ""]
-    if a.aggregates:
-        agg = tables.markdown(tables.aggregate_table(a.aggregates, a.baseline, fmt))
-        md += ["## Aggregates over runs × benchmarks", "", *agg, ""]
-        if "profiles" in plot_files:
-            md += [f"![performance profiles]({plot_files['profiles'].relative_to(out_dir)})", ""]
+    secs += [_figure_section(k, figures) for k in ("forest",) if k in figures]
+    secs.append(
+        Section(
+            "scores",
+            f"Scores on '{s.name}', decision metric first",
+            (narrative.scores_table(a, fmt),),
+        )
+    )
+    secs += inputs.sections
+    secs += [_figure_section(k, figures) for k in ("curves", "tokens") if k in figures]
     if len(a.summaries) > 1:
-        md += ["## Per benchmark / domain", ""]
-        for s in a.summaries[:-1]:
-            md += [
-                f"### {s.name}",
-                "",
-                *tables.markdown(tables.summary_table(s, fmt)),
-                "",
-                *(f"- {t}" for t in narrative.verdict_sentences(a, s, fmt)),
-                "",
+        body: list = []
+        for x in a.summaries[:-1]:
+            body += [
+                Heading(x.name),
+                narrative.summary_table(x, fmt),
+                Items(tuple(narrative.verdict_sentences(a, x, fmt))),
             ]
-        md += [
-            "## Ranking",
-            "",
-            *tables.markdown(tables.ranking_table(a)),
-            "",
-            "Kendall's tau-b between rankings:",
-            "",
-            *tables.markdown(tables.tau_table(a)),
-            "",
-            *(f"- {t}" for t in narrative.ranking_sentences(a) + narrative.sign_changes(a)),
-            "",
-        ]
-    for key, title in (
-        ("curves", "Learning curves"),
-        ("tokens", "Accuracy against generated tokens (equal generation cost)"),
-        ("proportions", "Domain proportions"),
-    ):
-        if key in plot_files:
-            md += [f"## {title}", "", f"![{key}]({plot_files[key].relative_to(out_dir)})", ""]
+        secs.append(Section("per-summary", "Per benchmark / domain", tuple(body)))
+        said = narrative.ranking_sentences(a) + narrative.sign_changes(a)
+        secs.append(
+            Section(
+                "ranking",
+                "Ranking",
+                (
+                    narrative.ranking_table(a),
+                    Paragraph("Kendall's tau-b between rankings:"),
+                    narrative.tau_table(a),
+                    *([Items(tuple(said))] if said else []),
+                ),
+            )
+        )
+    if a.aggregates:
+        profile = [_figure(k, figures) for k in ("profiles",) if k in figures]
+        secs.append(
+            Section(
+                "aggregates",
+                "Aggregates over runs × benchmarks",
+                (narrative.aggregate_table(a.aggregates, a.baseline, fmt), *profile),
+            )
+        )
+    secs += [_figure_section(k, figures) for k in ("proportions",) if k in figures]
     if inputs.failures:
-        md += ["## Failed runs", ""]
-        for f in inputs.failures:
-            md += [f"- **{f.method}**, seed {f.seed}: `{f.error}`"]
-            if f.traceback:
-                md += [
-                    "",
-                    "  <details><summary>traceback</summary>",
-                    "",
-                    "  ```",
-                    *("  " + line for line in f.traceback.rstrip().splitlines()[-30:]),
-                    "  ```",
-                    "  </details>",
-                    "",
-                ]
-        md.append("")
-    md += ["## How this report was produced", "", *(f"- {t}" for t in prov.lines()), ""]
-    md += ["## Definitions", "", definitions(o)]
-    return "\n".join(md)
+        secs.append(
+            Section(
+                "failures",
+                "Failed runs",
+                (
+                    Items(
+                        tuple(
+                            f"**{f.method}**, seed {f.seed}: `{f.error}`" for f in inputs.failures
+                        ),
+                        tuple(f.traceback for f in inputs.failures),
+                    ),
+                ),
+            )
+        )
+    secs += [
+        Section("setup", "Setup", (Items(tuple(setup_lines(a, inputs))),)),
+        Section(
+            "provenance", "How this report was produced", (provenance_facts(parts.prov, a.options),)
+        ),
+        Section("definitions", "Definitions", (definitions(a.options),)),
+    ]
+    return Document(inputs.title, lead, tuple(secs), parts.out)
 
 
-def definitions(o: StatsOptions) -> str:
-    """`DEFINITIONS` with the options' numbers (a markdown list)."""
-    return DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha, power=o.power)
+#: figure key of `report_parts` -> (section id, title, alt text)
+FIGURES = {
+    "forest": ("forest", "Forest plot", "paired deltas against the baseline per summary"),
+    "curves": ("curves", "Learning curves", "mean held-out score per method and checkpoint"),
+    "tokens": (
+        "tokens",
+        "Accuracy against generated tokens (equal generation cost)",
+        "mean held-out score per method against the generation cost spent",
+    ),
+    "profiles": ("profiles", "Performance profiles", "fraction of scores above each threshold"),
+    "proportions": ("proportions", "Domain proportions", "mixers' domain proportions per step"),
+}
+
+
+def _figure(key: str, figures: dict[str, Path]) -> Figure:
+    _, title, alt = FIGURES[key]
+    return Figure(figures[key], title, alt)
+
+
+def _figure_section(key: str, figures: dict[str, Path]) -> Section:
+    sid, title, _ = FIGURES[key]
+    return Section(sid, title, (_figure(key, figures),))
+
+
+def provenance_facts(prov: Provenance, o: StatsOptions) -> Facts:
+    """What wrote the report (command, folder, time, source, versions) and the statistics
+    options, values in markdown."""
+    facts = [("command", f"`{prov.command}`"), ("in", f"`{prov.cwd}`")]
+    facts.append(("written", prov.written))
+    if prov.source:
+        facts.append(("dataflex-rl source", f"git `{prov.source}`"))
+    facts.append(("versions", ", ".join(f"{n} {v}" for n, v in prov.versions)))
+    stats = (
+        f"α = {o.alpha:g}, power {o.power:g}, {o.n_boot} bootstrap resamples, "
+        f"{o.n_perm} random sign flips above 16 seeds, seed {o.seed}"
+    )
+    return Facts((*facts, ("statistics", stats)))
+
+
+def definitions(o: StatsOptions) -> Items:
+    """`DEFINITIONS` with the options' numbers, one item per term."""
+    text = DEFINITIONS.format(n_boot=o.n_boot, alpha=o.alpha, power=o.power)
+    parts = re.split(r"^- ", text, flags=re.M)
+    return Items(tuple(" ".join(p.split()) for p in parts if p.strip()))
 
 
 def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
@@ -223,7 +278,7 @@ def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
 #: comparison's columns empty and reads "baseline" under ``verdict``). Where no verdict is
 #: possible (``verdict_possible`` False) the interval columns are empty. ``control_passed``
 #: is True/False, empty for an untested control; ``control_status`` says it in words
-#: (`narrative.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
+#: (`analysis.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
 STATISTICS_COLUMNS = (
     "summary",
     "kind",
@@ -296,7 +351,7 @@ def statistics_rows(a: Analysis) -> list[dict]:
                     verdict=c.verdict,
                     control=c.control,
                     control_passed="" if c.control_passed is None else c.control_passed,
-                    control_status=narrative.control_status(c),
+                    control_status=c.control_status,
                 )
             out.append({k: _cell(v) for k, v in row.items()})
     return out
@@ -339,7 +394,9 @@ class ReportParts:
     prov: Provenance
 
 
-def prepare_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
+def prepare_report(
+    rows: list[Row], out_dir: str | Path, inputs: ReportInputs, prov: Provenance | None = None
+) -> ReportParts:
     """Analyze ``rows`` (every number the report prints: `analysis.analyze`) and draw the
     plots under ``out_dir``/plots (`report_parts`; no text files yet)."""
     a = analyze(
@@ -350,13 +407,16 @@ def prepare_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -
         proportions=inputs.proportions,
         seeds_needed=True,
     )
-    return report_parts(a, out_dir, inputs)
+    return report_parts(a, out_dir, inputs, prov)
 
 
-def report_parts(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
+def report_parts(
+    a: Analysis, out_dir: str | Path, inputs: ReportInputs, prov: Provenance | None = None
+) -> ReportParts:
     """The plots of a stored analysis under ``out_dir``/plots, and the pieces the text files
     are written from; they format its numbers and compute none (``inputs.options`` and
-    ``inputs.proportions`` were the analysis's)."""
+    ``inputs.proportions`` were the analysis's; ``prov``: what produced it, default this
+    process, `provenance.current`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fmt = Fmt.for_analysis(a)
@@ -380,7 +440,7 @@ def report_parts(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> Repo
             files["profiles"] = plots.performance_profiles(
                 a.profiles, out / "plots" / "profiles.png", fmt
             )
-    return ReportParts(a, fmt, files, inputs, out, provenance.current())
+    return ReportParts(a, fmt, files, inputs, out, prov or provenance.current())
 
 
 def render_report(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
@@ -413,25 +473,13 @@ def write_report_files(parts: ReportParts) -> None:
         track_report(a, out, inputs.tracking, inputs.params, list(parts.plots.values()))
 
 
-def write_pages(parts: ReportParts) -> None:
-    """``report.md`` and ``report.html`` of ``parts`` (a caller that adds a section after the
-    report was written rewrites both with this)."""
-    a, out, inputs = parts.analysis, parts.out, parts.inputs
-    text = render_markdown(a, inputs, parts.fmt, parts.plots, out, parts.prov)
-    atomic_write_text(out / "report.md", text)
-    page = render_html(
-        a,
-        inputs.title,
-        inputs.failures,
-        parts.fmt,
-        parts.plots,
-        out,
-        parts.prov,
-        setup_lines(a, inputs),
-        definitions(a.options),
-        inputs.sections,
-    )
-    atomic_write_text(out / "report.html", page)
+def write_pages(parts: ReportParts) -> Document:
+    """``report.md`` and ``report.html`` of ``parts``, both rendered from `report_document`
+    (a caller that adds a section after the report was written rewrites both with this)."""
+    doc = report_document(parts)
+    atomic_write_text(parts.out / "report.md", markdown(doc))
+    atomic_write_text(parts.out / "report.html", html(doc))
+    return doc
 
 
 def report_metrics(a: Analysis) -> dict[str, float]:

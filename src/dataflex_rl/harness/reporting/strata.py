@@ -1,25 +1,39 @@
 """One comparison per stratum (``report --by model,campaign,regime``): a folder each, plus an
 index.
 
-Under ``out``: ``<stratum>/`` holds that comparison's full report (report.md, report.html,
-statistics.csv, plots/), exactly what ``report`` writes for the stratum's rows alone;
-``report.md`` opens with an index (one line per stratum: its values, paired seeds, verdict
-counts, whether a verdict is possible at all) followed by one section per stratum;
-``report.html`` is the same index as one self-contained page, linking each stratum's
-report.html, with each stratum's headline and verdict table (colour and words);
-``statistics.csv`` is every stratum's statistics, the ``by`` columns first.
+Each stratum is compared against its own reference (`references`: the first of ``--baseline
+A,B`` among its methods); a stratum without one, or with a single method, is not compared and
+the index says why (`skip_reason`). Under ``out``: ``<stratum>/`` holds that comparison's full
+report (report.md, report.html, statistics.csv, plots/), exactly what ``report`` writes for the
+stratum's rows alone; the top ``report.md`` and ``report.html`` render one document
+(`index_document`): the index (one line per stratum: its values, reference, paired seeds,
+verdict counts, whether a verdict is possible at all, its report), then each stratum's
+headline, verdict table and sentences; ``statistics.csv`` is every compared stratum's
+statistics, the ``by`` columns first.
 """
 
 from __future__ import annotations
 
-import re
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.reporting import provenance
-from dataflex_rl.harness.reporting.html_report import StratumPage, render_index
+from dataflex_rl.harness.reporting import narrative, provenance
+from dataflex_rl.harness.reporting.document import (
+    Document,
+    Items,
+    Legend,
+    Link,
+    Paragraph,
+    Section,
+    Table,
+    markdown,
+)
+from dataflex_rl.harness.reporting.html_report import html
 from dataflex_rl.harness.reporting.narrative import paired_seeds
 from dataflex_rl.harness.reporting.report import (
     STATISTICS_COLUMNS,
@@ -27,36 +41,43 @@ from dataflex_rl.harness.reporting.report import (
     ReportParts,
     definitions,
     prepare_report,
-    render_markdown,
+    provenance_facts,
     statistics_rows,
     write_csv,
     write_report_files,
 )
-from dataflex_rl.harness.reporting.tables import Table, markdown
 from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, WORSE
-from dataflex_rl.harness.statistics.results_table import ResultsTable, Stratum, slug
+from dataflex_rl.harness.statistics.results_table import EMPTY, ResultsTable, Stratum, slug
 
 
-def pick_baseline(table: ResultsTable, requested: str | None) -> str:
-    """``requested``, else "baseline", else the file's first method; it must be a method of
-    every stratum.
+def references(table: ResultsTable, requested: tuple[str, ...] = ()) -> list[str | None]:
+    """The reference method of each stratum: the first of ``requested`` among its methods
+    (``--baseline static,baseline``); without ``requested``, "baseline" where any stratum has
+    it, else the file's first method. None where a stratum has none of them.
 
     Raises:
-        ConfigError: a stratum without the baseline (names it and its methods).
+        ConfigError: no stratum has any of them (names them and lists the file's methods).
     """
     first = list(dict.fromkeys(r.method for r in table.rows))
-    everywhere = [m for m in first if all(any(r.method == m for r in s.rows) for s in table.strata)]
-    baseline = requested or ("baseline" if "baseline" in everywhere else first[0])
-    for s in table.strata:
-        methods = list(dict.fromkeys(r.method for r in s.rows))
-        if baseline not in methods:
-            where = f" in {s.label}" if s.key else ""
-            raise ConfigError(
-                f"--baseline {baseline!r}: not a method of {table.path}{where}; methods"
-                f"{where}: {', '.join(methods)}"
-                + (f"; methods of every stratum: {', '.join(everywhere)}" if s.key else "")
-            )
-    return baseline
+    names = list(requested) or (["baseline"] if "baseline" in first else first[:1])
+    refs = [next((b for b in names if b in s.methods), None) for s in table.strata]
+    if not any(refs):
+        where = " in any stratum" if table.by else ""
+        raise ConfigError(
+            f"--baseline {','.join(names)!r}: not a method of {table.path}{where}; "
+            f"methods: {', '.join(first)}"
+        )
+    return refs
+
+
+def skip_reason(s: Stratum, ref: str | None, requested: tuple[str, ...] = ()) -> str:
+    """Why stratum ``s`` with reference ``ref`` gets no comparison ("" when it gets one)."""
+    if ref is None:
+        names = ", ".join(requested) or "baseline"
+        return f"no reference ({names}) among its methods: {', '.join(s.methods)}"
+    if len(s.methods) == 1:
+        return f"a single method ({ref}): nothing to compare it with"
+    return ""
 
 
 def folders(strata: list[Stratum]) -> list[str]:
@@ -71,45 +92,87 @@ def folders(strata: list[Stratum]) -> list[str]:
 
 
 def write_strata_report(
-    table: ResultsTable, out_dir: str | Path, inputs: ReportInputs
-) -> list[ReportParts]:
+    table: ResultsTable,
+    out_dir: str | Path,
+    inputs: ReportInputs,
+    requested: tuple[str, ...] = (),
+    workers: int | None = None,
+) -> list[ReportParts | None]:
     """Write one report per stratum of ``table`` and the index (see the module docstring).
 
     Args:
         table: the strata (`results_table.read_table`).
         out_dir: the output folder.
-        inputs: shared by every stratum (its title and setup gain the stratum's values).
+        inputs: shared by every stratum (its title and setup gain the stratum's values; its
+            baseline is replaced by the stratum's reference, `references`).
+        requested: the reference methods asked for (``--baseline A,B``), first present wins.
+        workers: strata reported at once, each in its own process (`_in_processes`; default
+            the machine's CPUs).
 
     Returns:
-        The `ReportParts` of each stratum, in order.
+        The `ReportParts` of each stratum, in order; None for a stratum without a comparison
+        (no reference, or a single method: `skip_reason`, listed in the index).
     """
     check_strata_inputs(table)
+    requested = requested or ((inputs.baseline,) if inputs.baseline else ())
+    refs = references(table, requested)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for s, folder in zip(table.strata, folders(table.strata)):
-        own = replace(
-            inputs,
-            title=f"{inputs.title} — {s.label}",
-            setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
-            params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
+    prov = provenance.current()
+    jobs = [
+        (
+            s.rows,
+            out / folder,
+            replace(
+                inputs,
+                baseline=ref,
+                title=f"{inputs.title} — {s.label}",
+                setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
+                params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
+            ),
+            prov,
         )
-        p = prepare_report(s.rows, out / folder, own)
-        write_report_files(p)
-        parts.append(p)
+        for s, folder, ref in zip(table.strata, folders(table.strata), refs)
+        if not skip_reason(s, ref)
+    ]
+    done = iter(_in_processes(jobs, workers))
+    parts = [None if skip_reason(s, r) else next(done) for s, r in zip(table.strata, refs)]
     stats = [
         {**s.values, **row}
         for s, p in zip(table.strata, parts)
+        if p is not None
         for row in statistics_rows(p.analysis)
     ]
     write_csv(stats, [*table.by, *STATISTICS_COLUMNS], out / "statistics.csv")
-    atomic_write_text(out / "report.md", index_markdown(table, parts, inputs, out))
-    atomic_write_text(out / "report.html", index_html(table, parts, inputs, out))
+    doc = index_document(table, parts, refs, inputs, out, requested)
+    atomic_write_text(out / "report.md", markdown(doc))
+    atomic_write_text(out / "report.html", html(doc))
     return parts
+
+
+def _report_stratum(job: tuple) -> ReportParts:
+    """One stratum's report (`prepare_report`, then `write_report_files`)."""
+    rows, out, inputs, prov = job
+    parts = prepare_report(rows, out, inputs, prov)
+    write_report_files(parts)
+    return parts
+
+
+def _in_processes(jobs: list[tuple], workers: int | None) -> list[ReportParts]:
+    """`_report_stratum` of every job, in order: in up to ``workers`` forked processes
+    (strata are independent; each draws its own plots), in this one where fork is not
+    available or one worker suffices. The same reports either way."""
+    workers = min(len(jobs), workers or os.cpu_count() or 1)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_report_stratum(j) for j in jobs]
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(_report_stratum, jobs))
 
 
 #: the index's columns after the stratum's own
 INDEX_COLUMNS = (
+    "reference",
     "methods",
     "paired seeds",
     "verdict possible",
@@ -120,9 +183,22 @@ INDEX_COLUMNS = (
 )
 
 
-def index_row(s: Stratum, p: ReportParts, out: Path, page: str = "report.md") -> tuple[str, ...]:
-    """The index's cells of one stratum: its values, then `INDEX_COLUMNS` (``report``: the
-    path of its ``page`` relative to ``out``)."""
+def index_row(s: Stratum, p: ReportParts | None, ref: str | None, out: Path) -> tuple[str, ...]:
+    """The index's cells of one stratum: its values, then `INDEX_COLUMNS` (``report``: its
+    page relative to ``out``, without extension)."""
+    values = tuple(v or EMPTY for _, v in s.key)
+    if p is None:
+        return (
+            *values,
+            ref or "none",
+            str(len(s.methods) - 1),
+            "—",
+            "not compared (see the notes)",
+            "",
+            "",
+            "",
+            "",
+        )
     prim = p.analysis.primary
     counts = [sum(c.verdict == v for c in prim.comparisons) for v in (BETTER, WORSE, NO_DIFF)]
     possible = [c.verdict_possible for c in prim.comparisons]
@@ -135,96 +211,69 @@ def index_row(s: Stratum, p: ReportParts, out: Path, page: str = "report.md") ->
     else:
         verdicts = f"{sum(possible)} of {len(possible)} methods"
     return (
-        *(v for _, v in s.key),
+        *values,
+        p.analysis.baseline,
         str(len(p.analysis.methods) - 1),
         paired_seeds(prim),
         verdicts,
         *map(str, counts),
-        (p.out / page).relative_to(out).as_posix(),
+        (p.out / "report").relative_to(out).as_posix(),
     )
 
 
-def index_table(
-    table: ResultsTable, parts: list[ReportParts], out: Path, page: str = "report.md"
-) -> Table:
-    """One row per stratum (`index_row`), its last column linking to the stratum's ``page``
-    (report.md for the markdown index, report.html for the page)."""
-    rows = tuple(index_row(s, p, out, page) for s, p in zip(table.strata, parts))
-    numeric = (*(False,) * len(table.by), True, False, False, True, True, True, False)
+def index_document(
+    table: ResultsTable,
+    parts: list[ReportParts | None],
+    refs: list[str | None],
+    inputs: ReportInputs,
+    out: Path,
+    requested: tuple[str, ...] = (),
+) -> Document:
+    """The top report of a report per stratum: the index (one row per stratum, linking its own
+    report; strata not compared named in the notes with the reason), then each compared
+    stratum's headline, verdict table and sentences, what produced it, the definitions."""
+    rows = tuple(index_row(s, p, r, out) for s, p, r in zip(table.strata, parts, refs))
+    numeric = (*(False,) * len(table.by), False, True, False, False, True, True, True, False)
     header = (*table.by, *INDEX_COLUMNS)
-    return Table(header, rows, numeric, link=len(header) - 1)
-
-
-def intro(table: ResultsTable, inputs: ReportInputs) -> list[str]:
-    """The sentences under the index's title (markdown): what was compared, from where."""
-    return [
-        f"{len(table.strata)} comparisons, one per {', '.join(table.by)}, each against "
-        f"**{inputs.baseline}** with its own Holm family, from `{table.path}` "
-        f"({table.layout} layout, {len(table.benchmarks)} benchmarks: "
-        f"{', '.join(table.benchmarks)}).",
-        "Each folder holds the stratum's full report; its statistics are also in "
-        "`statistics.csv` (the stratum's columns first).",
+    index = Table(header, rows, numeric, link=len(header) - 1)
+    skipped = [
+        f"{s.label}: not compared, {skip_reason(s, r, requested)}"
+        for s, r in zip(table.strata, refs)
+        if skip_reason(s, r)
     ]
-
-
-def index_markdown(
-    table: ResultsTable, parts: list[ReportParts], inputs: ReportInputs, out: Path
-) -> str:
-    """The text of the top ``report.md``: index, then each stratum's report as a section."""
-    md = [
-        f"# {inputs.title}",
-        "",
-        " ".join(intro(table, inputs)),
-        "",
-        *(f"- note: {n}" for n in table.notes),
-        *([""] if table.notes else []),
-        "## Index",
-        "",
-        *markdown(index_table(table, parts, out)),
-        "",
-    ]
-    for s, p in zip(table.strata, parts):
-        md += [f"## {s.label}", "", *_section(p, out), ""]
-    if parts:
-        md += ["## How this report was produced", "", *(f"- {t}" for t in parts[0].prov.lines())]
-    md += ["", "## Definitions", "", definitions(inputs.options)]
-    return "\n".join(md)
-
-
-def index_html(
-    table: ResultsTable, parts: list[ReportParts], inputs: ReportInputs, out: Path
-) -> str:
-    """The text of the top ``report.html``: the index linking each stratum's report.html, then
-    each stratum's headline and verdict table (`html_report.render_index`)."""
-    pages = [
-        StratumPage(
-            (p.out / "report.html").relative_to(out).parent.as_posix(),
-            s.label,
-            (p.out / "report.html").relative_to(out).as_posix(),
-            p.analysis,
-            p.fmt,
+    notes = [f"note: {n}" for n in [*table.notes, *skipped]]
+    secs = [Section("index", "Index", (*([Items(tuple(notes))] if notes else []), index, Legend()))]
+    done = [(s, p) for s, p in zip(table.strata, parts) if p is not None]
+    for s, p in done:
+        a, page = p.analysis, (p.out / "report").relative_to(out).as_posix()
+        secs.append(
+            Section(
+                p.out.relative_to(out).as_posix(),
+                s.label,
+                (
+                    Paragraph(" ".join(narrative.headline(a, p.fmt))),
+                    narrative.summary_table(a.primary, p.fmt),
+                    Items(tuple(narrative.verdict_sentences(a, a.primary, p.fmt))),
+                    Link("Full report", page),
+                ),
+            )
         )
-        for s, p in zip(table.strata, parts)
-    ]
-    return render_index(
-        inputs.title,
-        intro(table, inputs),
-        table.notes,
-        index_table(table, parts, out, "report.html"),
-        pages,
-        parts[0].prov if parts else provenance.current(),
-        definitions(inputs.options),
+    prov = done[0][1].prov if done else provenance.current()
+    secs.append(
+        Section(
+            "provenance", "How this report was produced", (provenance_facts(prov, inputs.options),)
+        )
     )
-
-
-def _section(p: ReportParts, out: Path) -> list[str]:
-    """A stratum's report.md without its title, provenance and definitions (the index has them
-    once), headings one level down, plots linked from ``out``."""
-    text = render_markdown(p.analysis, p.inputs, p.fmt, p.plots, out, p.prov)
-    body = text.split("\n## How this report was produced", 1)[0].strip().splitlines()[1:]
-    while body and not body[0].strip():
-        body.pop(0)
-    return [re.sub(r"^(#{1,5}) ", r"#\1 ", line) for line in body]
+    secs.append(Section("definitions", "Definitions", (definitions(inputs.options),)))
+    compared = sorted({r for r in refs if r})
+    lead = (
+        f"{len(done)} of {len(table.strata)} strata compared, one per {', '.join(table.by)}, each "
+        f"against its reference ({', '.join(f'**{r}**' for r in compared)}) with its own Holm "
+        f"family, from `{table.path}` ({table.layout} layout, {len(table.benchmarks)} "
+        f"benchmarks: {', '.join(table.benchmarks)}). Each folder holds the stratum's full "
+        "report; its statistics are also in `statistics.csv` (the stratum's columns first)."
+    )
+    return Document(inputs.title, lead, tuple(secs), out)
 
 
 def check_strata_inputs(table: ResultsTable) -> None:

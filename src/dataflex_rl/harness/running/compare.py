@@ -143,13 +143,33 @@ def _control_lines(exp: Experiment) -> list[str]:
 
 
 def _warning_lines(execution: Execution) -> list[str]:
-    """Warnings raised inside runs: each distinct message with the runs it occurred in."""
+    """Warnings raised inside runs: those a dependency raised in every run summarized once per
+    package (how many distinct messages, how often; the full text stays in each run's
+    done.json), then each other distinct message with the runs it occurred in."""
     where: dict[str, list[str]] = {}
+    package: dict[str, str] = {}
+    count: dict[str, int] = {}
     for r in execution.done:
-        for w in r.get("warnings", []):
-            message = w.split("× ", 1)[-1]
+        packages = r.get("warning_packages", [])
+        for i, w in enumerate(r.get("warnings", [])):
+            times, _, message = w.partition("× ")
             where.setdefault(message, []).append(f"{r['method']}/seed{r['seed']}")
-    return [
+            package[message] = packages[i] if i < len(packages) else ""
+            count[message] = count.get(message, 0) + int(times)
+    n_runs = len(execution.done)
+    repeated: dict[str, list[str]] = {}
+    for message, seen in where.items():
+        if n_runs > 1 and len(seen) == n_runs and package[message] not in ("", "dataflex_rl"):
+            repeated.setdefault(package[message], []).append(message)
+    summary = [
+        f"warnings from {pkg} in every run: {len(ms)} distinct, {sum(count[m] for m in ms)} "
+        f"in all (first: {ms[0]}; each run's done.json has them all)"
+        for pkg, ms in repeated.items()
+    ]
+    for ms in repeated.values():
+        for m in ms:
+            del where[m]
+    return summary + [
         f"warning in {len(runs)} run(s) ({', '.join(runs[:4])}"
         + (", ..." if len(runs) > 4 else "")
         + f"): {message}"

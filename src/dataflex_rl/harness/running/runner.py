@@ -218,14 +218,28 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _warning_summary(caught: list) -> list[str]:
+def _warning_summary(caught: list) -> tuple[list[str], list[str]]:
     """Distinct warning messages with their counts (digits folded, so 'step 3: ...' and
-    'step 7: ...' count as one), at most 10."""
+    'step 7: ...' count as one), at most 10, and the package each came from (the top-level
+    package of the file that raised it, `warning_package`)."""
     counts: dict[str, int] = {}
+    where: dict[str, str] = {}
     for w in caught:
         key = f"{w.category.__name__}: " + re.sub(r"\d+", "N", str(w.message))
         counts[key] = counts.get(key, 0) + 1
-    return [f"{n}× {k}" for k, n in list(counts.items())[:10]]
+        where.setdefault(key, warning_package(w.filename))
+    keys = list(counts)[:10]
+    return [f"{counts[k]}× {k}" for k in keys], [where[k] for k in keys]
+
+
+def warning_package(filename: str) -> str:
+    """The top-level package of ``filename``: the folder after site-packages (or
+    dist-packages), ``dataflex_rl`` for this package's own files, else the file's name."""
+    parts = Path(filename).parts
+    for marker in ("site-packages", "dist-packages", "src"):
+        if marker in parts[:-1]:
+            return Path(parts[parts.index(marker) + 1]).stem
+    return Path(filename).stem
 
 
 def execute_run(run: RunSpec) -> dict:
@@ -267,6 +281,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         evals, props = host.read_records(out, run.config, run.mixes)
         if not evals:
             raise RuntimeError(f"{out}: the run wrote no evaluation")
+        warnings_seen, packages = _warning_summary(caught)
         done = {
             "status": "done",
             "method": run.method,
@@ -277,7 +292,8 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
             "wall_seconds": time.perf_counter() - t0,
             "evals": evals,
             "proportions": props,
-            "warnings": _warning_summary(caught),
+            "warnings": warnings_seen,
+            "warning_packages": packages,
             "summary": summary,
         }
         atomic_write_json(out / DONE_FILE, done)

@@ -43,8 +43,8 @@ import numpy as np
 
 from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.harness.reporting.document import Paragraph, Section, Table, markdown_section
 from dataflex_rl.harness.reporting.report import write_pages
-from dataflex_rl.harness.reporting.tables import Table, TableSection, section_markdown
 from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
@@ -312,7 +312,7 @@ def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment
     )
 
 
-def section(seq: Sequential) -> TableSection:
+def section(seq: Sequential) -> Section:
     """The loop's section of the report (report.md and report.html): one row per round, a
     column per comparison and control (its verdict and anytime-valid interval in points; a
     comparison decided earlier reads "stopped at round r"), then what stopping saved."""
@@ -338,9 +338,8 @@ def section(seq: Sequential) -> TableSection:
         "Controls run on the same seeds but do not keep the loop going; they form their own "
         "family.",
     )
-    return TableSection(
-        "sequential", "Sequential comparison (--until-decided)", lead, table, _notes(seq)
-    )
+    blocks = (Paragraph(" ".join(lead)), table, Paragraph(" ".join(_notes(seq))))
+    return Section("sequential", "Sequential comparison (--until-decided)", blocks)
 
 
 def _notes(seq: Sequential) -> tuple[str, ...]:
@@ -403,4 +402,6 @@ def write_sequential(seq: Sequential, res: CompareResult) -> None:
         return
     report = out / "report.md"
     text = report.read_text() if report.is_file() else ""
-    atomic_write_text(report, text.rstrip("\n") + "\n\n" + "\n".join(section_markdown(sec)) + "\n")
+    atomic_write_text(
+        report, text.rstrip("\n") + "\n\n" + "\n".join(markdown_section(sec, out)) + "\n"
+    )

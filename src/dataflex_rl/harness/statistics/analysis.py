@@ -137,6 +137,8 @@ class Comparison:
     #: whether a control got its required verdict (`control_passed`); None when not a
     #: control or untested
     control_passed: bool | None = None
+    #: a control's outcome in words (`control_status`); "" for a real method
+    control_status: str = ""
 
 
 def control_passed(c: Comparison) -> bool | None:
@@ -146,6 +148,20 @@ def control_passed(c: Comparison) -> bool | None:
     if not c.control or not c.verdict_possible:
         return None
     return c.verdict == CONTROL_KINDS[c.control]
+
+
+def control_status(c: Comparison) -> str:
+    """A control comparison's outcome in words: "passed", "FAILED", or, where its seed count
+    allows no verdict, "untested (3 seeds: no verdict possible; needs 6)" (``needs``: its
+    `Comparison.seeds_for_verdict`); "" for a real method."""
+    if not c.control:
+        return ""
+    if c.control_passed is not None:
+        return "passed" if c.control_passed else "FAILED"
+    need = c.seeds_for_verdict
+    return f"untested ({c.n_pairs} seed{'s' if c.n_pairs != 1 else ''}: no verdict possible; " + (
+        f"needs {need})" if need is not None else "needs more than 64)"
+    )
 
 
 @dataclass
@@ -211,6 +227,10 @@ class Analysis:
     #: other accuracy (a ``Row.extra`` key every row has) -> summary -> method -> mean over
     #: seeds of its final values (controls included)
     extra_means: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    #: the accuracy ``score`` is (`score_metric`: "sampled", "greedy", or "score" for
+    #: external results) and the other one the rows carry beside it (None: none)
+    compared: str = "score"
+    beside: str | None = None
 
     def summary(self, name: str) -> SummaryResult:
         return next(s for s in self.summaries if s.name == name)
@@ -397,6 +417,7 @@ def analyze_summary(
     for c in ctrl_comps:
         c.control = controls[c.method]
         c.control_passed = control_passed(c)
+        c.control_status = control_status(c)
     sd = pooled_sd(comps)
     n = min((c.n_pairs for c in comps), default=0)
     return SummaryResult(
@@ -486,11 +507,7 @@ def analyze(
     methods = [m for m in methods if m not in controls]
     means = np.array([[s.mean_of(m) for m in methods] for s in summaries])
     k = len(summaries)
-    tau = np.full((k, k), np.nan)
-    for i in range(k):
-        for j in range(k):
-            ok = np.isfinite(means[i]) & np.isfinite(means[j])
-            tau[i, j] = stats.kendall_tau(means[i][ok], means[j][ok])
+    tau = stats.kendall_tau_matrix(means)
     fractions = scores_are_fractions(r.score for r in rows)
     scores = aggregate_scores(methods, first_seen, matrices)
     aggs = method_aggregates(scores, baseline, fractions, options.seed)
@@ -513,6 +530,8 @@ def analyze(
         token_curves=token_curves(rows, methods),
         traces=proportion_traces(proportions or []),
         extra_means=extra_means(rows),
+        compared=score_metric(rows)[0],
+        beside=score_metric(rows)[1],
     )
 
 
@@ -529,6 +548,22 @@ def aggregate_scores(
         if x.shape[0] >= 2:
             out[m] = x
     return out
+
+
+#: accuracies the engine records beside ``score`` (``Row.extra``)
+ENGINE_METRICS = ("sampled", "greedy")
+
+
+def score_metric(rows: list[Row]) -> tuple[str, str | None]:
+    """(name of the compared metric, the other engine accuracy the rows carry or None).
+
+    The compared metric is the engine accuracy that equals ``score`` on every row ("score"
+    for external results); the other one is the remaining accuracy present on every row.
+    """
+    same = [k for k in ENGINE_METRICS if all(r.extra.get(k) == r.score for r in rows)]
+    name = same[0] if same else "score"
+    other = [k for k in ENGINE_METRICS if k != name and all(k in r.extra for r in rows)]
+    return name, (other[0] if other and name != "score" else None)
 
 
 def extra_means(rows: list[Row]) -> dict[str, dict[str, dict[str, float]]]:

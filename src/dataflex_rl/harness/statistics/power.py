@@ -34,6 +34,12 @@ simulated data, nulls included.
 
 For n > 16 the harness draws ``n_perm`` random sign patterns (p = (1 + hits) / (1 + n_perm)); the
 simulation does the same with one set of patterns for all experiments.
+
+**Without simulating** where the answer is known: where the exact test's floor is above α/m no
+effect is ever detected (MDE +inf, exactly); at the report's defaults (α 0.05, power 0.8, the
+default simulation) the MDE in units of sd is read from ``power_table.csv``, the same
+simulation run once per (m ≤ 8, n ≤ 64) by ``scripts/power_table.py``. Anything else is
+simulated (and cached per process).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -52,6 +59,33 @@ REPS = 2000
 N_BOOT = 10_000
 #: entries per chunk of the [experiments, patterns] threshold matrix (memory bound, 8 B each)
 _CHUNK = 1 << 22
+#: the settings ``power_table.csv`` holds (`simulated_mde` reads it at exactly these)
+TABLE_ALPHA, TABLE_POWER = 0.05, 0.8
+TABLE_KEY = f"alpha={TABLE_ALPHA} power={TABLE_POWER} reps={REPS} n_boot={N_BOOT} seed=0"
+TABLE_MAX_M, TABLE_MAX_N = 4, 64
+TABLE_FILE = Path(__file__).with_name("power_table.csv")
+
+
+@lru_cache(maxsize=1)
+def mde_table() -> dict[tuple[int, int], float]:
+    """(m, n) -> the MDE in units of sd at `TABLE_KEY` (``power_table.csv``; empty when the
+    file is missing or was simulated at other settings)."""
+    if not TABLE_FILE.is_file():
+        return {}
+    lines = TABLE_FILE.read_text().splitlines()
+    if not lines or lines[0] != f"# {TABLE_KEY}":
+        return {}
+    return {(int(m), int(n)): float(v) for m, n, v in (x.split(",") for x in lines[2:])}
+
+
+def no_verdict(n: int, m: int = 1, alpha: float = 0.05, n_perm: int = 10_000) -> bool:
+    """True where no effect can ever be called "better" at ``n`` paired seeds as the first of
+    ``m`` Holm comparisons: fewer than two sign patterns (p = 2/2^n; above 16 seeds one
+    random pattern, p = 1/(1 + n_perm)) fit under α/m. `critical_effects` is then all +inf."""
+    level = alpha / m
+    if n <= stats.EXACT_MAX_N:
+        return math.floor(level * 2**n * (1 + 1e-12)) < 2
+    return math.floor(level * (1 + n_perm) * (1 + 1e-12)) < 1
 
 
 def _pattern_thresholds(z: np.ndarray, patterns: np.ndarray) -> np.ndarray:
@@ -197,9 +231,16 @@ def simulated_mde(
     """
     if n < 2 or not math.isfinite(sd):
         return math.nan
-    crit = critical_effects(n, m, alpha, reps, n_boot, seed)
-    c = float(crit[max(0, math.ceil(power * crit.size) - 1)])
+    if no_verdict(n, m, alpha):
+        return math.inf
+    c = mde_table().get((m, n)) if (alpha, power, reps, n_boot, seed) == _TABLED else None
+    if c is None:
+        crit = critical_effects(n, m, alpha, reps, n_boot, seed)
+        c = float(crit[max(0, math.ceil(power * crit.size) - 1)])
     return math.inf if math.isinf(c) else c * sd
+
+
+_TABLED = (TABLE_ALPHA, TABLE_POWER, REPS, N_BOOT, 0)
 
 
 def min_seeds(m: int = 1, alpha: float = 0.05) -> int | None:

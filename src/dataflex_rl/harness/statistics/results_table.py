@@ -13,7 +13,8 @@ Two layouts are read:
   regime`` and the ``by`` columns; a column of text is descriptive.
 
 ``by`` columns split the rows into **strata** (e.g. ``model, campaign, regime``), each its own
-comparison. ``scale`` multiplies every score (0.01: percent scores become accuracies, reported
+comparison. An empty ``by`` cell is a value of its own ("no regime"): those rows form their
+stratum, labelled ``regime=(empty)`` (its folder ``..._no-regime``). ``scale`` multiplies every score (0.01: percent scores become accuracies, reported
 in points). ``domains`` (benchmark -> domain, `read_domains`) groups benchmarks into domains and
 selects them: the benchmarks it does not name are left out (listed in ``notes``).
 
@@ -42,6 +43,8 @@ from dataflex_rl.harness.statistics.results import (
 #: columns of a wide table that are never benchmarks, whatever they hold
 DESCRIPTIVE = ("run_id", "campaign", "model", "method", "seed", "step", "steps", "regime")
 LONG, WIDE = "long", "wide"
+#: how an empty ``by`` cell reads in a stratum's label
+EMPTY = "(empty)"
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,14 @@ class Stratum:
 
     @property
     def label(self) -> str:
-        """``model=qwen, regime=long`` (``all`` without ``by`` columns)."""
-        return ", ".join(f"{c}={v}" for c, v in self.key) or "all"
+        """``model=qwen, regime=long`` (``all`` without ``by`` columns; an empty value reads
+        `EMPTY`)."""
+        return ", ".join(f"{c}={v or EMPTY}" for c, v in self.key) or "all"
+
+    @property
+    def methods(self) -> list[str]:
+        """Its methods in first-seen order."""
+        return list(dict.fromkeys(r.method for r in self.rows))
 
     @property
     def values(self) -> dict[str, str]:
@@ -136,7 +145,7 @@ def read_table(
         cells = [
             (
                 line,
-                _key(p, line, rec, by),
+                _key(rec, by),
                 parse_row({k: v for k, v in rec.items() if k not in by}, f"{p}:{line}"),
             )
             for line, rec in records
@@ -307,10 +316,7 @@ def _benchmark_columns(
     return found, notes
 
 
-def _key(p: Path, line: int, rec: dict, by: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    for col in by:
-        if not rec[col]:
-            raise ConfigError(f"{p}:{line}: empty {col!r} (a --by column)")
+def _key(rec: dict, by: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple((col, rec[col]) for col in by)
 
 
@@ -328,7 +334,7 @@ def _melt(
         for col in ("method", "seed"):
             if not rec[col]:
                 raise ConfigError(f"{where}: empty {col!r}")
-        key = _key(p, line, rec, by)
+        key = _key(rec, by)
         seed = seed_label(rec["seed"], where)
         step = None
         if rec.get("step"):
@@ -444,6 +450,7 @@ def _check_domains(domains: dict[str, str], benchmarks: list[str], what: str) ->
 
 
 def slug(stratum: Stratum) -> str:
-    """A folder name for a stratum: its values joined by ``_`` (unsafe characters as ``-``)."""
-    text = "_".join(v for _, v in stratum.key) or "all"
+    """A folder name for a stratum: its values joined by ``_`` (unsafe characters as ``-``; an
+    empty value as ``no-<column>``)."""
+    text = "_".join(v or f"no-{c}" for c, v in stratum.key) or "all"
     return re.sub(r"[^A-Za-z0-9._+=-]+", "-", text).strip("-.") or "stratum"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats as sps
+from scipy.special import stdtrit
 
 #: n at or below which the sign-flip test enumerates all 2^n patterns
 EXACT_MAX_N = 16
@@ -56,7 +56,7 @@ def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
     mean = float(x.mean())
     if n < 2:
         return mean, math.nan, math.nan
-    half = float(sps.t.ppf(1 - alpha / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    half = float(stdtrit(n - 1, 1 - alpha / 2) * x.std(ddof=1) / math.sqrt(n))
     return mean, mean - half, mean + half
 
 
@@ -210,8 +210,9 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
 
 
 def kendall_tau(x, y) -> float:
-    """Kendall's tau-b between two scorings of the same items (``scipy.stats.kendalltau``;
-    values within rounding error are tied first, see `_tie_close`).
+    """Kendall's tau-b between two scorings of the same items (what ``scipy.stats.kendalltau``
+    gives, from the [k, k] pair signs; values within rounding error are tied first, see
+    `_tie_close`).
 
     Args:
         x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks),
@@ -225,7 +226,44 @@ def kendall_tau(x, y) -> float:
         raise ValueError(f"kendall_tau: sizes differ ({a.size} vs {b.size})")
     if a.size < 2:
         return math.nan
-    return float(sps.kendalltau(_tie_close(a), _tie_close(b)).statistic)
+    if np.isnan(a).any() or np.isnan(b).any():
+        return math.nan
+    a, b = _tie_close(a), _tie_close(b)
+    # pair signs by comparison (inf and inf tie)
+    sx = (a[:, None] > a[None, :]).astype(float) - (a[:, None] < a[None, :])
+    sy = (b[:, None] > b[None, :]).astype(float) - (b[:, None] < b[None, :])
+    # every pair counted twice: (concordant - discordant) and the untied pairs, halved
+    con_minus_dis, untied_x, untied_y = (
+        (sx * sy).sum() / 2,
+        np.abs(sx).sum() / 2,
+        np.abs(sy).sum() / 2,
+    )
+    if untied_x == 0 or untied_y == 0:
+        return math.nan
+    return float(min(1.0, max(-1.0, con_minus_dis / np.sqrt(untied_x) / np.sqrt(untied_y))))
+
+
+def kendall_tau_matrix(scores) -> np.ndarray:
+    """[S, S] `kendall_tau` between every two rows of ``scores`` [S, k], each pair over the
+    items finite in both (NaN where fewer than two remain or one side is constant).
+
+    All pairs at once from the [S, k, k] pair signs; the same arithmetic as `kendall_tau`.
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    finite = np.isfinite(x)
+    x = np.stack([_tie_close(np.where(f, row, np.nan)) for row, f in zip(x, finite)])
+    sign = (x[:, :, None] > x[:, None, :]).astype(float) - (x[:, :, None] < x[:, None, :])
+    valid = (finite[:, :, None] & finite[:, None, :]).astype(float)  # [S, k, k]
+    sign *= valid
+    # over the pairs valid in both rows, every pair counted twice, halved as in kendall_tau
+    con_minus_dis = np.einsum("apq,bpq->ab", sign, sign) / 2
+    untied_a = np.einsum("apq,bpq->ab", np.abs(sign), valid) / 2
+    untied_b = untied_a.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = con_minus_dis / np.sqrt(untied_a) / np.sqrt(untied_b)
+    tau = np.clip(tau, -1.0, 1.0)
+    tau[(untied_a == 0) | (untied_b == 0)] = np.nan
+    return tau
 
 
 def _tie_close(v: np.ndarray) -> np.ndarray:
@@ -245,10 +283,12 @@ def _tie_close(v: np.ndarray) -> np.ndarray:
 
 
 def ranks(values) -> np.ndarray:
-    """Competition ranks, 1 = largest value (``scipy.stats.rankdata``, method ``min`` on the
-    negated values; ties, up to rounding, share the best rank; NaN ranks last)."""
+    """Competition ranks, 1 = largest value (``scipy.stats.rankdata``'s method ``min`` on the
+    negated values: 1 + how many are larger; ties, up to rounding, share the best rank; NaN
+    ranks last)."""
     v = _as_1d(values, "values")
     if v.size == 0:
         return np.zeros(0, dtype=np.int64)
     filled = np.where(np.isnan(v), -np.inf, v)
-    return sps.rankdata(-_tie_close(filled), method="min").astype(np.int64)
+    neg = -_tie_close(filled)
+    return (np.searchsorted(np.sort(neg), neg, side="left") + 1).astype(np.int64)

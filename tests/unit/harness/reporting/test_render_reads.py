@@ -7,15 +7,14 @@ import inspect
 import pytest
 
 from dataflex_rl.harness.reporting import (
+    document,
     html_report,
     narrative,
     plots,
     report,
     strata,
-    tables,
-    terminal,
 )
-from dataflex_rl.harness.reporting.report import ReportInputs, render_report
+from dataflex_rl.harness.reporting.report import ReportInputs, render_report, report_document
 from dataflex_rl.harness.statistics import (
     aggregates,
     analysis,
@@ -30,7 +29,7 @@ from dataflex_rl.harness.statistics.power import SeedAdvice
 from dataflex_rl.harness.statistics.results import Row
 
 STATISTICS = (aggregates, analysis, curves, power, results, sequential, stats)
-RENDERING = (html_report, narrative, plots, report, strata, tables, terminal)
+RENDERING = (document, html_report, narrative, plots, report, strata)
 
 
 def stored_analysis():
@@ -91,7 +90,7 @@ def test_rendering_a_stored_analysis_computes_nothing(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="computed a statistic"):
         power.simulated_mde(0.01, 8)  # the guard is on
 
-    render_report(a, tmp_path, ReportInputs("t", "baseline", setup=["one line"]))
+    parts = render_report(a, tmp_path, ReportInputs("t", "baseline", setup=["one line"]))
     text = (tmp_path / "report.md").read_text()
     # 0.0321 and 0.0456 in points, one decimal: 3.2 and 4.6 (the headline and the
     # sensitivity section read the same stored numbers)
@@ -105,7 +104,7 @@ def test_rendering_a_stored_analysis_computes_nothing(tmp_path, monkeypatch):
     assert "| up | 8 × 2 |" in text  # the stored aggregates
     page = (tmp_path / "report.html").read_text()
     assert "3.2 points" in page and "about 17 paired seeds" in page
-    summary = terminal.summary_text(a, rows, "report.md")
+    summary = document.text(report_document(parts), only=("scores",))
     assert "3.2 points" in summary and "greedy accuracy" in summary
 
 

@@ -19,6 +19,7 @@ SECTIONS = [
     "sensitivity",
     "verdicts",
     "forest",
+    "scores",
     "curves",
     "per-summary",
     "ranking",
@@ -94,8 +95,9 @@ def test_nothing_loads_from_outside(page):
     assert len(imgs) == 4  # forest, learning curves, profiles, proportions
     for src in imgs:
         head, _, data = src.partition(",")
-        assert head == "data:image/svg+xml;base64"
-        assert b"<svg" in base64.b64decode(data)[:1000]
+        # the plot's PNG, drawn once (report.md links the same file)
+        assert head == "data:image/png;base64"
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
     csp = next(
         a["content"] for t, a in page.tags if a.get("http-equiv") == "Content-Security-Policy"
     )
@@ -168,10 +170,11 @@ def test_strata_index_page_links_every_stratum_and_shows_its_verdicts(synthetic_
         if r[0][2] in release_table.MODELS
     }
     assert len(index) == 8
-    # methods, paired seeds, verdict possible, better, worse, no detectable difference, report
-    c1 = ["2", "3", "no (3 paired seeds)", "0", "0", "2", "qwen2.5-math-7b_c1_short/report.html"]
+    # reference, methods, paired seeds, verdict possible, better, worse, no detectable
+    # difference, report (the word: the path is the link's, the row names the stratum)
+    c1 = ["grpo", "2", "3", "no (3 paired seeds)", "0", "0", "2", "report"]
     assert index["qwen2.5-math-7b", "c1", "short"] == c1
-    assert index["qwen2.5-math-7b", "c2", "long"][1:6] == ["8", "yes", "1", "0", "1"]
+    assert index["qwen2.5-math-7b", "c2", "long"][2:7] == ["8", "yes", "1", "0", "1"]
     text = (top / "report.html").read_text()
     # each stratum's verdict table in colour and words: difffilter +3 points, 8 seeds: better
     c2 = text.split('<section id="qwen2.5-math-7b_c2_long">')[1].split("</section>")[0]

@@ -7,8 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from dataflex_rl.harness.reporting.report import ReportInputs, write_report
-from dataflex_rl.harness.reporting.terminal import summary_text
+from dataflex_rl.harness.reporting.document import text as terminal_text
+from dataflex_rl.harness.reporting.report import (
+    ReportInputs,
+    prepare_report,
+    report_document,
+    write_report,
+    write_report_files,
+)
 from dataflex_rl.harness.statistics import power
 from dataflex_rl.harness.statistics.analysis import pooled_sd
 from dataflex_rl.harness.statistics.results import Row
@@ -34,6 +40,13 @@ def matrix_rows(n_seeds=8, missing_up=()):
     return rows
 
 
+def section_of(md: str, start: str) -> str:
+    """The markdown from ``start`` (a heading) to the next level-2 heading."""
+    i = md.index(start)
+    j = md.find("\n## ", i + 1)
+    return md[i:] if j < 0 else md[i:j]
+
+
 def test_sensitivity_section_comes_before_the_verdicts(tmp_path):
     a = write_report(
         matrix_rows(),
@@ -43,7 +56,7 @@ def test_sensitivity_section_comes_before_the_verdicts(tmp_path):
     text = (tmp_path / "report.md").read_text()
     sens = text.index("## Sensitivity of this instrument")
     assert sens < text.index("## Verdicts") < text.index("## Ranking")
-    section = text[sens : text.index("## Setup")]
+    section = section_of(text, "## Sensitivity of this instrument")
     assert "control aa (must be no detectable difference): no detectable difference" in section
     assert "control harm (must be worse): worse" in section
     assert section.count("**passed**") == 2
@@ -95,23 +108,25 @@ def test_controls_at_three_seeds_are_untested_everywhere(tmp_path):
     # (2/2^6 = 0.031 <= 0.05 < 2/2^5); the harm, 8 points below, would otherwise "fail"
     rows = matrix_rows(n_seeds=3)
     inputs = ReportInputs("t", "baseline", plots=False, controls={"aa": "same", "harm": "worse"})
-    a = write_report(rows, tmp_path, inputs)
+    parts = prepare_report(rows, tmp_path, inputs)
+    write_report_files(parts)
     want = "untested (3 seeds: no verdict possible; needs 6)"
     md = (tmp_path / "report.md").read_text()
-    section = md[md.index("## Sensitivity") : md.index("## Setup")]
+    section = section_of(md, "## Sensitivity")
     assert "control aa (must be no detectable difference): no detectable difference" in section
     assert section.count(f"(tested on its own) — {want}") == 2
     assert "passed" not in section and "FAILED" not in section
     table = md[md.index("## Verdicts") :].split("\n\n")[1]
     assert f"| no detectable difference; control (worse): {want} |" in table
     html = (tmp_path / "report.html").read_text()
-    # the sensitivity lines, and the control rows of the tables of average, math and logic
-    assert md.count(want) == html.count(want) == 2 + 3 * 2
+    # the sensitivity lines, the control rows of the tables of average, math and logic, and
+    # of the scores table (the terminal's)
+    assert md.count(want) == html.count(want) == 2 + 3 * 2 + 2
     rows_csv = list(csv.DictReader((tmp_path / "statistics.csv").open()))
     avg = {r["method"]: r for r in rows_csv if r["summary"] == "average"}
     assert (avg["aa"]["control_status"], avg["harm"]["control_status"]) == (want, want)
     assert avg["aa"]["control_passed"] == avg["harm"]["control_passed"] == ""
     assert avg["up"]["control_status"] == ""
-    text = summary_text(a, rows, "out/report.md")
+    text = terminal_text(report_document(parts), only=("scores",))
     assert f"[control, must be same: {want}]" in text
     assert f"[control, must be worse: {want}]" in text

@@ -1,10 +1,15 @@
-"""harness/terminal.py: the table ``compare`` and ``report`` print leads with the metric
-compared, per domain, and shows the other accuracy beside it, labelled."""
+"""The scores table ``compare`` and ``report`` print (`narrative.scores_table`, rendered by
+`document.text_table`) leads with the metric compared, per domain, and shows the other
+accuracy beside it, labelled."""
 
-from dataflex_rl.harness.reporting.narrative import Fmt
-from dataflex_rl.harness.reporting.terminal import score_metric, summary_table
-from dataflex_rl.harness.statistics.analysis import StatsOptions, analyze
+from dataflex_rl.harness.reporting.document import text_table
+from dataflex_rl.harness.reporting.narrative import Fmt, scores_table
+from dataflex_rl.harness.statistics.analysis import StatsOptions, analyze, score_metric
 from dataflex_rl.harness.statistics.results import Row
+
+
+def summary_table(a, rows, fmt):
+    return text_table(scores_table(a, fmt))
 
 
 def engine_rows(n_seeds, metric="sampled"):

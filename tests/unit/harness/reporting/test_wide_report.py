@@ -94,7 +94,7 @@ def test_verdicts_where_the_seeds_allow_them_and_why_not_where_they_do_not(repor
     # the index: one line per stratum, then one section each
     assert text.count("\n## model=") == 8
     assert (
-        "| qwen2.5-math-7b | c1 | short | 2 | 3 | no (3 paired seeds) | 0 | 0 | 2 | "
+        "| qwen2.5-math-7b | c1 | short | grpo | 2 | 3 | no (3 paired seeds) | 0 | 0 | 2 | "
         "[qwen2.5-math-7b_c1_short/report.md](qwen2.5-math-7b_c1_short/report.md) |"
     ) in text
     section = text.split("## model=qwen2.5-math-7b, campaign=c1, regime=short")[1].split("\n## ")[0]
@@ -136,12 +136,23 @@ def test_cli_errors_are_one_line(tmp_path, capsys, extra, expected):
     assert not (tmp_path / "release_report").exists()  # refused before writing anything
 
 
-def test_a_stratum_without_the_baseline_is_named(tmp_path):
-    from dataflex_rl.core.registry import ConfigError
-
+def test_a_stratum_without_the_baseline_is_named_and_the_others_reported(tmp_path, capsys):
     records = [
         r for r in release_records() if not (r["model"], r["method"]) == ("llama-3.1-8b", "grpo")
     ]
     wide = write_release_csv(tmp_path / "release.csv", records)
-    with pytest.raises(ConfigError, match=r"in model=llama-3.1-8b, campaign=c1, regime=long; "):
-        run_cli(["report", "--from-csv", str(wide), "--by", ",".join(BY), "--baseline", "grpo"])
+    out = tmp_path / "out"
+    argv = ["report", "--from-csv", str(wide), "--by", ",".join(BY), "--baseline", "grpo"]
+    assert run_cli([*argv, "--out", str(out), *FAST[:3]]) == 0
+    text = (out / "report.md").read_text()
+    assert text.startswith("# Comparison: release.csv\n\n4 of 8 strata compared")
+    # the four llama strata: in the index, not compared, with the reason
+    for campaign in CAMPAIGNS:
+        for regime in REGIMES:
+            label = f"model=llama-3.1-8b, campaign={campaign}, regime={regime}"
+            assert (
+                f"- note: {label}: not compared, no reference (grpo) among its methods: "
+            ) in text
+            assert not (out / f"llama-3.1-8b_{campaign}_{regime}").exists()
+    assert text.count("not compared (see the notes)") == 4
+    assert {r["model"] for r in read(out / "statistics.csv")} == {"qwen2.5-math-7b"}

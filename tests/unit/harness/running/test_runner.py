@@ -195,3 +195,28 @@ def test_a_run_crosses_to_its_process_whole_and_under_its_former_field_name(tmp_
     assert RunSpec.from_fields(fields) == dataclasses.replace(
         arm, out_dir=str(Path(arm.out_dir).resolve())
     )
+
+
+def test_a_dependency_warning_every_run_repeats_is_one_line_per_package():
+    from types import SimpleNamespace
+
+    from dataflex_rl.harness.running.compare import _warning_lines
+    from dataflex_rl.harness.running.runner import warning_package
+
+    site = "/venv/lib/python3.11/site-packages"
+    assert warning_package(f"{site}/transformers/modeling_utils.py") == "transformers"
+    assert warning_package("/work/src/dataflex_rl/engine/trainer.py") == "dataflex_rl"
+    gc = ["FutureWarning: `use_reentrant` will change", "FutureWarning: cache renamed"]
+
+    def run(method, seed, extra=()):
+        warnings = [f"2× {m}" for m in gc] + [f"1× {m}" for m in extra]
+        packages = ["transformers"] * len(gc) + ["dataflex_rl"] * len(extra)
+        return {"method": method, "seed": seed, "warnings": warnings, "warning_packages": packages}
+
+    ex = SimpleNamespace(done=[run("a", 0), run("a", 1), run("b", 0, ["UserWarning: odd"])])
+    assert _warning_lines(ex) == [
+        # 2 distinct messages, twice each in 3 runs: one line, not six
+        "warnings from transformers in every run: 2 distinct, 12 in all (first: FutureWarning: "
+        "`use_reentrant` will change; each run's done.json has them all)",
+        "warning in 1 run(s) (b/seed0): UserWarning: odd",
+    ]

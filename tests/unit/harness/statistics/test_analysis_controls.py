@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from dataflex_rl.harness.reporting import narrative
 from dataflex_rl.harness.statistics import stats
 from dataflex_rl.harness.statistics.analysis import (
     NO_DIFF,
@@ -149,16 +148,16 @@ def test_at_three_seeds_both_controls_are_untested_and_say_how_many_seeds_they_n
     assert ctrl["aa"].control_passed is None and ctrl["harm"].control_passed is None
     assert ctrl["aa"].seeds_for_verdict == ctrl["harm"].seeds_for_verdict == 6
     want = "untested (3 seeds: no verdict possible; needs 6)"
-    assert narrative.control_status(ctrl["aa"]) == narrative.control_status(ctrl["harm"]) == want
+    assert ctrl["aa"].control_status == ctrl["harm"].control_status == want
     # the real family of one ('up') needs 6 too; at 8 seeds the same arms pass
     assert a.primary.comparisons[0].seeds_for_verdict == 6
     eight = analyze(
         rows_from(eight_seed_table()), "baseline", OPTS, {"aa": "same", "harm": "worse"}
     )
-    assert [narrative.control_status(c) for c in eight.primary.controls] == ["passed", "passed"]
+    assert [c.control_status for c in eight.primary.controls] == ["passed", "passed"]
     wrong = analyze(rows_from(eight_seed_table()), "baseline", OPTS, {"up": "same"})
-    assert narrative.control_status(wrong.primary.controls[0]) == "FAILED"
-    assert narrative.control_status(eight.primary.comparisons[0]) == ""
+    assert wrong.primary.controls[0].control_status == "FAILED"
+    assert eight.primary.comparisons[0].control_status == ""
 
 
 def test_seeds_for_verdict_follows_the_holm_floor():

@@ -4,7 +4,7 @@ name the file, line and column."""
 import pytest
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.statistics.results_table import read_domains, read_table
+from dataflex_rl.harness.statistics.results_table import read_domains, read_table, slug
 
 WIDE = """\
 run_id,campaign,model,method,seed,steps,regime,math500,aime24,gpqa_diamond,notes
@@ -84,7 +84,6 @@ def test_long_tables_take_by_and_domains_too(tmp_path):
         ("method,seed,m,m\na,0,1,2\n", {}, r"column\(s\) m appear more than once"),
         ("method,seed,m\na,0,inf\n", {}, r"t\.csv:2: m is 'inf'; leave the cell empty"),
         ("method,seed,m\n,0,1\n", {}, r"t\.csv:2: empty 'method'"),
-        ("model,method,seed,m\n,a,0,1\n", {"by": ("model",)}, r"t\.csv:2: empty 'model'"),
         (
             "modle,method,seed,m\nq,a,0,1\n",
             {"by": ("model",)},
@@ -121,3 +120,14 @@ def test_a_checkpoint_column_makes_rows_per_step(tmp_path):
     text = "method,seed,step,m\na,0,0,0.1\na,0,100,0.5\n"
     rows = read_table(write(tmp_path, text)).rows
     assert [(r.step, r.score) for r in rows] == [(0, 0.1), (100, 0.5)]
+
+
+def test_an_empty_by_cell_is_a_stratum_of_its_own(tmp_path):
+    # most runs have no special regime: their empty cell is the value "no regime"
+    p = tmp_path / "t.csv"
+    p.write_text("regime,method,seed,m\n,a,0,1\nlong,a,0,2\n,b,0,3\n")
+    table = read_table(p, by=("regime",))
+    assert [s.key for s in table.strata] == [(("regime", ""),), (("regime", "long"),)]
+    assert [s.label for s in table.strata] == ["regime=(empty)", "regime=long"]
+    assert [slug(s) for s in table.strata] == ["no-regime", "long"]
+    assert [[r.score for r in s.rows] for s in table.strata] == [[1.0, 3.0], [2.0]]
