@@ -1,5 +1,5 @@
 """One TRL run of ``compare`` (``host: trl``): `run_training` builds `DataflexGRPOTrainer` from
-the run's settings (hosts/trl/host.py: `run_config`), trains, and leaves TRL's own
+the run's settings (`TrlHost.run_config`), trains, and leaves TRL's own
 files in the run folder (``trainer_state.json`` with the log history the harness reads,
 ``checkpoint-N/`` it resumes from) plus ``metrics.jsonl`` (every log line, for progress).
 
@@ -9,10 +9,9 @@ noise_stream): the training sampling stream, the only thing an A/A arm changes; 
 evaluation samples under RNGs seeded by (seed, global step, dataset) and restored afterwards,
 so the arms of a seed are evaluated alike and evaluation never shifts training's stream.
 
-``python -m dataflex_rl.hosts.trl.run --check`` (what the harness runs before any run): reads
-``{"settings", "train_fn", "where", "strategies"}`` on stdin and exits 2 with ``ConfigError:
-...`` on stderr when a GRPOConfig field is unknown or invalid, a strategy does not fit the
-settings, a reward or the training function cannot be imported.
+`check_settings` is what the harness asks the TRL Python before any run
+(``python -m dataflex_rl.hosts.trl.check``): a GRPOConfig field unknown or invalid, a strategy
+that does not fit the settings, a reward or the training function that cannot be imported.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import contextlib
 import dataclasses
 import json
 import random
-import sys
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -238,25 +236,3 @@ def check_settings(
             raise ConfigError(f"{where}.rewards[{i}]: {r} is not callable")
     if not callable(import_object(train_fn, f"{where}.train_fn")):
         raise ConfigError(f"{where}.train_fn: {train_fn} is not callable")
-
-
-def main(argv: list[str]) -> int:
-    if argv != ["--check"]:
-        print("usage: python -m dataflex_rl.hosts.trl.run --check < payload.json", file=sys.stderr)
-        return 2
-    payload = json.loads(sys.stdin.read())
-    try:
-        check_settings(
-            payload["settings"],
-            payload["train_fn"],
-            payload.get("where", "trl"),
-            payload.get("strategies"),
-        )
-    except ConfigError as e:
-        print(f"ConfigError: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -28,7 +28,7 @@ MINIMAL = {
 }
 
 
-def recording_train(config, strategy, *, seed, steps, out_dir, resume, progress):
+def recording_train(config, strategy, *, seed, out_dir, resume):
     """The stand-in engine, plus what the worker's EngineConfig says."""
     from tests.unit.harness.fake_engine import run_training
 
@@ -41,9 +41,7 @@ def recording_train(config, strategy, *, seed, steps, out_dir, resume, progress)
             }
         )
     )
-    return run_training(
-        config, strategy, seed=seed, steps=steps, out_dir=out_dir, resume=resume, progress=progress
-    )
+    return run_training(config, strategy, seed=seed, out_dir=out_dir, resume=resume)
 
 
 def exp(**patch):

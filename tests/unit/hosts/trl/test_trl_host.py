@@ -12,6 +12,8 @@ from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
 from dataflex_rl.hosts.trl import host
 
+HOST = host.TrlHost()
+
 
 def experiment(tmp_path, **trl):
     data = {
@@ -28,7 +30,7 @@ def experiment(tmp_path, **trl):
 
 def test_run_config_maps_budget_and_evaluation_to_grpo_fields(tmp_path):
     exp = parse_experiment(experiment(tmp_path, grpo={"learning_rate": 0.01, "beta": 0.1}))
-    c = host.run_config(exp, {})
+    c = HOST.run_config(exp, {})
     g = c["grpo"]
     assert g["max_steps"] == 6 and g["num_generations"] == 4
     # one generation batch of 4 prompts x 4 samples per optimizer step
@@ -91,7 +93,7 @@ def test_missing_venv_is_refused_before_any_run_naming_the_key(tmp_path):
         ConfigError,
         match=r"e\.yaml: trl\.python: .*nope/python does not exist.*bash scripts/setup_trl\.sh",
     ):
-        host.check(exp)
+        HOST.check(exp)
     assert not (tmp_path / "exported").exists()  # refused before anything was written
 
 
@@ -165,7 +167,7 @@ def test_records_from_a_hand_written_trainer_state(tmp_path):
     ]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     config = {"eval": {"math": "m.parquet", "logic": "l.parquet"}, "accuracy": "correct"}
-    evals, props = host.read_records(tmp_path, config, mixes=True)
+    evals, props = HOST.read_records(tmp_path, config, mixes=True)
     assert evals == [
         {"step": 0, "math/sampled": 0.25, "logic/sampled": 0.5},
         {"step": 2, "math/sampled": 0.5, "logic/sampled": 0.625},
@@ -174,7 +176,7 @@ def test_records_from_a_hand_written_trainer_state(tmp_path):
         {"step": 0, "domain": "math", "target": 0.4, "actual": 0.375},
         {"step": 0, "domain": "logic", "target": 0.6, "actual": 0.625},
     ]
-    assert host.read_records(tmp_path, config, mixes=False)[1] == []
+    assert HOST.read_records(tmp_path, config, mixes=False)[1] == []
 
 
 def test_records_fall_back_to_the_newest_finished_checkpoint(tmp_path):
@@ -186,9 +188,9 @@ def test_records_fall_back_to_the_newest_finished_checkpoint(tmp_path):
         )
     (tmp_path / "checkpoint-6").mkdir()  # cut before its trainer_state.json: not finished
     config = {"eval": {"math": "m"}, "accuracy": "correct"}
-    assert host.has_checkpoint(tmp_path)
+    assert HOST.has_checkpoint(tmp_path)
     assert host.newest_checkpoint(tmp_path).endswith("checkpoint-4")
-    evals, _ = host.read_records(tmp_path, config, mixes=False)
+    evals, _ = HOST.read_records(tmp_path, config, mixes=False)
     assert evals == [{"step": 0, "math/sampled": 0.25}, {"step": 4, "math/sampled": 0.75}]
 
 
@@ -199,14 +201,14 @@ def test_an_evaluation_without_the_accuracy_reward_is_an_error(tmp_path):
 
 
 def test_no_trainer_state_is_an_error(tmp_path):
-    assert not host.has_checkpoint(tmp_path)
+    assert not HOST.has_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="no trainer_state.json"):
-        host.read_records(tmp_path, {"eval": {"math": "m"}, "accuracy": "correct"}, False)
+        HOST.read_records(tmp_path, {"eval": {"math": "m"}, "accuracy": "correct"}, False)
 
 
 def test_python_is_absolute(tmp_path):
     exp = parse_experiment(experiment(tmp_path, python=sys.executable))
-    assert host.python(exp) == sys.executable
+    assert HOST.python(exp) == sys.executable
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,11 @@ import pytest
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.controls import control_overrides
-from dataflex_rl.hosts.verl.host import (
-    CONTROLS,
-    has_checkpoint,
-    read_records,
-    steps_done,
-)
+from dataflex_rl.hosts.verl.host import VerlHost
+
+HOST = VerlHost()
+CONTROLS, has_checkpoint = VerlHost.controls, HOST.has_checkpoint
+read_records, steps_done = HOST.read_records, HOST.steps_done
 
 
 def line(step, **data):
