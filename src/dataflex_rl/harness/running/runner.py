@@ -50,7 +50,7 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
-from dataflex_rl.harness.running.launch import PYTHON, Launch, run_launch
+from dataflex_rl.harness.running.launch import PYTHON, Launch
 from dataflex_rl.harness.running.supervisor import Progress
 from dataflex_rl.hosts.engine.host import TRAIN_FN as DEFAULT_TRAIN_FN
 from dataflex_rl.hosts.host import METRICS_FILE
@@ -374,12 +374,6 @@ def launch_of(run: RunSpec) -> Launch:
     )
 
 
-def execute_launched(run: RunSpec) -> dict:
-    """What a local worker does with a run that has its own Python: start it as a process
-    (`launch_of`, `launch.run_launch`) and return the record it printed."""
-    return run_launch(launch_of(run))
-
-
 def execute(
     runs: list[RunSpec],
     workers: int | None = None,
@@ -391,12 +385,13 @@ def execute(
     harness/running/executors.py); finished ones are skipped, unless a run says whether to
     resume: see `RunSpec.resume`.
 
-    Failures are collected, never raised. Locally the processes are `supervisor.supervise`'s:
-    Ctrl-C or SIGTERM stops every worker and re-raises, workers die if this process is killed
-    outright, a run whose worker died is retried once alone; on Ray, the same signals cancel
+    Failures are collected, never raised. Locally (`supervisor`): a host's own-Python run is
+    one process started from here (`launch_of`), an engine run executes in a worker process;
+    Ctrl-C or SIGTERM stops every run and re-raises, runs die if this process is killed
+    outright, an engine run whose worker died is retried once alone; on Ray, the same signals cancel
     every task submitted (ray_executor.py). Stopped runs continue from their checkpoints on
     the next call. The progress bar (``desc`` names it) counts the steps each run's records
-    show done (`steps_done`).
+    show done (`Host.steps_done`).
     """
     executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
@@ -417,16 +412,11 @@ def execute(
             len(runs), len(runs) - len(todo), steps, _steps_done, slots, progress, desc, where
         )
         with bar:
-            work = execute_run if all(r.python is None for r in todo) else _execute_any
-            ex.results += executor.run(todo, work, launch_of, bar)
+            ex.results += executor.run(todo, execute_run, launch_of, bar)
     order = {(r.method, r.seed): i for i, r in enumerate(runs)}
     ex.results.sort(key=lambda r: order[(r["method"], r["seed"])])
     ex.wall_seconds = time.perf_counter() - t0
     return ex
-
-
-def _execute_any(run: RunSpec) -> dict:
-    return execute_run(run) if run.python is None else execute_launched(run)
 
 
 def _steps_done(run: RunSpec) -> int:
