@@ -166,6 +166,8 @@ class Experiment:
     resources: Resources = field(default_factory=Resources)
     #: the trainer that runs the runs (`dataflex_rl.hosts`: engine, trl, verl)
     host: str = "engine"
+    #: the training function of every run (None: the host's own, `Host.train_fn`)
+    train_fn: str | None = None
     #: the host's section (``trl:``, ...) when the host is not the engine (its is ``engine``)
     host_settings: dict = field(default_factory=dict)
 
@@ -258,13 +260,20 @@ class ExperimentFile(Checked):
     resources: Resources = param(Resources(), "what each run holds while it runs")
     host: str = param(
         "engine",
-        "the trainer that runs the runs: engine (the embedded CPU engine), trl (TRL's "
-        "GRPOTrainer, settings in the 'trl' section); docs/hosts/compare.md",
+        "the trainer that runs the runs: engine (the embedded CPU engine, settings in the "
+        "'engine' section), trl (TRL's GRPOTrainer, 'trl'), verl (verl, 'verl'); "
+        "docs/hosts/compare.md",
         choices=tuple(HOSTS.names()),
+    )
+    train_fn: str | None = param(
+        None,
+        "the training function of every run, on every host, as module:attr (your own script's, "
+        "on PYTHONPATH): train(settings, strategy, *, seed, out_dir, resume) -> dict, settings "
+        "the host's run settings; null: the host's own",
     )
     trl: dict | None = param(
         None,
-        "host trl: the TRL run's settings (hosts/trl/host.py; docs/hosts/compare.md)",
+        "host trl: the TRL run's settings (TrlHost; docs/hosts/compare.md)",
     )
     verl: dict | None = param(None, "host verl: the verl run's settings (docs/hosts/compare.md)")
 
@@ -414,6 +423,7 @@ def parse_experiment(
         statistics=top.statistics,
         path=where,
         tracking=top.tracking,
+        train_fn=top.train_fn,
         executor=top.executor,
         resources=top.resources,
     )

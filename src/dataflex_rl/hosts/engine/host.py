@@ -45,8 +45,8 @@ class EngineHost(Host):
 
     name = "engine"
     setup = "bash scripts/quickstart.sh"
-    #: what the controls change: aa another ``noise_stream``, no_update / half_lr ``optim.lr``
-    controls = HostControls(stream="noise_stream", lr="optim.lr")
+    #: what the controls change: aa another ``sampling_stream``, no_update / half_lr ``optim.lr``
+    controls = HostControls(stream="sampling_stream", lr="optim.lr")
     tracking = None
     schemas = {"engine": EngineConfig}
     train_default = TRAIN_FN

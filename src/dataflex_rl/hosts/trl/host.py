@@ -2,7 +2,7 @@
 
 Each run is a process of the TRL environment's Python (``trl.python``) running the project's
 training entry, ``dataflex_rl.hosts.trl.run:run_training`` (or the user's own function with
-its signature, ``trl.train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
+the one signature of every host's, the experiment's ``train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
 (`run_config`: this section, the arm's overrides, the budget and evaluation as ``GRPOConfig``
 fields). The harness never imports TRL: `check` asks the TRL Python to validate the
 ``GRPOConfig`` fields, and the results are read from the run's ``trainer_state.json``
@@ -25,6 +25,7 @@ from typing import Any
 from dataflex_rl.core.config import Checked, key_path, param
 from dataflex_rl.core.config import validate as from_dict
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.common.config import HostConfig, shared_param
 from dataflex_rl.hosts.host import (
     ExternalPythonHost,
     HostControls,
@@ -55,6 +56,7 @@ OWNED = {
     "eval_on_start": "evaluation (always at step 0: the pairing check)",
     "do_eval": "evaluation",
     "resume_from_checkpoint": "compare (a rerun resumes unfinished runs)",
+    "learning_rate": "trl.lr (the learning rate every host names lr)",
     "dataflex": "strategies (and trl.dataflex for the other keys)",
 }
 #: keys of the dataflex block the experiment sets
@@ -111,17 +113,10 @@ class TrlSettings(Checked):
     dataflex: dict[str, Any] = param(
         {}, "other keys of the dataflex block (domain_key, decision_log, ...; docs/hosts/trl.md)"
     )
-    noise_stream: int = param(
-        0,
-        "the training sampling stream: the global RNG is seeded from (seed, noise_stream) "
-        "after the trainer is built (the aa control takes another)",
-        ge=0,
-    )
-    train_fn: str = param(
-        TRAIN_FN,
-        "the training function as module:attr: run_training(settings, strategy, *, seed, "
-        "out_dir, resume) -> dict (your own script's, on PYTHONPATH)",
-    )
+    #: TRL: the global RNG is seeded from (seed, sampling_stream) after the trainer is built
+    sampling_stream: int = shared_param("sampling_stream")
+    #: GRPOConfig's learning_rate (TRL 1.16's default)
+    lr: float = shared_param("lr", TRL_DEFAULT_LR)
 
 
 def _where(exp) -> str:
@@ -276,18 +271,18 @@ class TrlHost(ExternalPythonHost):
 
     name = "trl"
     setup = "bash scripts/setup_trl.sh"
-    #: what the controls change: aa another ``noise_stream`` (training sampling, same model,
-    #: prompt order and evaluation); no_update / half_lr ``grpo.learning_rate`` (TRL's
-    #: default when unset)
+    #: what the controls change: aa another ``sampling_stream`` (training sampling, same
+    #: model, prompt order and evaluation); no_update / half_lr ``lr`` (GRPOConfig's
+    #: learning_rate)
     controls = HostControls(
-        stream="noise_stream", lr="grpo.learning_rate", lr_default=TRL_DEFAULT_LR, section="trl."
+        stream="sampling_stream", lr="lr", lr_default=TRL_DEFAULT_LR, section="trl."
     )
     #: where a TRL run's trackers are set (the experiment's ``tracking:`` is refused)
     tracking = (
         "trl.grpo: report_to, logging_dir and run_name, GRPOConfig's (TRL's own trackers; "
         "report_to: none keeps them off)"
     )
-    schemas = {"trl": TrlSettings}
+    schemas = {"trl": TrlSettings, "trl.dataflex": HostConfig}
     train_default = TRAIN_FN
     framework = "trl"
     check_module = "dataflex_rl.hosts.trl.check"
@@ -354,14 +349,12 @@ class TrlHost(ExternalPythonHost):
             "eval_per_domain": e.per_domain,
             "grpo": grpo,
             "dataflex": s["dataflex"],
-            "noise_stream": s["noise_stream"],
+            "sampling_stream": s["sampling_stream"],
+            "lr": s["lr"],
         }
 
     def domains(self, exp) -> list[str]:
         return list(self.run_config(exp, {})["eval"])
-
-    def train_fn(self, exp) -> str:
-        return exp.host_settings.get("train_fn", TRAIN_FN)
 
     def check(self, exp) -> None:
         """Before any run: the TRL Python exists and imports TRL and dataflex-rl
@@ -405,7 +398,7 @@ class TrlHost(ExternalPythonHost):
             "prompt order (GRPOConfig seed = the seed: TRL's sampler), evaluates the same "
             "held-out problems at the same steps with the sampling RNG seeded by (seed, step, "
             "domain), apart from training's; training's sampling stream is seeded by (seed, "
-            "noise_stream) once the trainer is built (aa: another stream)",
+            "sampling_stream) once the trainer is built (aa: another stream)",
             "not pairable on TRL: greedy accuracy (TRL evaluates by sampling; the score is "
             "sampled accuracy); a rollout's kernels may be nondeterministic on GPUs; "
             "strategies that mix or skip prompts draw other prompts",

@@ -28,6 +28,7 @@ from dataflex_rl.core.config import key_path
 from dataflex_rl.core.metrics import metric_domain, split_domain_metric
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.host import ExternalPythonHost, HostControls, merge_overrides, resolve_path
+from dataflex_rl.hosts.verl.config import VerlHostConfig
 from dataflex_rl.hosts.verl.run import attempts as metrics_files
 from dataflex_rl.hosts.verl.run import checkpoint_step
 from dataflex_rl.hosts.verl.settings import (
@@ -149,7 +150,7 @@ class VerlHost(ExternalPythonHost):
         "verl.overrides: trainer.logger=[console,wandb] (or tensorboard, mlflow, ...) and "
         "trainer.project_name, verl's own loggers (each run adds the file logger compare reads)"
     )
-    schemas = {"verl": VerlSettings}
+    schemas = {"verl": VerlSettings, "verl.dataflex": VerlHostConfig}
     train_default = TRAIN_FN
     framework = "verl"
     check_module = "dataflex_rl.hosts.verl.check"
