@@ -124,11 +124,11 @@ def newest_checkpoint(out_dir: str) -> str | None:
 
 def grpo_config(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool):
     """The run's `DataflexGRPOConfig`: the settings' ``grpo`` fields and learning rate
-    (``lr``) plus the run's seed, folder, strategy and evaluation at step 0 (not again when
-    resuming)."""
+    (``lr``, `TrlHost.run_config` sets it; without it GRPOConfig's default) plus the run's
+    seed, folder, strategy and evaluation at step 0 (not again when resuming)."""
     return DataflexGRPOConfig(
         **settings["grpo"],
-        learning_rate=settings["lr"],
+        **({"learning_rate": settings["lr"]} if "lr" in settings else {}),
         output_dir=out_dir,
         seed=seed,
         data_seed=seed,
