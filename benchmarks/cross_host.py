@@ -40,11 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TRL = {
     "python": str(ROOT / ".venv-trl" / "bin" / "python"),
     "exports": str(ROOT / "exported"),
+    "lr": 0.02,
     "grpo": {
         "use_cpu": True,
         "bf16": False,
         "optim": "sgd",
-        "learning_rate": 0.02,
         "max_grad_norm": 1.0,
         "lr_scheduler_type": "constant_with_warmup",
         "warmup_steps": 10,

@@ -97,4 +97,4 @@ def test_a_run_verl_would_refuse_is_refused_before_any_run(tmp_path, extra, mess
     path.write_text(yaml.safe_dump(data))
     exp = load_experiment(path)
     with pytest.raises(ConfigError, match="verl: " + re.escape(message)):
-        exp.host_module.check(exp)
+        exp.host_impl.check(exp)

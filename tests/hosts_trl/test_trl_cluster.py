@@ -7,7 +7,7 @@ the same experiment, byte for byte.
 The harness runs in the main venv (.venv, with Ray), as a user runs it, and so does the cluster
 (tests/integration/ray_cluster.py, a process of its own: a head node holding no run and nodes
 ``a`` and ``b`` of 1 CPU); each run is a process of this TRL venv's Python, held after its
-checkpoint by tests/integration/cluster_engine.py (``trl.train_fn``) until the test lets it go.
+checkpoint by tests/integration/cluster_engine.py (the experiment's ``train_fn``) until the test lets it go.
 
 Slow tier (a cluster and three TRL processes): runs with DATAFLEX_RUN_SLOW=1, which
 scripts/test.sh sets.
@@ -55,6 +55,7 @@ def write_experiment(folder: Path) -> Path:
     exp = {
         "name": "trl_cluster",
         "host": "trl",
+        "train_fn": HELD_TRL,
         "strategies": ["baseline"],
         "seeds": [0],
         "budget": {"steps": 4, "prompts_per_step": 2, "samples_per_prompt": 4},
@@ -63,12 +64,11 @@ def write_experiment(folder: Path) -> Path:
         "trl": {
             "python": sys.executable,
             "exports": str(folder / "exported"),
-            "train_fn": HELD_TRL,
+            "lr": 0.05,
             "grpo": {
                 "use_cpu": True,
                 "bf16": False,
                 "optim": "sgd",
-                "learning_rate": 0.05,
                 "max_completion_length": 8,
             },
         },

@@ -43,11 +43,11 @@ def write_experiment(folder: Path, exports: Path, **top) -> Path:
         "trl": {
             "python": sys.executable,
             "exports": str(exports),
+            "lr": 0.05,
             "grpo": {
                 "use_cpu": True,
                 "bf16": False,
                 "optim": "sgd",
-                "learning_rate": 0.05,
                 "max_completion_length": 8,
             },
         },
@@ -141,7 +141,7 @@ def test_arms_of_a_seed_are_paired_and_aa_samples_another_stream(paired):
     # the same prompts (one sampler seed), other samples: the training logs part ways
     assert first_step("baseline", 0) != first_step("aa_control", 0)
     done = json.loads((out / "runs" / "aa_control" / "seed0" / "done.json").read_text())
-    assert done["identity"]["config"]["noise_stream"] == 1 and done["identity"]["host"] == "trl"
+    assert done["identity"]["config"]["sampling_stream"] == 1 and done["identity"]["host"] == "trl"
 
 
 def test_killed_run_resumes_from_its_checkpoint_with_the_same_results(paired, tmp_path):
@@ -174,8 +174,11 @@ def test_killed_run_resumes_from_its_checkpoint_with_the_same_results(paired, tm
 def test_a_wrong_grpo_field_is_refused_before_any_run(paired, tmp_path):
     folder, _, _ = paired
     exp = write_experiment(tmp_path, folder / "exported")
-    text = exp.read_text().replace("learning_rate: 0.05", "lerning_rate: 0.05")
-    exp.write_text(text)
+    import yaml
+
+    data = yaml.safe_load(exp.read_text())
+    data["trl"]["grpo"]["lerning_rate"] = 0.05
+    exp.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     argv = [str(HARNESS), "-m", "dataflex_rl.cli", "compare", str(exp), "--out", str(out)]

@@ -77,7 +77,7 @@ def _raylet() -> int:
     return int(os.environ.get("RAY_RAYLET_PID", "0"))
 
 
-def held_training(config, strategy, *, seed, steps, out_dir, resume, progress):
+def held_training(config, strategy, *, seed, out_dir, resume):
     from dataflex_rl.hosts.engine import run
 
     hold, save = Hold(out_dir, resume), run.save_checkpoint
@@ -89,15 +89,7 @@ def held_training(config, strategy, *, seed, steps, out_dir, resume, progress):
 
     run.save_checkpoint = save_then_hold  # this process is the run's own
     try:
-        return run.run_training(
-            config,
-            strategy,
-            seed=seed,
-            steps=steps,
-            out_dir=out_dir,
-            resume=resume,
-            progress=progress,
-        )
+        return run.run_training(config, strategy, seed=seed, out_dir=out_dir, resume=resume)
     finally:
         run.save_checkpoint = save
 

@@ -57,7 +57,7 @@ def experiment():
     return parse_experiment(EXPERIMENT)
 
 
-def slow_training(config, strategy, *, seed, steps, out_dir, resume, progress):
+def slow_training(config, strategy, *, seed, out_dir, resume):
     out = Path(out_dir)
     root = out.parents[2]
     with (root / "pids.log").open("a") as f:
@@ -66,12 +66,10 @@ def slow_training(config, strategy, *, seed, steps, out_dir, resume, progress):
         (out / "checkpoints" / "step-00000001").mkdir(parents=True, exist_ok=True)
         while not (root / "release").exists():
             time.sleep(0.05)
-    return fake_engine.run_training(
-        config, strategy, seed=seed, steps=steps, out_dir=out_dir, resume=resume, progress=progress
-    )
+    return fake_engine.run_training(config, strategy, seed=seed, out_dir=out_dir, resume=resume)
 
 
-def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resume, progress):
+def unusable_checkpoint_training(config, strategy, *, seed, out_dir, resume):
     """As the engine does when every checkpoint of a run is corrupt (on resume)."""
     from dataflex_rl.hosts.engine.checkpoint import CheckpointError
 
@@ -79,9 +77,7 @@ def unusable_checkpoint_training(config, strategy, *, seed, steps, out_dir, resu
         raise CheckpointError(
             f"no intact checkpoint: {out_dir}/checkpoints/step-00000001/model.safetensors: missing"
         )
-    return fake_engine.run_training(
-        config, strategy, seed=seed, steps=steps, out_dir=out_dir, resume=resume, progress=progress
-    )
+    return fake_engine.run_training(config, strategy, seed=seed, out_dir=out_dir, resume=resume)
 
 
 def _compare(out: str) -> None:

@@ -55,7 +55,7 @@ statistics: {n_boot: 500}
         assert aa["evals"][0] == base["evals"][0]  # same policy, same problems
         assert (
             json.loads((out / "runs" / "aa_control" / f"seed{seed}" / "config.json").read_text())[
-                "noise_stream"
+                "sampling_stream"
             ]
             == 1
         )

@@ -28,6 +28,7 @@ NEEDS_VERL = {"dataflex_rl.hosts.verl.plugin", "dataflex_rl.hosts.verl.trainer"}
 NEEDS_TRL = {
     "dataflex_rl.hosts.trl.trainer",
     "dataflex_rl.hosts.trl.run",
+    "dataflex_rl.hosts.trl.check",
     "dataflex_rl.hosts.trl.tensors",
 }
 

@@ -1,13 +1,40 @@
-"""What every host shares with the harness: where its settings hold what the controls change.
+"""A host: the trainer the runs of an experiment run in, as the harness sees it (`Host`).
 
-`HostControls` (a host's dotted paths for the sampling stream and the learning rate) and
-`merge_overrides` (an arm's overrides merged into a host's settings).
+The harness (``compare``, ``report``, ``replay``) never imports a host's framework. It holds
+`Host` objects (`dataflex_rl.hosts.registry`) and asks them, in its own process, for the
+settings of each run and the checks before any run; a run then executes the host's training
+function (``"module:attr"``, imported by name in the run's process, under the host's Python)
+and the harness reads its results back from the files it left.
+
+`ExternalPythonHost` is what a host whose runs need their own Python (TRL, verl) shares: the
+interpreter setting, the probe that it has the framework, the check run in that Python
+(``python -m <host>.check``, a `ConfigError` message read back from its stderr) and the
+resolution of paths against the experiment file's folder.
+
+Every host's training function has one signature::
+
+    train(settings, strategy: dict, *, seed: int, out_dir: str, resume: bool) -> dict
+
+``settings`` are the run's host settings (`Host.run_settings` of `Host.run_config`'s mapping:
+the engine's `EngineConfig`, TRL's and verl's mappings), ``strategy`` the expanded strategy
+spec; it returns the run's summary.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dataflex_rl.core.registry import ConfigError, import_object
+
+#: the run log of the engine and of TRL runs: one JSON record per line, ``{"kind", "step", ...}``
+METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -16,10 +43,10 @@ class HostControls:
     paths, with the value the host uses when its settings leave one unset.
 
     Args:
-        stream: the training sampling-noise stream (aa: another one).
+        stream: the training sampling stream (aa: another one).
         lr: the learning rate (no_update: 0; half_lr: half the experiment's).
         stream_default, lr_default: the host's values when the settings do not hold the key.
-        section: how messages name the settings (``"trl."``: ``trl.noise_stream``).
+        section: how messages name the settings (``"trl."``: ``trl.sampling_stream``).
     """
 
     stream: str
@@ -35,3 +62,238 @@ def merge_overrides(base: dict, overrides: dict) -> dict:
     for k, v in overrides.items():
         out[k] = merge_overrides(out.get(k) or {}, v) if isinstance(v, dict) else copy.deepcopy(v)
     return out
+
+
+class Host(ABC):
+    """A trainer the harness runs experiments on (``host:`` in an experiment file).
+
+    Class attributes:
+        name: the host's name (``host: <name>``; its section is ``<name>:``).
+        setup: the command that installs it (named when its Python is missing).
+        controls: where its run settings hold the sampling stream and the learning rate.
+        tracking: None where the experiment's ``tracking:`` applies to its runs; else where
+            its own settings set its trackers (``tracking:`` is refused, naming it).
+        schemas: its settings schema: section path -> the dataclass checking it
+            (``{"trl": TrlSettings, "trl.dataflex": TrlConfig}``).
+        train_default: ``"module:attr"`` of its own training function.
+        evaluation_only: it runs ``budget.steps: 0`` (evaluation only).
+        token_budget: it stops a run at ``budget.generated_tokens``.
+        no_token_budget: where it cannot, why (the refusal of ``budget.generated_tokens``
+            says so).
+    """
+
+    name: ClassVar[str]
+    setup: ClassVar[str]
+    controls: ClassVar[HostControls]
+    tracking: ClassVar[str | None] = None
+    schemas: ClassVar[dict[str, type]]
+    train_default: ClassVar[str]
+    evaluation_only: ClassVar[bool] = False
+    token_budget: ClassVar[bool] = False
+    no_token_budget: ClassVar[str] = "it counts steps"
+
+    # ------------------------------------------------------------ settings and planning
+    @abstractmethod
+    def parse_section(self, data: Any, where: str, base: Path | None) -> dict:
+        """The experiment's ``<name>:`` section checked (unknown keys, wrong types named),
+        with relative paths resolved against ``base`` (the experiment file's folder)."""
+
+    @abstractmethod
+    def domains(self, exp) -> list[str]:
+        """The domains evaluated (the report's benchmarks)."""
+
+    @abstractmethod
+    def run_config(self, exp, overrides: dict) -> dict:
+        """The mapping a run receives (`RunSpec.config`): the section with an arm's
+        ``overrides`` merged in and the budget and evaluation applied."""
+
+    def train_fn(self, exp) -> str:
+        """``"module:attr"`` of the runs' training function: the experiment's ``train_fn``
+        (a user's own script), else the host's own."""
+        return getattr(exp, "train_fn", None) or self.train_default
+
+    def python(self, exp) -> str | None:
+        """The interpreter of its runs: None (the harness's own: runs execute in local worker
+        processes), else an absolute path (each run is a process of that Python)."""
+        return None
+
+    @abstractmethod
+    def check(self, exp) -> None:
+        """Before any run starts: the settings, the Python and its framework, the data.
+
+        Raises:
+            ConfigError: naming the key.
+        """
+
+    @abstractmethod
+    def setup_lines(self, exp) -> list[str]:
+        """The report's Setup lines: the host, then what is paired and what it cannot pair."""
+
+    # ------------------------------------------------------------ running (in the run)
+    def run_settings(self, config: dict) -> Any:
+        """The settings the training function receives for a run's ``config`` mapping."""
+        return config
+
+    def train(self, run, out: Path, resume: bool) -> tuple[dict, bool]:
+        """Train one `RunSpec` into ``out`` with its training function; ``(summary,
+        resumed)``."""
+        fn = import_object(run.train_fn, f"{self.name}.train_fn")
+        settings = self.run_settings(run.config)
+        summary = fn(settings, run.strategy, seed=run.seed, out_dir=str(out), resume=resume)
+        return summary, resume
+
+    @abstractmethod
+    def read_records(self, out: Path, config: dict, mixes: bool) -> tuple[list, list]:
+        """``(evals, proportions)`` from the run's files: evals ``{"step", "<domain>/sampled",
+        "<domain>/greedy", ...}``, proportions ``{"step", "domain", "target", "actual"}``."""
+
+    @abstractmethod
+    def has_checkpoint(self, out: Path) -> bool:
+        """The run left a checkpoint it can resume from."""
+
+    @abstractmethod
+    def steps_done(self, out: Path) -> int:
+        """Training steps the run's files show done (the progress bar)."""
+
+
+def metrics_steps_done(out: Path, tail_bytes: int = 65536) -> int:
+    """Training steps a run's ``metrics.jsonl`` shows done (the engine's, and TRL's run log):
+    the newest ``"train"`` record's ``step`` + 1 (read from the end; a line cut mid-write is
+    skipped), 0 when there is none yet. A resumed run's log is cut back to its checkpoint, so
+    this counts again from there."""
+    try:
+        with (Path(out) / METRICS_FILE).open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            f.seek(max(0, end - tail_bytes))
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:  # cut mid-write, or the first line of the tail cut by the seek
+            continue
+        if isinstance(record, dict) and record.get("kind") == "train":
+            return int(record["step"]) + 1
+    return metrics_steps_done(out, end) if end > tail_bytes else 0
+
+
+def resolve_path(value: Any, base: Path | None) -> Any:
+    """A setting's path (or list of paths) made absolute against ``base`` where it exists
+    there; else as given (``~`` expanded): relative to the working directory."""
+    if isinstance(value, list):
+        return [resolve_path(v, base) for v in value]
+    if not isinstance(value, str):
+        return value
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None and (base / p).exists():
+        return str(base / p)
+    return str(p)
+
+
+class ExternalPythonHost(Host):
+    """A host whose runs need their own Python (its framework's environment).
+
+    Class attributes:
+        framework: the module its Python must import (``"trl"``, ``"verl"``).
+        check_module: ``python -m <check_module>`` checks an experiment in that Python: a
+            JSON payload on stdin; exit 0, or 2 with ``ConfigError: <message>`` on stderr
+            (`check_main`).
+        check_seconds: how long that check may take.
+    """
+
+    framework: ClassVar[str]
+    check_module: ClassVar[str]
+    check_seconds: ClassVar[int] = 600
+
+    def where(self, exp) -> str:
+        """How messages name the host's section (``exp.yaml: trl``)."""
+        from dataflex_rl.core.config import key_path
+
+        return key_path(exp.path or exp.name, self.name)
+
+    def python_setting(self, exp) -> str:
+        """The section's ``python`` as written (relative: to the working directory)."""
+        return exp.host_settings.get("python") or self.schemas[self.name].python
+
+    def python(self, exp) -> str:
+        p = Path(self.python_setting(exp)).expanduser()
+        return str(p if p.is_absolute() else Path.cwd() / p)
+
+    def check_python(self, exp) -> str:
+        """The host's Python as an absolute path when it runs and imports the framework and
+        dataflex-rl.
+
+        Raises:
+            ConfigError: naming ``<host>.python`` and the setup command.
+        """
+        key, written, exe = f"{self.where(exp)}.python", self.python_setting(exp), self.python(exp)
+        hint = f"`{self.setup}` makes it ({self.framework} and dataflex-rl)"
+        if not os.access(exe, os.X_OK):
+            raise ConfigError(f"{key}: {written} does not exist ({exe}); {hint}")
+        probe = (
+            "import importlib.util as u, sys; "
+            f"sys.exit(0 if u.find_spec({self.framework!r}) and u.find_spec('dataflex_rl') "
+            "else 3)"
+        )
+        try:
+            done = subprocess.run([exe, "-c", probe], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ConfigError(f"{key}: {written} does not run ({e}); {hint}") from e
+        if done.returncode != 0:
+            raise ConfigError(
+                f"{key}: {written} lacks {self.framework} or dataflex-rl "
+                f"(exit {done.returncode}); {hint}"
+            )
+        return exe
+
+    def run_check(self, exp, payload: Any, env: dict[str, str] | None = None) -> None:
+        """``payload`` checked in the host's Python (``python -m <check_module>``).
+
+        Raises:
+            ConfigError: the message the check printed, or what the Python said when it
+                printed none.
+        """
+        exe = self.python(exp)
+        try:
+            done = subprocess.run(
+                [exe, "-m", self.check_module],
+                input=json.dumps(payload),
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=self.check_seconds,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise ConfigError(
+                f"{self.where(exp)}: {self.name}'s check did not finish in {self.check_seconds} s"
+            ) from e
+        except OSError as e:
+            raise ConfigError(f"{self.where(exp)}.python: {exe} cannot run ({e})") from e
+        if done.returncode != 0:
+            lines = [x for x in (done.stderr or done.stdout).splitlines() if x.strip()]
+            message = next((x for x in reversed(lines) if x.startswith(CONFIG_ERROR)), None)
+            if message is not None:
+                raise ConfigError(message[len(CONFIG_ERROR) :])
+            raise ConfigError(
+                f"{self.where(exp)}.python: {exe} cannot run the {self.name} host "
+                f"(`{self.setup}` installs it): " + " | ".join(lines[-3:])
+            )
+
+
+#: how a check in a host's Python reports a refusal (the last such stderr line counts)
+CONFIG_ERROR = "ConfigError: "
+
+
+def check_main(check) -> int:
+    """The body of a host's ``python -m <host>.check``: ``check(payload)`` on the JSON payload
+    read from stdin; a `ConfigError` is printed as ``ConfigError: <message>`` (exit 2)."""
+    import sys
+
+    try:
+        check(json.loads(sys.stdin.read()))
+    except ConfigError as e:
+        print(CONFIG_ERROR + " ".join(str(e).splitlines()), file=sys.stderr)
+        return 2
+    return 0

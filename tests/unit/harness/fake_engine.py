@@ -22,7 +22,8 @@ def score(name: str, seed: int, domain: str, step: int, steps: int) -> float:
     return DOMAIN_BASE[domain] + 0.01 * seed + EFFECT.get(name, 0.0) * step / max(steps, 1)
 
 
-def run_training(config, strategy, *, seed, steps, out_dir, resume, progress):
+def run_training(config, strategy, *, seed, out_dir, resume):
+    steps = config.steps
     name = strategy["name"]
     out = Path(out_dir)
     with (out.parents[2] / "calls.log").open("a") as f:

@@ -115,7 +115,7 @@ def pairing_check(execution: Execution) -> str:
 def setup_lines(exp: Experiment, execution: Execution, runs: int) -> list[str]:
     b, e = exp.budget, exp.evaluation
     cpu = sum(r.get("wall_seconds", 0.0) for r in execution.results)
-    host, *pairing = exp.host_module.setup_lines(exp)
+    host, *pairing = exp.host_impl.setup_lines(exp)
     return [
         f"experiment: `{exp.path or exp.name}`"
         + (f": {exp.description}" if exp.description else ""),
@@ -207,7 +207,7 @@ def run_compare(
             None: the experiment's ``executor`` with its ``resources``, entered here.
     """
     if executor is None:
-        exp.host_module.check(exp)  # its settings, Python and data, before any run starts
+        exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
         with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
             return run_compare(exp, out_dir, workers, progress, plots, train_fn, cells, executor=ex)
     out = Path(out_dir or Path("runs") / "compare" / exp.name)

@@ -7,7 +7,7 @@ outcome it must have against the baseline:
 control       label                must be    what the arm is
 ============  ===================  =========  ===============================================
 ``aa``        ``aa_control``       same       the baseline with another sampling-noise stream
-                                              (engine ``noise_stream``, TRL's sampling seed): a
+                                              (engine ``sampling_stream``, TRL's sampling seed): a
                                               difference it shows is noise called a result
 ``no_update`` ``no_update_control`` worse     the baseline with ``optim.lr: 0`` (AdamW never
                                               moves the parameters)
@@ -48,7 +48,7 @@ SAME, WORSE = "same", "worse"
 class AAParams:
     """Parameters of the A/A control."""
 
-    noise_stream: int | None = param(
+    sampling_stream: int | None = param(
         None,
         "the arm's sampling-noise stream (default: the "
         "experiment's stream + 1); must differ from it",
@@ -201,7 +201,7 @@ def control_overrides(
 ) -> dict:
     """The host settings a control arm changes, merged into the experiment's for that arm:
 
-    - ``aa``: ``host.stream`` = ``params["noise_stream"]`` (default the experiment's + 1);
+    - ``aa``: ``host.stream`` = ``params["sampling_stream"]`` (default the experiment's + 1);
     - ``no_update``: ``host.lr`` = 0.0;
     - ``half_lr``: ``host.lr`` = half the experiment's;
     - ``drop_half``: nothing (a selector added to the strategy, the same on every host).
@@ -215,11 +215,11 @@ def control_overrides(
     """
     if name == "aa":
         base = _get(settings, host.stream, host.stream_default)
-        stream = params.get("noise_stream")
+        stream = params.get("sampling_stream")
         stream = base + 1 if stream is None else stream
         if stream == base:
             raise ConfigError(
-                f"{where}.noise_stream: must differ from the experiment's stream ({base}) in "
+                f"{where}.sampling_stream: must differ from the experiment's stream ({base}) in "
                 f"{host.section}{host.stream}, or the arm repeats the baseline exactly"
             )
         return _nested(host.stream, stream)

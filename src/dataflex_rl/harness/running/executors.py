@@ -1,17 +1,18 @@
 """Executors: where the runs of a matrix execute (``compare --executor local|ray``).
 
 For an executor a run is a process launched from a command line, an environment and a run
-folder (harness/running/launch.py: `Launch`); every host (the engine, TRL, verl) gives its
-own command line and reader of its own logs, and the executors do not depend on which.
+folder (harness/running/launch.py: `Launch`); a host with its own Python (TRL, verl) has its
+runs started that way, and the executors do not know which host it is.
 
-- `LocalExecutor`: worker processes on this machine (`supervisor.supervise`; the engine runs
-  in-process in each worker, imports paid once per worker). With ``resources.gpus_per_run``
-  each worker process gets its own GPUs for its whole life (`device_sets`, set as
-  ``CUDA_VISIBLE_DEVICES`` before it runs anything); without ``--workers``, one worker per
-  ``cpus_per_run`` cores, at most one per device set. Each worker process (and the host
-  processes it starts) gets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = cores // workers
-  (`thread_env`) unless the user's environment sets ``OMP_NUM_THREADS``: a run's torch
-  otherwise takes every core, and two side by side spin against each other.
+- `LocalExecutor`: a bounded number of runs at a time on this machine. A run of a host with
+  its own Python is one process of that Python started directly (`supervisor.run_processes`);
+  engine runs execute in-process in a pool of worker processes (`supervisor.supervise`),
+  imports paid once per worker. With ``resources.gpus_per_run`` each slot has its own GPUs
+  (`device_sets`, set as ``CUDA_VISIBLE_DEVICES`` before the run or worker starts); without
+  ``--workers``, one slot per ``cpus_per_run`` cores, at most one per device set. Each slot
+  gets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = cores // workers (`thread_env`) unless the
+  user's environment sets ``OMP_NUM_THREADS``: a run's torch otherwise takes every core, and
+  two side by side spin against each other.
 - ``RayExecutor`` (harness/running/ray_executor.py, the one module of the harness that imports
   ray): each run is a Ray task holding ``cpus_per_run``, ``gpus_per_run`` and the custom
   resources, which starts the run's `Launch` on the node Ray picks.
@@ -32,7 +33,12 @@ from typing import Any
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.launch import Launch
-from dataflex_rl.harness.running.supervisor import Progress, default_workers, supervise
+from dataflex_rl.harness.running.supervisor import (
+    Progress,
+    default_workers,
+    run_processes,
+    supervise,
+)
 
 
 # ------------------------------------------------------------------------------- local
@@ -91,7 +97,8 @@ def thread_env(workers: int, env: dict[str, str] | None = None) -> dict[str, str
 
 @dataclass
 class LocalExecutor:
-    """Worker processes on this machine (`supervisor.supervise`).
+    """Runs on this machine: processes of a host's own Python (`supervisor.run_processes`),
+    engine runs in worker processes (`supervisor.supervise`).
 
     Args:
         workers: worker processes (None: one per ``cpus_per_run`` cores, at most one per
@@ -144,9 +151,11 @@ class LocalExecutor:
         launch: Callable[[Any], Launch],
         progress: Progress,
     ) -> list[dict]:
-        """``work(job)`` for every job in the worker processes (``launch`` is not needed:
-        the engine runs in-process in each worker)."""
+        """Every job: ``launch(job)`` as a process of its own when a job has its own Python
+        (``job.python``: a host's), else ``work(job)`` in-process in the worker processes."""
         n = self.slots(len(jobs))
+        if any(getattr(j, "python", None) is not None for j in jobs):
+            return run_processes(jobs, launch, n, progress, self.worker_envs(n))
         return supervise(jobs, work, n, progress, self.worker_envs(n))
 
 

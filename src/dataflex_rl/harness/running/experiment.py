@@ -17,7 +17,7 @@ An experiment file (``configs/experiments/quick.yaml``)::
     # optional experiment trackers for every run and the report (docs/tracking.md; engine
     # host: TRL and verl runs log through their own, trl.grpo / verl.overrides)
     tracking: {backends: [tensorboard, mlflow]}
-    # the trainer that runs the runs: engine (default), trl, ... (hosts/registry.py); a
+    # the trainer that runs the runs: engine (default), trl, ... (dataflex_rl/hosts); a
     # host other than the engine takes its settings from its own section (trl: {...}) and
     # refuses the engine section
     host: engine
@@ -42,8 +42,8 @@ from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.harness.running.controls import Control, parse_controls
 from dataflex_rl.harness.statistics.analysis import StatsOptions
 from dataflex_rl.hosts.engine.config import EngineConfig, from_dict
-from dataflex_rl.hosts.host import merge_overrides
-from dataflex_rl.hosts.registry import HOSTS, SECTIONS, host_module
+from dataflex_rl.hosts.host import Host, merge_overrides
+from dataflex_rl.hosts.registry import HOSTS, get_host
 from dataflex_rl.tracking import TrackingConfig
 
 
@@ -164,20 +164,22 @@ class Experiment:
     #: where the runs execute (`EXECUTORS`) and what each one holds
     executor: str = "local"
     resources: Resources = field(default_factory=Resources)
-    #: the trainer that runs the runs (hosts/registry.py: engine, trl, ...)
+    #: the trainer that runs the runs (`dataflex_rl.hosts`: engine, trl, verl)
     host: str = "engine"
+    #: the training function of every run (None: the host's own, `Host.train_fn`)
+    train_fn: str | None = None
     #: the host's section (``trl:``, ...) when the host is not the engine (its is ``engine``)
     host_settings: dict = field(default_factory=dict)
 
     @property
-    def host_module(self):
-        """The module describing the host to the harness (hosts/registry.py)."""
-        return host_module(self.host)
+    def host_impl(self) -> Host:
+        """The `Host` the runs run on (`hosts.registry`)."""
+        return get_host(self.host)
 
     @property
     def domains(self) -> list[str]:
         """The evaluated domains (the report's benchmarks)."""
-        return self.host_module.domains(self)
+        return self.host_impl.domains(self)
 
     @property
     def labels(self) -> list[str]:
@@ -258,13 +260,20 @@ class ExperimentFile(Checked):
     resources: Resources = param(Resources(), "what each run holds while it runs")
     host: str = param(
         "engine",
-        "the trainer that runs the runs: engine (the embedded CPU engine), trl (TRL's "
-        "GRPOTrainer, settings in the 'trl' section); docs/hosts/compare.md",
-        choices=tuple(HOSTS),
+        "the trainer that runs the runs: engine (the embedded CPU engine, settings in the "
+        "'engine' section), trl (TRL's GRPOTrainer, 'trl'), verl (verl, 'verl'); "
+        "docs/hosts/compare.md",
+        choices=tuple(HOSTS.names()),
+    )
+    train_fn: str | None = param(
+        None,
+        "the training function of every run, on every host, as module:attr (your own script's, "
+        "on PYTHONPATH): train(settings, strategy, *, seed, out_dir, resume) -> dict, settings "
+        "the host's run settings; null: the host's own",
     )
     trl: dict | None = param(
         None,
-        "host trl: the TRL run's settings (hosts/trl/host.py; docs/hosts/compare.md)",
+        "host trl: the TRL run's settings (TrlHost; docs/hosts/compare.md)",
     )
     verl: dict | None = param(None, "host verl: the verl run's settings (docs/hosts/compare.md)")
 
@@ -375,38 +384,31 @@ def parse_experiment(
             f"{key_path(where, 'baseline')}: {baseline!r} is not one of the strategies."
             f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}"
         )
-    host = host_module(top.host, key_path(where, "host"))
-    for section in SECTIONS:
+    host = get_host(top.host, key_path(where, "host"))
+    for section in HOSTS.names():
         if getattr(top, section) is not None and section != top.host:
             raise ConfigError(
                 f"{key_path(where, section)}: the settings of host {section!r}, but the "
                 f"experiment's host is {top.host!r} (set host: {section} to use them)"
             )
-    if top.budget.steps < 1 and top.host != "engine":
+    if top.budget.steps < 1 and not host.evaluation_only:
         raise ConfigError(
             f"{key_path(where, 'budget.steps')}: host {top.host!r} trains at least 1 step "
             "(steps: 0, evaluation only, is the engine host's; TRL reads max_steps 0 as "
             "'train by epochs')"
         )
-    if top.budget.generated_tokens is not None and top.host != "engine":
-        why = {
-            "trl": "TRL's GRPOTrainer stops at max_steps, and the TRL run entry has no stop at "
-            "a count of generated tokens (refill rounds included), so its arms cannot be cut "
-            "at equal generation cost",
-            "verl": "verl's trainer stops at trainer.total_training_steps; generation (and "
-            "filter_groups' refills) happens in verl's rollout workers and ReplayBuffer, "
-            "which the plugin does not meter token by token",
-        }.get(top.host, f"host {top.host!r} counts steps")
+    if top.budget.generated_tokens is not None and not host.token_budget:
+        why = host.no_token_budget
         raise ConfigError(
             f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "
             f"at a generation cost: {why}. Use budget.steps; the refill metrics "
             "(dataflex/refill/overgeneration) say what each arm generated"
         )
-    if host.TRACKING is not None and top.tracking != TrackingConfig():
+    if host.tracking is not None and top.tracking != TrackingConfig():
         raise ConfigError(
             f"{key_path(where, 'tracking')}: the experiment's trackers follow engine runs "
             f"and their report; host {top.host!r} runs log through their own: set "
-            f"{host.TRACKING}"
+            f"{host.tracking}"
         )
     settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
     exp = Experiment(
@@ -423,6 +425,7 @@ def parse_experiment(
         statistics=top.statistics,
         path=where,
         tracking=top.tracking,
+        train_fn=top.train_fn,
         executor=top.executor,
         resources=top.resources,
     )
@@ -443,7 +446,7 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
     if not parsed:
         return exp
     base = next(s for s in exp.strategies if s.label == exp.baseline)
-    host = exp.host_module
+    host = exp.host_impl
     settings = host.run_config(exp, {})
     arms = []
     for c in parsed:
@@ -453,7 +456,7 @@ def _with_controls(exp: Experiment, value: Any, extra: list[str], where: str) ->
                 f"{at}: its arm's label {c.label!r} is already a strategy label; "
                 "rename that strategy"
             )
-        spec, arm_overrides = c.arm(base.spec, host.CONTROLS, settings, at)
+        spec, arm_overrides = c.arm(base.spec, host.controls, settings, at)
         arms.append(StrategyEntry(c.label, spec, arm_overrides, c.name))
     exp = dataclasses.replace(exp, strategies=exp.strategies + tuple(arms), controls=tuple(parsed))
     for arm in arms:  # validates each arm's settings now, not in a worker

@@ -23,7 +23,7 @@ whose processes, signals and progress bar are supervisor.py's, or Ray tasks); th
 the runs, fingerprints them, decides what resumes, runs one run in a worker (`execute_run`) and
 describes it as a process for executors that start one per run (`launch_of`). What differs
 between hosts (engine, TRL, ...: settings, training function, Python, records, checkpoints) is
-the host's module (hosts/registry.py).
+the run's `Host` (`dataflex_rl.hosts`).
 
 `side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
 one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
@@ -50,16 +50,11 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
-from dataflex_rl.harness.running.launch import PYTHON, Launch, run_launch
+from dataflex_rl.harness.running.launch import PYTHON, Launch
 from dataflex_rl.harness.running.supervisor import Progress
-from dataflex_rl.hosts.engine.host import (  # noqa: F401  (the engine's, re-exported)
-    CHECKPOINTS_DIR,
-    METRICS_FILE,
-    read_records,
-    steps_done,
-)
 from dataflex_rl.hosts.engine.host import TRAIN_FN as DEFAULT_TRAIN_FN
-from dataflex_rl.hosts.registry import host_module
+from dataflex_rl.hosts.host import METRICS_FILE
+from dataflex_rl.hosts.registry import get_host
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 
@@ -72,13 +67,12 @@ class RunSpec:
         method: strategy label.
         seed: the pairing seed.
         strategy: the expanded strategy spec (a mapping).
-        config: the host's settings of the run as a mapping (`hosts/<host>.run_config`: the
+        config: the host's settings of the run as a mapping (`Host.run_config`: the
             engine's `EngineConfig`, TRL's section; a control arm's overrides merged in).
         steps: GRPO steps.
         out_dir: the run's folder.
-        train_fn: ``"module:attr"`` of the training function (the engine's
-            ``engine.run.run_training``; another host's ``run_training(settings, strategy, *,
-            seed, out_dir, resume) -> dict``).
+        train_fn: ``"module:attr"`` of the training function, on every host
+            ``train(settings, strategy, *, seed, out_dir, resume) -> dict`` (`Host.train`).
         mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
         overrides: the arm's own host settings, already merged into ``config`` (a
             control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
@@ -87,7 +81,7 @@ class RunSpec:
             checkpoint made with the same configuration resumed, anything else deleted and
             started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
             asked; nothing is skipped or deleted.
-        host: the trainer (hosts/registry.py), part of the identity.
+        host: the `Host`'s name (`hosts.registry`), part of the identity when not the engine.
         python: the interpreter of the run (None: the harness's own, in a local worker
             process; else the run is a process of this Python: `launch_of`); not part of the
             identity (the same run under another path of the same environment).
@@ -167,7 +161,7 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
     results arrive early). A control arm's overrides are merged into its config, so its
     fingerprint differs from the baseline's. Each engine run is tracked as
     ``<label>-seed<s>`` (`run_tracking`). ``train_fn``: None for the host's own."""
-    host = experiment.host_module
+    host = experiment.host_impl
     config = host.run_config(experiment, {})
     configs = {
         e.label: host.run_config(experiment, e.overrides) if e.overrides else config
@@ -257,7 +251,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
     out = Path(run.out_dir)
     t0 = time.perf_counter()
     try:
-        host = host_module(run.host)
+        host = get_host(run.host)
         _quiet_libraries()
         if run.resume is None:
             resume = host.has_checkpoint(out) and _started_as(out) == run.fingerprint
@@ -390,12 +384,6 @@ def launch_of(run: RunSpec) -> Launch:
     )
 
 
-def execute_launched(run: RunSpec) -> dict:
-    """What a local worker does with a run that has its own Python: start it as a process
-    (`launch_of`, `launch.run_launch`) and return the record it printed."""
-    return run_launch(launch_of(run))
-
-
 def execute(
     runs: list[RunSpec],
     workers: int | None = None,
@@ -407,12 +395,13 @@ def execute(
     harness/running/executors.py); finished ones are skipped, unless a run says whether to
     resume: see `RunSpec.resume`.
 
-    Failures are collected, never raised. Locally the processes are `supervisor.supervise`'s:
-    Ctrl-C or SIGTERM stops every worker and re-raises, workers die if this process is killed
-    outright, a run whose worker died is retried once alone; on Ray, the same signals cancel
+    Failures are collected, never raised. Locally (`supervisor`): a host's own-Python run is
+    one process started from here (`launch_of`), an engine run executes in a worker process;
+    Ctrl-C or SIGTERM stops every run and re-raises, runs die if this process is killed
+    outright, an engine run whose worker died is retried once alone; on Ray, the same signals cancel
     every task submitted (ray_executor.py). Stopped runs continue from their checkpoints on
     the next call. The progress bar (``desc`` names it) counts the steps each run's records
-    show done (`steps_done`).
+    show done (`Host.steps_done`).
     """
     executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
@@ -433,20 +422,16 @@ def execute(
             len(runs), len(runs) - len(todo), steps, _steps_done, slots, progress, desc, where
         )
         with bar:
-            work = execute_run if all(r.python is None for r in todo) else _execute_any
-            ex.results += executor.run(todo, work, launch_of, bar)
+            ex.results += executor.run(todo, execute_run, launch_of, bar)
     order = {(r.method, r.seed): i for i, r in enumerate(runs)}
     ex.results.sort(key=lambda r: order[(r["method"], r["seed"])])
     ex.wall_seconds = time.perf_counter() - t0
     return ex
 
 
-def _execute_any(run: RunSpec) -> dict:
-    return execute_run(run) if run.python is None else execute_launched(run)
-
-
 def _steps_done(run: RunSpec) -> int:
-    return host_module(run.host).steps_done(Path(run.out_dir))
+    """Training steps the run's files show done (its host's `Host.steps_done`)."""
+    return get_host(run.host).steps_done(Path(run.out_dir))
 
 
 def side_by_side(
@@ -497,8 +482,9 @@ def side_by_side(
         {**parse_strategy(s, f"strategies[{i}]").to_dict(), "name": lab}
         for i, (s, lab) in enumerate(zip(strategies, labels))
     ]
+    settings = {**config.to_dict(), "steps": steps}
     runs = [
-        RunSpec(lab, seed, spec, config.to_dict(), steps, str(root / lab), train_fn, resume=resume)
+        RunSpec(lab, seed, spec, settings, steps, str(root / lab), train_fn, resume=resume)
         for lab, spec in zip(labels, specs)
     ]
     with DirectoryLock(root):

@@ -1,4 +1,13 @@
-"""Process supervision: jobs in spawned worker processes, stopped together, never orphaned.
+"""Process supervision: the runs of one machine, stopped together, never orphaned.
+
+Two process models, one per kind of host:
+
+- `run_processes`: each job is one process of its own (the `Launch` of a run of a host with
+  its own Python: TRL, verl), at most ``workers`` at a time, started and waited on from threads
+  of this process: no worker process between the harness and the run. A run that dies fails
+  alone; Ctrl-C or SIGTERM kills every run's process group and re-raises.
+- `supervise`: jobs of the embedded engine run in-process in a pool of spawned worker
+  processes, which pay the imports (torch, the engine) once per worker instead of once per run.
 
 `supervise` runs jobs (picklable objects with ``method``, ``seed`` and ``steps``; the runner's
 `RunSpec`) through a work function in a pool of worker processes and returns each job's record
@@ -22,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import ctypes
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -31,6 +41,8 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from dataflex_rl.harness.running.launch import Launch, run_launch
 
 #: how long the supervisor waits for a job to finish before it refreshes the progress bar
 POLL_SECONDS = 1.0
@@ -148,6 +160,51 @@ def supervise(
         results, broken = _run_shared(jobs, work, envs[:workers], progress)
         if broken:
             results += _run_isolated(broken, work, envs[:workers], progress)
+    return results
+
+
+def run_processes(
+    jobs: Sequence[Any],
+    launch: Callable[[Any], Launch],
+    workers: int,
+    progress: Progress,
+    envs: Sequence[dict[str, str]] | None = None,
+) -> list[dict]:
+    """Each job as one process (``launch(job)``, `launch.run_launch`), at most ``workers`` at
+    a time; the records in the order the jobs finish.
+
+    With ``envs`` (at least ``workers`` of them), each running process gets one added to its
+    environment, and no two running processes share one (a GPU set stays with one run).
+    However this call ends (Ctrl-C, SIGTERM), every started run's process group is killed."""
+    if envs is not None and len(envs) < workers:
+        raise ValueError(f"{workers} workers need as many environments, got {len(envs)}")
+    envs = [dict(e) for e in envs] if envs is not None else [{}] * workers
+    progress.running = list(jobs)
+    results: list[dict] = []
+    queue, active, free = list(jobs), {}, list(range(workers))
+    started: list[int] = []
+    with sigterm_raises(), cf.ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            while queue or active:
+                while queue and free:
+                    job, slot = queue.pop(0), free.pop(0)
+                    run = launch(job)
+                    run = dataclasses.replace(run, env={**envs[slot], **run.env})
+                    active[pool.submit(run_launch, run, started.append)] = (job, slot)
+                finished, _ = cf.wait(
+                    set(active), timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED
+                )
+                for fut in finished:
+                    job, slot = active.pop(fut)
+                    results.append(_outcome(fut, job))
+                    progress.add(results[-1])
+                    free.append(slot)
+                progress.refresh()
+        except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no run may outlive this call
+            for pid in started:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+            raise
     return results
 
 

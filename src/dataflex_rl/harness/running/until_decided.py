@@ -217,7 +217,7 @@ def run_until_decided(
         alpha=alpha,
     )
     seq.seeds_of = {label: [] for label in exp.labels}
-    exp.host_module.check(exp)  # its settings, Python and data, before any run starts
+    exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
     with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
         res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
     _fixed_design(seq, diffs, exp)

@@ -7,7 +7,8 @@ it; the helpers below are the checks every such host makes before training start
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
+from typing import Any
 
 from dataflex_rl.core.base import SKIP_POLICIES
 from dataflex_rl.core.config import Checked, field_rows, param
@@ -43,6 +44,41 @@ class DecisionLogConfig(Checked):
     )
 
 
+#: settings that more than one host has -> (default, meaning, checks): every host declares
+#: them with `shared_param`, so the name, type, default and meaning are one
+#: (tests/contract/test_host_settings.py compares every host's schema)
+SHARED_SETTINGS: dict[str, tuple[Any, str, dict]] = {
+    "candidate_factor": (
+        1.0,
+        "with prerollout: candidates drawn per missing prompt in each round (1: as many as "
+        "are missing, so a skip policy that reads the policy's representation pays for no "
+        "extra forward passes; more: fewer rounds)",
+        {"ge": 1.0},
+    ),
+    "sampling_stream": (
+        0,
+        "the training rollouts' sampling stream: runs of one seed and stream share their "
+        "sampling randomness as far as the host can pair it; another stream gives independent "
+        "rollouts (the aa control takes another); evaluation does not depend on it",
+        {"ge": 0},
+    ),
+    "lr": (
+        None,
+        "learning rate of the policy's optimizer (the no_update control sets 0, half_lr halves it)",
+        {"ge": 0.0},
+    ),
+}
+
+
+def shared_param(name: str, default: Any = MISSING) -> Any:
+    """The dataclass field of the shared setting ``name`` (`SHARED_SETTINGS`); ``default``
+    only where the setting's default is the host's own (``lr``: None in the table)."""
+    value, doc, checks = SHARED_SETTINGS[name]
+    if value is None and default is MISSING:
+        raise ValueError(f"shared setting {name!r}: its default is each host's own; pass it")
+    return param(value if value is not None else default, doc, **checks)
+
+
 @dataclass
 class HostConfig(Checked):
     """The ``dataflex`` block: which strategy, and how prompts are drawn at intake."""
@@ -66,9 +102,7 @@ class HostConfig(Checked):
         "the training set's own)",
         ge=0.0,
     )
-    candidate_factor: float = param(
-        2.0, "prerollout: candidates drawn per missing prompt in each round", ge=1.0
-    )
+    candidate_factor: float = shared_param("candidate_factor")
     max_draw_rounds: int = param(
         8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
     )

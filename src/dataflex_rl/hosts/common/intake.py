@@ -124,7 +124,7 @@ class Intake:
         static: Tensor,
         *,
         seeds: tuple[int, int] = (0, 0),
-        candidate_factor: float = 2.0,
+        candidate_factor: float = 1.0,
         max_rounds: int = 8,
         exact: bool = True,
         key: Callable[[Any], Hashable] | None = None,
@@ -149,7 +149,7 @@ class Intake:
         domains: Sequence[str],
         proportions: Any = None,
         seed: int = 0,
-        candidate_factor: float = 2.0,
+        candidate_factor: float = 1.0,
         max_rounds: int = 8,
         features: Callable[[list, int], tuple[Tensor, float]] | None = None,
     ) -> Intake:

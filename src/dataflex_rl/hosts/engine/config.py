@@ -20,7 +20,7 @@ from dataflex_rl.core.config import Checked, field_rows, key_path, param, valida
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
-from dataflex_rl.hosts.common.config import DecisionLogConfig
+from dataflex_rl.hosts.common.config import DecisionLogConfig, shared_param
 from dataflex_rl.tracking.config import TrackingConfig
 
 #: difficulty levels of the engine's default task set; the shipped tiny policy was warm-started
@@ -116,9 +116,7 @@ class TasksConfig(Checked):
     proportions: list[float] | dict[str, float] | None = param(
         None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0
     )
-    candidate_factor: float = param(
-        1.0, "with prerollout: candidates drawn per missing prompt in each round", ge=1.0
-    )
+    candidate_factor: float = shared_param("candidate_factor")
     max_draw_rounds: int = param(
         8,
         "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
@@ -212,9 +210,8 @@ class GRPOConfig(Checked):
 class OptimConfig(Checked):
     """Optimizer (AdamW or SGD) and gradient clipping."""
 
-    lr: float = param(
-        0.02, "learning rate (0: the parameters never move, the 'no update' control)", ge=0.0
-    )
+    #: the tiny policy's SGD learning rate (the LLM hosts default to 1e-6)
+    lr: float = shared_param("lr", 0.02)
     name: str = param(
         "sgd",
         "optimizer: 'adamw', or 'sgd' (plain SGD on the clipped gradient; "
@@ -276,14 +273,9 @@ class EngineConfig(Checked):
         "strategy=NAME or --strategy NAME, runs just that one)",
     )
     seed: int = param(0, "seed of sampling, data order and prerollout randomness", ge=0)
-    noise_stream: int = param(
-        0,
-        "rollout sampling-noise stream: two runs of one seed and stream "
-        "share their sampling noise (common random numbers); another "
-        "stream gives independent rollouts (the A/A control); held-out "
-        "evaluation noise is keyed by the seed alone",
-        ge=0,
-    )
+    #: the engine pairs it exactly: two runs of one seed and stream share their sampling
+    #: noise (common random numbers); held-out evaluation noise is keyed by the seed alone
+    sampling_stream: int = shared_param("sampling_stream")
     steps: int = param(200, "GRPO steps", ge=0)
     generated_tokens: int | None = param(
         None,

@@ -1,16 +1,15 @@
-"""The embedded CPU engine as a host of ``compare`` (the default, ``host: engine``).
+"""The embedded CPU engine as a `Host` of ``compare`` (the default, ``host: engine``).
 
 Its runs execute in-process in the harness's local worker processes (``python`` is None);
 its settings are the experiment's ``engine:`` section (`EngineConfig` keys but the ones the
 experiment owns, `OWNED`); its records are the ``"eval"`` and ``"train"`` lines of the run's
-``metrics.jsonl``; its checkpoints ``checkpoints/step-*``.
+``metrics.jsonl`` (`metrics_steps_done`); its checkpoints ``checkpoints/step-*``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -18,18 +17,14 @@ from typing import Any
 
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.host import HostControls
+from dataflex_rl.hosts.engine.config import EngineConfig
+from dataflex_rl.hosts.host import Host, HostControls, metrics_steps_done
 
-SETUP = "bash scripts/quickstart.sh"
 TRAIN_FN = "dataflex_rl.hosts.engine.run:run_training"
 CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
 #: the run's generation cost so far, in its evaluation records
 TOKENS = "engine/generation_cost_tokens_at_eval"
 
-#: what the controls change: aa another ``noise_stream``, no_update / half_lr ``optim.lr``
-CONTROLS = HostControls(stream="noise_stream", lr="optim.lr")
-#: the experiment's ``tracking:`` applies to engine runs (another host names its own place)
-TRACKING = None
 #: engine keys the experiment owns elsewhere: key -> where to set it
 OWNED = {
     "strategy": "strategies",
@@ -45,174 +40,154 @@ OWNED = {
 }
 
 
-# ------------------------------------------------------------------ settings and planning
-def parse_section(engine: Any, where: str, base: Path | None) -> dict:
-    """The ``engine:`` section: a mapping without the keys the experiment owns, with
-    ``policy`` and ``tasks.train``/``tasks.eval`` resolved against ``base`` (the full check
-    is `EngineConfig`'s, in `Experiment.engine_config`)."""
-    from dataflex_rl.hosts.engine.config import resolve_paths
+class EngineHost(Host):
+    """The embedded CPU engine (``host: engine``)."""
 
-    if engine is None:
-        return {}
-    if not isinstance(engine, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(engine).__name__}")
-    for key, home in OWNED.items():
-        head, _, tail = key.partition(".")
-        if head in engine and (
-            not tail or (isinstance(engine[head], dict) and tail in engine[head])
+    name = "engine"
+    setup = "bash scripts/quickstart.sh"
+    #: what the controls change: aa another ``sampling_stream``, no_update / half_lr ``optim.lr``
+    controls = HostControls(stream="sampling_stream", lr="optim.lr")
+    tracking = None
+    schemas = {"engine": EngineConfig}
+    train_default = TRAIN_FN
+    evaluation_only = True
+    token_budget = True
+
+    def parse_section(self, engine: Any, where: str, base: Path | None) -> dict:
+        """The ``engine:`` section: a mapping without the keys the experiment owns, with
+        ``policy`` and ``tasks.train``/``tasks.eval`` resolved against ``base`` (the full check
+        is `EngineConfig`'s, in `Experiment.engine_config`)."""
+        from dataflex_rl.hosts.engine.config import resolve_paths
+
+        if engine is None:
+            return {}
+        if not isinstance(engine, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(engine).__name__}")
+        for key, home in OWNED.items():
+            head, _, tail = key.partition(".")
+            if head in engine and (
+                not tail or (isinstance(engine[head], dict) and tail in engine[head])
+            ):
+                raise ConfigError(
+                    f"{where}.{key}: set by the experiment, not the engine section; use {home}"
+                )
+        engine = copy.deepcopy(engine)
+        policy = engine.get("policy")
+        if (
+            isinstance(policy, str)
+            and base is not None
+            and policy != "tiny"
+            and not Path(policy).is_absolute()
+            and (base / policy).exists()
         ):
-            raise ConfigError(
-                f"{where}.{key}: set by the experiment, not the engine section; use {home}"
-            )
-    engine = copy.deepcopy(engine)
-    policy = engine.get("policy")
-    if (
-        isinstance(policy, str)
-        and base is not None
-        and policy != "tiny"
-        and not Path(policy).is_absolute()
-        and (base / policy).exists()
-    ):
-        engine["policy"] = str(base / policy)
-    tasks = engine.get("tasks")
-    if base is not None and isinstance(tasks, dict):  # a dataset's files, like the policy
-        for key in ("train", "eval"):
-            if key in tasks:
-                tasks[key] = resolve_paths(tasks[key], base)
-    return engine
+            engine["policy"] = str(base / policy)
+        tasks = engine.get("tasks")
+        if base is not None and isinstance(tasks, dict):  # a dataset's files, like the policy
+            for key in ("train", "eval"):
+                if key in tasks:
+                    tasks[key] = resolve_paths(tasks[key], base)
+        return engine
 
+    def domains(self, exp) -> list[str]:
+        return list(exp.engine_config().tasks.domains)
 
-def domains(exp) -> list[str]:
-    return list(exp.engine_config().tasks.domains)
+    def run_config(self, exp, overrides: dict) -> dict:
+        """The `EngineConfig` of an arm as a mapping."""
+        return exp.engine_config(overrides or None).to_dict()
 
+    def check(self, exp) -> None:
+        """A dataset's files are read once, so every data error comes before any run."""
+        engine = exp.engine_config()
+        if engine.tasks.source == "files":
+            from dataflex_rl.hosts.engine.taskio import load_file_tasks
 
-def run_config(exp, overrides: dict) -> dict:
-    """The `EngineConfig` of an arm as a mapping."""
-    return exp.engine_config(overrides or None).to_dict()
+            load_file_tasks(engine.tasks)
 
+    def setup_lines(self, exp) -> list[str]:
+        cfg, b = exp.engine_config(), exp.budget
+        mixers = [s.label for s in exp.strategies if s.mixes or s.spec.prerollout is not None]
+        return [
+            f"engine: policy `{cfg.policy}`, domains {', '.join(cfg.tasks.domains)}; budget "
+            f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples"
+            + (
+                f", each run stopped at {b.generated_tokens} generated tokens (equal generation cost)"
+                if b.generated_tokens is not None
+                else ""
+            ),
+            "prompt stream: identical per seed for strategies without mix or prerollout"
+            + (f"; {', '.join(mixers)} change which prompts are drawn" if mixers else ""),
+        ]
 
-def train_fn(exp) -> str:
-    return TRAIN_FN
+    def run_settings(self, config: dict) -> EngineConfig:
+        """The engine's training function receives the run's `EngineConfig` (its ``steps``
+        included), without a progress bar of its own (the harness draws one over all runs)."""
+        from dataflex_rl.hosts.engine.config import from_dict
 
+        config = {**config, "log": {**(config.get("log") or {}), "progress": False}}
+        return from_dict(EngineConfig, config)
 
-def python(exp) -> str | None:
-    return None
+    def train(self, run, out: Path, resume: bool) -> tuple[dict, bool]:
+        """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None)
+        and the engine finds no usable checkpoint (every one corrupt), the run starts over
+        with a warning instead of failing on every rerun; an explicit resume fails with the
+        error."""
+        from dataflex_rl.hosts.engine.checkpoint import CheckpointError
 
-
-def check(exp) -> None:
-    """A dataset's files are read once, so every data error comes before any run."""
-    engine = exp.engine_config()
-    if engine.tasks.source == "files":
-        from dataflex_rl.hosts.engine.taskio import load_file_tasks
-
-        load_file_tasks(engine.tasks)
-
-
-def setup_lines(exp) -> list[str]:
-    cfg, b = exp.engine_config(), exp.budget
-    mixers = [s.label for s in exp.strategies if s.mixes or s.spec.prerollout is not None]
-    return [
-        f"engine: policy `{cfg.policy}`, domains {', '.join(cfg.tasks.domains)}; budget "
-        f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples"
-        + (
-            f", each run stopped at {b.generated_tokens} generated tokens (equal generation cost)"
-            if b.generated_tokens is not None
-            else ""
-        ),
-        "prompt stream: identical per seed for strategies without mix or prerollout"
-        + (f"; {', '.join(mixers)} change which prompts are drawn" if mixers else ""),
-    ]
-
-
-# ------------------------------------------------------------------ running (in the worker)
-def train(run, out: Path, resume: bool) -> tuple[dict, bool]:
-    """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None) and
-    the engine finds no usable checkpoint (every one corrupt), the run starts over with a
-    warning instead of failing on every rerun; an explicit resume fails with the error."""
-    from dataflex_rl.core.registry import import_object
-    from dataflex_rl.hosts.engine.checkpoint import CheckpointError
-    from dataflex_rl.hosts.engine.config import EngineConfig, from_dict
-
-    fn = import_object(run.train_fn, "train_fn")
-    config = from_dict(EngineConfig, run.config)
-    kwargs = {"seed": run.seed, "steps": run.steps, "out_dir": str(out), "progress": False}
-    try:
-        return fn(config, run.strategy, resume=resume, **kwargs), resume
-    except CheckpointError as e:
-        if not resume or run.resume is not None:
-            raise
-        warnings.warn(
-            f"{out}: no usable checkpoint ({e}); the run starts over", UserWarning, stacklevel=2
-        )
-    for p in out.iterdir():
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.name != "run.json":
-            p.unlink()
-    return fn(config, run.strategy, resume=False, **kwargs), False
-
-
-def read_records(out_dir: Path, config: dict, mixes: bool) -> tuple[list, list]:
-    """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
-
-    Returns:
-        ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``
-        and ``"tokens"``, the run's generation cost at that checkpoint (when recorded),
-        proportions are ``{"step", "domain", "target", "actual"}``.
-    """
-    domains = (config.get("tasks") or {}).get("domains") or []
-    evals, props = [], []
-    for line in (Path(out_dir) / METRICS_FILE).read_text().splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
-        if r.get("kind") == "eval":
-            evals.append(
-                {
-                    "step": r["step"],
-                    **{k[len("eval/") :]: v for k, v in r.items() if k.startswith("eval/")},
-                    **({"tokens": r[TOKENS]} if TOKENS in r else {}),
-                }
-            )
-        elif mixes and r.get("kind") == "train":
-            for d in domains:
-                target = r.get(domain_metric("mix", d, "target"))
-                if target is not None:
-                    props.append(
-                        {
-                            "step": r["step"],
-                            "domain": d,
-                            "target": target,
-                            "actual": r.get(domain_metric("mix", d, "actual")),
-                        }
-                    )
-    return evals, props
-
-
-def has_checkpoint(out: Path) -> bool:
-    """The engine left a checkpoint folder (an unfinished run can continue from it)."""
-    d = Path(out) / CHECKPOINTS_DIR
-    return d.is_dir() and any(p.name.startswith("step-") for p in d.iterdir())
-
-
-def steps_done(out_dir: Path, tail_bytes: int = 65536) -> int:
-    """Training steps a run's records show done: the newest ``"train"`` record's ``step`` + 1
-    in its ``metrics.jsonl`` (read from the end; a line cut mid-write is skipped), 0 when
-    there is none yet. A resumed run's log is cut back to its checkpoint, so this counts again
-    from there."""
-    try:
-        with (Path(out_dir) / METRICS_FILE).open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            end = f.tell()
-            f.seek(max(0, end - tail_bytes))
-            lines = f.read().splitlines()
-    except OSError:
-        return 0
-    for line in reversed(lines):
         try:
-            record = json.loads(line)
-        except ValueError:  # cut mid-write, or the first line of the tail cut by the seek
-            continue
-        if isinstance(record, dict) and record.get("kind") == "train":
-            return int(record["step"]) + 1
-    return steps_done(out_dir, end) if end > tail_bytes else 0
+            return super().train(run, out, resume)
+        except CheckpointError as e:
+            if not resume or run.resume is not None:
+                raise
+            warnings.warn(
+                f"{out}: no usable checkpoint ({e}); the run starts over", UserWarning, stacklevel=2
+            )
+        for p in out.iterdir():
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.name != "run.json":
+                p.unlink()
+        return super().train(run, out, False)
+
+    def read_records(self, out_dir: Path, config: dict, mixes: bool) -> tuple[list, list]:
+        """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
+
+        Returns:
+            ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``
+            and ``"tokens"``, the run's generation cost at that checkpoint (when recorded),
+            proportions are ``{"step", "domain", "target", "actual"}``.
+        """
+        domains = (config.get("tasks") or {}).get("domains") or []
+        evals, props = [], []
+        for line in (Path(out_dir) / METRICS_FILE).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r.get("kind") == "eval":
+                evals.append(
+                    {
+                        "step": r["step"],
+                        **{k[len("eval/") :]: v for k, v in r.items() if k.startswith("eval/")},
+                        **({"tokens": r[TOKENS]} if TOKENS in r else {}),
+                    }
+                )
+            elif mixes and r.get("kind") == "train":
+                for d in domains:
+                    target = r.get(domain_metric("mix", d, "target"))
+                    if target is not None:
+                        props.append(
+                            {
+                                "step": r["step"],
+                                "domain": d,
+                                "target": target,
+                                "actual": r.get(domain_metric("mix", d, "actual")),
+                            }
+                        )
+        return evals, props
+
+    def has_checkpoint(self, out: Path) -> bool:
+        """The engine left a checkpoint folder (an unfinished run can continue from it)."""
+        d = Path(out) / CHECKPOINTS_DIR
+        return d.is_dir() and any(p.name.startswith("step-") for p in d.iterdir())
+
+    def steps_done(self, out: Path) -> int:
+        return metrics_steps_done(out)

@@ -126,7 +126,7 @@ class EmbeddedTrainer:
         self.driver = Driver(spec, self._intake(), self._decision_log(spec, out_dir))
         # sampling noise is keyed by (seed, noise stream, step, prompt, sample): common random
         # numbers across strategies run with one seed (engine/noise.py)
-        self.noise_base = derive_seed(self.seed, f"rollout:{config.noise_stream}")
+        self.noise_base = derive_seed(self.seed, f"rollout:{config.sampling_stream}")
         self.step = 0
         #: generation cost so far, in tokens (`engine/generation_cost_tokens_total`)
         self.cost_tokens = 0.0
@@ -359,7 +359,7 @@ class EmbeddedTrainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out accuracy per domain, greedy and sampled.
 
-        The sampled accuracy's noise is keyed by the seed alone, not by ``noise_stream``: the
+        The sampled accuracy's noise is keyed by the seed alone, not by ``sampling_stream``: the
         held-out measurement is the instrument every arm of a seed shares (an A/A arm differs
         from its baseline in training noise only, as two strategies do).
         """

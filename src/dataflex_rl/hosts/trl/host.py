@@ -2,7 +2,7 @@
 
 Each run is a process of the TRL environment's Python (``trl.python``) running the project's
 training entry, ``dataflex_rl.hosts.trl.run:run_training`` (or the user's own function with
-its signature, ``trl.train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
+the one signature of every host's, the experiment's ``train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
 (`run_config`: this section, the arm's overrides, the budget and evaluation as ``GRPOConfig``
 fields). The harness never imports TRL: `check` asks the TRL Python to validate the
 ``GRPOConfig`` fields, and the results are read from the run's ``trainer_state.json``
@@ -18,33 +18,26 @@ tasks, exported by `check` on first use into ``exports`` (``exported/tiny``,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.config import Checked, key_path, param
+from dataflex_rl.core.config import validate as from_dict
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.engine.config import from_dict
-from dataflex_rl.hosts.engine.host import steps_done  # noqa: F401  (metrics.jsonl)
-from dataflex_rl.hosts.host import HostControls, merge_overrides
+from dataflex_rl.hosts.common.config import HostConfig, shared_param
+from dataflex_rl.hosts.host import (
+    ExternalPythonHost,
+    HostControls,
+    merge_overrides,
+    metrics_steps_done,
+    resolve_path,
+)
 
-SETUP = "bash scripts/setup_trl.sh"
 TRAIN_FN = "dataflex_rl.hosts.trl.run:run_training"
 #: GRPOConfig's default learning rate in TRL 1.16 (half_lr halves it when it is not set;
 #: tests/hosts_trl checks it against the installed TRL)
 TRL_DEFAULT_LR = 1e-6
-#: what the controls change: aa another ``noise_stream`` (training sampling, same model, prompt
-#: order and evaluation); no_update / half_lr ``grpo.learning_rate`` (TRL's default when unset)
-CONTROLS = HostControls(
-    stream="noise_stream", lr="grpo.learning_rate", lr_default=TRL_DEFAULT_LR, section="trl."
-)
-#: where a TRL run's trackers are set (the experiment's ``tracking:`` is refused)
-TRACKING = (
-    "trl.grpo: report_to, logging_dir and run_name, GRPOConfig's (TRL's own trackers; "
-    "report_to: none keeps them off)"
-)
 #: GRPOConfig fields the experiment sets: field -> where to set it
 OWNED = {
     "output_dir": "--out (each run's folder)",
@@ -63,6 +56,7 @@ OWNED = {
     "eval_on_start": "evaluation (always at step 0: the pairing check)",
     "do_eval": "evaluation",
     "resume_from_checkpoint": "compare (a rerun resumes unfinished runs)",
+    "learning_rate": "trl.lr (the learning rate every host names lr)",
     "dataflex": "strategies (and trl.dataflex for the other keys)",
 }
 #: keys of the dataflex block the experiment sets
@@ -119,51 +113,10 @@ class TrlSettings(Checked):
     dataflex: dict[str, Any] = param(
         {}, "other keys of the dataflex block (domain_key, decision_log, ...; docs/hosts/trl.md)"
     )
-    noise_stream: int = param(
-        0,
-        "the training sampling stream: the global RNG is seeded from (seed, noise_stream) "
-        "after the trainer is built (the aa control takes another)",
-        ge=0,
-    )
-    train_fn: str = param(
-        TRAIN_FN,
-        "the training function as module:attr: run_training(settings, strategy, *, seed, "
-        "out_dir, resume) -> dict (your own script's, on PYTHONPATH)",
-    )
-
-
-# ------------------------------------------------------------------ settings and planning
-def _resolve(value: str, base: Path | None) -> str:
-    p = Path(value).expanduser()
-    if not p.is_absolute() and base is not None and (base / p).exists():
-        return str(base / p)
-    return value
-
-
-def parse_section(data: Any, where: str, base: Path | None) -> dict:
-    """The ``trl:`` section checked (`TrlSettings`), with data and model paths that exist
-    relative to the experiment file resolved against it."""
-    s = from_dict(TrlSettings, data or {}, where)
-    for key, home in OWNED.items():
-        if key in s.grpo:
-            raise ConfigError(
-                f"{where}.grpo.{key}: set by the experiment, not the GRPOConfig fields; use {home}"
-            )
-    for key, home in OWNED_DATAFLEX.items():
-        if key in s.dataflex:
-            raise ConfigError(f"{where}.dataflex.{key}: set by the experiment; use {home}")
-    if not s.rewards:
-        raise ConfigError(f"{where}.rewards: expected at least one reward function")
-    out = asdict(s)
-    if s.model != TINY:
-        out["model"] = _resolve(s.model, base)
-    if s.train != DEFAULT:
-        out["train"] = _resolve(s.train, base)
-    if isinstance(s.eval, dict):
-        out["eval"] = {d: _resolve(f, base) for d, f in s.eval.items()}
-    elif s.eval != DEFAULT:
-        out["eval"] = _resolve(s.eval, base)
-    return out
+    #: TRL: the global RNG is seeded from (seed, sampling_stream) after the trainer is built
+    sampling_stream: int = shared_param("sampling_stream")
+    #: GRPOConfig's learning_rate (TRL 1.16's default)
+    lr: float = shared_param("lr", TRL_DEFAULT_LR)
 
 
 def _where(exp) -> str:
@@ -222,110 +175,6 @@ def _eval_batch(per_domain: int, samples: int) -> int:
     return prompts * samples
 
 
-def run_config(exp, overrides: dict) -> dict:
-    """The settings a TRL run receives: the section with the arm's overrides, paths made
-    absolute, and ``grpo`` completed with what the experiment sets (one generation batch of
-    ``prompts_per_step x samples_per_prompt`` completions per optimizer step)."""
-    where = _where(exp)
-    data = merge_overrides(exp.host_settings, overrides or {})
-    s = asdict(from_dict(TrlSettings, data, where))
-    e, b = exp.evaluation, exp.budget
-    if e.metric != "sampled" or e.samples < 1:
-        raise ConfigError(
-            f"{key_path(exp.path or exp.name, 'evaluation.metric')}: host trl evaluates the "
-            "sampled accuracy only (TRL's evaluation samples at its temperature): set "
-            "evaluation.metric: sampled and evaluation.samples >= 1"
-        )
-    grpo = {
-        "per_device_eval_batch_size": _eval_batch(e.per_domain, e.samples),
-        "save_steps": e.every or b.steps or 1,
-        "logging_steps": 1,
-        **s["grpo"],
-        "max_steps": b.steps,
-        "num_generations": b.samples_per_prompt,
-        "per_device_train_batch_size": b.prompts_per_step * b.samples_per_prompt,
-        "gradient_accumulation_steps": 1,
-        "num_generations_eval": e.samples,
-        "eval_strategy": "steps" if e.every else "no",
-        **({"eval_steps": e.every} if e.every else {}),
-    }
-    accuracy = s["accuracy"] or s["rewards"][0].rpartition(":")[2].rpartition(".")[2]
-    return {
-        **_paths(s, where),
-        "rewards": s["rewards"],
-        "accuracy": accuracy,
-        "eval_per_domain": e.per_domain,
-        "grpo": grpo,
-        "dataflex": s["dataflex"],
-        "noise_stream": s["noise_stream"],
-    }
-
-
-def domains(exp) -> list[str]:
-    return list(run_config(exp, {})["eval"])
-
-
-def train_fn(exp) -> str:
-    return exp.host_settings.get("train_fn", TRAIN_FN)
-
-
-def python(exp) -> str:
-    return str(Path(exp.host_settings.get("python", TrlSettings.python)).expanduser().absolute())
-
-
-def check(exp) -> None:
-    """Before any run: the TRL Python exists and imports TRL and dataflex-rl's TRL host;
-    ``tiny`` / ``default`` are exported if missing; the model and data files exist; the TRL
-    Python validates the GRPOConfig fields, the rewards and the training function.
-
-    Raises:
-        ConfigError: naming the key (``trl.python`` with the setup command, ``trl.model``,
-            ``trl.grpo.<field>``, ...).
-    """
-    where = _where(exp)
-    exe = python(exp)
-    if not os.access(exe, os.X_OK):
-        raise ConfigError(
-            f"{where}.python: {exe} does not exist: TRL runs need their own Python with "
-            f"dataflex-rl[trl] (TRL 1.16); create it with `{SETUP}` or set trl.python"
-        )
-    config = run_config(exp, {})
-    _export_missing(exp.host_settings, config)
-    model = Path(config["model"])
-    if not (model / "config.json").is_file():
-        raise ConfigError(f"{where}.model: {model} is not a Hugging Face model directory")
-    if not Path(config["train"]).exists():
-        raise ConfigError(f"{where}.train: {config['train']} does not exist")
-    for d, f in config["eval"].items():
-        if not Path(f).exists():
-            raise ConfigError(f"{where}.eval.{d}: {f} does not exist")
-    payload = {
-        "settings": config,
-        "train_fn": train_fn(exp),
-        "where": where,
-        "strategies": [s.to_dict() for s in exp.strategies],
-    }
-    try:
-        done = subprocess.run(
-            [exe, "-m", "dataflex_rl.hosts.trl.run", "--check"],
-            input=json.dumps(payload),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except OSError as e:
-        raise ConfigError(f"{where}.python: {exe} cannot run ({e}); `{SETUP}`") from e
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        message = next((x for x in reversed(lines) if x.startswith("ConfigError: ")), None)
-        if message is not None:
-            raise ConfigError(message[len("ConfigError: ") :])
-        raise ConfigError(
-            f"{where}.python: {exe} cannot run the TRL host (`{SETUP}` installs it): "
-            + " | ".join(lines[-3:])
-        )
-
-
 def _export_missing(settings: dict, config: dict) -> None:
     """Export the engine's tiny policy / default tasks into ``exports`` where the settings
     name them and they are not there yet."""
@@ -344,34 +193,6 @@ def _export_missing(settings: dict, config: dict) -> None:
         print(f"exported the engine's default tasks to {tasks} (first use)")
 
 
-def setup_lines(exp) -> list[str]:
-    c, b = run_config(exp, {}), exp.budget
-    own = exp.host_settings.get("grpo") or {}
-    return [
-        f"host: TRL GRPOTrainer (DataflexGRPOTrainer), model `{c['model']}`, train "
-        f"`{c['train']}`, domains {', '.join(c['eval'])}; budget {b.steps} steps × "
-        f"{b.prompts_per_step} prompts × {b.samples_per_prompt} samples; GRPOConfig "
-        + (", ".join(f"{k}={v}" for k, v in own.items()) or "defaults"),
-        "paired on TRL: per seed every arm loads the same model directory, draws the same "
-        "prompt order (GRPOConfig seed = the seed: TRL's sampler), evaluates the same "
-        "held-out problems at the same steps with the sampling RNG seeded by (seed, step, "
-        "domain), apart from training's; training's sampling stream is seeded by (seed, "
-        "noise_stream) once the trainer is built (aa: another stream)",
-        "not pairable on TRL: greedy accuracy (TRL evaluates by sampling; the score is sampled "
-        "accuracy); a rollout's kernels may be nondeterministic on GPUs; strategies that mix "
-        "or skip prompts draw other prompts",
-    ]
-
-
-# ------------------------------------------------------------------ running (in the run)
-def train(run, out: Path, resume: bool) -> tuple[dict, bool]:
-    from dataflex_rl.core.registry import import_object
-
-    fn = import_object(run.train_fn, "trl.train_fn")
-    summary = fn(run.config, run.strategy, seed=run.seed, out_dir=str(out), resume=resume)
-    return summary, resume
-
-
 def _checkpoints(out: Path) -> list[Path]:
     """``checkpoint-N`` folders TRL finished writing (``trainer_state.json`` is written
     last), oldest first."""
@@ -381,10 +202,6 @@ def _checkpoints(out: Path) -> list[Path]:
         if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
     ]
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
-
-
-def has_checkpoint(out: Path) -> bool:
-    return bool(_checkpoints(out))
 
 
 def newest_checkpoint(out: Path) -> str | None:
@@ -449,6 +266,158 @@ def records_from_history(
     return [by_step[s] for s in sorted(by_step)], props
 
 
-def read_records(out: Path, config: dict, mixes: bool) -> tuple[list, list]:
-    """`records_from_history` over the run's `log_history` (files only)."""
-    return records_from_history(log_history(out), list(config["eval"]), config["accuracy"], mixes)
+class TrlHost(ExternalPythonHost):
+    """TRL's ``GRPOTrainer`` (``host: trl``): each run a process of ``trl.python``."""
+
+    name = "trl"
+    setup = "bash scripts/setup_trl.sh"
+    no_token_budget = (
+        "TRL's GRPOTrainer stops at max_steps, and the TRL run entry has no stop at a count of "
+        "generated tokens (refill rounds included), so its arms cannot be cut at equal "
+        "generation cost"
+    )
+    #: what the controls change: aa another ``sampling_stream`` (training sampling, same
+    #: model, prompt order and evaluation); no_update / half_lr ``lr`` (GRPOConfig's
+    #: learning_rate)
+    controls = HostControls(
+        stream="sampling_stream", lr="lr", lr_default=TRL_DEFAULT_LR, section="trl."
+    )
+    #: where a TRL run's trackers are set (the experiment's ``tracking:`` is refused)
+    tracking = (
+        "trl.grpo: report_to, logging_dir and run_name, GRPOConfig's (TRL's own trackers; "
+        "report_to: none keeps them off)"
+    )
+    schemas = {"trl": TrlSettings, "trl.dataflex": HostConfig}
+    train_default = TRAIN_FN
+    framework = "trl"
+    check_module = "dataflex_rl.hosts.trl.check"
+
+    # ------------------------------------------------------------ settings and planning
+    def parse_section(self, data: Any, where: str, base: Path | None) -> dict:
+        """The ``trl:`` section checked (`TrlSettings`), with data and model paths that exist
+        relative to the experiment file resolved against it."""
+        s = from_dict(TrlSettings, data or {}, where)
+        for key, home in OWNED.items():
+            if key in s.grpo:
+                raise ConfigError(
+                    f"{where}.grpo.{key}: set by the experiment, not the GRPOConfig fields; "
+                    f"use {home}"
+                )
+        for key, home in OWNED_DATAFLEX.items():
+            if key in s.dataflex:
+                raise ConfigError(f"{where}.dataflex.{key}: set by the experiment; use {home}")
+        if not s.rewards:
+            raise ConfigError(f"{where}.rewards: expected at least one reward function")
+        out = asdict(s)
+        if s.model != TINY:
+            out["model"] = resolve_path(s.model, base)
+        if s.train != DEFAULT:
+            out["train"] = resolve_path(s.train, base)
+        if isinstance(s.eval, dict):
+            out["eval"] = {d: resolve_path(f, base) for d, f in s.eval.items()}
+        elif s.eval != DEFAULT:
+            out["eval"] = resolve_path(s.eval, base)
+        return out
+
+    def run_config(self, exp, overrides: dict) -> dict:
+        """The settings a TRL run receives: the section with the arm's overrides, paths made
+        absolute, and ``grpo`` completed with what the experiment sets (one generation batch
+        of ``prompts_per_step x samples_per_prompt`` completions per optimizer step)."""
+        where = _where(exp)
+        data = merge_overrides(exp.host_settings, overrides or {})
+        s = asdict(from_dict(TrlSettings, data, where))
+        e, b = exp.evaluation, exp.budget
+        if e.metric != "sampled" or e.samples < 1:
+            raise ConfigError(
+                f"{key_path(exp.path or exp.name, 'evaluation.metric')}: host trl evaluates the "
+                "sampled accuracy only (TRL's evaluation samples at its temperature): set "
+                "evaluation.metric: sampled and evaluation.samples >= 1"
+            )
+        grpo = {
+            "per_device_eval_batch_size": _eval_batch(e.per_domain, e.samples),
+            "save_steps": e.every or b.steps or 1,
+            "logging_steps": 1,
+            **s["grpo"],
+            "max_steps": b.steps,
+            "num_generations": b.samples_per_prompt,
+            "per_device_train_batch_size": b.prompts_per_step * b.samples_per_prompt,
+            "gradient_accumulation_steps": 1,
+            "num_generations_eval": e.samples,
+            "eval_strategy": "steps" if e.every else "no",
+            **({"eval_steps": e.every} if e.every else {}),
+        }
+        accuracy = s["accuracy"] or s["rewards"][0].rpartition(":")[2].rpartition(".")[2]
+        return {
+            **_paths(s, where),
+            "rewards": s["rewards"],
+            "accuracy": accuracy,
+            "eval_per_domain": e.per_domain,
+            "grpo": grpo,
+            "dataflex": s["dataflex"],
+            "sampling_stream": s["sampling_stream"],
+            "lr": s["lr"],
+        }
+
+    def domains(self, exp) -> list[str]:
+        return list(self.run_config(exp, {})["eval"])
+
+    def check(self, exp) -> None:
+        """Before any run: the TRL Python exists and imports TRL and dataflex-rl
+        (`check_python`); ``tiny`` / ``default`` are exported if missing; the model and data
+        files exist; the TRL Python validates the GRPOConfig fields, the rewards and the
+        training function (``python -m dataflex_rl.hosts.trl.check``).
+
+        Raises:
+            ConfigError: naming the key (``trl.python`` with the setup command,
+                ``trl.model``, ``trl.grpo.<field>``, ...).
+        """
+        where = _where(exp)
+        self.check_python(exp)
+        config = self.run_config(exp, {})
+        _export_missing(exp.host_settings, config)
+        model = Path(config["model"])
+        if not (model / "config.json").is_file():
+            raise ConfigError(f"{where}.model: {model} is not a Hugging Face model directory")
+        if not Path(config["train"]).exists():
+            raise ConfigError(f"{where}.train: {config['train']} does not exist")
+        for d, f in config["eval"].items():
+            if not Path(f).exists():
+                raise ConfigError(f"{where}.eval.{d}: {f} does not exist")
+        payload = {
+            "settings": config,
+            "train_fn": self.train_fn(exp),
+            "where": where,
+            "strategies": [s.to_dict() for s in exp.strategies],
+        }
+        self.run_check(exp, payload)
+
+    def setup_lines(self, exp) -> list[str]:
+        c, b = self.run_config(exp, {}), exp.budget
+        own = exp.host_settings.get("grpo") or {}
+        return [
+            f"host: TRL GRPOTrainer (DataflexGRPOTrainer), model `{c['model']}`, train "
+            f"`{c['train']}`, domains {', '.join(c['eval'])}; budget {b.steps} steps × "
+            f"{b.prompts_per_step} prompts × {b.samples_per_prompt} samples; GRPOConfig "
+            + (", ".join(f"{k}={v}" for k, v in own.items()) or "defaults"),
+            "paired on TRL: per seed every arm loads the same model directory, draws the same "
+            "prompt order (GRPOConfig seed = the seed: TRL's sampler), evaluates the same "
+            "held-out problems at the same steps with the sampling RNG seeded by (seed, step, "
+            "domain), apart from training's; training's sampling stream is seeded by (seed, "
+            "sampling_stream) once the trainer is built (aa: another stream)",
+            "not pairable on TRL: greedy accuracy (TRL evaluates by sampling; the score is "
+            "sampled accuracy); a rollout's kernels may be nondeterministic on GPUs; "
+            "strategies that mix or skip prompts draw other prompts",
+        ]
+
+    # ------------------------------------------------------------ running (in the run)
+    def read_records(self, out: Path, config: dict, mixes: bool) -> tuple[list, list]:
+        """`records_from_history` over the run's `log_history` (files only)."""
+        history = log_history(out)
+        return records_from_history(history, list(config["eval"]), config["accuracy"], mixes)
+
+    def has_checkpoint(self, out: Path) -> bool:
+        return bool(_checkpoints(out))
+
+    def steps_done(self, out: Path) -> int:
+        """The run's ``metrics.jsonl`` (every TRL log call, `hosts.trl.run.JsonlLog`)."""
+        return metrics_steps_done(out)

@@ -1,18 +1,17 @@
 """One TRL run of ``compare`` (``host: trl``): `run_training` builds `DataflexGRPOTrainer` from
-the run's settings (hosts/trl/host.py: `run_config`), trains, and leaves TRL's own
+the run's settings (`TrlHost.run_config`), trains, and leaves TRL's own
 files in the run folder (``trainer_state.json`` with the log history the harness reads,
 ``checkpoint-N/`` it resumes from) plus ``metrics.jsonl`` (every log line, for progress).
 
 Pairing (docs/hosts/compare.md): ``GRPOConfig.seed`` = the run's seed (TRL's prompt sampler,
 the dataflex intake); once the trainer is built, the global RNGs are reseeded from (seed,
-noise_stream): the training sampling stream, the only thing an A/A arm changes; every
+sampling_stream): the training sampling stream, the only thing an A/A arm changes; every
 evaluation samples under RNGs seeded by (seed, global step, dataset) and restored afterwards,
 so the arms of a seed are evaluated alike and evaluation never shifts training's stream.
 
-``python -m dataflex_rl.hosts.trl.run --check`` (what the harness runs before any run): reads
-``{"settings", "train_fn", "where", "strategies"}`` on stdin and exits 2 with ``ConfigError:
-...`` on stderr when a GRPOConfig field is unknown or invalid, a strategy does not fit the
-settings, a reward or the training function cannot be imported.
+`check_settings` is what the harness asks the TRL Python before any run
+(``python -m dataflex_rl.hosts.trl.check``): a GRPOConfig field unknown or invalid, a strategy
+that does not fit the settings, a reward or the training function that cannot be imported.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import contextlib
 import dataclasses
 import json
 import random
-import sys
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -42,12 +40,12 @@ from dataflex_rl.hosts.trl.trainer import DataflexGRPOConfig, DataflexGRPOTraine
 METRICS_FILE = "metrics.jsonl"
 
 
-def sampling_seed(seed: int, noise_stream: int) -> int:
+def sampling_seed(seed: int, sampling_stream: int) -> int:
     """The training sampling stream's seed: the run's seed itself for stream 0, else a
     32-bit hash of (seed, stream)."""
-    if noise_stream == 0:
+    if sampling_stream == 0:
         return seed
-    return zlib.crc32(f"dataflex-sampling/{seed}/{noise_stream}".encode())
+    return zlib.crc32(f"dataflex-sampling/{seed}/{sampling_stream}".encode())
 
 
 def eval_seed(seed: int, step: int, prefix: str) -> int:
@@ -125,10 +123,12 @@ def newest_checkpoint(out_dir: str) -> str | None:
 
 
 def grpo_config(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool):
-    """The run's `DataflexGRPOConfig`: the settings' ``grpo`` fields plus the run's seed,
-    folder, strategy and evaluation at step 0 (not again when resuming)."""
+    """The run's `DataflexGRPOConfig`: the settings' ``grpo`` fields and learning rate
+    (``lr``, `TrlHost.run_config` sets it; without it GRPOConfig's default) plus the run's
+    seed, folder, strategy and evaluation at step 0 (not again when resuming)."""
     return DataflexGRPOConfig(
         **settings["grpo"],
+        **({"learning_rate": settings["lr"]} if "lr" in settings else {}),
         output_dir=out_dir,
         seed=seed,
         data_seed=seed,
@@ -147,7 +147,7 @@ def run_training(
     Args:
         settings: the run's settings (hosts/trl/host.py `run_config`): ``model``,
             ``train``, ``eval`` ({domain: file}), ``rewards`` (module:attr), ``accuracy``,
-            ``eval_per_domain``, ``grpo`` (GRPOConfig fields), ``dataflex``, ``noise_stream``.
+            ``eval_per_domain``, ``grpo`` (GRPOConfig fields), ``dataflex``, ``sampling_stream``.
         strategy: the expanded strategy spec.
         seed: the pairing seed.
         out_dir: the run's folder (TRL's output_dir).
@@ -182,7 +182,7 @@ def run_training(
     )
     # the training sampling stream (TRL seeded it with `seed` while building the trainer;
     # a resumed run restores the checkpoint's RNG states instead)
-    set_seed(sampling_seed(seed, settings.get("noise_stream", 0)), device_specific=True)
+    set_seed(sampling_seed(seed, settings.get("sampling_stream", 0)), device_specific=True)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     evaluated = {e["step"] for e in trainer.state.log_history if _is_eval(e)}
     final = None
@@ -238,25 +238,3 @@ def check_settings(
             raise ConfigError(f"{where}.rewards[{i}]: {r} is not callable")
     if not callable(import_object(train_fn, f"{where}.train_fn")):
         raise ConfigError(f"{where}.train_fn: {train_fn} is not callable")
-
-
-def main(argv: list[str]) -> int:
-    if argv != ["--check"]:
-        print("usage: python -m dataflex_rl.hosts.trl.run --check < payload.json", file=sys.stderr)
-        return 2
-    payload = json.loads(sys.stdin.read())
-    try:
-        check_settings(
-            payload["settings"],
-            payload["train_fn"],
-            payload.get("where", "trl"),
-            payload.get("strategies"),
-        )
-    except ConfigError as e:
-        print(f"ConfigError: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

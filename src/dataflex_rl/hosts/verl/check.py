@@ -1,20 +1,20 @@
 """``python -m dataflex_rl.hosts.verl.check``: does verl accept each arm's run, before any run?
 
-Run by the harness (hosts/verl/host.py: ``check``) in ``verl.python`` with a JSON
-list of arms on stdin, ``[{"label", "settings", "strategy"}, ...]``. For each arm it composes the
+Run by the harness (`VerlHost.check`, through `ExternalPythonHost.run_check`) in
+``verl.python`` with ``{"where", "arms": [{"label", "settings", "strategy"}, ...]}`` on stdin. For each arm it composes the
 command line a run of seed 0 would get (`settings.run_overrides`) with Hydra against verl's
 config (``verl.config`` or verl's ``ppo_trainer``): a misspelled or unknown key fails here, as
 it would in every run; then it builds the ``dataflex`` trainer from that config, which checks
 the strategy and the dataflex block against verl's settings (a group scorer under a non-group
 estimator, ``bypass_mode`` with weights, ...). Nothing is started: no Ray, no worker, no model.
 
-Exit status 0 when every arm passes; 2 with one line on stderr, ``<label>: <what verl said>``,
-at the first that does not.
+Exit status 0 when every arm passes; 2 at the first that does not, with one line on stderr,
+``ConfigError: <where>: verl refuses a run of strategy <label>: <what verl said>``
+(`hosts.host.check_main`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.host import check_main
 from dataflex_rl.hosts.verl.settings import parse_settings, run_env, run_overrides
 
 
@@ -67,17 +69,22 @@ def _message(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(lines[:3])}" if lines else type(e).__name__
 
 
-def main() -> int:
-    arms = json.loads(sys.stdin.read())
+def check_arms(payload: dict) -> None:
+    """Every arm of ``payload`` composed and given to the dataflex trainer.
+
+    Raises:
+        ConfigError: the first arm verl or the plugin refuses, with what they said.
+    """
     with tempfile.TemporaryDirectory() as tmp:
-        for i, arm in enumerate(arms):
+        for i, arm in enumerate(payload["arms"]):
             try:
                 check_arm(arm["settings"], arm["strategy"], Path(tmp) / str(i))
             except Exception as e:  # noqa: BLE001  (reported on one line, named by the arm)
-                print(f"{arm['label']}: {_message(e)}", file=sys.stderr)
-                return 2
-    return 0
+                raise ConfigError(
+                    f"{payload['where']}: verl refuses a run of strategy {arm['label']}: "
+                    f"{_message(e)}"
+                ) from e
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(check_main(check_arms))

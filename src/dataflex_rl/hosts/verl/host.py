@@ -21,14 +21,14 @@ import copy
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.config import key_path
 from dataflex_rl.core.metrics import metric_domain, split_domain_metric
-from dataflex_rl.core.registry import ConfigError, import_object
-from dataflex_rl.hosts.host import HostControls, merge_overrides
+from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.host import ExternalPythonHost, HostControls, merge_overrides, resolve_path
+from dataflex_rl.hosts.verl.config import VerlHostConfig
 from dataflex_rl.hosts.verl.run import attempts as metrics_files
 from dataflex_rl.hosts.verl.run import checkpoint_step
 from dataflex_rl.hosts.verl.settings import (
@@ -40,25 +40,11 @@ from dataflex_rl.hosts.verl.settings import (
     run_env,
 )
 
-#: what the controls change: aa another rollout sampling stream (same model, data order and
-#: validation); no_update / half_lr the actor's learning rate
-CONTROLS = HostControls(
-    stream="sampling_stream", lr="lr", lr_default=VerlSettings.lr, section="verl."
-)
-#: where a verl run's trackers are set (the experiment's ``tracking:`` is refused)
-TRACKING = (
-    "verl.overrides: trainer.logger=[console,wandb] (or tensorboard, mlflow, ...) and "
-    "trainer.project_name, verl's own loggers (each run adds the file logger compare reads)"
-)
 #: verl's per-data-source validation accuracy (the core variable's mean over n responses)
 VAL_KEY = re.compile(r"^val-core/(?P<source>.+)/(?:acc|reward)/mean@(?P<n>\d+)$")
 #: a training step's line (verl's own step counter)
 TRAIN_KEY = "training/global_step"
-SETUP = "bash scripts/setup_verl.sh"
-SETUP_HINT = f"{SETUP} makes .venv-verl (verl 0.9.1 and dataflex-rl)"
 TRAIN_FN = "dataflex_rl.hosts.verl.run:run_training"
-#: seconds verl's Python has to check every arm (imports verl, composes, builds no worker)
-CHECK_SECONDS = 300
 #: ray.init arguments a run that joins a running cluster must not pass
 JOIN_REFUSED = ("ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus")
 #: settings holding paths, resolved against the experiment file's folder where they exist there
@@ -91,85 +77,6 @@ def validation(data: dict, metric: str) -> dict[str, float]:
     return out
 
 
-def read_records(run_dir: str | Path, config: dict, mixes: bool) -> tuple[list, list]:
-    """A verl run's evaluations and (for mixers) domain proportions, in the shape of the
-    engine's records (`runner.read_records`).
-
-    Args:
-        run_dir: the run's folder.
-        config: the run's settings; ``eval_metric`` (greedy or sampled) names what its
-            validation measured.
-        mixes: also read the mixer's per-domain target and actual proportions.
-
-    Returns:
-        ``(evals, proportions)``: evals ``{"step", "<domain>/<metric>", ...}`` for every
-        validated step, in step order; proportions ``{"step", "domain", "target", "actual"}``
-        with the strategy's step (verl's step - 1, as the plugin counts).
-    """
-    metric = config.get("eval_metric", "greedy")
-    evals, props = [], []
-    for step, data in sorted(logged_steps(run_dir).items()):
-        accuracy = validation(data, metric)
-        if accuracy:
-            evals.append({"step": step, **accuracy})
-        if mixes and TRAIN_KEY in data:
-            for key, value in data.items():
-                found = split_domain_metric(key, "mix")
-                if found is not None and found[1] == "target":
-                    props.append(
-                        {
-                            "step": step - 1,
-                            "domain": found[0],
-                            "target": value,
-                            "actual": data.get(key[: -len("target")] + "actual"),
-                        }
-                    )
-    return evals, props
-
-
-def steps_done(run_dir: str | Path) -> int:
-    """Training steps a run has logged (the newest attempt's last training line; before it
-    logs one, the step it resumed from)."""
-    files = metrics_files(run_dir)
-    if files:
-        for line in reversed(files[-1].read_text(errors="replace").splitlines()):
-            try:
-                data = json.loads(line).get("data", {})
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(data, dict) and TRAIN_KEY in data:
-                return int(data[TRAIN_KEY])
-    return checkpoint_step(run_dir)
-
-
-def has_checkpoint(run_dir: str | Path) -> bool:
-    """verl finished a checkpoint the run can resume from."""
-    return checkpoint_step(run_dir) > 0
-
-
-# --------------------------------------------------------------------------- before any run
-def check_python(python: str, where: str = "verl.python") -> str:
-    """``python`` as an absolute path when it runs and has verl and dataflex-rl; else a
-    `ConfigError` naming the key and how to make the venv (before any run starts)."""
-    path = Path(python).expanduser()
-    resolved = path if path.is_absolute() else Path.cwd() / path
-    if not resolved.is_file():
-        raise ConfigError(f"{where}: {python} does not exist ({resolved}); {SETUP_HINT}")
-    probe = (
-        "import importlib.util as u, sys; "
-        "sys.exit(0 if u.find_spec('verl') and u.find_spec('dataflex_rl') else 3)"
-    )
-    try:
-        code = subprocess.run([str(resolved), "-c", probe], capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ConfigError(f"{where}: {python} does not run ({e}); {SETUP_HINT}") from e
-    if code.returncode != 0:
-        raise ConfigError(
-            f"{where}: {python} lacks verl or dataflex-rl (exit {code.returncode}); {SETUP_HINT}"
-        )
-    return str(resolved)
-
-
 def pairing_notes(settings: VerlSettings) -> list[str]:
     """The report's Setup lines: what a verl study pairs, and what verl cannot."""
     return [
@@ -182,44 +89,6 @@ def pairing_notes(settings: VerlSettings) -> list[str]:
         "kernels whose results depend on the batch size; greedy validation at step 0 is "
         "paired up to that nondeterminism (the pairing check reports it)",
     ]
-
-
-# --------------------------------------------------------------------------- the host interface
-def _resolve(value: Any, base: Path | None) -> Any:
-    if isinstance(value, list):
-        return [_resolve(v, base) for v in value]
-    if isinstance(value, str) and base is not None:
-        p = Path(value).expanduser()
-        if not p.is_absolute() and (base / p).exists():
-            return str(base / p)
-        return str(p)
-    return value
-
-
-def parse_section(data: Any, where: str, base: Path | None) -> dict:
-    """The ``verl:`` section checked (`VerlSettings`; keys the budget and evaluation set are
-    refused, naming where to set them), with ``model``, ``train_files``, ``val_files``,
-    ``config``, ``python`` and the file paths of ``overrides`` (``key=relative/file``)
-    resolved against the experiment file's folder where they exist there (else as given:
-    relative to the working directory)."""
-    if data is None:
-        raise ConfigError(
-            f"{where}: host verl needs a verl section (model, train_files, val_files; "
-            "docs/hosts/compare.md)"
-        )
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    for key, home in EXPERIMENT_KEYS.items():
-        if key in data:
-            raise ConfigError(f"{key_path(where, key)}: set by the experiment; use {home}")
-    section = copy.deepcopy(data)
-    for key in PATH_KEYS:
-        if key in section:
-            section[key] = _resolve(section[key], base)
-    if isinstance(section.get("overrides"), list):
-        section["overrides"] = [_resolve_override(o, base) for o in section["overrides"]]
-    parse_settings(section, where)
-    return section
 
 
 def _resolve_override(override: Any, base: Path | None) -> Any:
@@ -243,13 +112,6 @@ def _val_files(settings: VerlSettings) -> list[str]:
     return [files] if isinstance(files, str) else list(files)
 
 
-def domains(exp) -> list[str]:
-    """The held-out data sources (verl reports validation per ``data_source``): ``domains``
-    when set, else as they first appear in ``val_files``."""
-    s = _settings(exp)
-    return list(s.domains) if s.domains else val_sources(s)
-
-
 def val_sources(settings: VerlSettings) -> list[str]:
     """The ``data_source`` values of the held-out files, in order of first appearance."""
     import pyarrow.parquet as pq
@@ -261,59 +123,204 @@ def val_sources(settings: VerlSettings) -> list[str]:
     return list(seen)
 
 
-def run_config(exp, overrides: dict) -> dict:
-    """The settings a run receives: the section, an arm's overrides, the budget and the
-    evaluation (validated; ``python`` left out: where verl is installed is not the run)."""
-    b, e = exp.budget, exp.evaluation
-    if e.metric == "greedy" and e.samples > 0:
-        raise ConfigError(
-            f"{key_path(exp.path or exp.name, 'evaluation.samples')}: host verl validates one "
-            "way per run: greedy (samples: 0) or metric: sampled with samples >= 1 responses"
-        )
-    data = merge_overrides(exp.host_settings, overrides or {})
-    data.pop("python", None)
-    data.update(
-        steps=b.steps,
-        prompts_per_step=b.prompts_per_step,
-        samples_per_prompt=b.samples_per_prompt,
-        eval_every=e.every,
-        eval_metric=e.metric,
-        eval_samples=max(e.samples, 1),
-        eval_per_domain=e.per_domain,
+def _hydra_ints(overrides: list[str], keys: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for o in overrides:
+        key = override_key(o, "verl.overrides")
+        if key in keys and "=" in o:
+            try:
+                out[key] = int(o.split("=", 1)[1])
+            except ValueError:
+                pass
+    return out
+
+
+class VerlHost(ExternalPythonHost):
+    """verl 0.9.x (``host: verl``): each run a process of ``verl.python``."""
+
+    name = "verl"
+    setup = "bash scripts/setup_verl.sh"
+    no_token_budget = (
+        "verl's trainer stops at trainer.total_training_steps; generation (and "
+        "filter_groups' refills) happens in verl's rollout workers and ReplayBuffer, which "
+        "the plugin does not meter token by token"
     )
-    parse_settings(data, key_path(exp.path or exp.name, "verl"))
-    return data
+    #: what the controls change: aa another rollout sampling stream (same model, data order
+    #: and validation); no_update / half_lr the actor's learning rate
+    controls = HostControls(
+        stream="sampling_stream", lr="lr", lr_default=VerlSettings.lr, section="verl."
+    )
+    #: where a verl run's trackers are set (the experiment's ``tracking:`` is refused)
+    tracking = (
+        "verl.overrides: trainer.logger=[console,wandb] (or tensorboard, mlflow, ...) and "
+        "trainer.project_name, verl's own loggers (each run adds the file logger compare reads)"
+    )
+    schemas = {"verl": VerlSettings, "verl.dataflex": VerlHostConfig}
+    train_default = TRAIN_FN
+    framework = "verl"
+    check_module = "dataflex_rl.hosts.verl.check"
+    #: seconds verl's Python has to check every arm (imports verl, composes, builds no worker)
+    check_seconds = 300
 
+    # ------------------------------------------------------------ settings and planning
+    def parse_section(self, data: Any, where: str, base: Path | None) -> dict:
+        """The ``verl:`` section checked (`VerlSettings`; keys the budget and evaluation set
+        are refused, naming where to set them), with ``model``, ``train_files``,
+        ``val_files``, ``config``, ``python`` and the file paths of ``overrides``
+        (``key=relative/file``) resolved against the experiment file's folder where they
+        exist there (else as given: relative to the working directory)."""
+        if data is None:
+            raise ConfigError(
+                f"{where}: host verl needs a verl section (model, train_files, val_files; "
+                "docs/hosts/compare.md)"
+            )
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+        for key, home in EXPERIMENT_KEYS.items():
+            if key in data:
+                raise ConfigError(f"{key_path(where, key)}: set by the experiment; use {home}")
+        section = copy.deepcopy(data)
+        for key in PATH_KEYS:
+            if key in section:
+                section[key] = resolve_path(section[key], base)
+        if isinstance(section.get("overrides"), list):
+            section["overrides"] = [_resolve_override(o, base) for o in section["overrides"]]
+        parse_settings(section, where)
+        return section
 
-def train_fn(exp) -> str:
-    return TRAIN_FN
+    def domains(self, exp) -> list[str]:
+        """The held-out data sources (verl reports validation per ``data_source``):
+        ``domains`` when set, else as they first appear in ``val_files``."""
+        s = _settings(exp)
+        return list(s.domains) if s.domains else val_sources(s)
 
-
-def python(exp) -> str:
-    """``verl.python`` as an absolute path (against the working directory)."""
-    p = Path(_settings(exp).python).expanduser()
-    return str(p if p.is_absolute() else Path.cwd() / p)
-
-
-def check(exp) -> None:
-    """Before any run: verl's Python (`check_python`), the model and data files, the
-    resources a run's Ray mode needs, and, in verl's Python, that verl composes every arm's
-    run and the dataflex trainer accepts it (`check_in_verl`)."""
-    where = key_path(exp.path or exp.name, "verl")
-    s = _settings(exp)
-    python = check_python(s.python, key_path(where, "python"))
-    if not Path(s.model).is_dir():
-        raise ConfigError(f"{key_path(where, 'model')}: {s.model} is not a model directory")
-    train = [s.train_files] if isinstance(s.train_files, str) else s.train_files
-    for key, files in (("train_files", train), ("val_files", _val_files(s))):
-        for f in files:
-            if not Path(f).is_file():
-                raise ConfigError(f"{key_path(where, key)}: {f}: no such file")
-    if s.domains and sorted(s.domains) != sorted(val_sources(s)):
-        raise ConfigError(
-            f"{key_path(where, 'domains')}: {s.domains} are not the data sources of "
-            f"val_files: {val_sources(s)}"
+    def run_config(self, exp, overrides: dict) -> dict:
+        """The settings a run receives: the section, an arm's overrides, the budget and the
+        evaluation (validated; ``python`` left out: where verl is installed is not the run)."""
+        b, e = exp.budget, exp.evaluation
+        if e.metric == "greedy" and e.samples > 0:
+            raise ConfigError(
+                f"{key_path(exp.path or exp.name, 'evaluation.samples')}: host verl validates "
+                "one way per run: greedy (samples: 0) or metric: sampled with samples >= 1 "
+                "responses"
+            )
+        data = merge_overrides(exp.host_settings, overrides or {})
+        data.pop("python", None)
+        data.update(
+            steps=b.steps,
+            prompts_per_step=b.prompts_per_step,
+            samples_per_prompt=b.samples_per_prompt,
+            eval_every=e.every,
+            eval_metric=e.metric,
+            eval_samples=max(e.samples, 1),
+            eval_per_domain=e.per_domain,
         )
+        parse_settings(data, key_path(exp.path or exp.name, "verl"))
+        return data
+
+    def check(self, exp) -> None:
+        """Before any run: verl's Python (`check_python`), the model and data files, the
+        resources a run's Ray mode needs, and, in verl's Python (``python -m
+        dataflex_rl.hosts.verl.check``), that verl composes every arm's run and the dataflex
+        trainer accepts it: a key verl does not have, or a strategy that does not fit verl's
+        settings, is refused before any run."""
+        where = self.where(exp)
+        s = _settings(exp)
+        self.check_python(exp)
+        if not Path(s.model).is_dir():
+            raise ConfigError(f"{key_path(where, 'model')}: {s.model} is not a model directory")
+        train = [s.train_files] if isinstance(s.train_files, str) else s.train_files
+        for key, files in (("train_files", train), ("val_files", _val_files(s))):
+            for f in files:
+                if not Path(f).is_file():
+                    raise ConfigError(f"{key_path(where, key)}: {f}: no such file")
+        if s.domains and sorted(s.domains) != sorted(val_sources(s)):
+            raise ConfigError(
+                f"{key_path(where, 'domains')}: {s.domains} are not the data sources of "
+                f"val_files: {val_sources(s)}"
+            )
+        _check_ray(exp, s, where)
+        arms = [
+            {
+                "label": e.label,
+                "settings": self.run_config(exp, e.overrides),
+                "strategy": e.to_dict(),
+            }
+            for e in exp.strategies
+        ]
+        env = {**os.environ, **run_env(s, os.getcwd(), os.environ.get("PYTHONPATH", ""))}
+        self.run_check(exp, {"where": where, "arms": arms}, env)
+
+    def setup_lines(self, exp) -> list[str]:
+        s, b, e = _settings(exp), exp.budget, exp.evaluation
+        validation = (
+            "greedy" if e.metric == "greedy" else f"{max(e.samples, 1)} samples at temperature 1"
+        )
+        return [
+            f"verl host: model `{s.model}`, data sources {', '.join(self.domains(exp))} "
+            f"(held-out: the first {e.per_domain} prompts of each in val_files); budget "
+            f"{b.steps} steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples; "
+            f"validation {validation} at step 0 and every {e.every or b.steps} steps; lr "
+            f"{s.lr:g}; Ray: {s.ray}",
+            *pairing_notes(s),
+        ]
+
+    # ------------------------------------------------------------ running (in the run)
+    def read_records(self, out: Path, config: dict, mixes: bool) -> tuple[list, list]:
+        """A verl run's evaluations and (for mixers) domain proportions.
+
+        Args:
+            out: the run's folder.
+            config: the run's settings; ``eval_metric`` (greedy or sampled) names what its
+                validation measured.
+            mixes: also read the mixer's per-domain target and actual proportions.
+
+        Returns:
+            ``(evals, proportions)``: evals ``{"step", "<domain>/<metric>", ...}`` for every
+            validated step, in step order; proportions ``{"step", "domain", "target",
+            "actual"}`` with the strategy's step (verl's step - 1, as the plugin counts).
+        """
+        metric = config.get("eval_metric", "greedy")
+        evals, props = [], []
+        for step, data in sorted(logged_steps(out).items()):
+            accuracy = validation(data, metric)
+            if accuracy:
+                evals.append({"step": step, **accuracy})
+            if mixes and TRAIN_KEY in data:
+                for key, value in data.items():
+                    found = split_domain_metric(key, "mix")
+                    if found is not None and found[1] == "target":
+                        props.append(
+                            {
+                                "step": step - 1,
+                                "domain": found[0],
+                                "target": value,
+                                "actual": data.get(key[: -len("target")] + "actual"),
+                            }
+                        )
+        return evals, props
+
+    def steps_done(self, out: Path) -> int:
+        """Training steps a run has logged (the newest attempt's last training line; before
+        it logs one, the step it resumed from)."""
+        files = metrics_files(out)
+        if files:
+            for line in reversed(files[-1].read_text(errors="replace").splitlines()):
+                try:
+                    data = json.loads(line).get("data", {})
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(data, dict) and TRAIN_KEY in data:
+                    return int(data[TRAIN_KEY])
+        return checkpoint_step(out)
+
+    def has_checkpoint(self, out: Path) -> bool:
+        """verl finished a checkpoint the run can resume from."""
+        return checkpoint_step(out) > 0
+
+
+def _check_ray(exp, s: VerlSettings, where: str) -> None:
+    """The resources a run's Ray mode needs (``verl.ray``: own or join)."""
     gpus = exp.resources.gpus_per_run
     if s.ray == "join" and gpus > 0:
         raise ConfigError(
@@ -341,68 +348,3 @@ def check(exp) -> None:
             f"verl.overrides set trainer.n_gpus_per_node={per_node}: each run's own Ray "
             "instance sees only the GPUs the run holds"
         )
-    check_in_verl(exp, python, where)
-
-
-def check_in_verl(exp, python: str, where: str) -> None:
-    """Every arm's run (seed 0) composed by Hydra against verl's config and given to the
-    dataflex trainer, in verl's Python (``python -m dataflex_rl.hosts.verl.check``): a key verl
-    does not have, or a strategy that does not fit verl's settings, is refused before any run."""
-    arms = [
-        {"label": e.label, "settings": run_config(exp, e.overrides), "strategy": e.to_dict()}
-        for e in exp.strategies
-    ]
-    s = _settings(exp)
-    env = {**os.environ, **run_env(s, os.getcwd(), os.environ.get("PYTHONPATH", ""))}
-    try:
-        out = subprocess.run(
-            [python, "-m", "dataflex_rl.hosts.verl.check"],
-            input=json.dumps(arms),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=CHECK_SECONDS,
-        )
-    except subprocess.TimeoutExpired as e:
-        raise ConfigError(f"{where}: verl's check did not finish in {CHECK_SECONDS} s") from e
-    if out.returncode != 0:
-        lines = [x for x in out.stderr.splitlines() if x.strip()]
-        raise ConfigError(
-            f"{where}: verl refuses a run of strategy "
-            + (lines[-1] if lines else f"(exit {out.returncode}, no message)")
-        )
-
-
-def _hydra_ints(overrides: list[str], keys: tuple[str, ...]) -> dict[str, int]:
-    out = {}
-    for o in overrides:
-        key = override_key(o, "verl.overrides")
-        if key in keys and "=" in o:
-            try:
-                out[key] = int(o.split("=", 1)[1])
-            except ValueError:
-                pass
-    return out
-
-
-def setup_lines(exp) -> list[str]:
-    s, b, e = _settings(exp), exp.budget, exp.evaluation
-    validation = (
-        "greedy" if e.metric == "greedy" else f"{max(e.samples, 1)} samples at temperature 1"
-    )
-    return [
-        f"verl host: model `{s.model}`, data sources {', '.join(domains(exp))} (held-out: "
-        f"the first {e.per_domain} prompts of each in val_files); budget {b.steps} "
-        f"steps × {b.prompts_per_step} prompts × {b.samples_per_prompt} samples; validation "
-        f"{validation} at step 0 and every {e.every or b.steps} steps; lr {s.lr:g}; "
-        f"Ray: {s.ray}",
-        *pairing_notes(s),
-    ]
-
-
-def train(run, out: Path, resume: bool) -> tuple[dict, bool]:
-    """Run the training function (``verl.run_training``'s signature) in this process (the
-    verl venv's Python); ``(summary, resumed)``."""
-    fn = import_object(run.train_fn, "train_fn")
-    summary = fn(run.config, run.strategy, seed=run.seed, out_dir=str(out), resume=resume)
-    return summary, resume

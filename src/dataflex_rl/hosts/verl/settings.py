@@ -23,6 +23,7 @@ from typing import Any
 
 from dataflex_rl.core.config import Checked, param, validate
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.hosts.common.config import shared_param
 from dataflex_rl.hosts.verl.config import VerlHostConfig
 
 #: where a run writes, relative to its folder
@@ -82,13 +83,10 @@ class VerlSettings(Checked):
         "modules imported in every verl process at 'import verl' (VERL_USE_EXTERNAL_MODULES):"
         " a platform, a rollout or agent loop of your own",
     )
-    lr: float = param(1e-6, "actor learning rate (actor_rollout_ref.actor.optim.lr)", ge=0.0)
-    sampling_stream: int = param(
-        0,
-        "rollout sampling stream: rollout.seed = seed + 1e6 x stream (the aa control "
-        "uses another stream)",
-        ge=0,
-    )
+    #: the actor's (actor_rollout_ref.actor.optim.lr)
+    lr: float = shared_param("lr", 1e-6)
+    #: verl: rollout.seed = seed + 1e6 x stream
+    sampling_stream: int = shared_param("sampling_stream")
     save_every: int | None = param(
         None,
         "checkpoint every N steps (trainer.save_freq; a killed run resumes from the newest);"

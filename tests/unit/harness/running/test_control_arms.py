@@ -28,7 +28,7 @@ MINIMAL = {
 }
 
 
-def recording_train(config, strategy, *, seed, steps, out_dir, resume, progress):
+def recording_train(config, strategy, *, seed, out_dir, resume):
     """The stand-in engine, plus what the worker's EngineConfig says."""
     from tests.unit.harness.fake_engine import run_training
 
@@ -36,14 +36,12 @@ def recording_train(config, strategy, *, seed, steps, out_dir, resume, progress)
         json.dumps(
             {
                 "lr": config.optim.lr,
-                "noise_stream": config.noise_stream,
+                "sampling_stream": config.sampling_stream,
                 "select": strategy.get("select"),
             }
         )
     )
-    return run_training(
-        config, strategy, seed=seed, steps=steps, out_dir=out_dir, resume=resume, progress=progress
-    )
+    return run_training(config, strategy, seed=seed, out_dir=out_dir, resume=resume)
 
 
 def exp(**patch):
@@ -83,7 +81,7 @@ def test_controls_become_labelled_arms_with_required_outcomes(value):
         "drop_half_control": "worse",
     }
     arms = {s.label: s for s in e.strategies}
-    assert arms["aa_control"].overrides == {"noise_stream": 1}
+    assert arms["aa_control"].overrides == {"sampling_stream": 1}
     assert arms["no_update_control"].overrides == {"optim": {"lr": 0.0}}
     # half the engine's default learning rate
     assert arms["half_lr_control"].overrides == {"optim": {"lr": EngineConfig().optim.lr / 2}}
@@ -104,21 +102,21 @@ def test_controls_become_labelled_arms_with_required_outcomes(value):
 
 def test_controls_follow_the_experiments_engine_and_baseline():
     e = exp(
-        engine={"noise_stream": 2, "optim": {"lr": 1e-4}},
+        engine={"sampling_stream": 2, "optim": {"lr": 1e-4}},
         strategies=[{"label": "ref", "strategy": {"reweight": "softmax"}}, "difffilter"],
         baseline="ref",
         controls=["aa", "half_lr", {"drop_half": {"fraction": 0.25, "salt": 3}}],
     )
     arms = {s.label: s for s in e.strategies}
-    assert arms["aa_control"].overrides == {"noise_stream": 3}
+    assert arms["aa_control"].overrides == {"sampling_stream": 3}
     assert arms["half_lr_control"].overrides == {"optim": {"lr": 5e-5}}
     drop = arms["drop_half_control"].to_dict()
     assert drop["reweight"] == arms["ref"].to_dict()["reweight"]  # baseline's strategy
     assert drop["select"]["actuator"]["fraction"] == 0.25
     cfg = e.engine_config(arms["half_lr_control"].overrides)
-    assert cfg.optim.lr == 5e-5 and cfg.noise_stream == 2 and cfg.optim.betas == [0.9, 0.999]
-    assert exp(controls=[{"aa": {"noise_stream": 5}}]).strategies[-1].overrides == {
-        "noise_stream": 5
+    assert cfg.optim.lr == 5e-5 and cfg.sampling_stream == 2 and cfg.optim.betas == [0.9, 0.999]
+    assert exp(controls=[{"aa": {"sampling_stream": 5}}]).strategies[-1].overrides == {
+        "sampling_stream": 5
     }
 
 
@@ -154,8 +152,8 @@ def test_controls_follow_the_experiments_engine_and_baseline():
         ({"controls": "aa"}, r"experiment\.controls: expected a list of control names"),
         ({"controls": ["aa", "aa"]}, r"controls\[1\]: control 'aa' is listed twice"),
         (
-            {"controls": [{"aa": {"noise_stream": 0}}]},
-            r"controls\.aa\.noise_stream: must differ from the experiment's stream \(0\)",
+            {"controls": [{"aa": {"sampling_stream": 0}}]},
+            r"controls\.aa\.sampling_stream: must differ from the experiment's stream \(0\)",
         ),
         (
             {"controls": ["half_lr"], "engine": {"optim": {"lr": 0.0}}},
@@ -216,8 +214,8 @@ def test_arms_have_their_own_config_and_fingerprint(tmp_path):
         ]
         assert len(set(prints)) == 6
     base, aa = by[("baseline", 0)], by[("aa_control", 0)]
-    assert aa.config["noise_stream"] == 1 and base.config["noise_stream"] == 0
-    assert aa.identity["config"]["noise_stream"] == 1 and aa.overrides == {"noise_stream": 1}
+    assert aa.config["sampling_stream"] == 1 and base.config["sampling_stream"] == 0
+    assert aa.identity["config"]["sampling_stream"] == 1 and aa.overrides == {"sampling_stream": 1}
     assert by[("no_update_control", 1)].config["optim"]["lr"] == 0.0
     assert by[("half_lr_control", 1)].config["optim"]["lr"] == EngineConfig().optim.lr / 2
     # the same engine (only the tracker run's name differs)
@@ -247,7 +245,11 @@ def test_workers_get_the_arms_engine_and_adding_a_control_reuses_finished_runs(t
     def seen(label):
         return json.loads((tmp_path / "runs" / label / "seed1" / "seen.json").read_text())
 
-    assert seen("aa_control") == {"lr": EngineConfig().optim.lr, "noise_stream": 1, "select": None}
+    assert seen("aa_control") == {
+        "lr": EngineConfig().optim.lr,
+        "sampling_stream": 1,
+        "select": None,
+    }
     assert seen("no_update_control")["lr"] == 0.0
     assert seen("drop_half_control")["select"]["actuator"]["name"] == "random_groups"
     run = json.loads((tmp_path / "runs" / "no_update_control" / "seed0" / "run.json").read_text())
@@ -295,7 +297,7 @@ PINNED_HOSTS = {
     },
     "trl": {
         "host": "trl",
-        "trl": {"exports": "/pinned/exported", "grpo": {"learning_rate": 0.04}},
+        "trl": {"exports": "/pinned/exported", "lr": 0.04},
         "evaluation": {"metric": "sampled", "every": 2, "per_domain": 5, "samples": 2},
     },
     "verl": {
@@ -312,21 +314,23 @@ PINNED_HOSTS = {
 #: their fingerprints (first 16 hex digits) computed at 600e367, when each host wrote its own
 #: control mapping; a change here means finished and unfinished runs of existing comparisons
 #: no longer resume. verl's recomputed when evaluation.per_domain began to apply on verl (its
-#: runs validate on another held-out set, eval_per_domain in their settings)
+#: runs validate on another held-out set, eval_per_domain in their settings); the engine's and
+#: TRL's when the sampling stream got one name on every host (noise_stream -> sampling_stream)
+#: and TRL's learning rate became trl.lr (issue 30)
 PINNED = {
     "engine": {
-        "baseline": "9a2f253bd629ac00",
-        "aa_control": "804658a0835ad86e",
-        "no_update_control": "0961eaf58ba3fa7c",
-        "half_lr_control": "93dba1ef544b606e",
-        "drop_half_control": "477168b5fb0a719c",
+        "baseline": "941ce47c819c00eb",
+        "aa_control": "21b5912b72ffce5f",
+        "no_update_control": "fdc8dfafc44c7c1c",
+        "half_lr_control": "4e72dc9a97c5ca08",
+        "drop_half_control": "b8f593b1be4377aa",
     },
     "trl": {
-        "baseline": "873d1853648b7022",
-        "aa_control": "1f885a095d079614",
-        "no_update_control": "03fd57c9935d7572",
-        "half_lr_control": "51a8d7ae460a4dc3",
-        "drop_half_control": "c7610744083952ea",
+        "baseline": "41c8660cdf69ae57",
+        "aa_control": "880fbbde734fba4b",
+        "no_update_control": "1a13dcd7ab33ed13",
+        "half_lr_control": "f73d04705fd3da42",
+        "drop_half_control": "41badce6dde3f690",
     },
     "verl": {
         "baseline": "37ece964bb02f456",

@@ -24,7 +24,12 @@ from dataflex_rl.harness.running.executors import (
 )
 from dataflex_rl.harness.running.experiment import Resources
 from dataflex_rl.harness.running.launch import PYTHON, RECORD_MARK, Launch, run_launch
-from dataflex_rl.harness.running.supervisor import Progress, default_workers, supervise
+from dataflex_rl.harness.running.supervisor import (
+    Progress,
+    default_workers,
+    run_processes,
+    supervise,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 LAUNCH = "src/dataflex_rl/harness/running/launch.py"
@@ -123,6 +128,78 @@ def test_local_workers_do_not_oversubscribe_the_cores(monkeypatch):
     expected = max(1, default_workers() // 2)
     assert sorted(r["seed"] for r in records) == [0, 1]
     assert {(r["omp"], r["torch_threads"]) for r in records} == {(str(expected), expected)}
+
+
+@dataclass(frozen=True)
+class OwnPythonJob:
+    """A run of a host with its own Python (``python`` set): the executor starts it."""
+
+    method: str
+    seed: int
+    steps: int = 1
+    python: str = sys.executable
+
+
+#: what a launched run reports: its parent, its slot's devices and threads
+REPORT = (
+    "import os, json; print('@@dataflex-record@@ ' + json.dumps({'status': 'done', "
+    "'method': 'm', 'seed': int(os.environ['SEED']), 'ppid': os.getppid(), "
+    "'devices': os.environ.get('CUDA_VISIBLE_DEVICES'), 'omp': os.environ.get('OMP_NUM_THREADS')}))"
+)
+
+
+def report_launch(job) -> Launch:
+    return Launch(
+        (PYTHON, "-c", REPORT),
+        run_dir=str(ROOT / "runs" / "x"),
+        method="m",
+        seed=job.seed,
+        env={"SEED": str(job.seed)},
+    )
+
+
+def test_a_host_with_its_own_python_runs_each_run_as_a_process_of_the_harness():
+    """No worker process between the harness and a run: the run's parent is the process that
+    started it (`die_with_starter` execs in place); each slot keeps its own devices."""
+    jobs = [OwnPythonJob("m", s) for s in range(4)]
+    bar = Progress(len(jobs), 0, 1, lambda job: 0, workers=2, show=False)
+    envs = [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    records = run_processes(jobs, report_launch, 2, bar, envs)
+    assert sorted(r["seed"] for r in records) == [0, 1, 2, 3]
+    assert {r["ppid"] for r in records} == {os.getpid()}
+    assert {r["devices"] for r in records} <= {"0", "1"}
+
+
+def test_the_local_executor_starts_own_python_runs_directly(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    jobs = [OwnPythonJob("m", s) for s in range(2)]
+    bar = Progress(len(jobs), 0, 1, lambda job: 0, workers=2, show=False)
+    never = "tests.unit.harness.running.test_executors:report_worker"  # not called
+    records = LocalExecutor(workers=2).run(jobs, never, report_launch, bar)
+    assert sorted(r["seed"] for r in records) == [0, 1]
+    assert {(r["ppid"], r["omp"]) for r in records} == {(os.getpid(), "1")}
+
+
+def test_a_run_whose_process_dies_fails_alone():
+    code = (
+        "import os, json, sys; os._exit(3) if os.environ['SEED'] == '0' else None; "
+        + REPORT[len("import os, json; ") :]
+    )
+    jobs = [OwnPythonJob("m", s) for s in range(2)]
+    bar = Progress(len(jobs), 0, 1, lambda job: 0, workers=1, show=False)
+
+    def launch_of(job):
+        return Launch(
+            (PYTHON, "-c", code),
+            run_dir=str(ROOT / "runs" / "x"),
+            method="m",
+            seed=job.seed,
+            env={"SEED": str(job.seed)},
+        )
+
+    records = {r["seed"]: r for r in run_processes(jobs, launch_of, 1, bar)}
+    assert records[0]["status"] == "failed" and "exit code 3" in records[0]["error"]
+    assert records[1]["status"] == "done"
 
 
 # ------------------------------------------------------------------ a run as a process

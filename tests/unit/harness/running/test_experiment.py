@@ -17,7 +17,7 @@ HOSTED = sorted((ROOT / "examples" / "experiments").glob("*.yaml"))
 def test_shipped_host_experiment_loads(path):
     exp = load_experiment(path)
     assert exp.host != "engine" and exp.baseline in exp.labels
-    assert exp.domains and exp.host_module.run_config(exp, {})
+    assert exp.domains and exp.host_impl.run_config(exp, {})
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)

@@ -1,10 +1,11 @@
 """harness/running/supervisor.py and the progress it reads: steps counted from the runs' own
-records (runner.steps_done), the overall bar, and a real pool running the stand-in engine."""
+records (hosts.host.metrics_steps_done), the overall bar, and a real pool running the stand-in engine."""
 
 import json
 
-from dataflex_rl.harness.running.runner import execute, plan, steps_done
+from dataflex_rl.harness.running.runner import execute, plan
 from dataflex_rl.harness.running.supervisor import Progress
+from dataflex_rl.hosts.host import metrics_steps_done as steps_done
 from tests.unit.harness.running.test_runner import FAKE, experiment
 
 

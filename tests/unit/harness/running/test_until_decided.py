@@ -31,8 +31,9 @@ EFFECT = {
 }
 
 
-def noisy_train(config, strategy, *, seed, steps, out_dir, resume, progress):
+def noisy_train(config, strategy, *, seed, out_dir, resume):
     """Final score = 0.5 + effect + noise(seed) at the last step, 0.5 at step 0."""
+    steps = config.steps
     name, out = strategy["name"], Path(out_dir)
     with (out.parents[2] / "calls.log").open("a") as f:
         f.write(f"{name} {seed}\n")

@@ -24,7 +24,8 @@ def driver(tmp_path=None, spec=GRESO) -> Driver:
     log = None
     if tmp_path is not None:
         log = DecisionLog(tmp_path, domains=("a", "b"), strategy_spec={}, host="test")
-    return Driver(strategy, Intake.from_rows(ROWS, ("a", "b"), seed=1), log)
+    intake = Intake.from_rows(ROWS, ("a", "b"), seed=1, candidate_factor=2.0)
+    return Driver(strategy, intake, log)
 
 
 def batch_of(rows: list[int], step: int, reward: float = 1.0):

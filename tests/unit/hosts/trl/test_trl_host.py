@@ -12,6 +12,8 @@ from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
 from dataflex_rl.hosts.trl import host
 
+HOST = host.TrlHost()
+
 
 def experiment(tmp_path, **trl):
     data = {
@@ -27,8 +29,8 @@ def experiment(tmp_path, **trl):
 
 
 def test_run_config_maps_budget_and_evaluation_to_grpo_fields(tmp_path):
-    exp = parse_experiment(experiment(tmp_path, grpo={"learning_rate": 0.01, "beta": 0.1}))
-    c = host.run_config(exp, {})
+    exp = parse_experiment(experiment(tmp_path, lr=0.01, grpo={"beta": 0.1}))
+    c = HOST.run_config(exp, {})
     g = c["grpo"]
     assert g["max_steps"] == 6 and g["num_generations"] == 4
     # one generation batch of 4 prompts x 4 samples per optimizer step
@@ -37,7 +39,7 @@ def test_run_config_maps_budget_and_evaluation_to_grpo_fields(tmp_path):
     assert g["num_generations_eval"] == 2
     # 10 problems, 2 samples: 10 prompts (divides 10, 20 completions <= 64) per eval batch
     assert g["per_device_eval_batch_size"] == 20
-    assert g["learning_rate"] == 0.01 and g["beta"] == 0.1
+    assert c["lr"] == 0.01 and g["beta"] == 0.1  # lr: GRPOConfig's learning_rate
     ex = tmp_path / "exported"
     assert c["model"] == str(ex / "tiny") and c["train"] == str(ex / "tasks" / "train.parquet")
     assert c["eval"] == {d: str(ex / "tasks" / "eval" / f"{d}.parquet") for d in exp.domains}
@@ -62,7 +64,7 @@ def test_eval_batch_is_whole_groups_dividing_the_problems():
         ),
         ({"grpo": {"seed": 3}}, r"trl\.grpo\.seed: set by the experiment.*seeds"),
         ({"dataflex": {"strategy": "x"}}, r"trl\.dataflex\.strategy: set by the experiment"),
-        ({"noise_stream": "a"}, r"experiment\.trl\.noise_stream"),
+        ({"sampling_stream": "a"}, r"experiment\.trl\.sampling_stream"),
         ({"rewards": "x"}, r"experiment\.trl\.rewards"),
         ({"modle": "x"}, r"experiment\.trl\.modle: unknown key\. Did you mean 'model'"),
         ({"rewards": []}, r"trl\.rewards: expected at least one"),
@@ -91,25 +93,25 @@ def test_missing_venv_is_refused_before_any_run_naming_the_key(tmp_path):
         ConfigError,
         match=r"e\.yaml: trl\.python: .*nope/python does not exist.*bash scripts/setup_trl\.sh",
     ):
-        host.check(exp)
+        HOST.check(exp)
     assert not (tmp_path / "exported").exists()  # refused before anything was written
 
 
 def test_controls_map_to_trl_settings(tmp_path):
-    data = experiment(tmp_path, grpo={"learning_rate": 0.04})
+    data = experiment(tmp_path, lr=0.04)
     data["controls"] = ["aa", "no_update", "half_lr", "drop_half"]
     exp = parse_experiment(data)
     arms = {s.label: s for s in exp.strategies}
-    assert arms["aa_control"].overrides == {"noise_stream": 1}
-    assert arms["no_update_control"].overrides == {"grpo": {"learning_rate": 0.0}}
-    assert arms["half_lr_control"].overrides == {"grpo": {"learning_rate": 0.02}}
+    assert arms["aa_control"].overrides == {"sampling_stream": 1}
+    assert arms["no_update_control"].overrides == {"lr": 0.0}
+    assert arms["half_lr_control"].overrides == {"lr": 0.02}
     assert arms["drop_half_control"].overrides == {}
     assert arms["drop_half_control"].spec.to_dict()["select"]["actuator"]["name"] == "random_groups"
     runs = {(r.method, r.seed): r for r in plan(exp, tmp_path / "out")}
     base = runs[("baseline", 0)].config
-    assert runs[("aa_control", 0)].config == {**base, "noise_stream": 1}
-    assert runs[("half_lr_control", 1)].config["grpo"] == {**base["grpo"], "learning_rate": 0.02}
-    assert runs[("no_update_control", 0)].config["grpo"]["learning_rate"] == 0.0
+    assert runs[("aa_control", 0)].config == {**base, "sampling_stream": 1}
+    assert runs[("half_lr_control", 1)].config == {**base, "lr": 0.02}
+    assert runs[("no_update_control", 0)].config["lr"] == 0.0
     r = runs[("baseline", 0)]
     assert r.host == "trl" and r.identity["host"] == "trl"
     assert r.train_fn == "dataflex_rl.hosts.trl.run:run_training"
@@ -121,11 +123,11 @@ def test_half_lr_without_a_learning_rate_halves_trls_default(tmp_path):
     data = experiment(tmp_path)
     data["controls"] = ["half_lr"]
     arm = parse_experiment(data).strategies[-1]
-    assert arm.overrides == {"grpo": {"learning_rate": host.TRL_DEFAULT_LR / 2}}
+    assert arm.overrides == {"lr": host.TRL_DEFAULT_LR / 2}
 
 
 def test_own_train_fn_is_the_runs(tmp_path):
-    exp = parse_experiment(experiment(tmp_path, train_fn="my_module:train"))
+    exp = parse_experiment({**experiment(tmp_path), "train_fn": "my_module:train"})
     assert {r.train_fn for r in plan(exp, tmp_path)} == {"my_module:train"}
 
 
@@ -165,7 +167,7 @@ def test_records_from_a_hand_written_trainer_state(tmp_path):
     ]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     config = {"eval": {"math": "m.parquet", "logic": "l.parquet"}, "accuracy": "correct"}
-    evals, props = host.read_records(tmp_path, config, mixes=True)
+    evals, props = HOST.read_records(tmp_path, config, mixes=True)
     assert evals == [
         {"step": 0, "math/sampled": 0.25, "logic/sampled": 0.5},
         {"step": 2, "math/sampled": 0.5, "logic/sampled": 0.625},
@@ -174,7 +176,7 @@ def test_records_from_a_hand_written_trainer_state(tmp_path):
         {"step": 0, "domain": "math", "target": 0.4, "actual": 0.375},
         {"step": 0, "domain": "logic", "target": 0.6, "actual": 0.625},
     ]
-    assert host.read_records(tmp_path, config, mixes=False)[1] == []
+    assert HOST.read_records(tmp_path, config, mixes=False)[1] == []
 
 
 def test_records_fall_back_to_the_newest_finished_checkpoint(tmp_path):
@@ -186,9 +188,9 @@ def test_records_fall_back_to_the_newest_finished_checkpoint(tmp_path):
         )
     (tmp_path / "checkpoint-6").mkdir()  # cut before its trainer_state.json: not finished
     config = {"eval": {"math": "m"}, "accuracy": "correct"}
-    assert host.has_checkpoint(tmp_path)
+    assert HOST.has_checkpoint(tmp_path)
     assert host.newest_checkpoint(tmp_path).endswith("checkpoint-4")
-    evals, _ = host.read_records(tmp_path, config, mixes=False)
+    evals, _ = HOST.read_records(tmp_path, config, mixes=False)
     assert evals == [{"step": 0, "math/sampled": 0.25}, {"step": 4, "math/sampled": 0.75}]
 
 
@@ -199,21 +201,21 @@ def test_an_evaluation_without_the_accuracy_reward_is_an_error(tmp_path):
 
 
 def test_no_trainer_state_is_an_error(tmp_path):
-    assert not host.has_checkpoint(tmp_path)
+    assert not HOST.has_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="no trainer_state.json"):
-        host.read_records(tmp_path, {"eval": {"math": "m"}, "accuracy": "correct"}, False)
+        HOST.read_records(tmp_path, {"eval": {"math": "m"}, "accuracy": "correct"}, False)
 
 
 def test_python_is_absolute(tmp_path):
     exp = parse_experiment(experiment(tmp_path, python=sys.executable))
-    assert host.python(exp) == sys.executable
+    assert HOST.python(exp) == sys.executable
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
         ("host=vrl", "override host=vrl: must be one of 'engine', 'trl', 'verl'"),
-        ("trl.noise_stream=x", "trl.noise_stream"),
+        ("trl.sampling_stream=x", "trl.sampling_stream"),
         ("trl.python=/no/such/python", "trl.python: /no/such/python does not exist"),
         ("budget.steps=0", "override budget.steps=0: host 'trl' trains at least 1 step"),
     ],

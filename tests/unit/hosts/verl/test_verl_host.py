@@ -97,7 +97,7 @@ def test_host_verl_needs_its_section(tmp_path):
 
 def check(tmp_path, python, **data):
     exp = parse_experiment({**experiment(tmp_path, python=python), **data}, "exp.yaml", tmp_path)
-    exp.host_module.check(exp)
+    exp.host_impl.check(exp)
 
 
 def test_a_missing_verl_venv_is_refused_naming_the_key_and_the_setup(tmp_path, monkeypatch):
@@ -122,14 +122,14 @@ def test_a_python_without_verl_is_refused(tmp_path):
 
 
 def test_join_mode_refuses_gpus_held_by_the_task(tmp_path, monkeypatch):
-    from dataflex_rl.hosts.verl import host
+    from dataflex_rl.hosts.verl.host import VerlHost
 
     data = experiment(tmp_path, ray="join", python=sys.executable)
     data["resources"] = {"gpus_per_run": 1}
     exp = parse_experiment(data, "exp.yaml", tmp_path)
-    monkeypatch.setattr(host, "check_python", lambda python, where="": python)
+    monkeypatch.setattr(VerlHost, "check_python", lambda self, exp: sys.executable)
     with pytest.raises(ConfigError, match=r"resources\.gpus_per_run: must be 0 with verl"):
-        host.check(exp)
+        VerlHost().check(exp)
 
 
 def test_a_file_written_to_disk_loads_the_same(tmp_path):
@@ -142,7 +142,7 @@ def test_domains_are_the_val_files_data_sources_or_the_declared_ones(tmp_path, m
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from dataflex_rl.hosts.verl import host
+    from dataflex_rl.hosts.verl.host import VerlHost
 
     data = experiment(tmp_path)
     pq.write_table(
@@ -155,9 +155,9 @@ def test_domains_are_the_val_files_data_sources_or_the_declared_ones(tmp_path, m
     assert parse_experiment(data, "exp.yaml", tmp_path).domains == ["logic", "openai/gsm8k"]
     data["verl"]["domains"] = ["logic", "math"]
     exp = parse_experiment(data, "exp.yaml", tmp_path)
-    monkeypatch.setattr(host, "check_python", lambda python, where="": python)
+    monkeypatch.setattr(VerlHost, "check_python", lambda self, exp: sys.executable)
     with pytest.raises(ConfigError, match=r"verl\.domains: \['logic', 'math'\] are not the data"):
-        host.check(exp)
+        VerlHost().check(exp)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +184,7 @@ def test_evaluation_reaches_the_run_and_per_domain_names_its_subset(tmp_path):
     data["evaluation"]["per_domain"] = 7
     exp = parse_experiment(data, "exp.yaml", tmp_path)
     assert plan(exp, tmp_path / "out")[0].config["eval_per_domain"] == 7
-    assert "the first 7 prompts of each in val_files" in exp.host_module.setup_lines(exp)[0]
+    assert "the first 7 prompts of each in val_files" in exp.host_impl.setup_lines(exp)[0]
 
 
 @pytest.mark.parametrize(

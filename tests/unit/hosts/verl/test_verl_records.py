@@ -7,12 +7,11 @@ import pytest
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.controls import control_overrides
-from dataflex_rl.hosts.verl.host import (
-    CONTROLS,
-    has_checkpoint,
-    read_records,
-    steps_done,
-)
+from dataflex_rl.hosts.verl.host import VerlHost
+
+HOST = VerlHost()
+CONTROLS, has_checkpoint = VerlHost.controls, HOST.has_checkpoint
+read_records, steps_done = HOST.read_records, HOST.steps_done
 
 
 def line(step, **data):
@@ -140,7 +139,7 @@ SETTINGS = {"model": "/m", "train_files": "/t", "val_files": "/v", "lr": 2e-6, "
     "name, params, expected",
     [
         ("aa", {}, {"sampling_stream": 4}),
-        ("aa", {"noise_stream": 0}, {"sampling_stream": 0}),
+        ("aa", {"sampling_stream": 0}, {"sampling_stream": 0}),
         ("no_update", {}, {"lr": 0.0}),
         ("half_lr", {}, {"lr": 1e-6}),
         ("drop_half", {"fraction": 0.5}, {}),  # a selector in the strategy, on every host
@@ -151,8 +150,8 @@ def test_controls_map_to_verl_settings(name, params, expected):
 
 
 def test_an_aa_stream_equal_to_the_experiments_is_refused():
-    with pytest.raises(ConfigError, match=r"controls.noise_stream: must differ.*verl\.sampling"):
-        control_overrides("aa", {"noise_stream": 3}, CONTROLS, SETTINGS, "controls")
+    with pytest.raises(ConfigError, match=r"controls.sampling_stream: must differ.*verl\.sampling"):
+        control_overrides("aa", {"sampling_stream": 3}, CONTROLS, SETTINGS, "controls")
 
 
 def test_unset_stream_and_lr_are_verls_defaults():
