@@ -316,14 +316,15 @@ PINNED_HOSTS = {
 #: no longer resume. verl's recomputed when evaluation.per_domain began to apply on verl (its
 #: runs validate on another held-out set, eval_per_domain in their settings); the engine's and
 #: TRL's when the sampling stream got one name on every host (noise_stream -> sampling_stream)
-#: and TRL's learning rate became trl.lr (issue 30)
+#: and TRL's learning rate became trl.lr (issue 30); the engine's again when every run's identity
+#: began to name its host, the engine's included (issue 30's pre-release compatibility removed)
 PINNED = {
     "engine": {
-        "baseline": "941ce47c819c00eb",
-        "aa_control": "21b5912b72ffce5f",
-        "no_update_control": "fdc8dfafc44c7c1c",
-        "half_lr_control": "4e72dc9a97c5ca08",
-        "drop_half_control": "b8f593b1be4377aa",
+        "baseline": "90b9dc6e498bfd07",
+        "aa_control": "71b96d6424787213",
+        "no_update_control": "cca0cc150f8bc024",
+        "half_lr_control": "27db032074b64a71",
+        "drop_half_control": "b032d41013fed38f",
     },
     "trl": {
         "baseline": "41c8660cdf69ae57",
