@@ -13,6 +13,24 @@ import numpy as np
 from dataflex_rl.harness.reporting.report import Failure, ReportInputs
 from dataflex_rl.harness.statistics.results import Row
 
+#: the sections a report of the synthetic comparison fills, in page order (one list for the
+#: HTML, markdown and terminal renderings)
+SECTIONS = [
+    "sensitivity",
+    "verdicts",
+    "forest",
+    "scores",
+    "curves",
+    "per-summary",
+    "ranking",
+    "aggregates",
+    "proportions",
+    "failures",
+    "setup",
+    "provenance",
+    "definitions",
+]
+
 HOSTILE = '<b>"x"&y</b>'
 TITLE = "Comparison: <script>alert(1)</script> & co"
 BENCHMARKS = {"gsm": "math", "aime": "math", "zebra": "logic", "knights": "logic"}

@@ -68,22 +68,7 @@ def doc(tmp_path_factory) -> Document:
 
 def test_three_renderings_have_the_same_sections_in_order_with_the_same_numbers(doc):
     titles = [s.title for s in doc.sections]
-    # every section the synthetic comparison fills, in page order
-    assert [s.sid for s in doc.sections] == [
-        "sensitivity",
-        "verdicts",
-        "forest",
-        "scores",
-        "curves",
-        "per-summary",
-        "ranking",
-        "aggregates",
-        "proportions",
-        "failures",
-        "setup",
-        "provenance",
-        "definitions",
-    ]
+    assert [s.sid for s in doc.sections] == report_rows.SECTIONS
     md = md_sections(markdown(doc))
     page = html_sections(html(doc))
     term = text_sections(text(doc), titles)

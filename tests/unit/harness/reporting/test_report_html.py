@@ -15,21 +15,7 @@ from dataflex_rl.harness.reporting.report import write_report
 from dataflex_rl.harness.statistics.analysis import StatsOptions
 from tests import release_table, report_rows
 
-SECTIONS = [
-    "sensitivity",
-    "verdicts",
-    "forest",
-    "scores",
-    "curves",
-    "per-summary",
-    "ranking",
-    "aggregates",
-    "proportions",
-    "failures",
-    "setup",
-    "provenance",
-    "definitions",
-]
+SECTIONS = report_rows.SECTIONS
 
 
 class Page(HTMLParser):
