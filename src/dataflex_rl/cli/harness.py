@@ -121,10 +121,12 @@ def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
     """Before any run starts: the embedded engine needs transformers (an error naming the
     extra); without matplotlib, ``--no-plots`` is implied, with one line saying so."""
     from dataflex_rl.deps import plots_available, require
-    from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN
 
-    if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
-        require("transformers", f"{command} (the embedded engine's policy)")
+    if runs:  # (report has none: it never imports the engine)
+        from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN
+
+        if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
+            require("transformers", f"{command} (the embedded engine's policy)")
     if not args.no_plots and not plots_available(f"{command}: PNG plots"):
         args.no_plots = True
 
@@ -374,8 +376,14 @@ def _columns(text: str) -> tuple[str, ...]:
 
 def register_commands(subparsers) -> None:
     """Add ``compare``, ``report`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
-    from dataflex_rl.core.config import field_type, help_text, number_type, with_range
-    from dataflex_rl.harness.running.experiment import ExperimentFile, Statistics
+    from dataflex_rl.core.config import field_type, number_type, with_range
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+
+    def keys() -> str:
+        from dataflex_rl.core.config import help_text
+        from dataflex_rl.harness.running.experiment import ExperimentFile
+
+        return help_text(ExperimentFile, "experiment keys (in the YAML, or KEY=VALUE after it):")
 
     fmt = argparse.RawDescriptionHelpFormatter
     count = number_type(int, ge=1)
@@ -385,7 +393,7 @@ def register_commands(subparsers) -> None:
         help="run strategies × seeds (paired) and report paired statistics",
         description=COMPARE_HELP,
         formatter_class=fmt,
-        epilog=help_text(ExperimentFile, "experiment keys (in the YAML, or KEY=VALUE after it):"),
+        epilog=keys,
     )
     p.add_argument("experiment", help="experiment YAML (e.g. configs/experiments/quick.yaml)")
     p.add_argument(
@@ -561,7 +569,7 @@ def register_commands(subparsers) -> None:
         ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
         ("--seed", "seed", 0, "seed of the bootstrap"),
     ):
-        kind = field_type(Statistics, key)
+        kind = field_type(StatsOptions, key)
         p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument(
