@@ -32,7 +32,8 @@ GPUs). A long CSV has the columns method, seed, benchmark, score; optional: doma
 benchmarks) and step (checkpoint; the last is the final score). A wide CSV (a paper's release
 table) has one row per run: method, seed, descriptive columns (run_id, campaign, model, steps,
 regime, any text) and one numeric column per benchmark; it is detected, or say --wide. Runs of
-different methods with the same seed label are paired; --by makes one comparison per stratum.
+different methods with the same seed label are paired; --by makes one comparison per stratum
+(an empty cell is a value of its own, labelled (empty)).
 Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campaign_report
 Example: dataflex-rl report --from-csv release.csv --by model,campaign,regime --scale 0.01
   --domains domains.yaml --baseline grpo
@@ -41,7 +42,8 @@ tracking URI, e.g. sqlite:///runs/compare/quick/mlflow.db), tensorboard:DIR (eve
 below DIR) or wandb:DIR (every W&B run folder below DIR, offline runs included). Select runs
 with --experiment / --group / --tag, name the fields holding the method and the seed, and the
 metrics that are benchmarks; the defaults read what a 'tracking:' section writes
-(docs/tracking.md). Example: dataflex-rl report --from-tracker wandb:runs/compare/quick \
+(docs/tracking.md); --by splits the runs by fields (a run without the field is in its (empty)
+stratum). Example: dataflex-rl report --from-tracker wandb:runs/compare/quick \
   --group quick --out quick_from_wandb"""
 
 
@@ -209,9 +211,8 @@ def _report_table(args: argparse.Namespace):
             f"benchmarks {', '.join(table.benchmarks)}){scaled}"
         ]
         return table, csv_path.name, setup, csv_path.parent / f"{csv_path.stem}_report"
-    given = [flag for flag, value in (("--wide", args.wide), ("--by", args.by)) if value]
-    if given:
-        raise ConfigError(f"{', '.join(given)}: only with --from-csv, not --from-tracker")
+    if args.wide:
+        raise ConfigError("--wide: only with --from-csv, not --from-tracker")
     from dataflex_rl.harness.statistics import tracked
 
     query = tracked.TrackerQuery(
@@ -224,10 +225,18 @@ def _report_table(args: argparse.Namespace):
         metrics=args.metrics or tracked.METRICS,
         exclude=tracked.EXCLUDE if args.exclude is None else tuple(args.exclude),
         step=args.step,
+        by=args.by or (),
     )
     found = tracked.read_tracker(query)
     backend = args.from_tracker.partition(":")[0]
-    table = table_of_rows(found.rows, args.from_tracker, scale=args.scale, domains=domains)
+    table = table_of_rows(
+        found.rows,
+        args.from_tracker,
+        by=query.by,
+        keys=found.keys,
+        scale=args.scale,
+        domains=domains,
+    )
     setup = [*found.setup, *([f"scores × {args.scale:g}"] if args.scale != 1.0 else [])]
     return table, args.from_tracker, setup, Path(f"{backend}_report")
 
@@ -518,8 +527,11 @@ def register_commands(subparsers) -> None:
         type=_columns,
         default=None,
         metavar="COL[,COL]",
-        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime): "
-        "a folder each, an index in report.md, every stratum in statistics.csv",
+        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime), "
+        "or of these fields of the tracker's runs (a parameter, config key or tag, or the run's "
+        "name, id, group or experiment): a folder each, an index in report.md, every stratum "
+        "in statistics.csv; an empty cell, or a run without the field, is a stratum of its own "
+        "labelled (empty)",
     )
     factor = number_type(float, gt=0.0)
     p.add_argument(
