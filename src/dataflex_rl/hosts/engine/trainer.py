@@ -215,7 +215,7 @@ class EmbeddedTrainer:
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
         advantages = decision.advantages if decision.advantages is not None else batch.advantages
-        mask = decision.loss_mask if decision.renormalize else rollout.response_mask
+        mask = decision.denominator_mask if decision.renormalizes else rollout.response_mask
         t2 = time.perf_counter()
         metrics.update(
             self.learner.learn(
