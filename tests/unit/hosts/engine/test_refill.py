@@ -73,13 +73,14 @@ def _text_parity(taskset, problems, texts):
     return torch.tensor([float(len(t) % 2) for t in texts])
 
 
-def test_state_round_trip_continues_identically(tasks, monkeypatch):
+@pytest.mark.parametrize("preset", ["dapo", "dapo_entropy"])
+def test_state_round_trip_continues_identically(tasks, monkeypatch, preset):
     monkeypatch.setattr(trainer_module, "score", _text_parity)
-    a = make_trainer(tasks, "dapo")
+    a = make_trainer(tasks, preset)
     for _ in range(2):
         a.train_step()
     state = a.state_dict()
-    b = make_trainer(tasks, "dapo")
+    b = make_trainer(tasks, preset)
     b.load_state_dict(state)
     ma, mb = a.train_step(), b.train_step()
     assert a.parameter_hash() == b.parameter_hash()
