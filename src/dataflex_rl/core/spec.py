@@ -77,8 +77,9 @@ class TokensOptions(MechanismOptions):
 
     renormalize: bool | None = param(
         None,
-        "average the loss over the kept tokens only (false: the tokens not kept stay in the "
-        "denominator with weight 0; null: the selector's paper default)",
+        "average the loss over the kept tokens only, whatever select.renormalize (false: the "
+        "tokens not kept stay in the denominator with weight 0; null: the selector's paper "
+        "default)",
     )
 
 

@@ -83,8 +83,8 @@ class Decision:
 
     A decision is held per response (plus, after a token-level selector, which tokens stay:
     ``token_keep_mask``); its [B, T] views (``weights_per_token``, ``loss_mask``,
-    ``denominator_mask``, ``advantages``) are built on first access and cached, so a host pays for a [B, T] buffer
-    only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
+    ``denominator_mask``, ``advantages``) are built on first access and cached, so a host
+    pays for a [B, T] buffer only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
     writes them into a buffer of its own (`write_weights_per_token`).
 
     Attributes:
@@ -105,8 +105,10 @@ class Decision:
         token_keep_mask: [B, T] bool, the tokens a token-level selector (``tokens``) kept
             (None: every valid token of a kept row). Dropped tokens have weight 0 and leave
             ``loss_mask``.
-        renormalize_tokens: the tokens the token-level selection dropped leave the loss's
-            denominator too (False: they stay in it with weight 0).
+        renormalize_tokens: the loss is averaged over the kept tokens only (``loss_mask``):
+            the tokens the token-level selection dropped leave the denominator, and so do
+            the rows ``select`` dropped, whatever ``renormalize`` (False: the dropped tokens
+            stay in it with weight 0).
         selected_mask: [B] bool, the rows ``select`` kept, before the token-level selection
             dropped those left without a kept token (None: ``keep_mask``).
     """
@@ -158,15 +160,14 @@ class Decision:
 
     @cached_property
     def denominator_mask(self) -> Tensor:
-        """[B, T] bool, the tokens the loss is averaged over: the valid tokens of `loss_rows`,
-        only the kept ones under ``renormalize_tokens`` (the response mask itself when
-        neither flag is set)."""
+        """[B, T] bool, the tokens the loss is averaged over: ``loss_mask`` (the kept tokens)
+        under ``renormalize_tokens``, the valid tokens of the rows ``select`` kept under
+        ``renormalize``, the response mask itself when neither flag is set."""
         if not self.renormalizes:
             return self.response_mask
-        mask = self.response_mask & self.loss_rows[:, None]
-        if self.renormalize_tokens and self.token_keep_mask is not None:
-            mask = mask & self.token_keep_mask
-        return mask
+        if self.renormalize_tokens:
+            return self.loss_mask
+        return self.response_mask & self.loss_rows[:, None]
 
     @cached_property
     def weights_per_token(self) -> Tensor:

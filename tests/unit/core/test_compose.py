@@ -72,6 +72,10 @@ def test_renormalized_tokens_leave_the_denominator_too():
     assert d.renormalize_tokens and d.metrics["dataflex/tokens/renormalize"] == 1.0
     assert torch.equal(d.denominator_mask, d.loss_mask)
     assert int(d.denominator_mask.sum()) == 5
+    # whatever select's flag: the loss is averaged over the kept tokens only
+    spec["select"] = {"preset": "dapo", "renormalize": False}
+    d = Strategy(spec).decide(batch())
+    assert not d.renormalize and d.renormalizes and int(d.denominator_mask.sum()) == 5
 
 
 def test_without_renormalizing_the_denominator_is_every_valid_token():
