@@ -94,7 +94,8 @@ def comparison_text(c) -> str:
     from dataflex_rl.harness.statistics.analysis import TOO_FEW
 
     verdict = c.verdict if c.verdict_possible else f"{TOO_FEW} ({c.n_pairs})"
-    return f"{c.method} {c.delta:+.3f} (p_holm {c.p_holm:.3f}, {verdict}; MDE {mde_words(c.mde)})"
+    delta = round(c.delta, 3) + 0.0  # as the report rounds: no "-0.000"
+    return f"{c.method} {delta:+.3f} (p_holm {c.p_holm:.3f}, {verdict}; MDE {mde_words(c.mde)})"
 
 
 def _config(args):

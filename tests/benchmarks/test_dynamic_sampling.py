@@ -40,3 +40,9 @@ def test_enough_seeds_give_a_number():
     c = _comparison(8)
     assert math.isfinite(c.mde) and c.verdict_possible
     assert ds.comparison_text(c).endswith(f"MDE {c.mde:.3f})")
+
+
+def test_a_difference_that_rounds_to_zero_has_no_minus_sign():
+    c = _comparison(2)
+    c.delta = -0.0004
+    assert ds.comparison_text(c).startswith("dapo +0.000 (")
