@@ -23,6 +23,7 @@ EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
 SELECT = {"difffilter", "maxvar", "gfpo", "topk"}
 REWEIGHT = {"softmax", "per", "diffband", "ar"}
 MIX = {"static", "reward_gap", "dump_ucb", "tscl"}
+TOKENS = {"high_entropy", "dapo_entropy"}
 
 
 def small_config(**overrides):
@@ -95,6 +96,12 @@ def test_every_preset_acts_in_the_engine(name):
             for u in rec.updates
         ]
         assert any(bool(d.any()) for d in dropped), "no response was removed from the loss"
+    elif name in TOKENS:
+        # rows in the loss keep some of their tokens, not all: weight 0 on the others
+        for u in rec.updates:
+            w, valid = u["weights"], u["response_mask"]
+            rows = (w > 0).any(1)
+            assert bool(rows.any()) and bool(((w == 0) & valid)[rows].any())
     elif name in REWEIGHT:
         # weights of the tokens that carry a signal (non-zero advantage) are not all equal
         w = torch.cat(
@@ -137,6 +144,6 @@ def test_prerollout_with_candidate_factor_fills_the_batch():
 def test_composed_strategy_file_runs():
     tr, rec, metrics = run_steps(EVERYTHING, 3)
     assert len(metrics) == 3 and tr.step == 3
-    documented = documented_keys()  # all four mechanisms: every key is in docs/metrics.md
+    documented = documented_keys()  # four mechanisms: every key is in docs/metrics.md
     assert not [k for m in metrics for k in m if k != "step" and not matches(k, documented)]
     assert "dataflex/mix/domain/math/target" in metrics[0]

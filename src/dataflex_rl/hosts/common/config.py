@@ -159,8 +159,8 @@ def uses_intake(spec: StrategySpec) -> bool:
 
 
 def acts_on_loss(spec: StrategySpec) -> bool:
-    """Whether the strategy changes the loss (select or reweight)."""
-    return spec.select is not None or spec.reweight is not None
+    """Whether the strategy changes the loss (select, tokens or reweight)."""
+    return spec.select is not None or spec.tokens is not None or spec.reweight is not None
 
 
 def recomputes_advantages(spec: StrategySpec) -> bool:

@@ -2,8 +2,8 @@
 
     driver.draw (mix: the strategy's proportions; prerollout: skipped candidates replaced)
       -> generation (G samples per prompt, shared prefill) -> reward (verifiers)
-      -> GRPO advantages -> RolloutBatch -> driver.decide (select, reweight, mix signals; the
-         decision log) -> Learner.learn (clipped policy loss with the decision's weights and
+      -> GRPO advantages -> RolloutBatch -> driver.decide (select, tokens, reweight, mix
+         signals; the decision log) -> Learner.learn (clipped policy loss with the decision's weights and
          mask; SGD or AdamW, gradient clipping)
 
 The engine is a host like verl and TRL: its strategy runs through a
@@ -11,7 +11,8 @@ The engine is a host like verl and TRL: its strategy runs through a
 
 Each mechanism acts for real: prerollout changes which prompts are generated, mix changes which
 domains are sampled, select removes responses from the loss (weight 0, and from the denominator
-when ``renormalize``), reweight scales their per-token losses.
+when ``renormalize``), tokens removes tokens of the kept responses the same way, reweight scales
+their per-token losses.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ class EmbeddedTrainer:
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
         advantages = decision.advantages if decision.advantages is not None else batch.advantages
-        mask = decision.loss_mask if decision.renormalize else rollout.response_mask
+        mask = decision.denominator_mask if decision.renormalizes else rollout.response_mask
         t2 = time.perf_counter()
         metrics.update(
             self.learner.learn(
