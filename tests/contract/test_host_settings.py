@@ -4,19 +4,24 @@ every registered host's settings schema (`Host.schemas`).
 The shared settings are declared once (`hosts.common.config.SHARED_SETTINGS`, used through
 `shared_param`); this test reads every host's schema as a user would (`field_rows`: the keys
 `describe`, ``--help`` and the docs show) and finds each shared key with the same name, type,
-default and meaning on every host that has it. The regression tests below pin the differences
-the hosts had before they were unified (issue 30).
+meaning and default on every host that has it: the one declared default, or where no one
+default fits every host (``lr``) each host's own, every one of them declared in the table
+with the reason. The regression tests below pin the differences the hosts had before they
+were unified (issue 30).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from dataflex_rl.core.config import field_rows
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
-from dataflex_rl.hosts.common.config import SHARED_SETTINGS
-from dataflex_rl.hosts.registry import HOSTS, get_host
+from dataflex_rl.hosts.common.config import SHARED_SETTINGS, shared_param
+from dataflex_rl.hosts.registry import HOSTS, get_host, shared_keys, shared_settings_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: settings that two hosts still spell or mean differently (open; see the test below)
 OPEN = {
@@ -28,14 +33,10 @@ OPEN = {
 
 def rows(name: str) -> dict[str, dict]:
     """Leaf name -> its row (dotted key, type, default, range, doc) in the host's schemas."""
-    out: dict[str, dict] = {}
-    for prefix, schema in get_host(name).schemas.items():
-        for r in field_rows(schema, f"{prefix}."):
-            out.setdefault(r["name"].rpartition(".")[2], {**r, "key": r["name"]})
-    return out
+    return {leaf: {**r, "key": r["name"]} for leaf, r in shared_keys(name).items()}
 
 
-def shared_keys() -> set[str]:
+def shared_keys_of_hosts() -> set[str]:
     """Leaf names that at least two hosts' schemas have, among the shared ones or the open."""
     seen: dict[str, int] = {}
     for name in HOSTS.names():
@@ -44,15 +45,32 @@ def shared_keys() -> set[str]:
     return {k for k, n in seen.items() if n > 1 and k in set(SHARED_SETTINGS) | OPEN}
 
 
-def differences() -> list[str]:
+def differences(found_rows=rows) -> list[str]:
+    """Every way a shared setting is not one setting: a type, meaning or range that differs
+    between hosts or from the declaration, a default other than the declared one (the one
+    default, or the host's own where `SharedSetting.host_defaults` lists each host's), a
+    host with its own default that the declaration does not list."""
     out = []
-    for key in sorted(set(SHARED_SETTINGS)):
-        found = {h: rows(h)[key] for h in HOSTS.names() if key in rows(h)}
-        default, _, _ = SHARED_SETTINGS[key]
-        for field in ("type", "doc", "range") + (("default",) if default is not None else ()):
+    for key, setting in sorted(SHARED_SETTINGS.items()):
+        found = {h: found_rows(h)[key] for h in HOSTS.names() if key in found_rows(h)}
+        for field in ("type", "doc", "range"):
             values = {h: r[field] for h, r in found.items()}
             if len(set(map(repr, values.values()))) > 1:
                 out.append(f"{key}.{field}: {values}")
+        out += [
+            f"{key}.doc on {h}: {r['doc']!r}, declared {setting.meaning!r}"
+            for h, r in found.items()
+            if r["doc"] != setting.meaning
+        ]
+        if setting.host_defaults is not None and set(setting.host_defaults) != set(found):
+            out.append(
+                f"{key}.default: declared for {sorted(setting.host_defaults)}, "
+                f"hosts with it {sorted(found)}"
+            )
+        for h, r in found.items():
+            want = setting.host_defaults.get(h) if setting.host_defaults else setting.default
+            if repr(r["default"]) != repr(want):
+                out.append(f"{key}.default on {h}: {r['default']!r}, declared {want!r}")
     return out
 
 
@@ -67,7 +85,7 @@ def test_every_host_has_every_shared_setting():
 
 
 def test_the_shared_settings_are_the_keys_hosts_share():
-    assert shared_keys() == set(SHARED_SETTINGS) | OPEN
+    assert shared_keys_of_hosts() == set(SHARED_SETTINGS) | OPEN
 
 
 def test_the_open_differences_still_differ():
@@ -99,15 +117,69 @@ def test_the_aa_controls_stream_is_sampling_stream_on_every_host():
 
 
 def test_the_controls_learning_rate_is_lr_on_every_host():
-    """Was optim.lr (engine), grpo.learning_rate (TRL) and lr (verl); the default stays each
-    host's own (the engine's tiny policy with SGD at 0.02, the LLM hosts 1e-6)."""
+    """Was optim.lr (engine), grpo.learning_rate (TRL) and lr (verl)."""
     paths = {h: get_host(h).controls.lr for h in HOSTS.names()}
     assert paths == {"engine": "optim.lr", "trl": "lr", "verl": "lr"}
-    assert {h: rows(h)["lr"]["default"] for h in HOSTS.names()} == {
-        "engine": 0.02,
-        "trl": 1e-6,
-        "verl": 1e-6,
-    }
+
+
+def test_lrs_default_is_each_hosts_own_declared_once_with_the_reason():
+    """The one shared setting whose default differs by host: the engine's tiny policy with
+    SGD at 0.02, the LLM hosts at 1e-6. The declaration lists every host's default and says
+    why; every host shows that one doc line."""
+    lr = SHARED_SETTINGS["lr"]
+    assert dict(lr.host_defaults) == {"engine": 0.02, "trl": 1e-6, "verl": 1e-6}
+    assert {h: rows(h)["lr"]["default"] for h in HOSTS.names()} == dict(lr.host_defaults)
+    doc = rows("engine")["lr"]["doc"]
+    assert "engine 0.02, trl 1e-06, verl 1e-06" in doc and "no one rate fits" in doc
+    assert get_host("trl").controls.lr_default == 1e-6
+    assert get_host("verl").controls.lr_default == 1e-6
+    assert [k for k, s in SHARED_SETTINGS.items() if s.host_defaults is not None] == ["lr"]
+
+
+def test_a_host_without_a_declared_default_cannot_declare_the_setting():
+    with pytest.raises(ValueError, match="host 'newhost' has no default declared"):
+        shared_param("lr", "newhost")
+    with pytest.raises(ValueError, match="its default is each host's own"):
+        shared_param("lr")
+
+
+@pytest.mark.parametrize(
+    "key, field, value, words",
+    [
+        ("lr", "default", 3e-6, "lr.default on trl: 3e-06, declared 1e-06"),
+        ("candidate_factor", "default", 2.0, "candidate_factor.default on trl: 2.0"),
+        ("sampling_stream", "doc", "another meaning", "sampling_stream.doc"),
+        ("candidate_factor", "type", "int", "candidate_factor.type"),
+        ("candidate_factor", "range", "[2, inf)", "candidate_factor.range"),
+    ],
+)
+def test_a_new_divergence_is_found(key, field, value, words):
+    """The comparison is not vacuous: one host's row changed is a difference."""
+
+    def changed(name):
+        out = rows(name)
+        if name == "trl":
+            out[key] = {**out[key], field: value}
+        return out
+
+    assert any(words in d for d in differences(changed)), differences(changed)
+
+
+def test_a_host_missing_from_a_per_host_default_is_a_difference():
+    def without_verl(name):
+        return {} if name == "verl" else rows(name)
+
+    assert (
+        "lr.default: declared for ['engine', 'trl', 'verl'], hosts with it ['engine', 'trl']"
+        in (differences(without_verl))
+    )
+
+
+def test_docs_config_shows_the_shared_settings():
+    page = (ROOT / "docs" / "config.md").read_text()
+    assert shared_settings_table() in page, (
+        "docs/config.md: paste dataflex_rl.hosts.registry.shared_settings_table()"
+    )
 
 
 def test_trl_refuses_grpo_learning_rate_naming_lr(tmp_path):

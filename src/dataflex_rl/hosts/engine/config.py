@@ -210,8 +210,8 @@ class GRPOConfig(Checked):
 class OptimConfig(Checked):
     """Optimizer (AdamW or SGD) and gradient clipping."""
 
-    #: the tiny policy's SGD learning rate (the LLM hosts default to 1e-6)
-    lr: float = shared_param("lr", 0.02)
+    #: the tiny policy's SGD learning rate: its default is the engine's own (SHARED_SETTINGS)
+    lr: float = shared_param("lr", "engine")
     name: str = param(
         "sgd",
         "optimizer: 'adamw', or 'sgd' (plain SGD on the clipped gradient; "
