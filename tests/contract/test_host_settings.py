@@ -12,14 +12,19 @@ were unified (issue 30).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
 from dataflex_rl.hosts.common.config import SHARED_SETTINGS, shared_param
+from dataflex_rl.hosts.common.intake import read_row_domains
+from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.registry import HOSTS, get_host, shared_keys, shared_settings_table
+from dataflex_rl.tasks.datasets import load_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -180,6 +185,57 @@ def test_docs_config_shows_the_shared_settings():
     assert shared_settings_table() in page, (
         "docs/config.md: paste dataflex_rl.hosts.registry.shared_settings_table()"
     )
+
+
+def test_the_domain_column_is_domain_key_with_one_default_on_every_host(tmp_path):
+    """Was tasks.domain_column on the engine (default 'domain', and a row without it read from
+    data_source) and dataflex.domain_key on verl and TRL (default null: 'domain' if the
+    training set has it, else 'data_source'; a row without it refused)."""
+    keys = {h: rows(h)["domain_key"]["key"] for h in HOSTS.names()}
+    assert keys == {
+        "engine": "engine.tasks.domain_key",
+        "trl": "trl.dataflex.domain_key",
+        "verl": "verl.dataflex.domain_key",
+    }
+    assert {h: rows(h)["domain_key"]["default"] for h in HOSTS.names()} == dict.fromkeys(
+        HOSTS.names()
+    )
+    with pytest.raises(ConfigError, match=r"tasks\.domain_column: unknown key\..*domain_key"):
+        load_config({"tasks": {"source": "files", "domain_column": "domain"}})
+
+
+@pytest.mark.parametrize(
+    "rows_, key, domains",
+    [
+        # null: 'domain' when the training set has it
+        ([{"domain": "m", "data_source": "s"}, {"domain": "l", "data_source": "s"}], None, "lm"),
+        # null: else 'data_source'
+        ([{"data_source": "a"}, {"data_source": "b"}], None, "ab"),
+        ([{"e": {"d": "x"}, "domain": "m"}, {"e": {"d": "y"}, "domain": "m"}], "e.d", "xy"),
+        # the engine read row 1 from data_source; verl and TRL refused it: now all refuse
+        ([{"domain": "m", "data_source": "s"}, {"data_source": "s"}], None, "1 of 2 rows"),
+        ([{"data_source": "s"}], "topic", "'topic' is not a column"),
+    ],
+)
+def test_the_engine_and_the_intake_read_the_same_domains(tmp_path, rows_, key, domains):
+    """The engine's loader (tasks.domain_key) and verl's and TRL's intake (dataflex.domain_key)
+    give the same domains, or refuse the same rows."""
+    path = tmp_path / "d.jsonl"
+    full = [
+        {**r, "prompt": f"p{i}", "reward_model": {"ground_truth": "1"}} for i, r in enumerate(rows_)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in full))
+    results = []
+    for read in (
+        lambda: [p.domain for ps in load_problems(path, key).values() for p in ps],
+        lambda: read_row_domains(full, key),
+    ):
+        try:
+            results.append("".join(sorted(read())))
+        except ConfigError as e:
+            assert domains in str(e), str(e)
+            results.append(domains)
+    assert results == [domains, domains]
 
 
 def test_trl_refuses_grpo_learning_rate_naming_lr(tmp_path):

@@ -5,7 +5,7 @@
 * `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs)
   and `draw_metrics`, the per-domain figures every host reports for its draw;
 * `intake`: the prompts a host generates next (`Intake`; `Intake.from_rows` for a map-style
-  dataset, `domain_column`);
+  dataset, and `read_row_domains`: the domain of every row, by `tasks.datasets.domain_column`);
 * `draw`: one step's prompts, quota -> draw with pre-rollout skipping -> metrics
   (`draw_batch`, which `Intake` calls for every host; ``exact`` is how hosts differ);
 * `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);

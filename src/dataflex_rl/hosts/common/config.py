@@ -109,6 +109,13 @@ SHARED_SETTINGS: dict[str, SharedSetting] = {
         "rollouts (the aa control takes another); evaluation does not depend on it",
         {"ge": 0},
     ),
+    "domain_key": SharedSetting(
+        None,
+        "column of the training set with each prompt's domain (dotted for a nested field, e.g. "
+        "extra_info.domain; the engine reads it with tasks.source files); an error when it is "
+        "not a column or a row lacks it; null: 'domain' if the training set has it, else "
+        "'data_source'",
+    ),
     "lr": SharedSetting(
         None,
         "learning rate of the policy's optimizer (the no_update control sets 0, half_lr halves it)",
@@ -142,13 +149,7 @@ class HostConfig(Checked):
     strategy: str | dict = param(
         "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"
     )
-    domain_key: str | None = param(
-        None,
-        "dataset column with each prompt's domain (dotted "
-        "for a nested field, e.g. extra_info.domain); an error "
-        "when it is not a column; null: 'domain' if the "
-        "training set has it, else 'data_source'",
-    )
+    domain_key: str | None = shared_param("domain_key")
     domains: list[str] | None = param(
         None, "domain names in id order (default: the sorted values found in the training set)"
     )

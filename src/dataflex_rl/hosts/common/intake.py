@@ -11,7 +11,7 @@ skip policy left short stay short. Needs no host library.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -19,78 +19,12 @@ from torch import Tensor
 from torch.utils.data import IterableDataset
 
 from dataflex_rl.core.proportions import normalize_proportions
-from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.draw import draw_batch
 from dataflex_rl.hosts.common.sampler import DomainSampler
+from dataflex_rl.tasks.datasets import DEFAULT_DOMAIN_COLUMNS, domain_column
 
 logger = logging.getLogger("dataflex_rl.hosts.common")
-
-#: the columns tried, in order, when ``domain_key`` is not set
-DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
-
-
-def domain_column(
-    rows: Sequence[Mapping] | None,
-    columns: Mapping[str, Sequence] | None,
-    key: str | None,
-    all_columns: Sequence[str] | None = None,
-) -> tuple[list[str], str]:
-    """Each row's domain, read from ``key`` (dotted for nested fields).
-
-    Args:
-        rows: row mappings (used when ``columns`` is None).
-        columns: column name -> values (fast path for columnar datasets).
-        key: the configured domain column; None tries `DEFAULT_DOMAIN_COLUMNS` in order.
-        all_columns: every column name of the dataset, for the error message (default: the
-            keys of ``columns``, or of the rows).
-
-    Returns:
-        (one domain name per row, the column actually used).
-
-    Raises:
-        ConfigError: the column is not in the dataset (the message lists the columns), or
-            some rows lack it.
-    """
-
-    def read(name: str) -> list | None:
-        top, _, rest = name.partition(".")
-        if columns is not None:
-            if top not in columns:
-                return None
-            values = list(columns[top])
-            return values if not rest else [get_path(v, rest) for v in values]
-        return [get_path(r, name) for r in rows]
-
-    for name in (key,) if key is not None else DEFAULT_DOMAIN_COLUMNS:
-        values = read(name)
-        if values is not None and any(v is not None for v in values):
-            missing = [i for i, v in enumerate(values) if v is None]
-            if missing:
-                raise ConfigError(
-                    f"dataflex.domain_key: {len(missing)} training rows have no "
-                    f"{name!r} (first: row {missing[0]})"
-                )
-            return [str(v) for v in values], name
-    if all_columns is None:
-        all_columns = (
-            list(columns)
-            if columns is not None
-            else list(dict.fromkeys(k for r in (rows or [])[:1000] for k in r))
-        )
-    listed = ", ".join(map(repr, all_columns)) or "none"
-    if key is not None:
-        raise ConfigError(
-            f"dataflex.domain_key: {key!r} is not a column of the training set "
-            f"(columns: {listed}); set dataflex.domain_key to the column that "
-            "holds each prompt's domain"
-        )
-    raise ConfigError(
-        f"dataflex.domain_key: the training set has neither "
-        f"{' nor '.join(map(repr, DEFAULT_DOMAIN_COLUMNS))} (columns: {listed}); "
-        "set dataflex.domain_key to the column that holds each prompt's domain"
-    )
 
 
 class Intake:

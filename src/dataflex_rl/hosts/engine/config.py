@@ -36,7 +36,7 @@ def default_difficulty(domains: Sequence[str]) -> dict[str, int]:
 #: the built-in domains of ``source: generated`` (the default of ``tasks.domains``)
 BUILTIN_DOMAINS = ("math", "logic", "science")
 #: `TasksConfig` keys that only apply with ``source: files``
-FILE_KEYS = ("train", "eval", "verifiers")
+FILE_KEYS = ("train", "eval", "verifiers", "domain_key")
 
 
 @dataclass
@@ -64,11 +64,7 @@ class TasksConfig(Checked):
     eval_fraction: float = param(
         0.1, "source files without eval data: fraction of each domain held out", gt=0.0, lt=1.0
     )
-    domain_column: str = param(
-        "domain",
-        "source files: column (dotted path) naming a row's domain; rows without it use "
-        "'data_source'",
-    )
+    domain_key: str | None = shared_param("domain_key")
     prompt_column: str = param(
         "prompt", "source files: column of the prompt (a string or a chat list of messages)"
     )
