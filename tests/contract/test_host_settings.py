@@ -16,12 +16,15 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
 from dataflex_rl.hosts.common.config import SHARED_SETTINGS, shared_param
-from dataflex_rl.hosts.common.intake import read_row_domains
+from dataflex_rl.hosts.common.intake import Intake, read_row_domains
 from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.registry import HOSTS, get_host, shared_keys, shared_settings_table
 from dataflex_rl.tasks.datasets import load_problems
@@ -29,11 +32,7 @@ from dataflex_rl.tasks.datasets import load_problems
 ROOT = Path(__file__).resolve().parents[2]
 
 #: settings that two hosts still spell or mean differently (open; see the test below)
-OPEN = {
-    # the engine leaves a short batch when its rounds run out, verl and TRL fill it with
-    # skipped prompts (their batches are exact); the engine's audit needs the short batch
-    "max_draw_rounds",
-}
+OPEN: set[str] = set()
 
 
 def rows(name: str) -> dict[str, dict]:
@@ -236,6 +235,32 @@ def test_the_engine_and_the_intake_read_the_same_domains(tmp_path, rows_, key, d
             assert domains in str(e), str(e)
             results.append(domains)
     assert results == [domains, domains]
+
+
+def test_max_draw_rounds_fills_the_batch_on_every_host():
+    """Was: when the rounds ran out, the engine left the batch short while verl and TRL
+    filled it with skipped prompts. Now every host's intake fills it: the engine's (which
+    audits) as verl's and TRL's (`Intake.from_rows`)."""
+    keys = {h: rows(h)["max_draw_rounds"]["key"] for h in HOSTS.names()}
+    assert keys == {
+        "engine": "engine.tasks.max_draw_rounds",
+        "trl": "trl.dataflex.max_draw_rounds",
+        "verl": "verl.dataflex.max_draw_rounds",
+    }
+    # one domain of 4 prompts, every one skippable, one round: all 4 are forced in
+    never = {"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}}
+    strategy = Strategy({"prerollout": never}, domains=("a",))
+    strategy.history.update(
+        from_lists(
+            [1.0] * 8, [g for g in range(4) for _ in range(2)], prompt_keys=(0, 0, 1, 1, 2, 2, 3, 3)
+        )
+    )
+    engine = Intake([[0, 1, 2, 3]], ("a",), torch.ones(1), max_rounds=1, audits=True)
+    rows_ = Intake.from_rows(["a"] * 4, ("a",), max_rounds=1)
+    for intake in (engine, rows_):
+        items, _, m = intake.draw(4, strategy, 0)
+        assert sorted(items) == [0, 1, 2, 3]
+        assert m["dataflex/prerollout/forced"] == 4.0 and m["dataflex/prerollout/skipped"] == 0
 
 
 def test_trl_refuses_grpo_learning_rate_naming_lr(tmp_path):

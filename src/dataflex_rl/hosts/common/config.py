@@ -102,6 +102,12 @@ SHARED_SETTINGS: dict[str, SharedSetting] = {
         "extra forward passes; more: fewer rounds)",
         {"ge": 1.0},
     ),
+    "max_draw_rounds": SharedSetting(
+        8,
+        "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
+        "keeps; then skipped candidates fill the rest, so every batch is full (1: one round)",
+        {"ge": 1},
+    ),
     "sampling_stream": SharedSetting(
         0,
         "the training rollouts' sampling stream: runs of one seed and stream share their "
@@ -160,9 +166,7 @@ class HostConfig(Checked):
         ge=0.0,
     )
     candidate_factor: float = shared_param("candidate_factor")
-    max_draw_rounds: int = param(
-        8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
-    )
+    max_draw_rounds: int = shared_param("max_draw_rounds")
     seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 

@@ -113,12 +113,7 @@ class TasksConfig(Checked):
         None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0
     )
     candidate_factor: float = shared_param("candidate_factor")
-    max_draw_rounds: int = param(
-        8,
-        "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
-        "keeps (1: one round, skipped prompts leave the batch short)",
-        ge=1,
-    )
+    max_draw_rounds: int = shared_param("max_draw_rounds")
 
     def __post_init__(self) -> None:
         super().__post_init__()
