@@ -126,11 +126,18 @@ def test_select_with_renormalize_changes_the_loss_denominator():
 
 def test_prerollout_changes_what_is_generated():
     spec = {"name": "skip", "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0}}}
-    # a 4-prompt pool per domain: prompts repeat at once, so histories fill up
-    tr, _, metrics = run_steps(spec, 6, tasks={"train_size": 4, "max_draw_rounds": 1})
-    skipped = sum(m.get("engine/prompts_skipped", 0) for m in metrics)
-    generated = [m.get("engine/prompts_generated") for m in metrics]
-    assert skipped > 0 and min(generated) < 8
+    # a 4-prompt pool per domain: prompts repeat at once, so histories fill up; one round of
+    # 2 candidates per slot: later candidates replace skipped prompts of the plain batch, and
+    # skipped ones fill what is left, so every batch is full
+    tasks = {"train_size": 4, "candidate_factor": 2.0, "max_draw_rounds": 1}
+    tr, _, metrics = run_steps(spec, 6, tasks=tasks)
+    total = {
+        k: sum(m.get(f"dataflex/prerollout/{k}", 0) for m in metrics)
+        for k in ("skipped", "replacements", "forced")
+    }
+    assert total["skipped"] > 0 and total["replacements"] == total["skipped"]
+    assert total["forced"] > 0  # the round ran out: skipped prompts filled the batch
+    assert [m["engine/prompts_generated"] for m in metrics] == [8] * 6
 
 
 def test_prerollout_with_candidate_factor_fills_the_batch():
