@@ -91,10 +91,8 @@ class DecisionLogData:
             per_row = c.get("prob_mean")
             per_row = np.log(per_row[a:b]) if per_row is not None else c["logprob_mean"][a:b]
             if not np.isnan(per_row).all():
-                lp = (
-                    torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))[:, None]
-                    * maskf
-                )
+                per_row = np.ascontiguousarray(per_row, dtype=np.float32)
+                lp = torch.from_numpy(per_row)[:, None] * maskf
         if ent is None and "entropy_mean" in c and not np.isnan(c["entropy_mean"][a:b]).all():
             ent = torch.from_numpy(c["entropy_mean"][a:b])[:, None] * maskf
         if ent is not None and b > a and bool(torch.isnan(ent[mask]).all()):
@@ -220,25 +218,12 @@ def read_log(path: str | Path) -> DecisionLogData:
         step_col = step_col[sort]
     bounds = np.searchsorted(step_col, np.append(steps["step"], np.iinfo(np.int64).max))
     bounds[-1] = len(step_col)
-    cols: dict[str, Any] = {}
-    for name in (
-        "group",
-        "is_padding",
-        "reward",
-        "length",
-        "advantage",
-        "advantage_mean",
-        "logprob_mean",
-        "keep",
-        "weight",
-    ):
-        cols[name] = resp[name].to_numpy(zero_copy_only=False)
-    cols["decision_advantage"] = pc.fill_null(resp["decision_advantage"], math.nan).to_numpy(
-        zero_copy_only=False
-    )
-    for name in ("prob_mean", "entropy_mean", "micro_batch", "kept_tokens"):
-        if name in resp.column_names:
-            cols[name] = resp[name].to_numpy(zero_copy_only=False)
+    names = "group is_padding reward length advantage advantage_mean logprob_mean keep weight"
+    optional = ("prob_mean", "entropy_mean", "micro_batch", "kept_tokens")
+    names = [*names.split(), *(n for n in optional if n in resp.column_names)]
+    cols: dict[str, Any] = {n: resp[n].to_numpy(zero_copy_only=False) for n in names}
+    advantage = pc.fill_null(resp["decision_advantage"], math.nan)
+    cols["decision_advantage"] = advantage.to_numpy(zero_copy_only=False)
     dom = pc.index_in(pc.cast(resp["domain"], pa.string()), value_set=pa.array(domains))
     cols["domain"] = dom.to_numpy(zero_copy_only=False).astype(np.int64)
     keys = resp["prompt_key"]
@@ -257,15 +242,9 @@ def read_log(path: str | Path) -> DecisionLogData:
     for name, v in cols.items():  # Arrow's buffers are read-only; torch wants writable ones
         if isinstance(v, np.ndarray) and not v.flags.writeable:
             cols[name] = v.copy()
+    strategy, settings = json.loads(meta["strategy"]), json.loads(meta.get("settings", "{}"))
     return DecisionLogData(
-        folder,
-        domains,
-        json.loads(meta["strategy"]),
-        json.loads(meta.get("settings", "{}")),
-        meta.get("host", "?"),
-        cols,
-        steps,
-        bounds,
+        folder, domains, strategy, settings, meta.get("host", "?"), cols, steps, bounds
     )
 
 
@@ -600,13 +579,8 @@ def _figures(
             "weight_max_diff_logged": _seg_max(np.abs(o["weight"] - c["weight"]), bounds),
         }
         for i in range(len(steps)):
-            row = {
-                "strategy": lb,
-                "step": int(steps[i]),
-                "responses": int(n_active[i]),
-                "kept": int(kept[i]),
-                "tokens": int(tokens[i]),
-            }
+            row = {"strategy": lb, "step": int(steps[i]), "responses": int(n_active[i])}
+            row.update(kept=int(kept[i]), tokens=int(tokens[i]))
             row.update({k: float(v[i]) for k, v in fig.items()})
             row["responses_saved"] = int(row["responses_saved"])
             row["tokens_saved"] = int(row["tokens_saved"])
@@ -618,18 +592,18 @@ def _figures(
         ov = {
             "steps": len(steps),
             "retention": float(kept.sum() / max(n_active.sum(), 1)),
-            "ess_fraction": _nanmean(ess),
-            "skip_rate": _nanmean(fig["skip_rate"]),
+            "ess_fraction": nanmean(ess),
+            "skip_rate": nanmean(fig["skip_rate"]),
             "responses_saved": int(fig["responses_saved"].sum()),
             "tokens_saved": int(fig["tokens_saved"].sum()),
             "tokens_saved_fraction": float(fig["tokens_saved"].sum() / total_tokens)
             if total_tokens
             else 0.0,
-            "jaccard_logged": _nanmean(fig["jaccard_logged"]),
-            "weight_corr_logged": _nanmean(fig["weight_corr_logged"]),
+            "jaccard_logged": nanmean(fig["jaccard_logged"]),
+            "weight_corr_logged": nanmean(fig["weight_corr_logged"]),
             "exact_steps": int(o["exact"].sum()) if o["own"] else None,
         }
-        ov.update({f"target_{d}": _nanmean(o["target"][:, k]) for k, d in enumerate(log.domains)})
+        ov.update({f"target_{d}": nanmean(o["target"][:, k]) for k, d in enumerate(log.domains)})
         overall[lb] = ov
     return rows, overall
 
@@ -659,20 +633,16 @@ def _pairwise(log: DecisionLogData, labels: list[str], out: dict, active: np.nda
             a, b = out[labels[x]], out[labels[y]]
             jac = _seg_jaccard(a["keep"] & active, b["keep"] & active, log.bounds)
             cor = _seg_corr(a["weight"], b["weight"], active, log.bounds)
+            pair = {"a": labels[x], "b": labels[y]}
             rows += [
-                {
-                    "a": labels[x],
-                    "b": labels[y],
-                    "step": int(steps[i]),
-                    "jaccard": float(jac[i]),
-                    "weight_corr": float(cor[i]),
-                }
-                for i in range(len(steps))
+                {**pair, "step": int(s), "jaccard": float(j), "weight_corr": float(c)}
+                for s, j, c in zip(steps, jac, cor)
             ]
     return rows
 
 
-def _nanmean(values) -> float:
+def nanmean(values) -> float:
+    """The mean of the finite ``values`` (NaN without any)."""
     v = np.asarray(list(values), dtype=np.float64)
     v = v[np.isfinite(v)]
     return float(v.mean()) if v.size else math.nan

@@ -23,7 +23,6 @@ from dataflex_rl.harness.statistics.analysis import (
     Analysis,
     SummaryResult,
 )
-from dataflex_rl.harness.statistics.results import scores_are_fractions
 
 
 class Fmt:
@@ -31,10 +30,8 @@ class Fmt:
 
     def __init__(self, scale: float, unit: str) -> None:
         self.scale, self.unit = scale, unit
-
-    @classmethod
-    def for_scores(cls, scores) -> Fmt:
-        return cls(100.0, "points") if scores_are_fractions(scores) else cls(1.0, "")
+        #: " (points)" after a label, "" without a unit
+        self.paren = f" ({unit})" if unit else ""
 
     @classmethod
     def for_analysis(cls, a: Analysis) -> Fmt:
@@ -72,14 +69,10 @@ def pvalue(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def paired_seeds(s: SummaryResult) -> str:
-    """ "8" or "6–8": paired seeds of the real comparisons (seeds both runs have)."""
-    return paired_seeds_of(s.comparisons)
-
-
-def paired_seeds_of(comparisons) -> str:
-    """ "8" or "6–8": the paired-seed counts of ``comparisons`` ("0" without any)."""
-    ns = [c.n_pairs for c in comparisons] or [0]
+def paired_seeds(s: SummaryResult | list) -> str:
+    """ "8" or "6–8": the paired-seed counts (seeds both runs have) of the real comparisons of
+    a summary, or of a list of comparisons ("0" without any)."""
+    ns = [c.n_pairs for c in (s if isinstance(s, list) else s.comparisons)] or [0]
     lo, hi = min(ns), max(ns)
     return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
@@ -212,7 +205,7 @@ def verdict_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
         floor = min(c.p_holm_floor for c in blocked)
         out.append(
             f"No verdict is possible for {names} on '{s.name}': with "
-            f"{paired_seeds_of(blocked)} paired seeds the exact sign-flip test, Holm over "
+            f"{paired_seeds(blocked)} paired seeds the exact sign-flip test, Holm over "
             f"{len(s.comparisons)}, cannot give an adjusted p below {floor:.3g} > α = "
             f"{a.options.alpha:g}, whatever the scores; intervals are not shown (a bootstrap "
             "over so few seeds is too narrow to read)."
@@ -288,19 +281,9 @@ def ranking_sentences(a: Analysis) -> list[str]:
 
 def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
     """Per method of ``s`` (controls last): mean, paired Δ, intervals, p, MDE, r, verdict."""
-    unit = f" ({fmt.unit})" if fmt.unit else ""
-    header = (
-        "method",
-        "n",
-        f"mean{unit} [95% CI]",
-        f"Δ{unit} [95% CI]",
-        "corrected CI (level)",
-        "p",
-        "p (Holm)",
-        "MDE",
-        "r",
-        "verdict",
-    )
+    unit = fmt.paren
+    header = ("method", "n", f"mean{unit} [95% CI]", f"Δ{unit} [95% CI]", "corrected CI (level)")
+    header += ("p", "p (Holm)", "MDE", "r", "verdict")
     comps = {c.method: c for c in s.comparisons + s.controls}
     rows, verdicts = [], []
     for m in s.methods + s.control_methods:
@@ -333,7 +316,7 @@ def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
 
 def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: Fmt) -> Table:
     """IQM and probability of improvement per method (`Analysis.aggregates`)."""
-    unit = f" ({fmt.unit})" if fmt.unit else ""
+    unit = fmt.paren
     rows = tuple(
         (
             g.method,

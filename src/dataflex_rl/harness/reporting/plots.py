@@ -53,14 +53,8 @@ def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2, margins=
         left, right, top, bottom, wgap, hgap = margins
         cell_w = (width - left - right - wgap * (ncols - 1)) / ncols
         cell_h = (height - top - bottom - hgap * (nrows - 1)) / nrows
-        grid = dict(
-            left=left / width,
-            right=1 - right / width,
-            top=1 - top / height,
-            bottom=bottom / height,
-            wspace=wgap / cell_w,
-            hspace=hgap / cell_h,
-        )
+        grid = dict(left=left / width, right=1 - right / width, wspace=wgap / cell_w)
+        grid.update(top=1 - top / height, bottom=bottom / height, hspace=hgap / cell_h)
     axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw=grid)
     return fig, axes
 
@@ -92,13 +86,8 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     for i, (ax, s) in enumerate(zip(axes, summaries)):
         mde = s.mde
         if math.isfinite(mde):
-            ax.axvspan(
-                -mde * fmt.scale,
-                mde * fmt.scale,
-                color="0.9",
-                zorder=0,
-                label=f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)",
-            )
+            label = f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)"
+            ax.axvspan(-mde * fmt.scale, mde * fmt.scale, color="0.9", zorder=0, label=label)
         ax.axvline(0, color="0.4", lw=0.8)
         comps = s.comparisons
         colors = [COLORS.get(c.verdict, "0.3") for c in comps]
@@ -111,25 +100,13 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
             ax.hlines(yb, ci[:, 0], ci[:, 1], colors=cb, lw=1)
         dots = [k for k, c in enumerate(comps) if math.isfinite(c.delta)]
         if dots:
-            ax.scatter(
-                [comps[k].delta * fmt.scale for k in dots],
-                y[dots],
-                s=16,
-                c=[colors[k] for k in dots],
-                zorder=3,
-            )
+            x = [comps[k].delta * fmt.scale for k in dots]
+            ax.scatter(x, y[dots], s=16, c=[colors[k] for k in dots], zorder=3)
         blocked = [k for k, c in enumerate(comps) if not c.verdict_possible]
         if blocked:  # no bar: no interval where no verdict is possible
             n = comps[blocked[0]].n_pairs
-            ax.text(
-                0.02,
-                0.98,
-                f"intervals n/a ({n} seeds)",
-                transform=ax.transAxes,
-                va="top",
-                fontsize=7,
-                color="0.3",
-            )
+            note = f"intervals n/a ({n} seeds)"
+            ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7, color="0.3")
         if not any(c.verdict_possible for c in comps):
             far = max([abs(c.delta) for c in comps if math.isfinite(c.delta)] or [0.0])
             half = 1.3 * far * fmt.scale or 1.0
@@ -137,7 +114,7 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
         ax.set_yticks(y, methods if i % ncols == 0 else [""] * len(methods))
         ax.set_ylim(-0.7, len(methods) - 0.3)
         ax.set_title(s.name)
-        ax.set_xlabel(f"Δ vs {a.baseline}" + (f" ({fmt.unit})" if fmt.unit else ""))
+        ax.set_xlabel(f"Δ vs {a.baseline}" + fmt.paren)
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(loc="lower left", fontsize=7, frameon=False)
     top = 1 - 0.12 / fig.get_figheight()
@@ -166,7 +143,7 @@ def learning_curves(
         ax.set_title(panel)
         ax.set_xlabel("generated tokens (generation cost)" if by_tokens else "step")
         if i % ncols == 0:
-            ax.set_ylabel("held-out score" + (f" ({fmt.unit})" if fmt.unit else ""))
+            ax.set_ylabel("held-out score" + fmt.paren)
     axes[-1].legend(fontsize=6, frameon=False, ncol=2)
     return _save(fig, path)
 
@@ -204,7 +181,7 @@ def performance_profiles(profiles: Profiles, path: str | Path, fmt: Fmt) -> Path
     for k, (m, (curve, lo, hi)) in enumerate(profiles.curves.items()):
         (line,) = ax.plot(taus, curve, lw=1.2, label=m, **_method_style(k))
         ax.fill_between(taus, lo, hi, color=line.get_color(), alpha=0.12)
-    ax.set_xlabel("score τ" + (f" ({fmt.unit})" if fmt.unit else ""))
+    ax.set_xlabel("score τ" + fmt.paren)
     ax.set_ylabel("fraction of runs × benchmarks > τ")
     ax.legend(fontsize=6, frameon=False)
     return _save(fig, path)

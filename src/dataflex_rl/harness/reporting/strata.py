@@ -152,10 +152,7 @@ def write_strata_report(
 
 def _report_stratum(job: tuple) -> ReportParts:
     """One stratum's report (`prepare_report`, then `write_report_files`)."""
-    rows, out, inputs, prov = job
-    parts = prepare_report(rows, out, inputs, prov)
-    write_report_files(parts)
-    return parts
+    return write_report_files(prepare_report(*job))
 
 
 def _in_processes(jobs: list[tuple], workers: int | None) -> list[ReportParts]:
@@ -194,10 +191,7 @@ def index_row(s: Stratum, p: ReportParts | None, ref: str | None, out: Path) -> 
             str(len(s.methods) - 1),
             "—",
             "not compared (see the notes)",
-            "",
-            "",
-            "",
-            "",
+            *[""] * 4,
         )
     prim = p.analysis.primary
     counts = [sum(c.verdict == v for c in prim.comparisons) for v in (BETTER, WORSE, NO_DIFF)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dataflex_rl.core.config import validate
@@ -42,6 +42,8 @@ class CompareResult:
     #: the report's pieces (None without statistics), for a caller that adds a section
     #: (`report.write_pages`)
     report: ReportParts | None = None
+    #: the rows of results.csv (`result_rows`)
+    rows: list[Row] = field(default_factory=list)
 
 
 #: results.csv column of a checkpoint's generation cost so far (`curves.token_curves`)
@@ -63,16 +65,9 @@ def result_rows(
                 if tokens and "tokens" in e:
                     extra[GENERATED_TOKENS] = e["tokens"]
                 if metric in extra:
+                    score = float(extra[metric])
                     rows.append(
-                        Row(
-                            r["method"],
-                            str(r["seed"]),
-                            d,
-                            float(extra[metric]),
-                            d,
-                            int(e["step"]),
-                            extra,
-                        )
+                        Row(r["method"], str(r["seed"]), d, score, d, int(e["step"]), extra)
                     )
     return rows
 
@@ -96,8 +91,8 @@ def pairing_check(execution: Execution) -> str:
             }
     bad = [
         s
-        for s, evals in by_seed.items()
-        if len({json.dumps(e, sort_keys=True) for e in evals.values()}) > 1
+        for s, ev in by_seed.items()
+        if len({json.dumps(e, sort_keys=True) for e in ev.values()}) > 1
     ]
     if bad:
         return (
@@ -238,15 +233,12 @@ def run_compare(
             "resources": asdict(exp.resources),
         },
     )
-    tracking = validate(
-        TrackingConfig, run_tracking(exp.tracking, out, "report", exp.name), "tracking"
-    )
+    tracking = run_tracking(exp.tracking, out, "report", exp.name)
+    tracking = validate(TrackingConfig, tracking, "tracking")
     prepare_store(tracking)  # the shared MLflow database, before the workers open it
     execution = execute(runs, workers, progress, executor=executor)
-    domains = exp.domains
-    rows = result_rows(
-        execution, domains, exp.evaluation.metric, exp.budget.generated_tokens is not None
-    )
+    tokens = exp.budget.generated_tokens is not None
+    rows = result_rows(execution, exp.domains, exp.evaluation.metric, tokens)
     write_results_csv(rows, out / "results.csv")
     props = proportion_rows(execution)
     write_proportions_csv(props, out / "proportions.csv")
@@ -278,8 +270,7 @@ def run_compare(
                 }
             ),
         )
-        report = prepare_report(rows, out, inputs)
-        write_report_files(report)
+        report = write_report_files(prepare_report(rows, out, inputs))
         analysis = report.analysis
     else:
         atomic_write_text(
@@ -288,4 +279,4 @@ def run_compare(
             f"finished run.\n\n"
             + "".join(f"- {f.method} seed {f.seed}: `{f.error}`\n" for f in failures),
         )
-    return CompareResult(out, execution, analysis, len(runs), report)
+    return CompareResult(out, execution, analysis, len(runs), report, rows)

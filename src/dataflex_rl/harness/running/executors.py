@@ -4,10 +4,9 @@ For an executor a run is a process launched from a command line, an environment 
 folder (harness/running/launch.py: `Launch`); a host with its own Python (TRL, verl) has its
 runs started that way, and the executors do not know which host it is.
 
-- `LocalExecutor`: a bounded number of runs at a time on this machine. A run of a host with
-  its own Python is one process of that Python started directly (`supervisor.run_processes`);
-  engine runs execute in-process in a pool of worker processes (`supervisor.supervise`),
-  imports paid once per worker. With ``resources.gpus_per_run`` each slot has its own GPUs
+- `LocalExecutor`: a bounded number of runs at a time on this machine, in supervisor.py's two
+  process models (a host's own-Python run as a process of its own, engine runs in a pool of
+  worker processes). With ``resources.gpus_per_run`` each slot has its own GPUs
   (`device_sets`, set as ``CUDA_VISIBLE_DEVICES`` before the run or worker starts); without
   ``--workers``, one slot per ``cpus_per_run`` cores, at most one per device set. Each slot
   gets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = cores // workers (`thread_env`) unless the
@@ -97,8 +96,7 @@ def thread_env(workers: int, env: dict[str, str] | None = None) -> dict[str, str
 
 @dataclass
 class LocalExecutor:
-    """Runs on this machine: processes of a host's own Python (`supervisor.run_processes`),
-    engine runs in worker processes (`supervisor.supervise`).
+    """Runs on this machine (see the module docstring).
 
     Args:
         workers: worker processes (None: one per ``cpus_per_run`` cores, at most one per

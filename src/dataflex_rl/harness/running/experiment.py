@@ -191,10 +191,7 @@ class Experiment:
         return {c.label: c.outcome for c in self.controls}
 
     def stats_options(self) -> StatsOptions:
-        s = self.statistics
-        return StatsOptions(
-            alpha=s.alpha, power=s.power, n_boot=s.n_boot, n_perm=s.n_perm, seed=s.seed
-        )
+        return StatsOptions(**dataclasses.asdict(self.statistics))
 
     def engine_config(self, overrides: dict | None = None) -> EngineConfig:
         """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
@@ -374,11 +371,9 @@ def parse_experiment(
     bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
     if bad:
         raise ConfigError(f"{key_path(where, 'strategies')}: label {bad[0]!r} cannot name a folder")
-    baseline = (
-        top.baseline
-        if top.baseline is not None
-        else ("baseline" if "baseline" in labels else labels[0])
-    )
+    baseline = top.baseline
+    if baseline is None:
+        baseline = "baseline" if "baseline" in labels else labels[0]
     if baseline not in labels:
         raise ConfigError(
             f"{key_path(where, 'baseline')}: {baseline!r} is not one of the strategies."
@@ -485,14 +480,10 @@ def load_experiment(
     data = load_yaml(p)
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
         raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
-    if not dotted:
+
+    def build(data: Any, _: list[str] = ()) -> Experiment:
         if seeds is not None and isinstance(data, dict):
             data = {**data, "seeds": seeds}
         return parse_experiment(data, str(path), p.resolve().parent, controls)
 
-    def build(data: dict, dotted: list[str]) -> Experiment:
-        if seeds is not None:
-            data["seeds"] = seeds
-        return parse_experiment(data, str(path), p.resolve().parent, controls)
-
-    return with_overrides(data, dotted, ExperimentFile, str(path), build)
+    return with_overrides(data, dotted, ExperimentFile, str(path), build) if dotted else build(data)

@@ -59,6 +59,12 @@ class Launch:
     cwd: str | None = None
 
 
+def failed_record(method: str, seed: int, error: str, traceback: str, wall_seconds: float) -> dict:
+    """The record of a run that failed (done.json's counterpart, also written as error.json)."""
+    record = {"status": "failed", "method": method, "seed": seed, "error": error}
+    return {**record, "traceback": traceback, "wall_seconds": wall_seconds}
+
+
 def print_record(record: dict) -> None:
     """How a launched run reports its record: one marked line on stdout (values JSON cannot
     hold written as text, as in done.json, so the record equals what a rerun reads back)."""
@@ -108,14 +114,8 @@ def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) ->
         tail = err.read().decode(errors="replace")[-STDERR_TAIL:]
     code = proc.returncode
     status = f"signal {-code}" if code < 0 else f"exit code {code}"
-    return {
-        "status": "failed",
-        "method": launch.method,
-        "seed": launch.seed,
-        "error": f"RunDied: the run's process ended ({status}) without a record",
-        "traceback": tail,
-        "wall_seconds": time.perf_counter() - t0,
-    }
+    error = f"RunDied: the run's process ended ({status}) without a record"
+    return failed_record(launch.method, launch.seed, error, tail, time.perf_counter() - t0)
 
 
 def kill_group(proc: subprocess.Popen) -> None:

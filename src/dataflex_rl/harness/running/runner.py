@@ -50,7 +50,7 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
-from dataflex_rl.harness.running.launch import PYTHON, Launch
+from dataflex_rl.harness.running.launch import PYTHON, Launch, failed_record
 from dataflex_rl.harness.running.supervisor import Progress
 from dataflex_rl.hosts.engine.host import TRAIN_FN as DEFAULT_TRAIN_FN
 from dataflex_rl.hosts.host import METRICS_FILE
@@ -174,15 +174,8 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
     def tracked(label: str, seed: int) -> dict:
         if experiment.host != "engine":  # a host's runs log where its own settings say
             return {}
-        return {
-            "tracking": run_tracking(
-                experiment.tracking,
-                out_dir,
-                f"{label}-seed{seed}",
-                experiment.name,
-                experiment.evaluation.metric,
-            )
-        }
+        t = experiment.tracking, out_dir, f"{label}-seed{seed}", experiment.name
+        return {"tracking": run_tracking(*t, experiment.evaluation.metric)}
 
     return [
         RunSpec(
@@ -261,15 +254,9 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
             resume = run.resume
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).unlink(missing_ok=True)
+        started = {"fingerprint": run.fingerprint, "method": run.method, "seed": run.seed}
         atomic_write_json(
-            out / RUN_FILE,
-            {
-                "fingerprint": run.fingerprint,
-                "method": run.method,
-                "seed": run.seed,
-                "overrides": run.overrides,
-                "identity": run.identity,
-            },
+            out / RUN_FILE, {**started, "overrides": run.overrides, "identity": run.identity}
         )
         summary, resume = host.train(run, out, resume)
         evals, props = host.read_records(out, run.config, run.mixes)
@@ -278,9 +265,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         warnings_seen, packages = _warning_summary(caught)
         done = {
             "status": "done",
-            "method": run.method,
-            "seed": run.seed,
-            "fingerprint": run.fingerprint,
+            **started,
             "identity": run.identity,
             "resumed": resume,
             "wall_seconds": time.perf_counter() - t0,
@@ -293,20 +278,16 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         atomic_write_json(out / DONE_FILE, done)
         return done
     except Exception as e:  # noqa: BLE001  (reported, and the other runs go on)
-        failed = {
-            "status": "failed",
-            "method": run.method,
-            "seed": run.seed,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc(),
-            "wall_seconds": time.perf_counter() - t0,
-        }
+        error = f"{type(e).__name__}: {e}"
+        record = failed_record(
+            run.method, run.seed, error, traceback.format_exc(), time.perf_counter() - t0
+        )
         try:
             out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(out / ERROR_FILE, failed)
+            atomic_write_json(out / ERROR_FILE, record)
         except OSError:
             pass
-        return failed
+        return record
 
 
 def _started_as(out: Path) -> str | None:
@@ -329,14 +310,10 @@ def load_done(run: RunSpec) -> dict | None:
     done = json.loads(path.read_text())
     if done.get("fingerprint") != run.fingerprint:
         changed = differences(done["identity"], run.identity) if "identity" in done else []
+        what = f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
         raise ConfigError(
-            f"{run.out_dir}: finished with a different configuration"
-            + (
-                f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
-                if changed
-                else ""
-            )
-            + "; choose another --out, or delete this folder to rerun it"
+            f"{run.out_dir}: finished with a different configuration{what if changed else ''}; "
+            "choose another --out, or delete this folder to rerun it"
         )
     return done
 
@@ -395,31 +372,29 @@ def execute(
     harness/running/executors.py); finished ones are skipped, unless a run says whether to
     resume: see `RunSpec.resume`.
 
-    Failures are collected, never raised. Locally (`supervisor`): a host's own-Python run is
-    one process started from here (`launch_of`), an engine run executes in a worker process;
-    Ctrl-C or SIGTERM stops every run and re-raises, runs die if this process is killed
-    outright, an engine run whose worker died is retried once alone; on Ray, the same signals cancel
-    every task submitted (ray_executor.py). Stopped runs continue from their checkpoints on
-    the next call. The progress bar (``desc`` names it) counts the steps each run's records
-    show done (`Host.steps_done`).
+    Failures are collected, never raised; how runs are stopped (Ctrl-C, SIGTERM) and retried
+    is the executor's (supervisor.py, ray_executor.py). Stopped runs continue from their
+    checkpoints on the next call. The progress bar (``desc`` names it) counts the steps each
+    run's records show done (`Host.steps_done`).
     """
     executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
     ex = Execution()
-    todo = []
-    for run in runs:
-        done = load_done(run) if run.resume is None else None
-        if done is not None:
-            ex.results.append(done)
-            ex.skipped += 1
-        else:
-            todo.append(run)
+    done = [load_done(run) if run.resume is None else None for run in runs]
+    ex.results = [d for d in done if d is not None]
+    ex.skipped = len(ex.results)
+    todo = [run for run, d in zip(runs, done) if d is None]
     if todo:
-        steps = max(r.steps for r in runs)
-        slots = executor.slots(len(todo))
-        where = executor.where(len(todo))
+        steps, n = max(r.steps for r in runs), len(todo)
         bar = Progress(
-            len(runs), len(runs) - len(todo), steps, _steps_done, slots, progress, desc, where
+            len(runs),
+            len(runs) - n,
+            steps,
+            _steps_done,
+            executor.slots(n),
+            progress,
+            desc,
+            executor.where(n),
         )
         with bar:
             ex.results += executor.run(todo, execute_run, launch_of, bar)

@@ -45,7 +45,7 @@ from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.reporting.document import Paragraph, Section, Table, markdown_section
 from dataflex_rl.harness.reporting.report import write_pages
-from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
+from dataflex_rl.harness.running.compare import CompareResult, run_compare
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import locked_output
@@ -57,16 +57,6 @@ from dataflex_rl.harness.statistics.sequential import sequential_verdicts
 UNDECIDED = "undecided"
 #: ``rule(diffs, alpha=, margin=, bound=)`` -> {label: result with verdict, n, low, high}
 Rule = Callable[..., Mapping[str, Any]]
-
-
-def default_rule() -> Rule:
-    """The harness's anytime-valid rule (`statistics.sequential.sequential_verdicts`)."""
-    return sequential_verdicts
-
-
-def fixed_design_seeds(sd: float, effect: float, m: int, alpha: float, power: float) -> int | None:
-    """Paired seeds a fixed-n design needs to detect ``effect`` (None: over 64, or unknown)."""
-    return simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power)
 
 
 @dataclass
@@ -190,7 +180,7 @@ def run_until_decided(
         margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
         workers, progress, plots, train_fn, address: as `run_compare`; the experiment's
             executor is entered once for every round (one Ray connection).
-        rule: the sequential rule (default `default_rule`).
+        rule: the sequential rule (default `statistics.sequential.sequential_verdicts`).
         echo: where the one line per round goes.
 
     Raises:
@@ -202,21 +192,13 @@ def run_until_decided(
         raise ConfigError(f"--margin: must be > 0, got {margin}")
     if max_seeds < len(exp.seeds):
         raise ConfigError(f"--max-seeds {max_seeds}: below the experiment's {len(exp.seeds)} seeds")
-    rule = rule or default_rule()
-    controls = [label for label in exp.control_outcomes]
+    rule = rule or sequential_verdicts
+    controls = list(exp.control_outcomes)
     comparisons = [x for x in exp.labels if x != exp.baseline and x not in controls]
     if not comparisons:
         comparisons, controls = controls, []
-    alpha = exp.statistics.alpha
-    seq = Sequential(
-        comparisons=comparisons,
-        controls=controls,
-        max_seeds=max_seeds,
-        round_size=round_size,
-        margin=margin,
-        alpha=alpha,
-    )
-    seq.seeds_of = {label: [] for label in exp.labels}
+    seq = Sequential([], comparisons, controls, "", max_seeds, round_size, margin)
+    seq.alpha, seq.seeds_of = exp.statistics.alpha, {label: [] for label in exp.labels}
     exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
     with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
         res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
@@ -239,7 +221,6 @@ def _rounds(
     """The rounds of `run_until_decided` on an entered executor, filling ``seq``: the last
     round's result and paired differences."""
     comparisons, controls, alpha, margin = seq.comparisons, seq.controls, seq.alpha, seq.margin
-    domains = exp.domains
     seeds, new = list(exp.seeds), list(exp.seeds)
     frozen: dict[str, dict] = {}  # the verdicts of decided comparisons, as decided
     while True:
@@ -257,10 +238,7 @@ def _rounds(
             cells=cells,
             executor=executor,
         )
-        rows = result_rows(
-            res.execution, domains, exp.evaluation.metric, exp.budget.generated_tokens is not None
-        )
-        diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
+        diffs = paired_differences(res.rows, exp.baseline, comparisons + controls, seeds)
         verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
         verdicts.update(frozen)
         verdicts.update(_verdicts(rule, {k: diffs[k] for k in controls}, alpha, margin))
@@ -287,14 +265,15 @@ def round_line(
     decided_at = decided_at or {}
 
     def part(labels: list[str]) -> str:
-        return ", ".join(
-            f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']}"
-            + (
-                f", stopped at round {decided_at[k]})"
+        def stop(k: str) -> str:
+            return (
+                f", stopped at round {decided_at[k]}"
                 if decided_at.get(k, r.index) < r.index
-                else ")"
+                else ""
             )
-            for k in labels
+
+        return ", ".join(
+            f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']}{stop(k)})" for k in labels
         )
 
     line = f"round {r.index}, {len(r.seeds)} seeds: {part(comparisons)}"
@@ -307,8 +286,9 @@ def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment
     if not sds:
         return
     seq.pooled_sd = math.sqrt(sum(s * s for s in sds) / len(sds))
-    seq.fixed_n = fixed_design_seeds(
-        seq.pooled_sd, seq.margin, len(seq.comparisons), seq.alpha, exp.statistics.power
+    m, power = len(seq.comparisons), exp.statistics.power
+    seq.fixed_n = simulated_seeds_needed(
+        seq.pooled_sd, seq.margin, m=m, alpha=seq.alpha, power=power
     )
 
 
@@ -379,14 +359,14 @@ def _notes(seq: Sequential) -> tuple[str, ...]:
         )
     else:
         lines.append(
-            "No fixed-n comparison: the paired differences have no spread yet "
-            "(fewer than two, or all equal)."
+            "No fixed-n comparison: the paired differences have no spread yet (fewer than "
+            "two, or all equal)."
         )
-    lines.append(
-        "Intervals: the rule's anytime-valid interval of the mean difference, in "
-        "points, at each round."
+    return (
+        *lines,
+        "Intervals: the rule's anytime-valid interval of the mean difference, in points, at "
+        "each round.",
     )
-    return tuple(lines)
 
 
 def write_sequential(seq: Sequential, res: CompareResult) -> None:

@@ -129,19 +129,11 @@ def aggregate(
         if m != baseline:
             poi = float(probability_of_improvement(x, base))
             poi_ci = _ci(probability_of_improvement(b, base_boot), alpha)
-        prof_b = performance_profile(b, taus)
+        iqm_ci = _ci(iqm(b, axis=(1, 2)), alpha)
+        prof_ci = np.quantile(performance_profile(b, taus), [alpha / 2, 1 - alpha / 2], axis=0)
+        profile = performance_profile(x, taus)
         out.append(
-            MethodAggregate(
-                m,
-                x.shape[0],
-                x.shape[1],
-                float(iqm(x)),
-                _ci(iqm(b, axis=(1, 2)), alpha),
-                poi,
-                poi_ci,
-                performance_profile(x, taus),
-                np.quantile(prof_b, [alpha / 2, 1 - alpha / 2], axis=0),
-            )
+            MethodAggregate(m, *x.shape, float(iqm(x)), iqm_ci, poi, poi_ci, profile, prof_ci)
         )
     return out
 
@@ -178,11 +170,7 @@ def method_aggregates(
     quantiles). Empty with fewer than two methods or without the baseline."""
     if len(scores) < 2 or baseline not in scores:
         return []
-    taus = (
-        np.linspace(0, 1, 21)
-        if fractions
-        else np.quantile(
-            np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21)
-        )
-    )
+    taus = np.linspace(0, 1, 21)
+    if not fractions:
+        taus = np.quantile(np.concatenate([x.ravel() for x in scores.values()]), taus)
     return aggregate(scores, baseline, taus, np.random.default_rng(seed), n_boot=2000, alpha=0.05)

@@ -63,12 +63,8 @@ from dataflex_rl.harness.statistics.results import (
     seed_sort_key,
 )
 
-BETTER, WORSE, NO_DIFF, TOO_FEW = (
-    "better",
-    "worse",
-    "no detectable difference",
-    "not enough paired seeds",
-)
+BETTER, WORSE = "better", "worse"
+NO_DIFF, TOO_FEW = "no detectable difference", "not enough paired seeds"
 #: a control's required outcome -> the verdict it must get
 CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
 
@@ -353,11 +349,8 @@ def _family(
 ) -> list[Comparison]:
     """Paired comparisons of ``labels`` ([K, S] ``rows``) against ``base`` [S], one Holm
     family: p-values, corrected intervals, verdicts and simulated MDEs."""
-    comps, boots = [], []
-    for m, x in zip(labels, rows):
-        c, means = _compare(name, m, x, base, options)
-        comps.append(c)
-        boots.append(means)
+    pairs = [_compare(name, m, x, base, options) for m, x in zip(labels, rows)]
+    comps, boots = [c for c, _ in pairs], [means for _, means in pairs]
     adjusted, level = stats.holm([c.p for c in comps], options.alpha)
     floors = stats.holm_floors(
         [stats.pvalue_floor(c.n_pairs, options.n_perm) if c.n_pairs >= 2 else 1.0 for c in comps]
@@ -420,18 +413,9 @@ def analyze_summary(
         c.control_status = control_status(c)
     sd = pooled_sd(comps)
     n = min((c.n_pairs for c in comps), default=0)
-    return SummaryResult(
-        name,
-        kind,
-        [stats_of[i] for i in range(len(methods)) if i not in ctrl],
-        comps,
-        [stats_of[i] for i in ctrl],
-        ctrl_comps,
-        pooled_sd=sd,
-        mde=power.simulated_mde(
-            sd, n, m=max(1, len(comps)), alpha=options.alpha, power=options.power
-        ),
-    )
+    mde = power.simulated_mde(sd, n, m=max(1, len(comps)), alpha=options.alpha, power=options.power)
+    own = [stats_of[i] for i in range(len(methods)) if i not in ctrl]
+    return SummaryResult(name, kind, own, comps, [stats_of[i] for i in ctrl], ctrl_comps, sd, mde)
 
 
 def pooled_sd(comparisons: list[Comparison]) -> float:

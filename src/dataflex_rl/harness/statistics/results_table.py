@@ -36,6 +36,7 @@ from dataflex_rl.harness.statistics.results import (
     REQUIRED,
     Row,
     parse_row,
+    parse_step,
     seed_label,
     seed_sort_key,
 )
@@ -335,13 +336,7 @@ def _melt(
             if not rec[col]:
                 raise ConfigError(f"{where}: empty {col!r}")
         key = _key(rec, by)
-        seed = seed_label(rec["seed"], where)
-        step = None
-        if rec.get("step"):
-            try:
-                step = int(float(rec["step"]))
-            except ValueError:
-                raise ConfigError(f"{where}: step {rec['step']!r} is not an integer") from None
+        seed, step = seed_label(rec["seed"], where), parse_step(rec.get("step"), where)
         for b in benchmarks:
             if not rec[b]:
                 continue

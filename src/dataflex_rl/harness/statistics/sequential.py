@@ -122,13 +122,8 @@ def confidence_sequence(
 
 def verdicts_of(low: np.ndarray, high: np.ndarray, margin: float) -> np.ndarray:
     """Verdict strings, elementwise, of intervals [low, high]."""
-    return np.where(
-        low > 0,
-        BETTER,
-        np.where(
-            high < 0, WORSE, np.where((low >= -margin) & (high <= margin), EQUIVALENT, UNDECIDED)
-        ),
-    )
+    equivalent = (low >= -margin) & (high <= margin)
+    return np.select([low > 0, high < 0, equivalent], [BETTER, WORSE, EQUIVALENT], UNDECIDED)
 
 
 def sequential_verdicts(
@@ -166,11 +161,9 @@ def sequential_verdicts(
         low, high = confidence_sequence(d, a, bound, prior_scale)
         lo, hi = float(low[-1]), float(high[-1])
         if lo > hi:  # empty intersection (probability < α): keep the current interval only
-            hw = (
-                float(half_widths(np.array(d.size), np.array(d.std(ddof=1)), a, prior_scale))
-                if d.size > 1
-                else math.inf
-            )
+            hw = math.inf
+            if d.size > 1:
+                hw = float(half_widths(np.array(d.size), np.array(d.std(ddof=1)), a, prior_scale))
             lo, hi = max(-bound, d.mean() - hw), min(bound, d.mean() + hw)
         verdict = str(verdicts_of(np.array(lo), np.array(hi), margin))
         out[label] = SequentialResult(verdict, int(d.size), lo, hi, float(d.mean()), a)
