@@ -26,17 +26,12 @@ from dataflex_rl.harness.statistics.analysis import (
 
 
 class Fmt:
-    """Formats scores: accuracies in [0, 1] are shown as points (×100)."""
+    """Formats scores: accuracies in [0, 1] (`Analysis.fractions`) are shown as points (×100)."""
 
     def __init__(self, scale: float, unit: str) -> None:
         self.scale, self.unit = scale, unit
         #: " (points)" after a label, "" without a unit
         self.paren = f" ({unit})" if unit else ""
-
-    @classmethod
-    def for_analysis(cls, a: Analysis) -> Fmt:
-        """Points for an analysis of scores in [0, 1] (`Analysis.fractions`)."""
-        return cls(100.0, "points") if a.fractions else cls(1.0, "")
 
     def value(self, v: float, signed: bool = False) -> str:
         if not math.isfinite(v):

@@ -94,12 +94,8 @@ class ReportInputs:
 
     Args:
         title: the report's title (experiment name or CSV file name).
-        baseline: the reference method.
-        options: statistics options.
         setup: lines describing the experiment (budget, engine, pairing checks).
-        failures: runs that failed.
         proportions: rows of ``proportions.csv`` (mixers), for the trace plot.
-        plots: write PNG plots.
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
             difference") or "worse" (a planted harm); see `analysis.analyze`.
         tracking: experiment trackers that receive the report (`track_report`); None: none.
@@ -296,11 +292,6 @@ def write_csv(rows: list[dict], columns: list[str] | tuple[str, ...], path: Path
     return path
 
 
-def write_statistics_csv(a: Analysis, path: Path) -> Path:
-    """One row per summary × method with every number of the tables (`STATISTICS_COLUMNS`)."""
-    return write_csv(statistics_rows(a), STATISTICS_COLUMNS, path)
-
-
 @dataclass
 class ReportParts:
     """A report's pieces; renderers (report.md, report.html, trackers, an index of strata)
@@ -308,10 +299,7 @@ class ReportParts:
 
     Args:
         analysis: the `Analysis` (every number the report prints).
-        fmt: how scores are shown.
         plots: plot name (forest, curves, tokens, proportions, profiles) -> PNG written.
-        inputs: the `ReportInputs`.
-        out: the report's folder.
         prov: what produced the report (`provenance.current`).
     """
 
@@ -348,7 +336,7 @@ def report_parts(
     process, `provenance.current`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fmt = Fmt.for_analysis(a)
+    fmt = Fmt(100.0, "points") if a.fractions else Fmt(1.0, "")
     files: dict[str, Path] = {}
     if inputs.plots and importlib.util.find_spec("matplotlib") is None:
         a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
@@ -390,7 +378,7 @@ def write_report_files(parts: ReportParts) -> ReportParts:
     """``statistics.csv``, ``report.md`` and ``report.html`` of ``parts``, and the trackers'
     run; returns ``parts``."""
     a, out, inputs = parts.analysis, parts.out, parts.inputs
-    write_statistics_csv(a, out / "statistics.csv")
+    write_csv(statistics_rows(a), STATISTICS_COLUMNS, out / "statistics.csv")
     write_pages(parts)
     if inputs.tracking is not None and inputs.tracking.backends:
         track_report(a, out, inputs.tracking, inputs.params, list(parts.plots.values()))
@@ -449,21 +437,9 @@ def track_report(
     ``--until-decided`` does, adds a step), the statistics options and ``params`` as
     parameters, the plots as images and ``report.md``/``statistics.csv`` as artifacts."""
     step = len(a.seeds)
-    o = a.options
-    with Tracker.start(
-        tracking,
-        out,
-        params={
-            **params,
-            "baseline": a.baseline,
-            "methods": ", ".join(a.methods),
-            "statistics.alpha": o.alpha,
-            "statistics.power": o.power,
-            "statistics.n_boot": o.n_boot,
-            "statistics.seed": o.seed,
-        },
-        tags={"kind": "report", "baseline": a.baseline},
-        first_step=step,
-    ) as tracker:
+    stats = {f"statistics.{k}": getattr(a.options, k) for k in ("alpha", "power", "n_boot", "seed")}
+    params = {**params, "baseline": a.baseline, "methods": ", ".join(a.methods), **stats}
+    tags = {"kind": "report", "baseline": a.baseline}
+    with Tracker.start(tracking, out, params=params, tags=tags, first_step=step) as tracker:
         tracker.log("report", step, report_metrics(a))
         tracker.log_files(images=plot_files, files=[out / "report.md", out / "statistics.csv"])

@@ -102,7 +102,6 @@ def write_strata_report(
 
     Args:
         table: the strata (`results_table.read_table`).
-        out_dir: the output folder.
         inputs: shared by every stratum (its title and setup gain the stratum's values; its
             baseline is replaced by the stratum's reference, `references`).
         requested: the reference methods asked for (``--baseline A,B``), first present wins.

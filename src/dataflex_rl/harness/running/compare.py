@@ -187,11 +187,9 @@ def run_compare(
     """Run (or resume) the experiment's matrix and write its report.
 
     Args:
-        exp: the experiment.
         out_dir: output folder (default ``runs/compare/<name>``).
         workers: worker processes (default: one per core).
         progress: show the overall progress bar.
-        plots: write PNG plots.
         train_fn: training function as ``module:attr`` (None: the host's; tests pass a fake
             engine).
         cells: the ``(label, seed)`` runs of the matrix to run and report (None: every one;
@@ -205,7 +203,7 @@ def run_compare(
         exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
         with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
             return run_compare(exp, out_dir, workers, progress, plots, train_fn, cells, executor=ex)
-    out = Path(out_dir or Path("runs") / "compare" / exp.name)
+    out = Path(out_dir)  # `locked_output` gave the default
     require_backends(exp.tracking, "dataflex-rl compare")  # before any run starts
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(exp, out, train_fn)
@@ -242,9 +240,9 @@ def run_compare(
     write_results_csv(rows, out / "results.csv")
     props = proportion_rows(execution)
     write_proportions_csv(props, out / "proportions.csv")
+    failed = execution.failed
     failures = [
-        Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", ""))
-        for r in execution.failed
+        Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", "")) for r in failed
     ]
     atomic_write_json(out / "failures.json", execution.failed)
     analysis, report = None, None

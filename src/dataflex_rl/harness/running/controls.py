@@ -1,31 +1,10 @@
 """Control arms of ``compare``: an A/A control and planted harms of known direction.
 
 A control is an extra arm built from the experiment's baseline, with a fixed label and the
-outcome it must have against the baseline:
-
-============  ===================  =========  ===============================================
-control       label                must be    what the arm is
-============  ===================  =========  ===============================================
-``aa``        ``aa_control``       same       the baseline with another sampling-noise stream
-                                              (engine ``sampling_stream``, TRL's sampling seed): a
-                                              difference it shows is noise called a result
-``no_update`` ``no_update_control`` worse     the baseline with ``optim.lr: 0`` (AdamW never
-                                              moves the parameters)
-``half_lr``   ``half_lr_control``  worse      the baseline at half the experiment's learning
-                                              rate
-``drop_half`` ``drop_half_control`` worse     the baseline plus the selector ``random_groups``:
-                                              a hashed random half of the informative groups
-                                              dropped every step
-============  ===================  =========  ===============================================
-
-"same" is met when the comparison is not called better or worse; "worse" only when it is called
-worse. In the experiment file::
-
-    controls: [aa, no_update]                         # names
-    controls: [aa, {drop_half: {fraction: 0.5}}]      # with parameters
-    controls: {aa: {}, half_lr: {}}                    # a mapping
-
-or ``dataflex-rl compare EXP --control aa --control drop_half``. See docs/controls.md.
+outcome it must have against the baseline ("same": not called better or worse; "worse": called
+worse); `KINDS` holds them (aa, no_update, half_lr, drop_half), docs/controls.md describes each.
+In the experiment file ``controls: [aa, {drop_half: {fraction: 0.5}}]`` (names, with
+parameters, or a mapping name -> parameters), or ``compare EXP --control aa``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
-"""Experiment files: strategies × seeds on one engine configuration and budget.
+"""Experiment files (``configs/experiments/quick.yaml``): strategies × seeds on one host
+configuration and budget.
 
-An experiment file (``configs/experiments/quick.yaml``)::
-
-    name: quick
-    # preset names, strategy YAML paths (relative to this file) or {label, strategy}
-    strategies: [baseline, difffilter]
-    # a list of seeds, or a count n (seeds 0..n-1)
-    seeds: 2
-    # EngineConfig keys (policy, threads, tasks, optim, grpo, log) except the ones below
-    engine: {policy: tiny}
-    budget: {steps: 20, prompts_per_step: 16, samples_per_prompt: 8}
-    evaluation: {metric: greedy, every: 10, per_domain: 100, samples: 0}
-    statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
-    # optional control arms (harness/running/controls.py): aa, no_update, half_lr, drop_half
-    controls: [aa, {drop_half: {fraction: 0.5}}]
-    # optional experiment trackers for every run and the report (docs/tracking.md; engine
-    # host: TRL and verl runs log through their own, trl.grpo / verl.overrides)
-    tracking: {backends: [tensorboard, mlflow]}
-    # the trainer that runs the runs: engine (default), trl, ... (dataflex_rl/hosts); a
-    # host other than the engine takes its settings from its own section (trl: {...}) and
-    # refuses the engine section
-    host: engine
-    # where runs execute: local worker processes, or tasks on a Ray cluster (docs/cluster.md)
-    executor: local
-    # what each run holds while it runs (Ray task resources; local: GPUs per worker)
-    resources: {cpus_per_run: 1, gpus_per_run: 0, custom: {}}
-
-Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
+Their keys, defaults and ranges are declared once in `ExperimentFile` (``dataflex-rl compare
+--help`` prints them; docs/harness.md). Unknown keys, wrong types and out-of-range values raise
+`ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -335,7 +312,6 @@ def parse_experiment(
     """Validate an experiment mapping.
 
     Args:
-        data: the parsed YAML.
         where: name used in error messages (the file path).
         base: directory against which relative strategy paths, ``engine.policy`` and
             ``engine.tasks.train``/``engine.tasks.eval`` resolve.

@@ -69,8 +69,6 @@ class RunSpec:
         strategy: the expanded strategy spec (a mapping).
         config: the host's settings of the run as a mapping (`Host.run_config`: the
             engine's `EngineConfig`, TRL's section; a control arm's overrides merged in).
-        steps: GRPO steps.
-        out_dir: the run's folder.
         train_fn: ``"module:attr"`` of the training function, on every host
             ``train(settings, strategy, *, seed, out_dir, resume) -> dict`` (`Host.train`).
         mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
@@ -433,7 +431,6 @@ def side_by_side(
         strategies: preset names, strategy YAML paths or mappings (distinct labels).
         seed, steps: override the config's.
         out_root: default ``config.out``, else ``runs/compare``.
-        workers: parallel processes.
         resume: continue every run from its checkpoint.
         progress: one progress bar over all runs.
         train_fn: ``"module:attr"`` of the training function.

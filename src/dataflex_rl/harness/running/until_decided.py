@@ -2,32 +2,17 @@
 
 Round 1 runs the experiment's own seeds; every later round adds ``round_size`` new seeds (the
 smallest unused integers). After each round the paired differences method − baseline on the
-primary summary (the average over domains of the evaluation metric, each run's last checkpoint)
-go, in seed-addition order, to an anytime-valid rule (`statistics.sequential.sequential_verdicts`),
-which calls each comparison better, worse, equivalent (within ±margin) or undecided with its
-type-I error controlled at α however many rounds are looked at. The loop stops when every
-comparison of the experiment's strategies is decided, or at ``max_seeds``.
+primary summary go, in seed-addition order, to an anytime-valid rule
+(`statistics.sequential.sequential_verdicts`): better, worse, equivalent (within ±margin) or
+undecided. The loop stops when every comparison of the experiment's strategies is decided, or
+at ``max_seeds``. Later rounds run only the baseline, the comparisons still undecided and the
+controls (a decided comparison keeps its verdict; why that keeps the error guarantee:
+docs/harness.md, "Deciding with as few seeds as needed"). Controls are a family of their own
+and do not keep the loop going; without strategies other than the baseline, the controls are
+the comparisons.
 
-Later rounds run only the baseline, the comparisons still undecided and the controls: a
-comparison decided at round r keeps its verdict and gets no more seeds. That is valid because
-its confidence sequence holds at any stopping time, including one chosen per comparison (each
-is at level α/m, so the family's error stays ≤ α by the union bound). More seeds would not
-contradict it: the running intersection only narrows, so better stays better, worse stays
-worse, and equivalent stays inside ±margin (it may turn better or worse within the margin).
-`Sequential.runs_used` against `Sequential.runs_all_arms` is what this saves; simulated for a
-13-arm study by ``benchmarks/verdict_rule.py sequential --adaptive``.
-
-Controls (harness/running/controls.py) run every round on the same seeds, but do not keep the loop
-going: they check the instrument, they are not what the experiment asks. Their verdicts go to
-the rule as a family of their own (so they do not dilute the strategies' α) and are reported.
-Without strategies other than the baseline, the controls are the comparisons.
-
-Finished runs are never rerun (the runner's resume); the report is rewritten after each round,
-so an interrupted loop leaves the report of its last round. At the end ``sequential.json`` holds
-the rounds, and report.md and report.html get a section (`section`: a table of the rounds, which
-comparison stopped at which round, the runs saved) and the seeds a fixed-n design would have
-needed (`statistics.power.simulated_seeds_needed` at the pooled SD of the paired differences, for
-an effect equal to the margin).
+Finished runs are never rerun; the report is rewritten after each round. At the end
+``sequential.json`` holds the rounds, and report.md and report.html get the loop's `section`.
 """
 
 from __future__ import annotations
@@ -175,7 +160,6 @@ def run_until_decided(
     Args:
         exp: the experiment; its seeds are the first round.
         out_dir: output folder (as ``compare``).
-        max_seeds: stop at this many seeds.
         round_size: seeds added per round.
         margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
         workers, progress, plots, train_fn, address: as `run_compare`; the experiment's

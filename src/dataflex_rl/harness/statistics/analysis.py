@@ -393,8 +393,6 @@ def analyze_summary(
         kind: "benchmark", "domain" or "average".
         methods: [M] method names, rows of ``matrix`` (controls included).
         matrix: [M, S] final scores, NaN where missing.
-        baseline: the reference method.
-        options: `StatsOptions`.
         controls: control label -> required outcome; each is tested on its own.
     """
     controls = dict(controls or {})
@@ -460,9 +458,6 @@ def analyze(
     every number a report of it prints.
 
     Args:
-        rows: result rows.
-        baseline: the reference method.
-        options: `StatsOptions`.
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
             difference") or "worse" (a planted harm). Each control is tested on its own (a family
             of one) and they are left out of ``Analysis.methods`` and the rankings.

@@ -81,9 +81,7 @@ class ResultsTable:
     """A results file read into strata.
 
     Args:
-        path: the file.
         layout: "long" or "wide".
-        by: the stratum columns.
         benchmarks: the benchmarks, in column (or first-seen) order.
         strata: one per distinct value of the ``by`` columns, sorted by them (numbers as
             numbers).
@@ -122,7 +120,6 @@ def read_table(
     """Read a long or wide results CSV into strata (see the module docstring).
 
     Args:
-        path: the CSV.
         wide: True: the wide layout; False: the long one; None: detect.
         by: columns whose values make one comparison each.
         scale: factor applied to every score.

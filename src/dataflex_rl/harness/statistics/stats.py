@@ -76,9 +76,7 @@ def bootstrap_interval(
 
     Args:
         diffs: [n] paired differences (method - baseline), one per seed.
-        rng: the random generator.
         alpha: a level or an array of K levels (the same resamples serve all of them).
-        n_boot: resamples.
 
     Returns:
         ``[2]`` (low, high) for a scalar ``alpha``, else ``[K, 2]``.
