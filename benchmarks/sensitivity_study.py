@@ -321,7 +321,7 @@ def measure(exp: Experiment, execution: Execution, m: int) -> dict:
         ``decided``, ``cpu_minutes_per_verdict`` (primary metric), the pairing check.
     """
     domains = exp.domains
-    options = exp.stats_options()
+    options = exp.statistics
     primary = exp.evaluation.metric
     metrics = {}
     for metric in [primary] + [k for k in ("greedy", "sampled") if k != primary]:

@@ -1,7 +1,8 @@
 """dataflex-rl: data strategies for RLVR/GRPO as configurable parts of one training loop.
 
-Importing the package registers every built-in component once. Everything a user needs sits
-here, in one import:
+Everything a user needs sits here, in one import. The names are imported on first use (PEP 562),
+and the built-in components register themselves on a registry's first use, so importing the
+package (or a torch-free part of it, such as ``report``) does not import torch:
 
 - **run a strategy in your own trainer**: `Strategy` (``decide(batch)`` -> `Decision`: keep
   mask, weights, the next draw's domain proportions), `RolloutBatch` (the batch it reads),
@@ -18,38 +19,68 @@ here, in one import:
   examples/minimal_grpo.py trains on.
 """
 
-from dataflex_rl import mix, prerollout, reweight, scorers, select  # noqa: F401  (registers)
-from dataflex_rl.core.base import (
-    MIXERS,
-    REWEIGHTERS,
-    SCORERS,
-    SELECTORS,
-    SKIP_POLICIES,
-    DomainScorer,
-    Mixer,
-    Reweighter,
-    Scorer,
-    Selector,
-    SkipPolicy,
-)
-from dataflex_rl.core.batch import (
-    RolloutBatch,
-    clean_rewards,
-    from_lists,
-    group_domain,
-    group_successes,
-    informative_mask,
-    rank_in_group,
-)
-from dataflex_rl.core.config import param
-from dataflex_rl.core.history import PromptHistory
-from dataflex_rl.core.registry import ConfigError, Registry
-from dataflex_rl.core.rowops import masked_row_means, masked_row_sums
-from dataflex_rl.core.segment import segment_count, segment_max, segment_min, segment_sum
-from dataflex_rl.core.spec import StrategySpec, parse_strategy
-from dataflex_rl.core.strategy import Decision, Strategy
-from dataflex_rl.presets import PRESETS  # registers the presets into core's table
-from dataflex_rl.tasks import build_taskset
+import importlib
+
+#: each public name -> the module that defines it
+_WHERE = {
+    **dict.fromkeys(
+        (
+            "MIXERS",
+            "REWEIGHTERS",
+            "SCORERS",
+            "SELECTORS",
+            "SKIP_POLICIES",
+            "DomainScorer",
+            "Mixer",
+            "Reweighter",
+            "Scorer",
+            "Selector",
+            "SkipPolicy",
+        ),
+        "dataflex_rl.core.base",
+    ),
+    **dict.fromkeys(
+        (
+            "RolloutBatch",
+            "clean_rewards",
+            "from_lists",
+            "group_domain",
+            "group_successes",
+            "informative_mask",
+            "rank_in_group",
+        ),
+        "dataflex_rl.core.batch",
+    ),
+    "param": "dataflex_rl.core.config",
+    "PromptHistory": "dataflex_rl.core.history",
+    "ConfigError": "dataflex_rl.core.registry",
+    "Registry": "dataflex_rl.core.registry",
+    "masked_row_means": "dataflex_rl.core.rowops",
+    "masked_row_sums": "dataflex_rl.core.rowops",
+    **dict.fromkeys(
+        ("segment_count", "segment_max", "segment_min", "segment_sum"), "dataflex_rl.core.segment"
+    ),
+    "StrategySpec": "dataflex_rl.core.spec",
+    "parse_strategy": "dataflex_rl.core.spec",
+    "Decision": "dataflex_rl.core.strategy",
+    "Strategy": "dataflex_rl.core.strategy",
+    "PRESETS": "dataflex_rl.core.preset",
+    "build_taskset": "dataflex_rl.tasks",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name on first use (then it is an ordinary module attribute)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'dataflex_rl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __version__ = "0.1.0"
 __all__ = [

@@ -2,7 +2,7 @@
 
 A preset is a strategy (``dataflex-rl train --strategy difffilter``) and its section can seed
 a mechanism in a custom strategy (``select: {preset: difffilter, actuator: {low: 0.1}}``).
-Importing this module (``import dataflex_rl`` does) registers them into core's `PRESETS` table,
+Importing this module (the `PRESETS` table does, on its first use) registers them there,
 in the paper's order.
 """
 

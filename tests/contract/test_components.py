@@ -12,7 +12,6 @@ import pickle
 import pytest
 import torch
 
-import dataflex_rl  # noqa: F401  (registers every component)
 from dataflex_rl import Strategy
 from dataflex_rl.core.base import (
     REGISTRIES,

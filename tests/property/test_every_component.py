@@ -25,7 +25,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dataflex_rl  # noqa: F401  (registers every component)
 from dataflex_rl import Strategy
 from dataflex_rl.core.base import REGISTRIES, DomainScorer
 from dataflex_rl.presets import PRESETS

@@ -6,7 +6,6 @@ import inspect
 
 import pytest
 
-import dataflex_rl  # noqa: F401  (registers components)
 from dataflex_rl.core.base import MECHANISM_REGISTRIES, REGISTRIES
 from dataflex_rl.describe import describe, one_line
 from dataflex_rl.presets import PRESETS

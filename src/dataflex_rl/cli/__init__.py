@@ -56,6 +56,36 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser whose arguments (``arguments=``, a function of the parser) and
+    ``epilog`` may be functions, run when this command is parsed or its help shown: ``train``
+    and ``compare`` read their ranges and key tables from the engine's declarations (which
+    import torch) only when they run, so ``report`` and ``--help`` start without torch."""
+
+    def __init__(self, *args, arguments=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._arguments = arguments
+
+    def _complete(self) -> None:
+        if self._arguments is not None:
+            add, self._arguments = self._arguments, None
+            add(self)
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._complete()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._complete()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dataflex-rl",
@@ -67,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show the traceback of an error (also accepted after COMMAND)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     p = sub.add_parser("list", help="list presets and components, one line each")
     p.add_argument(
         "--kind",
@@ -114,8 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     if debug:
         argv.remove("--debug")
     try:
-        import dataflex_rl  # noqa: F401  (registers components)
-
         parser = build_parser()
         args = parse_args(parser, argv)
         if not getattr(args, "func", None):

@@ -212,18 +212,26 @@ def bootstrap_main(args: argparse.Namespace) -> int:
 
 def register_commands(sub) -> None:
     """Add ``train`` and ``bootstrap`` to the main CLI's subparsers."""
-    from dataflex_rl.core.config import help_text
-    from dataflex_rl.hosts.engine.config import EngineConfig
+
+    def keys() -> str:
+        from dataflex_rl.core.config import help_text
+        from dataflex_rl.hosts.engine.config import EngineConfig
+
+        return help_text(EngineConfig, "config keys (in the YAML, or KEY=VALUE after it):")
 
     p = sub.add_parser(
         "train",
         help=TRAIN_HELP,
         description=TRAIN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=help_text(EngineConfig, "config keys (in the YAML, or KEY=VALUE after it):"),
+        epilog=keys,
+        arguments=add_train_arguments,
     )
-    add_train_arguments(p)
     p.set_defaults(func=train_main)
-    p = sub.add_parser("bootstrap", help=BOOTSTRAP_HELP, description=BOOTSTRAP_HELP)
-    add_bootstrap_arguments(p)
+    p = sub.add_parser(
+        "bootstrap",
+        help=BOOTSTRAP_HELP,
+        description=BOOTSTRAP_HELP,
+        arguments=add_bootstrap_arguments,
+    )
     p.set_defaults(func=bootstrap_main)

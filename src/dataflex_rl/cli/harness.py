@@ -32,7 +32,8 @@ GPUs). A long CSV has the columns method, seed, benchmark, score; optional: doma
 benchmarks) and step (checkpoint; the last is the final score). A wide CSV (a paper's release
 table) has one row per run: method, seed, descriptive columns (run_id, campaign, model, steps,
 regime, any text) and one numeric column per benchmark; it is detected, or say --wide. Runs of
-different methods with the same seed label are paired; --by makes one comparison per stratum.
+different methods with the same seed label are paired; --by makes one comparison per stratum
+(an empty cell is a value of its own, labelled (empty)).
 Example: dataflex-rl report --from-csv campaign.csv --baseline grpo --out campaign_report
 Example: dataflex-rl report --from-csv release.csv --by model,campaign,regime --scale 0.01
   --domains domains.yaml --baseline grpo
@@ -41,7 +42,8 @@ tracking URI, e.g. sqlite:///runs/compare/quick/mlflow.db), tensorboard:DIR (eve
 below DIR) or wandb:DIR (every W&B run folder below DIR, offline runs included). Select runs
 with --experiment / --group / --tag, name the fields holding the method and the seed, and the
 metrics that are benchmarks; the defaults read what a 'tracking:' section writes
-(docs/tracking.md). Example: dataflex-rl report --from-tracker wandb:runs/compare/quick \
+(docs/tracking.md); --by splits the runs by fields (a run without the field is in its (empty)
+stratum). Example: dataflex-rl report --from-tracker wandb:runs/compare/quick \
   --group quick --out quick_from_wandb"""
 
 
@@ -109,10 +111,12 @@ def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
     """Before any run starts: the embedded engine needs transformers (an error naming the
     extra); without matplotlib, ``--no-plots`` is implied, with one line saying so."""
     from dataflex_rl.deps import plots_available, require
-    from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN
 
-    if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
-        require("transformers", f"{command} (the embedded engine's policy)")
+    if runs:  # (report has none: it never imports the engine)
+        from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN
+
+        if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
+            require("transformers", f"{command} (the embedded engine's policy)")
     if not args.no_plots and not plots_available(f"{command}: PNG plots"):
         args.no_plots = True
 
@@ -193,9 +197,8 @@ def _report_table(args: argparse.Namespace):
             f"benchmarks {', '.join(table.benchmarks)}){scaled}"
         ]
         return table, csv_path.name, setup, csv_path.parent / f"{csv_path.stem}_report"
-    given = [flag for flag, value in (("--wide", args.wide), ("--by", args.by)) if value]
-    if given:
-        raise ConfigError(f"{', '.join(given)}: only with --from-csv, not --from-tracker")
+    if args.wide:
+        raise ConfigError("--wide: only with --from-csv, not --from-tracker")
     from dataflex_rl.harness.statistics import tracked
 
     query = tracked.TrackerQuery(
@@ -208,10 +211,18 @@ def _report_table(args: argparse.Namespace):
         metrics=args.metrics or tracked.METRICS,
         exclude=tracked.EXCLUDE if args.exclude is None else tuple(args.exclude),
         step=args.step,
+        by=args.by or (),
     )
     found = tracked.read_tracker(query)
     backend = args.from_tracker.partition(":")[0]
-    table = table_of_rows(found.rows, args.from_tracker, scale=args.scale, domains=domains)
+    table = table_of_rows(
+        found.rows,
+        args.from_tracker,
+        by=query.by,
+        keys=found.keys,
+        scale=args.scale,
+        domains=domains,
+    )
     setup = [*found.setup, *([f"scores × {args.scale:g}"] if args.scale != 1.0 else [])]
     return table, args.from_tracker, setup, Path(f"{backend}_report")
 
@@ -348,8 +359,14 @@ def _columns(text: str) -> tuple[str, ...]:
 
 def register_commands(subparsers) -> None:
     """Add ``compare``, ``report`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
-    from dataflex_rl.core.config import field_type, help_text, number_type, with_range
-    from dataflex_rl.harness.running.experiment import ExperimentFile, Statistics
+    from dataflex_rl.core.config import field_type, number_type, with_range
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+
+    def keys() -> str:
+        from dataflex_rl.core.config import help_text
+        from dataflex_rl.harness.running.experiment import ExperimentFile
+
+        return help_text(ExperimentFile, "experiment keys (in the YAML, or KEY=VALUE after it):")
 
     fmt = argparse.RawDescriptionHelpFormatter
     count = number_type(int, ge=1)
@@ -359,7 +376,7 @@ def register_commands(subparsers) -> None:
         help="run strategies × seeds (paired) and report paired statistics",
         description=COMPARE_HELP,
         formatter_class=fmt,
-        epilog=help_text(ExperimentFile, "experiment keys (in the YAML, or KEY=VALUE after it):"),
+        epilog=keys,
     )
     p.add_argument("experiment", help="experiment YAML (e.g. configs/experiments/quick.yaml)")
     p.add_argument(
@@ -475,8 +492,11 @@ def register_commands(subparsers) -> None:
         "--by",
         type=_columns,
         metavar="COL[,COL]",
-        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime): "
-        "a folder each, an index in report.md, every stratum in statistics.csv",
+        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime), "
+        "or of these fields of the tracker's runs (a parameter, config key or tag, or the run's "
+        "name, id, group or experiment): a folder each, an index in report.md, every stratum "
+        "in statistics.csv; an empty cell, or a run without the field, is a stratum of its own "
+        "labelled (empty)",
     )
     factor = number_type(float, gt=0.0)
     p.add_argument(
@@ -522,7 +542,7 @@ def register_commands(subparsers) -> None:
         ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
         ("--seed", "seed", 0, "seed of the bootstrap"),
     ):
-        kind = field_type(Statistics, key)
+        kind = field_type(StatsOptions, key)
         p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument(

@@ -12,8 +12,8 @@ fit its actuator is rejected when it is built. Components that need prompt group
 ``group_based = True`` and are rejected under a non-group advantage estimator.
 
 The mechanism packages (``scorers``, ``select``, ``reweight``, ``mix``, ``prerollout``)
-register their classes into the registries at the bottom of this module when
-``dataflex_rl`` is imported; core never imports them.
+register their classes into the registries at the bottom of this module; a registry imports
+them (by name, at run time) on its first use, so core never imports them statically.
 """
 
 from __future__ import annotations
@@ -235,11 +235,19 @@ class SkipPolicy(Component):
         before ``history`` records them); called before `observe` of the same step."""
 
 
-SCORERS: Registry[type[Scorer]] = Registry("scorer", Scorer)
-SELECTORS: Registry[type[Selector]] = Registry("selector", Selector)
-REWEIGHTERS: Registry[type[Reweighter]] = Registry("reweighter", Reweighter)
-MIXERS: Registry[type[Mixer]] = Registry("mixer", Mixer)
-SKIP_POLICIES: Registry[type[SkipPolicy]] = Registry("skip policy", SkipPolicy)
+#: the built-in components register themselves from these packages on a registry's first use
+_BUILTINS = (
+    "dataflex_rl.scorers",
+    "dataflex_rl.select",
+    "dataflex_rl.reweight",
+    "dataflex_rl.mix",
+    "dataflex_rl.prerollout",
+)
+SCORERS: Registry[type[Scorer]] = Registry("scorer", Scorer, _BUILTINS)
+SELECTORS: Registry[type[Selector]] = Registry("selector", Selector, _BUILTINS)
+REWEIGHTERS: Registry[type[Reweighter]] = Registry("reweighter", Reweighter, _BUILTINS)
+MIXERS: Registry[type[Mixer]] = Registry("mixer", Mixer, _BUILTINS)
+SKIP_POLICIES: Registry[type[SkipPolicy]] = Registry("skip policy", SkipPolicy, _BUILTINS)
 
 #: mechanism name (a strategy section) -> the registry of its actuators
 MECHANISM_REGISTRIES: dict[str, Registry] = {

@@ -1,7 +1,7 @@
 """Named strategies (presets): the table that strategy parsing reads.
 
-Core owns the table; ``dataflex_rl.presets`` fills it with the paper's methods when the package
-is imported, so spec parsing resolves ``select: {preset: difffilter}`` without importing
+Core owns the table; ``dataflex_rl.presets`` fills it with the paper's methods on the table's
+first use, so spec parsing resolves ``select: {preset: difffilter}`` without importing
 anything above core. A preset is a strategy (``dataflex-rl train --strategy difffilter``) and
 its section can seed a mechanism in a custom strategy.
 """
@@ -9,6 +9,7 @@ its section can seed a mechanism in a custom strategy.
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -32,8 +33,17 @@ class Preset:
 class PresetTable(Mapping[str, Preset]):
     """Presets by name, in registration order (the paper's order for the built-in ones)."""
 
-    def __init__(self) -> None:
-        self._presets: dict[str, Preset] = {}
+    def __init__(self, builtins: str | None = None) -> None:
+        self._builtins = builtins
+        self._all: dict[str, Preset] = {}
+
+    @property
+    def _presets(self) -> dict[str, Preset]:
+        """The presets, the built-in ones imported first (once)."""
+        if self._builtins is not None:
+            module, self._builtins = self._builtins, None  # before importing: they land here
+            importlib.import_module(module)
+        return self._all
 
     def register(self, preset: Preset) -> Preset:
         """Add ``preset``.
@@ -83,5 +93,5 @@ class PresetTable(Mapping[str, Preset]):
         return copy.deepcopy(spec[mechanism])
 
 
-#: every preset, by name (filled by ``dataflex_rl.presets`` on import)
-PRESETS = PresetTable()
+#: every preset, by name (the built-in ones from ``dataflex_rl.presets``, on first use)
+PRESETS = PresetTable("dataflex_rl.presets")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from dataflex_rl.core.registry import ConfigError, suggest
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 def apply_floor(raw: Tensor, floor: float) -> Tensor:
     """Mix a floor into proportions: p = floor + (1 - D floor) raw; every p >= floor, sum 1."""
+    import torch  # here, not above: configs are checked (``report`` runs) without torch
+
     raw = raw.to(torch.float64).clamp(min=0)
     total = raw.sum()
     D = raw.shape[0]
@@ -21,6 +24,8 @@ def apply_floor(raw: Tensor, floor: float) -> Tensor:
 
 def normalize_proportions(value: list | dict, domains: Sequence[str], where: str) -> Tensor:
     """A list (domain order) or mapping of non-negative numbers -> [D] proportions summing to 1."""
+    import torch
+
     D = len(domains)
     if isinstance(value, dict):
         unknown = [k for k in value if k not in domains]

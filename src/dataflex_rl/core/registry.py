@@ -54,15 +54,30 @@ class Registry(Generic[T]):
         kind: what the entries are ("scorer", "selector", ...), used in messages.
         base: if given, every registered class must subclass it.
 
+        builtins: modules whose import registers the built-in entries; imported on the
+            registry's first use, so importing the package costs nothing until a component is
+            looked up (``report`` never imports torch).
+
     Entries are objects or lazy ``"module:attr"`` strings resolved on first ``get``. ``get``
     also accepts any ``"module:attr"`` not registered, so users can plug in their own
     components from their own modules without touching this package.
     """
 
-    def __init__(self, kind: str, base: type | None = None) -> None:
+    def __init__(self, kind: str, base: type | None = None, builtins: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.base = base
-        self._entries: dict[str, object] = {}
+        self._builtins = builtins
+        self._loaded = not builtins
+        self._all: dict[str, object] = {}
+
+    @property
+    def _entries(self) -> dict[str, object]:
+        """The entries, the built-in ones imported first (once)."""
+        if not self._loaded:
+            self._loaded = True  # before importing: their registrations land here
+            for module in self._builtins:
+                importlib.import_module(module)
+        return self._all
 
     def _check_base(self, name: str, obj: object) -> None:
         if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):

@@ -60,6 +60,7 @@ def test_every_numeric_option_shows_its_range_in_help():
     subs = next(a for a in parser._actions if a.dest == "command").choices
     numeric = 0
     for name, sub in subs.items():
+        sub.format_help()  # (a command's arguments may be added when it is used)
         for action in sub._actions:
             if getattr(action.type, "range", None) is not None:
                 numeric += 1

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dataflex_rl  # noqa: F401  (registers every component)
 from dataflex_rl.core.config import (
     Checked,
     apply_overrides,

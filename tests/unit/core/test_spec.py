@@ -3,7 +3,6 @@
 import pytest
 import yaml
 
-import dataflex_rl  # noqa: F401  (registers components)
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import ComponentRef, StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.presets import PRESETS

@@ -11,9 +11,9 @@ from dataflex_rl.harness.running.experiment import (
     Budget,
     Evaluation,
     Resources,
-    Statistics,
     parse_experiment,
 )
+from dataflex_rl.harness.statistics.analysis import StatsOptions
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "harness.md"
 
@@ -23,7 +23,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "harness.md"
     [
         ("budget", Budget),
         ("evaluation", Evaluation),
-        ("statistics", Statistics),
+        ("statistics", StatsOptions),
         ("resources", Resources),
     ],
 )

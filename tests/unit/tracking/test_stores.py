@@ -369,3 +369,190 @@ def test_a_missing_reader_library_is_refused_naming_the_extra(
     err = capsys.readouterr().err
     assert f'pip install "dataflex-rl[{backend}]"' in err and f"({backend} stores)" in err
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- strata of a store (--by)
+#: (model, regime, method, seeds) of the runs of experiment 'strata'; regime None: the run has
+#: no regime parameter, "": an empty one. llama's grpo runs have regime "" and its dapo runs
+#: none: one stratum, as two empty cells are. grpo seeds 0-5 appear in two strata (no clash).
+STRATA_RUNS = [
+    ("qwen", None, "grpo", SEEDS),
+    ("qwen", None, "dapo", SEEDS),
+    ("qwen", "long", "static", SEEDS),
+    ("qwen", "long", "dapo", SEEDS),
+    ("llama", "", "grpo", SEEDS),
+    ("llama", None, "dapo", SEEDS),
+    ("llama", "long", "grpo", range(3)),  # a single method: listed, not compared
+]
+
+
+def stratum_score(model: str, regime: str | None, method: str, seed: int, bench: str) -> float:
+    """dapo gains 5 points on qwen without a regime, loses 5 against static on qwen/long, and
+    gains or loses 2 (alternately by seed) on llama: better, worse, undecided."""
+    base = {"math": 0.40, "code": 0.30}[bench] + 0.01 * seed - (0.1 if model == "llama" else 0)
+    effect = 0.0
+    if method == "dapo":
+        effect = {"qwen": -0.05 if regime == "long" else 0.05}.get(model, 0.02 * (-1) ** seed)
+    return round(base + effect, 4)
+
+
+@pytest.fixture(scope="module")
+def strata_store(tmp_path_factory, offline):
+    """Experiment 'strata' (`STRATA_RUNS`: params method, seed, model[, regime], final score
+    at step 20); experiment 'dup': grpo seed 0 on qwen twice, once without a regime, once
+    with an empty one."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow-strata") / "store.db"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+        ids = {name: client.create_experiment(name) for name in ("strata", "dup")}
+
+        def add(experiment, name, model, regime, method, seed):
+            r = client.create_run(ids[experiment], run_name=name)
+            ms = int(time.time() * 1000)
+            params = {"method": method, "seed": str(seed), "model": model}
+            params |= {} if regime is None else {"regime": regime}
+            client.log_batch(
+                r.info.run_id,
+                metrics=[
+                    Metric(f"val/{b}/acc", stratum_score(model, regime, method, seed, b), ms, 20)
+                    for b in ("math", "code")
+                ],
+                params=[Param(k, v) for k, v in params.items()],
+            )
+            client.set_terminated(r.info.run_id, "FINISHED")
+
+        for model, regime, method, seeds in STRATA_RUNS:
+            for seed in seeds:
+                add("strata", f"{model}-{regime}-{method}-{seed}", model, regime, method, seed)
+        add("dup", "no-regime", "qwen", None, "grpo", 0)
+        add("dup", "empty-regime", "qwen", "", "grpo", 0)
+    return f"mlflow:sqlite:///{db}"
+
+
+#: --baseline grpo,static: qwen/long's reference is static, the others' grpo
+STRATA_ARGS = ["--method-field", "method", "--metrics", "val/*/acc", "--baseline", "grpo,static"]
+FAST = ["--no-plots", "--n-boot", "300"]
+
+
+def read_rows(path) -> list[dict]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_report_by_tracker_fields_equals_each_stratum_reported_alone(
+    strata_store, tmp_path, capsys
+):
+    out = tmp_path / "by"
+    argv = ["report", "--from-tracker", strata_store, "--experiment", "strata", *STRATA_ARGS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        code = main([*argv, "--by", "model,regime", "--out", str(out), *FAST])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    # strata sorted by their values, an empty value first; folders as for an empty CSV cell
+    index = (out / "report.md").read_text()
+    assert (
+        "| llama | (empty) | grpo | 1 | 6 |" in index
+        and "| llama | long | grpo | 0 | — | not compared (see the notes) |" in index
+        and "| qwen | (empty) | grpo | 1 | 6 |" in index
+        and "| qwen | long | static | 1 | 6 |" in index
+    ), index
+    assert "note: model=llama, regime=long: not compared, a single method (grpo)" in index
+    assert index.index("| llama | (empty) |") < index.index("| llama | long |")
+    assert index.index("| llama | long |") < index.index("| qwen | (empty) |")
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "llama_no-regime",
+        "qwen_long",
+        "qwen_no-regime",
+    ]
+    assert "== model=llama, regime=(empty) ==" in printed.out
+    assert f"from `{strata_store}`" in index  # the source as given, not as a mangled path
+    combined = read_rows(out / "statistics.csv")
+    assert list(combined[0])[:3] == ["model", "regime", "summary"]
+    # the oracle: each stratum's runs filtered by hand, written as a long CSV, reported alone
+    # +2/-2 points alternately on llama: mean difference 0, p = 1, no verdict
+    want_verdicts = {
+        ("llama", ""): "no detectable difference",
+        ("qwen", ""): "better",
+        ("qwen", "long"): "worse",
+    }
+    for model, regime, folder in [
+        ("llama", "", "llama_no-regime"),
+        ("qwen", "", "qwen_no-regime"),
+        ("qwen", "long", "qwen_long"),
+    ]:
+        mine = [
+            (m, s, reg)
+            for mod, reg, m, seeds in STRATA_RUNS
+            if mod == model and (reg or "") == regime
+            for s in seeds
+        ]
+        alone = tmp_path / f"{folder}.csv"
+        with alone.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["method", "seed", "benchmark", "step", "score"])
+            for m, s, reg in mine:
+                for b in ("math", "code"):
+                    w.writerow([m, s, b, 20, stratum_score(model, reg, m, s, b)])
+        ref = "static" if regime == "long" else "grpo"
+        oracle = tmp_path / f"oracle-{folder}"
+        argv = ["report", "--from-csv", str(alone), "--baseline", ref, "--out", str(oracle)]
+        assert main([*argv, *FAST]) == 0
+        trackers.same_statistics(out / folder / "statistics.csv", oracle / "statistics.csv")
+        block = [
+            {k: v for k, v in r.items() if k not in ("model", "regime")}
+            for r in combined
+            if (r["model"], r["regime"]) == (model, regime)
+        ]
+        got = tmp_path / f"block-{folder}.csv"
+        with got.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(block[0]))
+            w.writeheader()
+            w.writerows(block)
+        trackers.same_statistics(got, oracle / "statistics.csv")
+        average = {r["method"]: r["verdict"] for r in block if r["summary"] == "average"}
+        assert average == {ref: "baseline", "dapo": want_verdicts[model, regime]}
+    assert {(r["model"], r["regime"]) for r in combined} == {
+        ("llama", ""),
+        ("qwen", ""),
+        ("qwen", "long"),
+    }
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (
+            ["--experiment", "strata", "--by", "model,regim"],
+            "--by regim: none of the 39 runs used has this field. Did you mean 'regime'? "
+            "Their fields: method, mlflow.runName, model, regime, seed, name, id, group, "
+            "experiment",
+        ),
+        (
+            ["--experiment", "dup", "--by", "model,regime"],
+            "mlflow run 'no-regime' (id ",
+        ),
+    ],
+)
+def test_a_by_field_no_run_has_and_two_runs_of_one_stratum_are_one_line_errors(
+    strata_store, extra, expected, tmp_path, capsys
+):
+    out = tmp_path / "r"
+    argv = ["report", "--from-tracker", strata_store, *STRATA_ARGS, *extra, "--out", str(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dataflex-rl: error: {expected}"), err
+    assert len(err.strip().splitlines()) == 1
+    if "dup" in extra:
+        assert "and mlflow run 'empty-regime' (id " in err
+        assert "are both method 'grpo' seed 0 on benchmark " in err
+        assert " in stratum model=qwen, regime=(empty); " in err
+    assert not out.exists()

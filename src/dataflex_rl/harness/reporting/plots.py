@@ -111,10 +111,12 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
             far = max([abs(c.delta) for c in comps if math.isfinite(c.delta)] or [0.0])
             half = 1.3 * far * fmt.scale or 1.0
             ax.set_xlim(-half, half)  # zero in the middle; the dots alone do not set the range
-        ax.set_yticks(y, methods if i % ncols == 0 else [""] * len(methods))
+        ax.set_yticks(y, methods)
+        ax.tick_params(axis="y", labelleft=i % ncols == 0)  # names once per row
         ax.set_ylim(-0.7, len(methods) - 0.3)
         ax.set_title(s.name)
-        ax.set_xlabel(f"Δ vs {a.baseline}" + fmt.paren)
+        if i + ncols >= len(summaries):  # once per column, under its last panel
+            ax.set_xlabel(f"Δ vs {a.baseline}" + fmt.paren)
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(loc="lower left", fontsize=7, frameon=False)
     top = 1 - 0.12 / fig.get_figheight()
@@ -176,7 +178,7 @@ def proportion_traces(traces: dict[str, dict[str, Trace]], path: str | Path) -> 
 def performance_profiles(profiles: Profiles, path: str | Path, fmt: Fmt) -> Path:
     """One curve per method with its stratified-bootstrap band (`Analysis.profiles`)."""
     taus = profiles.taus * fmt.scale
-    fig, axes = _figure(1)
+    fig, axes = _figure(1, margins=(0.75, 0.15, 0.15, 0.55, 0.0, 0.0))  # fixed: one draw
     ax = axes[0][0]
     for k, (m, (curve, lo, hi)) in enumerate(profiles.curves.items()):
         (line,) = ax.plot(taus, curve, lw=1.2, label=m, **_method_style(k))

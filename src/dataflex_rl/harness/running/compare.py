@@ -251,7 +251,7 @@ def run_compare(
         inputs = ReportInputs(
             title=f"Comparison: {exp.name}",
             baseline=exp.baseline,
-            options=exp.stats_options(),
+            options=exp.statistics,
             setup=setup_lines(exp, execution, len(runs)),
             failures=failures,
             proportions=props,

@@ -65,17 +65,6 @@ class Evaluation(Checked):
 
 
 @dataclass
-class Statistics(Checked):
-    """Options of the paired statistics."""
-
-    alpha: float = param(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
-    power: float = param(0.8, "power of the minimum detectable effect", gt=0.0, lt=1.0)
-    n_boot: int = param(10_000, "bootstrap resamples", ge=100)
-    n_perm: int = param(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
-    seed: int = param(0, "seed of the bootstrap and random sign flips", ge=0)
-
-
-@dataclass
 class Resources(Checked):
     """What each run holds while it runs: a Ray task's resources; the local executor gives
     each worker process its own GPUs and, without --workers, one worker per cpus_per_run
@@ -131,7 +120,7 @@ class Experiment:
     engine: dict = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
     evaluation: Evaluation = field(default_factory=Evaluation)
-    statistics: Statistics = field(default_factory=Statistics)
+    statistics: StatsOptions = field(default_factory=StatsOptions)
     description: str = ""
     path: str | None = None
     #: the requested controls; their arms are the last entries of ``strategies``
@@ -166,9 +155,6 @@ class Experiment:
     def control_outcomes(self) -> dict[str, str]:
         """Control arm label -> the outcome it must have: "same" or "worse"."""
         return {c.label: c.outcome for c in self.controls}
-
-    def stats_options(self) -> StatsOptions:
-        return StatsOptions(**dataclasses.asdict(self.statistics))
 
     def engine_config(self, overrides: dict | None = None) -> EngineConfig:
         """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
@@ -212,7 +198,7 @@ class ExperimentFile(Checked):
     )
     budget: Budget = param(Budget(), "training budget of every run")
     evaluation: Evaluation = param(Evaluation(), "held-out evaluation of every run")
-    statistics: Statistics = param(Statistics(), "options of the paired statistics")
+    statistics: StatsOptions = param(StatsOptions(), "options of the paired statistics")
     controls: list | dict | None = param(
         None,
         "control arms: aa, no_update, half_lr, drop_half (docs/controls.md)",

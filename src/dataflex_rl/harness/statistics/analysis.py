@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dataflex_rl.core.config import Checked, param
 from dataflex_rl.harness.statistics import power, stats
 from dataflex_rl.harness.statistics.aggregates import (
     MethodAggregate,
@@ -69,23 +70,16 @@ NO_DIFF, TOO_FEW = "no detectable difference", "not enough paired seeds"
 CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
 
 
-@dataclass(frozen=True)
-class StatsOptions:
-    """Options of the statistics.
+@dataclass
+class StatsOptions(Checked):
+    """Options of the paired statistics (an experiment's ``statistics:`` block, ``report``'s
+    flags)."""
 
-    Args:
-        alpha: family-wise error rate (and 1 - confidence of the plain intervals).
-        power: power of the minimum detectable effect.
-        n_boot: bootstrap resamples.
-        n_perm: random sign flips when a method has more than 16 paired seeds.
-        seed: seed of the bootstrap and random sign flips.
-    """
-
-    alpha: float = 0.05
-    power: float = 0.8
-    n_boot: int = 10_000
-    n_perm: int = 10_000
-    seed: int = 0
+    alpha: float = param(0.05, "family-wise error rate (Holm) and 1 - confidence", gt=0.0, lt=1.0)
+    power: float = param(0.8, "power of the minimum detectable effect", gt=0.0, lt=1.0)
+    n_boot: int = param(10_000, "bootstrap resamples", ge=100)
+    n_perm: int = param(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
+    seed: int = param(0, "seed of the bootstrap and random sign flips", ge=0)
 
 
 @dataclass

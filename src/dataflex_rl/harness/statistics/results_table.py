@@ -14,9 +14,11 @@ Two layouts are read:
 
 ``by`` columns split the rows into **strata** (e.g. ``model, campaign, regime``), each its own
 comparison. An empty ``by`` cell is a value of its own ("no regime"): those rows form their
-stratum, labelled ``regime=(empty)`` (its folder ``..._no-regime``). ``scale`` multiplies every score (0.01: percent scores become accuracies, reported
-in points). ``domains`` (benchmark -> domain, `read_domains`) groups benchmarks into domains and
-selects them: the benchmarks it does not name are left out (listed in ``notes``).
+stratum, labelled ``regime=(empty)`` (its folder ``..._no-regime``). Rows read elsewhere (a
+tracker store's runs, split by their ``--by`` fields) become strata the same way
+(`table_of_rows`). ``scale`` multiplies every score (0.01: percent scores become accuracies,
+reported in points). ``domains`` (benchmark -> domain, `read_domains`) groups benchmarks into
+domains and selects them: the benchmarks it does not name are left out (listed in ``notes``).
 
 Every refusal names the file, the line and the column: a duplicate (stratum, method, seed,
 benchmark[, step]) names both lines and the columns in which they differ, the candidates for
@@ -46,6 +48,8 @@ DESCRIPTIVE = ("run_id", "campaign", "model", "method", "seed", "step", "steps",
 LONG, WIDE = "long", "wide"
 #: how an empty ``by`` cell reads in a stratum's label
 EMPTY = "(empty)"
+#: a stratum's values: ``((column, value), ...)`` of the ``by`` columns, ``""`` for an empty one
+StratumKey = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,12 @@ class Stratum:
     """The rows of one comparison.
 
     Args:
-        key: ``((column, value), ...)`` of the ``by`` columns; ``()`` without ``by``.
+        key: ``((column, value), ...)`` of the ``by`` columns (a tracker's ``--by`` fields);
+            ``()`` without ``by``; an empty value (or a tracker run without the field) is ``""``.
         rows: its result rows (long form).
     """
 
-    key: tuple[tuple[str, str], ...]
+    key: StratumKey
     rows: list[Row]
 
     @property
@@ -81,14 +86,16 @@ class ResultsTable:
     """A results file read into strata.
 
     Args:
+        path: the file, or the ``BACKEND:LOCATION`` of a tracker store (`table_of_rows`).
         layout: "long" or "wide".
+        by: the stratum columns (a tracker's: the run fields of ``--by``).
         benchmarks: the benchmarks, in column (or first-seen) order.
         strata: one per distinct value of the ``by`` columns, sorted by them (numbers as
             numbers).
         notes: what was left out or assumed (one line each).
     """
 
-    path: Path
+    path: Path | str
     layout: str
     by: tuple[str, ...]
     benchmarks: list[str]
@@ -151,32 +158,46 @@ def read_table(
         cells, benchmarks, notes = _in_domains(cells, domains, f"{p}: benchmarks")
     cells = _scaled(cells, scale)
     _refuse_duplicates(p, cells, records, by, layout)
-    groups: dict[tuple, list[Row]] = {}
-    for _, k, r in cells:
-        groups.setdefault(k, []).append(r)
-    if not groups:
+    if not cells:
         raise ConfigError(f"{p}: no result rows")
-    order = sorted(groups, key=lambda k: [seed_sort_key(v) for _, v in k])
-    strata = [Stratum(k, groups[k]) for k in order]
-    return ResultsTable(p, layout, by, benchmarks, strata, notes)
+    return ResultsTable(p, layout, by, benchmarks, _strata(cells), notes)
 
 
 def table_of_rows(
     rows: list[Row],
     source: str,
     *,
+    by: tuple[str, ...] = (),
+    keys: list[StratumKey] | None = None,
     scale: float = 1.0,
     domains: dict[str, str] | None = None,
 ) -> ResultsTable:
-    """Rows read elsewhere (e.g. a tracker store, `tracked.read_tracker`) as one stratum, with
-    ``scale`` and ``domains`` applied as `read_table` applies them."""
-    cells, benchmarks, notes = _in_domains([(0, (), r) for r in rows], domains, source)
+    """Rows read elsewhere (e.g. a tracker store, `tracked.read_tracker`) into strata, as
+    `read_table` makes them: ``keys[i]`` is the stratum of ``rows[i]`` (``((column, value),
+    ...)`` over ``by``, ``""`` for an empty value; None: one stratum), with ``scale`` and
+    ``domains`` applied. Duplicates are the reader's to refuse (it knows where rows came from).
+
+    Raises:
+        ConfigError: no rows (after ``domains``), a bad ``scale`` or ``domains``.
+    """
+    keys = [()] * len(rows) if keys is None else keys
+    if len(keys) != len(rows) or any(tuple(c for c, _ in k) != tuple(by) for k in keys):
+        raise ValueError("table_of_rows: one key over the `by` columns per row")
+    cells, benchmarks, notes = _in_domains([(0, k, r) for k, r in zip(keys, rows)], domains, source)
     cells = _scaled(cells, scale)
     if not cells:
         raise ConfigError(f"{source}: no result rows")
-    return ResultsTable(
-        Path(source), LONG, (), benchmarks, [Stratum((), [r for *_, r in cells])], notes
-    )
+    return ResultsTable(source, LONG, tuple(by), benchmarks, _strata(cells), notes)
+
+
+def _strata(cells: list[tuple[int, StratumKey, Row]]) -> list[Stratum]:
+    """One `Stratum` per key of ``cells``, sorted by its values (numbers as numbers; an empty
+    value before any other text)."""
+    groups: dict[StratumKey, list[Row]] = {}
+    for _, k, r in cells:
+        groups.setdefault(k, []).append(r)
+    order = sorted(groups, key=lambda k: [seed_sort_key(v) for _, v in k])
+    return [Stratum(k, groups[k]) for k in order]
 
 
 def _in_domains(cells: list, domains: dict[str, str] | None, what: str) -> tuple[list, list, list]:
@@ -314,7 +335,7 @@ def _benchmark_columns(
     return found, notes
 
 
-def _key(rec: dict, by: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _key(rec: dict, by: tuple[str, ...]) -> StratumKey:
     return tuple((col, rec[col]) for col in by)
 
 

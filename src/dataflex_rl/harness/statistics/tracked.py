@@ -9,6 +9,11 @@ writes: method = the ``strategy`` tag, seed = ``seed``, benchmarks = the held-ou
 ``eval/<domain>/<metric>`` (without their mean, ``eval/mean/...``) of the metric the runs say
 they are compared on (their ``metric`` tag, which ``compare`` sets), else the sampled accuracy
 where the runs logged it (the engine's decision metric), else the greedy one.
+
+``by`` fields (``--by model,regime``) split the runs into strata, each its own comparison, as
+the ``--by`` columns of a CSV split its rows (`results_table.table_of_rows` builds the same
+`results_table.Stratum` objects): a run without the field, or with an empty value, belongs to
+the field's ``(empty)`` stratum, as an empty cell does.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.harness.statistics.results import Row, seed_label
+from dataflex_rl.harness.statistics.results_table import EMPTY, StratumKey
 from dataflex_rl.tracking.runs import FAILED, TrackedRun
 from dataflex_rl.tracking.stores import parse_source, read_runs, require_reader
 
@@ -53,6 +59,8 @@ class TrackerQuery:
             ``eval/*/<metric>`` of the runs' ``metric`` tag (`default_metrics`).
         exclude: globs of metric keys left out.
         step: the checkpoint read (None: every step, the last one being the final score).
+        by: fields whose values split the runs into strata (read as `run_value` reads them;
+            a run without one, or with an empty value, is in its ``(empty)`` stratum).
     """
 
     source: str
@@ -64,15 +72,26 @@ class TrackerQuery:
     metrics: str | None = METRICS
     exclude: tuple[str, ...] = EXCLUDE
     step: int | None = None
+    by: tuple[str, ...] = ()
 
 
 @dataclass
 class TrackerResults:
-    """The rows read, the runs they came from, and what the report says about them."""
+    """The rows read, the runs they came from, and what the report says about them.
+
+    Args:
+        rows: the result rows.
+        runs: the runs used.
+        setup: lines for the report's Setup.
+        keys: the stratum of each row (``keys[i]`` of ``rows[i]``): ``((field, value), ...)``
+            over the query's ``by`` (``""``: no value), ``()`` without ``by``
+            (`results_table.table_of_rows` groups them).
+    """
 
     rows: list[Row]
     runs: list[TrackedRun]
     setup: list[str]
+    keys: list[StratumKey]
 
 
 def benchmark_namer(pattern: str, exclude: Sequence[str] = ()) -> Callable[[str], str | None]:
@@ -185,7 +204,8 @@ def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> Tr
     Raises:
         MissingDependencyError: the backend's library is not installed (before any reading).
         ConfigError: an unknown backend, no run selected, a run without the method or seed
-            field, or two runs giving the same method, seed and benchmark.
+            field, a ``by`` field that is the method or seed field or that no run has, or two
+            runs of one stratum giving the same method, seed and benchmark.
     """
     backend, location = parse_source(query.source)
     require_reader(backend, location, purpose)
@@ -193,6 +213,7 @@ def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> Tr
     namers = [benchmark_namer(p, query.exclude) for p in patterns]
     method_of = field_reader(query.method_field, "--method-field")
     seed_of = field_reader(query.seed_field, "--seed-field")
+    _check_by(query)
     keep = lambda k: any(n(k) for n in namers)  # noqa: E731
     found = read_runs(backend, location, experiment=query.experiment, keep=keep)
     chosen = [r for r in found if matches(r, query)]
@@ -215,27 +236,65 @@ def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> Tr
             + (f", {len(failed)} failed" if failed else "")
             + ")"
         )
-    rows, origin = [], {}
+    _check_by_present(query, used)
+    rows, keys, origin = [], [], {}
     for run in used:
         method, seed = method_of(run), seed_label(seed_of(run), run.where)
+        stratum = stratum_key(run, query.by)
         for key, series in scores[id(run)].items():
             bench = name(key)
-            other = origin.setdefault((method, seed, bench), run)
+            other = origin.setdefault((stratum, method, seed, bench), run)
             if other is not run:
+                where = ", ".join(f"{c}={v or EMPTY}" for c, v in stratum)
                 raise ConfigError(
                     f"{other.where} and {run.where} are both method {method!r} seed {seed} "
-                    f"on benchmark {bench!r}; narrow the runs (--experiment, --group, --tag) "
-                    "or check --method-field / --seed-field"
+                    f"on benchmark {bench!r}"
+                    + (f" in stratum {where}" if where else "")
+                    + "; narrow the runs (--experiment, --group, --tag), check --method-field "
+                    "/ --seed-field, or add the field that tells them apart to --by"
                 )
-            rows.extend(
-                Row(method, seed, bench, v, "", s) for s, v in _points(run, key, series, query.step)
-            )
+            points = _points(run, key, series, query.step)
+            rows.extend(Row(method, seed, bench, v, "", s) for s, v in points)
+            keys.extend([stratum] * len(points))
     setup = [_source_line(query, used)]
     for runs, why in ((failed, "the tracker marks them failed"), (empty, "no matching metric")):
         if runs:
             shown = ", ".join(r.name for r in runs[:6]) + (" ..." if len(runs) > 6 else "")
             setup.append(f"skipped {len(runs)} run(s) ({why}): {shown}")
-    return TrackerResults(rows, used, setup)
+    return TrackerResults(rows, used, setup, keys)
+
+
+def stratum_key(run: TrackedRun, by: Sequence[str]) -> StratumKey:
+    """``((field, value), ...)`` of ``run`` over the ``by`` fields (`run_value`); ``""`` where
+    the run has no such field or an empty value (the ``(empty)`` stratum)."""
+    return tuple((f, run_value(run, f) or "") for f in by)
+
+
+def _check_by(query: TrackerQuery) -> None:
+    """A ``by`` field that names the method or the seed would compare nothing: refused."""
+    for f in query.by:
+        for flag, spec in (
+            ("--method-field", query.method_field),
+            ("--seed-field", query.seed_field),
+        ):
+            if f == spec.partition("~")[0]:
+                raise ConfigError(
+                    f"--by {f}: the field {flag} reads ({spec}), part of every comparison; "
+                    "--by takes the fields that tell comparisons apart (e.g. model, regime)"
+                )
+
+
+def _check_by_present(query: TrackerQuery, used: list[TrackedRun]) -> None:
+    """A ``by`` field no used run has is refused, as a ``--by`` column a CSV lacks is (a typo
+    would otherwise put every run in one ``(empty)`` stratum)."""
+    for f in query.by:
+        if any(run_value(r, f) is not None for r in used):
+            continue
+        have = sorted({k for r in used for k in r.fields}) + list(_RUN_ATTRIBUTES)
+        raise ConfigError(
+            f"--by {f}: none of the {len(used)} runs used has this field.{suggest(f, have)} "
+            "Their fields: " + ", ".join(have[:16]) + (" ..." if len(have) > 16 else "")
+        )
 
 
 def default_metrics(runs: Sequence[TrackedRun], source: str) -> str:
@@ -286,7 +345,8 @@ def _source_line(query: TrackerQuery, used: list[TrackedRun]) -> str:
         f"results: {len(used)} runs of `{query.source}`"
         + (f" ({' '.join(filters)})" if filters else "")
         + f"; method = field `{query.method_field}`, seed = field `{query.seed_field}`; "
-        f"benchmarks = metrics `{query.metrics}`{_excluding(query)}, "
+        + ("strata by " + ", ".join(f"field `{f}`" for f in query.by) + "; " if query.by else "")
+        + f"benchmarks = metrics `{query.metrics}`{_excluding(query)}, "
         + (
             "every step (the last is the final score)"
             if query.step is None

@@ -1,21 +1,13 @@
 """harness/reporting/report.py and ``dataflex-rl report --from-csv``: files, tables, sentences."""
 
-import argparse
 import csv
 
 import pytest
 
-from dataflex_rl.cli.harness import register_commands
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.reporting.report import Failure, ReportInputs, write_report
 from dataflex_rl.harness.statistics.results import Row
-
-
-def run_cli(argv):
-    parser = argparse.ArgumentParser(prog="dataflex-rl")
-    register_commands(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
+from tests.harness_cli import run_cli
 
 
 def constant_gain_rows(n_seeds, gain=0.05):

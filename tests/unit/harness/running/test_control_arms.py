@@ -2,18 +2,17 @@
 engine overrides in the runs' identity, and the worker's engine config. Stand-in engine, no
 model."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from dataflex_rl.cli.harness import register_commands
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.compare import run_compare
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
 from dataflex_rl.hosts.engine.config import EngineConfig
+from tests.harness_cli import run_cli
 
 FAKE = "tests.unit.harness.fake_engine:run_training"
 RECORD = "tests.unit.harness.running.test_control_arms:recording_train"
@@ -46,13 +45,6 @@ def recording_train(config, strategy, *, seed, out_dir, resume):
 
 def exp(**patch):
     return parse_experiment({**MINIMAL, **patch})
-
-
-def run_cli(argv):
-    parser = argparse.ArgumentParser(prog="dataflex-rl")
-    register_commands(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 # ---------------------------------------------------------------- parsing

@@ -196,3 +196,78 @@ def test_runs_tagged_with_different_metrics_are_refused(store):
         "wandb:x: the selected runs are compared on different metrics (greedy, sampled); "
         "choose one with --metrics 'eval/*/<metric>' or narrow the runs"
     )
+
+
+def test_by_fields_key_each_row_a_missing_or_empty_value_is_the_empty_stratum(store):
+    from dataflex_rl.harness.statistics.results_table import slug, table_of_rows
+
+    one = {"eval/math/greedy": {5: 0.5}}
+    store(
+        [
+            run("q-long", "grpo", "0", metrics=one, model="qwen", regime="long"),
+            run("q-none", "grpo", "0", metrics=one, model="qwen"),  # no regime field
+            run("q-empty", "dapo", "0", metrics=one, model="qwen", regime=""),
+            run("l-none", "grpo", "0", metrics=one, model="llama"),
+        ]
+    )
+    got = read_tracker(TrackerQuery("wandb:x", by=("model", "regime")))
+    # grpo seed 0 on math three times, in three strata: no duplicate
+    assert got.keys == [
+        (("model", "qwen"), ("regime", "long")),
+        (("model", "qwen"), ("regime", "")),
+        (("model", "qwen"), ("regime", "")),
+        (("model", "llama"), ("regime", "")),
+    ]
+    assert "strata by field `model`, field `regime`; " in got.setup[0]
+    table = table_of_rows(got.rows, "wandb:x", by=("model", "regime"), keys=got.keys)
+    assert [(s.label, slug(s), s.methods) for s in table.strata] == [
+        ("model=llama, regime=(empty)", "llama_no-regime", ["grpo"]),
+        ("model=qwen, regime=(empty)", "qwen_no-regime", ["grpo", "dapo"]),
+        ("model=qwen, regime=long", "qwen_long", ["grpo"]),
+    ]
+    assert table.path == "wandb:x" and table.by == ("model", "regime")
+    # the run's own attributes are fields too: no group is the (empty) stratum
+    store([run("a", "grpo", "0", metrics=one), run("b", "grpo", "0", metrics=one, group=None)])
+    by_group = read_tracker(TrackerQuery("wandb:x", by=("group",)))
+    assert by_group.keys == [(("group", "g"),), (("group", ""),)]
+
+
+def test_two_runs_of_one_stratum_are_refused_naming_both_and_the_stratum(store):
+    one = {"eval/math/greedy": {5: 0.5}}
+    # no regime and an empty regime are the same stratum, as two empty cells are
+    store(
+        [
+            run("a", "grpo", "0", metrics=one, model="qwen"),
+            run("b", "grpo", "0", metrics=one, model="qwen", regime=""),
+        ]
+    )
+    with pytest.raises(ConfigError) as e:
+        read_tracker(TrackerQuery("wandb:x", by=("model", "regime")))
+    assert str(e.value) == (
+        "wandb run 'a' (id id-a) and wandb run 'b' (id id-b) are both method 'grpo' seed 0 on "
+        "benchmark 'math' in stratum model=qwen, regime=(empty); narrow the runs "
+        "(--experiment, --group, --tag), check --method-field / --seed-field, or add the field "
+        "that tells them apart to --by"
+    )
+
+
+def test_a_by_field_no_run_has_or_the_method_field_is_refused(store):
+    store([run("a", "grpo", "0", regime="long"), run("b", "dapo", "0", status=FAILED, mdl="q")])
+    with pytest.raises(ConfigError) as e:
+        read_tracker(TrackerQuery("wandb:x", by=("regime", "regim")))
+    assert str(e.value) == (
+        "--by regim: none of the 1 runs used has this field. Did you mean 'regime'? Their "
+        "fields: regime, seed, strategy, name, id, group, experiment"
+    )
+    # a field only a skipped (failed) run has is as good as none
+    with pytest.raises(ConfigError, match=r"^--by mdl: none of the 1 runs used has this field"):
+        read_tracker(TrackerQuery("wandb:x", by=("mdl",)))
+    with pytest.raises(ConfigError) as e:
+        read_tracker(TrackerQuery("wandb:x", by=("strategy",)))
+    assert str(e.value) == (
+        "--by strategy: the field --method-field reads (strategy), part of every comparison; "
+        "--by takes the fields that tell comparisons apart (e.g. model, regime)"
+    )
+    q = TrackerQuery("wandb:x", seed_field="name~s(\\d+)$", by=("regime", "name"))
+    with pytest.raises(ConfigError, match=r"^--by name: the field --seed-field reads"):
+        read_tracker(q)
