@@ -156,7 +156,7 @@ def write_replay_report(
 
 def replay_plot(res: ReplayResult, path: Path) -> Path:
     """Four panels per step: retention, weight ESS, Jaccard vs logged, tokens saved."""
-    from dataflex_rl.harness.reporting.plots import _figure, _save
+    from dataflex_rl.harness.reporting.plots import _figure, _method_style, _save
 
     panels = (
         ("retention", "retention (kept / active)"),
@@ -168,8 +168,8 @@ def replay_plot(res: ReplayResult, path: Path) -> Path:
     for ax, (key, title) in zip(axes[0], panels):
         for k, lb in enumerate(res.strategies):
             sel = [r for r in res.rows if r["strategy"] == lb]
-            style = {"color": f"C{k % 10}", "ls": ("-", "--", ":")[k // 10 % 3], "label": lb}
-            ax.plot([r["step"] for r in sel], [r[key] for r in sel], lw=1.1, **style)
+            steps, values = [r["step"] for r in sel], [r[key] for r in sel]
+            ax.plot(steps, values, lw=1.1, label=lb, **_method_style(k))
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7, frameon=False)

@@ -10,6 +10,7 @@ formatted cells; a number that says "none" or "not available" is written in word
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -80,9 +81,7 @@ def headline(a: Analysis, fmt: Fmt) -> list[str]:
     """The opening paragraph: verdict counts, the largest gain against the MDE, power."""
     s = a.primary
     m = len(s.comparisons)
-    counts = {
-        v: sum(c.verdict == v for c in s.comparisons) for v in (BETTER, WORSE, NO_DIFF, TOO_FEW)
-    }
+    counts = Counter(c.verdict for c in s.comparisons)
     where = "the average" if len(a.summaries) > 1 else f"'{s.name}'"
     out = [
         f"Against **{a.baseline}** on {where}, with {paired_seeds(s)} paired seed(s) and "
@@ -116,12 +115,10 @@ def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
         return []
     out = []
     if adv.p_floor > a.options.alpha / adv.m:
-        need = f"at least {adv.min_seeds} paired seeds" + (
-            f" for one comparison and {adv.min_seeds_family} for the best of {adv.m} under "
-            "Holm's correction"
-            if adv.m > 1
-            else ""
-        )
+        need = f"at least {adv.min_seeds} paired seeds"
+        if adv.m > 1:
+            need += f" for one comparison and {adv.min_seeds_family} for the best of {adv.m} "
+            need += "under Holm's correction"
         out.append(
             f"With {adv.n} seeds the exact sign-flip test cannot give p below "
             f"{adv.p_floor:.3g}, so no method can be declared better or worse, whatever the "
@@ -129,9 +126,8 @@ def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
         )
     if adv.effect is not None:
         k = adv.seeds_needed
-        caveat = (
-            f" (from an SD estimated on only {adv.n} seeds, itself uncertain)" if adv.n < 5 else ""
-        )
+        caveat = f" (from an SD estimated on only {adv.n} seeds, itself uncertain)"
+        caveat = caveat if adv.n < 5 else ""
         out.append(
             f"Detecting a {adv.effect * fmt.scale:g}-point difference with power "
             f"{a.options.power:g} among {adv.m} comparison(s) would take "
@@ -162,17 +158,13 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
     ]
     corr = [c for c in s.comparisons + s.controls if math.isfinite(c.corr)]
     if corr:
-        weak = [c.method for c in corr if c.corr < 0.3]
-        out.append(
-            "pairing correlation (Pearson, method vs baseline across seeds): "
-            + ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
-            + (
-                f" — near 0 or negative for {', '.join(weak)}: pairing by seed removes "
-                "little noise there (or the seeds barely differ)"
-                if weak
-                else ""
-            )
-        )
+        weak = ", ".join(c.method for c in corr if c.corr < 0.3)
+        line = "pairing correlation (Pearson, method vs baseline across seeds): "
+        line += ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
+        if weak:
+            line += f" — near 0 or negative for {weak}: pairing by seed removes little noise "
+            line += "there (or the seeds barely differ)"
+        out.append(line)
     for c in s.controls:
         want = "no detectable difference" if c.control == "same" else "worse"
         state = c.control_status
@@ -264,12 +256,11 @@ def ranking_sentences(a: Analysis) -> list[str]:
         + ", ".join(f"{n} {t:.2f}" if math.isfinite(t) else f"{n} n/a" for n, t in taus)
         + "."
     )
-    low = [n for n, t in taus if math.isfinite(t) and t < 0.5]
+    low = ", ".join(n for n, t in taus if math.isfinite(t) and t < 0.5)
     if low:
         out.append(
-            "The ranking changes substantially (tau < 0.5) on: "
-            + ", ".join(low)
-            + "; a method's place depends on the summary chosen."
+            f"The ranking changes substantially (tau < 0.5) on: {low}; a method's place "
+            "depends on the summary chosen."
         )
     return out
 

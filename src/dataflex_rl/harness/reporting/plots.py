@@ -1,13 +1,6 @@
 """Plots of a comparison (matplotlib, Agg canvas; pyplot's global state is never touched).
 
 They draw what the `Analysis` stores (harness/statistics computes every curve, band and MDE).
-
-- `forest_plot`: paired deltas against the baseline, 95% and corrected intervals, ±MDE band
-  (the simulated MDE of the verdict rule).
-- `performance_profiles`: fraction of run × benchmark scores above each threshold, 95%
-  stratified-bootstrap bands.
-- `learning_curves`: mean held-out score over seeds per method and checkpoint (± SE).
-- `proportion_traces`: mixers' target and sampled domain proportions per step.
 """
 
 from __future__ import annotations

@@ -171,13 +171,8 @@ def report_document(parts: ReportParts) -> Document:
         errors = tuple(f"**{f.method}**, seed {f.seed}: `{f.error}`" for f in inputs.failures)
         tracebacks = tuple(f.traceback for f in inputs.failures)
         secs.append(Section("failures", "Failed runs", (Items(errors, tracebacks),)))
-    secs += [
-        Section("setup", "Setup", (Items(tuple(setup_lines(a, inputs))),)),
-        Section(
-            "provenance", "How this report was produced", (provenance_facts(parts.prov, a.options),)
-        ),
-        Section("definitions", "Definitions", (definitions(a.options),)),
-    ]
+    secs.append(Section("setup", "Setup", (Items(tuple(setup_lines(a, inputs))),)))
+    secs += closing_sections(parts.prov, a.options)
     return Document(inputs.title, " ".join(narrative.headline(a, fmt)), tuple(secs), parts.out)
 
 
@@ -196,6 +191,15 @@ FIGURES = {
 
 def _figure(key: str, figures: dict[str, Path]) -> Figure:
     return Figure(figures[key], *FIGURES[key])
+
+
+def closing_sections(prov: Provenance, o: StatsOptions) -> list[Section]:
+    """The last sections of every report: what produced it, and the definitions."""
+    facts = provenance_facts(prov, o)
+    return [
+        Section("provenance", "How this report was produced", (facts,)),
+        Section("definitions", "Definitions", (definitions(o),)),
+    ]
 
 
 def provenance_facts(prov: Provenance, o: StatsOptions) -> Facts:
@@ -316,15 +320,8 @@ def prepare_report(
 ) -> ReportParts:
     """Analyze ``rows`` (every number the report prints: `analysis.analyze`) and draw the
     plots under ``out_dir``/plots (`report_parts`; no text files yet)."""
-    a = analyze(
-        rows,
-        inputs.baseline,
-        inputs.options,
-        controls=inputs.controls,
-        proportions=inputs.proportions,
-        seeds_needed=True,
-    )
-    return report_parts(a, out_dir, inputs, prov)
+    kw = {"controls": inputs.controls, "proportions": inputs.proportions, "seeds_needed": True}
+    return report_parts(analyze(rows, inputs.baseline, inputs.options, **kw), out_dir, inputs, prov)
 
 
 def report_parts(
@@ -341,19 +338,15 @@ def report_parts(
     if inputs.plots and importlib.util.find_spec("matplotlib") is None:
         a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
     elif inputs.plots:
-        plot_dir = out / "plots"
+        d = out / "plots"
         drawn = {
-            "forest": plots.forest_plot(a, plot_dir / "forest.png", fmt),
-            "curves": plots.learning_curves(a, plot_dir / "learning_curves.png", fmt),
-            "tokens": plots.learning_curves(
-                a, plot_dir / "accuracy_vs_tokens.png", fmt, by_tokens=True
-            ),
-            "proportions": plots.proportion_traces(a.traces, plot_dir / "proportions.png"),
+            "forest": plots.forest_plot(a, d / "forest.png", fmt),
+            "curves": plots.learning_curves(a, d / "learning_curves.png", fmt),
+            "tokens": plots.learning_curves(a, d / "accuracy_vs_tokens.png", fmt, by_tokens=True),
+            "proportions": plots.proportion_traces(a.traces, d / "proportions.png"),
         }
         if a.profiles is not None:
-            drawn["profiles"] = plots.performance_profiles(
-                a.profiles, plot_dir / "profiles.png", fmt
-            )
+            drawn["profiles"] = plots.performance_profiles(a.profiles, d / "profiles.png", fmt)
         files = {k: v for k, v in drawn.items() if v is not None}
     return ReportParts(a, fmt, files, inputs, out, prov or provenance.current())
 
@@ -365,12 +358,7 @@ def render_report(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> Rep
 
 def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
     """Analyze ``rows`` and write ``report.md``, ``report.html`` (the same, one self-contained
-    page), ``statistics.csv`` and ``plots/*.png`` (with an SVG of each, inlined in the page):
-    `prepare_report`, then `write_report_files`.
-
-    Returns:
-        The `Analysis`.
-    """
+    page), ``statistics.csv`` and ``plots/*.png``: `prepare_report`, then `write_report_files`."""
     return write_report_files(prepare_report(rows, out_dir, inputs)).analysis
 
 

@@ -224,9 +224,7 @@ def run_compare(
             "overrides": {s.label: s.overrides for s in exp.strategies if s.overrides},
             **({} if exp.host == "engine" else {"host": exp.host}),
             exp.host: runs[0].config,
-            "budget": asdict(exp.budget),
-            "evaluation": asdict(exp.evaluation),
-            "statistics": asdict(exp.statistics),
+            **{k: asdict(getattr(exp, k)) for k in ("budget", "evaluation", "statistics")},
             "executor": exp.executor,
             "resources": asdict(exp.resources),
         },
@@ -259,13 +257,9 @@ def run_compare(
             controls={k: v for k, v in exp.control_outcomes.items() if k in methods},
             tracking=tracking,
             params=flatten(
-                {
-                    "experiment": exp.name,
-                    "seeds": list(exp.seeds),
-                    "budget": asdict(exp.budget),
-                    "evaluation": asdict(exp.evaluation),
-                    exp.host: {k: v for k, v in runs[0].config.items() if k != "tracking"},
-                }
+                {"experiment": exp.name, "seeds": list(exp.seeds)}
+                | {k: asdict(getattr(exp, k)) for k in ("budget", "evaluation")}
+                | {exp.host: {k: v for k, v in runs[0].config.items() if k != "tracking"}}
             ),
         )
         report = write_report_files(prepare_report(rows, out, inputs))

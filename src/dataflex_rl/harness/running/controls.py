@@ -16,7 +16,7 @@ from typing import Any
 
 from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
-from dataflex_rl.core.spec import StrategySpec, parse_strategy
+from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
 from dataflex_rl.hosts.engine.config import from_dict
 from dataflex_rl.hosts.host import HostControls
 
@@ -161,12 +161,8 @@ class Control:
 
 
 def _get(settings: dict, path: str, default: Any) -> Any:
-    node: Any = settings
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return default
-        node = node[key]
-    return default if node is None else node
+    value = get_path(settings, path)
+    return default if value is None else value
 
 
 def _nested(path: str, value: Any) -> dict:
@@ -221,8 +217,7 @@ def _one(name: Any, params: Any, where: str) -> Control:
             f"{where}: unknown control {name!r}.{suggest(str(name), list(KINDS))} "
             f"Controls: {', '.join(KINDS)}"
         )
-    if params is None:
-        params = {}
+    params = {} if params is None else params
     if not isinstance(params, dict):
         raise ConfigError(
             f"{where}.{name}: expected a mapping of parameters, got {type(params).__name__}"
@@ -258,9 +253,8 @@ def parse_controls(value: Any, where: str = "controls") -> tuple[Control, ...]:
                 items.append((v, None, f"{where}[{i}]"))
     else:
         raise ConfigError(
-            f"{where}: expected a list of control names or a mapping name -> "
-            f"parameters, got {type(value).__name__}. Controls: "
-            f"{', '.join(KINDS)}"
+            f"{where}: expected a list of control names or a mapping name -> parameters, got "
+            f"{type(value).__name__}. Controls: {', '.join(KINDS)}"
         )
     out: list[Control] = []
     for name, params, at in items:

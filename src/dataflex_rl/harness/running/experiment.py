@@ -259,14 +259,9 @@ def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
             f"{where}: expected a preset name, a strategy YAML path or a mapping "
             f"{{label, strategy}}, got {type(value).__name__}"
         )
-    if (
-        isinstance(source, str)
-        and source.endswith((".yaml", ".yml"))
-        and base is not None
-        and not Path(source).is_absolute()
-        and (base / source).is_file()
-    ):
-        source = str(base / source)
+    if isinstance(source, str) and source.endswith((".yaml", ".yml")) and base is not None:
+        if not Path(source).is_absolute() and (base / source).is_file():
+            source = str(base / source)
     return StrategyEntry(label, parse_strategy(source, where))
 
 
@@ -312,7 +307,7 @@ def parse_experiment(
             f"{where}: the top level must be a mapping with keys {', '.join(TOP_KEYS)}"
         )
     top = validate(ExperimentFile, data, where)
-    name, description = top.name, top.description
+    name = top.name
     if not name or "/" in name:
         raise ConfigError(
             f"{key_path(where, 'name')}: expected a non-empty str without '/', got {name!r}"
@@ -368,23 +363,16 @@ def parse_experiment(
             f"{host.tracking}"
         )
     settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
+    same = "description budget evaluation statistics tracking train_fn executor resources host"
     exp = Experiment(
         name=name,
-        description=description,
         strategies=entries,
         baseline=baseline,
         seeds=_seeds(top.seeds, key_path(where, "seeds")),
         engine=settings if top.host == "engine" else {},
-        host=top.host,
         host_settings=settings if top.host != "engine" else {},
-        budget=top.budget,
-        evaluation=top.evaluation,
-        statistics=top.statistics,
         path=where,
-        tracking=top.tracking,
-        train_fn=top.train_fn,
-        executor=top.executor,
-        resources=top.resources,
+        **{k: getattr(top, k) for k in same.split()},
     )
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(

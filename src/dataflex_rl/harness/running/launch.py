@@ -1,12 +1,6 @@
-"""A run as a process: a command line, an environment and a run folder (`Launch`).
-
-This is what an executor starts, wherever it runs it: the embedded engine's run is
-``python -m dataflex_rl.harness.running.worker`` reading its `RunSpec` on stdin (runner.py:
-`launch_of`), under the host's Python for a host with its own (TRL, verl). The
-process reports its record on one marked stdout line (`print_record`); `run_launch` starts it
-in a session of its own, makes it die with its starter (Linux's parent-death signal), waits,
-and kills its whole process group however the wait ends.
-"""
+"""A run as a process: a command line, an environment and a run folder (`Launch`), what an
+executor starts wherever it runs it; `run_launch` starts one and reads the record it prints
+(`print_record`)."""
 
 from __future__ import annotations
 
@@ -87,15 +81,9 @@ def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) ->
         os.makedirs(cwd, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            cwd=cwd,
-            env={**os.environ, **launch.env},
-            start_new_session=True,
-        )
+        pipes = {"stdin": subprocess.PIPE, "stdout": out, "stderr": err}
+        env = {**os.environ, **launch.env}
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, **pipes)
         try:
             if on_start is not None:
                 on_start(proc.pid)

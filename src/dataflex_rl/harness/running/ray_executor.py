@@ -202,17 +202,10 @@ class RayExecutor:
         """Each job's `Launch` as a Ray task; the records in the order the runs finish."""
         import ray
 
-        task, options = (
-            ray.remote(run_task),
-            {
-                "num_cpus": self.cpus_per_run,
-                "num_gpus": self.gpus_per_run,
-                "resources": self.custom or None,
-                "num_returns": "streaming",
-                "max_retries": 1,
-                "retry_exceptions": False,
-            },
-        )
+        task = ray.remote(run_task)
+        options = {"num_cpus": self.cpus_per_run, "num_gpus": self.gpus_per_run}
+        options.update(resources=self.custom or None, num_returns="streaming", max_retries=1)
+        options["retry_exceptions"] = False
         progress.running = list(jobs)
         queue, live, started, results = list(jobs), {}, set(), []
         with sigterm_raises():
@@ -230,7 +223,7 @@ class RayExecutor:
                             del live[gen]
                             started.discard(gen)
                             results.append(record)
-                            progress.add(record)
+                            progress.results.append(record)
                     progress.active = len(started)
                     progress.refresh()
             except BaseException:  # Ctrl-C, SIGTERM: no task of this call may go on

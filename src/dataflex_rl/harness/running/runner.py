@@ -6,17 +6,10 @@ and (unless it mixes domains or skips prompts) draws the same prompt stream: the
 each randomness stream from the seed alone. The report checks the first half of this claim:
 the step-0 evaluation must be identical across strategies for each seed.
 
-Layout under the output folder::
-
-    runs/<label>/seed<s>/   run.json (fingerprint), the engine's run (metrics.jsonl,
-                            checkpoints/, ...), then done.json (written last, atomically)
-                            or error.json
-    experiment.json         the resolved experiment
-    results.csv, proportions.csv, statistics.csv, report.md, plots/
-
+Each run has a folder ``runs/<label>/seed<s>/`` under the output folder: ``run.json`` (its
+fingerprint), the host's run, then ``done.json`` (written last, atomically) or ``error.json``.
 A run with ``done.json`` is skipped; one with a checkpoint made with the same configuration
-(``run.json`` holds its fingerprint) resumes from it; anything else starts over. A failing run
-writes its traceback to ``error.json``, is reported, and the others go on.
+resumes from it; anything else starts over (docs/harness.md, "Runs, resume and failures").
 
 Where the runs execute is an executor's (harness/running/executors.py: local worker processes,
 whose processes, signals and progress bar are supervisor.py's, or Ray tasks); this module plans
@@ -75,10 +68,9 @@ class RunSpec:
         overrides: the arm's own host settings, already merged into ``config`` (a
             control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
             beyond ``config``.
-        resume: None (the harness): decided from the folder (a finished run is skipped, a
-            checkpoint made with the same configuration resumed, anything else deleted and
-            started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
-            asked; nothing is skipped or deleted.
+        resume: None (the harness): decided from the folder (see the module docstring).
+            True or False (``dataflex-rl train``): passed to ``train_fn``; nothing is skipped
+            or deleted.
         host: the `Host`'s name (`hosts.registry`), part of the identity when not the engine.
         python: the interpreter of the run (None: the harness's own, in a local worker
             process; else the run is a process of this Python: `launch_of`); not part of the
@@ -97,11 +89,6 @@ class RunSpec:
     resume: bool | None = None
     host: str = "engine"
     python: str | None = None
-
-    @classmethod
-    def from_fields(cls, data: dict) -> RunSpec:
-        """A run from its fields as JSON (`launch_of`'s stdin)."""
-        return cls(**data)
 
     @property
     def identity(self) -> dict:
@@ -229,10 +216,7 @@ def warning_package(filename: str) -> str:
 
 def execute_run(run: RunSpec) -> dict:
     """Train one run in this process; never raises (a failure is returned and written).
-
-    Warnings raised during the run are counted into ``done.json`` instead of being printed
-    over the progress bar.
-    """
+    Warnings raised during the run are counted into ``done.json`` (not printed over the bar)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         return _execute_run(run, caught)
@@ -367,14 +351,9 @@ def execute(
     executor=None,
 ) -> Execution:
     """Run every unfinished run on ``executor`` (default: ``workers`` local worker processes;
-    harness/running/executors.py); finished ones are skipped, unless a run says whether to
-    resume: see `RunSpec.resume`.
-
-    Failures are collected, never raised; how runs are stopped (Ctrl-C, SIGTERM) and retried
-    is the executor's (supervisor.py, ray_executor.py). Stopped runs continue from their
-    checkpoints on the next call. The progress bar (``desc`` names it) counts the steps each
-    run's records show done (`Host.steps_done`).
-    """
+    harness/running/executors.py); finished ones are skipped (`RunSpec.resume`). Failures are
+    collected, never raised; stopping (Ctrl-C, SIGTERM) and retries are the executor's. The
+    progress bar (``desc`` names it) counts the steps each run's records show done."""
     executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
     ex = Execution()
@@ -431,9 +410,6 @@ def side_by_side(
         strategies: preset names, strategy YAML paths or mappings (distinct labels).
         seed, steps: override the config's.
         out_root: default ``config.out``, else ``runs/compare``.
-        resume: continue every run from its checkpoint.
-        progress: one progress bar over all runs.
-        train_fn: ``"module:attr"`` of the training function.
 
     Returns:
         The `Execution`, results in the order of ``strategies``; a finished run's result holds

@@ -1,25 +1,18 @@
 """Process supervision: the runs of one machine, stopped together, never orphaned.
 
 Two process models, one per kind of host; both return each job's record (a dict with
-``status``, ``method`` and ``seed``) in the order the jobs finish:
+``status``, ``method`` and ``seed``) in the order the jobs finish, and feed one progress bar
+(`Progress`) polled about once a second:
 
 - `run_processes`: each job is one process of its own (the `Launch` of a run of a host with
   its own Python: TRL, verl), at most ``workers`` at a time, started and waited on from threads
-  of this process: no worker process between the harness and the run. A run that dies fails
-  alone; Ctrl-C or SIGTERM kills every run's process group and re-raises.
-- `supervise`: jobs of the embedded engine (picklable objects with ``method``, ``seed`` and
-  ``steps``: the runner's `RunSpec`) run in-process through a work function in one shared pool
-  of spawned worker processes, which pay the imports (torch, the engine) once per worker
-  instead of once per run. A worker that dies (killed, out of memory) breaks that pool and
-  fails every job still in it, so those jobs are retried once, each in a process of its own:
-  a job that kills its process again takes no other job with it. Ctrl-C or SIGTERM stops every
-  worker and re-raises; a worker also dies when this process is killed outright
-  (`die_with_parent`). Optionally each worker process takes an environment for its whole life
-  (``worker_envs``, e.g. its own ``CUDA_VISIBLE_DEVICES``), set before it runs any job.
+  of this process: no worker process between the harness and the run.
+- `supervise`: jobs of the embedded engine run in-process in one shared pool of spawned worker
+  processes, which pay the imports (torch, the engine) once per worker instead of once per run;
+  the jobs a dying worker took down are retried once, each in a process of its own.
 
-Both feed one progress bar in steps from what each job's own records say it has done (a
-function of the job, `Progress`), polled about once a second. What a job is, where it writes
-and how it resumes is the runner's (harness/running/runner.py).
+Ctrl-C or SIGTERM kills every run and re-raises; a worker also dies when this process is killed
+outright (`die_with_parent`). What a job is, where it writes and how it resumes is the runner's.
 """
 
 from __future__ import annotations
@@ -109,9 +102,6 @@ class Progress:
         if self.bar is not None:
             self.refresh()
             self.bar.close()
-
-    def add(self, result: dict) -> None:
-        self.results.append(result)
 
     def count(self) -> int:
         """Steps done over the matrix: the finished jobs' and each started job's own count."""
@@ -215,7 +205,7 @@ def _in_slots(
         for fut in done:
             job, slot = active.pop(fut)
             results.append(_outcome(fut, job))
-            progress.add(results[-1])
+            progress.results.append(results[-1])
             finished(fut)
             free.append(slot)
         progress.refresh()
@@ -320,7 +310,7 @@ def _run_shared(
                     broken.append(futures[fut])
                 else:
                     results.append(_outcome(fut, futures[fut]))
-                    progress.add(results[-1])
+                    progress.results.append(results[-1])
             progress.refresh()
     except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
         _kill_workers(pool)

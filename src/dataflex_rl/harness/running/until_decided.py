@@ -155,15 +155,12 @@ def run_until_decided(
     echo: Callable[[str], None] = print,
     address: str | None = None,
 ) -> tuple[CompareResult, Sequential]:
-    """Run the experiment in rounds of seeds until every comparison is decided.
+    """Run the experiment in rounds of seeds until every comparison is decided (see the
+    module docstring; the other arguments as `run_compare`, whose executor is entered once for
+    every round).
 
     Args:
-        exp: the experiment; its seeds are the first round.
-        out_dir: output folder (as ``compare``).
-        round_size: seeds added per round.
         margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
-        workers, progress, plots, train_fn, address: as `run_compare`; the experiment's
-            executor is entered once for every round (one Ray connection).
         rule: the sequential rule (default `statistics.sequential.sequential_verdicts`).
         echo: where the one line per round goes.
 
@@ -185,25 +182,18 @@ def run_until_decided(
     seq.alpha, seq.seeds_of = exp.statistics.alpha, {label: [] for label in exp.labels}
     exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
     with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
-        res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
+        run = {"progress": progress, "plots": plots, "train_fn": train_fn, "executor": ex}
+        res, diffs = _rounds(exp, out_dir, seq, rule, echo, run)
     _fixed_design(seq, diffs, exp)
     write_sequential(seq, res)
     return res, seq
 
 
 def _rounds(
-    exp: Experiment,
-    out_dir: str | Path,
-    seq: Sequential,
-    rule: Rule,
-    executor,
-    echo: Callable[[str], None],
-    progress: bool,
-    plots: bool,
-    train_fn: str | None,
+    exp: Experiment, out_dir: str | Path, seq: Sequential, rule: Rule, echo: Callable, run: dict
 ) -> tuple[CompareResult, dict[str, np.ndarray]]:
-    """The rounds of `run_until_decided` on an entered executor, filling ``seq``: the last
-    round's result and paired differences."""
+    """The rounds of `run_until_decided`, filling ``seq`` (``run``: `run_compare`'s options, an
+    entered executor among them): the last round's result and paired differences."""
     comparisons, controls, alpha, margin = seq.comparisons, seq.controls, seq.alpha, seq.margin
     seeds, new = list(exp.seeds), list(exp.seeds)
     frozen: dict[str, dict] = {}  # the verdicts of decided comparisons, as decided
@@ -213,15 +203,7 @@ def _rounds(
                 ran += new
         cells = {(label, s) for label, ran in seq.seeds_of.items() for s in ran}
         current = dataclasses.replace(exp, seeds=tuple(seeds))
-        res = run_compare(
-            current,
-            out_dir,
-            progress=progress,
-            plots=plots,
-            train_fn=train_fn,
-            cells=cells,
-            executor=executor,
-        )
+        res = run_compare(current, out_dir, cells=cells, **run)
         diffs = paired_differences(res.rows, exp.baseline, comparisons + controls, seeds)
         verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
         verdicts.update(frozen)
@@ -248,17 +230,13 @@ def round_line(
     a comparison decided at an earlier round says so (``better (n=4, stopped at round 2)``)."""
     decided_at = decided_at or {}
 
-    def part(labels: list[str]) -> str:
-        def stop(k: str) -> str:
-            return (
-                f", stopped at round {decided_at[k]}"
-                if decided_at.get(k, r.index) < r.index
-                else ""
-            )
+    def one(k: str) -> str:
+        v, at = r.verdicts[k], decided_at.get(k, r.index)
+        stop = f", stopped at round {at}" if at < r.index else ""
+        return f"{k} {v['verdict']} (n={v['n']}{stop})"
 
-        return ", ".join(
-            f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']}{stop(k)})" for k in labels
-        )
+    def part(labels: list[str]) -> str:
+        return ", ".join(map(one, labels))
 
     line = f"round {r.index}, {len(r.seeds)} seeds: {part(comparisons)}"
     return line + (f"; controls: {part(controls)}" if controls else "")

@@ -14,18 +14,13 @@ sign-flip test cannot go below 2 / 2^n. Where the seed counts allow no verdict a
 smallest Holm-adjusted p the family can give, `stats.holm_floors`, is above alpha: with one
 method, fewer than 6 seeds at alpha = 0.05) no interval is computed (``verdict_possible`` False).
 
-**Controls** (``controls={label: "same" | "worse"}``): arms with a known answer (an A/A copy of
-the baseline must come out "no detectable difference", a planted harm "worse"). They are compared
-against the baseline like any method but each control is tested on its own (a family of one, not
-part of the real methods' Holm family), so adding them does not weaken the real comparisons and
-an A/A arm does not hide a harm; they stay out of the rankings. A control whose seed count cannot
-reach a verdict (2 / 2^n > α: fewer than 6 paired seeds at α = 0.05) is "untested", neither
-passed nor failed: no outcome, an A/A arm's included, says anything there.
+**Controls** (``controls={label: "same" | "worse"}``, docs/controls.md): arms with a known
+answer, each tested on its own (a family of one, outside the real methods' Holm family) and kept
+out of the rankings; where its seed count cannot reach a verdict a control is "untested".
 
-**MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
-family's size and the observed SD of its paired differences: the smallest true difference this
-rule calls "better" with probability ``power``. A summary's MDE is the same at its fewest paired
-seeds and the pooled SD of its comparisons.
+**MDE** of a comparison: the smallest true difference this rule calls "better" with probability
+``power`` (`power.simulated_mde` at its paired seeds, family size and SD of paired differences;
+a summary's at its fewest paired seeds and pooled SD).
 
 Every number a report prints is computed here and stored in the `Analysis` (MDEs, what the seed
 count allows and the seeds a 1-point difference needs, aggregates and profiles, ranks, learning
@@ -333,11 +328,6 @@ def _compare(
     return c, stats.bootstrap_means(d, rng, options.n_boot)
 
 
-def _interval(means: np.ndarray, alpha: float) -> tuple[float, float]:
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
-
-
 def _family(
     name: str, labels: list[str], rows: np.ndarray, base: np.ndarray, options: StatsOptions
 ) -> list[Comparison]:
@@ -358,8 +348,8 @@ def _family(
         c.p_holm_floor = float(floor)
         c.verdict_possible = c.p_holm_floor <= options.alpha
         if c.verdict_possible:
-            c.ci = _interval(means, options.alpha)
-            c.corrected_ci = _interval(means, c.level)
+            c.ci = stats.percentile_interval(means, options.alpha)
+            c.corrected_ci = stats.percentile_interval(means, c.level)
         c.mde = power.simulated_mde(
             c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha, power=options.power
         )

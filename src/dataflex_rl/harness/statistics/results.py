@@ -1,11 +1,8 @@
-"""Result rows and ``results.csv``: one row per run × benchmark × checkpoint.
+"""Result rows (`Row`) and ``results.csv``: one row per run × benchmark × checkpoint.
 
-Columns: ``method, seed, benchmark, domain, step, score`` and, from the embedded engine,
-``greedy`` and ``sampled`` (both accuracies; ``score`` is the one the experiment compares).
-Reading needs only ``method, seed, benchmark, score``; ``domain`` (groups benchmarks) and
-``step`` (checkpoint; the last one is the final score) are optional and other columns are
-ignored, so external results (e.g. verl campaigns) and the harness's own file read the same way
-(`results_table.read_results_csv`, which also reads wide tables).
+Reading needs only `REQUIRED`; ``domain`` and ``step`` are optional and other numeric columns
+are kept as ``Row.extra`` (the engine's ``greedy`` and ``sampled``), so external results and
+the harness's own file read the same way (`results_table.read_results_csv`).
 """
 
 from __future__ import annotations

@@ -47,10 +47,8 @@ class SequentialResult:
 
     Args:
         verdict: "better", "worse", "equivalent" (inside ±margin) or "undecided".
-        n: paired differences seen.
         low, high: the anytime-valid confidence sequence at n (running intersection), at level
             1 − α/m; ±bound while no finite interval is possible.
-        mean: mean paired difference.
         alpha_each: the level α/m each comparison is tested at.
     """
 

@@ -40,15 +40,8 @@ def _as_1d(x, name: str) -> np.ndarray:
 
 
 def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
-    """Mean and t-based (1 - alpha) confidence interval.
-
-    Args:
-        values: [n] one value per seed (NaNs are an error: drop missing seeds first).
-        alpha: 1 - confidence level.
-
-    Returns:
-        ``(mean, low, high)``; the bounds are NaN when n < 2.
-    """
+    """``(mean, low, high)``: the mean of ``values`` [n] (one per seed; NaNs are an error: drop
+    missing seeds first) and its t-based (1 - alpha) confidence interval (NaN when n < 2)."""
     x = _as_1d(values, "values")
     n = x.size
     if n == 0:
@@ -67,6 +60,12 @@ def bootstrap_means(diffs, rng: np.random.Generator, n_boot: int = 10_000) -> np
         raise ValueError("diffs: empty")
     idx = rng.integers(0, d.size, size=(n_boot, d.size))
     return d[idx].mean(axis=1)
+
+
+def percentile_interval(samples, alpha: float) -> tuple[float, float]:
+    """The ``alpha / 2`` and ``1 - alpha / 2`` quantiles of ``samples`` (a percentile interval)."""
+    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
 
 
 def bootstrap_interval(
