@@ -38,6 +38,7 @@ A benchmark, not a test.
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import time
 
@@ -76,6 +77,25 @@ def _arms(args) -> dict[str, object]:
                 flush=True,
             )
     return {a: s for a, s in arms.items() if a in args.arms}
+
+
+def mde_words(mde: float) -> str:
+    """The MDE as the harness's report writes it: "none" where no verdict is possible at these
+    seeds (the exact test's floor is above alpha: the MDE is infinite), "n/a" where it is not a
+    number."""
+    if math.isinf(mde):
+        return "none"
+    return "n/a" if math.isnan(mde) else f"{mde:.3f}"
+
+
+def comparison_text(c) -> str:
+    """One arm against plain GRPO: its difference, Holm-adjusted p, verdict (or why there is
+    none) and MDE, in words where a number would be infinite."""
+    from dataflex_rl.harness.statistics.analysis import TOO_FEW
+
+    verdict = c.verdict if c.verdict_possible else f"{TOO_FEW} ({c.n_pairs})"
+    delta = round(c.delta, 3) + 0.0  # as the report rounds: no "-0.000"
+    return f"{c.method} {delta:+.3f} (p_holm {c.p_holm:.3f}, {verdict}; MDE {mde_words(c.mde)})"
 
 
 def _config(args):
@@ -142,7 +162,7 @@ def _one(job: tuple) -> dict:
 def main() -> None:
     import numpy as np
 
-    from dataflex_rl.harness.statistics.analysis import TOO_FEW, StatsOptions, analyze_summary
+    from dataflex_rl.harness.statistics.analysis import StatsOptions, analyze_summary
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
@@ -228,12 +248,7 @@ def main() -> None:
                 f"{budget}-{metric}", "average", methods, matrix, "grpo", StatsOptions()
             )
             means = ", ".join(f"{m} {matrix[i].mean():.3f}" for i, m in enumerate(methods))
-            parts = [
-                f"{c.method} {c.delta:+.3f} (p_holm {c.p_holm:.3f}, "
-                f"{c.verdict if c.verdict_possible else f'{TOO_FEW} ({c.n_pairs})'}; "
-                f"MDE {c.mde:.3f})"
-                for c in res.comparisons
-            ]
+            parts = [comparison_text(c) for c in res.comparisons]
             line = f"at equal {budget}: held-out {metric} accuracy {means}; vs grpo: " + "; ".join(
                 parts
             )

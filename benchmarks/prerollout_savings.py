@@ -426,8 +426,10 @@ def main() -> None:
         res = analyze_summary("mean", "average", methods, matrix, "grpo", StatsOptions())
         parts = []
         for c in res.comparisons:
+            # the MDE as the report writes it: "none" where no verdict is possible
+            mde = "none" if c.mde == float("inf") else f"{c.mde:.3f}"
             parts.append(
-                f"{c.method} {c.delta:+.3f} (p_holm {c.p_holm:.3f}, {c.verdict}; MDE {c.mde:.3f})"
+                f"{c.method} {c.delta:+.3f} (p_holm {c.p_holm:.3f}, {c.verdict}; MDE {mde})"
             )
         # the headline: the probe against plain GRPO, decided beforehand, as its own family
         # (6 paired seeds can decide one comparison; the three-arm family above needs 7)

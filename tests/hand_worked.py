@@ -153,6 +153,17 @@ EXPECTED: dict[str, tuple] = {
         None,
         None,
     ),
+    # dapo's select keeps groups 0 and 2 (rows 0-3, 8-11: 10 + 12 = 22 valid tokens); the
+    # token selection pools those only: 16 at .1 then .4 .5 1 1.5 2 3, rank .8 x 21 = 16.8,
+    # threshold .4 + .8 x (.5 - .4) = .48. Kept: (0, 0) (1, 1) (3, 2) (8, 3) (9, 1); row 6's
+    # .7 is in a dropped group and row 11's .4 is below the threshold (high_entropy alone
+    # keeps both: its threshold over all 32 tokens is .34)
+    "dapo_entropy": (
+        [1, 1, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0],
+        [1.0, 1, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0],
+        None,
+        None,
+    ),
     "static": ([1] * 12, [1.0] * 12, None, [1 / 3] * 3),
     # mean rewards .25, 1, .75: gaps .75, 0, .25, softmax at T = .1, floor .05
     "reward_gap": ([1] * 12, [1.0] * 12, None, _softmax_proportions([0.75, 0, 0.25], 0.1, 0.05)),
@@ -160,7 +171,10 @@ EXPECTED: dict[str, tuple] = {
 }
 #: preset -> the (row, token) pairs its token-level selector keeps (other presets keep no
 #: token mask)
-TOKEN_KEEP = {"high_entropy": sorted(HIGH_ENTROPY)}
+TOKEN_KEEP = {
+    "high_entropy": sorted(HIGH_ENTROPY),
+    "dapo_entropy": [(0, 0), (1, 1), (3, 2), (8, 3), (9, 1)],
+}
 #: presets pinned by hand-worked unit tests over several steps instead (a learning-progress
 #: slope needs rewards that change from step to step)
 ELSEWHERE = {"tscl": "tests/unit/scorers/test_scorers.py::test_learning_progress_known_slope"}

@@ -13,8 +13,16 @@ from dataflex_rl.core.base import MECHANISM_REGISTRIES, REGISTRIES
 from dataflex_rl.core.registry import UnknownNameError, suggest
 from dataflex_rl.presets import PRESETS
 
-#: actuator kind -> the mechanism (strategy section) it acts in
+#: actuator kind -> the mechanism (strategy section) it acts in (a selector: `mechanism_of`)
 MECHANISM_OF = {reg.kind: mechanism for mechanism, reg in MECHANISM_REGISTRIES.items()}
+
+
+def mechanism_of(kind: str, cls: type) -> str:
+    """The strategy section an actuator class acts in: ``tokens`` for a token-level selector,
+    ``select`` for the other selectors."""
+    if kind == "selector":
+        return "tokens" if cls.level == "token" else "select"
+    return MECHANISM_OF[kind]
 
 
 def all_names() -> list[str]:
@@ -58,16 +66,20 @@ def _component_text(kind: str, name: str) -> str:
         needs = ["rewards", "response_mask", "group_ids"] + list(cls.requires)
         lines.append(f"- signals needed: {', '.join(needs)}")
     else:
-        lines.append(f"- mechanism: {MECHANISM_OF[kind]}")
+        lines.append(f"- mechanism: {mechanism_of(kind, cls)}")
         if getattr(cls, "needs_signal", True) and hasattr(cls, "accepts"):
             lines.append(f"- accepts scores at: {', '.join(sorted(cls.accepts))} level")
         if getattr(cls, "default_scorer", None):
             lines.append(f"- default scorer: {cls.default_scorer}")
         if kind == "selector" and cls.level == "token":
-            lines.append("- keeps: tokens (a [B, T] mask; a response with none is dropped)")
+            lines.append(
+                "- keeps: tokens of the responses select kept (a [B, T] mask; a response "
+                "with none is dropped)"
+            )
         elif hasattr(cls, "level") and kind != "selector":
             lines.append(f"- weights at: {cls.level} level")
-        for opt in ("recompute_advantages", "renormalize"):
+        token_selector = kind == "selector" and cls.level == "token"
+        for opt in ("renormalize",) if token_selector else ("recompute_advantages", "renormalize"):
             if hasattr(cls, f"{opt}_default"):
                 lines.append(f"- {opt} by default: {str(getattr(cls, f'{opt}_default')).lower()}")
     gb = getattr(cls, "group_based", False)

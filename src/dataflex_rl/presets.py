@@ -170,10 +170,29 @@ _P = [
         "Wang et al. 2025, Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "
         "Effective RL for LLM Reasoning (arXiv 2506.01939)",
         {
-            "select": {
+            "tokens": {
                 "scorer": "token_entropy",
                 "actuator": {"name": "top_tokens", "fraction": 0.2, "scope": "batch"},
             }
+        },
+    ),
+    Preset(
+        "dapo_entropy",
+        "dapo and high_entropy in one strategy: drop the zero-variance groups and refill the "
+        "batch (up to 4 rounds), then train on the top 20% highest-entropy tokens of the kept "
+        "groups; the loss is averaged over every token of the kept groups",
+        "Yu et al. 2025, DAPO (dynamic sampling); Wang et al. 2025, Beyond the 80/20 Rule "
+        "(arXiv 2506.01939)",
+        {
+            "select": {
+                "scorer": "reward_std",
+                "actuator": {"name": "band", "low": 0.0, "high": None, "inclusive": False},
+            },
+            "tokens": {
+                "scorer": "token_entropy",
+                "actuator": {"name": "top_tokens", "fraction": 0.2, "scope": "batch"},
+            },
+            "refill": {"max_rounds": 4, "overdraw": True},
         },
     ),
 ]

@@ -51,7 +51,7 @@ prerollout:
 # the top 20% highest-entropy tokens of the batch, from verl's own entropies
 ENTROPY_STRATEGY = """\
 name: high_entropy_verl
-select: high_entropy
+tokens: high_entropy
 """
 
 # the decision log under trainer.default_local_dir (ckpt/decisions), flushed every step

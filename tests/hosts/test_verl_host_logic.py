@@ -79,7 +79,7 @@ def test_entropy_strategies_fit_verl_except_where_it_computes_none():
     with pytest.raises(ConfigError, match=r"rollout_correction\.bypass_mode: .* entropies"):
         check(host, view)
     check(parse_host_config({"strategy": "difffilter"}), view)  # reads no entropies
-    micro = {"select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}}}
+    micro = {"tokens": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}}}
     with pytest.raises(ConfigError, match=r"TopTokens \(scope: micro_batch\) needs micro_batch"):
         check(parse_host_config({"strategy": micro}), verl_view())
 
@@ -101,7 +101,7 @@ def test_token_selection_writes_weights_zero_off_the_kept_tokens():
         entropies=ent,
         step=0,
     )
-    spec = {"select": {"preset": "high_entropy", "actuator": {"fraction": 0.5}}}
+    spec = {"tokens": {"preset": "high_entropy", "actuator": {"fraction": 0.5}}}
     d = Strategy(spec).decide(rb)
     wb = writeback(
         d,
@@ -114,6 +114,71 @@ def test_token_selection_writes_weights_zero_off_the_kept_tokens():
     )
     assert wb.rollout_is_weights.tolist() == [[0, 0], [0, 1], [1, 1]]
     assert wb.response_mask is None and wb.loss_mask is None
+
+
+DAPO_HALF_ENTROPY = {
+    "select": "dapo",
+    "tokens": {"preset": "high_entropy", "actuator": {"fraction": 0.5}},
+}
+
+
+def _dapo_entropy_writeback(keys, uids):
+    """Groups u0 (rewards 1, 0), u1 (1, 1: zero variance) and u2 (0, 1), one row per session
+    output, entropies [1, 2] [3, 4] | [9, 9] [9, 9] | [5, 6] [.5, .5] on the final outputs."""
+    B = len(keys)
+    ent = torch.tensor([[1.0, 2], [3, 4], [9, 9], [9, 9], [5, 6], [0.5, 0.5]])
+    reward = torch.tensor([1.0, 0, 1, 1, 0, 1])
+    final = sessions_of(keys).final_rows
+    full_ent = torch.zeros(B, 2)
+    full_ent[final] = ent
+    rm = torch.zeros(B, 2)
+    rm[final, 1] = reward
+    mask = torch.ones(B, 2, dtype=torch.int64)
+    rb, sessions = build_batch(
+        keys=keys,
+        uids=uids,
+        is_padding=[False] * B,
+        rm_scores=rm,
+        response_mask=mask,
+        advantages=torch.ones(B, 2),
+        old_log_probs=None,
+        entropies=full_ent,
+        step=0,
+    )
+    d = Strategy(DAPO_HALF_ENTROPY).decide(rb)
+    wb = writeback(
+        d,
+        rb,
+        sessions,
+        response_mask=mask,
+        loss_mask=mask,
+        advantages=torch.ones(B, 2),
+        existing_weights=None,
+    )
+    return d, wb
+
+
+def test_group_and_token_selection_write_the_kept_groups_tokens_and_denominator():
+    # dapo drops u1 (rows 2, 3). The token pool is rows 0, 1, 4, 5: 1 2 3 4 5 6 .5 .5, the
+    # median 2.5: tokens 3 4 (row 1) and 5 6 (row 4) kept; u1's 9s are not in the pool.
+    # band renormalizes, top_tokens does not: the masks drop u1's rows only, so rows 0 and 5
+    # (no kept token) stay in verl's token-mean denominator with weight 0
+    keys = [f"u{g}_{i}_0" for g in range(3) for i in range(2)]
+    d, wb = _dapo_entropy_writeback(keys, [f"u{g}" for g in range(3) for _ in range(2)])
+    assert d.keep_mask.tolist() == [False, True, False, False, True, False]
+    assert wb.rollout_is_weights.tolist() == [[0, 0], [1, 1], [0, 0], [0, 0], [1, 1], [0, 0]]
+    assert wb.response_mask.sum(1).tolist() == [2, 2, 0, 0, 2, 2]
+    assert torch.equal(wb.loss_mask, wb.response_mask)
+
+
+def test_group_and_token_selection_carry_to_earlier_session_outputs():
+    # as above with u0's first session in two outputs (rows 0, 1; row 1 final): row 0
+    # follows its final output, which keeps no token but stays in the denominator
+    keys = ["u0_0_0", "u0_0_1", "u0_1_0", "u1_0_0", "u1_1_0", "u2_0_0", "u2_1_0"]
+    uids = ["u0", "u0", "u0", "u1", "u1", "u2", "u2"]
+    d, wb = _dapo_entropy_writeback(keys, uids)
+    assert wb.rollout_is_weights.sum(1).tolist() == [0, 0, 2, 0, 0, 2, 0]
+    assert wb.response_mask.sum(1).tolist() == [2, 2, 2, 0, 0, 2, 2]
 
 
 def test_recompute_advantages_needs_grpo():

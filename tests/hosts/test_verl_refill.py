@@ -33,6 +33,23 @@ def test_dapo_maps_onto_filter_groups_and_says_what_verl_does_not_honour(caplog)
     ).config.algorithm.filter_groups.enable
 
 
+def test_dapo_with_token_selection_maps_onto_filter_groups_beside_top_tokens():
+    # the group part is verl's filter; top_tokens then acts on the batch verl's buffer gives
+    # (whole-batch scope); TRL's micro-batch scope verl cannot give is refused up front
+    trainer = DataflexTrainer(verl_config("+dataflex.strategy=dapo_entropy"))
+    fg = trainer.config.algorithm.filter_groups
+    assert fg.enable is True and fg.metric == "reward"
+    with pytest.raises(ConfigError, match=r"TopTokens \(scope: micro_batch\) needs micro_batch"):
+        DataflexTrainer(
+            verl_config(
+                "+dataflex.strategy.select.preset=dapo",
+                "+dataflex.strategy.tokens.preset=high_entropy",
+                "+dataflex.strategy.tokens.actuator.scope=micro_batch",
+                "+dataflex.strategy.refill.max_rounds=4",
+            )
+        )
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

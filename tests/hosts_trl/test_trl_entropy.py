@@ -21,7 +21,7 @@ from tests.hosts_trl.trainers import Recorder, dataflex_trainer, logged  # noqa:
 
 TRL_SCOPE = {
     "name": "high_entropy_trl",
-    "select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch", "fraction": 0.2}},
+    "tokens": {"preset": "high_entropy", "actuator": {"scope": "micro_batch", "fraction": 0.2}},
 }
 
 
@@ -89,6 +89,40 @@ def test_batch_scope_zeroes_the_advantages_of_tokens_not_kept(tmp_path):
 
 
 def test_renormalized_token_selection_is_refused_before_any_work(tmp_path):
-    spec = {"select": {"preset": "high_entropy", "renormalize": True}}
-    with pytest.raises(ConfigError, match=r"select\.renormalize: a token-level selector"):
+    spec = {"tokens": {"preset": "high_entropy", "renormalize": True}}
+    with pytest.raises(ConfigError, match=r"tokens\.renormalize: a token-level selector"):
         dataflex_trainer(tmp_path, spec)
+
+
+#: dapo's group selection with one refill round (so some steps stay short and keep dropped
+#: groups in the batch) and high_entropy's token selection
+DAPO_ENTROPY = {
+    "name": "dapo_entropy_trl",
+    "select": "dapo",
+    "tokens": "high_entropy",
+    "refill": {"max_rounds": 1},
+}
+
+
+def test_refill_then_token_selection_over_the_kept_groups(tmp_path):
+    trainer = dataflex_trainer(tmp_path, DAPO_ENTROPY, max_steps=3)
+    rec = Recorder(trainer)
+    trainer.train()
+    assert sum(logged(trainer, "dataflex/refill/rounds")) > 0
+    dropped_groups = 0
+    for batch, decision, out in zip(rec.batches, rec.decisions, rec.outs, strict=True):
+        groups = batch.group_std > 0  # dapo's: the groups whose rewards are not all equal
+        rows = groups.index_select(0, batch.group_ids) & batch.active_mask
+        dropped_groups += int((~groups).sum())
+        assert torch.equal(decision.selected_mask, rows)
+        # the oracle: torch.quantile over the kept groups' valid tokens only
+        pool = batch.response_mask & rows[:, None]
+        expected = pool & (batch.entropies >= torch.quantile(batch.entropies[pool], 0.8))
+        assert torch.equal(decision.token_keep_mask, expected)
+        adv = out["advantages"]
+        assert adv.dim() == 2 and bool((adv[~expected[:, : adv.shape[1]]] == 0).all())
+        # TRL's denominators: every token of the kept groups' rows, none of the others'
+        lengths = torch.where(rows, batch.response_length, 0)
+        assert torch.equal(out["completion_mask"].sum(1), lengths)
+        assert int(out["num_items_in_batch"]) == int(lengths.sum())
+    assert dropped_groups > 0  # a short step: its dropped groups were outside the pool

@@ -57,6 +57,8 @@ def _spec(name):
         return {"mix": {"preset": name, "warmup_steps": 0, "every": 1}}
     if name == "dapo":  # its selection here; its refill: tests/hosts_trl/test_trl_refill.py
         return {"name": "dapo_select", "select": {"preset": "dapo"}}
+    if name == "dapo_entropy":  # likewise; with refill: tests/hosts_trl/test_trl_entropy.py
+        return {"name": "dapo_entropy_select", "select": "dapo", "tokens": "high_entropy"}
     if name == "diffband":
         return {"reweight": {"preset": name, "actuator": {"low": 0.3, "high": 0.7}}}
     return name
@@ -89,11 +91,14 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
         kept_tokens = int(lengths[decision.keep_mask].sum())
         if decision.token_keep_mask is not None:  # token selection: advantages 0 on the
             # tokens not kept, TRL's masks and denominators as they were (renormalize false)
+            # but for the rows a select dropped (its renormalize)
             T = out["advantages"].shape[1]
             keep = decision.token_keep_mask[:, :T]
             assert bool((out["advantages"][~keep] == 0).all())
-            assert torch.equal(out["completion_mask"].sum(1), lengths)
-            assert int(out["num_items_in_batch"]) == int(lengths.sum())
+            stay = decision.loss_rows
+            assert bool(stay.all()) == ("select" not in parts)
+            assert torch.equal(out["completion_mask"].sum(1), torch.where(stay, lengths, 0))
+            assert int(out["num_items_in_batch"]) == int(lengths[stay].sum())
         elif "select" in parts:
             drop = ~decision.keep_mask
             assert out["advantages"][drop].abs().sum() == 0
@@ -114,6 +119,10 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
     if name == "high_entropy":  # a fifth of the tokens (ties may keep a few more)
         fractions = logged(trainer, "dataflex/kept_token_fraction")
         assert all(0.2 <= f < 0.4 for f in fractions), fractions
+    elif name == "dapo_entropy":  # a fifth of the kept groups' tokens, fewer of the batch's
+        fractions = logged(trainer, "dataflex/kept_token_fraction")
+        assert all(0.0 < f < 0.4 for f in fractions), fractions
+        assert any(not bool(d.selected_mask.all()) for d in rec.decisions)
     elif "select" in parts:
         assert min(fractions) < 1.0, f"{name} kept everything: {fractions}"
         if name in ("maxvar", "gfpo", "topk"):  # half of each group / of the batch

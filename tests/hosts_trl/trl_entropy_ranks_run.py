@@ -29,7 +29,7 @@ from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_t
 
 STRATEGY = {
     "name": "high_entropy_trl_scope",
-    "select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch", "fraction": 0.2}},
+    "tokens": {"preset": "high_entropy", "actuator": {"scope": "micro_batch", "fraction": 0.2}},
 }
 
 

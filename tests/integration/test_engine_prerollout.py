@@ -24,7 +24,9 @@ GRESO = {
 P = "dataflex/prerollout/"
 
 
-def _trainer(train_size: int, factor: float, rounds: int = 8) -> EmbeddedTrainer:
+def _trainer(
+    train_size: int, factor: float, rounds: int = 8, audit: float = 0.0
+) -> EmbeddedTrainer:
     cfg = load_config(
         {
             "policy": "tiny",
@@ -40,7 +42,8 @@ def _trainer(train_size: int, factor: float, rounds: int = 8) -> EmbeddedTrainer
             "log": {"progress": False, "plots": False, "checkpoint_every": 0},
         }
     )
-    return EmbeddedTrainer(cfg, GRESO, seed=0)
+    actuator = {**GRESO["prerollout"]["actuator"], "audit": audit}
+    return EmbeddedTrainer(cfg, {**GRESO, "prerollout": {"actuator": actuator}}, seed=0)
 
 
 def _remember(tr: EmbeddedTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
@@ -59,24 +62,73 @@ def _candidates(tr: EmbeddedTrainer, n: int) -> list:
     return [tr.taskset.train["math"][i].key for _, i in drawn]
 
 
-def test_skipped_and_tokens_saved_without_replacement():
-    tr = _trainer(train_size=4, factor=1.0, rounds=1)  # one round: the batch stays short
-    keys = _candidates(tr, 4)
+def test_skipped_and_tokens_saved():
+    tr = _trainer(train_size=8, factor=2.0, rounds=1)  # one round of 8 candidates
+    keys = _candidates(tr, 8)
     # keys[0] all-correct twice: 8 then 24 tokens -> mean 16; keys[1] all-wrong once: 6 tokens
     _remember(tr, keys[0], [1.0, 1.0], [4, 4])
     _remember(tr, keys[0], [1.0, 1.0], [12, 12], step=1)
     _remember(tr, keys[1], [0.0, 0.0, 0.0], [2, 2, 2])
     _remember(tr, keys[2], [1.0, 0.0], [50, 50])  # mixed: never skipped
-    m = tr.train_step()  # keys[3] was never seen
+    m = tr.train_step()  # keys[3] was never seen; keys 4, 5 replace 0, 1
     assert m[P + "active"] == 1.0
-    assert m[P + "skipped"] == 2.0 and m["engine/prompts_generated"] == 2.0
-    assert m[P + "replacements"] == 0.0
+    assert m[P + "skipped"] == 2.0 and m["engine/prompts_generated"] == 4.0
+    assert m[P + "replacements"] == 2.0 and m[P + "forced"] == 0.0
     assert m[P + "tokens_saved_est"] == 16.0 + 6.0
     # seconds: tokens saved x this step's generation seconds per generated token
     assert m[P + "seconds_saved_est"] == pytest.approx(
         22.0 * m["time/generate_s"] / m["engine/tokens_generated"]
     )
     assert 0.0 <= m[P + "zero_variance_through"] <= 1.0
+
+
+def _generated(tr: EmbeddedTrainer, monkeypatch) -> list[list]:
+    """The prompt keys of every generation call of the trainer (the audit's first)."""
+    calls: list[list] = []
+    rollout = tr._rollout
+
+    def spy(problems, step, **kw):
+        calls.append([p.key for p in problems])
+        return rollout(problems, step, **kw)
+
+    monkeypatch.setattr(tr, "_rollout", spy)
+    return calls
+
+
+def test_when_the_rounds_run_out_skipped_prompts_fill_the_batch(monkeypatch):
+    """``max_draw_rounds`` means the same on every host: the engine trains on a full batch
+    as verl and TRL do (it used to leave the batch short: 2 prompts here, 0 saved of 4)."""
+    tr = _trainer(train_size=4, factor=1.0, rounds=1)
+    keys = _candidates(tr, 4)
+    _remember(tr, keys[0], [1.0, 1.0], [4, 4])
+    _remember(tr, keys[1], [0.0, 0.0], [3, 3])
+    calls = _generated(tr, monkeypatch)
+    m = tr.train_step()
+    # one round: keys 0 and 1 are skipped and there is no other candidate: they fill the
+    # batch again, the plain batch, so nothing is skipped or saved
+    assert calls == [keys]
+    assert m["engine/prompts_generated"] == 4.0 and m[P + "forced"] == 2.0
+    assert m[P + "candidates_skipped"] == 2.0 and m["engine/prompts_skipped"] == 0.0
+    assert m[P + "skipped"] == 0.0 and m[P + "replacements"] == 0.0
+    assert m[P + "tokens_saved_est"] == 0.0
+
+
+def test_the_audit_generates_skipped_prompts_apart_and_others_fill_the_batch(monkeypatch):
+    """The engine's false-skip audit with a full batch: the audited prompts (every skipped
+    one of the plain batch at audit 1) are generated apart and not trained on, and the
+    batch is filled with skipped prompts that are not audited."""
+    tr = _trainer(train_size=8, factor=1.0, rounds=2, audit=1.0)
+    keys = _candidates(tr, 8)  # round 1: keys 0-3; round 2: the 2 missing, keys 4 and 5
+    for k in (keys[0], keys[1], keys[4], keys[5]):
+        _remember(tr, k, [1.0, 1.0], [2, 2])
+    calls = _generated(tr, monkeypatch)
+    m = tr.train_step()
+    # audited: 0 and 1 (the plain batch's skipped); the batch: 2, 3 kept, 4, 5 forced in
+    assert calls == [[keys[0], keys[1]], [keys[2], keys[3], keys[4], keys[5]]]
+    assert m[P + "audited"] == 2.0 and m[P + "audit_groups"] == 2.0
+    assert m[P + "forced"] == 2.0 and m[P + "rounds"] == 2.0
+    assert m[P + "skipped"] == 2.0 and m[P + "replacements"] == 2.0
+    assert m["engine/prompts_generated"] == 4.0 and m["engine/tokens_audit"] > 0
 
 
 def test_replacements_keep_the_batch_full():

@@ -23,6 +23,7 @@ EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
 SELECT = {"difffilter", "maxvar", "gfpo", "topk"}
 REWEIGHT = {"softmax", "per", "diffband", "ar"}
 MIX = {"static", "reward_gap", "dump_ucb", "tscl"}
+TOKENS = {"high_entropy", "dapo_entropy"}
 
 
 def small_config(**overrides):
@@ -95,6 +96,12 @@ def test_every_preset_acts_in_the_engine(name):
             for u in rec.updates
         ]
         assert any(bool(d.any()) for d in dropped), "no response was removed from the loss"
+    elif name in TOKENS:
+        # rows in the loss keep some of their tokens, not all: weight 0 on the others
+        for u in rec.updates:
+            w, valid = u["weights"], u["response_mask"]
+            rows = (w > 0).any(1)
+            assert bool(rows.any()) and bool(((w == 0) & valid)[rows].any())
     elif name in REWEIGHT:
         # weights of the tokens that carry a signal (non-zero advantage) are not all equal
         w = torch.cat(
@@ -119,11 +126,18 @@ def test_select_with_renormalize_changes_the_loss_denominator():
 
 def test_prerollout_changes_what_is_generated():
     spec = {"name": "skip", "prerollout": {"actuator": {"name": "greso", "explore_prob": 0.0}}}
-    # a 4-prompt pool per domain: prompts repeat at once, so histories fill up
-    tr, _, metrics = run_steps(spec, 6, tasks={"train_size": 4, "max_draw_rounds": 1})
-    skipped = sum(m.get("engine/prompts_skipped", 0) for m in metrics)
-    generated = [m.get("engine/prompts_generated") for m in metrics]
-    assert skipped > 0 and min(generated) < 8
+    # a 4-prompt pool per domain: prompts repeat at once, so histories fill up; one round of
+    # 2 candidates per slot: later candidates replace skipped prompts of the plain batch, and
+    # skipped ones fill what is left, so every batch is full
+    tasks = {"train_size": 4, "candidate_factor": 2.0, "max_draw_rounds": 1}
+    tr, _, metrics = run_steps(spec, 6, tasks=tasks)
+    total = {
+        k: sum(m.get(f"dataflex/prerollout/{k}", 0) for m in metrics)
+        for k in ("skipped", "replacements", "forced")
+    }
+    assert total["skipped"] > 0 and total["replacements"] == total["skipped"]
+    assert total["forced"] > 0  # the round ran out: skipped prompts filled the batch
+    assert [m["engine/prompts_generated"] for m in metrics] == [8] * 6
 
 
 def test_prerollout_with_candidate_factor_fills_the_batch():
@@ -137,6 +151,6 @@ def test_prerollout_with_candidate_factor_fills_the_batch():
 def test_composed_strategy_file_runs():
     tr, rec, metrics = run_steps(EVERYTHING, 3)
     assert len(metrics) == 3 and tr.step == 3
-    documented = documented_keys()  # all four mechanisms: every key is in docs/metrics.md
+    documented = documented_keys()  # four mechanisms: every key is in docs/metrics.md
     assert not [k for m in metrics for k in m if k != "step" and not matches(k, documented)]
     assert "dataflex/mix/domain/math/target" in metrics[0]

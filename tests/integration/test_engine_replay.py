@@ -3,7 +3,8 @@
 Each preset runs a few steps of the real engine (shipped tiny policy, real tasks, 4 prompts x
 4 samples) with the decision log on; replaying the preset on its own log must reproduce every
 logged decision bit for bit (keep mask, weights, recomputed advantages, mixer updates). ``ar``
-weights tokens and ``high_entropy`` chooses them, so their runs log the tokens (``full_tokens``).
+weights tokens and ``high_entropy`` and ``dapo_entropy`` choose them, so their runs log the
+tokens (``full_tokens``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def shared():
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_engine_log_replays_its_own_preset_exactly(tmp_path, shared, name):
     taskset, policy = shared
-    cfg = config(full_tokens=name in ("ar", "high_entropy"))  # token weights, token choices
+    # token weights, token choices
+    cfg = config(full_tokens=name in ("ar", "high_entropy", "dapo_entropy"))
     policy = copy.deepcopy(policy)
     tr = EmbeddedTrainer(cfg, name, seed=0, taskset=taskset, policy=policy, out_dir=tmp_path)
     steps = 6 if name in MIX else 3  # mixers update after their 5th step

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from dataflex_rl import Strategy
 from dataflex_rl.core.base import REGISTRIES, DomainScorer
+from dataflex_rl.describe import mechanism_of
 from dataflex_rl.presets import PRESETS
 from tests.hand_worked import check_component, check_hand_worked
 from tests.strategies import permute_groups, rollout_batches
@@ -39,7 +40,7 @@ RANDOM = {"random_groups"}
 
 
 def _mechanism(kind: str, name: str, scorer: str | None = None) -> dict:
-    mech = ACTUATOR_KINDS[kind]
+    mech = mechanism_of(kind, REGISTRIES[kind].get(name))  # a token selector: "tokens"
     m: dict = {"actuator": {"name": name}}
     if scorer is not None:
         m["scorer"] = scorer

@@ -55,5 +55,5 @@ def test_describe_shows_the_class_next_to_the_registry_name():
 
 def test_list_leaves_the_pointer_out_of_the_summary():
     assert one_line("reweighter", "per").startswith("w = (|score| + eps) ** alpha")
-    assert one_line("selector", "band").startswith("Keep responses scoring between")
+    assert one_line("selector", "band").startswith("Keep scores in a band")
     assert not any(one_line(kind, name).startswith(f"``{name}``") for kind, name in COMPONENTS)

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 DESCRIPTION = """\
-dataflex-rl: data strategies for RLVR/GRPO (select, reweight, mix, prerollout) as
+dataflex-rl: data strategies for RLVR/GRPO (select, tokens, reweight, mix, prerollout) as
 configurable parts of one unchanged training loop.
 
   dataflex-rl list                 presets and components, one line each

@@ -111,7 +111,8 @@ class DomainScorer(Scorer):
 
 @dataclass
 class Selector(Component):
-    """Scores -> keep mask over responses (or, at ``level`` token, over tokens)."""
+    """Scores -> keep mask over responses (section ``select``) or, at ``level`` token, over
+    the tokens of the responses ``select`` kept (section ``tokens``)."""
 
     kind: ClassVar[str] = "selector"
     default_scorer: ClassVar[str | None] = None
@@ -249,9 +250,11 @@ REWEIGHTERS: Registry[type[Reweighter]] = Registry("reweighter", Reweighter, _BU
 MIXERS: Registry[type[Mixer]] = Registry("mixer", Mixer, _BUILTINS)
 SKIP_POLICIES: Registry[type[SkipPolicy]] = Registry("skip policy", SkipPolicy, _BUILTINS)
 
-#: mechanism name (a strategy section) -> the registry of its actuators
+#: mechanism name (a strategy section) -> the registry of its actuators; ``select`` takes
+#: the selectors of level response, ``tokens`` those of level token
 MECHANISM_REGISTRIES: dict[str, Registry] = {
     "select": SELECTORS,
+    "tokens": SELECTORS,
     "reweight": REWEIGHTERS,
     "mix": MIXERS,
     "prerollout": SKIP_POLICIES,

@@ -5,6 +5,8 @@ A strategy file::
     name: difffilter_plus_ucb
     # drop groups that are all-correct or all-wrong
     select:  {preset: difffilter}
+    # of the kept responses, train on the top 20% of tokens by the policy's entropy
+    tokens:  {preset: high_entropy}
     # sample lagging domains more often, re-decided every 5 steps after 5 warm-up steps
     mix:     {preset: dump_ucb, warmup_steps: 5, every: 5}
 
@@ -32,7 +34,7 @@ from dataflex_rl.core.config import key_path, param, validate
 from dataflex_rl.core.preset import PRESETS
 from dataflex_rl.core.registry import ConfigError, suggest
 
-MECHANISMS = tuple(MECHANISM_REGISTRIES)  # select, reweight, mix, prerollout
+MECHANISMS = tuple(MECHANISM_REGISTRIES)  # select, tokens, reweight, mix, prerollout
 
 
 @dataclass
@@ -65,6 +67,19 @@ class SelectOptions(MechanismOptions):
     )
     renormalize: bool | None = param(
         None, "average the loss over kept tokens only (null: paper default)"
+    )
+
+
+@dataclass
+class TokensOptions(MechanismOptions):
+    """The ``tokens`` section: which tokens of the responses ``select`` kept take part (a
+    token-level selector, e.g. ``top_tokens``)."""
+
+    renormalize: bool | None = param(
+        None,
+        "average the loss over the kept tokens only, whatever select.renormalize (false: the "
+        "tokens not kept stay in the denominator with weight 0; null: the selector's paper "
+        "default)",
     )
 
 
@@ -122,11 +137,14 @@ _SECTION = "a preset name or a mapping"
 
 @dataclass
 class StrategyFile:
-    """The top level of a strategy file: any subset of the four mechanisms."""
+    """The top level of a strategy file: any subset of the five mechanisms, and refilling."""
 
     name: str = param("custom", "strategy name (labels its runs and outputs)")
     description: str = param("", "one line on what the strategy does")
     select: str | dict | None = param(None, "which responses take part", expect=_SECTION)
+    tokens: str | dict | None = param(
+        None, "which tokens of the kept responses take part", expect=_SECTION
+    )
     reweight: str | dict | None = param(
         None, "how much each response or token counts", expect=_SECTION
     )
@@ -146,6 +164,7 @@ class StrategyFile:
 #: the declared keys of each mechanism section
 SECTIONS: dict[str, type[MechanismOptions]] = {
     "select": SelectOptions,
+    "tokens": TokensOptions,
     "reweight": ReweightOptions,
     "mix": MixOptions,
     "prerollout": PrerolloutOptions,
@@ -216,12 +235,13 @@ class RefillSpec:
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """A whole strategy: any subset of the four mechanisms, and refilling (``refill``: the
+    """A whole strategy: any subset of the five mechanisms, and refilling (``refill``: the
     intake replaces the groups the selector drops; None: off)."""
 
     name: str = "baseline"
     description: str = ""
     select: MechanismSpec | None = None
+    tokens: MechanismSpec | None = None
     reweight: MechanismSpec | None = None
     mix: MechanismSpec | None = None
     prerollout: MechanismSpec | None = None
@@ -229,7 +249,7 @@ class StrategySpec:
 
     def mechanisms(self) -> dict[str, MechanismSpec]:
         """The enabled mechanisms, in step order."""
-        order = ("prerollout", "mix", "select", "reweight")
+        order = ("prerollout", "mix", "select", "tokens", "reweight")
         return {m: getattr(self, m) for m in order if getattr(self, m) is not None}
 
     def to_dict(self) -> dict:
@@ -344,14 +364,28 @@ def resolve_mechanism(spec: MechanismSpec, where: str) -> tuple[Scorer | None, C
             )
     elif needs_signal:
         raise ConfigError(f"{where}: actuator {spec.actuator.name!r} needs a 'scorer'")
-    if getattr(act_cls, "level", None) == "token" and spec.mechanism == "select":
-        if resolved_option(spec, "recompute_advantages"):
-            raise ConfigError(
-                f"{where}.recompute_advantages: {spec.actuator.name!r} keeps tokens, not "
-                "responses; advantages cannot be re-centred on a kept subset of responses "
-                "(set recompute_advantages: false)"
-            )
+    _check_level(spec, act_cls, where)
     return scorer, actuator
+
+
+def _check_level(spec: MechanismSpec, act_cls: type, where: str) -> None:
+    """``select`` takes selectors that keep whole responses, ``tokens`` the ones that keep
+    tokens (`Selector.level`)."""
+    if spec.mechanism not in ("select", "tokens"):
+        return
+    level = getattr(act_cls, "level", "response")
+    if spec.mechanism == "select" and level == "token":
+        raise ConfigError(
+            f"{where}.actuator: {spec.actuator.name!r} keeps tokens, not responses; put it in "
+            "the strategy's 'tokens' section (e.g. tokens: {preset: high_entropy}), which "
+            "acts on the responses 'select' keeps"
+        )
+    if spec.mechanism == "tokens" and level != "token":
+        raise ConfigError(
+            f"{where}.actuator: {spec.actuator.name!r} keeps whole responses, not tokens; put "
+            "it in the strategy's 'select' section ('tokens' takes a token-level selector "
+            "such as 'top_tokens')"
+        )
 
 
 def resolved_option(mspec: MechanismSpec, key: str) -> bool:

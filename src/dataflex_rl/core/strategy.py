@@ -1,14 +1,17 @@
-"""`Strategy`: the composition of select / reweight / mix / prerollout, one decision per step.
+"""`Strategy`: the composition of select / tokens / reweight / mix / prerollout, one decision
+per step.
 
 Order inside a training step (DESIGN §5)::
 
     prerollout (filter_prompts) -> mix (proportions) -> generation -> reward -> advantages
-        -> select -> reweight -> loss                 (decide)
+        -> [refill: replace the groups select drops] -> select -> tokens -> reweight -> loss
+                                                        (decide)
 
 Hosts call `Strategy.filter_prompts` before generation, draw the next batch with
 `Strategy.proportions`, and call `Strategy.decide` after advantages. The `Decision` says, per
 token, how much each counts; the host multiplies ``weights_per_token`` into its per-token policy
-loss and, when ``renormalize`` is set, averages over ``loss_mask`` instead of the response mask.
+loss and, when ``renormalize`` or ``renormalize_tokens`` is set, averages over
+``denominator_mask`` instead of the response mask.
 """
 
 from __future__ import annotations
@@ -80,8 +83,8 @@ class Decision:
 
     A decision is held per response (plus, after a token-level selector, which tokens stay:
     ``token_keep_mask``); its [B, T] views (``weights_per_token``, ``loss_mask``,
-    ``advantages``) are built on first access and cached, so a host pays for a [B, T] buffer
-    only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
+    ``denominator_mask``, ``advantages``) are built on first access and cached, so a host
+    pays for a [B, T] buffer only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
     writes them into a buffer of its own (`write_weights_per_token`).
 
     Attributes:
@@ -90,7 +93,8 @@ class Decision:
             loss (its valid tokens; its kept ones after a token-level selector); 0 for
             dropped, padding and invalid rows and for rows without tokens.
         response_mask: [B, T] bool, the batch's valid tokens (not copied).
-        renormalize: average the loss over ``loss_mask`` (True) or the original mask.
+        renormalize: the rows the response-level selection (``select``) dropped leave the
+            loss's denominator (False: they stay in it with weight 0).
         advantages_per_response: [B] recomputed advantages, or None to keep the host's.
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
@@ -98,8 +102,15 @@ class Decision:
             weights are then each row's ``weights_per_response``). The final weight of a kept
             valid token of row i is ``token_weights * token_scale[i] + token_offset[i]``.
         token_scale, token_offset: [B] the normalization of ``token_weights`` (None: 1 and 0).
-        token_keep_mask: [B, T] bool, the tokens a token-level selector kept (None: every
-            valid token of a kept row). Dropped tokens have weight 0 and leave ``loss_mask``.
+        token_keep_mask: [B, T] bool, the tokens a token-level selector (``tokens``) kept
+            (None: every valid token of a kept row). Dropped tokens have weight 0 and leave
+            ``loss_mask``.
+        renormalize_tokens: the loss is averaged over the kept tokens only (``loss_mask``):
+            the tokens the token-level selection dropped leave the denominator, and so do
+            the rows ``select`` dropped, whatever ``renormalize`` (False: the dropped tokens
+            stay in it with weight 0).
+        selected_mask: [B] bool, the rows ``select`` kept, before the token-level selection
+            dropped those left without a kept token (None: ``keep_mask``).
     """
 
     keep_mask: Tensor
@@ -113,6 +124,8 @@ class Decision:
     token_scale: Tensor | None = field(default=None, repr=False)
     token_offset: Tensor | None = field(default=None, repr=False)
     token_keep_mask: Tensor | None = field(default=None, repr=False)
+    renormalize_tokens: bool = False
+    selected_mask: Tensor | None = field(default=None, repr=False)
 
     @property
     def per_token(self) -> bool:
@@ -126,6 +139,35 @@ class Decision:
         selector)."""
         mask = self.response_mask & self.keep_mask[:, None]
         return mask if self.token_keep_mask is None else mask & self.token_keep_mask
+
+    @property
+    def renormalizes(self) -> bool:
+        """Whether the loss is averaged over `denominator_mask` rather than every valid token
+        (``renormalize`` or ``renormalize_tokens``)."""
+        return self.renormalize or self.renormalize_tokens
+
+    @property
+    def loss_rows(self) -> Tensor:
+        """[B] bool, the rows whose valid tokens (their kept ones under
+        ``renormalize_tokens``) stay in the loss's denominator: the rows ``select`` kept
+        under ``renormalize``, the kept rows under ``renormalize_tokens`` (a row left without
+        a kept token has none there), every row otherwise."""
+        if self.renormalize_tokens:
+            return self.keep_mask
+        if self.renormalize:
+            return self.keep_mask if self.selected_mask is None else self.selected_mask
+        return torch.ones_like(self.keep_mask)
+
+    @cached_property
+    def denominator_mask(self) -> Tensor:
+        """[B, T] bool, the tokens the loss is averaged over: ``loss_mask`` (the kept tokens)
+        under ``renormalize_tokens``, the valid tokens of the rows ``select`` kept under
+        ``renormalize``, the response mask itself when neither flag is set."""
+        if not self.renormalizes:
+            return self.response_mask
+        if self.renormalize_tokens:
+            return self.loss_mask
+        return self.response_mask & self.loss_rows[:, None]
 
     @cached_property
     def weights_per_token(self) -> Tensor:
@@ -344,9 +386,10 @@ class Strategy:
         """[G] bool: the groups the selector keeps in ``batch`` (present groups only), what a
         refilling host counts after each generation round. Pure: no state moves, nothing is
         logged. The selector drops whole groups from their own outcomes (a refilling
-        strategy is refused otherwise), so a group kept here is kept by `decide` in any batch
-        that holds it. Without ``select``, or when it is not due at ``batch.step``, every
-        present group is kept."""
+        strategy is refused otherwise), so a group kept here is kept by `decide`'s ``select``
+        in any batch that holds it (a ``tokens`` selection then acts on the kept groups'
+        tokens, and may leave some of their responses without a kept token). Without
+        ``select``, or when it is not due at ``batch.step``, every present group is kept."""
         present = batch.group_size > 0
         if "select" not in self.parts:
             return present
@@ -382,25 +425,35 @@ class Strategy:
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
-        advantages = token_keep = None
-        renormalize = False
+        advantages = token_keep = selected = None
+        renormalize = renormalize_tokens = False
         work = batch
         if "select" in self.parts:
-            keep, advantages, renormalize, token_keep = self._select(batch, metrics)
-            if token_keep is not None and "reweight" in self.parts:
+            keep, advantages, renormalize = self._select(batch, metrics)
+        if "tokens" in self.parts:
+            selected = keep
+            keep, token_keep, renormalize_tokens = self._tokens(batch, keep, metrics)
+        if batch.batch_size and not bool(keep.any()) and bool(active.any()):
+            warnings.warn(
+                f"step {batch.step}: {self.spec.name} dropped every response; "
+                "this step's update is empty (all weights 0)",
+                StrategyWarning,
+                stacklevel=3,
+            )
+        if "reweight" in self.parts:
+            changes: dict[str, Any] = {}
+            if token_keep is not None:
                 # reweighting sees the kept tokens only: its mean 1 is over them
-                work = batch.replace(
-                    response_mask=batch.response_mask & token_keep,
-                    response_lengths=token_keep.sum(1),
-                )
-            if advantages is not None and "reweight" in self.parts:
+                changes["response_mask"] = batch.response_mask & token_keep
+                changes["response_lengths"] = token_keep.sum(1)
+            if advantages is not None:
                 # the recomputed advantages, one per response: a [B, T] view without a copy
                 # (padding tokens hold the row's value; every reader masks them)
-                work = batch.replace(
-                    advantages=advantages[:, None].expand(batch.response_mask.shape),
-                    response_advantages=advantages,
-                    response_lengths=batch.response_length,
-                )
+                changes["advantages"] = advantages[:, None].expand(batch.response_mask.shape)
+                changes["response_advantages"] = advantages
+                changes.setdefault("response_lengths", batch.response_length)
+            if changes:
+                work = batch.replace(**changes)
         weights = Weights((keep & (batch.response_length > 0)).to(torch.float32))
         if "reweight" in self.parts:
             weights = self._reweight(work, keep, metrics)
@@ -422,6 +475,8 @@ class Strategy:
             weights.token_scale,
             weights.token_offset,
             token_keep,
+            renormalize_tokens,
+            selected,
         )
         metrics.update(
             step_metrics(
@@ -436,23 +491,16 @@ class Strategy:
         metrics["dataflex/time_ms"] = (time.perf_counter() - t0) * 1e3
         return decision
 
-    def _select(
-        self, batch: RolloutBatch, metrics: dict
-    ) -> tuple[Tensor, Tensor | None, bool, Tensor | None]:
-        """(keep [B], recomputed advantages or None, renormalize, token keep [B, T] or None)."""
+    def _select(self, batch: RolloutBatch, metrics: dict) -> tuple[Tensor, Tensor | None, bool]:
+        """(keep [B], recomputed advantages or None, renormalize)."""
         mspec = self.spec.select
         scorer, selector = self.parts["select"]
         if not _due(batch.step, mspec.warmup_steps, mspec.every):
             metrics["dataflex/select/active"] = 0.0
-            return batch.active_mask.clone(), None, False, None
+            return batch.active_mask.clone(), None, False
         metrics["dataflex/select/active"] = 1.0
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
-        token_keep = None
-        if selector.level == "token":
-            token_keep = _checked_token_keep(selector, selector.select(scores, batch), batch)
-            keep = token_keep.any(1)
-        else:
-            keep = selector.select(scores, batch) & batch.active_mask
+        keep = selector.select(scores, batch) & batch.active_mask
         recompute = resolved_option(mspec, "recompute_advantages")
         renormalize = resolved_option(mspec, "renormalize")
         metrics["dataflex/select/recompute_advantages"] = float(recompute)
@@ -462,14 +510,28 @@ class Strategy:
             if recompute
             else None
         )
-        if batch.batch_size and not bool(keep.any()) and bool(batch.active_mask.any()):
-            warnings.warn(
-                f"step {batch.step}: {self.spec.name} dropped every response; "
-                "this step's update is empty (all weights 0)",
-                StrategyWarning,
-                stacklevel=4,
-            )
-        return keep, adv, renormalize, token_keep
+        return keep, adv, renormalize
+
+    def _tokens(
+        self, batch: RolloutBatch, keep: Tensor, metrics: dict
+    ) -> tuple[Tensor, Tensor | None, bool]:
+        """(keep [B], token keep [B, T] or None, renormalize_tokens): the token-level selector
+        on the rows ``keep`` holds (the responses ``select`` kept). It sees the batch with the
+        other rows as padding, so its pool (e.g. ``top_tokens``' quantile) is the kept
+        responses' valid tokens only; a row left without a kept token is dropped."""
+        mspec = self.spec.tokens
+        scorer, selector = self.parts["tokens"]
+        if not _due(batch.step, mspec.warmup_steps, mspec.every):
+            metrics["dataflex/tokens/active"] = 0.0
+            return keep, None, False
+        metrics["dataflex/tokens/active"] = 1.0
+        if not torch.equal(keep, batch.active_mask):
+            batch = batch.replace(is_padding=batch.is_padding | ~keep)
+        scores = checked_scores(scorer, batch)
+        token_keep = _checked_token_keep(selector, selector.select(scores, batch), batch)
+        renormalize = resolved_option(mspec, "renormalize")
+        metrics["dataflex/tokens/renormalize"] = float(renormalize)
+        return token_keep.any(1), token_keep, renormalize
 
     def _reweight(self, batch: RolloutBatch, keep: Tensor, metrics: dict) -> Weights:
         """Scores -> raw weights -> `normalized_weights`: mean 1 over the normalization set

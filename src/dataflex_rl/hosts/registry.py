@@ -7,7 +7,9 @@ framework either). `get_host` gives the host of a name.
 
 from __future__ import annotations
 
+from dataflex_rl.core.config import field_rows
 from dataflex_rl.core.registry import ConfigError, Registry, suggest
+from dataflex_rl.hosts.common.config import SHARED_SETTINGS
 from dataflex_rl.hosts.host import Host
 
 #: host name -> its `Host` class
@@ -29,3 +31,35 @@ def get_host(name: str, where: str = "host") -> Host:
             f"Hosts: {', '.join(HOSTS.names())}"
         )
     return HOSTS.get(name)()
+
+
+def shared_keys(name: str) -> dict[str, dict]:
+    """Host ``name``'s settings by leaf name: leaf -> its row (`field_rows`: dotted ``name``,
+    type, default, range, doc) in the host's schemas, the first one where several share a
+    leaf name."""
+    out: dict[str, dict] = {}
+    for prefix, schema in get_host(name).schemas.items():
+        for row in field_rows(schema, f"{prefix}."):
+            out.setdefault(row["name"].rpartition(".")[2], row)
+    return out
+
+
+def shared_settings_table() -> str:
+    """The settings every host shares (`SHARED_SETTINGS`) as a Markdown table: where each host
+    keeps it (keys of an experiment file), its default and its meaning (docs/config.md)."""
+    hosts = HOSTS.names()
+    rows = {h: shared_keys(h) for h in hosts}
+    lines = [
+        "| setting | " + " | ".join(hosts) + " | default | meaning |",
+        "|---|" + "---|" * len(hosts) + "---|---|",
+    ]
+    for key, setting in SHARED_SETTINGS.items():
+        where = [f"`{rows[h][key]['name']}`" if key in rows[h] else "—" for h in hosts]
+        if setting.host_defaults is None:
+            default = "`null`" if setting.default is None else f"`{setting.default}`"
+        else:
+            default = "the host's: " + ", ".join(
+                f"{h} `{v}`" for h, v in setting.host_defaults.items()
+            )
+        lines.append(f"| `{key}` | " + " | ".join(where) + f" | {default} | {setting.meaning} |")
+    return "\n".join(lines) + "\n"

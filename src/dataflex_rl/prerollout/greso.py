@@ -79,10 +79,11 @@ class Greso(SkipPolicy):
     and ``greso_false_skip_bound`` (the bound over the table's entries at or above the
     threshold in use; 1 when it skips nothing).
 
-    Keeping the batch full is the host's job, not an option of this policy: both hosts draw
+    Keeping the batch full is the host's job, not an option of this policy: every host draws
     rounds of ``candidate_factor`` x the missing prompts per domain until enough are kept, for
-    at most ``max_draw_rounds`` rounds (`dataflex_rl.hosts.common.draw`; engine ``tasks.*``,
-    verl ``dataflex.*``). Both report per step (`dataflex_rl.hosts.common.accounting`):
+    at most ``max_draw_rounds`` rounds, then fills the rest with skipped candidates
+    (`dataflex_rl.hosts.common.draw`; engine ``tasks.*``, verl and TRL ``dataflex.*``). Every
+    host reports per step (`dataflex_rl.hosts.common.accounting`):
     ``skipped`` (prompts of the plain batch, the one drawn without pre-rollout, that were not
     generated), ``replacements`` (generated prompts drawn in their place),
     ``tokens_saved_est`` (over those skipped prompts), ``seconds_saved_est`` (tokens saved x

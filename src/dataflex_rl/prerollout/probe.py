@@ -172,8 +172,8 @@ class ProbeSkip(SkipPolicy):
     generated anyway and not trained on: the outcomes of these prompts are the false-skip rate
     (``audit_informative / audit_groups``) and the probe's unbiased labels for the prompts it
     skips, so it keeps learning where it acts. Hosts: the embedded engine and TRL compute the
-    representation (`dataflex_rl.hosts.common.representation`); TRL fills an exact batch and
-    audits nothing; verl refuses the probe (its intake runs where no model is).
+    representation (`dataflex_rl.hosts.common.representation`); TRL generates only the batch
+    it trains on and audits nothing; verl refuses the probe (its intake runs where no model is).
 
     Metrics of ``filter``: ``skipped`` (``skipped_probe`` by the probe, the rest by the
     revisit policy, whose metrics pass through), ``predicted_zero_variance`` (mean predicted

@@ -17,8 +17,9 @@ from dataflex_rl.core.registry import ConfigError
 @SELECTORS.register("band")
 @dataclass
 class Band(Selector):
-    """``band`` (presets ``difffilter``, ``dapo``): keep responses scoring between ``low`` and
-    ``high``.
+    """``band`` (presets ``difffilter``, ``dapo``, ``dapo_entropy``): keep scores in a band.
+
+    A response is kept when its score lies between ``low`` and ``high``.
 
     With the group scorer ``solve_rate`` this is difficulty filtering: exclusive bounds
     (0.2, 0.8) with G=5 keep exactly the groups with 2 or 3 correct answers, dropping the

@@ -19,11 +19,13 @@ SCOPES = ("batch", "micro_batch")
 @SELECTORS.register("top_tokens")
 @dataclass
 class TopTokens(Selector):
-    """``top_tokens`` (preset ``high_entropy``): keep the top ``fraction`` of tokens by score.
+    """``top_tokens`` (presets ``high_entropy``, ``dapo_entropy``): keep the top tokens by score.
 
-    The score is the policy's entropy by default (``token_entropy``); the tokens not kept get
-    no policy gradient. A valid token (a response token of an active row) is kept when its
-    score is >= the (1 - ``fraction``)-quantile of the scores of the valid tokens in its pool,
+    A token-level selector: it goes in a strategy's ``tokens`` section and acts on the
+    responses its ``select`` section kept. The score is the policy's entropy by default
+    (``token_entropy``); the tokens not kept get no policy gradient. A valid token (a
+    response token of an active row that ``select`` kept) is kept when its score is >= the
+    (1 - ``fraction``)-quantile of the scores of the valid tokens in its pool,
     the quantile linearly interpolated as ``torch.quantile`` does (`segment_quantile`).
     Tokens tied at the threshold are all kept, so a pool of many equal scores may keep more
     than ``fraction`` of its tokens; ``fraction: 1`` keeps every valid token. A response

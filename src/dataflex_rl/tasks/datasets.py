@@ -6,8 +6,9 @@ A verl row looks like::
      "prompt": [{"role": "user", "content": "..."}], "ability": "math",
      "reward_model": {"style": "rule", "ground_truth": "72"}, "extra_info": {"index": 0}}
 
-The domain of a row is its ``domain_column`` (dotted paths such as ``"extra_info.domain"``
-work), falling back to ``data_source``. JSONL and JSON always work; parquet needs ``pyarrow``
+The domain of a row is its ``domain_key`` column (dotted paths such as ``"extra_info.domain"``
+work; null: ``domain`` if the training set has it, else ``data_source``), read by
+`domain_column` as every host reads it. JSONL and JSON always work; parquet needs ``pyarrow``
 (or ``pandas``); a directory written by HF ``datasets``' ``save_to_disk`` is read with
 ``datasets`` when it is installed, else with pyarrow (`read_saved`). Each domain is verified by
 a declared verifier (`dataflex_rl.tasks.verifiers`); every problem of the data (a missing
@@ -33,8 +34,8 @@ from dataflex_rl.tasks.verifiers import build_verifier, verifier_kinds
 
 log = logging.getLogger(__name__)
 _MISSING = object()
-#: the domain column when none is configured; rows without it fall back to ``data_source``
-DEFAULT_DOMAIN_COLUMN = "domain"
+#: the columns tried, in order, when ``domain_key`` is null (the same on every host)
+DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
 PathLike = str | Path
 #: files of HF ``datasets``' save_to_disk layout
 STATE_FILE, DATASET_DICT_FILE = "state.json", "dataset_dict.json"
@@ -58,6 +59,79 @@ def _plain(obj: Any) -> Any:
     if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
         return _plain(obj.tolist())
     return obj
+
+
+def domain_column(
+    rows: Sequence[Mapping] | None,
+    columns: Mapping[str, Sequence] | None,
+    key: str | None,
+    all_columns: Sequence[str] | None = None,
+    *,
+    setting: str = "dataflex.domain_key",
+    where: str = "",
+    data: str = "the training set",
+    row_name: Callable[[int], str] = "row {}".format,
+) -> tuple[list[str], str]:
+    """Each row's domain, read from the column ``key`` (dotted for nested fields): one rule on
+    every host (the engine's ``tasks.domain_key``, verl's and TRL's ``dataflex.domain_key``).
+
+    Args:
+        rows: row mappings (used when ``columns`` is None).
+        columns: column name -> values (fast path for columnar datasets).
+        key: the configured domain column; None tries `DEFAULT_DOMAIN_COLUMNS` in order and
+            takes the first that any row has.
+        all_columns: every column name of the dataset, for the error message (default: the
+            keys of ``columns``, or of the rows).
+        setting: the setting's key, for messages.
+        where: where the rows are (e.g. ``"dataset 'train.jsonl': "``), for messages.
+        data: what the rows are, for messages.
+        row_name: row index -> how messages name it.
+
+    Returns:
+        (one domain name per row, the column actually used).
+
+    Raises:
+        ConfigError: the column is not in the dataset (the message lists the columns), or
+            some rows lack it.
+    """
+
+    def read(name: str) -> list | None:
+        top, _, rest = name.partition(".")
+        if columns is not None:
+            if top not in columns:
+                return None
+            values = list(columns[top])
+            return values if not rest else [get_path(v, rest) for v in values]
+        return [get_path(r, name) for r in rows]
+
+    for name in (key,) if key is not None else DEFAULT_DOMAIN_COLUMNS:
+        values = read(name)
+        if values is not None and any(v is not None for v in values):
+            missing = [i for i, v in enumerate(values) if v is None]
+            if missing:
+                raise ConfigError(
+                    f"{where}{setting}: {len(missing)} of {len(values)} rows have no {name!r} "
+                    f"(first: "
+                    f"{row_name(missing[0])}); every row needs the domain column"
+                )
+            return [str(v) for v in values], name
+    if all_columns is None:
+        all_columns = (
+            list(columns)
+            if columns is not None
+            else list(dict.fromkeys(k for r in (rows or [])[:1000] for k in r))
+        )
+    listed = ", ".join(map(repr, all_columns)) or "none"
+    if key is not None:
+        raise ConfigError(
+            f"{where}{setting}: {key!r} is not a column of {data} "
+            f"(columns: {listed}); set {setting} to the column that holds each prompt's domain"
+        )
+    raise ConfigError(
+        f"{where}{setting}: {data} has neither "
+        f"{' nor '.join(map(repr, DEFAULT_DOMAIN_COLUMNS))} (columns: {listed}); "
+        f"set {setting} to the column that holds each prompt's domain"
+    )
 
 
 def read_rows(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
@@ -260,7 +334,7 @@ def _sources(path: PathLike | Sequence[PathLike]) -> list[Path]:
 
 def load_problems(
     path: PathLike | Sequence[PathLike],
-    domain_column: str = DEFAULT_DOMAIN_COLUMN,
+    domain_key: str | None = None,
     *,
     prompt_column: str = "prompt",
     answer_column: str = "reward_model.ground_truth",
@@ -276,80 +350,86 @@ def load_problems(
 
     Args:
         path: a ``.parquet``, ``.jsonl`` or ``.json`` file, a save_to_disk directory, or a
-            list of them.
-        domain_column: column (or dotted path) naming the domain; rows without it use
-            ``data_source``, but a configured column (not the default ``"domain"``) that no
-            row of a file has is refused as a typo.
+            list of them (one data set: one domain column for all of them).
+        domain_key: column (or dotted path) naming the domain; null: ``domain`` if any row
+            has it, else ``data_source`` (`domain_column`, every host's rule).
         prompt_column: column of the prompt.
         answer_column: column (or dotted path) of the ground truth.
         limit: keep at most this many rows per domain.
         split: the split of a ``DatasetDict`` directory.
 
     Raises:
-        ConfigError: missing file, or a row without a required column (path, row and column
-            named, with the columns the row has).
+        ConfigError: missing file, the domain column is not in the data or a row lacks it,
+            or a row without a required column (path, row and column named, with the
+            columns the row has).
     """
+    return _load_problems(path, domain_key, prompt_column, answer_column, limit, split)[0]
+
+
+def _load_problems(
+    path: PathLike | Sequence[PathLike],
+    domain_key: str | None,
+    prompt_column: str,
+    answer_column: str,
+    limit: int | None,
+    split: str | None,
+    data: str = "the training set",
+) -> tuple[dict[str, list[Problem]], str]:
+    """`load_problems` (of ``data``, for messages), and the domain column it used."""
+    sources = _sources(path)
+    rows: list[tuple[Path, int, dict]] = [
+        (source, i, row) for source in sources for i, row in enumerate(read_rows(source, split))
+    ]
+    named = str(sources[0]) if len(sources) == 1 else [str(s) for s in sources]
+    domains, used = domain_column(
+        [row for _, _, row in rows],
+        None,
+        domain_key,
+        list(dict.fromkeys(c for _, _, row in rows[:1000] for c in _columns(row))),
+        setting="tasks.domain_key",
+        where=f"dataset {named!r}: ",
+        data=data,
+        row_name=lambda k: f"{rows[k][0]} row {rows[k][1]}",
+    )
     pools: dict[str, list[Problem]] = {}
     seen: dict[str, set[str]] = {}
     duplicates = 0
-    for source in _sources(path):
+    for (source, i, row), domain in zip(rows, domains):
         where = f"dataset {str(source)!r}"
-        has_column, first_row = False, None
-        for i, row in enumerate(read_rows(source, split)):
-            first_row = row if first_row is None else first_row
-            domain = get_path(row, domain_column, _MISSING)
-            if domain is _MISSING or domain is None:
-                domain = row.get("data_source")
-            else:
-                has_column = True
-            if domain is None:
-                raise ConfigError(
-                    f"{where}: row {i} has neither the domain column {domain_column!r} nor "
-                    f"'data_source'; columns present: {', '.join(_columns(row))}"
-                )
-            raw_prompt = get_path(row, prompt_column, _MISSING)
-            if raw_prompt is _MISSING or raw_prompt is None:
-                raise ConfigError(
-                    f"{where}: row {i} has no prompt column {prompt_column!r}; columns "
-                    f"present: {', '.join(_columns(row))}"
-                )
-            truth = get_path(row, answer_column, _MISSING)
-            if truth is _MISSING or truth is None:
-                raise ConfigError(
-                    f"{where}: row {i} has no ground-truth column {answer_column!r}; columns "
-                    f"present: {', '.join(_columns(row))}"
-                )
-            domain = str(domain)
-            prompt, messages = _prompt_text(raw_prompt, f"{where}: row {i}")
-            truth = _plain(truth)
-            answers = [str(t) for t in truth] if isinstance(truth, list) else [str(truth)]
-            if not answers:
-                raise ConfigError(f"{where}: row {i} has an empty answer list in {answer_column!r}")
-            if prompt in seen.setdefault(domain, set()):
-                duplicates += 1
-                continue
-            pool = pools.setdefault(domain, [])
-            if limit is not None and len(pool) >= limit:
-                continue
-            seen[domain].add(prompt)
-            extra = {
-                k: _plain(row[k]) for k in ("data_source", "ability", "extra_info") if k in row
-            }
-            extra["row"] = f"{source} row {i}"
-            if messages is not None:
-                extra["messages"] = messages
-            if len(answers) > 1:
-                extra["answers"] = answers
-            pool.append(Problem(problem_key(domain, prompt), domain, prompt, answers[0], extra))
-        if not has_column and first_row is not None and domain_column != DEFAULT_DOMAIN_COLUMN:
-            # a configured column that no row has is a typo, not verl's data_source fallback
+        raw_prompt = get_path(row, prompt_column, _MISSING)
+        if raw_prompt is _MISSING or raw_prompt is None:
             raise ConfigError(
-                f"{where}: no row has the domain column {domain_column!r}; columns present: "
-                f"{', '.join(_columns(first_row))}"
+                f"{where}: row {i} has no prompt column {prompt_column!r}; columns "
+                f"present: {', '.join(_columns(row))}"
             )
+        truth = get_path(row, answer_column, _MISSING)
+        if truth is _MISSING or truth is None:
+            raise ConfigError(
+                f"{where}: row {i} has no ground-truth column {answer_column!r}; columns "
+                f"present: {', '.join(_columns(row))}"
+            )
+        prompt, messages = _prompt_text(raw_prompt, f"{where}: row {i}")
+        truth = _plain(truth)
+        answers = [str(t) for t in truth] if isinstance(truth, list) else [str(truth)]
+        if not answers:
+            raise ConfigError(f"{where}: row {i} has an empty answer list in {answer_column!r}")
+        if prompt in seen.setdefault(domain, set()):
+            duplicates += 1
+            continue
+        pool = pools.setdefault(domain, [])
+        if limit is not None and len(pool) >= limit:
+            continue
+        seen[domain].add(prompt)
+        extra = {k: _plain(row[k]) for k in ("data_source", "ability", "extra_info") if k in row}
+        extra["row"] = f"{source} row {i}"
+        if messages is not None:
+            extra["messages"] = messages
+        if len(answers) > 1:
+            extra["answers"] = answers
+        pool.append(Problem(problem_key(domain, prompt), domain, prompt, answers[0], extra))
     if duplicates:
         log.info("%s: skipped %d rows repeating a prompt of their domain", path, duplicates)
-    return pools
+    return pools, used
 
 
 class LoadedDomain(Domain):
@@ -416,7 +496,7 @@ def default_eval_split(path: PathLike | Sequence[PathLike]) -> str | None:
 
 def load_dataset(
     path: PathLike | Sequence[PathLike],
-    domain_column: str = DEFAULT_DOMAIN_COLUMN,
+    domain_key: str | None = None,
     *,
     eval_path: PathLike | Sequence[PathLike] | None = None,
     eval_fraction: float = 0.0,
@@ -435,7 +515,9 @@ def load_dataset(
 
     Args:
         path: training file(s) (``.parquet``, ``.jsonl``, ``.json``, save_to_disk directory).
-        domain_column: column naming the domain (falls back to ``data_source``).
+        domain_key: column naming the domain (null: ``domain`` if the training data has it,
+            else ``data_source``; `domain_column`); the column the training data's domains
+            come from names the held-out rows' too.
         eval_path: held-out file(s); their prompts are removed from the training pools.
         eval_fraction: without ``eval_path``, hold out this fraction of each domain
             (deterministic given ``seed``).
@@ -457,19 +539,27 @@ def load_dataset(
         raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}")
     if eval_path is not None and eval_fraction:
         raise ConfigError("give either eval_path or eval_fraction, not both")
-    cols = dict(
-        domain_column=domain_column,
-        prompt_column=prompt_column,
-        answer_column=answer_column,
-        limit=limit,
+    train, used = _load_problems(path, domain_key, prompt_column, answer_column, limit, "train")
+    held_out = (
+        eval_path
+        if eval_path is not None
+        else path
+        if not eval_fraction and default_eval_split(path) is not None
+        else None
     )
-    train = load_problems(path, split="train", **cols)
-    if eval_path is not None:
-        evals = load_problems(eval_path, split=default_eval_split(eval_path), **cols)
-    elif not eval_fraction and default_eval_split(path) is not None:
-        evals = load_problems(path, split=default_eval_split(path), **cols)
-    else:
-        evals = {}
+    evals = (
+        {}
+        if held_out is None
+        else _load_problems(
+            held_out,
+            used,
+            prompt_column,
+            answer_column,
+            limit,
+            default_eval_split(held_out),
+            data=f"the held-out set (the training set's domains come from {used!r})",
+        )[0]
+    )
     found = list(dict.fromkeys([*train, *evals]))
     where = f"dataset {str(path)!r}"
     if isinstance(verifier, Mapping):

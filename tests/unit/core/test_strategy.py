@@ -390,12 +390,14 @@ STATEFUL_SPECS = [
         "select": "difffilter",
         "reweight": "ar",
     },
-    {  # token selection beside every other mechanism
+    {  # token selection beside every other mechanism, group selection and refill included
         "name": "all_tokens",
         "prerollout": {"actuator": "greso", "history_size": 2},
         "mix": {"preset": "tscl", "warmup_steps": 2, "every": 2},
-        "select": {"preset": "high_entropy", "warmup_steps": 1},
+        "select": "dapo",
+        "tokens": {"preset": "high_entropy", "warmup_steps": 1},
         "reweight": "ar",
+        "refill": {"max_rounds": 2},
     },
     {"name": "ucb", "mix": {"preset": "dump_ucb", "warmup_steps": 1, "every": 1}},
     {"name": "gap", "mix": {"preset": "reward_gap", "warmup_steps": 1, "every": 2}},

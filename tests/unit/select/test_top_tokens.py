@@ -84,7 +84,7 @@ def test_micro_batch_scope_without_ids_is_one_micro_batch():
 
 
 # ---------------------------------------------------------------- the decision
-HIGH = {"select": {"preset": "high_entropy", "actuator": {"fraction": 0.5}}}
+HIGH = {"tokens": {"preset": "high_entropy", "actuator": {"fraction": 0.5}}}
 
 
 def test_decision_drops_rows_without_kept_tokens_and_zeroes_dropped_tokens():
@@ -128,9 +128,10 @@ def test_composes_with_response_reweighting_on_kept_tokens_only():
 
 def test_renormalize_averages_over_kept_tokens():
     b = _batch([[1, 2], [3, 4], [5, 6]], [2, 2, 2])
-    spec = {"select": {**HIGH["select"], "renormalize": True}}
+    spec = {"tokens": {**HIGH["tokens"], "renormalize": True}}
     d = Strategy(spec).decide(b)
-    assert d.renormalize and int(d.loss_mask.sum()) == 3
+    assert d.renormalize_tokens and not d.renormalize
+    assert torch.equal(d.denominator_mask, d.loss_mask) and int(d.loss_mask.sum()) == 3
 
 
 def test_entropies_read_only_by_strategies_that_declare_them():
@@ -146,36 +147,45 @@ def test_entropies_read_only_by_strategies_that_declare_them():
 # ---------------------------------------------------------------- refused before any work
 @pytest.mark.parametrize("fraction", [0.0, -0.1, 1.01])
 def test_fraction_outside_zero_one_is_refused_naming_the_key(fraction):
-    with pytest.raises(ConfigError, match=r"select\.actuator\.fraction: must be"):
-        Strategy({"select": {"preset": "high_entropy", "actuator": {"fraction": fraction}}})
+    with pytest.raises(ConfigError, match=r"tokens\.actuator\.fraction: must be"):
+        Strategy({"tokens": {"preset": "high_entropy", "actuator": {"fraction": fraction}}})
 
 
 def test_a_host_without_entropies_is_refused_naming_the_scorer():
-    with pytest.raises(ConfigError, match=r"select\.scorer: TokenEntropy needs entropies"):
+    with pytest.raises(ConfigError, match=r"tokens\.scorer: TokenEntropy needs entropies"):
         Strategy("high_entropy", available_fields=("rewards", "advantages"))
 
 
 def test_micro_batch_scope_needs_a_host_that_gives_micro_batches():
-    spec = {"select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}}}
-    with pytest.raises(ConfigError, match=r"select\.actuator: TopTokens \(scope: micro_batch\)"):
+    spec = {"tokens": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}}}
+    with pytest.raises(ConfigError, match=r"tokens\.actuator: TopTokens \(scope: micro_batch\)"):
         Strategy(spec, available_fields=("advantages", "entropies"))
     Strategy(spec, available_fields=("advantages", "entropies", "micro_batch_ids"))
 
 
-def test_recomputed_advantages_are_refused_for_token_selection():
-    spec = {"select": {"preset": "high_entropy", "recompute_advantages": True}}
-    with pytest.raises(ConfigError, match=r"select\.recompute_advantages: 'top_tokens'"):
+def test_recomputed_advantages_are_not_a_key_of_token_selection():
+    spec = {"tokens": {"preset": "high_entropy", "recompute_advantages": True}}
+    with pytest.raises(ConfigError, match=r"tokens\.recompute_advantages: unknown key"):
         Strategy(spec)
+
+
+def test_each_selector_goes_in_its_own_section():
+    with pytest.raises(ConfigError, match=r"select\.actuator: 'top_tokens' keeps tokens.*'tokens'"):
+        Strategy({"select": {"scorer": "token_entropy", "actuator": "top_tokens"}})
+    with pytest.raises(ConfigError, match=r"preset 'high_entropy' has no select section"):
+        Strategy({"select": {"preset": "high_entropy"}})
+    with pytest.raises(ConfigError, match=r"tokens\.actuator: 'band' keeps whole responses"):
+        Strategy({"tokens": {"scorer": "solve_rate", "actuator": "band"}})
 
 
 def test_unknown_scope_lists_the_choices():
     with pytest.raises(ConfigError, match="one of 'batch', 'micro_batch'"):
-        Strategy({"select": {"preset": "high_entropy", "actuator": {"scope": "minibatch"}}})
+        Strategy({"tokens": {"preset": "high_entropy", "actuator": {"scope": "minibatch"}}})
 
 
 def test_response_scorer_under_a_token_selector_is_refused():
     with pytest.raises(ConfigError, match="accepts token-level scores"):
-        Strategy({"select": {"scorer": "reward", "actuator": "top_tokens"}})
+        Strategy({"tokens": {"scorer": "reward", "actuator": "top_tokens"}})
 
 
 def test_batch_checks_entropies_and_micro_batch_ids():

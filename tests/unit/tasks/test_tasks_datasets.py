@@ -53,32 +53,69 @@ def test_parquet_round_trip(tmp_path):
     assert back["math"][0].extra["extra_info"]["key"] == ts.train["math"][0].key
 
 
-def test_domain_column_falls_back_to_data_source(tmp_path):
-    rows = [
-        _row("1+1=", "2", domain=None, source="gsm"),
-        _row("2+2=", "4", domain="math"),
-        _row("3+3=", "6", domain=None, source="gsm", extra_info={"dom": "x"}),
-    ]
-    pools = load_problems(_write_jsonl(tmp_path / "d.jsonl", rows))
-    assert {d: [p.prompt for p in ps] for d, ps in pools.items()} == {
-        "gsm": ["1+1=", "3+3="],
-        "math": ["2+2="],
-    }
-    nested = load_problems(tmp_path / "d.jsonl", domain_column="extra_info.dom")
-    assert [p.prompt for p in nested["x"]] == ["3+3="]
-
-
-def test_a_configured_domain_column_no_row_has_is_refused_not_silently_replaced(tmp_path):
-    # a typo'd domain_column must not quietly fall back to data_source for every row
-    path = _write_jsonl(tmp_path / "d.jsonl", [_row("1+1=", "2", source="gsm")])
-    with pytest.raises(ConfigError) as e:
-        load_problems(path, domain_column="topic")
-    msg = str(e.value)
-    assert "no row has the domain column 'topic'" in msg and "columns present: data_source" in msg
-    assert "domain" in msg.split("columns present:")[1]
-    # the default column missing everywhere is verl's convention: data_source names the domain
+def test_the_domain_key_is_one_column_for_every_row(tmp_path):
+    # null: 'domain' when the data has it, else 'data_source' (verl's convention); a set key,
+    # dotted for a nested field, is read as it is
     plain = _write_jsonl(tmp_path / "p.jsonl", [_row("1+1=", "2", domain=None, source="gsm")])
     assert list(load_problems(plain)) == ["gsm"]
+    rows = [
+        _row("1+1=", "2", domain="math", source="gsm", extra_info={"dom": "x"}),
+        _row("2+2=", "4", domain="logic", source="gsm", extra_info={"dom": "y"}),
+    ]
+    path = _write_jsonl(tmp_path / "d.jsonl", rows)
+    assert {d: [p.prompt for p in ps] for d, ps in load_problems(path).items()} == {
+        "math": ["1+1="],
+        "logic": ["2+2="],
+    }
+    assert list(load_problems(path, "data_source")) == ["gsm"]
+    assert list(load_problems(path, "extra_info.dom")) == ["x", "y"]
+
+
+def test_a_row_without_the_domain_column_is_refused_not_read_from_data_source(tmp_path):
+    """Was: the engine's tasks.domain_column fell back to data_source row by row, while verl
+    and TRL refused a row without the column. One meaning now (issue 30): every row needs
+    the column the data's domains come from, on every host."""
+    rows = [
+        _row("1+1=", "2", domain="math"),
+        _row("2+2=", "4", domain=None, source="gsm"),
+        _row("3+3=", "6", domain=None, source="gsm"),
+    ]
+    path = _write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(ConfigError) as e:
+        load_problems(path)
+    assert str(e.value) == (
+        f"dataset {str(path)!r}: tasks.domain_key: 2 of 3 rows have no 'domain' (first: "
+        f"{path} row 1); every row needs the domain column"
+    )
+    # across files: one column for the data, the rows named by file
+    a = _write_jsonl(tmp_path / "a.jsonl", [_row("1+1=", "2", domain="math")])
+    b = _write_jsonl(tmp_path / "b.jsonl", [_row("2+2=", "4", domain=None, source="gsm")])
+    with pytest.raises(ConfigError, match=rf"1 of 2 rows have no 'domain' \(first: {b} row 0\)"):
+        load_problems([a, b])
+
+
+def test_a_domain_key_that_is_not_a_column_is_refused_listing_the_columns(tmp_path):
+    # a typo'd domain_key must not quietly fall back to data_source for every row
+    path = _write_jsonl(tmp_path / "d.jsonl", [_row("1+1=", "2", source="gsm")])
+    with pytest.raises(ConfigError) as e:
+        load_problems(path, "topic")
+    msg = str(e.value)
+    assert "tasks.domain_key: 'topic' is not a column of the training set" in msg
+    assert "(columns: 'data_source', 'prompt', 'ability', 'reward_model'" in msg
+    assert "'reward_model.ground_truth'" in msg  # nested columns as dotted paths
+    assert "set tasks.domain_key to the column that holds each prompt's domain" in msg
+
+
+def test_the_held_out_data_takes_the_training_datas_domain_column(tmp_path):
+    train = _write_jsonl(tmp_path / "train.jsonl", [_row("1+1=", "2", domain="math")])
+    test = _write_jsonl(tmp_path / "test.jsonl", [_row("2+2=", "4", domain=None, source="math")])
+    with pytest.raises(ConfigError) as e:
+        load_dataset(train, eval_path=test)
+    assert (
+        f"dataset {str(test)!r}: tasks.domain_key: 'domain' is not a column of the held-out "
+        "set (the training set's domains come from 'domain')"
+    ) in str(e.value)
+    assert load_dataset(train, "data_source", eval_path=test).eval["math"][0].prompt == "2+2="
 
 
 def test_chat_prompt_list_truth_and_duplicates(tmp_path):
@@ -140,14 +177,6 @@ def test_missing_columns_name_path_and_column(tmp_path, drop, column):
     with pytest.raises(ConfigError) as e:
         load_dataset(path)
     assert "rows.jsonl" in str(e.value) and column in str(e.value) and "row 1" in str(e.value)
-
-
-def test_custom_domain_column_missing_is_named(tmp_path):
-    row = _row("1+1=", "2")
-    del row["data_source"]
-    path = _write_jsonl(tmp_path / "r.jsonl", [row])
-    with pytest.raises(ConfigError, match="r.jsonl.*'task_family'"):
-        load_problems(path, domain_column="task_family")
 
 
 def test_bad_prompt_type(tmp_path):
@@ -329,7 +358,6 @@ def test_empty_unreadable_and_missing_paths_are_one_line_errors(tmp_path):
     [
         ("prompt", "prompt_column", "prompt"),
         ("reward_model.ground_truth", "answer_column", "ground-truth"),
-        ("domain", "domain_column", "domain"),
     ],
 )
 def test_a_missing_column_lists_the_present_ones(tmp_path, column, option, what):

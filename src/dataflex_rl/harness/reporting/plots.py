@@ -64,56 +64,62 @@ def _panels(n: int, w: float = 4.2, h: float = 3.2, margins=None):
 
 
 def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
-    """One panel per summary; a row per method: delta (dot), 95% interval (thin), corrected
-    interval (thick, coloured by verdict); the grey band is ± the pooled MDE. Where the seed
-    count allows no verdict there is no bar, only the dot and "n/a (N seeds)". Each panel's
-    bars and dots are one collection each (few artists: a 16-panel figure draws in a fraction
-    of a second)."""
-    summaries = a.summaries
-    methods = a.methods[1:]
-    # a fixed layout: room for the method names on the left, titles and axis labels
+    """The paired deltas of every summary on one axis (the usual forest plot): a block of rows
+    per summary (its name above it), a row per method: delta (dot), 95% interval (thin),
+    corrected interval (thick, coloured by verdict); the grey band behind a block is ± that
+    summary's pooled MDE. Where the seed count allows no verdict there is no bar, only the dot,
+    and the block's name says "intervals n/a (N seeds)". One axis and one collection per
+    kind of mark: a 13-summary release table draws in a fraction of a second."""
+    summaries, methods = a.summaries, a.methods[1:]
+    M = len(methods)
+    rows = len(summaries) * (M + 1)  # a block: a name row, then one row per method
     names = max((len(m) for m in methods), default=4)
-    margins = (0.25 + 0.085 * names, 0.15, 0.7, 0.5, 0.25, 0.75)
-    fig, axes, ncols = _panels(len(summaries), h=0.35 * len(methods) + 1.4, w=3.6, margins=margins)
-    y = np.arange(len(methods))[::-1]
-    for i, (ax, s) in enumerate(zip(axes, summaries)):
-        mde = s.mde
-        if math.isfinite(mde):
-            label = f"±MDE ({s.pair_counts()[0]} paired seeds, simulated)"
-            ax.axvspan(-mde * fmt.scale, mde * fmt.scale, color="0.9", zorder=0, label=label)
-        ax.axvline(0, color="0.4", lw=0.8)
+    left = 0.3 + 0.075 * names
+    fig, axes = _figure(
+        1, w=left + 4.6, h=0.2 * rows + 1.1, margins=(left, 0.2, 0.55, 0.55, 0.0, 0.0)
+    )
+    ax = axes[0][0]
+    ys, labels, marks, spans = [], [], [], []
+    for b, s in enumerate(summaries):
+        top = rows - 1 - b * (M + 1)  # the block's name row
+        y = top - 1 - np.arange(M)
+        ys.extend(y)
+        labels.extend(methods)
         comps = s.comparisons
-        colors = [COLORS.get(c.verdict, "0.3") for c in comps]
-        bars = [k for k, c in enumerate(comps) if math.isfinite(c.corrected_ci[0])]
-        if bars:
-            lo = np.array([comps[k].corrected_ci for k in bars]) * fmt.scale
-            ci = np.array([comps[k].ci for k in bars]) * fmt.scale
-            yb, cb = y[bars], [colors[k] for k in bars]
-            ax.hlines(yb, lo[:, 0], lo[:, 1], colors=cb, lw=3, alpha=0.5)
-            ax.hlines(yb, ci[:, 0], ci[:, 1], colors=cb, lw=1)
-        dots = [k for k, c in enumerate(comps) if math.isfinite(c.delta)]
-        if dots:
-            x = [comps[k].delta * fmt.scale for k in dots]
-            ax.scatter(x, y[dots], s=16, c=[colors[k] for k in dots], zorder=3)
-        blocked = [k for k, c in enumerate(comps) if not c.verdict_possible]
-        if blocked:  # no bar: no interval where no verdict is possible
-            n = comps[blocked[0]].n_pairs
-            note = f"intervals n/a ({n} seeds)"
-            ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7, color="0.3")
-        if not any(c.verdict_possible for c in comps):
-            far = max([abs(c.delta) for c in comps if math.isfinite(c.delta)] or [0.0])
-            half = 1.3 * far * fmt.scale or 1.0
-            ax.set_xlim(-half, half)  # zero in the middle; the dots alone do not set the range
-        ax.set_yticks(y, methods)
-        ax.tick_params(axis="y", labelleft=i % ncols == 0)  # names once per row
-        ax.set_ylim(-0.7, len(methods) - 0.3)
-        ax.set_title(s.name)
-        if i + ncols >= len(summaries):  # once per column, under its last panel
-            ax.set_xlabel(f"Δ vs {a.baseline}" + fmt.paren)
-    if axes[0].get_legend_handles_labels()[0]:
-        axes[0].legend(loc="lower left", fontsize=7, frameon=False)
+        blocked = [c for c in comps if not c.verdict_possible]
+        name = s.name + (f"  (intervals n/a: {blocked[0].n_pairs} seeds)" if blocked else "")
+        style = {"va": "center", "fontsize": 8, "fontweight": "bold"}
+        ax.text(0.005, top, name, transform=ax.get_yaxis_transform(), **style)
+        if math.isfinite(s.mde):
+            spans.append((y[-1] - 0.45, top - 0.55, s.mde * fmt.scale))
+        for k, c in enumerate(comps):
+            marks.append((y[k], c, COLORS.get(c.verdict, "0.3")))
+    for lo, hi, mde in spans:
+        ax.fill_between([-mde, mde], lo, hi, color="0.9", lw=0, zorder=0)
+    ax.axvline(0, color="0.4", lw=0.8)
+    bars = [(y, c, col) for y, c, col in marks if math.isfinite(c.corrected_ci[0])]
+    if bars:
+        yb = [y for y, _, _ in bars]
+        cb = [col for _, _, col in bars]
+        corr = np.array([c.corrected_ci for _, c, _ in bars]) * fmt.scale
+        ci = np.array([c.ci for _, c, _ in bars]) * fmt.scale
+        ax.hlines(yb, corr[:, 0], corr[:, 1], colors=cb, lw=3, alpha=0.5)
+        ax.hlines(yb, ci[:, 0], ci[:, 1], colors=cb, lw=1)
+    dots = [(y, c, col) for y, c, col in marks if math.isfinite(c.delta)]
+    if dots:
+        dx, dy = [c.delta * fmt.scale for _, c, _ in dots], [y for y, _, _ in dots]
+        ax.scatter(dx, dy, s=16, c=[col for _, _, col in dots], zorder=3)
+    if not bars:  # zero in the middle; the dots alone do not set a symmetric range
+        far = max([abs(c.delta) for _, c, _ in dots] or [0.0])
+        half = 1.3 * max([far] + [m / fmt.scale for _, _, m in spans]) * fmt.scale or 1.0
+        ax.set_xlim(-half, half)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_ylim(-0.7, rows - 0.3)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlabel(f"Δ vs {a.baseline}" + fmt.paren)
     top = 1 - 0.12 / fig.get_figheight()
-    fig.suptitle("paired deltas: thin = 95% bootstrap, thick = Holm-corrected", fontsize=9, y=top)
+    title = "paired deltas: thin = 95% bootstrap, thick = Holm-corrected"
+    fig.suptitle(title + (", grey = ±MDE (simulated)" if spans else ""), fontsize=9, y=top)
     return _save(fig, path)
 
 

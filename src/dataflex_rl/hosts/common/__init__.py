@@ -5,9 +5,10 @@
 * `sampler`: the proportional domain sampler (largest-remainder quotas, per-domain epochs)
   and `draw_metrics`, the per-domain figures every host reports for its draw;
 * `intake`: the prompts a host generates next (`Intake`; `Intake.from_rows` for a map-style
-  dataset, `domain_column`);
+  dataset, and `read_row_domains`: the domain of every row, by `tasks.datasets.domain_column`);
 * `draw`: one step's prompts, quota -> draw with pre-rollout skipping -> metrics
-  (`draw_batch`, which `Intake` calls for every host; ``exact`` is how hosts differ);
+  (`draw_batch`, which `Intake` calls for every host: every batch is full; whether the host
+  audits is how hosts differ);
 * `accounting`: what skipping saved (skipped, replacements, tokens and seconds saved);
 * `state`: state files written atomically and read back;
 * `decision_log`: the per-step decision log that ``dataflex-rl replay`` reads;

@@ -7,7 +7,9 @@ it; the helpers below are the checks every such host makes before training start
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from dataflex_rl.core.base import SKIP_POLICIES
@@ -44,39 +46,106 @@ class DecisionLogConfig(Checked):
     )
 
 
-#: settings that more than one host has -> (default, meaning, checks): every host declares
-#: them with `shared_param`, so the name, type, default and meaning are one
-#: (tests/contract/test_host_settings.py compares every host's schema)
-SHARED_SETTINGS: dict[str, tuple[Any, str, dict]] = {
-    "candidate_factor": (
+@dataclass(frozen=True)
+class SharedSetting:
+    """One setting that more than one host has: its default, meaning and checks, declared once.
+
+    Args:
+        default: the one default on every host (unused with ``host_defaults``).
+        doc: its meaning, the doc line every host shows.
+        checks: its range (`param`'s ``ge``, ``gt``, ...).
+        host_defaults: host name -> default, for a setting whose right value depends on the
+            model a host trains, so that no one default fits every host (None: ``default``
+            everywhere). Every host that has the setting is listed; the doc line states them.
+        why: with ``host_defaults``, why the defaults differ (part of the doc line).
+    """
+
+    default: Any
+    doc: str
+    checks: Mapping[str, Any] = field(default_factory=dict)
+    host_defaults: Mapping[str, Any] | None = None
+    why: str = ""
+
+    def default_for(self, host: str) -> Any:
+        """The default on ``host``.
+
+        Raises:
+            ValueError: a per-host default that does not list ``host``.
+        """
+        if self.host_defaults is None:
+            return self.default
+        if host not in self.host_defaults:
+            raise ValueError(
+                f"host {host!r} has no default declared in SHARED_SETTINGS (hosts declared: "
+                f"{', '.join(self.host_defaults)}); add it there"
+            )
+        return self.host_defaults[host]
+
+    @property
+    def meaning(self) -> str:
+        """The doc line every host shows: ``doc``, and with per-host defaults each host's
+        default and why they differ."""
+        if self.host_defaults is None:
+            return self.doc
+        each = ", ".join(f"{h} {v}" for h, v in self.host_defaults.items())
+        return f"{self.doc}; the default is the host's own ({each}): {self.why}"
+
+
+#: settings that more than one host has: every host declares them with `shared_param`, so
+#: the name, type, default and meaning are one (tests/contract/test_host_settings.py compares
+#: every host's schema, and docs/config.md shows this table)
+SHARED_SETTINGS: dict[str, SharedSetting] = {
+    "candidate_factor": SharedSetting(
         1.0,
         "with prerollout: candidates drawn per missing prompt in each round (1: as many as "
         "are missing, so a skip policy that reads the policy's representation pays for no "
         "extra forward passes; more: fewer rounds)",
         {"ge": 1.0},
     ),
-    "sampling_stream": (
+    "max_draw_rounds": SharedSetting(
+        8,
+        "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
+        "keeps; then skipped candidates fill the rest, so every batch is full (1: one round)",
+        {"ge": 1},
+    ),
+    "sampling_stream": SharedSetting(
         0,
         "the training rollouts' sampling stream: runs of one seed and stream share their "
         "sampling randomness as far as the host can pair it; another stream gives independent "
         "rollouts (the aa control takes another); evaluation does not depend on it",
         {"ge": 0},
     ),
-    "lr": (
+    "domain_key": SharedSetting(
+        None,
+        "column of the training set with each prompt's domain (dotted for a nested field, e.g. "
+        "extra_info.domain; the engine reads it with tasks.source files); an error when it is "
+        "not a column or a row lacks it; null: 'domain' if the training set has it, else "
+        "'data_source'",
+    ),
+    "lr": SharedSetting(
         None,
         "learning rate of the policy's optimizer (the no_update control sets 0, half_lr halves it)",
         {"ge": 0.0},
+        host_defaults=MappingProxyType({"engine": 0.02, "trl": 1e-6, "verl": 1e-6}),
+        why="the engine's ~0.9M-parameter tiny policy learns the most per step with SGD at "
+        "0.02, while TRL and verl train LLMs with AdamW, where 1e-6 is GRPO's usual rate (TRL's "
+        "GRPOConfig default); no one rate fits both model scales",
     ),
 }
 
 
-def shared_param(name: str, default: Any = MISSING) -> Any:
-    """The dataclass field of the shared setting ``name`` (`SHARED_SETTINGS`); ``default``
-    only where the setting's default is the host's own (``lr``: None in the table)."""
-    value, doc, checks = SHARED_SETTINGS[name]
-    if value is None and default is MISSING:
-        raise ValueError(f"shared setting {name!r}: its default is each host's own; pass it")
-    return param(value if value is not None else default, doc, **checks)
+def shared_param(name: str, host: str | None = None) -> Any:
+    """The dataclass field of the shared setting ``name`` (`SHARED_SETTINGS`) on ``host``
+    (needed where the setting's default is each host's own).
+
+    Raises:
+        ValueError: a per-host default without ``host``, or for a host the table lacks.
+    """
+    setting = SHARED_SETTINGS[name]
+    if setting.host_defaults is not None and host is None:
+        raise ValueError(f"shared setting {name!r}: its default is each host's own; name the host")
+    default = setting.default if host is None else setting.default_for(host)
+    return param(default, setting.meaning, **setting.checks)
 
 
 @dataclass
@@ -86,13 +155,7 @@ class HostConfig(Checked):
     strategy: str | dict = param(
         "baseline", "preset name, strategy YAML path or inline spec (the engine's schema)"
     )
-    domain_key: str | None = param(
-        None,
-        "dataset column with each prompt's domain (dotted "
-        "for a nested field, e.g. extra_info.domain); an error "
-        "when it is not a column; null: 'domain' if the "
-        "training set has it, else 'data_source'",
-    )
+    domain_key: str | None = shared_param("domain_key")
     domains: list[str] | None = param(
         None, "domain names in id order (default: the sorted values found in the training set)"
     )
@@ -103,9 +166,7 @@ class HostConfig(Checked):
         ge=0.0,
     )
     candidate_factor: float = shared_param("candidate_factor")
-    max_draw_rounds: int = param(
-        8, "prerollout: candidate rounds before skipped prompts fill the rest of the batch", ge=1
-    )
+    max_draw_rounds: int = shared_param("max_draw_rounds")
     seed: int = param(0, "seed of intake sampling and pre-rollout randomness", ge=0)
     decision_log: DecisionLogConfig = param(DecisionLogConfig(), "decision log for replay")
 
@@ -159,8 +220,8 @@ def uses_intake(spec: StrategySpec) -> bool:
 
 
 def acts_on_loss(spec: StrategySpec) -> bool:
-    """Whether the strategy changes the loss (select or reweight)."""
-    return spec.select is not None or spec.reweight is not None
+    """Whether the strategy changes the loss (select, tokens or reweight)."""
+    return spec.select is not None or spec.tokens is not None or spec.reweight is not None
 
 
 def recomputes_advantages(spec: StrategySpec) -> bool:

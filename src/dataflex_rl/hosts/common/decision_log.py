@@ -35,7 +35,7 @@ Response columns (B rows per step):
 ``micro_batch``     int64, the row's loss micro-batch (``micro_batch_ids``; -1 without)
 ``keep``            bool, the decision's keep mask
 ``kept_tokens``     int64, the row's tokens in the loss (``loss_mask``: its valid tokens when
-                    kept; after a token-level selector, the ones it kept)
+                    kept; after a token-level selection (``tokens``), the ones it kept)
 ``weight``          float32, the decision's weight per response (mean token weight)
 ``decision_advantage``  float, advantage recomputed by the selector (null: host's kept)
 ``advantage_tokens``, ``logprob_tokens``, ``entropy_tokens``  list<float32> of the valid
@@ -45,7 +45,8 @@ Response columns (B rows per step):
 
 Step columns: ``step``, ``responses``, ``groups``, ``max_length`` (T), ``tokens`` (generated
 tokens, padding rows excluded), ``kept``, ``kept_tokens`` (tokens in the loss),
-``renormalize``, ``recomputed``,
+``renormalize`` (the rows ``select`` dropped left the loss's denominator),
+``renormalize_tokens`` (the tokens ``tokens`` dropped left it too), ``recomputed``,
 ``per_response_advantages`` (the host passed ``response_advantages``: replay passes the logged
 ``advantage`` the same way, so decisions replay bit for bit), ``mix_updated``,
 ``decide_ms``, per domain ``target_<d>`` (proportions the batch was drawn at; NaN when the
@@ -318,6 +319,7 @@ class DecisionLog:
             "kept": int(cols["keep"].sum()),
             "kept_tokens": int(cols["kept_tokens"].sum()),
             "renormalize": bool(decision.renormalize),
+            "renormalize_tokens": bool(decision.renormalize_tokens),
             "recomputed": decision.advantages_per_response is not None,
             "per_response_advantages": batch.response_advantages is not None,
             "mix_updated": decision.proportions is not None,

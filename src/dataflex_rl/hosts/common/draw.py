@@ -2,8 +2,10 @@
 
 Every host draws its batch through `draw_batch` (by its driver's
 `dataflex_rl.hosts.common.intake.Intake`), so quotas, candidate rounds, "keep the batch
-full" and the per-domain figures mean the same thing everywhere. The hosts differ in one
-explicit argument, ``exact``: whether the batch must hold exactly ``n`` prompts.
+full" and the per-domain figures mean the same thing everywhere: every batch holds exactly
+``n`` prompts. The hosts differ only in whether they audit (``audit``): the embedded engine
+generates a share of the skipped prompts apart, not trained on; verl and TRL generate only
+the batch they train on.
 """
 
 from __future__ import annotations
@@ -65,7 +67,6 @@ def draw_with_skipping(
     generator: torch.Generator | None,
     candidate_factor: float,
     max_rounds: int,
-    fill_with_skipped: bool,
     features_of: FeaturesOf | None = None,
     audit: list[tuple[int, int]] | None = None,
 ) -> tuple[list[tuple[int, int]], Tensor, dict[str, float]]:
@@ -73,8 +74,9 @@ def draw_with_skipping(
 
     Each round draws ``candidate_factor`` x the still-missing prompts of every domain and
     takes, per domain, the first candidates the skip policy keeps, until every quota is
-    filled or ``max_rounds`` rounds ran. Then, with ``fill_with_skipped``, skipped candidates
-    fill what is missing (``forced``; verl needs an exact count), else the batch stays short.
+    filled or ``max_rounds`` rounds ran. Then skipped candidates fill what is missing, per
+    domain the first ones in draw order (``forced``): every host trains on a full batch. An
+    audited candidate is never forced: it is generated apart and not trained on.
 
     Args:
         sampler: draws (domain, item) pairs at given proportions.
@@ -85,7 +87,6 @@ def draw_with_skipping(
         generator: randomness of the skip policy.
         candidate_factor: candidates per missing prompt in each round (>= 1).
         max_rounds: candidate rounds at most (>= 1).
-        fill_with_skipped: fill the rest with skipped candidates when rounds run out.
         features_of: the host's prompt representations (`FeaturesOf`), for a skip policy
             that reads them (`Strategy.feature_layer`); their cost adds to ``probe_tokens``.
         audit: a list that receives the skipped candidates the policy audits
@@ -94,10 +95,12 @@ def draw_with_skipping(
             counts them); None: no audit (and no randomness drawn for it). Over-drawn
             candidates, which would not have been generated anyway, are not audited. The
             policy also sees the plain batch itself (the ``probe``'s false-skip control
-            samples its kept candidates with the same draw).
+            samples its kept candidates with the same draw). Audited candidates are not
+            forced into the batch.
 
     Returns:
-        (chosen (domain, item) pairs in draw order, [D] still missing, metrics): the
+        (chosen (domain, item) pairs in draw order, [D] still missing (> 0 only when the
+        skipped candidates are too few to fill the quota), metrics): the
         plain-batch counts of `intake_metrics` (when the policy is active),
         ``candidates`` (drawn over all rounds), ``candidates_skipped`` / ``skipped_easy`` /
         ``skipped_hard`` (what the policy skipped, all rounds), ``forced`` and ``rounds``.
@@ -106,7 +109,7 @@ def draw_with_skipping(
     left = quota.to(torch.int64).clone()
     items: list[tuple[int, int]] = []
     keys: list = []
-    doms, kept, taken, plain = [], [], [], []
+    doms, kept, taken, plain, audited = [], [], [], [], []
     metrics: dict[str, float] = {}
     rounds = 0
     while int(left.sum()) > 0 and rounds < max_rounds:
@@ -131,12 +134,14 @@ def draw_with_skipping(
         add_counts(metrics, pre)  # the policy's counts add up over rounds; rates: the last one
         take = first_per_domain(r_dom, keep, left)
         plain.append(plain_batch(r_dom, quota) if rounds == 1 else torch.zeros_like(keep))
+        picked = None
         if audit is not None:  # the plain batch's skips: what skipping actually decided
             picked = strategy.audit_prompts(~keep & plain[-1], plain[-1], generator)
             if picked is not None:
                 picked = picked & ~keep & plain[-1]
                 audit += [drawn[j] for j in picked.nonzero().squeeze(1).tolist()]
                 add_counts(metrics, {PREFIX + "audited": float(picked.sum())})
+        audited.append(torch.zeros_like(keep) if picked is None else picked)
         left -= torch.bincount(r_dom[take], minlength=D)
         items += drawn
         keys += r_keys
@@ -146,9 +151,11 @@ def draw_with_skipping(
     none = torch.zeros(0, dtype=torch.bool)
     dom = torch.cat(doms) if doms else torch.zeros(0, dtype=torch.int64)
     generated = torch.cat(taken) if taken else none
+    # rounds ran out: skipped candidates fill the batch, never an audited one (generated
+    # apart, not trained on)
     forced = (
-        first_per_domain(dom, ~torch.cat(kept), left)
-        if fill_with_skipped and kept
+        first_per_domain(dom, ~torch.cat(kept) & ~torch.cat(audited), left)
+        if kept
         else torch.zeros_like(generated)
     )
     left -= torch.bincount(dom[forced], minlength=D)
@@ -177,7 +184,6 @@ def draw_batch(
     candidate_factor: float,
     max_rounds: int,
     *,
-    exact: bool,
     features_of: FeaturesOf | None = None,
     audit: list[tuple[int, int]] | None = None,
 ) -> tuple[list[tuple[int, int]], dict[str, float]]:
@@ -185,14 +191,12 @@ def draw_batch(
 
     The per-domain quota is `DomainSampler.quota` (largest remainder within what the pools
     can give). Without pre-rollout the sampler takes it as it is. With it,
-    `draw_with_skipping` draws candidate rounds, and when ``max_rounds`` rounds did not fill
-    the quota the hosts differ, by ``exact``:
-
-    * ``exact=True``: the batch holds exactly the quota (verl's sync trainer waits for that
-      many groups; TRL's sampler yields a fixed count): skipped candidates fill what is missing
-      (``forced``), then plain draws if the policy skipped nothing more.
-    * ``exact=False`` (the embedded engine): the batch stays short, and the metric
-      ``dataflex/sampler/shortfall`` counts the prompts missing.
+    `draw_with_skipping` draws candidate rounds; when ``max_rounds`` rounds did not fill the
+    quota, skipped candidates fill what is missing (``forced``), then plain draws if the
+    policy skipped too few more. The batch always holds the quota, on every host: verl's sync
+    trainer waits for that many groups, TRL's sampler yields a fixed count, and the engine
+    trains on as many groups as they do (a short batch would make a skipping arm take more,
+    smaller optimizer steps than its baseline).
 
     Args:
         sampler: the host's `DomainSampler`.
@@ -203,15 +207,13 @@ def draw_batch(
         step: the strategy step.
         generator: randomness of the skip policy.
         candidate_factor, max_rounds: see `draw_with_skipping`.
-        exact: fill the batch to the quota (see above).
-        features_of, audit: see `draw_with_skipping` (an exact draw audits nothing: the
-            audited candidates would be forced into the batch).
+        features_of, audit: see `draw_with_skipping` (``audit`` None: the host audits
+            nothing, verl and TRL, which generate only the batch they train on).
 
     Returns:
         (drawn (domain, item) pairs, metrics): the pre-rollout figures of
-        `draw_with_skipping` (with pre-rollout), the per-domain `draw_metrics` (target:
-        ``proportions``; actual: the drawn prompts) and, with ``exact=False``,
-        ``dataflex/sampler/shortfall``.
+        `draw_with_skipping` (with pre-rollout) and the per-domain `draw_metrics` (target:
+        ``proportions``; actual: the drawn prompts).
     """
     quota = sampler.quota(proportions, n)
     metrics: dict[str, float] = {}
@@ -227,15 +229,12 @@ def draw_batch(
             generator,
             candidate_factor,
             max_rounds,
-            fill_with_skipped=exact,
             features_of=features_of,
-            audit=None if exact else audit,
+            audit=audit,
         )
-        if exact and int(left.sum()) > 0:  # the policy skipped nothing more: plain draws
+        if int(left.sum()) > 0:  # the policy skipped too few more: plain draws
             drawn += sampler.take(left)
     D = quota.shape[0]
     counts = torch.bincount(torch.tensor([d for d, _ in drawn], dtype=torch.int64), minlength=D)
     metrics.update(draw_metrics(sampler.domains, proportions, counts, sampler.available()))
-    if not exact:
-        metrics["dataflex/sampler/shortfall"] = float(n - len(drawn))
     return drawn, metrics

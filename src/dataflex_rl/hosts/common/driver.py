@@ -5,7 +5,7 @@ Each host (the embedded engine, verl, TRL) runs its strategy through one `Driver
     set-up       check the strategy without building it (`check_block`), then build it, the
                  intake (when it mixes or pre-filters) and the decision log
     each step    draw (mix + prerollout)  ->  [the host generates, scores, computes advantages]
-                 -> decide (select, reweight, mix signals) -> record -> generation metrics
+                 -> decide (select, tokens, reweight, mix signals) -> record -> generation metrics
                  ->  [the host applies the decision to its loss]
     checkpoints  state (strategy, intake, decisions) beside the host's; the decision log is
                  flushed before a checkpoint and truncated on resume

@@ -2,16 +2,16 @@
 
 Both mechanisms act here, before generation: prompts are drawn per domain at the strategy's
 proportions (`DomainSampler`, largest-remainder rounding), and pre-rollout skipping removes
-candidates, which are replaced by fresh draws. A host with a map-style dataset (verl's sync
-trainer, TRL's `GRPOTrainer`) generates for exactly a fixed number of rows per step
-(`Intake.from_rows`); the embedded engine draws its problems the same way and lets a batch the
-skip policy left short stay short. Needs no host library.
+candidates, which are replaced by fresh draws. Every host generates exactly a fixed number of
+prompts per step: a host with a map-style dataset (verl's sync trainer, TRL's `GRPOTrainer`)
+draws row indices (`Intake.from_rows`), the embedded engine its problems, the same way. Needs
+no host library.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -19,78 +19,12 @@ from torch import Tensor
 from torch.utils.data import IterableDataset
 
 from dataflex_rl.core.proportions import normalize_proportions
-from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import get_path
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.draw import draw_batch
 from dataflex_rl.hosts.common.sampler import DomainSampler
+from dataflex_rl.tasks.datasets import DEFAULT_DOMAIN_COLUMNS, domain_column
 
 logger = logging.getLogger("dataflex_rl.hosts.common")
-
-#: the columns tried, in order, when ``domain_key`` is not set
-DEFAULT_DOMAIN_COLUMNS = ("domain", "data_source")
-
-
-def domain_column(
-    rows: Sequence[Mapping] | None,
-    columns: Mapping[str, Sequence] | None,
-    key: str | None,
-    all_columns: Sequence[str] | None = None,
-) -> tuple[list[str], str]:
-    """Each row's domain, read from ``key`` (dotted for nested fields).
-
-    Args:
-        rows: row mappings (used when ``columns`` is None).
-        columns: column name -> values (fast path for columnar datasets).
-        key: the configured domain column; None tries `DEFAULT_DOMAIN_COLUMNS` in order.
-        all_columns: every column name of the dataset, for the error message (default: the
-            keys of ``columns``, or of the rows).
-
-    Returns:
-        (one domain name per row, the column actually used).
-
-    Raises:
-        ConfigError: the column is not in the dataset (the message lists the columns), or
-            some rows lack it.
-    """
-
-    def read(name: str) -> list | None:
-        top, _, rest = name.partition(".")
-        if columns is not None:
-            if top not in columns:
-                return None
-            values = list(columns[top])
-            return values if not rest else [get_path(v, rest) for v in values]
-        return [get_path(r, name) for r in rows]
-
-    for name in (key,) if key is not None else DEFAULT_DOMAIN_COLUMNS:
-        values = read(name)
-        if values is not None and any(v is not None for v in values):
-            missing = [i for i, v in enumerate(values) if v is None]
-            if missing:
-                raise ConfigError(
-                    f"dataflex.domain_key: {len(missing)} training rows have no "
-                    f"{name!r} (first: row {missing[0]})"
-                )
-            return [str(v) for v in values], name
-    if all_columns is None:
-        all_columns = (
-            list(columns)
-            if columns is not None
-            else list(dict.fromkeys(k for r in (rows or [])[:1000] for k in r))
-        )
-    listed = ", ".join(map(repr, all_columns)) or "none"
-    if key is not None:
-        raise ConfigError(
-            f"dataflex.domain_key: {key!r} is not a column of the training set "
-            f"(columns: {listed}); set dataflex.domain_key to the column that "
-            "holds each prompt's domain"
-        )
-    raise ConfigError(
-        f"dataflex.domain_key: the training set has neither "
-        f"{' nor '.join(map(repr, DEFAULT_DOMAIN_COLUMNS))} (columns: {listed}); "
-        "set dataflex.domain_key to the column that holds each prompt's domain"
-    )
 
 
 class Intake:
@@ -104,17 +38,18 @@ class Intake:
         static: [D] proportions of a strategy that does not mix.
         seeds: (seed of the per-domain orders, seed of the pre-rollout randomness).
         candidate_factor: with pre-rollout, candidates drawn per missing prompt in each round.
-        max_rounds: candidate rounds before the batch is completed or left short.
-        exact: every draw holds exactly ``n`` prompts (verl's and TRL's batches: skipped
-            candidates fill what the rounds did not); False leaves it short (the engine).
+        max_rounds: candidate rounds before skipped candidates fill the rest of the batch.
+        audits: the host generates the prompts the skip policy audits (`audited`), apart
+            from the batch and not trained on (the engine); False: nothing is audited (verl
+            and TRL generate only the batch they train on).
         key: an item's prompt key, what the prompt history knows (default: the item).
         features: the host's prompt representations of items at a layer: ``features(items,
             layer) -> ([N, H] tensor, cost in prompt tokens)``, for a skip policy that reads
             them (None: the host has none).
 
     Attributes:
-        audited: after each `draw` of a non-exact intake, the items (and domain ids) the skip
-            policy audits: skipped, to be generated anyway and not trained on.
+        audited: after each `draw` of an intake that audits, the items (and domain ids) the
+            skip policy audits: skipped, to be generated anyway and not trained on.
     """
 
     def __init__(
@@ -126,7 +61,7 @@ class Intake:
         seeds: tuple[int, int] = (0, 0),
         candidate_factor: float = 1.0,
         max_rounds: int = 8,
-        exact: bool = True,
+        audits: bool = False,
         key: Callable[[Any], Hashable] | None = None,
         features: Callable[[list, int], tuple[Tensor, float]] | None = None,
     ) -> None:
@@ -137,7 +72,7 @@ class Intake:
         self.generator = torch.Generator().manual_seed(seeds[1])
         self.candidate_factor = candidate_factor
         self.max_rounds = max_rounds
-        self.exact = exact
+        self.audits = audits
         self.key = key
         self.features = features
         self.audited: tuple[list, list[int]] = ([], [])
@@ -153,7 +88,8 @@ class Intake:
         max_rounds: int = 8,
         features: Callable[[list, int], tuple[Tensor, float]] | None = None,
     ) -> Intake:
-        """An exact intake over a map-style dataset's rows (the items are row indices).
+        """An intake over a map-style dataset's rows (the items are row indices), auditing
+        nothing.
 
         Args:
             row_domains: the domain name of every training row.
@@ -202,8 +138,8 @@ class Intake:
 
         `draw_batch` at `target`. With pre-rollout, each round draws ``candidate_factor`` x
         the missing prompts per domain and takes, per domain, the first kept candidates;
-        after ``max_rounds`` rounds an exact intake fills what is still missing with skipped
-        candidates (``forced``). The plain batch is the first round's first ``quota``
+        after ``max_rounds`` rounds skipped candidates fill what is still missing
+        (``forced``; never an audited one). The plain batch is the first round's first ``quota``
         candidates per domain, the prompts drawn without pre-rollout; skipped / replacements
         / tokens_saved_est are counted against it (`dataflex_rl.hosts.common.accounting`);
         ``candidates_skipped``, ``skipped_easy`` and ``skipped_hard`` count every candidate
@@ -221,7 +157,7 @@ class Intake:
             def features_of(pairs, layer):
                 return features([self.pools[d][i] for d, i in pairs], layer)
 
-        audit: list[tuple[int, int]] = []
+        audit: list[tuple[int, int]] | None = [] if self.audits else None
         drawn, metrics = draw_batch(
             self.sampler,
             key_of,
@@ -232,10 +168,10 @@ class Intake:
             self.generator,
             self.candidate_factor,
             self.max_rounds,
-            exact=self.exact,
             features_of=features_of,
             audit=audit,
         )
+        audit = audit or []
         self.audited = ([self.pools[d][i] for d, i in audit], [d for d, _ in audit])
         return [self.pools[d][i] for d, i in drawn], [d for d, _ in drawn], metrics
 

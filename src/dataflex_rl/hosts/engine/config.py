@@ -36,7 +36,7 @@ def default_difficulty(domains: Sequence[str]) -> dict[str, int]:
 #: the built-in domains of ``source: generated`` (the default of ``tasks.domains``)
 BUILTIN_DOMAINS = ("math", "logic", "science")
 #: `TasksConfig` keys that only apply with ``source: files``
-FILE_KEYS = ("train", "eval", "verifiers")
+FILE_KEYS = ("train", "eval", "verifiers", "domain_key")
 
 
 @dataclass
@@ -64,11 +64,7 @@ class TasksConfig(Checked):
     eval_fraction: float = param(
         0.1, "source files without eval data: fraction of each domain held out", gt=0.0, lt=1.0
     )
-    domain_column: str = param(
-        "domain",
-        "source files: column (dotted path) naming a row's domain; rows without it use "
-        "'data_source'",
-    )
+    domain_key: str | None = shared_param("domain_key")
     prompt_column: str = param(
         "prompt", "source files: column of the prompt (a string or a chat list of messages)"
     )
@@ -117,12 +113,7 @@ class TasksConfig(Checked):
         None, "domain proportions used when the strategy has no mix (default uniform)", ge=0.0
     )
     candidate_factor: float = shared_param("candidate_factor")
-    max_draw_rounds: int = param(
-        8,
-        "with prerollout: candidate rounds to fill the batch with prompts the skip policy "
-        "keeps (1: one round, skipped prompts leave the batch short)",
-        ge=1,
-    )
+    max_draw_rounds: int = shared_param("max_draw_rounds")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -210,8 +201,8 @@ class GRPOConfig(Checked):
 class OptimConfig(Checked):
     """Optimizer (AdamW or SGD) and gradient clipping."""
 
-    #: the tiny policy's SGD learning rate (the LLM hosts default to 1e-6)
-    lr: float = shared_param("lr", 0.02)
+    #: the tiny policy's SGD learning rate: its default is the engine's own (SHARED_SETTINGS)
+    lr: float = shared_param("lr", "engine")
     name: str = param(
         "sgd",
         "optimizer: 'adamw', or 'sgd' (plain SGD on the clipped gradient; "

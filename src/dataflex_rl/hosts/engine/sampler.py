@@ -212,7 +212,8 @@ def sample_groups(
 
 def concat_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> Rollout:
     """One `Rollout` of several (a step's refill rounds), groups in order: prompts re-padded
-    on the left to the longest, responses on the right (pad id, mask False, log-prob 0)."""
+    on the left to the longest, responses on the right (pad id, mask False, log-prob and
+    entropy 0; entropies only when every part has them)."""
     if len(rollouts) == 1:
         return rollouts[0]
     P = max(r.prompt_ids.shape[1] for r in rollouts)
@@ -231,6 +232,11 @@ def concat_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> Rollout:
         old_log_probs=torch.cat([pad(r.old_log_probs, T, 0.0, False) for r in rollouts]),
         prompt_index=torch.cat([r.prompt_index + o for r, o in zip(rollouts, offsets.tolist())]),
         finished=torch.cat([r.finished for r in rollouts]),
+        entropies=(
+            torch.cat([pad(r.entropies, T, 0.0, False) for r in rollouts])
+            if all(r.entropies is not None for r in rollouts)
+            else None
+        ),
     )
 
 
@@ -247,4 +253,5 @@ def first_groups(rollout: Rollout, m: int) -> Rollout:
         old_log_probs=rollout.old_log_probs[:rows],
         prompt_index=rollout.prompt_index[:rows],
         finished=rollout.finished[:rows],
+        entropies=None if rollout.entropies is None else rollout.entropies[:rows],
     )

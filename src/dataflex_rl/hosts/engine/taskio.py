@@ -83,7 +83,7 @@ def load_file_tasks(tasks_config):
     held_out_given = t.eval is not None or default_eval_split(t.train) is not None
     return load_dataset(
         t.train,
-        t.domain_column,
+        t.domain_key,
         eval_path=t.eval,
         eval_fraction=0.0 if held_out_given else t.eval_fraction,
         seed=t.eval_seed,

@@ -2,8 +2,8 @@
 
     driver.draw (mix: the strategy's proportions; prerollout: skipped candidates replaced)
       -> generation (G samples per prompt, shared prefill) -> reward (verifiers)
-      -> GRPO advantages -> RolloutBatch -> driver.decide (select, reweight, mix signals; the
-         decision log) -> Learner.learn (clipped policy loss with the decision's weights and
+      -> GRPO advantages -> RolloutBatch -> driver.decide (select, tokens, reweight, mix
+         signals; the decision log) -> Learner.learn (clipped policy loss with the decision's weights and
          mask; SGD or AdamW, gradient clipping)
 
 The engine is a host like verl and TRL: its strategy runs through a
@@ -11,7 +11,8 @@ The engine is a host like verl and TRL: its strategy runs through a
 
 Each mechanism acts for real: prerollout changes which prompts are generated, mix changes which
 domains are sampled, select removes responses from the loss (weight 0, and from the denominator
-when ``renormalize``), reweight scales their per-token losses.
+when ``renormalize``), tokens removes tokens of the kept responses the same way, reweight scales
+their per-token losses.
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ class EmbeddedTrainer:
         self._warned: set[type] = set()
 
     def _intake(self) -> Intake:
-        """The training problems, drawn at the strategy's or ``tasks.proportions``; a batch
-        the skip policy left short stays short (``exact=False``)."""
+        """The training problems, drawn at the strategy's or ``tasks.proportions``: a full
+        batch, as on every host; the engine generates the prompts the skip policy audits
+        (``audits=True``)."""
         t, D = self.config.tasks, len(self.domains)
         static = (
             normalize_proportions(t.proportions, self.domains, "tasks.proportions")
@@ -148,7 +150,7 @@ class EmbeddedTrainer:
             seeds=(derive_seed(self.seed, "data"), derive_seed(self.seed, "prerollout")),
             candidate_factor=t.candidate_factor,
             max_rounds=t.max_draw_rounds,
-            exact=False,
+            audits=True,
             key=attrgetter("key"),
             features=self._features,
         )
@@ -180,7 +182,7 @@ class EmbeddedTrainer:
 
         The driver draws ``prompts_per_step`` problems (with pre-rollout, rounds of
         ``candidate_factor`` x the missing ones per domain, for at most ``max_draw_rounds``
-        rounds; then the batch stays short); the engine generates and scores them (with
+        rounds; then skipped prompts fill the batch); the engine generates and scores them (with
         ``refill``, then refill rounds: `_refill`), the driver decides on every generated
         group, and the engine updates the policy with the decision.
         """
@@ -194,11 +196,6 @@ class EmbeddedTrainer:
         metrics["engine/prompts_generated"] = float(len(problems))
         audit_tokens = self._audit(step, metrics)
         probe_tokens = metrics.get("dataflex/prerollout/probe_tokens", 0.0)
-        if not problems:
-            self._cost(0.0, audit_tokens, probe_tokens, metrics)
-            metrics.update({"engine/empty_step": 1.0, "time/step_s": time.perf_counter() - t0})
-            self.step += 1
-            return metrics
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         g = self.config.grpo
         batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
@@ -215,7 +212,7 @@ class EmbeddedTrainer:
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
         advantages = decision.advantages if decision.advantages is not None else batch.advantages
-        mask = decision.loss_mask if decision.renormalize else rollout.response_mask
+        mask = decision.denominator_mask if decision.renormalizes else rollout.response_mask
         t2 = time.perf_counter()
         metrics.update(
             self.learner.learn(

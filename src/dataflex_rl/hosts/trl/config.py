@@ -147,13 +147,9 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
                 f"multi_objective_aggregation={aggregation!r}). Set {where}: false, or use "
                 "scale_rewards 'group' or 'none' with 'sum_then_normalize'"
             )
-    if (
-        spec.select is not None
-        and _token_level(spec)
-        and resolved_option(spec.select, "renormalize")
-    ):
+    if spec.tokens is not None and resolved_option(spec.tokens, "renormalize"):
         raise ConfigError(
-            f"{spec.name}.select.renormalize: a token-level selector cannot take its dropped "
+            f"{spec.name}.tokens.renormalize: a token-level selector cannot take its dropped "
             "tokens out of TRL's denominators one by one (TRL's completion_mask is also the "
             "attention mask of the completion); set renormalize: false (TRL's own "
             "top_entropy_quantile keeps them in the denominator too)"
@@ -168,13 +164,6 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
             spg,
             ga,
         )
-
-
-def _token_level(spec: StrategySpec) -> bool:
-    """Whether the strategy's selector keeps tokens (`Selector.level` token)."""
-    from dataflex_rl.core.base import SELECTORS
-
-    return SELECTORS.get(spec.select.actuator.name).level == "token"
 
 
 def config_table() -> str:

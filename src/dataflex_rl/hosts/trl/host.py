@@ -25,7 +25,7 @@ from typing import Any
 from dataflex_rl.core.config import Checked, key_path, param
 from dataflex_rl.core.config import validate as from_dict
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.common.config import HostConfig, shared_param
+from dataflex_rl.hosts.common.config import SHARED_SETTINGS, HostConfig, shared_param
 from dataflex_rl.hosts.host import (
     ExternalPythonHost,
     HostControls,
@@ -35,9 +35,9 @@ from dataflex_rl.hosts.host import (
 )
 
 TRAIN_FN = "dataflex_rl.hosts.trl.run:run_training"
-#: GRPOConfig's default learning rate in TRL 1.16 (half_lr halves it when it is not set;
-#: tests/hosts_trl checks it against the installed TRL)
-TRL_DEFAULT_LR = 1e-6
+#: TRL's default learning rate, declared in SHARED_SETTINGS: GRPOConfig's in TRL 1.16 (half_lr
+#: halves it when it is not set; tests/hosts_trl checks it against the installed TRL)
+TRL_DEFAULT_LR = SHARED_SETTINGS["lr"].default_for("trl")
 #: GRPOConfig fields the experiment sets: field -> where to set it
 OWNED = {
     "output_dir": "--out (each run's folder)",
@@ -115,8 +115,8 @@ class TrlSettings(Checked):
     )
     #: TRL: the global RNG is seeded from (seed, sampling_stream) after the trainer is built
     sampling_stream: int = shared_param("sampling_stream")
-    #: GRPOConfig's learning_rate (TRL 1.16's default)
-    lr: float = shared_param("lr", TRL_DEFAULT_LR)
+    #: GRPOConfig's learning_rate
+    lr: float = shared_param("lr", "trl")
 
 
 def _where(exp) -> str:

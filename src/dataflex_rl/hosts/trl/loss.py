@@ -21,7 +21,9 @@ vespo         batch's mask tokens                      from the rows staying in
 ============  =======================================  ======================================
 
 R is the set of rows whose tokens stay in TRL's denominators. With ``decision.renormalize``
-(the selectors' default) it is the kept rows with tokens, and the loss and its gradient are
+(the selectors' default) it is the rows ``select`` kept (``decision.loss_rows``) with tokens
+(a token-level selection keeps its dropped tokens in the denominators: a row it leaves
+without a kept token stays in R with weight 0), and the loss and its gradient are
 those of the batch with the other rows physically removed (``tests/hosts_trl``); without it,
 it is every valid row, so dropped rows count as zeros, as in the engine and the verl host. Rows
 marked ``invalid`` (a non-finite reward) leave R either way. c only compensates for rows that
@@ -132,9 +134,14 @@ def apply_decision(
             f"lengths[{rows}] {lengths[rows].tolist()} differ from this rank's loss tokens "
             f"per row {local_len.tolist()}: the decision is not over these rows"
         )
+    if decision.renormalize_tokens:
+        raise ValueError(
+            "decision.renormalize_tokens: TRL's completion_mask is also the completion's "
+            "attention mask, so single tokens cannot leave its denominators"
+        )
     valid = torch.ones(N, dtype=torch.bool) if invalid is None else ~invalid.to(torch.bool)
     if decision.renormalize:
-        stays = keep & (lengths > 0) & valid
+        stays = decision.loss_rows & (lengths > 0) & valid
     else:
         stays = valid
     n_stay = int(stays.sum())

@@ -167,9 +167,10 @@ def writeback(
     """The fields that make verl's loss follow ``decision``.
 
     * ``rollout_is_weights`` = existing (verl's rollout correction) x ours; 0 off the kept tokens.
-    * with ``renormalize``: ``response_mask`` and ``loss_mask`` are also zeroed outside the kept
-      tokens, so token-mean divides by the kept tokens only (weight 0 alone removes a response
-      from the numerator but not from the denominator). When nothing is kept the masks stay:
+    * with ``renormalize`` (or ``renormalize_tokens``): ``response_mask`` and ``loss_mask`` are
+      also zeroed outside ``denominator_mask`` (the rows select kept; only their kept tokens
+      under ``renormalize_tokens``), so token-mean divides by those tokens only (weight 0
+      alone removes a response from the numerator but not from the denominator). When nothing is kept the masks stay:
       a zero token count would make verl's token-mean 0/0; weights 0 give loss and gradient 0.
     * rows the batch treats as invalid (non-finite reward or advantage) get masks 0 and
       advantages 0, like padding, so one bad verifier does not make the loss NaN.
@@ -183,10 +184,12 @@ def writeback(
     """
     mask = response_mask.bool()
     s = sessions.session_of_row
+    renormalize = decision.renormalizes
     if sessions.identity:
         # read-only below: every result is a new tensor (torch.where / multiply)
         weights = decision.weights_per_token
         kept = decision.loss_mask
+        denominator = decision.denominator_mask if renormalize else None
         invalid = batch.invalid_mask
         new_adv = decision.advantages
     else:
@@ -195,6 +198,10 @@ def writeback(
         weights[sel] = decision.weights_per_token
         kept = (decision.keep_mask & batch.active_mask)[s][:, None] & mask
         kept[sel] = decision.loss_mask
+        denominator = None
+        if renormalize:  # earlier outputs follow their session's final one, whole
+            denominator = (decision.loss_rows & batch.active_mask)[s][:, None] & mask
+            denominator[sel] = decision.denominator_mask
         invalid = batch.invalid_mask[s]
         new_adv = None
         if decision.advantages is not None:
@@ -204,8 +211,8 @@ def writeback(
     if existing_weights is not None:
         weights = weights * existing_weights.to(torch.float32)
     out: dict = {"rollout_is_weights": weights}
-    if decision.renormalize or bool(invalid.any()):
-        keep_tok = kept if decision.renormalize else ~invalid[:, None] & mask
+    if renormalize or bool(invalid.any()):
+        keep_tok = denominator if renormalize else ~invalid[:, None] & mask
         # nothing left: keep the masks (0/0 would make verl's token-mean NaN); weights are 0
         if bool((keep_tok & mask).any()):
             out["response_mask"] = response_mask * keep_tok.to(response_mask.dtype)

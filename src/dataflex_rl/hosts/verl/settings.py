@@ -84,7 +84,7 @@ class VerlSettings(Checked):
         " a platform, a rollout or agent loop of your own",
     )
     #: the actor's (actor_rollout_ref.actor.optim.lr)
-    lr: float = shared_param("lr", 1e-6)
+    lr: float = shared_param("lr", "verl")
     #: verl: rollout.seed = seed + 1e6 x stream
     sampling_stream: int = shared_param("sampling_stream")
     save_every: int | None = param(

@@ -95,7 +95,8 @@ def test_replay_is_exact_on_logs_of_hosts_passing_per_response_advantages(tmp_pa
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
     steps = 11 if name in MIX else 4  # mixers: warm-up 5, every 5 -> two updates
-    full = name in ("ar", "high_entropy")  # token weights and token choices need the tokens
+    # token weights and token choices need the tokens
+    full = name in ("ar", "high_entropy", "dapo_entropy")
     write_log(tmp_path, name, steps, full_tokens=full)
     res = replay(read_log(tmp_path), [name])
     assert res.overall[name]["exact_steps"] == steps
@@ -315,7 +316,7 @@ def test_replay_binds_strategies_with_the_logged_adv_eps(tmp_path):
 
 MICRO = {
     "name": "high_entropy_micro",
-    "select": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}},
+    "tokens": {"preset": "high_entropy", "actuator": {"scope": "micro_batch"}},
 }
 
 

@@ -309,14 +309,15 @@ PINNED_HOSTS = {
 #: runs validate on another held-out set, eval_per_domain in their settings); the engine's and
 #: TRL's when the sampling stream got one name on every host (noise_stream -> sampling_stream)
 #: and TRL's learning rate became trl.lr (issue 30); the engine's again when every run's identity
-#: began to name its host, the engine's included (issue 30's pre-release compatibility removed)
+#: began to name its host, the engine's included (issue 30's pre-release compatibility removed),
+#: and when its domain column became tasks.domain_key, null by default, as on verl and TRL
 PINNED = {
     "engine": {
-        "baseline": "90b9dc6e498bfd07",
-        "aa_control": "71b96d6424787213",
-        "no_update_control": "cca0cc150f8bc024",
-        "half_lr_control": "27db032074b64a71",
-        "drop_half_control": "b032d41013fed38f",
+        "baseline": "29cbfcddf9336fea",
+        "aa_control": "5753ecd51d2f9154",
+        "no_update_control": "d56b2bd2c09a08b9",
+        "half_lr_control": "bf08fdbf333ea0b4",
+        "drop_half_control": "a73551b174738856",
     },
     "trl": {
         "baseline": "41c8660cdf69ae57",

@@ -12,7 +12,8 @@ import torch
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import Strategy
-from dataflex_rl.hosts.common.intake import Intake, domain_column
+from dataflex_rl.hosts.common.intake import Intake
+from dataflex_rl.tasks.datasets import domain_column
 from tests.states import assert_moved
 
 
@@ -30,7 +31,7 @@ def test_domain_column_default_fallback_and_nested():
     assert domain_column(None, cols, "domain") == (["a", "b", "a"], "domain")
     assert domain_column(None, cols, None) == (["a", "b", "a"], "domain")
     assert domain_column(None, cols, "data_source") == (["x", "x", "x"], "data_source")
-    with pytest.raises(ConfigError, match="1 training rows have no 'domain'"):
+    with pytest.raises(ConfigError, match=r"1 of 2 rows have no 'domain' \(first: row 1\)"):
         domain_column([{"domain": "a"}, {"x": 1}], None, "domain")
 
 

@@ -143,14 +143,14 @@ def test_bad_refill_settings_are_refused_naming_the_key(spec, key, words):
 def test_the_driver_refills_through_the_intake_with_the_mix_and_the_skip_policy():
     # greso without exploration skips a prompt whose remembered group was all-correct: rows
     # 0-2 (domain a) and 8 (domain b) are; refill draws pass the skip policy (none of them is
-    # generated) and follow the static proportions 2/3, 1/3 (the engine's intake: exact=False)
+    # generated) and follow the static proportions 2/3, 1/3 (the engine's intake: audits=True)
     spec = dapo(
         2,
         prerollout={"actuator": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0}},
     )
     strategy = Strategy(spec, domains=("a", "b"))
     pools = [list(range(8)), list(range(8, 12))]
-    intake = Intake(pools, ("a", "b"), torch.tensor([2 / 3, 1 / 3]), seeds=(1, 1), exact=False)
+    intake = Intake(pools, ("a", "b"), torch.tensor([2 / 3, 1 / 3]), seeds=(1, 1), audits=True)
     d = Driver(strategy, intake)
     solved = [0, 1, 2, 8]
     d.decide(

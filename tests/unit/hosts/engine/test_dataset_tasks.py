@@ -215,7 +215,7 @@ def test_docs_name_every_dataset_key_and_verifier_parameter():
     for key in ("source", "train", "eval", "eval_fraction", "eval_seed", "verifiers"):
         assert key in {f.name for f in dataclasses.fields(TasksConfig)}
         assert f"tasks.{key}" in text, key
-    for key in ("domain_column", "prompt_column", "answer_column"):
+    for key in ("domain_key", "prompt_column", "answer_column"):
         assert f"`tasks.{key}`" in text, key
     for kind in verifier_kinds():
         assert f"| `{kind}` |" in text, kind

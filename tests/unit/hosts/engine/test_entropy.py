@@ -77,7 +77,7 @@ def test_engine_batch_carries_entropies_only_when_read(tasks):  # noqa: F811
         assert b.entropies is not None and b.entropies.shape == b.response_mask.shape
         # 20% of the valid tokens (ties at the threshold may keep a few more)
         assert 0.2 <= m["dataflex/kept_token_fraction"] < 0.4
-        assert m["dataflex/select/active"] == 1.0
+        assert m["dataflex/tokens/active"] == 1.0
 
 
 def test_high_entropy_state_round_trip_continues_identically(tasks):  # noqa: F811

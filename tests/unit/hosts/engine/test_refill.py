@@ -73,13 +73,14 @@ def _text_parity(taskset, problems, texts):
     return torch.tensor([float(len(t) % 2) for t in texts])
 
 
-def test_state_round_trip_continues_identically(tasks, monkeypatch):
+@pytest.mark.parametrize("preset", ["dapo", "dapo_entropy"])
+def test_state_round_trip_continues_identically(tasks, monkeypatch, preset):
     monkeypatch.setattr(trainer_module, "score", _text_parity)
-    a = make_trainer(tasks, "dapo")
+    a = make_trainer(tasks, preset)
     for _ in range(2):
         a.train_step()
     state = a.state_dict()
-    b = make_trainer(tasks, "dapo")
+    b = make_trainer(tasks, preset)
     b.load_state_dict(state)
     ma, mb = a.train_step(), b.train_step()
     assert a.parameter_hash() == b.parameter_hash()
@@ -137,3 +138,47 @@ def test_overdraw_trains_on_the_groups_up_to_the_last_needed_one(tasks, monkeypa
     assert m["engine/generation_cost_tokens"] == m["engine/tokens_generated"]
     # (4 discarded rows of >= 1 token each beyond the 28 trained rows)
     assert m["engine/tokens_generated"] >= m["train/response_length"] * 28 + 4 - 1e-3
+
+
+def test_dapo_and_high_entropy_in_one_strategy_refill_then_select_tokens(tasks, monkeypatch):
+    # preset dapo_entropy over three steps (4 prompts of 4 responses each): step 0's first
+    # generation has 2 groups with signal, its overdraw round draws 2 x 4 / 2 = 4 and keeps 2
+    # (the last 2 generated, not trained on); step 1 has 1, draws min(3 x 4 / 1, 4) = 4 and
+    # takes 3 of them; step 2 is full at once. Each step then keeps the top 20% of the
+    # kept groups' tokens by the sampler's entropy, and the loss is averaged over every
+    # token of the kept groups (the engine's informative-token-mean: of the responses that
+    # carry a gradient)
+    score, calls = planted([2, 2, 1, 4, 4])
+    monkeypatch.setattr(trainer_module, "score", score)
+    tr = make_trainer(tasks, "dapo_entropy")
+    seen = []
+    decide = tr.driver.strategy.decide
+    tr.driver.strategy.decide = lambda b: seen.append((b, decide(b))) or seen[-1][1]
+    learned = []
+    learn = tr.learner.learn
+    tr.learner.learn = lambda *a: learned.append(a) or learn(*a)
+    ms = [tr.train_step() for _ in range(3)]
+    assert [len(c) for c in calls] == [16, 16, 16, 16, 16]
+    assert [m[R + "rounds"] for m in ms] == [1.0, 1.0, 0.0]
+    assert [m[R + "full"] for m in ms] == [1.0] * 3
+    assert [m[R + "discarded"] for m in ms] == [2.0, 1.0, 0.0]
+    assert [b.num_groups for b, _ in seen] == [6, 7, 4]
+    for (b, d), (_, adv, weights, mask, _, _), m in zip(seen, learned, ms):
+        groups = b.group_std > 0  # the groups with signal: dapo's
+        rows = groups.index_select(0, b.group_ids)
+        assert int(groups.sum()) == 4
+        assert torch.equal(d.selected_mask, rows)
+        # the oracle: torch.quantile over the kept groups' valid tokens only
+        pool = b.response_mask & rows[:, None]
+        threshold = torch.quantile(b.entropies[pool], 0.8)
+        expected = pool & (b.entropies >= threshold)
+        assert torch.equal(d.token_keep_mask, expected)
+        assert 0.2 <= int(expected.sum()) / int(pool.sum()) < 0.4
+        # what the learner got: weight 1 on the kept tokens only, the kept groups' tokens
+        # as the denominator
+        assert torch.equal(weights > 0, expected) and bool((weights[expected] == 1).all())
+        assert torch.equal(mask, pool)
+        with_gradient = ((adv * weights != 0) & pool).any(1)
+        assert bool(with_gradient.any()) and not bool(with_gradient[~rows].any())
+        assert m["engine/loss_tokens"] == float(pool[with_gradient].sum())
+        assert m["dataflex/tokens/active"] == 1.0

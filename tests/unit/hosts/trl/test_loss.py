@@ -152,6 +152,41 @@ def test_everything_dropped_gives_zero_weights_and_no_division_by_zero():
     assert m["dataflex/trl/loss_rows_fraction"] == 0.0
 
 
+def _selected_then_tokens(renormalize_tokens=False):
+    # select keeps rows 0, 1, 3; the token selection keeps token 0 of row 0 and of row 3 and
+    # none of row 1's, so row 1 is dropped from keep_mask but not from select's rows
+    token_keep = torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
+    keep = torch.tensor([True, False, False, True])
+    return Decision(
+        keep_mask=keep,
+        weights_per_response=keep.float(),
+        response_mask=_mask(LENGTHS, 3).bool(),
+        renormalize=True,
+        token_keep_mask=token_keep,
+        renormalize_tokens=renormalize_tokens,
+        selected_mask=torch.tensor([True, True, False, True]),
+    )
+
+
+def test_token_selection_after_select_keeps_selects_rows_in_the_denominators():
+    # R = select's rows with tokens: 0, 1, 3 (row 1 stays, weight 0): c = 4 / 3, tokens
+    # 3 + 2 + 1; by keep_mask alone R would be rows 0, 3 (c = 2, 4 tokens)
+    out = _out(slice(0, 4))
+    m = apply_decision(out, _selected_then_tokens(), slice(0, 4), "grpo", LENGTHS)
+    assert m["dataflex/trl/advantage_scale"] == pytest.approx(4 / 3)
+    assert m["dataflex/trl/loss_tokens"] == 6.0 and int(out["num_items_in_batch"]) == 6
+    assert out["completion_mask"].sum(1).tolist() == [3, 2, 0, 1]
+    c = 4 / 3
+    assert torch.allclose(
+        out["advantages"], torch.tensor([[c, 0, 0], [0, 0, 0], [0, 0, 0], [-c, 0, 0]])
+    )
+
+
+def test_renormalized_tokens_are_refused_on_trl():
+    with pytest.raises(ValueError, match="renormalize_tokens"):
+        apply_decision(_out(slice(0, 4)), _selected_then_tokens(True), slice(0, 4), "grpo", LENGTHS)
+
+
 def test_unknown_loss_type_lists_the_supported_ones():
     with pytest.raises(ValueError, match="loss_type: 'ppo'.*supported: bnpo, cispo, dapo"):
         check_loss_type("ppo")
