@@ -32,9 +32,9 @@ def _method_style(k: int) -> dict:
 
 
 def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2, margins=None):
-    """A figure of ``nrows`` × ``ncols`` panels of ``w`` × ``h`` inches. ``margins``: (left,
-    right, top, bottom, between columns, between rows) in inches, a fixed layout (fast);
-    None: matplotlib's constrained layout (measures every label at each draw)."""
+    """A figure of ``nrows`` × ``ncols`` panels of ``w`` × ``h`` inches. ``margins`` (one
+    panel): (left, right, top, bottom) in inches, a fixed layout (fast); None: matplotlib's
+    constrained layout (measures every label at each draw)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -43,20 +43,18 @@ def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2, margins=
     FigureCanvasAgg(fig)
     grid = {}
     if margins:
-        left, right, top, bottom, wgap, hgap = margins
-        cell_w = (width - left - right - wgap * (ncols - 1)) / ncols
-        cell_h = (height - top - bottom - hgap * (nrows - 1)) / nrows
-        grid = dict(left=left / width, right=1 - right / width, wspace=wgap / cell_w)
-        grid.update(top=1 - top / height, bottom=bottom / height, hspace=hgap / cell_h)
+        left, right, top, bottom = margins
+        grid = dict(left=left / width, right=1 - right / width)
+        grid.update(top=1 - top / height, bottom=bottom / height)
     axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw=grid)
     return fig, axes
 
 
-def _panels(n: int, w: float = 4.2, h: float = 3.2, margins=None):
+def _panels(n: int):
     """A figure of ``n`` panels, at most `MAX_COLS` per row; returns ``(fig, [n] axes,
-    columns)`` (the grid's unused cells are hidden; ``margins``: `_figure`)."""
+    columns)`` (the grid's unused cells are hidden)."""
     ncols = min(n, MAX_COLS)
-    fig, grid = _figure(ncols, -(-n // ncols), w=w, h=h, margins=margins)
+    fig, grid = _figure(ncols, -(-n // ncols))
     axes = list(grid.ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
@@ -75,9 +73,7 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     rows = len(summaries) * (M + 1)  # a block: a name row, then one row per method
     names = max((len(m) for m in methods), default=4)
     left = 0.3 + 0.075 * names
-    fig, axes = _figure(
-        1, w=left + 4.6, h=0.2 * rows + 1.1, margins=(left, 0.2, 0.55, 0.55, 0.0, 0.0)
-    )
+    fig, axes = _figure(1, w=left + 4.6, h=0.2 * rows + 1.1, margins=(left, 0.2, 0.55, 0.55))
     ax = axes[0][0]
     ys, labels, marks, spans = [], [], [], []
     for b, s in enumerate(summaries):
@@ -92,15 +88,13 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
         ax.text(0.005, top, name, transform=ax.get_yaxis_transform(), **style)
         if math.isfinite(s.mde):
             spans.append((y[-1] - 0.45, top - 0.55, s.mde * fmt.scale))
-        for k, c in enumerate(comps):
-            marks.append((y[k], c, COLORS.get(c.verdict, "0.3")))
+        marks += [(y[k], c, COLORS.get(c.verdict, "0.3")) for k, c in enumerate(comps)]
     for lo, hi, mde in spans:
         ax.fill_between([-mde, mde], lo, hi, color="0.9", lw=0, zorder=0)
     ax.axvline(0, color="0.4", lw=0.8)
     bars = [(y, c, col) for y, c, col in marks if math.isfinite(c.corrected_ci[0])]
     if bars:
-        yb = [y for y, _, _ in bars]
-        cb = [col for _, _, col in bars]
+        yb, cb = [y for y, _, _ in bars], [col for _, _, col in bars]
         corr = np.array([c.corrected_ci for _, c, _ in bars]) * fmt.scale
         ci = np.array([c.ci for _, c, _ in bars]) * fmt.scale
         ax.hlines(yb, corr[:, 0], corr[:, 1], colors=cb, lw=3, alpha=0.5)
@@ -177,7 +171,7 @@ def proportion_traces(traces: dict[str, dict[str, Trace]], path: str | Path) -> 
 def performance_profiles(profiles: Profiles, path: str | Path, fmt: Fmt) -> Path:
     """One curve per method with its stratified-bootstrap band (`Analysis.profiles`)."""
     taus = profiles.taus * fmt.scale
-    fig, axes = _figure(1, margins=(0.75, 0.15, 0.15, 0.55, 0.0, 0.0))  # fixed: one draw
+    fig, axes = _figure(1, margins=(0.75, 0.15, 0.15, 0.55))  # fixed: one draw
     ax = axes[0][0]
     for k, (m, (curve, lo, hi)) in enumerate(profiles.curves.items()):
         (line,) = ax.plot(taus, curve, lw=1.2, label=m, **_method_style(k))

@@ -265,6 +265,18 @@ def _cell(v):
     return "" if isinstance(v, float) and math.isnan(v) else v
 
 
+def write_csv(rows: list[dict], columns, path: str | Path, extra: str = "raise") -> Path:
+    """Write ``rows`` (mappings over ``columns``; another key: ``extra``, "raise" or
+    "ignore") as a CSV with that header."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(p) as tmp, tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction=extra)
+        w.writeheader()
+        w.writerows(rows)
+    return p
+
+
 def statistics_rows(a: Analysis) -> list[dict]:
     """The rows of ``statistics.csv`` as mappings over `STATISTICS_COLUMNS` (NaN as "")."""
     out = []
@@ -284,16 +296,6 @@ def statistics_rows(a: Analysis) -> list[dict]:
                 row["control_passed"] = "" if c.control_passed is None else c.control_passed
             out.append({k: _cell(v) for k, v in row.items()})
     return out
-
-
-def write_csv(rows: list[dict], columns: list[str] | tuple[str, ...], path: Path) -> Path:
-    """Write ``rows`` (mappings over exactly ``columns``) as a CSV with that header."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataflex_rl.harness.reporting.report import (
     ReportInputs,
     ReportParts,
     prepare_report,
+    write_csv,
     write_report_files,
 )
 from dataflex_rl.harness.running.executors import make_executor
@@ -27,7 +28,7 @@ from dataflex_rl.harness.running.runner import (
     run_tracking,
 )
 from dataflex_rl.harness.statistics.analysis import Analysis
-from dataflex_rl.harness.statistics.results import Row, write_proportions_csv, write_results_csv
+from dataflex_rl.harness.statistics.results import PROPORTION_COLUMNS, Row, write_results_csv
 from dataflex_rl.tracking import TrackingConfig, flatten, prepare_store, require_backends
 
 
@@ -237,7 +238,7 @@ def run_compare(
     rows = result_rows(execution, exp.domains, exp.evaluation.metric, tokens)
     write_results_csv(rows, out / "results.csv")
     props = proportion_rows(execution)
-    write_proportions_csv(props, out / "proportions.csv")
+    write_csv(props, PROPORTION_COLUMNS, out / "proportions.csv", extra="ignore")
     failed = execution.failed
     failures = [
         Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", "")) for r in failed

@@ -166,17 +166,6 @@ def write_results_csv(rows: list[Row], path: str | Path) -> Path:
 PROPORTION_COLUMNS = ("method", "seed", "step", "domain", "target", "actual")
 
 
-def write_proportions_csv(rows: list[dict], path: str | Path) -> Path:
-    """Write ``proportions.csv``: per mixer run, step and domain the target and sampled share."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(p) as tmp, tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(PROPORTION_COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return p
-
-
 def read_proportions_csv(path: str | Path) -> list[dict]:
     """Rows of ``proportions.csv`` (numbers parsed; a missing ``actual`` is NaN)."""
     out = []

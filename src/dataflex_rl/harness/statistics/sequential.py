@@ -82,7 +82,6 @@ def half_widths(
         n: [...] sample sizes (≥ 2).
         sd: [...] sample SDs (ddof 1) of the differences, broadcast with ``n``.
         alpha_each: level of this comparison (α/m).
-        prior_scale: τ, the prior SD of the standardized effect.
     """
     n = np.asarray(n, dtype=np.float64)
     g = n * prior_scale**2
@@ -95,17 +94,10 @@ def half_widths(
 def confidence_sequence(
     x: np.ndarray, alpha_each: float, bound: float = 1.0, prior_scale: float = PRIOR_SCALE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Running-intersection confidence sequence over the leading axis.
-
-    Args:
-        x: [N, ...] paired differences in the order seeds were added.
-        alpha_each: level of each comparison.
-        bound: differences lie in [−bound, bound]; so does the interval.
-        prior_scale: τ.
-
-    Returns:
-        ``(low, high)``, each [N, ...]: the interval after 1, 2, …, N differences.
-    """
+    """``(low, high)``, each [N, ...]: the running-intersection confidence sequence of the
+    paired differences ``x`` [N, ...] (in the order seeds were added) after 1, 2, …, N of
+    them, at level ``alpha_each`` (the differences, and so the interval, lie in [−bound,
+    bound])."""
     x = np.asarray(x, dtype=np.float64)
     n = np.arange(1, x.shape[0] + 1, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - 1))
     mean = np.cumsum(x, axis=0) / n
@@ -140,10 +132,6 @@ def sequential_verdicts(
         alpha: probability that any verdict of the family is wrong, at any stopping time.
         margin: "equivalent" means the interval lies inside [−margin, margin].
         bound: the differences lie in [−bound, bound] (1 for accuracies).
-        prior_scale: τ.
-
-    Returns:
-        label -> `SequentialResult`.
     """
     if margin < 0 or bound <= 0:
         raise ValueError(f"margin must be >= 0 and bound > 0, got {margin}, {bound}")

@@ -71,15 +71,9 @@ def percentile_interval(samples, alpha: float) -> tuple[float, float]:
 def bootstrap_interval(
     diffs, rng: np.random.Generator, alpha=0.05, n_boot: int = 10_000
 ) -> np.ndarray:
-    """Paired-bootstrap percentile interval(s) of the mean difference.
-
-    Args:
-        diffs: [n] paired differences (method - baseline), one per seed.
-        alpha: a level or an array of K levels (the same resamples serve all of them).
-
-    Returns:
-        ``[2]`` (low, high) for a scalar ``alpha``, else ``[K, 2]``.
-    """
+    """Paired-bootstrap percentile interval of the mean of ``diffs`` [n] (method - baseline,
+    one per seed): ``[2]`` (low, high) for a scalar ``alpha``, ``[K, 2]`` for K levels (the same
+    resamples serve all of them)."""
     a = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
     means = bootstrap_means(diffs, rng, n_boot)
     q = np.quantile(means, np.concatenate([a / 2, 1 - a / 2]))
@@ -99,17 +93,9 @@ def sign_flip_pvalue(
     n_perm: int = 10_000,
     exact_max_n: int = EXACT_MAX_N,
 ) -> float:
-    """Two-sided paired permutation (sign-flip) p-value of the mean difference.
-
-    Args:
-        diffs: [n] paired differences.
-        rng: needed only when n > ``exact_max_n`` (random sign flips).
-        n_perm: random sign patterns drawn when n > ``exact_max_n``.
-        exact_max_n: enumerate all 2^n patterns up to this n.
-
-    Returns:
-        The p-value; NaN when n == 0. All-zero differences give 1.
-    """
+    """Two-sided paired permutation (sign-flip) p-value of the mean of ``diffs`` [n]: all 2^n
+    patterns up to ``exact_max_n``, above it ``n_perm`` random ones (``rng`` needed only
+    then). NaN when n == 0; all-zero differences give 1."""
     d = _as_1d(diffs, "diffs")
     n = d.size
     if n == 0:
