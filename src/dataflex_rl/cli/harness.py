@@ -81,33 +81,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             extra = f"  {exp.host} {r.overrides}" if r.overrides else ""
             print(f"{r.method:<18} seed {r.seed:<4} -> {r.out_dir}{extra}")
         return 0
+    run = {"workers": args.workers, "progress": not args.no_progress, "plots": not args.no_plots}
+    run["address"] = args.address
     if args.until_decided:
         from dataflex_rl.harness.running.until_decided import run_until_decided
 
+        margin = 0.02 if args.margin is None else args.margin
         res, seq = run_until_decided(
-            exp,
-            out,
-            max_seeds=args.max_seeds,
-            round_size=args.round or 2,
-            margin=0.02 if args.margin is None else args.margin,
-            workers=args.workers,
-            progress=not args.no_progress,
-            plots=not args.no_plots,
-            address=args.address,
+            exp, out, max_seeds=args.max_seeds, round_size=args.round or 2, margin=margin, **run
         )
         print(
             f"stopped: {seq.stopped} after {len(seq.seeds)} seeds"
             + (f" (a fixed-n design needs {seq.fixed_n})" if seq.fixed_n else "")
         )
     else:
-        res = run_compare(
-            exp,
-            out,
-            workers=args.workers,
-            progress=not args.no_progress,
-            plots=not args.no_plots,
-            address=args.address,
-        )
+        res = run_compare(exp, out, **run)
     _print_summary(res.report, out)
     ex = res.execution
     print(
@@ -173,9 +161,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for n in notes:
         print(f"note: {n}")
     if not table.by:
-        parts = prepare_report(rows, out, inputs)
-        write_report_files(parts)
-        _print_summary(parts, out)
+        _print_summary(write_report_files(prepare_report(rows, out, inputs)), out)
         return 0
     strata = write_strata_report(table, out, inputs, requested)
     for s, parts, ref in zip(table.strata, strata, refs):
@@ -250,15 +236,8 @@ def _percent_hint(rows, scale: float) -> list[str]:
 
 
 #: options of ``report`` that only ``--from-tracker`` reads
-TRACKER_FLAGS = (
-    "--experiment",
-    "--group",
-    "--tag",
-    "--method-field",
-    "--seed-field",
-    "--metrics",
-    "--exclude",
-    "--step",
+TRACKER_FLAGS = tuple(
+    "--experiment --group --tag --method-field --seed-field --metrics --exclude --step".split()
 )
 
 
@@ -320,10 +299,8 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
         "The defaults read what a 'tracking:' section writes: method = the 'strategy' tag, "
         "seed = 'seed', benchmarks = the engine's held-out accuracies of the compared metric.",
     )
-    g.add_argument(
-        "--experiment", default=None, help="only runs of this MLflow experiment / W&B project"
-    )
-    g.add_argument("--group", default=None, help="only runs of this W&B group / MLflow 'group' tag")
+    g.add_argument("--experiment", help="only runs of this MLflow experiment / W&B project")
+    g.add_argument("--group", help="only runs of this W&B group / MLflow 'group' tag")
     g.add_argument(
         "--tag",
         action="append",
@@ -337,7 +314,6 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
     ):
         g.add_argument(
             flag,
-            default=None,
             metavar="FIELD[~REGEX]",
             help=f"the run field holding the {what}: a parameter, config key or tag, or the "
             f"run's name, id, group or experiment; ~REGEX takes the regex's first group in "
@@ -345,7 +321,6 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
         )
     g.add_argument(
         "--metrics",
-        default=None,
         metavar="GLOB|re:REGEX",
         help="metric keys that are benchmarks; a glob's benchmark is the part between its "
         "first and last wildcard (default: eval/*/<metric>, one benchmark per domain, <metric> "
@@ -363,7 +338,6 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--step",
         type=step,
-        default=None,
         metavar="N",
         help=with_range(
             "read the metrics at step N (every run must have it); default every step, the "
@@ -415,7 +389,6 @@ def register_commands(subparsers) -> None:
     p.add_argument(
         "--workers",
         type=count,
-        default=None,
         metavar="N",
         help=with_range(
             "worker processes (default: one per resources.cpus_per_run cores); with "
@@ -426,21 +399,18 @@ def register_commands(subparsers) -> None:
     p.add_argument(
         "--executor",
         choices=("local", "ray"),
-        default=None,
         help="where the runs execute (default: the experiment's 'executor', else local): "
         "local worker processes, or Ray tasks on a cluster (pip install "
         '"dataflex-rl[ray]"; docs/cluster.md)',
     )
     p.add_argument(
         "--address",
-        default=None,
         metavar="ADDR",
         help="with --executor ray: the cluster to submit to (auto, HOST:PORT or "
         "ray://HOST:PORT; default: $RAY_ADDRESS, else a local cluster for this command)",
     )
     p.add_argument(
         "--out",
-        default=None,
         metavar="DIR",
         help="output folder (default runs/compare/<experiment name>)",
     )
@@ -450,7 +420,6 @@ def register_commands(subparsers) -> None:
     p.add_argument(
         "--seeds",
         type=count,
-        default=None,
         metavar="N",
         help=with_range(
             "run seeds 0..N-1 instead of the experiment's 'seeds' "
@@ -474,21 +443,18 @@ def register_commands(subparsers) -> None:
     p.add_argument(
         "--max-seeds",
         type=count,
-        default=None,
         metavar="N",
         help=with_range("with --until-decided: stop at N seeds", count),
     )
     p.add_argument(
         "--round",
         type=count,
-        default=None,
         metavar="K",
         help=with_range("with --until-decided: seeds added per round (default 2)", count),
     )
     p.add_argument(
         "--margin",
         type=margin,
-        default=None,
         metavar="M",
         help=with_range(
             "with --until-decided: equivalence margin in score units "
@@ -525,7 +491,6 @@ def register_commands(subparsers) -> None:
     p.add_argument(
         "--by",
         type=_columns,
-        default=None,
         metavar="COL[,COL]",
         help="one comparison per value of these columns of FILE (e.g. model,campaign,regime), "
         "or of these fields of the tracker's runs (a parameter, config key or tag, or the run's "
@@ -546,14 +511,12 @@ def register_commands(subparsers) -> None:
     )
     p.add_argument(
         "--domains",
-        default=None,
         metavar="FILE",
         help="benchmark -> domain (YAML 'math: [math500, aime24]' or 'math500: math', or a CSV "
         "benchmark,domain); groups and selects the benchmarks",
     )
     p.add_argument(
         "--baseline",
-        default=None,
         type=_columns,
         metavar="METHOD[,METHOD...]",
         help="reference method; a list: in each stratum the first of them present (e.g. "
@@ -562,18 +525,16 @@ def register_commands(subparsers) -> None:
     )
     p.add_argument(
         "--out",
-        default=None,
         metavar="DIR",
         help="output folder (default <FILE stem>_report next to FILE; with --from-tracker "
         "<BACKEND>_report here)",
     )
     p.add_argument(
         "--proportions",
-        default=None,
         metavar="FILE",
         help="optional proportions.csv (method, seed, step, domain, target, actual)",
     )
-    p.add_argument("--title", default=None, help="report title")
+    p.add_argument("--title", help="report title")
     # the ranges are the experiment file's 'statistics' declarations
     for flag, key, default, text in (
         ("--alpha", "alpha", 0.05, "family-wise error rate (Holm)"),
@@ -592,7 +553,7 @@ def register_commands(subparsers) -> None:
         help="also log the report to this tracker (tensorboard, wandb or mlflow; repeat for "
         "several), its files under --out (docs/tracking.md)",
     )
-    p.add_argument("--project", default=None, help="W&B project / MLflow experiment of --track")
+    p.add_argument("--project", help="W&B project / MLflow experiment of --track")
     _tracker_options(p)
     p.set_defaults(func=_cmd_report)
 
@@ -623,7 +584,6 @@ def register_commands(subparsers) -> None:
     )
     p.add_argument(
         "--out",
-        default=None,
         metavar="DIR",
         help="output folder (default: replay/ next to the log folder)",
     )

@@ -63,15 +63,8 @@ def param(
     defaults (lists, dicts, dataclass instances) are copied for every instance. ``expect``
     replaces the type name in "expected ..." messages (e.g. "a preset name or a mapping").
     """
-    meta = {
-        "doc": doc,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "lt": lt,
-        "choices": tuple(choices) if choices is not None else None,
-        "expect": expect,
-    }
+    choices = tuple(choices) if choices is not None else None
+    meta = dict(doc=doc, ge=ge, gt=gt, le=le, lt=lt, choices=choices, expect=expect)
     if default is MISSING:
         return field(metadata=meta)
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
@@ -209,22 +202,9 @@ def _model(schema: type) -> type[pydantic.BaseModel]:
 
 # ------------------------------------------------------------------------------ messages
 _TYPE_ERRORS = frozenset(
-    {
-        "int_type",
-        "float_type",
-        "bool_type",
-        "string_type",
-        "list_type",
-        "dict_type",
-        "tuple_type",
-        "none_required",
-        "is_instance_of",
-        "model_type",
-        "model_attributes_type",
-        "dataclass_type",
-        "int_from_float",
-        "literal_error",
-    }
+    "int_type float_type bool_type string_type list_type dict_type tuple_type none_required "
+    "is_instance_of model_type model_attributes_type dataclass_type int_from_float "
+    "literal_error".split()
 )
 
 
@@ -333,27 +313,16 @@ def _format(err: dict, data: Any, schema: type, where: str, noun: str) -> str:
             f"{at}: must be one of {', '.join(map(repr, ctx['choices']))}, got {value!r}."
             f"{suggest(str(value), choices)}"
         )
-    for key, sym in BOUNDS:
-        if (
-            kind
-            in (
-                f"greater_than{'_equal' if key == 'ge' else ''}",
-                f"less_than{'_equal' if key == 'le' else ''}",
-            )
-            and key in ctx
-        ):
-            return f"{at}: must be {sym} {ctx[key]}, got {value!r}"
+    bound = [(key, sym) for key, sym in BOUNDS if key in ctx]
+    if kind.startswith(("greater_than", "less_than")) and bound:
+        key, sym = bound[0]
+        return f"{at}: must be {sym} {ctx[key]}, got {value!r}"
     if kind == "finite_number":
         return f"{at}: must be a finite number, got {value!r}"
     if kind in _TYPE_ERRORS:
         tp = _annotation_at(schema, path)
-        expected = (
-            "a mapping"
-            if tp is not None and _is_schema(_strip(tp))
-            else type_name(tp)
-            if tp is not None
-            else err["msg"]
-        )
+        expected = err["msg"] if tp is None else type_name(tp)
+        expected = "a mapping" if tp is not None and _is_schema(_strip(tp)) else expected
         owner = _annotation_at(schema, path[:-1]) if path and isinstance(path[-1], str) else None
         if owner is not None and _is_schema(_strip(owner)):
             f = {f.name: f for f in dataclasses.fields(_strip(owner))}.get(path[-1])
@@ -418,20 +387,11 @@ def _build(schema: type, data: dict, where: str) -> Any:
     hints = _hints(schema)
     kwargs = {}
     for key, value in data.items():
-        tp = _strip(hints[key])
-        nested = (
-            next(
-                (a for a in ([tp] if _is_schema(tp) else typing.get_args(tp)) if _is_schema(a)),
-                None,
-            )
-            if isinstance(value, dict)
-            else None
-        )
-        kwargs[key] = (
-            _build(nested, value, key_path(where, key))
-            if nested is not None
-            else copy.deepcopy(value)
-        )
+        nested = _declared_schema(hints[key]) if isinstance(value, dict) else None
+        if nested is not None:
+            kwargs[key] = _build(nested, value, key_path(where, key))
+        else:
+            kwargs[key] = copy.deepcopy(value)
     try:
         return schema(**kwargs)
     except ConfigError as e:  # a cross-field check: "Cls.key: ..." -> "where.key: ..."
@@ -485,21 +445,12 @@ def field_rows(schema: type, prefix: str = "") -> list[dict]:
         if _is_schema(tp):
             rows += field_rows(tp, f"{prefix}{f.name}.")
             continue
-        default = (
-            f.default
-            if f.default is not MISSING
-            else f.default_factory()
-            if f.default_factory is not MISSING
-            else MISSING
-        )
+        default = f.default
+        if f.default_factory is not MISSING:
+            default = f.default_factory()
+        row = {"name": f"{prefix}{f.name}", "type": type_name(tp), "default": default}
         rows.append(
-            {
-                "name": f"{prefix}{f.name}",
-                "type": type_name(tp),
-                "default": default,
-                "range": range_text(dict(f.metadata), tp),
-                "doc": f.metadata.get("doc", ""),
-            }
+            {**row, "range": range_text(dict(f.metadata), tp), "doc": f.metadata.get("doc", "")}
         )
     return rows
 
@@ -508,14 +459,10 @@ def help_text(schema: type, title: str, width: int = 100) -> str:
     """``title`` and, per key, its doc, type, default and range (an ``--help`` epilog)."""
     lines = [title]
     for r in field_rows(schema):
-        default = (
-            "required"
-            if r["default"] is MISSING
-            else yaml.safe_dump(r["default"], default_flow_style=True)
-            .strip()
-            .removesuffix("...")
-            .strip()
-        )
+        default = "required"
+        if r["default"] is not MISSING:
+            default = yaml.safe_dump(r["default"], default_flow_style=True)
+            default = default.strip().removesuffix("...").strip()
         rng = "" if r["range"] in ("any", "true/false") else f"; range {r['range']}"
         lines.append(f"  {r['name']}")
         lines.append(

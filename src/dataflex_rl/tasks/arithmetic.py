@@ -65,22 +65,14 @@ class MathDomain(Domain):
     name = "math"
     #: the engine's default level (engine.config.DEFAULT_DIFFICULTY)
     DEFAULT_LEVEL = 5
+    #: the knobs of a level, in order (the columns of `LEVELS`)
+    KNOBS = tuple("form max_operand min_terms max_terms ops allow_negative".split())
     LEVELS = {
-        1: dict(
-            form="expr", max_operand=9, min_terms=2, max_terms=3, ops="+-", allow_negative=False
-        ),
-        2: dict(
-            form="expr", max_operand=15, min_terms=2, max_terms=3, ops="+-", allow_negative=True
-        ),
-        3: dict(
-            form="expr", max_operand=20, min_terms=2, max_terms=3, ops="+-*", allow_negative=True
-        ),
-        4: dict(
-            form="expr", max_operand=99, min_terms=2, max_terms=4, ops="+-*", allow_negative=True
-        ),
-        5: dict(
-            form="sort", max_operand=9, min_terms=8, max_terms=9, ops="+", allow_negative=False
-        ),
+        1: dict(zip(KNOBS, ("expr", 9, 2, 3, "+-", False))),
+        2: dict(zip(KNOBS, ("expr", 15, 2, 3, "+-", True))),
+        3: dict(zip(KNOBS, ("expr", 20, 2, 3, "+-*", True))),
+        4: dict(zip(KNOBS, ("expr", 99, 2, 4, "+-*", True))),
+        5: dict(zip(KNOBS, ("sort", 9, 8, 9, "+", False))),
     }
 
     def __init__(

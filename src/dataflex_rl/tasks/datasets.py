@@ -29,7 +29,7 @@ from typing import Any
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import get_path
 from dataflex_rl.deps import available
-from dataflex_rl.tasks.base import Domain, Problem, TaskSet, exact_match
+from dataflex_rl.tasks.base import Domain, Problem, TaskSet
 from dataflex_rl.tasks.verifiers import build_verifier, verifier_kinds
 
 log = logging.getLogger(__name__)
@@ -471,11 +471,6 @@ class LoadedDomain(Domain):
     def verify(self, problem: Problem, response: str | None) -> float:
         answers = (problem.extra.get("answers") if problem.extra else None) or [problem.answer]
         return 1.0 if any(float(self._check(response, a)) >= 1.0 for a in answers) else 0.0
-
-
-def exact_match_response(response: str | None, answer: str) -> float:
-    """`exact_match` with the (response, ground_truth) argument order of verifiers."""
-    return exact_match(answer, response)
 
 
 def _split(

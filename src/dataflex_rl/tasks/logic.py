@@ -87,40 +87,14 @@ class LogicDomain(Domain):
     name = "logic"
     #: the engine's default level (engine.config.DEFAULT_DIFFICULTY)
     DEFAULT_LEVEL = 3
+    #: the knobs of a level, in order (the columns of `LEVELS`)
+    KNOBS = tuple(
+        "form min_vars max_vars letters min_hops max_hops distractors min_depth max_depth".split()
+    )
     LEVELS = {
-        1: dict(
-            form="horn",
-            min_vars=3,
-            max_vars=3,
-            letters="abcdefgh",
-            min_hops=1,
-            max_hops=2,
-            distractors=1,
-            min_depth=1,
-            max_depth=2,
-        ),
-        2: dict(
-            form="horn",
-            min_vars=3,
-            max_vars=5,
-            letters="abcdefgh",
-            min_hops=1,
-            max_hops=3,
-            distractors=3,
-            min_depth=1,
-            max_depth=3,
-        ),
-        3: dict(
-            form="horn",
-            min_vars=5,
-            max_vars=7,
-            letters="abcdefgh",
-            min_hops=2,
-            max_hops=4,
-            distractors=3,
-            min_depth=2,
-            max_depth=4,
-        ),
+        1: dict(zip(KNOBS, ("horn", 3, 3, "abcdefgh", 1, 2, 1, 1, 2))),
+        2: dict(zip(KNOBS, ("horn", 3, 5, "abcdefgh", 1, 3, 3, 1, 3))),
+        3: dict(zip(KNOBS, ("horn", 5, 7, "abcdefgh", 2, 4, 3, 2, 4))),
     }
 
     def __init__(

@@ -122,31 +122,12 @@ class ReasoningGymArithmetic(ReasoningGymDomain):
 
     name = "rg_arithmetic"
     dataset = "basic_arithmetic"
+    #: the knobs of a level, in order (the columns of `LEVELS`)
+    KNOBS = tuple("min_terms max_terms min_digits max_digits operators allow_parentheses".split())
     LEVELS = {
-        1: dict(
-            min_terms=2,
-            max_terms=2,
-            min_digits=1,
-            max_digits=1,
-            operators="+-",
-            allow_parentheses=False,
-        ),
-        2: dict(
-            min_terms=2,
-            max_terms=3,
-            min_digits=1,
-            max_digits=2,
-            operators="+-",
-            allow_parentheses=True,
-        ),
-        3: dict(
-            min_terms=2,
-            max_terms=4,
-            min_digits=1,
-            max_digits=2,
-            operators="+-*",
-            allow_parentheses=True,
-        ),
+        1: dict(zip(KNOBS, (2, 2, 1, 1, "+-", False))),
+        2: dict(zip(KNOBS, (2, 3, 1, 2, "+-", True))),
+        3: dict(zip(KNOBS, (2, 4, 1, 2, "+-*", True))),
     }
 
     def __init__(

@@ -6,9 +6,7 @@ from the logged columns and calls ``Strategy.decide`` on it (and ``filter_prompt
 step's prompts for pre-rollout strategies), step by step, so each strategy's own state (mixer
 windows, prompt histories) evolves as it would have on these rollouts.
 
-Replay is counterfactual on fixed rollouts: had the strategy been run, the policy -- and so the
-rollouts -- would have changed too. It answers "what would it keep / weight / ask for on these
-rollouts" and "how much generation would it skip", not "would it train better".
+Replay is counterfactual on fixed rollouts (`report.FRAMING` says what that means for a reader).
 
 How the per-token fields are rebuilt (per step, T = the logged ``max_length``, right-padded):
 
@@ -31,9 +29,9 @@ How the per-token fields are rebuilt (per step, T = the logged ``max_length``, r
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -91,27 +89,22 @@ class DecisionLogData:
             per_row = c.get("prob_mean")
             per_row = np.log(per_row[a:b]) if per_row is not None else c["logprob_mean"][a:b]
             if not np.isnan(per_row).all():
-                lp = (
-                    torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))[:, None]
-                    * maskf
-                )
+                per_row = np.ascontiguousarray(per_row, dtype=np.float32)
+                lp = torch.from_numpy(per_row)[:, None] * maskf
         if ent is None and "entropy_mean" in c and not np.isnan(c["entropy_mean"][a:b]).all():
             ent = torch.from_numpy(c["entropy_mean"][a:b])[:, None] * maskf
         if ent is not None and b > a and bool(torch.isnan(ent[mask]).all()):
             ent = None  # the host passed no entropies
         if adv is not None and b > a and bool(torch.isnan(adv[mask]).all()):
             adv = None  # the host logged no advantages (NaN on every valid token)
-        per_response = {}
+        per_response, keys = {}, c["prompt_key"]
         flag = self.steps.get("per_response_advantages")
         if flag is not None and bool(flag[i]) and not np.isnan(c["advantage"][a:b]).all():
             # the host passed its per-response values: pass the logged ones (exact) the same
             # way, so the decision reads what the host's did (also when the host had no token
             # advantages and the log's token columns hold none)
-            per_response = {
-                "response_advantages": torch.from_numpy(c["advantage"][a:b]),
-                "response_lengths": length,
-            }
-        keys = c["prompt_key"]
+            adv_r = torch.from_numpy(c["advantage"][a:b])
+            per_response = {"response_advantages": adv_r, "response_lengths": length}
         return RolloutBatch(
             rewards=torch.from_numpy(c["reward"][a:b]),
             response_mask=mask,
@@ -220,25 +213,12 @@ def read_log(path: str | Path) -> DecisionLogData:
         step_col = step_col[sort]
     bounds = np.searchsorted(step_col, np.append(steps["step"], np.iinfo(np.int64).max))
     bounds[-1] = len(step_col)
-    cols: dict[str, Any] = {}
-    for name in (
-        "group",
-        "is_padding",
-        "reward",
-        "length",
-        "advantage",
-        "advantage_mean",
-        "logprob_mean",
-        "keep",
-        "weight",
-    ):
-        cols[name] = resp[name].to_numpy(zero_copy_only=False)
-    cols["decision_advantage"] = pc.fill_null(resp["decision_advantage"], math.nan).to_numpy(
-        zero_copy_only=False
-    )
-    for name in ("prob_mean", "entropy_mean", "micro_batch", "kept_tokens"):
-        if name in resp.column_names:
-            cols[name] = resp[name].to_numpy(zero_copy_only=False)
+    names = "group is_padding reward length advantage advantage_mean logprob_mean keep weight"
+    optional = ("prob_mean", "entropy_mean", "micro_batch", "kept_tokens")
+    names = [*names.split(), *(n for n in optional if n in resp.column_names)]
+    cols: dict[str, Any] = {n: resp[n].to_numpy(zero_copy_only=False) for n in names}
+    advantage = pc.fill_null(resp["decision_advantage"], math.nan)
+    cols["decision_advantage"] = advantage.to_numpy(zero_copy_only=False)
     dom = pc.index_in(pc.cast(resp["domain"], pa.string()), value_set=pa.array(domains))
     cols["domain"] = dom.to_numpy(zero_copy_only=False).astype(np.int64)
     keys = resp["prompt_key"]
@@ -257,15 +237,9 @@ def read_log(path: str | Path) -> DecisionLogData:
     for name, v in cols.items():  # Arrow's buffers are read-only; torch wants writable ones
         if isinstance(v, np.ndarray) and not v.flags.writeable:
             cols[name] = v.copy()
+    strategy, settings = json.loads(meta["strategy"]), json.loads(meta.get("settings", "{}"))
     return DecisionLogData(
-        folder,
-        domains,
-        json.loads(meta["strategy"]),
-        json.loads(meta.get("settings", "{}")),
-        meta.get("host", "?"),
-        cols,
-        steps,
-        bounds,
+        folder, domains, strategy, settings, meta.get("host", "?"), cols, steps, bounds
     )
 
 
@@ -282,18 +256,14 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
         )
     logged_refill = isinstance(log.strategy, dict) and log.strategy.get("refill") is not None
     if strategy.refill_rounds or logged_refill:
+        by = f" (the log was written by {log.strategy.get('name', '?')!r}, which refilled: its "
+        by = by + "batches over-represent prompts that its selector keeps)" if logged_refill else ""
         notes.append(
             "refill: replay re-decides on the groups the logged run generated (on the engine, "
             "every group of each step, refill rounds included; on TRL, the assembled batch), "
             "so a selector's keep mask replays exactly; it cannot redo the refill itself: "
             "which prompts a strategy would have drawn and generated to replace what it "
-            "drops needs new generations"
-            + (
-                f" (the log was written by {log.strategy.get('name', '?')!r}, which refilled: "
-                "its batches over-represent prompts that its selector keeps)"
-                if logged_refill
-                else ""
-            )
+            "drops needs new generations" + by
         )
     full = bool(log.settings.get("full_tokens"))
     c = log.columns
@@ -506,12 +476,7 @@ def _skipped_groups(st: Strategy, batch: RolloutBatch, gen: torch.Generator) -> 
     first = torch.full((G,), batch.batch_size, dtype=torch.int64).scatter_reduce_(
         0, batch.group_ids, torch.arange(batch.batch_size), "amin"
     )
-    keys = (
-        operator.itemgetter(*first.tolist())(batch.prompt_keys)
-        if G > 1
-        else (batch.prompt_keys[int(first[0])],)
-    )
-    keep, _ = st.filter_prompts(list(keys), batch.step, gen)
+    keep, _ = st.filter_prompts([batch.prompt_keys[i] for i in first.tolist()], batch.step, gen)
     return (~keep).numpy()
 
 
@@ -600,13 +565,8 @@ def _figures(
             "weight_max_diff_logged": _seg_max(np.abs(o["weight"] - c["weight"]), bounds),
         }
         for i in range(len(steps)):
-            row = {
-                "strategy": lb,
-                "step": int(steps[i]),
-                "responses": int(n_active[i]),
-                "kept": int(kept[i]),
-                "tokens": int(tokens[i]),
-            }
+            row = {"strategy": lb, "step": int(steps[i]), "responses": int(n_active[i])}
+            row.update(kept=int(kept[i]), tokens=int(tokens[i]))
             row.update({k: float(v[i]) for k, v in fig.items()})
             row["responses_saved"] = int(row["responses_saved"])
             row["tokens_saved"] = int(row["tokens_saved"])
@@ -614,22 +574,20 @@ def _figures(
             row["mix_updated"] = bool(o["updated"][i])
             row.update({f"target_{d}": float(o["target"][i, k]) for k, d in enumerate(log.domains)})
             rows.append(row)
-        total_tokens = float(tokens.sum())
+        saved, total_tokens = float(fig["tokens_saved"].sum()), float(tokens.sum())
         ov = {
             "steps": len(steps),
             "retention": float(kept.sum() / max(n_active.sum(), 1)),
-            "ess_fraction": _nanmean(ess),
-            "skip_rate": _nanmean(fig["skip_rate"]),
+            "ess_fraction": nanmean(ess),
+            "skip_rate": nanmean(fig["skip_rate"]),
             "responses_saved": int(fig["responses_saved"].sum()),
-            "tokens_saved": int(fig["tokens_saved"].sum()),
-            "tokens_saved_fraction": float(fig["tokens_saved"].sum() / total_tokens)
-            if total_tokens
-            else 0.0,
-            "jaccard_logged": _nanmean(fig["jaccard_logged"]),
-            "weight_corr_logged": _nanmean(fig["weight_corr_logged"]),
+            "tokens_saved": int(saved),
+            "tokens_saved_fraction": saved / total_tokens if total_tokens else 0.0,
+            "jaccard_logged": nanmean(fig["jaccard_logged"]),
+            "weight_corr_logged": nanmean(fig["weight_corr_logged"]),
             "exact_steps": int(o["exact"].sum()) if o["own"] else None,
         }
-        ov.update({f"target_{d}": _nanmean(o["target"][:, k]) for k, d in enumerate(log.domains)})
+        ov.update({f"target_{d}": nanmean(o["target"][:, k]) for k, d in enumerate(log.domains)})
         overall[lb] = ov
     return rows, overall
 
@@ -653,26 +611,19 @@ def _seg_max(x: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 def _pairwise(log: DecisionLogData, labels: list[str], out: dict, active: np.ndarray) -> list[dict]:
     rows = []
-    steps = log.steps["step"]
-    for x in range(len(labels)):
-        for y in range(x + 1, len(labels)):
-            a, b = out[labels[x]], out[labels[y]]
-            jac = _seg_jaccard(a["keep"] & active, b["keep"] & active, log.bounds)
-            cor = _seg_corr(a["weight"], b["weight"], active, log.bounds)
-            rows += [
-                {
-                    "a": labels[x],
-                    "b": labels[y],
-                    "step": int(steps[i]),
-                    "jaccard": float(jac[i]),
-                    "weight_corr": float(cor[i]),
-                }
-                for i in range(len(steps))
-            ]
+    for x, y in itertools.combinations(labels, 2):
+        a, b = out[x], out[y]
+        jac = _seg_jaccard(a["keep"] & active, b["keep"] & active, log.bounds)
+        cor = _seg_corr(a["weight"], b["weight"], active, log.bounds)
+        rows += [
+            {"a": x, "b": y, "step": int(s), "jaccard": float(j), "weight_corr": float(c)}
+            for s, j, c in zip(log.steps["step"], jac, cor)
+        ]
     return rows
 
 
-def _nanmean(values) -> float:
+def nanmean(values) -> float:
+    """The mean of the finite ``values`` (NaN without any)."""
     v = np.asarray(list(values), dtype=np.float64)
     v = v[np.isfinite(v)]
     return float(v.mean()) if v.size else math.nan

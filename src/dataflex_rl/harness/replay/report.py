@@ -10,10 +10,8 @@ import importlib.util
 import math
 from pathlib import Path
 
-import numpy as np
-
 from dataflex_rl.core.io import atomic_path, atomic_write_json, atomic_write_text
-from dataflex_rl.harness.replay.replay import ReplayResult
+from dataflex_rl.harness.replay.replay import ReplayResult, nanmean
 from dataflex_rl.harness.reporting.document import (
     Document,
     Figure,
@@ -33,10 +31,8 @@ FRAMING = (
 )
 
 
-def _f(x: float, digits: int = 3) -> str:
-    return (
-        "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
-    )
+def _f(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
 #: what the overall table's columns mean (under it)
@@ -58,34 +54,18 @@ def overall_table(res: ReplayResult) -> Table:
     """One row per replayed strategy: retention, weight ESS, skip rate, tokens saved,
     agreement with the logged decision, exact steps, the domain proportions asked for."""
     domains = res.log.domains
-    header = (
-        "strategy",
-        "retention",
-        "weight ESS",
-        "skip rate",
-        "tokens saved",
-        "Jaccard vs logged",
-        "weight corr vs logged",
-        "identical to logged",
-        *(f"target {d}" for d in domains),
-    )
+    header = ("strategy", "retention", "weight ESS", "skip rate", "tokens saved")
+    header += ("Jaccard vs logged", "weight corr vs logged", "identical to logged")
+    header += tuple(f"target {d}" for d in domains)
     rows = []
     for lb in res.strategies:
         o = res.overall[lb]
         exact = "—" if o["exact_steps"] is None else f"{o['exact_steps']}/{o['steps']}"
-        rows.append(
-            (
-                lb,
-                _f(o["retention"]),
-                _f(o["ess_fraction"]),
-                _f(o["skip_rate"]),
-                f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%)",
-                _f(o["jaccard_logged"]),
-                _f(o["weight_corr_logged"]),
-                exact,
-                *(_f(o[f"target_{d}"]) for d in domains),
-            )
-        )
+        saved = f"{o['tokens_saved']} ({_f(100 * o['tokens_saved_fraction'], 1)}%)"
+        figures = [o[k] for k in ("retention", "ess_fraction", "skip_rate")]
+        agree = [o["jaccard_logged"], o["weight_corr_logged"]]
+        targets = [o[f"target_{d}"] for d in domains]
+        rows.append((lb, *map(_f, figures), saved, *map(_f, agree), exact, *map(_f, targets)))
     return Table(header, tuple(rows), (False, *(True,) * (len(header) - 1)))
 
 
@@ -94,7 +74,7 @@ def pairwise_table(res: ReplayResult) -> Table:
     rows = []
     for a, b in dict.fromkeys((p["a"], p["b"]) for p in res.pairwise):
         sel = [p for p in res.pairwise if p["a"] == a and p["b"] == b]
-        jac, corr = _mean(p["jaccard"] for p in sel), _mean(p["weight_corr"] for p in sel)
+        jac, corr = nanmean(p["jaccard"] for p in sel), nanmean(p["weight_corr"] for p in sel)
         rows.append((a, b, _f(jac), _f(corr)))
     header = ("strategy A", "strategy B", "Jaccard of kept sets", "weight correlation")
     return Table(header, tuple(rows), (False, False, True, True))
@@ -129,12 +109,6 @@ def replay_document(res: ReplayResult, plot_files: dict[str, Path], out: Path) -
     )
     secs.append(Section("files", "Files", (Paragraph(files),)))
     return Document("Replay of a decision log", lead, tuple(secs), out)
-
-
-def _mean(values) -> float:
-    v = np.asarray(list(values), dtype=np.float64)
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else math.nan
 
 
 def _write_csv(rows: list[dict], path: Path) -> Path:
@@ -182,7 +156,7 @@ def write_replay_report(
 
 def replay_plot(res: ReplayResult, path: Path) -> Path:
     """Four panels per step: retention, weight ESS, Jaccard vs logged, tokens saved."""
-    from dataflex_rl.harness.reporting.plots import _figure, _save
+    from dataflex_rl.harness.reporting.plots import _figure, _method_style, _save
 
     panels = (
         ("retention", "retention (kept / active)"),
@@ -194,14 +168,8 @@ def replay_plot(res: ReplayResult, path: Path) -> Path:
     for ax, (key, title) in zip(axes[0], panels):
         for k, lb in enumerate(res.strategies):
             sel = [r for r in res.rows if r["strategy"] == lb]
-            ax.plot(
-                [r["step"] for r in sel],
-                [r[key] for r in sel],
-                lw=1.1,
-                color=f"C{k % 10}",
-                ls=("-", "--", ":")[k // 10 % 3],
-                label=lb,
-            )
+            steps, values = [r["step"] for r in sel], [r[key] for r in sel]
+            ax.plot(steps, values, lw=1.1, label=lb, **_method_style(k))
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7, frameon=False)
@@ -223,14 +191,9 @@ def proportions_plot(res: ReplayResult, path: Path) -> Path | None:
     fig, axes = _figure(len(mixers), w=3.4, h=2.8)
     for ax, lb in zip(axes[0], mixers):
         sel = [r for r in res.rows if r["strategy"] == lb]
+        steps = [r["step"] for r in sel]
         for k, d in enumerate(domains):
-            ax.plot(
-                [r["step"] for r in sel],
-                [r[f"target_{d}"] for r in sel],
-                color=f"C{k}",
-                lw=1.2,
-                label=d,
-            )
+            ax.plot(steps, [r[f"target_{d}"] for r in sel], color=f"C{k}", lw=1.2, label=d)
         ax.set_title(f"{lb}: proportions asked for", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)

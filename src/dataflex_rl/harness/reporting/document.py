@@ -1,12 +1,8 @@
 """A report as data, built once from a stored analysis, and its markdown and terminal renderers.
 
-A `Document` is a title, a lead paragraph and `Section` s in page order; a section holds blocks:
-`Paragraph`, `Items` (a list, each item optionally with a preformatted detail such as a
-traceback), `Table` (formatted cells), `Figure` (a plot written beside the report), `Heading`
-(a sub-heading), `Facts` (name: value pairs), `Link` (another page of the report) and `Legend`
-(the verdict colours, HTML only).
-Text is markdown: ``**bold**``, ```code``` and ``[text](path)`` links. The builders
-(`reporting.report.report_document`, `reporting.strata`, `replay.report`) fill it from
+A `Document` is a title, a lead paragraph and `Section` s in page order; a section holds
+blocks (`Block`). Text is markdown: ``**bold**``, ```code``` and ``[text](path)`` links. The
+builders (`reporting.report.report_document`, `reporting.strata`, `replay.report`) fill it from
 numbers already computed; `markdown`, `text` (the terminal) and `html_report.html` only format
 it, so the three show the same sections in the same order with the same numbers.
 """
@@ -131,9 +127,6 @@ class Document:
     lead: str
     sections: tuple[Section, ...]
     out: Path
-
-    def section(self, sid: str) -> Section:
-        return next(s for s in self.sections if s.sid == sid)
 
 
 def markdown_table(t: Table) -> list[str]:

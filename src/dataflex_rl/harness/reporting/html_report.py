@@ -1,19 +1,15 @@
-"""``report.html``: a `document.Document` as one self-contained page, for a laptop or a phone.
-
-It formats the document's blocks and computes nothing. One file: the plots are inlined as data
-URIs (their PNGs), the style sheet is in the page, there is no script,
-and a Content-Security-Policy forbids every request but data: images, so the page loads nothing
-from anywhere. Every string that comes from the user (method, benchmark and file names,
-errors) is HTML-escaped. A table's verdict column comes right after the first (a phone shows it
-without scrolling) and is coloured by the row's verdict, keeping its words.
+"""``report.html``: a `document.Document` as one self-contained page, for a laptop or a phone
+(docs/harness.md, "report.html"): plots inlined as data URIs, the style sheet in the page, no
+script, a Content-Security-Policy that forbids every other request, every user string escaped,
+and a table's verdict column right after the first, coloured by the row's verdict.
 """
 
 from __future__ import annotations
 
 import base64
-import html as _html
 import re
 import struct
+from html import escape
 from pathlib import Path
 
 from dataflex_rl.harness.reporting.document import (
@@ -98,10 +94,6 @@ dl.facts dd { margin: 0; overflow-wrap: anywhere; }
   dl.facts dd { margin-bottom: 0.4rem; }
 }
 """
-
-
-def escape(text: str) -> str:
-    return _html.escape(text, quote=True)
 
 
 def inline(text: str) -> str:

@@ -10,6 +10,7 @@ formatted cells; a number that says "none" or "not available" is written in word
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -23,23 +24,15 @@ from dataflex_rl.harness.statistics.analysis import (
     Analysis,
     SummaryResult,
 )
-from dataflex_rl.harness.statistics.results import scores_are_fractions
 
 
 class Fmt:
-    """Formats scores: accuracies in [0, 1] are shown as points (×100)."""
+    """Formats scores: accuracies in [0, 1] (`Analysis.fractions`) are shown as points (×100)."""
 
     def __init__(self, scale: float, unit: str) -> None:
         self.scale, self.unit = scale, unit
-
-    @classmethod
-    def for_scores(cls, scores) -> Fmt:
-        return cls(100.0, "points") if scores_are_fractions(scores) else cls(1.0, "")
-
-    @classmethod
-    def for_analysis(cls, a: Analysis) -> Fmt:
-        """Points for an analysis of scores in [0, 1] (`Analysis.fractions`)."""
-        return cls(100.0, "points") if a.fractions else cls(1.0, "")
+        #: " (points)" after a label, "" without a unit
+        self.paren = f" ({unit})" if unit else ""
 
     def value(self, v: float, signed: bool = False) -> str:
         if not math.isfinite(v):
@@ -72,14 +65,10 @@ def pvalue(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def paired_seeds(s: SummaryResult) -> str:
-    """ "8" or "6–8": paired seeds of the real comparisons (seeds both runs have)."""
-    return paired_seeds_of(s.comparisons)
-
-
-def paired_seeds_of(comparisons) -> str:
-    """ "8" or "6–8": the paired-seed counts of ``comparisons`` ("0" without any)."""
-    ns = [c.n_pairs for c in comparisons] or [0]
+def paired_seeds(s: SummaryResult | list) -> str:
+    """ "8" or "6–8": the paired-seed counts (seeds both runs have) of the real comparisons of
+    a summary, or of a list of comparisons ("0" without any)."""
+    ns = [c.n_pairs for c in (s if isinstance(s, list) else s.comparisons)] or [0]
     lo, hi = min(ns), max(ns)
     return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
@@ -92,9 +81,7 @@ def headline(a: Analysis, fmt: Fmt) -> list[str]:
     """The opening paragraph: verdict counts, the largest gain against the MDE, power."""
     s = a.primary
     m = len(s.comparisons)
-    counts = {
-        v: sum(c.verdict == v for c in s.comparisons) for v in (BETTER, WORSE, NO_DIFF, TOO_FEW)
-    }
+    counts = Counter(c.verdict for c in s.comparisons)
     where = "the average" if len(a.summaries) > 1 else f"'{s.name}'"
     out = [
         f"Against **{a.baseline}** on {where}, with {paired_seeds(s)} paired seed(s) and "
@@ -128,12 +115,10 @@ def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
         return []
     out = []
     if adv.p_floor > a.options.alpha / adv.m:
-        need = f"at least {adv.min_seeds} paired seeds" + (
-            f" for one comparison and {adv.min_seeds_family} for the best of {adv.m} under "
-            "Holm's correction"
-            if adv.m > 1
-            else ""
-        )
+        need = f"at least {adv.min_seeds} paired seeds"
+        if adv.m > 1:
+            need += f" for one comparison and {adv.min_seeds_family} for the best of {adv.m} "
+            need += "under Holm's correction"
         out.append(
             f"With {adv.n} seeds the exact sign-flip test cannot give p below "
             f"{adv.p_floor:.3g}, so no method can be declared better or worse, whatever the "
@@ -141,9 +126,8 @@ def power_sentences(a: Analysis, fmt: Fmt) -> list[str]:
         )
     if adv.effect is not None:
         k = adv.seeds_needed
-        caveat = (
-            f" (from an SD estimated on only {adv.n} seeds, itself uncertain)" if adv.n < 5 else ""
-        )
+        caveat = f" (from an SD estimated on only {adv.n} seeds, itself uncertain)"
+        caveat = caveat if adv.n < 5 else ""
         out.append(
             f"Detecting a {adv.effect * fmt.scale:g}-point difference with power "
             f"{a.options.power:g} among {adv.m} comparison(s) would take "
@@ -174,17 +158,13 @@ def sensitivity_lines(a: Analysis, fmt: Fmt) -> list[str]:
     ]
     corr = [c for c in s.comparisons + s.controls if math.isfinite(c.corr)]
     if corr:
-        weak = [c.method for c in corr if c.corr < 0.3]
-        out.append(
-            "pairing correlation (Pearson, method vs baseline across seeds): "
-            + ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
-            + (
-                f" — near 0 or negative for {', '.join(weak)}: pairing by seed removes "
-                "little noise there (or the seeds barely differ)"
-                if weak
-                else ""
-            )
-        )
+        weak = ", ".join(c.method for c in corr if c.corr < 0.3)
+        line = "pairing correlation (Pearson, method vs baseline across seeds): "
+        line += ", ".join(f"{c.method} {c.corr:+.2f}" for c in corr)
+        if weak:
+            line += f" — near 0 or negative for {weak}: pairing by seed removes little noise "
+            line += "there (or the seeds barely differ)"
+        out.append(line)
     for c in s.controls:
         want = "no detectable difference" if c.control == "same" else "worse"
         state = c.control_status
@@ -212,7 +192,7 @@ def verdict_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
         floor = min(c.p_holm_floor for c in blocked)
         out.append(
             f"No verdict is possible for {names} on '{s.name}': with "
-            f"{paired_seeds_of(blocked)} paired seeds the exact sign-flip test, Holm over "
+            f"{paired_seeds(blocked)} paired seeds the exact sign-flip test, Holm over "
             f"{len(s.comparisons)}, cannot give an adjusted p below {floor:.3g} > α = "
             f"{a.options.alpha:g}, whatever the scores; intervals are not shown (a bootstrap "
             "over so few seeds is too narrow to read)."
@@ -276,31 +256,20 @@ def ranking_sentences(a: Analysis) -> list[str]:
         + ", ".join(f"{n} {t:.2f}" if math.isfinite(t) else f"{n} n/a" for n, t in taus)
         + "."
     )
-    low = [n for n, t in taus if math.isfinite(t) and t < 0.5]
+    low = ", ".join(n for n, t in taus if math.isfinite(t) and t < 0.5)
     if low:
         out.append(
-            "The ranking changes substantially (tau < 0.5) on: "
-            + ", ".join(low)
-            + "; a method's place depends on the summary chosen."
+            f"The ranking changes substantially (tau < 0.5) on: {low}; a method's place "
+            "depends on the summary chosen."
         )
     return out
 
 
 def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
     """Per method of ``s`` (controls last): mean, paired Δ, intervals, p, MDE, r, verdict."""
-    unit = f" ({fmt.unit})" if fmt.unit else ""
-    header = (
-        "method",
-        "n",
-        f"mean{unit} [95% CI]",
-        f"Δ{unit} [95% CI]",
-        "corrected CI (level)",
-        "p",
-        "p (Holm)",
-        "MDE",
-        "r",
-        "verdict",
-    )
+    unit = fmt.paren
+    header = ("method", "n", f"mean{unit} [95% CI]", f"Δ{unit} [95% CI]", "corrected CI (level)")
+    header += ("p", "p (Holm)", "MDE", "r", "verdict")
     comps = {c.method: c for c in s.comparisons + s.controls}
     rows, verdicts = [], []
     for m in s.methods + s.control_methods:
@@ -333,7 +302,7 @@ def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
 
 def aggregate_table(aggs: list[aggregates.MethodAggregate], baseline: str, fmt: Fmt) -> Table:
     """IQM and probability of improvement per method (`Analysis.aggregates`)."""
-    unit = f" ({fmt.unit})" if fmt.unit else ""
+    unit = fmt.paren
     rows = tuple(
         (
             g.method,

@@ -1,13 +1,6 @@
 """Plots of a comparison (matplotlib, Agg canvas; pyplot's global state is never touched).
 
 They draw what the `Analysis` stores (harness/statistics computes every curve, band and MDE).
-
-- `forest_plot`: paired deltas against the baseline, 95% and corrected intervals, ±MDE band
-  (the simulated MDE of the verdict rule).
-- `performance_profiles`: fraction of run × benchmark scores above each threshold, 95%
-  stratified-bootstrap bands.
-- `learning_curves`: mean held-out score over seeds per method and checkpoint (± SE).
-- `proportion_traces`: mixers' target and sampled domain proportions per step.
 """
 
 from __future__ import annotations
@@ -39,9 +32,9 @@ def _method_style(k: int) -> dict:
 
 
 def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2, margins=None):
-    """A figure of ``nrows`` × ``ncols`` panels of ``w`` × ``h`` inches. ``margins``: (left,
-    right, top, bottom, between columns, between rows) in inches, a fixed layout (fast);
-    None: matplotlib's constrained layout (measures every label at each draw)."""
+    """A figure of ``nrows`` × ``ncols`` panels of ``w`` × ``h`` inches. ``margins`` (one
+    panel): (left, right, top, bottom) in inches, a fixed layout (fast); None: matplotlib's
+    constrained layout (measures every label at each draw)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -50,26 +43,18 @@ def _figure(ncols: int, nrows: int = 1, w: float = 4.2, h: float = 3.2, margins=
     FigureCanvasAgg(fig)
     grid = {}
     if margins:
-        left, right, top, bottom, wgap, hgap = margins
-        cell_w = (width - left - right - wgap * (ncols - 1)) / ncols
-        cell_h = (height - top - bottom - hgap * (nrows - 1)) / nrows
-        grid = dict(
-            left=left / width,
-            right=1 - right / width,
-            top=1 - top / height,
-            bottom=bottom / height,
-            wspace=wgap / cell_w,
-            hspace=hgap / cell_h,
-        )
+        left, right, top, bottom = margins
+        grid = dict(left=left / width, right=1 - right / width)
+        grid.update(top=1 - top / height, bottom=bottom / height)
     axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw=grid)
     return fig, axes
 
 
-def _panels(n: int, w: float = 4.2, h: float = 3.2, margins=None):
+def _panels(n: int):
     """A figure of ``n`` panels, at most `MAX_COLS` per row; returns ``(fig, [n] axes,
-    columns)`` (the grid's unused cells are hidden; ``margins``: `_figure`)."""
+    columns)`` (the grid's unused cells are hidden)."""
     ncols = min(n, MAX_COLS)
-    fig, grid = _figure(ncols, -(-n // ncols), w=w, h=h, margins=margins)
+    fig, grid = _figure(ncols, -(-n // ncols))
     axes = list(grid.ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
@@ -88,9 +73,7 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     rows = len(summaries) * (M + 1)  # a block: a name row, then one row per method
     names = max((len(m) for m in methods), default=4)
     left = 0.3 + 0.075 * names
-    fig, axes = _figure(
-        1, w=left + 4.6, h=0.2 * rows + 1.1, margins=(left, 0.2, 0.55, 0.55, 0.0, 0.0)
-    )
+    fig, axes = _figure(1, w=left + 4.6, h=0.2 * rows + 1.1, margins=(left, 0.2, 0.55, 0.55))
     ax = axes[0][0]
     ys, labels, marks, spans = [], [], [], []
     for b, s in enumerate(summaries):
@@ -101,39 +84,25 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
         comps = s.comparisons
         blocked = [c for c in comps if not c.verdict_possible]
         name = s.name + (f"  (intervals n/a: {blocked[0].n_pairs} seeds)" if blocked else "")
-        ax.text(
-            0.005,
-            top,
-            name,
-            transform=ax.get_yaxis_transform(),
-            va="center",
-            fontsize=8,
-            fontweight="bold",
-        )
+        style = {"va": "center", "fontsize": 8, "fontweight": "bold"}
+        ax.text(0.005, top, name, transform=ax.get_yaxis_transform(), **style)
         if math.isfinite(s.mde):
             spans.append((y[-1] - 0.45, top - 0.55, s.mde * fmt.scale))
-        for k, c in enumerate(comps):
-            marks.append((y[k], c, COLORS.get(c.verdict, "0.3")))
+        marks += [(y[k], c, COLORS.get(c.verdict, "0.3")) for k, c in enumerate(comps)]
     for lo, hi, mde in spans:
         ax.fill_between([-mde, mde], lo, hi, color="0.9", lw=0, zorder=0)
     ax.axvline(0, color="0.4", lw=0.8)
     bars = [(y, c, col) for y, c, col in marks if math.isfinite(c.corrected_ci[0])]
     if bars:
-        yb = [y for y, _, _ in bars]
-        cb = [col for _, _, col in bars]
+        yb, cb = [y for y, _, _ in bars], [col for _, _, col in bars]
         corr = np.array([c.corrected_ci for _, c, _ in bars]) * fmt.scale
         ci = np.array([c.ci for _, c, _ in bars]) * fmt.scale
         ax.hlines(yb, corr[:, 0], corr[:, 1], colors=cb, lw=3, alpha=0.5)
         ax.hlines(yb, ci[:, 0], ci[:, 1], colors=cb, lw=1)
     dots = [(y, c, col) for y, c, col in marks if math.isfinite(c.delta)]
     if dots:
-        ax.scatter(
-            [c.delta * fmt.scale for _, c, _ in dots],
-            [y for y, _, _ in dots],
-            s=16,
-            c=[col for _, _, col in dots],
-            zorder=3,
-        )
+        dx, dy = [c.delta * fmt.scale for _, c, _ in dots], [y for y, _, _ in dots]
+        ax.scatter(dx, dy, s=16, c=[col for _, _, col in dots], zorder=3)
     if not bars:  # zero in the middle; the dots alone do not set a symmetric range
         far = max([abs(c.delta) for _, c, _ in dots] or [0.0])
         half = 1.3 * max([far] + [m / fmt.scale for _, _, m in spans]) * fmt.scale or 1.0
@@ -141,7 +110,7 @@ def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
     ax.set_yticks(ys, labels, fontsize=8)
     ax.set_ylim(-0.7, rows - 0.3)
     ax.tick_params(axis="y", length=0)
-    ax.set_xlabel(f"Δ vs {a.baseline}" + (f" ({fmt.unit})" if fmt.unit else ""))
+    ax.set_xlabel(f"Δ vs {a.baseline}" + fmt.paren)
     top = 1 - 0.12 / fig.get_figheight()
     title = "paired deltas: thin = 95% bootstrap, thick = Holm-corrected"
     fig.suptitle(title + (", grey = ±MDE (simulated)" if spans else ""), fontsize=9, y=top)
@@ -169,7 +138,7 @@ def learning_curves(
         ax.set_title(panel)
         ax.set_xlabel("generated tokens (generation cost)" if by_tokens else "step")
         if i % ncols == 0:
-            ax.set_ylabel("held-out score" + (f" ({fmt.unit})" if fmt.unit else ""))
+            ax.set_ylabel("held-out score" + fmt.paren)
     axes[-1].legend(fontsize=6, frameon=False, ncol=2)
     return _save(fig, path)
 
@@ -202,12 +171,12 @@ def proportion_traces(traces: dict[str, dict[str, Trace]], path: str | Path) -> 
 def performance_profiles(profiles: Profiles, path: str | Path, fmt: Fmt) -> Path:
     """One curve per method with its stratified-bootstrap band (`Analysis.profiles`)."""
     taus = profiles.taus * fmt.scale
-    fig, axes = _figure(1, margins=(0.75, 0.15, 0.15, 0.55, 0.0, 0.0))  # fixed: one draw
+    fig, axes = _figure(1, margins=(0.75, 0.15, 0.15, 0.55))  # fixed: one draw
     ax = axes[0][0]
     for k, (m, (curve, lo, hi)) in enumerate(profiles.curves.items()):
         (line,) = ax.plot(taus, curve, lw=1.2, label=m, **_method_style(k))
         ax.fill_between(taus, lo, hi, color=line.get_color(), alpha=0.12)
-    ax.set_xlabel("score τ" + (f" ({fmt.unit})" if fmt.unit else ""))
+    ax.set_xlabel("score τ" + fmt.paren)
     ax.set_ylabel("fraction of runs × benchmarks > τ")
     ax.legend(fontsize=6, frameon=False)
     return _save(fig, path)

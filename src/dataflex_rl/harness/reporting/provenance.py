@@ -25,7 +25,6 @@ class Provenance:
     Args:
         command: the command line of the process that wrote it (``sys.orig_argv``: the
             interpreter and its options included; shell-quoted).
-        cwd: its working folder.
         written: UTC time, ISO 8601 to the second.
         versions: (name, version) of Python, the platform and the installed `PACKAGES`.
         source: ``git describe --always --dirty`` of the dataflex-rl checkout the code was

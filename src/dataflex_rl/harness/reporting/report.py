@@ -35,6 +35,7 @@ from dataflex_rl.harness.statistics.analysis import (
     WORSE,
     Analysis,
     StatsOptions,
+    SummaryResult,
     analyze,
 )
 from dataflex_rl.harness.statistics.results import Row
@@ -93,12 +94,8 @@ class ReportInputs:
 
     Args:
         title: the report's title (experiment name or CSV file name).
-        baseline: the reference method.
-        options: statistics options.
         setup: lines describing the experiment (budget, engine, pairing checks).
-        failures: runs that failed.
         proportions: rows of ``proportions.csv`` (mixers), for the trace plot.
-        plots: write PNG plots.
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
             difference") or "worse" (a planted harm); see `analysis.analyze`.
         tracking: experiment trackers that receive the report (`track_report`); None: none.
@@ -125,7 +122,13 @@ def report_document(parts: ReportParts) -> Document:
     from the stored analysis (report.md, report.html and the terminal render this one)."""
     a, inputs, fmt, figures = parts.analysis, parts.inputs, parts.fmt, parts.plots
     s = a.primary
-    lead = " ".join(narrative.headline(a, fmt))
+
+    def figs(*keys: str) -> list[Section]:
+        return [Section(k, FIGURES[k][0], (_figure(k, figures),)) for k in keys if k in figures]
+
+    def sentences(x: SummaryResult) -> Items:
+        return Items(tuple(narrative.verdict_sentences(a, x, fmt)))
+
     secs = [
         Section(
             "sensitivity",
@@ -135,102 +138,68 @@ def report_document(parts: ReportParts) -> Document:
         Section(
             "verdicts",
             f"Verdicts on '{s.name}'",
-            (
-                narrative.summary_table(s, fmt),
-                Legend(),
-                Items(tuple(narrative.verdict_sentences(a, s, fmt))),
-            ),
+            (narrative.summary_table(s, fmt), Legend(), sentences(s)),
         ),
-    ]
-    secs += [_figure_section(k, figures) for k in ("forest",) if k in figures]
-    secs.append(
+        *figs("forest"),
         Section(
             "scores",
             f"Scores on '{s.name}', decision metric first",
             (narrative.scores_table(a, fmt),),
-        )
-    )
-    secs += inputs.sections
-    secs += [_figure_section(k, figures) for k in ("curves", "tokens") if k in figures]
+        ),
+        *inputs.sections,
+        *figs("curves", "tokens"),
+    ]
     if len(a.summaries) > 1:
-        body: list = []
-        for x in a.summaries[:-1]:
-            body += [
-                Heading(x.name),
-                narrative.summary_table(x, fmt),
-                Items(tuple(narrative.verdict_sentences(a, x, fmt))),
-            ]
-        secs.append(Section("per-summary", "Per benchmark / domain", tuple(body)))
+        body = [
+            b
+            for x in a.summaries[:-1]
+            for b in (Heading(x.name), narrative.summary_table(x, fmt), sentences(x))
+        ]
         said = narrative.ranking_sentences(a) + narrative.sign_changes(a)
-        secs.append(
-            Section(
-                "ranking",
-                "Ranking",
-                (
-                    narrative.ranking_table(a),
-                    Paragraph("Kendall's tau-b between rankings:"),
-                    narrative.tau_table(a),
-                    *([Items(tuple(said))] if said else []),
-                ),
-            )
-        )
+        ranking = (narrative.ranking_table(a), Paragraph("Kendall's tau-b between rankings:"))
+        ranking += (narrative.tau_table(a), *([Items(tuple(said))] if said else []))
+        secs += [
+            Section("per-summary", "Per benchmark / domain", tuple(body)),
+            Section("ranking", "Ranking", ranking),
+        ]
     if a.aggregates:
         profile = [_figure(k, figures) for k in ("profiles",) if k in figures]
-        secs.append(
-            Section(
-                "aggregates",
-                "Aggregates over runs × benchmarks",
-                (narrative.aggregate_table(a.aggregates, a.baseline, fmt), *profile),
-            )
-        )
-    secs += [_figure_section(k, figures) for k in ("proportions",) if k in figures]
+        table = narrative.aggregate_table(a.aggregates, a.baseline, fmt)
+        secs.append(Section("aggregates", "Aggregates over runs × benchmarks", (table, *profile)))
+    secs += figs("proportions")
     if inputs.failures:
-        secs.append(
-            Section(
-                "failures",
-                "Failed runs",
-                (
-                    Items(
-                        tuple(
-                            f"**{f.method}**, seed {f.seed}: `{f.error}`" for f in inputs.failures
-                        ),
-                        tuple(f.traceback for f in inputs.failures),
-                    ),
-                ),
-            )
-        )
-    secs += [
-        Section("setup", "Setup", (Items(tuple(setup_lines(a, inputs))),)),
-        Section(
-            "provenance", "How this report was produced", (provenance_facts(parts.prov, a.options),)
-        ),
-        Section("definitions", "Definitions", (definitions(a.options),)),
-    ]
-    return Document(inputs.title, lead, tuple(secs), parts.out)
+        errors = tuple(f"**{f.method}**, seed {f.seed}: `{f.error}`" for f in inputs.failures)
+        tracebacks = tuple(f.traceback for f in inputs.failures)
+        secs.append(Section("failures", "Failed runs", (Items(errors, tracebacks),)))
+    secs.append(Section("setup", "Setup", (Items(tuple(setup_lines(a, inputs))),)))
+    secs += closing_sections(parts.prov, a.options)
+    return Document(inputs.title, " ".join(narrative.headline(a, fmt)), tuple(secs), parts.out)
 
 
-#: figure key of `report_parts` -> (section id, title, alt text)
+#: figure key of `report_parts` (also its section id) -> (title, alt text)
 FIGURES = {
-    "forest": ("forest", "Forest plot", "paired deltas against the baseline per summary"),
-    "curves": ("curves", "Learning curves", "mean held-out score per method and checkpoint"),
+    "forest": ("Forest plot", "paired deltas against the baseline per summary"),
+    "curves": ("Learning curves", "mean held-out score per method and checkpoint"),
     "tokens": (
-        "tokens",
         "Accuracy against generated tokens (equal generation cost)",
         "mean held-out score per method against the generation cost spent",
     ),
-    "profiles": ("profiles", "Performance profiles", "fraction of scores above each threshold"),
-    "proportions": ("proportions", "Domain proportions", "mixers' domain proportions per step"),
+    "profiles": ("Performance profiles", "fraction of scores above each threshold"),
+    "proportions": ("Domain proportions", "mixers' domain proportions per step"),
 }
 
 
 def _figure(key: str, figures: dict[str, Path]) -> Figure:
-    _, title, alt = FIGURES[key]
-    return Figure(figures[key], title, alt)
+    return Figure(figures[key], *FIGURES[key])
 
 
-def _figure_section(key: str, figures: dict[str, Path]) -> Section:
-    sid, title, _ = FIGURES[key]
-    return Section(sid, title, (_figure(key, figures),))
+def closing_sections(prov: Provenance, o: StatsOptions) -> list[Section]:
+    """The last sections of every report: what produced it, and the definitions."""
+    facts = provenance_facts(prov, o)
+    return [
+        Section("provenance", "How this report was produced", (facts,)),
+        Section("definitions", "Definitions", (definitions(o),)),
+    ]
 
 
 def provenance_facts(prov: Provenance, o: StatsOptions) -> Facts:
@@ -279,38 +248,33 @@ def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
 #: possible (``verdict_possible`` False) the interval columns are empty. ``control_passed``
 #: is True/False, empty for an untested control; ``control_status`` says it in words
 #: (`analysis.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
-STATISTICS_COLUMNS = (
-    "summary",
-    "kind",
-    "method",
-    "n",
-    "mean",
-    "ci_low",
-    "ci_high",
-    "n_pairs",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "corrected_level",
-    "corrected_ci_low",
-    "corrected_ci_high",
-    "p",
-    "p_holm",
-    "p_holm_floor",
-    "verdict_possible",
-    "sd_diff",
-    "mde",
-    "corr",
-    "verdict",
-    "control",
-    "control_passed",
-    "control_status",
+STATISTICS_COLUMNS = tuple(
+    "summary kind method n mean ci_low ci_high n_pairs delta delta_ci_low delta_ci_high "
+    "corrected_level corrected_ci_low corrected_ci_high p p_holm p_holm_floor verdict_possible "
+    "sd_diff mde corr verdict control control_passed control_status".split()
+)
+#: the `analysis.Comparison` attributes written under their own name
+_SAME = (
+    "n_pairs delta p p_holm p_holm_floor verdict_possible sd_diff mde corr verdict control "
+    "control_status".split()
 )
 
 
 def _cell(v):
     """A CSV cell: NaN is an empty cell (pandas reads it back as NaN)."""
     return "" if isinstance(v, float) and math.isnan(v) else v
+
+
+def write_csv(rows: list[dict], columns, path: str | Path, extra: str = "raise") -> Path:
+    """Write ``rows`` (mappings over ``columns``; another key: ``extra``, "raise" or
+    "ignore") as a CSV with that header."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(p) as tmp, tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction=extra)
+        w.writeheader()
+        w.writerows(rows)
+    return p
 
 
 def statistics_rows(a: Analysis) -> list[dict]:
@@ -320,56 +284,18 @@ def statistics_rows(a: Analysis) -> list[dict]:
         comps = {c.method: c for c in s.comparisons + s.controls}
         for m in s.methods + s.control_methods:
             row = dict.fromkeys(STATISTICS_COLUMNS, "")
-            row.update(
-                summary=s.name,
-                kind=s.kind,
-                method=m.method,
-                n=m.n,
-                mean=m.mean,
-                ci_low=m.low,
-                ci_high=m.high,
-            )
+            row.update(summary=s.name, kind=s.kind, method=m.method, n=m.n, mean=m.mean)
+            row.update(ci_low=m.low, ci_high=m.high)
             c = comps.get(m.method)
             if c is None:
                 row["verdict"] = "baseline"
             else:
-                row.update(
-                    n_pairs=c.n_pairs,
-                    delta=c.delta,
-                    delta_ci_low=c.ci[0],
-                    delta_ci_high=c.ci[1],
-                    corrected_level=1 - c.level,
-                    corrected_ci_low=c.corrected_ci[0],
-                    corrected_ci_high=c.corrected_ci[1],
-                    p=c.p,
-                    p_holm=c.p_holm,
-                    p_holm_floor=c.p_holm_floor,
-                    verdict_possible=c.verdict_possible,
-                    sd_diff=c.sd_diff,
-                    mde=c.mde,
-                    corr=c.corr,
-                    verdict=c.verdict,
-                    control=c.control,
-                    control_passed="" if c.control_passed is None else c.control_passed,
-                    control_status=c.control_status,
-                )
+                row.update({k: getattr(c, k) for k in _SAME}, corrected_level=1 - c.level)
+                row.update(delta_ci_low=c.ci[0], delta_ci_high=c.ci[1])
+                row.update(corrected_ci_low=c.corrected_ci[0], corrected_ci_high=c.corrected_ci[1])
+                row["control_passed"] = "" if c.control_passed is None else c.control_passed
             out.append({k: _cell(v) for k, v in row.items()})
     return out
-
-
-def write_csv(rows: list[dict], columns: list[str] | tuple[str, ...], path: Path) -> Path:
-    """Write ``rows`` (mappings over exactly ``columns``) as a CSV with that header."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
-def write_statistics_csv(a: Analysis, path: Path) -> Path:
-    """One row per summary × method with every number of the tables (`STATISTICS_COLUMNS`)."""
-    return write_csv(statistics_rows(a), STATISTICS_COLUMNS, path)
 
 
 @dataclass
@@ -379,10 +305,7 @@ class ReportParts:
 
     Args:
         analysis: the `Analysis` (every number the report prints).
-        fmt: how scores are shown.
         plots: plot name (forest, curves, tokens, proportions, profiles) -> PNG written.
-        inputs: the `ReportInputs`.
-        out: the report's folder.
         prov: what produced the report (`provenance.current`).
     """
 
@@ -399,15 +322,8 @@ def prepare_report(
 ) -> ReportParts:
     """Analyze ``rows`` (every number the report prints: `analysis.analyze`) and draw the
     plots under ``out_dir``/plots (`report_parts`; no text files yet)."""
-    a = analyze(
-        rows,
-        inputs.baseline,
-        inputs.options,
-        controls=inputs.controls,
-        proportions=inputs.proportions,
-        seeds_needed=True,
-    )
-    return report_parts(a, out_dir, inputs, prov)
+    kw = {"controls": inputs.controls, "proportions": inputs.proportions, "seeds_needed": True}
+    return report_parts(analyze(rows, inputs.baseline, inputs.options, **kw), out_dir, inputs, prov)
 
 
 def report_parts(
@@ -419,58 +335,44 @@ def report_parts(
     process, `provenance.current`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fmt = Fmt.for_analysis(a)
+    fmt = Fmt(100.0, "points") if a.fractions else Fmt(1.0, "")
     files: dict[str, Path] = {}
     if inputs.plots and importlib.util.find_spec("matplotlib") is None:
         a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
     elif inputs.plots:
-        files["forest"] = plots.forest_plot(a, out / "plots" / "forest.png", fmt)
-        curves = plots.learning_curves(a, out / "plots" / "learning_curves.png", fmt)
-        if curves is not None:
-            files["curves"] = curves
-        tokens = plots.learning_curves(
-            a, out / "plots" / "accuracy_vs_tokens.png", fmt, by_tokens=True
-        )
-        if tokens is not None:
-            files["tokens"] = tokens
-        props = plots.proportion_traces(a.traces, out / "plots" / "proportions.png")
-        if props is not None:
-            files["proportions"] = props
+        d = out / "plots"
+        drawn = {
+            "forest": plots.forest_plot(a, d / "forest.png", fmt),
+            "curves": plots.learning_curves(a, d / "learning_curves.png", fmt),
+            "tokens": plots.learning_curves(a, d / "accuracy_vs_tokens.png", fmt, by_tokens=True),
+            "proportions": plots.proportion_traces(a.traces, d / "proportions.png"),
+        }
         if a.profiles is not None:
-            files["profiles"] = plots.performance_profiles(
-                a.profiles, out / "plots" / "profiles.png", fmt
-            )
+            drawn["profiles"] = plots.performance_profiles(a.profiles, d / "profiles.png", fmt)
+        files = {k: v for k, v in drawn.items() if v is not None}
     return ReportParts(a, fmt, files, inputs, out, prov or provenance.current())
 
 
 def render_report(a: Analysis, out_dir: str | Path, inputs: ReportInputs) -> ReportParts:
     """Write the report of a stored analysis: `report_parts`, then `write_report_files`."""
-    parts = report_parts(a, out_dir, inputs)
-    write_report_files(parts)
-    return parts
+    return write_report_files(report_parts(a, out_dir, inputs))
 
 
 def write_report(rows: list[Row], out_dir: str | Path, inputs: ReportInputs) -> Analysis:
     """Analyze ``rows`` and write ``report.md``, ``report.html`` (the same, one self-contained
-    page), ``statistics.csv`` and ``plots/*.png`` (with an SVG of each, inlined in the page):
-    `prepare_report`, then `write_report_files`.
-
-    Returns:
-        The `Analysis`.
-    """
-    parts = prepare_report(rows, out_dir, inputs)
-    write_report_files(parts)
-    return parts.analysis
+    page), ``statistics.csv`` and ``plots/*.png``: `prepare_report`, then `write_report_files`."""
+    return write_report_files(prepare_report(rows, out_dir, inputs)).analysis
 
 
-def write_report_files(parts: ReportParts) -> None:
+def write_report_files(parts: ReportParts) -> ReportParts:
     """``statistics.csv``, ``report.md`` and ``report.html`` of ``parts``, and the trackers'
-    run."""
+    run; returns ``parts``."""
     a, out, inputs = parts.analysis, parts.out, parts.inputs
-    write_statistics_csv(a, out / "statistics.csv")
+    write_csv(statistics_rows(a), STATISTICS_COLUMNS, out / "statistics.csv")
     write_pages(parts)
     if inputs.tracking is not None and inputs.tracking.backends:
         track_report(a, out, inputs.tracking, inputs.params, list(parts.plots.values()))
+    return parts
 
 
 def write_pages(parts: ReportParts) -> Document:
@@ -525,21 +427,9 @@ def track_report(
     ``--until-decided`` does, adds a step), the statistics options and ``params`` as
     parameters, the plots as images and ``report.md``/``statistics.csv`` as artifacts."""
     step = len(a.seeds)
-    o = a.options
-    with Tracker.start(
-        tracking,
-        out,
-        params={
-            **params,
-            "baseline": a.baseline,
-            "methods": ", ".join(a.methods),
-            "statistics.alpha": o.alpha,
-            "statistics.power": o.power,
-            "statistics.n_boot": o.n_boot,
-            "statistics.seed": o.seed,
-        },
-        tags={"kind": "report", "baseline": a.baseline},
-        first_step=step,
-    ) as tracker:
+    stats = {f"statistics.{k}": getattr(a.options, k) for k in ("alpha", "power", "n_boot", "seed")}
+    params = {**params, "baseline": a.baseline, "methods": ", ".join(a.methods), **stats}
+    tags = {"kind": "report", "baseline": a.baseline}
+    with Tracker.start(tracking, out, params=params, tags=tags, first_step=step) as tracker:
         tracker.log("report", step, report_metrics(a))
         tracker.log_files(images=plot_files, files=[out / "report.md", out / "statistics.csv"])

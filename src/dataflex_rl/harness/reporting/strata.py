@@ -1,15 +1,11 @@
 """One comparison per stratum (``report --by model,campaign,regime``): a folder each, plus an
 index.
 
-Each stratum is compared against its own reference (`references`: the first of ``--baseline
-A,B`` among its methods); a stratum without one, or with a single method, is not compared and
-the index says why (`skip_reason`). Under ``out``: ``<stratum>/`` holds that comparison's full
-report (report.md, report.html, statistics.csv, plots/), exactly what ``report`` writes for the
-stratum's rows alone; the top ``report.md`` and ``report.html`` render one document
-(`index_document`): the index (one line per stratum: its values, reference, paired seeds,
-verdict counts, whether a verdict is possible at all, its report), then each stratum's
-headline, verdict table and sentences; ``statistics.csv`` is every compared stratum's
-statistics, the ``by`` columns first.
+Each stratum is compared against its own reference (`references`); a stratum without one, or
+with a single method, is not compared and the index says why (`skip_reason`). ``<stratum>/``
+holds exactly what ``report`` writes for the stratum's rows alone; the top report.md and
+report.html render one document (`index_document`), and statistics.csv holds every compared
+stratum's statistics, the ``by`` columns first (docs/harness.md, "External results").
 """
 
 from __future__ import annotations
@@ -39,9 +35,8 @@ from dataflex_rl.harness.reporting.report import (
     STATISTICS_COLUMNS,
     ReportInputs,
     ReportParts,
-    definitions,
+    closing_sections,
     prepare_report,
-    provenance_facts,
     statistics_rows,
     write_csv,
     write_report_files,
@@ -102,7 +97,6 @@ def write_strata_report(
 
     Args:
         table: the strata (`results_table.read_table`).
-        out_dir: the output folder.
         inputs: shared by every stratum (its title and setup gain the stratum's values; its
             baseline is replaced by the stratum's reference, `references`).
         requested: the reference methods asked for (``--baseline A,B``), first present wins.
@@ -152,10 +146,7 @@ def write_strata_report(
 
 def _report_stratum(job: tuple) -> ReportParts:
     """One stratum's report (`prepare_report`, then `write_report_files`)."""
-    rows, out, inputs, prov = job
-    parts = prepare_report(rows, out, inputs, prov)
-    write_report_files(parts)
-    return parts
+    return write_report_files(prepare_report(*job))
 
 
 def _in_processes(jobs: list[tuple], workers: int | None) -> list[ReportParts]:
@@ -171,16 +162,8 @@ def _in_processes(jobs: list[tuple], workers: int | None) -> list[ReportParts]:
 
 
 #: the index's columns after the stratum's own
-INDEX_COLUMNS = (
-    "reference",
-    "methods",
-    "paired seeds",
-    "verdict possible",
-    "better",
-    "worse",
-    "no detectable difference",
-    "report",
-)
+INDEX_COLUMNS = ("reference", "methods", "paired seeds", "verdict possible", "better", "worse")
+INDEX_COLUMNS += ("no detectable difference", "report")
 
 
 def index_row(s: Stratum, p: ReportParts | None, ref: str | None, out: Path) -> tuple[str, ...]:
@@ -188,17 +171,8 @@ def index_row(s: Stratum, p: ReportParts | None, ref: str | None, out: Path) -> 
     page relative to ``out``, without extension)."""
     values = tuple(v or EMPTY for _, v in s.key)
     if p is None:
-        return (
-            *values,
-            ref or "none",
-            str(len(s.methods) - 1),
-            "—",
-            "not compared (see the notes)",
-            "",
-            "",
-            "",
-            "",
-        )
+        not_compared = ("—", "not compared (see the notes)", "", "", "", "")
+        return (*values, ref or "none", str(len(s.methods) - 1), *not_compared)
     prim = p.analysis.primary
     counts = [sum(c.verdict == v for c in prim.comparisons) for v in (BETTER, WORSE, NO_DIFF)]
     possible = [c.verdict_possible for c in prim.comparisons]
@@ -258,13 +232,7 @@ def index_document(
                 ),
             )
         )
-    prov = done[0][1].prov if done else provenance.current()
-    secs.append(
-        Section(
-            "provenance", "How this report was produced", (provenance_facts(prov, inputs.options),)
-        )
-    )
-    secs.append(Section("definitions", "Definitions", (definitions(inputs.options),)))
+    secs += closing_sections(done[0][1].prov if done else provenance.current(), inputs.options)
     compared = sorted({r for r in refs if r})
     lead = (
         f"{len(done)} of {len(table.strata)} strata compared, one per {', '.join(table.by)}, each "

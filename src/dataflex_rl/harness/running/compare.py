@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dataflex_rl.core.config import validate
@@ -14,6 +14,7 @@ from dataflex_rl.harness.reporting.report import (
     ReportInputs,
     ReportParts,
     prepare_report,
+    write_csv,
     write_report_files,
 )
 from dataflex_rl.harness.running.executors import make_executor
@@ -27,7 +28,7 @@ from dataflex_rl.harness.running.runner import (
     run_tracking,
 )
 from dataflex_rl.harness.statistics.analysis import Analysis
-from dataflex_rl.harness.statistics.results import Row, write_proportions_csv, write_results_csv
+from dataflex_rl.harness.statistics.results import PROPORTION_COLUMNS, Row, write_results_csv
 from dataflex_rl.tracking import TrackingConfig, flatten, prepare_store, require_backends
 
 
@@ -42,6 +43,8 @@ class CompareResult:
     #: the report's pieces (None without statistics), for a caller that adds a section
     #: (`report.write_pages`)
     report: ReportParts | None = None
+    #: the rows of results.csv (`result_rows`)
+    rows: list[Row] = field(default_factory=list)
 
 
 #: results.csv column of a checkpoint's generation cost so far (`curves.token_curves`)
@@ -63,16 +66,9 @@ def result_rows(
                 if tokens and "tokens" in e:
                     extra[GENERATED_TOKENS] = e["tokens"]
                 if metric in extra:
+                    score = float(extra[metric])
                     rows.append(
-                        Row(
-                            r["method"],
-                            str(r["seed"]),
-                            d,
-                            float(extra[metric]),
-                            d,
-                            int(e["step"]),
-                            extra,
-                        )
+                        Row(r["method"], str(r["seed"]), d, score, d, int(e["step"]), extra)
                     )
     return rows
 
@@ -96,8 +92,8 @@ def pairing_check(execution: Execution) -> str:
             }
     bad = [
         s
-        for s, evals in by_seed.items()
-        if len({json.dumps(e, sort_keys=True) for e in evals.values()}) > 1
+        for s, ev in by_seed.items()
+        if len({json.dumps(e, sort_keys=True) for e in ev.values()}) > 1
     ]
     if bad:
         return (
@@ -192,11 +188,9 @@ def run_compare(
     """Run (or resume) the experiment's matrix and write its report.
 
     Args:
-        exp: the experiment.
         out_dir: output folder (default ``runs/compare/<name>``).
         workers: worker processes (default: one per core).
         progress: show the overall progress bar.
-        plots: write PNG plots.
         train_fn: training function as ``module:attr`` (None: the host's; tests pass a fake
             engine).
         cells: the ``(label, seed)`` runs of the matrix to run and report (None: every one;
@@ -210,7 +204,7 @@ def run_compare(
         exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
         with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
             return run_compare(exp, out_dir, workers, progress, plots, train_fn, cells, executor=ex)
-    out = Path(out_dir or Path("runs") / "compare" / exp.name)
+    out = Path(out_dir)  # `locked_output` gave the default
     require_backends(exp.tracking, "dataflex-rl compare")  # before any run starts
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(exp, out, train_fn)
@@ -231,28 +225,23 @@ def run_compare(
             "overrides": {s.label: s.overrides for s in exp.strategies if s.overrides},
             **({} if exp.host == "engine" else {"host": exp.host}),
             exp.host: runs[0].config,
-            "budget": asdict(exp.budget),
-            "evaluation": asdict(exp.evaluation),
-            "statistics": asdict(exp.statistics),
+            **{k: asdict(getattr(exp, k)) for k in ("budget", "evaluation", "statistics")},
             "executor": exp.executor,
             "resources": asdict(exp.resources),
         },
     )
-    tracking = validate(
-        TrackingConfig, run_tracking(exp.tracking, out, "report", exp.name), "tracking"
-    )
+    tracking = run_tracking(exp.tracking, out, "report", exp.name)
+    tracking = validate(TrackingConfig, tracking, "tracking")
     prepare_store(tracking)  # the shared MLflow database, before the workers open it
     execution = execute(runs, workers, progress, executor=executor)
-    domains = exp.domains
-    rows = result_rows(
-        execution, domains, exp.evaluation.metric, exp.budget.generated_tokens is not None
-    )
+    tokens = exp.budget.generated_tokens is not None
+    rows = result_rows(execution, exp.domains, exp.evaluation.metric, tokens)
     write_results_csv(rows, out / "results.csv")
     props = proportion_rows(execution)
-    write_proportions_csv(props, out / "proportions.csv")
+    write_csv(props, PROPORTION_COLUMNS, out / "proportions.csv", extra="ignore")
+    failed = execution.failed
     failures = [
-        Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", ""))
-        for r in execution.failed
+        Failure(r["method"], str(r["seed"]), r["error"], r.get("traceback", "")) for r in failed
     ]
     atomic_write_json(out / "failures.json", execution.failed)
     analysis, report = None, None
@@ -269,17 +258,12 @@ def run_compare(
             controls={k: v for k, v in exp.control_outcomes.items() if k in methods},
             tracking=tracking,
             params=flatten(
-                {
-                    "experiment": exp.name,
-                    "seeds": list(exp.seeds),
-                    "budget": asdict(exp.budget),
-                    "evaluation": asdict(exp.evaluation),
-                    exp.host: {k: v for k, v in runs[0].config.items() if k != "tracking"},
-                }
+                {"experiment": exp.name, "seeds": list(exp.seeds)}
+                | {k: asdict(getattr(exp, k)) for k in ("budget", "evaluation")}
+                | {exp.host: {k: v for k, v in runs[0].config.items() if k != "tracking"}}
             ),
         )
-        report = prepare_report(rows, out, inputs)
-        write_report_files(report)
+        report = write_report_files(prepare_report(rows, out, inputs))
         analysis = report.analysis
     else:
         atomic_write_text(
@@ -288,4 +272,4 @@ def run_compare(
             f"finished run.\n\n"
             + "".join(f"- {f.method} seed {f.seed}: `{f.error}`\n" for f in failures),
         )
-    return CompareResult(out, execution, analysis, len(runs), report)
+    return CompareResult(out, execution, analysis, len(runs), report, rows)

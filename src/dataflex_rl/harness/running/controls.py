@@ -1,31 +1,10 @@
 """Control arms of ``compare``: an A/A control and planted harms of known direction.
 
 A control is an extra arm built from the experiment's baseline, with a fixed label and the
-outcome it must have against the baseline:
-
-============  ===================  =========  ===============================================
-control       label                must be    what the arm is
-============  ===================  =========  ===============================================
-``aa``        ``aa_control``       same       the baseline with another sampling-noise stream
-                                              (engine ``sampling_stream``, TRL's sampling seed): a
-                                              difference it shows is noise called a result
-``no_update`` ``no_update_control`` worse     the baseline with ``optim.lr: 0`` (AdamW never
-                                              moves the parameters)
-``half_lr``   ``half_lr_control``  worse      the baseline at half the experiment's learning
-                                              rate
-``drop_half`` ``drop_half_control`` worse     the baseline plus the selector ``random_groups``:
-                                              a hashed random half of the informative groups
-                                              dropped every step
-============  ===================  =========  ===============================================
-
-"same" is met when the comparison is not called better or worse; "worse" only when it is called
-worse. In the experiment file::
-
-    controls: [aa, no_update]                         # names
-    controls: [aa, {drop_half: {fraction: 0.5}}]      # with parameters
-    controls: {aa: {}, half_lr: {}}                    # a mapping
-
-or ``dataflex-rl compare EXP --control aa --control drop_half``. See docs/controls.md.
+outcome it must have against the baseline ("same": not called better or worse; "worse": called
+worse); `KINDS` holds them (aa, no_update, half_lr, drop_half), docs/controls.md describes each.
+In the experiment file ``controls: [aa, {drop_half: {fraction: 0.5}}]`` (names, with
+parameters, or a mapping name -> parameters), or ``compare EXP --control aa``.
 """
 
 from __future__ import annotations
@@ -37,7 +16,7 @@ from typing import Any
 
 from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError, suggest
-from dataflex_rl.core.spec import StrategySpec, parse_strategy
+from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
 from dataflex_rl.hosts.engine.config import from_dict
 from dataflex_rl.hosts.host import HostControls
 
@@ -182,12 +161,8 @@ class Control:
 
 
 def _get(settings: dict, path: str, default: Any) -> Any:
-    node: Any = settings
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return default
-        node = node[key]
-    return default if node is None else node
+    value = get_path(settings, path)
+    return default if value is None else value
 
 
 def _nested(path: str, value: Any) -> dict:
@@ -242,8 +217,7 @@ def _one(name: Any, params: Any, where: str) -> Control:
             f"{where}: unknown control {name!r}.{suggest(str(name), list(KINDS))} "
             f"Controls: {', '.join(KINDS)}"
         )
-    if params is None:
-        params = {}
+    params = {} if params is None else params
     if not isinstance(params, dict):
         raise ConfigError(
             f"{where}.{name}: expected a mapping of parameters, got {type(params).__name__}"
@@ -279,9 +253,8 @@ def parse_controls(value: Any, where: str = "controls") -> tuple[Control, ...]:
                 items.append((v, None, f"{where}[{i}]"))
     else:
         raise ConfigError(
-            f"{where}: expected a list of control names or a mapping name -> "
-            f"parameters, got {type(value).__name__}. Controls: "
-            f"{', '.join(KINDS)}"
+            f"{where}: expected a list of control names or a mapping name -> parameters, got "
+            f"{type(value).__name__}. Controls: {', '.join(KINDS)}"
         )
     out: list[Control] = []
     for name, params, at in items:

@@ -1,26 +1,16 @@
 """Executors: where the runs of a matrix execute (``compare --executor local|ray``).
 
-For an executor a run is a process launched from a command line, an environment and a run
-folder (harness/running/launch.py: `Launch`); a host with its own Python (TRL, verl) has its
-runs started that way, and the executors do not know which host it is.
+- `LocalExecutor`: a bounded number of runs at a time on this machine, in supervisor.py's two
+  process models. With ``resources.gpus_per_run`` each slot has its own GPUs (`device_sets`);
+  without ``--workers``, one slot per ``cpus_per_run`` cores, at most one per device set; each
+  slot's threads are limited (`thread_env`).
+- ``RayExecutor`` (ray_executor.py): each run is a Ray task that starts the run's `Launch` on
+  the node Ray picks.
 
-- `LocalExecutor`: a bounded number of runs at a time on this machine. A run of a host with
-  its own Python is one process of that Python started directly (`supervisor.run_processes`);
-  engine runs execute in-process in a pool of worker processes (`supervisor.supervise`),
-  imports paid once per worker. With ``resources.gpus_per_run`` each slot has its own GPUs
-  (`device_sets`, set as ``CUDA_VISIBLE_DEVICES`` before the run or worker starts); without
-  ``--workers``, one slot per ``cpus_per_run`` cores, at most one per device set. Each slot
-  gets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = cores // workers (`thread_env`) unless the
-  user's environment sets ``OMP_NUM_THREADS``: a run's torch otherwise takes every core, and
-  two side by side spin against each other.
-- ``RayExecutor`` (harness/running/ray_executor.py, the one module of the harness that imports
-  ray): each run is a Ray task holding ``cpus_per_run``, ``gpus_per_run`` and the custom
-  resources, which starts the run's `Launch` on the node Ray picks.
-
-`make_executor` builds either from an experiment's ``executor`` and ``resources``, refusing
-``ray`` without the extra before any work. An executor is a context manager (the Ray one holds
-its cluster connection across the rounds of ``--until-decided``), ``start(out_dir)`` checks
-what it needs before any run, and ``run(jobs, work, launch, progress)`` returns the records.
+`make_executor` builds either from an experiment's ``executor`` and ``resources``. An executor
+is a context manager (the Ray one holds its cluster connection across the rounds of
+``--until-decided``); ``start(out_dir)`` checks what it needs before any run, and ``run(jobs,
+work, launch, progress)`` returns the records.
 """
 
 from __future__ import annotations
@@ -97,8 +87,7 @@ def thread_env(workers: int, env: dict[str, str] | None = None) -> dict[str, str
 
 @dataclass
 class LocalExecutor:
-    """Runs on this machine: processes of a host's own Python (`supervisor.run_processes`),
-    engine runs in worker processes (`supervisor.supervise`).
+    """Runs on this machine (see the module docstring).
 
     Args:
         workers: worker processes (None: one per ``cpus_per_run`` cores, at most one per

@@ -1,32 +1,9 @@
-"""Experiment files: strategies × seeds on one engine configuration and budget.
+"""Experiment files (``configs/experiments/quick.yaml``): strategies × seeds on one host
+configuration and budget.
 
-An experiment file (``configs/experiments/quick.yaml``)::
-
-    name: quick
-    # preset names, strategy YAML paths (relative to this file) or {label, strategy}
-    strategies: [baseline, difffilter]
-    # a list of seeds, or a count n (seeds 0..n-1)
-    seeds: 2
-    # EngineConfig keys (policy, threads, tasks, optim, grpo, log) except the ones below
-    engine: {policy: tiny}
-    budget: {steps: 20, prompts_per_step: 16, samples_per_prompt: 8}
-    evaluation: {metric: greedy, every: 10, per_domain: 100, samples: 0}
-    statistics: {alpha: 0.05, power: 0.8, n_boot: 10000, seed: 0}
-    # optional control arms (harness/running/controls.py): aa, no_update, half_lr, drop_half
-    controls: [aa, {drop_half: {fraction: 0.5}}]
-    # optional experiment trackers for every run and the report (docs/tracking.md; engine
-    # host: TRL and verl runs log through their own, trl.grpo / verl.overrides)
-    tracking: {backends: [tensorboard, mlflow]}
-    # the trainer that runs the runs: engine (default), trl, ... (dataflex_rl/hosts); a
-    # host other than the engine takes its settings from its own section (trl: {...}) and
-    # refuses the engine section
-    host: engine
-    # where runs execute: local worker processes, or tasks on a Ray cluster (docs/cluster.md)
-    executor: local
-    # what each run holds while it runs (Ray task resources; local: GPUs per worker)
-    resources: {cpus_per_run: 1, gpus_per_run: 0, custom: {}}
-
-Unknown keys, wrong types and out-of-range values raise `ConfigError` naming the key.
+Their keys, defaults and ranges are declared once in `ExperimentFile` (``dataflex-rl compare
+--help`` prints them; docs/harness.md). Unknown keys, wrong types and out-of-range values raise
+`ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -282,14 +259,9 @@ def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
             f"{where}: expected a preset name, a strategy YAML path or a mapping "
             f"{{label, strategy}}, got {type(value).__name__}"
         )
-    if (
-        isinstance(source, str)
-        and source.endswith((".yaml", ".yml"))
-        and base is not None
-        and not Path(source).is_absolute()
-        and (base / source).is_file()
-    ):
-        source = str(base / source)
+    if isinstance(source, str) and source.endswith((".yaml", ".yml")) and base is not None:
+        if not Path(source).is_absolute() and (base / source).is_file():
+            source = str(base / source)
     return StrategyEntry(label, parse_strategy(source, where))
 
 
@@ -321,7 +293,6 @@ def parse_experiment(
     """Validate an experiment mapping.
 
     Args:
-        data: the parsed YAML.
         where: name used in error messages (the file path).
         base: directory against which relative strategy paths, ``engine.policy`` and
             ``engine.tasks.train``/``engine.tasks.eval`` resolve.
@@ -336,7 +307,7 @@ def parse_experiment(
             f"{where}: the top level must be a mapping with keys {', '.join(TOP_KEYS)}"
         )
     top = validate(ExperimentFile, data, where)
-    name, description = top.name, top.description
+    name = top.name
     if not name or "/" in name:
         raise ConfigError(
             f"{key_path(where, 'name')}: expected a non-empty str without '/', got {name!r}"
@@ -357,11 +328,9 @@ def parse_experiment(
     bad = [x for x in labels if not x or "/" in x or x.startswith(".")]
     if bad:
         raise ConfigError(f"{key_path(where, 'strategies')}: label {bad[0]!r} cannot name a folder")
-    baseline = (
-        top.baseline
-        if top.baseline is not None
-        else ("baseline" if "baseline" in labels else labels[0])
-    )
+    baseline = top.baseline
+    if baseline is None:
+        baseline = "baseline" if "baseline" in labels else labels[0]
     if baseline not in labels:
         raise ConfigError(
             f"{key_path(where, 'baseline')}: {baseline!r} is not one of the strategies."
@@ -394,23 +363,16 @@ def parse_experiment(
             f"{host.tracking}"
         )
     settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
+    same = "description budget evaluation statistics tracking train_fn executor resources host"
     exp = Experiment(
         name=name,
-        description=description,
         strategies=entries,
         baseline=baseline,
         seeds=_seeds(top.seeds, key_path(where, "seeds")),
         engine=settings if top.host == "engine" else {},
-        host=top.host,
         host_settings=settings if top.host != "engine" else {},
-        budget=top.budget,
-        evaluation=top.evaluation,
-        statistics=top.statistics,
         path=where,
-        tracking=top.tracking,
-        train_fn=top.train_fn,
-        executor=top.executor,
-        resources=top.resources,
+        **{k: getattr(top, k) for k in same.split()},
     )
     if exp.evaluation.metric == "sampled" and exp.evaluation.samples == 0:
         raise ConfigError(
@@ -468,14 +430,10 @@ def load_experiment(
     data = load_yaml(p)
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
         raise ConfigError(f"--seeds: must be an integer >= 1, got {seeds!r}")
-    if not dotted:
+
+    def build(data: Any, _: list[str] = ()) -> Experiment:
         if seeds is not None and isinstance(data, dict):
             data = {**data, "seeds": seeds}
         return parse_experiment(data, str(path), p.resolve().parent, controls)
 
-    def build(data: dict, dotted: list[str]) -> Experiment:
-        if seeds is not None:
-            data["seeds"] = seeds
-        return parse_experiment(data, str(path), p.resolve().parent, controls)
-
-    return with_overrides(data, dotted, ExperimentFile, str(path), build)
+    return with_overrides(data, dotted, ExperimentFile, str(path), build) if dotted else build(data)

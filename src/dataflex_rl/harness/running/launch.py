@@ -1,12 +1,6 @@
-"""A run as a process: a command line, an environment and a run folder (`Launch`).
-
-This is what an executor starts, wherever it runs it: the embedded engine's run is
-``python -m dataflex_rl.harness.running.worker`` reading its `RunSpec` on stdin (runner.py:
-`launch_of`), under the host's Python for a host with its own (TRL, verl). The
-process reports its record on one marked stdout line (`print_record`); `run_launch` starts it
-in a session of its own, makes it die with its starter (Linux's parent-death signal), waits,
-and kills its whole process group however the wait ends.
-"""
+"""A run as a process: a command line, an environment and a run folder (`Launch`), what an
+executor starts wherever it runs it; `run_launch` starts one and reads the record it prints
+(`print_record`)."""
 
 from __future__ import annotations
 
@@ -59,6 +53,12 @@ class Launch:
     cwd: str | None = None
 
 
+def failed_record(method: str, seed: int, error: str, traceback: str, wall_seconds: float) -> dict:
+    """The record of a run that failed (done.json's counterpart, also written as error.json)."""
+    record = {"status": "failed", "method": method, "seed": seed, "error": error}
+    return {**record, "traceback": traceback, "wall_seconds": wall_seconds}
+
+
 def print_record(record: dict) -> None:
     """How a launched run reports its record: one marked line on stdout (values JSON cannot
     hold written as text, as in done.json, so the record equals what a rerun reads back)."""
@@ -81,15 +81,9 @@ def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) ->
         os.makedirs(cwd, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            cwd=cwd,
-            env={**os.environ, **launch.env},
-            start_new_session=True,
-        )
+        pipes = {"stdin": subprocess.PIPE, "stdout": out, "stderr": err}
+        env = {**os.environ, **launch.env}
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, **pipes)
         try:
             if on_start is not None:
                 on_start(proc.pid)
@@ -108,14 +102,8 @@ def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) ->
         tail = err.read().decode(errors="replace")[-STDERR_TAIL:]
     code = proc.returncode
     status = f"signal {-code}" if code < 0 else f"exit code {code}"
-    return {
-        "status": "failed",
-        "method": launch.method,
-        "seed": launch.seed,
-        "error": f"RunDied: the run's process ended ({status}) without a record",
-        "traceback": tail,
-        "wall_seconds": time.perf_counter() - t0,
-    }
+    error = f"RunDied: the run's process ended ({status}) without a record"
+    return failed_record(launch.method, launch.seed, error, tail, time.perf_counter() - t0)
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -2,34 +2,18 @@
 that imports ray, lazily; the ``ray`` extra).
 
 Each run is submitted as a task holding ``resources.cpus_per_run`` CPUs, ``gpus_per_run``
-GPUs and the custom resources; Ray places it on a node with them free (Ray itself sets the
-task's ``CUDA_VISIBLE_DEVICES``). The task starts the run's `Launch` (launch.py: a command
-line, an environment, a run folder) as a child process in a session of its own that dies with
-the task's worker, and returns the record the run printed. The guarantees of the local
-executor hold:
-
-- before anything is submitted (`RayExecutor.start`): the output folder is writable here, and
-  every node that can run a run (one with the resources a run asks for) reads a file written
-  here and writes one beside it: the run folders are on storage every node sees (else a
-  ConfigError names the nodes); no such node at all is refused too (Ray would wait forever);
-- a finished run is never submitted (the runner skips it), an unfinished one resumes from its
-  checkpoint wherever it lands, because the run decides from its own folder;
-- a run that fails on a node returns its traceback (and writes error.json); the others go on;
-- Ctrl-C or SIGTERM cancels every task this call submitted: first a plain cancel (the task's
-  KeyboardInterrupt kills its run's process group), then, after `GRACE_SECONDS`, a forced one
-  (Ray kills the worker; the run dies with it); a compare killed outright is a dead Ray driver,
-  whose tasks Ray kills;
-- a task whose node or worker process dies (not the run: its own failure is a record) is
-  retried once by Ray (``max_retries=1``), resuming from the run's last checkpoint; lost again,
-  the run is reported failed with Ray's error and `LOST_NOTE` (a rerun continues it).
-
-Each of these is tested on a cluster of several nodes on one machine
-(tests/integration/test_ray_cluster.py, docs/cluster.md).
+GPUs and the custom resources (Ray sets the task's ``CUDA_VISIBLE_DEVICES``). The task starts
+the run's `Launch` (launch.py) as a child process in a session of its own that dies with the
+task's worker, and returns the record the run printed. The local executor's guarantees hold
+(docs/cluster.md: storage every node sees, checked by `RayExecutor.start` before anything is
+submitted; reuse and resume; failures; cancelling by Ctrl-C or SIGTERM, forced after
+`GRACE_SECONDS`; a task whose node or worker dies retried once, then reported with
+`LOST_NOTE`), each tested on a cluster of several nodes on one machine
+(tests/integration/test_ray_cluster.py).
 
 The connection is opened on entering the executor (``with``) and closed on leaving it; a local
 cluster started for it (no ``--address`` and no ``RAY_ADDRESS``) is shut down with it. In a
-process that already called ``ray.init`` (tests start one local cluster per module) that
-connection is used and left open.
+process that already called ``ray.init`` that connection is used and left open.
 """
 
 from __future__ import annotations
@@ -89,12 +73,6 @@ def probe_storage(path: str, token: str) -> str:
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     return ""
-
-
-def node_name(node: dict) -> str:
-    """A node as the user finds it: its address and the start of its Ray node id (several
-    nodes may share an address, e.g. on one machine)."""
-    return f"{node['NodeManagerAddress']} (node {node['NodeID'][:12]})"
 
 
 def fits(node_resources: dict[str, float], request: dict[str, float]) -> bool:
@@ -207,7 +185,12 @@ class RayExecutor:
                 answers = ["did not answer"] * len(nodes)
         finally:
             check.unlink(missing_ok=True)
-        bad = [f"{node_name(n)}: {a}" for n, a in zip(nodes, answers) if a]
+        # a node by its address and the start of its id (nodes may share an address)
+        bad = [
+            f"{n['NodeManagerAddress']} (node {n['NodeID'][:12]}): {a}"
+            for n, a in zip(nodes, answers)
+            if a
+        ]
         if bad:
             raise ConfigError(
                 f"--out {out}: not on storage every node sees: {'; '.join(bad)}. Put --out on "
@@ -219,17 +202,10 @@ class RayExecutor:
         """Each job's `Launch` as a Ray task; the records in the order the runs finish."""
         import ray
 
-        task, options = (
-            ray.remote(run_task),
-            {
-                "num_cpus": self.cpus_per_run,
-                "num_gpus": self.gpus_per_run,
-                "resources": self.custom or None,
-                "num_returns": "streaming",
-                "max_retries": 1,
-                "retry_exceptions": False,
-            },
-        )
+        task = ray.remote(run_task)
+        options = {"num_cpus": self.cpus_per_run, "num_gpus": self.gpus_per_run}
+        options.update(resources=self.custom or None, num_returns="streaming", max_retries=1)
+        options["retry_exceptions"] = False
         progress.running = list(jobs)
         queue, live, started, results = list(jobs), {}, set(), []
         with sigterm_raises():
@@ -247,7 +223,7 @@ class RayExecutor:
                             del live[gen]
                             started.discard(gen)
                             results.append(record)
-                            progress.add(record)
+                            progress.results.append(record)
                     progress.active = len(started)
                     progress.refresh()
             except BaseException:  # Ctrl-C, SIGTERM: no task of this call may go on

@@ -6,17 +6,10 @@ and (unless it mixes domains or skips prompts) draws the same prompt stream: the
 each randomness stream from the seed alone. The report checks the first half of this claim:
 the step-0 evaluation must be identical across strategies for each seed.
 
-Layout under the output folder::
-
-    runs/<label>/seed<s>/   run.json (fingerprint), the engine's run (metrics.jsonl,
-                            checkpoints/, ...), then done.json (written last, atomically)
-                            or error.json
-    experiment.json         the resolved experiment
-    results.csv, proportions.csv, statistics.csv, report.md, plots/
-
+Each run has a folder ``runs/<label>/seed<s>/`` under the output folder: ``run.json`` (its
+fingerprint), the host's run, then ``done.json`` (written last, atomically) or ``error.json``.
 A run with ``done.json`` is skipped; one with a checkpoint made with the same configuration
-(``run.json`` holds its fingerprint) resumes from it; anything else starts over. A failing run
-writes its traceback to ``error.json``, is reported, and the others go on.
+resumes from it; anything else starts over (docs/harness.md, "Runs, resume and failures").
 
 Where the runs execute is an executor's (harness/running/executors.py: local worker processes,
 whose processes, signals and progress bar are supervisor.py's, or Ray tasks); this module plans
@@ -50,7 +43,7 @@ from typing import Any
 from dataflex_rl.core.io import DirectoryLock, atomic_write_json
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
-from dataflex_rl.harness.running.launch import PYTHON, Launch
+from dataflex_rl.harness.running.launch import PYTHON, Launch, failed_record
 from dataflex_rl.harness.running.supervisor import Progress
 from dataflex_rl.hosts.engine.host import TRAIN_FN as DEFAULT_TRAIN_FN
 from dataflex_rl.hosts.host import METRICS_FILE
@@ -69,18 +62,15 @@ class RunSpec:
         strategy: the expanded strategy spec (a mapping).
         config: the host's settings of the run as a mapping (`Host.run_config`: the
             engine's `EngineConfig`, TRL's section; a control arm's overrides merged in).
-        steps: GRPO steps.
-        out_dir: the run's folder.
         train_fn: ``"module:attr"`` of the training function, on every host
             ``train(settings, strategy, *, seed, out_dir, resume) -> dict`` (`Host.train`).
         mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
         overrides: the arm's own host settings, already merged into ``config`` (a
             control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
             beyond ``config``.
-        resume: None (the harness): decided from the folder (a finished run is skipped, a
-            checkpoint made with the same configuration resumed, anything else deleted and
-            started over). True or False (``dataflex-rl train``): passed to ``train_fn`` as
-            asked; nothing is skipped or deleted.
+        resume: None (the harness): decided from the folder (see the module docstring).
+            True or False (``dataflex-rl train``): passed to ``train_fn``; nothing is skipped
+            or deleted.
         host: the `Host`'s name (`hosts.registry`), part of the identity when not the engine.
         python: the interpreter of the run (None: the harness's own, in a local worker
             process; else the run is a process of this Python: `launch_of`); not part of the
@@ -99,11 +89,6 @@ class RunSpec:
     resume: bool | None = None
     host: str = "engine"
     python: str | None = None
-
-    @classmethod
-    def from_fields(cls, data: dict) -> RunSpec:
-        """A run from its fields as JSON (`launch_of`'s stdin)."""
-        return cls(**data)
 
     @property
     def identity(self) -> dict:
@@ -174,15 +159,8 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
     def tracked(label: str, seed: int) -> dict:
         if experiment.host != "engine":  # a host's runs log where its own settings say
             return {}
-        return {
-            "tracking": run_tracking(
-                experiment.tracking,
-                out_dir,
-                f"{label}-seed{seed}",
-                experiment.name,
-                experiment.evaluation.metric,
-            )
-        }
+        t = experiment.tracking, out_dir, f"{label}-seed{seed}", experiment.name
+        return {"tracking": run_tracking(*t, experiment.evaluation.metric)}
 
     return [
         RunSpec(
@@ -238,10 +216,7 @@ def warning_package(filename: str) -> str:
 
 def execute_run(run: RunSpec) -> dict:
     """Train one run in this process; never raises (a failure is returned and written).
-
-    Warnings raised during the run are counted into ``done.json`` instead of being printed
-    over the progress bar.
-    """
+    Warnings raised during the run are counted into ``done.json`` (not printed over the bar)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         return _execute_run(run, caught)
@@ -261,15 +236,9 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
             resume = run.resume
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).unlink(missing_ok=True)
+        started = {"fingerprint": run.fingerprint, "method": run.method, "seed": run.seed}
         atomic_write_json(
-            out / RUN_FILE,
-            {
-                "fingerprint": run.fingerprint,
-                "method": run.method,
-                "seed": run.seed,
-                "overrides": run.overrides,
-                "identity": run.identity,
-            },
+            out / RUN_FILE, {**started, "overrides": run.overrides, "identity": run.identity}
         )
         summary, resume = host.train(run, out, resume)
         evals, props = host.read_records(out, run.config, run.mixes)
@@ -278,9 +247,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         warnings_seen, packages = _warning_summary(caught)
         done = {
             "status": "done",
-            "method": run.method,
-            "seed": run.seed,
-            "fingerprint": run.fingerprint,
+            **started,
             "identity": run.identity,
             "resumed": resume,
             "wall_seconds": time.perf_counter() - t0,
@@ -293,20 +260,16 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
         atomic_write_json(out / DONE_FILE, done)
         return done
     except Exception as e:  # noqa: BLE001  (reported, and the other runs go on)
-        failed = {
-            "status": "failed",
-            "method": run.method,
-            "seed": run.seed,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc(),
-            "wall_seconds": time.perf_counter() - t0,
-        }
+        error = f"{type(e).__name__}: {e}"
+        record = failed_record(
+            run.method, run.seed, error, traceback.format_exc(), time.perf_counter() - t0
+        )
         try:
             out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(out / ERROR_FILE, failed)
+            atomic_write_json(out / ERROR_FILE, record)
         except OSError:
             pass
-        return failed
+        return record
 
 
 def _started_as(out: Path) -> str | None:
@@ -329,14 +292,10 @@ def load_done(run: RunSpec) -> dict | None:
     done = json.loads(path.read_text())
     if done.get("fingerprint") != run.fingerprint:
         changed = differences(done["identity"], run.identity) if "identity" in done else []
+        what = f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
         raise ConfigError(
-            f"{run.out_dir}: finished with a different configuration"
-            + (
-                f" ({', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''} changed)"
-                if changed
-                else ""
-            )
-            + "; choose another --out, or delete this folder to rerun it"
+            f"{run.out_dir}: finished with a different configuration{what if changed else ''}; "
+            "choose another --out, or delete this folder to rerun it"
         )
     return done
 
@@ -392,34 +351,27 @@ def execute(
     executor=None,
 ) -> Execution:
     """Run every unfinished run on ``executor`` (default: ``workers`` local worker processes;
-    harness/running/executors.py); finished ones are skipped, unless a run says whether to
-    resume: see `RunSpec.resume`.
-
-    Failures are collected, never raised. Locally (`supervisor`): a host's own-Python run is
-    one process started from here (`launch_of`), an engine run executes in a worker process;
-    Ctrl-C or SIGTERM stops every run and re-raises, runs die if this process is killed
-    outright, an engine run whose worker died is retried once alone; on Ray, the same signals cancel
-    every task submitted (ray_executor.py). Stopped runs continue from their checkpoints on
-    the next call. The progress bar (``desc`` names it) counts the steps each run's records
-    show done (`Host.steps_done`).
-    """
+    harness/running/executors.py); finished ones are skipped (`RunSpec.resume`). Failures are
+    collected, never raised; stopping (Ctrl-C, SIGTERM) and retries are the executor's. The
+    progress bar (``desc`` names it) counts the steps each run's records show done."""
     executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
     ex = Execution()
-    todo = []
-    for run in runs:
-        done = load_done(run) if run.resume is None else None
-        if done is not None:
-            ex.results.append(done)
-            ex.skipped += 1
-        else:
-            todo.append(run)
+    done = [load_done(run) if run.resume is None else None for run in runs]
+    ex.results = [d for d in done if d is not None]
+    ex.skipped = len(ex.results)
+    todo = [run for run, d in zip(runs, done) if d is None]
     if todo:
-        steps = max(r.steps for r in runs)
-        slots = executor.slots(len(todo))
-        where = executor.where(len(todo))
+        steps, n = max(r.steps for r in runs), len(todo)
         bar = Progress(
-            len(runs), len(runs) - len(todo), steps, _steps_done, slots, progress, desc, where
+            len(runs),
+            len(runs) - n,
+            steps,
+            _steps_done,
+            executor.slots(n),
+            progress,
+            desc,
+            executor.where(n),
         )
         with bar:
             ex.results += executor.run(todo, execute_run, launch_of, bar)
@@ -458,10 +410,6 @@ def side_by_side(
         strategies: preset names, strategy YAML paths or mappings (distinct labels).
         seed, steps: override the config's.
         out_root: default ``config.out``, else ``runs/compare``.
-        workers: parallel processes.
-        resume: continue every run from its checkpoint.
-        progress: one progress bar over all runs.
-        train_fn: ``"module:attr"`` of the training function.
 
     Returns:
         The `Execution`, results in the order of ``strategies``; a finished run's result holds

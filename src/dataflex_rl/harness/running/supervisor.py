@@ -1,29 +1,18 @@
 """Process supervision: the runs of one machine, stopped together, never orphaned.
 
-Two process models, one per kind of host:
+Two process models, one per kind of host; both return each job's record (a dict with
+``status``, ``method`` and ``seed``) in the order the jobs finish, and feed one progress bar
+(`Progress`) polled about once a second:
 
 - `run_processes`: each job is one process of its own (the `Launch` of a run of a host with
   its own Python: TRL, verl), at most ``workers`` at a time, started and waited on from threads
-  of this process: no worker process between the harness and the run. A run that dies fails
-  alone; Ctrl-C or SIGTERM kills every run's process group and re-raises.
-- `supervise`: jobs of the embedded engine run in-process in a pool of spawned worker
-  processes, which pay the imports (torch, the engine) once per worker instead of once per run.
+  of this process: no worker process between the harness and the run.
+- `supervise`: jobs of the embedded engine run in-process in one shared pool of spawned worker
+  processes, which pay the imports (torch, the engine) once per worker instead of once per run;
+  the jobs a dying worker took down are retried once, each in a process of its own.
 
-`supervise` runs jobs (picklable objects with ``method``, ``seed`` and ``steps``; the runner's
-`RunSpec`) through a work function in a pool of worker processes and returns each job's record
-(a dict with ``status``, ``method`` and ``seed``). It owns everything about processes:
-
-- one shared pool first (imports are paid once per worker); a worker that dies (killed, out of
-  memory) breaks that pool and fails every job still in it, so those jobs are retried once, each
-  in a process of its own: a job that kills its process again takes no other job with it;
-- Ctrl-C or SIGTERM stops every worker and re-raises; a worker also dies when this process is
-  killed outright (`die_with_parent`);
-- one progress bar in steps, fed by what each job's own records say it has done (a function of
-  the job, `Progress`), polled about once a second while the jobs run;
-- optionally an environment per worker process (``worker_envs``: each worker takes one for its
-  whole life, e.g. its own ``CUDA_VISIBLE_DEVICES``), set before the worker runs any job.
-
-What a job is, where it writes and how it resumes is the runner's (harness/running/runner.py).
+Ctrl-C or SIGTERM kills every run and re-raises; a worker also dies when this process is killed
+outright (`die_with_parent`). What a job is, where it writes and how it resumes is the runner's.
 """
 
 from __future__ import annotations
@@ -42,7 +31,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dataflex_rl.harness.running.launch import Launch, run_launch
+from dataflex_rl.harness.running.launch import Launch, failed_record, run_launch
 
 #: how long the supervisor waits for a job to finish before it refreshes the progress bar
 POLL_SECONDS = 1.0
@@ -114,9 +103,6 @@ class Progress:
             self.refresh()
             self.bar.close()
 
-    def add(self, result: dict) -> None:
-        self.results.append(result)
-
     def count(self) -> int:
         """Steps done over the matrix: the finished jobs' and each started job's own count."""
         return self.base + sum(min(self.steps, self.steps_done(j)) for j in self.running)
@@ -152,9 +138,7 @@ def supervise(
 
     With ``worker_envs`` (at least ``workers`` of them), each worker process sets one of them
     in its environment before its first job and keeps it; no two live workers share one."""
-    if worker_envs is not None and len(worker_envs) < workers:
-        raise ValueError(f"{workers} workers need as many environments, got {len(worker_envs)}")
-    envs = [dict(e) for e in worker_envs] if worker_envs is not None else [{}] * workers
+    envs = _envs(worker_envs, workers)
     progress.running = list(jobs)
     with sigterm_raises():
         results, broken = _run_shared(jobs, work, envs[:workers], progress)
@@ -176,35 +160,55 @@ def run_processes(
     With ``envs`` (at least ``workers`` of them), each running process gets one added to its
     environment, and no two running processes share one (a GPU set stays with one run).
     However this call ends (Ctrl-C, SIGTERM), every started run's process group is killed."""
-    if envs is not None and len(envs) < workers:
-        raise ValueError(f"{workers} workers need as many environments, got {len(envs)}")
-    envs = [dict(e) for e in envs] if envs is not None else [{}] * workers
+    envs = _envs(envs, workers)
     progress.running = list(jobs)
-    results: list[dict] = []
-    queue, active, free = list(jobs), {}, list(range(workers))
     started: list[int] = []
     with sigterm_raises(), cf.ThreadPoolExecutor(max_workers=workers) as pool:
+
+        def submit(job: Any, slot: int) -> cf.Future:
+            run = launch(job)
+            run = dataclasses.replace(run, env={**envs[slot], **run.env})
+            return pool.submit(run_launch, run, started.append)
+
         try:
-            while queue or active:
-                while queue and free:
-                    job, slot = queue.pop(0), free.pop(0)
-                    run = launch(job)
-                    run = dataclasses.replace(run, env={**envs[slot], **run.env})
-                    active[pool.submit(run_launch, run, started.append)] = (job, slot)
-                finished, _ = cf.wait(
-                    set(active), timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED
-                )
-                for fut in finished:
-                    job, slot = active.pop(fut)
-                    results.append(_outcome(fut, job))
-                    progress.add(results[-1])
-                    free.append(slot)
-                progress.refresh()
+            return _in_slots(jobs, workers, submit, progress)
         except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no run may outlive this call
             for pid in started:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
             raise
+
+
+def _envs(envs: Sequence[dict[str, str]] | None, workers: int) -> list[dict[str, str]]:
+    if envs is not None and len(envs) < workers:
+        raise ValueError(f"{workers} workers need as many environments, got {len(envs)}")
+    return [dict(e) for e in envs] if envs is not None else [{}] * workers
+
+
+def _in_slots(
+    jobs: Sequence[Any],
+    slots: int,
+    submit: Callable[[Any, int], cf.Future],
+    progress: Progress,
+    finished: Callable[[cf.Future], None] = lambda fut: None,
+) -> list[dict]:
+    """Each job started by ``submit(job, slot)`` once one of ``slots`` is free (one running
+    job per slot); the records in the order the jobs finish (``finished(future)`` is called
+    on each before its slot is reused)."""
+    results: list[dict] = []
+    queue, active, free = list(jobs), {}, list(range(slots))
+    while queue or active:
+        while queue and free:
+            job, slot = queue.pop(0), free.pop(0)
+            active[submit(job, slot)] = (job, slot)
+        done, _ = cf.wait(set(active), timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
+        for fut in done:
+            job, slot = active.pop(fut)
+            results.append(_outcome(fut, job))
+            progress.results.append(results[-1])
+            finished(fut)
+            free.append(slot)
+        progress.refresh()
     return results
 
 
@@ -276,7 +280,7 @@ def sigterm_raises() -> Iterator[None]:
         yield
         return
 
-    def handler(signum, frame):
+    def handler(signum, _frame):
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -306,7 +310,7 @@ def _run_shared(
                     broken.append(futures[fut])
                 else:
                     results.append(_outcome(fut, futures[fut]))
-                    progress.add(results[-1])
+                    progress.results.append(results[-1])
             progress.refresh()
     except BaseException:  # Ctrl-C, SIGTERM (SystemExit): no worker may outlive this call
         _kill_workers(pool)
@@ -322,40 +326,27 @@ def _run_isolated(
 ) -> list[dict]:
     """Each job in a fresh one-process pool, at most ``len(envs)`` at a time, each pool with
     an environment no running pool holds."""
-    results: list[dict] = []
-    queue, active, free = list(jobs), {}, list(range(len(envs)))
+    pools: dict[cf.Future, cf.ProcessPoolExecutor] = {}
+
+    def submit(job: Any, slot: int) -> cf.Future:
+        pool = _pool([envs[slot]])
+        fut = pool.submit(work, job)
+        pools[fut] = pool
+        return fut
+
     try:
-        while queue or active:
-            while queue and free:
-                job, slot = queue.pop(0), free.pop(0)
-                pool = _pool([envs[slot]])
-                active[pool.submit(work, job)] = (job, pool, slot)
-            finished, _ = cf.wait(set(active), timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
-            for fut in finished:
-                job, pool, slot = active.pop(fut)
-                results.append(_outcome(fut, job))
-                progress.add(results[-1])
-                pool.shutdown(wait=True)
-                free.append(slot)
-            progress.refresh()
+        return _in_slots(jobs, len(envs), submit, progress, lambda f: pools.pop(f).shutdown())
     finally:
-        for _, pool, _ in active.values():
+        for pool in pools.values():
             _kill_workers(pool)
-    return results
 
 
 def failure_record(job: Any, e: BaseException) -> dict:
     """The record of a run that ended with ``e`` outside the run itself (its worker process or
     task died): the error's type and last line, and its traceback."""
     text = str(e).strip()
-    return {
-        "status": "failed",
-        "method": job.method,
-        "seed": job.seed,
-        "error": f"{type(e).__name__}: {text.splitlines()[-1] if text else ''}",
-        "traceback": "".join(traceback.format_exception(e)),
-        "wall_seconds": 0.0,
-    }
+    error = f"{type(e).__name__}: {text.splitlines()[-1] if text else ''}"
+    return failed_record(job.method, job.seed, error, "".join(traceback.format_exception(e)), 0.0)
 
 
 def _outcome(fut: cf.Future, job: Any) -> dict:

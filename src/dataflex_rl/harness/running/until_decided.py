@@ -2,32 +2,17 @@
 
 Round 1 runs the experiment's own seeds; every later round adds ``round_size`` new seeds (the
 smallest unused integers). After each round the paired differences method − baseline on the
-primary summary (the average over domains of the evaluation metric, each run's last checkpoint)
-go, in seed-addition order, to an anytime-valid rule (`statistics.sequential.sequential_verdicts`),
-which calls each comparison better, worse, equivalent (within ±margin) or undecided with its
-type-I error controlled at α however many rounds are looked at. The loop stops when every
-comparison of the experiment's strategies is decided, or at ``max_seeds``.
+primary summary go, in seed-addition order, to an anytime-valid rule
+(`statistics.sequential.sequential_verdicts`): better, worse, equivalent (within ±margin) or
+undecided. The loop stops when every comparison of the experiment's strategies is decided, or
+at ``max_seeds``. Later rounds run only the baseline, the comparisons still undecided and the
+controls (a decided comparison keeps its verdict; why that keeps the error guarantee:
+docs/harness.md, "Deciding with as few seeds as needed"). Controls are a family of their own
+and do not keep the loop going; without strategies other than the baseline, the controls are
+the comparisons.
 
-Later rounds run only the baseline, the comparisons still undecided and the controls: a
-comparison decided at round r keeps its verdict and gets no more seeds. That is valid because
-its confidence sequence holds at any stopping time, including one chosen per comparison (each
-is at level α/m, so the family's error stays ≤ α by the union bound). More seeds would not
-contradict it: the running intersection only narrows, so better stays better, worse stays
-worse, and equivalent stays inside ±margin (it may turn better or worse within the margin).
-`Sequential.runs_used` against `Sequential.runs_all_arms` is what this saves; simulated for a
-13-arm study by ``benchmarks/verdict_rule.py sequential --adaptive``.
-
-Controls (harness/running/controls.py) run every round on the same seeds, but do not keep the loop
-going: they check the instrument, they are not what the experiment asks. Their verdicts go to
-the rule as a family of their own (so they do not dilute the strategies' α) and are reported.
-Without strategies other than the baseline, the controls are the comparisons.
-
-Finished runs are never rerun (the runner's resume); the report is rewritten after each round,
-so an interrupted loop leaves the report of its last round. At the end ``sequential.json`` holds
-the rounds, and report.md and report.html get a section (`section`: a table of the rounds, which
-comparison stopped at which round, the runs saved) and the seeds a fixed-n design would have
-needed (`statistics.power.simulated_seeds_needed` at the pooled SD of the paired differences, for
-an effect equal to the margin).
+Finished runs are never rerun; the report is rewritten after each round. At the end
+``sequential.json`` holds the rounds, and report.md and report.html get the loop's `section`.
 """
 
 from __future__ import annotations
@@ -45,7 +30,7 @@ from dataflex_rl.core.io import atomic_write_json, atomic_write_text
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.reporting.document import Paragraph, Section, Table, markdown_section
 from dataflex_rl.harness.reporting.report import write_pages
-from dataflex_rl.harness.running.compare import CompareResult, result_rows, run_compare
+from dataflex_rl.harness.running.compare import CompareResult, run_compare
 from dataflex_rl.harness.running.executors import make_executor
 from dataflex_rl.harness.running.experiment import Experiment
 from dataflex_rl.harness.running.runner import locked_output
@@ -57,16 +42,6 @@ from dataflex_rl.harness.statistics.sequential import sequential_verdicts
 UNDECIDED = "undecided"
 #: ``rule(diffs, alpha=, margin=, bound=)`` -> {label: result with verdict, n, low, high}
 Rule = Callable[..., Mapping[str, Any]]
-
-
-def default_rule() -> Rule:
-    """The harness's anytime-valid rule (`statistics.sequential.sequential_verdicts`)."""
-    return sequential_verdicts
-
-
-def fixed_design_seeds(sd: float, effect: float, m: int, alpha: float, power: float) -> int | None:
-    """Paired seeds a fixed-n design needs to detect ``effect`` (None: over 64, or unknown)."""
-    return simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power)
 
 
 @dataclass
@@ -180,17 +155,13 @@ def run_until_decided(
     echo: Callable[[str], None] = print,
     address: str | None = None,
 ) -> tuple[CompareResult, Sequential]:
-    """Run the experiment in rounds of seeds until every comparison is decided.
+    """Run the experiment in rounds of seeds until every comparison is decided (see the
+    module docstring; the other arguments as `run_compare`, whose executor is entered once for
+    every round).
 
     Args:
-        exp: the experiment; its seeds are the first round.
-        out_dir: output folder (as ``compare``).
-        max_seeds: stop at this many seeds.
-        round_size: seeds added per round.
         margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
-        workers, progress, plots, train_fn, address: as `run_compare`; the experiment's
-            executor is entered once for every round (one Ray connection).
-        rule: the sequential rule (default `default_rule`).
+        rule: the sequential rule (default `statistics.sequential.sequential_verdicts`).
         echo: where the one line per round goes.
 
     Raises:
@@ -202,44 +173,28 @@ def run_until_decided(
         raise ConfigError(f"--margin: must be > 0, got {margin}")
     if max_seeds < len(exp.seeds):
         raise ConfigError(f"--max-seeds {max_seeds}: below the experiment's {len(exp.seeds)} seeds")
-    rule = rule or default_rule()
-    controls = [label for label in exp.control_outcomes]
+    rule = rule or sequential_verdicts
+    controls = list(exp.control_outcomes)
     comparisons = [x for x in exp.labels if x != exp.baseline and x not in controls]
     if not comparisons:
         comparisons, controls = controls, []
-    alpha = exp.statistics.alpha
-    seq = Sequential(
-        comparisons=comparisons,
-        controls=controls,
-        max_seeds=max_seeds,
-        round_size=round_size,
-        margin=margin,
-        alpha=alpha,
-    )
-    seq.seeds_of = {label: [] for label in exp.labels}
+    seq = Sequential([], comparisons, controls, "", max_seeds, round_size, margin)
+    seq.alpha, seq.seeds_of = exp.statistics.alpha, {label: [] for label in exp.labels}
     exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
     with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:
-        res, diffs = _rounds(exp, out_dir, seq, rule, ex, echo, progress, plots, train_fn)
+        run = {"progress": progress, "plots": plots, "train_fn": train_fn, "executor": ex}
+        res, diffs = _rounds(exp, out_dir, seq, rule, echo, run)
     _fixed_design(seq, diffs, exp)
     write_sequential(seq, res)
     return res, seq
 
 
 def _rounds(
-    exp: Experiment,
-    out_dir: str | Path,
-    seq: Sequential,
-    rule: Rule,
-    executor,
-    echo: Callable[[str], None],
-    progress: bool,
-    plots: bool,
-    train_fn: str | None,
+    exp: Experiment, out_dir: str | Path, seq: Sequential, rule: Rule, echo: Callable, run: dict
 ) -> tuple[CompareResult, dict[str, np.ndarray]]:
-    """The rounds of `run_until_decided` on an entered executor, filling ``seq``: the last
-    round's result and paired differences."""
+    """The rounds of `run_until_decided`, filling ``seq`` (``run``: `run_compare`'s options, an
+    entered executor among them): the last round's result and paired differences."""
     comparisons, controls, alpha, margin = seq.comparisons, seq.controls, seq.alpha, seq.margin
-    domains = exp.domains
     seeds, new = list(exp.seeds), list(exp.seeds)
     frozen: dict[str, dict] = {}  # the verdicts of decided comparisons, as decided
     while True:
@@ -248,19 +203,8 @@ def _rounds(
                 ran += new
         cells = {(label, s) for label, ran in seq.seeds_of.items() for s in ran}
         current = dataclasses.replace(exp, seeds=tuple(seeds))
-        res = run_compare(
-            current,
-            out_dir,
-            progress=progress,
-            plots=plots,
-            train_fn=train_fn,
-            cells=cells,
-            executor=executor,
-        )
-        rows = result_rows(
-            res.execution, domains, exp.evaluation.metric, exp.budget.generated_tokens is not None
-        )
-        diffs = paired_differences(rows, exp.baseline, comparisons + controls, seeds)
+        res = run_compare(current, out_dir, cells=cells, **run)
+        diffs = paired_differences(res.rows, exp.baseline, comparisons + controls, seeds)
         verdicts = _verdicts(rule, {k: diffs[k] for k in comparisons}, alpha, margin)
         verdicts.update(frozen)
         verdicts.update(_verdicts(rule, {k: diffs[k] for k in controls}, alpha, margin))
@@ -286,16 +230,13 @@ def round_line(
     a comparison decided at an earlier round says so (``better (n=4, stopped at round 2)``)."""
     decided_at = decided_at or {}
 
+    def one(k: str) -> str:
+        v, at = r.verdicts[k], decided_at.get(k, r.index)
+        stop = f", stopped at round {at}" if at < r.index else ""
+        return f"{k} {v['verdict']} (n={v['n']}{stop})"
+
     def part(labels: list[str]) -> str:
-        return ", ".join(
-            f"{k} {r.verdicts[k]['verdict']} (n={r.verdicts[k]['n']}"
-            + (
-                f", stopped at round {decided_at[k]})"
-                if decided_at.get(k, r.index) < r.index
-                else ")"
-            )
-            for k in labels
-        )
+        return ", ".join(map(one, labels))
 
     line = f"round {r.index}, {len(r.seeds)} seeds: {part(comparisons)}"
     return line + (f"; controls: {part(controls)}" if controls else "")
@@ -307,8 +248,9 @@ def _fixed_design(seq: Sequential, diffs: dict[str, np.ndarray], exp: Experiment
     if not sds:
         return
     seq.pooled_sd = math.sqrt(sum(s * s for s in sds) / len(sds))
-    seq.fixed_n = fixed_design_seeds(
-        seq.pooled_sd, seq.margin, len(seq.comparisons), seq.alpha, exp.statistics.power
+    m, power = len(seq.comparisons), exp.statistics.power
+    seq.fixed_n = simulated_seeds_needed(
+        seq.pooled_sd, seq.margin, m=m, alpha=seq.alpha, power=power
     )
 
 
@@ -379,14 +321,14 @@ def _notes(seq: Sequential) -> tuple[str, ...]:
         )
     else:
         lines.append(
-            "No fixed-n comparison: the paired differences have no spread yet "
-            "(fewer than two, or all equal)."
+            "No fixed-n comparison: the paired differences have no spread yet (fewer than "
+            "two, or all equal)."
         )
-    lines.append(
-        "Intervals: the rule's anytime-valid interval of the mean difference, in "
-        "points, at each round."
+    return (
+        *lines,
+        "Intervals: the rule's anytime-valid interval of the mean difference, in points, at "
+        "each round.",
     )
-    return tuple(lines)
 
 
 def write_sequential(seq: Sequential, res: CompareResult) -> None:

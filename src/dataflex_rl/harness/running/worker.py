@@ -15,7 +15,7 @@ from dataflex_rl.harness.running.runner import RunSpec, execute_run
 
 
 def main() -> int:
-    run = RunSpec.from_fields(json.loads(sys.stdin.read()))
+    run = RunSpec(**json.loads(sys.stdin.read()))
     print_record(execute_run(run))
     return 0
 

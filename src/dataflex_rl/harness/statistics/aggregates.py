@@ -10,9 +10,8 @@ Agarwal et al., "Deep RL at the edge of the statistical precipice", NeurIPS 2021
 - **performance profile**: for each threshold τ, the fraction of run × task scores above τ.
 
 Intervals: stratified bootstrap — resample the runs with replacement *within each task*
-(independently per task, and per method), percentile interval. Written here with numpy rather
-than depending on ``rliable`` (docs/harness.md: its dependencies weigh ~170 MB and its pinned
-``arch`` fails to import with pandas 3); the definitions follow the paper.
+(independently per task, and per method), percentile interval. Written with numpy, not
+``rliable`` (docs/harness.md says why); the definitions follow the paper.
 
 Shapes: ``scores`` is [R, T], R runs (seeds) × T tasks (benchmarks), no NaN.
 """
@@ -22,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from dataflex_rl.harness.statistics.stats import percentile_interval
 
 
 def _trim_mean(x: np.ndarray) -> np.ndarray:
@@ -51,15 +52,8 @@ def stratified_resamples(scores: np.ndarray, rng: np.random.Generator, n_boot: i
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """P(X > Y) + ½ P(X = Y), averaged over tasks.
-
-    Args:
-        x: [..., Rx, T] runs of method X (leading axes: e.g. bootstrap resamples).
-        y: [..., Ry, T] runs of method Y.
-
-    Returns:
-        [...] the probability.
-    """
+    """[...] P(X > Y) + ½ P(X = Y), averaged over tasks, of runs ``x`` [..., Rx, T] of method X
+    and ``y`` [..., Ry, T] of method Y (leading axes: e.g. bootstrap resamples)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     diff = x[..., :, None, :] - y[..., None, :, :]  # [..., Rx, Ry, T]
     per_task = np.mean((diff > 0) + 0.5 * (diff == 0), axis=(-3, -2))
@@ -67,12 +61,7 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def performance_profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
-    """[..., K] fraction of run × task scores above each of the K thresholds.
-
-    Args:
-        scores: [..., R, T].
-        taus: [K] thresholds.
-    """
+    """[..., K] fraction of run × task ``scores`` [..., R, T] above each of the K ``taus``."""
     x = np.asarray(scores, dtype=np.float64)
     above = np.count_nonzero(x[..., None] > np.asarray(taus), axis=(-3, -2))
     return above / (x.shape[-2] * x.shape[-1])  # the mean of the booleans, exactly
@@ -94,11 +83,6 @@ class MethodAggregate:
     poi_ci: tuple[float, float]
     profile: np.ndarray
     profile_ci: np.ndarray  # [2, K]
-
-
-def _ci(samples: np.ndarray, alpha: float) -> tuple[float, float]:
-    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
 
 
 def aggregate(
@@ -128,20 +112,12 @@ def aggregate(
         poi, poi_ci = np.nan, (np.nan, np.nan)
         if m != baseline:
             poi = float(probability_of_improvement(x, base))
-            poi_ci = _ci(probability_of_improvement(b, base_boot), alpha)
-        prof_b = performance_profile(b, taus)
+            poi_ci = percentile_interval(probability_of_improvement(b, base_boot), alpha)
+        iqm_ci = percentile_interval(iqm(b, axis=(1, 2)), alpha)
+        prof_ci = np.quantile(performance_profile(b, taus), [alpha / 2, 1 - alpha / 2], axis=0)
+        profile = performance_profile(x, taus)
         out.append(
-            MethodAggregate(
-                m,
-                x.shape[0],
-                x.shape[1],
-                float(iqm(x)),
-                _ci(iqm(b, axis=(1, 2)), alpha),
-                poi,
-                poi_ci,
-                performance_profile(x, taus),
-                np.quantile(prof_b, [alpha / 2, 1 - alpha / 2], axis=0),
-            )
+            MethodAggregate(m, *x.shape, float(iqm(x)), iqm_ci, poi, poi_ci, profile, prof_ci)
         )
     return out
 
@@ -178,11 +154,7 @@ def method_aggregates(
     quantiles). Empty with fewer than two methods or without the baseline."""
     if len(scores) < 2 or baseline not in scores:
         return []
-    taus = (
-        np.linspace(0, 1, 21)
-        if fractions
-        else np.quantile(
-            np.concatenate([x.ravel() for x in scores.values()]), np.linspace(0, 1, 21)
-        )
-    )
+    taus = np.linspace(0, 1, 21)
+    if not fractions:
+        taus = np.quantile(np.concatenate([x.ravel() for x in scores.values()]), taus)
     return aggregate(scores, baseline, taus, np.random.default_rng(seed), n_boot=2000, alpha=0.05)

@@ -14,18 +14,13 @@ sign-flip test cannot go below 2 / 2^n. Where the seed counts allow no verdict a
 smallest Holm-adjusted p the family can give, `stats.holm_floors`, is above alpha: with one
 method, fewer than 6 seeds at alpha = 0.05) no interval is computed (``verdict_possible`` False).
 
-**Controls** (``controls={label: "same" | "worse"}``): arms with a known answer (an A/A copy of
-the baseline must come out "no detectable difference", a planted harm "worse"). They are compared
-against the baseline like any method but each control is tested on its own (a family of one, not
-part of the real methods' Holm family), so adding them does not weaken the real comparisons and
-an A/A arm does not hide a harm; they stay out of the rankings. A control whose seed count cannot
-reach a verdict (2 / 2^n > α: fewer than 6 paired seeds at α = 0.05) is "untested", neither
-passed nor failed: no outcome, an A/A arm's included, says anything there.
+**Controls** (``controls={label: "same" | "worse"}``, docs/controls.md): arms with a known
+answer, each tested on its own (a family of one, outside the real methods' Holm family) and kept
+out of the rankings; where its seed count cannot reach a verdict a control is "untested".
 
-**MDE** of a comparison: simulated (`power.simulated_mde`) for its paired-seed count, its
-family's size and the observed SD of its paired differences: the smallest true difference this
-rule calls "better" with probability ``power``. A summary's MDE is the same at its fewest paired
-seeds and the pooled SD of its comparisons.
+**MDE** of a comparison: the smallest true difference this rule calls "better" with probability
+``power`` (`power.simulated_mde` at its paired seeds, family size and SD of paired differences;
+a summary's at its fewest paired seeds and pooled SD).
 
 Every number a report prints is computed here and stored in the `Analysis` (MDEs, what the seed
 count allows and the seeds a 1-point difference needs, aggregates and profiles, ranks, learning
@@ -64,12 +59,8 @@ from dataflex_rl.harness.statistics.results import (
     seed_sort_key,
 )
 
-BETTER, WORSE, NO_DIFF, TOO_FEW = (
-    "better",
-    "worse",
-    "no detectable difference",
-    "not enough paired seeds",
-)
+BETTER, WORSE = "better", "worse"
+NO_DIFF, TOO_FEW = "no detectable difference", "not enough paired seeds"
 #: a control's required outcome -> the verdict it must get
 CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
 
@@ -337,21 +328,13 @@ def _compare(
     return c, stats.bootstrap_means(d, rng, options.n_boot)
 
 
-def _interval(means: np.ndarray, alpha: float) -> tuple[float, float]:
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
-
-
 def _family(
     name: str, labels: list[str], rows: np.ndarray, base: np.ndarray, options: StatsOptions
 ) -> list[Comparison]:
     """Paired comparisons of ``labels`` ([K, S] ``rows``) against ``base`` [S], one Holm
     family: p-values, corrected intervals, verdicts and simulated MDEs."""
-    comps, boots = [], []
-    for m, x in zip(labels, rows):
-        c, means = _compare(name, m, x, base, options)
-        comps.append(c)
-        boots.append(means)
+    pairs = [_compare(name, m, x, base, options) for m, x in zip(labels, rows)]
+    comps, boots = [c for c, _ in pairs], [means for _, means in pairs]
     adjusted, level = stats.holm([c.p for c in comps], options.alpha)
     floors = stats.holm_floors(
         [stats.pvalue_floor(c.n_pairs, options.n_perm) if c.n_pairs >= 2 else 1.0 for c in comps]
@@ -365,8 +348,8 @@ def _family(
         c.p_holm_floor = float(floor)
         c.verdict_possible = c.p_holm_floor <= options.alpha
         if c.verdict_possible:
-            c.ci = _interval(means, options.alpha)
-            c.corrected_ci = _interval(means, c.level)
+            c.ci = stats.percentile_interval(means, options.alpha)
+            c.corrected_ci = stats.percentile_interval(means, c.level)
         c.mde = power.simulated_mde(
             c.sd_diff, c.n_pairs, m=len(comps), alpha=options.alpha, power=options.power
         )
@@ -394,8 +377,6 @@ def analyze_summary(
         kind: "benchmark", "domain" or "average".
         methods: [M] method names, rows of ``matrix`` (controls included).
         matrix: [M, S] final scores, NaN where missing.
-        baseline: the reference method.
-        options: `StatsOptions`.
         controls: control label -> required outcome; each is tested on its own.
     """
     controls = dict(controls or {})
@@ -414,18 +395,9 @@ def analyze_summary(
         c.control_status = control_status(c)
     sd = pooled_sd(comps)
     n = min((c.n_pairs for c in comps), default=0)
-    return SummaryResult(
-        name,
-        kind,
-        [stats_of[i] for i in range(len(methods)) if i not in ctrl],
-        comps,
-        [stats_of[i] for i in ctrl],
-        ctrl_comps,
-        pooled_sd=sd,
-        mde=power.simulated_mde(
-            sd, n, m=max(1, len(comps)), alpha=options.alpha, power=options.power
-        ),
-    )
+    mde = power.simulated_mde(sd, n, m=max(1, len(comps)), alpha=options.alpha, power=options.power)
+    own = [stats_of[i] for i in range(len(methods)) if i not in ctrl]
+    return SummaryResult(name, kind, own, comps, [stats_of[i] for i in ctrl], ctrl_comps, sd, mde)
 
 
 def pooled_sd(comparisons: list[Comparison]) -> float:
@@ -470,9 +442,6 @@ def analyze(
     every number a report of it prints.
 
     Args:
-        rows: result rows.
-        baseline: the reference method.
-        options: `StatsOptions`.
         controls: method label -> required outcome, "same" (A/A: must be "no detectable
             difference") or "worse" (a planted harm). Each control is tested on its own (a family
             of one) and they are left out of ``Analysis.methods`` and the rankings.

@@ -1,19 +1,9 @@
-"""Per-step summaries over seeds, for the plots: learning curves and mixers' proportion traces.
-
-- `learning_curves`: per panel (each benchmark, and the average over benchmarks when there are
-  several) and method, the mean held-out score over seeds at each checkpoint with its standard
-  error (SD / √n; 0 for a single seed). A run enters the average at a step only when it has
-  every benchmark there.
-- `token_curves`: the same mean score against the generation cost spent so far (a
-  checkpoint's ``generated_tokens``): each run's curve is interpolated linearly onto a common
-  grid of costs (from the latest first checkpoint to the earliest last one over all runs), so
-  strategies that save generation are compared at equal cost.
-- `proportion_traces`: per mixer method and domain, the target proportion and the sampled
-  share at each step, means over seeds (NaN where no seed logged one).
-"""
+"""Per-step summaries over seeds, for the plots: learning curves (against steps or the
+generation cost spent) and mixers' proportion traces."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -129,20 +119,21 @@ def proportion_traces(rows: list[dict]) -> dict[str, dict[str, Trace]]:
     target, actual), in first-seen order; empty without rows."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     domains = list(dict.fromkeys(r["domain"] for r in rows))
-    out: dict[str, dict[str, Trace]] = {}
-    for m in methods:
-        out[m] = {}
-        for d in domains:
-            sel = [r for r in rows if r["method"] == m and r["domain"] == d]
-            steps = sorted({r["step"] for r in sel})
-            cols = {}
-            for col in ("target", "actual"):
-                by_step = defaultdict(list)
-                for r in sel:
-                    by_step[r["step"]].append(r[col])
-                cols[col] = [
-                    float(np.nanmean(by_step[s])) if np.isfinite(by_step[s]).any() else math.nan
-                    for s in steps
-                ]
-            out[m][d] = Trace(steps, cols["target"], cols["actual"])
+    out: dict[str, dict[str, Trace]] = {m: {} for m in methods}
+    for m, d in itertools.product(methods, domains):
+        by_step: dict[int, list] = defaultdict(list)
+        for r in rows:
+            if r["method"] == m and r["domain"] == d:
+                by_step[r["step"]].append(r)
+        steps = sorted(by_step)
+        target, actual = (
+            [_finite_mean([r[col] for r in by_step[s]]) for s in steps]
+            for col in ("target", "actual")
+        )
+        out[m][d] = Trace(steps, target, actual)
     return out
+
+
+def _finite_mean(values: list[float]) -> float:
+    """The mean of the values that are not NaN (NaN when none is finite)."""
+    return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan

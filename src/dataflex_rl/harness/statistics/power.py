@@ -1,10 +1,7 @@
-"""Power of the harness's own verdict rule, by simulation (not the t approximation).
-
-A method is called "better" by `analysis.analyze_summary` when its Holm-adjusted exact sign-flip
-p-value is at most α **and** its bootstrap percentile interval at the Holm level lies above zero.
-The paired t-test's MDE formula ignores all three ingredients: the exact test cannot go below
-2/2^n (no verdict at all below 6 seeds for α = 0.05), Holm divides α by up to m, and the
-interval must exclude zero too (``benchmarks/verdict_rule.py power`` prints both). Its MDE is detected with probability 0.25–0.65, not 0.8.
+"""Power of the harness's own verdict rule (`analysis`: Holm-adjusted exact sign-flip p ≤ α
+**and** the bootstrap interval at the Holm level above zero), by simulation: the paired t-test's
+MDE formula ignores the exact test's floor 2/2^n, Holm and the interval, and is detected with
+probability 0.25–0.65, not 0.8 (``benchmarks/verdict_rule.py power`` prints both).
 
 This module simulates the rule itself. Paired differences are d = effect + sd · z with z standard
 normal (n per simulated experiment, ``reps`` experiments). Everything scales with sd, so one
@@ -243,13 +240,6 @@ def simulated_mde(
 _TABLED = (TABLE_ALPHA, TABLE_POWER, REPS, N_BOOT, 0)
 
 
-def min_seeds(m: int = 1, alpha: float = 0.05) -> int | None:
-    """Fewest paired seeds at which the best of ``m`` comparisons can be decided at all: the
-    verdict rule's own floor, `stats.seeds_for_verdict` (2/2^n ≤ α/m for the exact test); None
-    when no seed count up to 64 can."""
-    return stats.seeds_for_verdict(m, alpha)
-
-
 def simulated_seeds_needed(
     sd: float,
     effect: float,
@@ -264,7 +254,8 @@ def simulated_seeds_needed(
 ) -> int | None:
     """Fewest paired seeds at which `simulated_mde` is at most ``effect``.
 
-    Searches up from `min_seeds` by doubling, then bisects (the MDE falls with n up to the
+    Searches up from `stats.seeds_for_verdict` (the fewest seeds at which any verdict is
+    possible) by doubling, then bisects (the MDE falls with n up to the
     simulation's noise). None when more than ``max_n`` are needed or the inputs are not finite.
     """
     if not (math.isfinite(sd) and math.isfinite(effect)) or effect <= 0:
@@ -276,7 +267,7 @@ def simulated_seeds_needed(
             <= effect
         )
 
-    lo = min_seeds(m, alpha)
+    lo = stats.seeds_for_verdict(m, alpha)
     if lo is None or lo > max_n:
         return None
     if ok(lo):
@@ -333,8 +324,8 @@ def seed_advice(
         n,
         m,
         stats.min_pvalue(n),
-        min_seeds(1, alpha),
-        min_seeds(m, alpha),
+        stats.seeds_for_verdict(1, alpha),
+        stats.seeds_for_verdict(m, alpha),
         effect if asked else None,
         simulated_seeds_needed(sd, effect, m=m, alpha=alpha, power=power) if asked else None,
     )

@@ -1,11 +1,8 @@
-"""Result rows and ``results.csv``: one row per run × benchmark × checkpoint.
+"""Result rows (`Row`) and ``results.csv``: one row per run × benchmark × checkpoint.
 
-Columns: ``method, seed, benchmark, domain, step, score`` and, from the embedded engine,
-``greedy`` and ``sampled`` (both accuracies; ``score`` is the one the experiment compares).
-Reading needs only ``method, seed, benchmark, score``; ``domain`` (groups benchmarks) and
-``step`` (checkpoint; the last one is the final score) are optional and other columns are
-ignored, so external results (e.g. verl campaigns) and the harness's own file read the same way
-(`results_table.read_results_csv`, which also reads wide tables).
+Reading needs only `REQUIRED`; ``domain`` and ``step`` are optional and other numeric columns
+are kept as ``Row.extra`` (the engine's ``greedy`` and ``sampled``), so external results and
+the harness's own file read the same way (`results_table.read_results_csv`).
 """
 
 from __future__ import annotations
@@ -75,12 +72,23 @@ def final_scores(rows: list[Row]) -> dict[tuple[str, str, str], float]:
                 f"benchmark={r.benchmark} step={r.step}"
             )
         seen.add(key + (r.step,))
-        cur = best.get(key)
-        if cur is None or (r.step if r.step is not None else -1) > (
-            cur.step if cur.step is not None else -1
-        ):
+        if key not in best or _order(r) > _order(best[key]):
             best[key] = r
     return {k: r.score for k, r in best.items()}
+
+
+def _order(r: Row) -> int:
+    return -1 if r.step is None else r.step
+
+
+def parse_step(text: str | None, where: str) -> int | None:
+    """A checkpoint's step (None for an empty cell; ``"100.0"`` is 100)."""
+    if not text:
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        raise ConfigError(f"{where}: step {text!r} is not an integer") from None
 
 
 def parse_row(raw: dict, where: str) -> Row:
@@ -91,12 +99,7 @@ def parse_row(raw: dict, where: str) -> Row:
             raise ConfigError(f"{where}: empty {col!r}")
     values["seed"] = seed_label(values["seed"], where)
     score = _number(values["score"], where, "score")
-    step = None
-    if values.get("step"):
-        try:
-            step = int(float(values["step"]))
-        except ValueError:
-            raise ConfigError(f"{where}: step {values['step']!r} is not an integer") from None
+    step = parse_step(values.get("step"), where)
     extra = {}
     for k, v in values.items():
         if k not in COLUMNS and v:
@@ -104,15 +107,8 @@ def parse_row(raw: dict, where: str) -> Row:
                 extra[k] = float(v)
             except ValueError:
                 pass
-    return Row(
-        values["method"],
-        values["seed"],
-        values["benchmark"],
-        score,
-        values.get("domain", ""),
-        step,
-        extra,
-    )
+    method, seed, benchmark = values["method"], values["seed"], values["benchmark"]
+    return Row(method, seed, benchmark, score, values.get("domain", ""), step, extra)
 
 
 def seed_label(text: str, where: str) -> str:
@@ -158,33 +154,16 @@ def write_results_csv(rows: list[Row], path: str | Path) -> Path:
         w = csv.writer(f)
         w.writerow([*COLUMNS, *extras])
         for r in rows:
+            extra = [repr(float(r.extra[k])) if k in r.extra else "" for k in extras]
+            step = "" if r.step is None else r.step
             w.writerow(
-                [
-                    r.method,
-                    r.seed,
-                    r.benchmark,
-                    r.domain,
-                    "" if r.step is None else r.step,
-                    repr(float(r.score)),
-                    *(repr(float(r.extra[k])) if k in r.extra else "" for k in extras),
-                ]
+                [r.method, r.seed, r.benchmark, r.domain, step, repr(float(r.score)), *extra]
             )
     return p
 
 
 #: columns of ``proportions.csv`` (mixers' domain proportions per step)
 PROPORTION_COLUMNS = ("method", "seed", "step", "domain", "target", "actual")
-
-
-def write_proportions_csv(rows: list[dict], path: str | Path) -> Path:
-    """Write ``proportions.csv``: per mixer run, step and domain the target and sampled share."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(p) as tmp, tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(PROPORTION_COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return p
 
 
 def read_proportions_csv(path: str | Path) -> list[dict]:
@@ -194,12 +173,15 @@ def read_proportions_csv(path: str | Path) -> list[dict]:
         reader = csv.DictReader(f)
         for r in reader:
             seed = seed_label(r["seed"] or "", f"{path}:{reader.line_num}")
+            row = {
+                "method": r["method"],
+                "seed": seed,
+                "step": int(r["step"]),
+                "domain": r["domain"],
+            }
             out.append(
                 {
-                    "method": r["method"],
-                    "seed": seed,
-                    "step": int(r["step"]),
-                    "domain": r["domain"],
+                    **row,
                     "target": float(r["target"] or "nan"),
                     "actual": float(r["actual"] or "nan"),
                 }

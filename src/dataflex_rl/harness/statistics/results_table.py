@@ -1,28 +1,12 @@
 """Results tables as people have them: long or wide, one comparison per stratum.
 
-Two layouts are read:
-
-- **long** (``results.csv``, `read_results_csv`): one row per run × benchmark
-  [× checkpoint], columns ``method, seed, benchmark, score[, domain, step]``.
-- **wide** (a paper's release table): one row per run [× checkpoint], columns ``method, seed``,
-  descriptive columns (``run_id, campaign, model, steps, regime``, any text) and one numeric
-  column per benchmark (``math500, aime24, ..., gpqa_diamond``); an empty cell is a missing
-  score. A table without ``benchmark`` and ``score`` columns is read as wide (one with only
-  one of them is a long table missing a column); ``wide=True`` says so. Benchmark columns are
-  the numeric columns other than ``run_id, campaign, model, method, seed, step, steps,
-  regime`` and the ``by`` columns; a column of text is descriptive.
-
-``by`` columns split the rows into **strata** (e.g. ``model, campaign, regime``), each its own
-comparison. An empty ``by`` cell is a value of its own ("no regime"): those rows form their
-stratum, labelled ``regime=(empty)`` (its folder ``..._no-regime``). Rows read elsewhere (a
-tracker store's runs, split by their ``--by`` fields) become strata the same way
-(`table_of_rows`). ``scale`` multiplies every score (0.01: percent scores become accuracies,
-reported in points). ``domains`` (benchmark -> domain, `read_domains`) groups benchmarks into
-domains and selects them: the benchmarks it does not name are left out (listed in ``notes``).
-
-Every refusal names the file, the line and the column: a duplicate (stratum, method, seed,
-benchmark[, step]) names both lines and the columns in which they differ, the candidates for
-``by``.
+A **long** table (``results.csv``) has a row per run × benchmark [× checkpoint]; a **wide** one
+(a paper's release table) a row per run, with one numeric column per benchmark (the numeric
+columns other than `DESCRIPTIVE` and the ``by`` columns). ``by`` columns split the rows into
+**strata**, an empty ``by`` cell being a value of its own (`EMPTY`); ``scale`` multiplies every
+score; ``domains`` (`read_domains`) groups and selects the benchmarks. The layouts and options
+are described with examples in docs/harness.md, "External results". Every refusal names the
+file, the line and the column (a duplicate result both lines and the columns they differ in).
 """
 
 from __future__ import annotations
@@ -38,6 +22,7 @@ from dataflex_rl.harness.statistics.results import (
     REQUIRED,
     Row,
     parse_row,
+    parse_step,
     seed_label,
     seed_sort_key,
 )
@@ -126,11 +111,7 @@ def read_table(
     """Read a long or wide results CSV into strata (see the module docstring).
 
     Args:
-        path: the CSV.
         wide: True: the wide layout; False: the long one; None: detect.
-        by: columns whose values make one comparison each.
-        scale: factor applied to every score.
-        domains: benchmark -> domain; selects and groups the benchmarks.
 
     Raises:
         ConfigError: a missing file or column, a bad cell, a duplicate result, no rows.
@@ -354,13 +335,7 @@ def _melt(
             if not rec[col]:
                 raise ConfigError(f"{where}: empty {col!r}")
         key = _key(rec, by)
-        seed = seed_label(rec["seed"], where)
-        step = None
-        if rec.get("step"):
-            try:
-                step = int(float(rec["step"]))
-            except ValueError:
-                raise ConfigError(f"{where}: step {rec['step']!r} is not an integer") from None
+        seed, step = seed_label(rec["seed"], where), parse_step(rec.get("step"), where)
         for b in benchmarks:
             if not rec[b]:
                 continue
@@ -393,12 +368,10 @@ def _refuse_duplicates(
             + [f"method={r.method}", f"seed={r.seed}", f"benchmark={r.benchmark}"]
             + ([f"step={r.step}"] if r.step is not None else [])
         )
-        hint = (
-            f"the rows differ in {', '.join(differ)}: add the column that tells them apart "
-            "to --by (a checkpoint column is called step)"
-            if differ
-            else "the rows are the same result twice"
-        )
+        hint = "the rows are the same result twice"
+        if differ:
+            hint = f"the rows differ in {', '.join(differ)}: add the column that tells them "
+            hint += "apart to --by (a checkpoint column is called step)"
         raise ConfigError(
             f"{p}: duplicate result {where} at lines {first} and {line}{runs}; {hint}"
         )

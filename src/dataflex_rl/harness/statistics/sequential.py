@@ -47,10 +47,8 @@ class SequentialResult:
 
     Args:
         verdict: "better", "worse", "equivalent" (inside ±margin) or "undecided".
-        n: paired differences seen.
         low, high: the anytime-valid confidence sequence at n (running intersection), at level
             1 − α/m; ±bound while no finite interval is possible.
-        mean: mean paired difference.
         alpha_each: the level α/m each comparison is tested at.
     """
 
@@ -84,7 +82,6 @@ def half_widths(
         n: [...] sample sizes (≥ 2).
         sd: [...] sample SDs (ddof 1) of the differences, broadcast with ``n``.
         alpha_each: level of this comparison (α/m).
-        prior_scale: τ, the prior SD of the standardized effect.
     """
     n = np.asarray(n, dtype=np.float64)
     g = n * prior_scale**2
@@ -97,17 +94,10 @@ def half_widths(
 def confidence_sequence(
     x: np.ndarray, alpha_each: float, bound: float = 1.0, prior_scale: float = PRIOR_SCALE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Running-intersection confidence sequence over the leading axis.
-
-    Args:
-        x: [N, ...] paired differences in the order seeds were added.
-        alpha_each: level of each comparison.
-        bound: differences lie in [−bound, bound]; so does the interval.
-        prior_scale: τ.
-
-    Returns:
-        ``(low, high)``, each [N, ...]: the interval after 1, 2, …, N differences.
-    """
+    """``(low, high)``, each [N, ...]: the running-intersection confidence sequence of the
+    paired differences ``x`` [N, ...] (in the order seeds were added) after 1, 2, …, N of
+    them, at level ``alpha_each`` (the differences, and so the interval, lie in [−bound,
+    bound])."""
     x = np.asarray(x, dtype=np.float64)
     n = np.arange(1, x.shape[0] + 1, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - 1))
     mean = np.cumsum(x, axis=0) / n
@@ -122,13 +112,8 @@ def confidence_sequence(
 
 def verdicts_of(low: np.ndarray, high: np.ndarray, margin: float) -> np.ndarray:
     """Verdict strings, elementwise, of intervals [low, high]."""
-    return np.where(
-        low > 0,
-        BETTER,
-        np.where(
-            high < 0, WORSE, np.where((low >= -margin) & (high <= margin), EQUIVALENT, UNDECIDED)
-        ),
-    )
+    equivalent = (low >= -margin) & (high <= margin)
+    return np.select([low > 0, high < 0, equivalent], [BETTER, WORSE, EQUIVALENT], UNDECIDED)
 
 
 def sequential_verdicts(
@@ -147,10 +132,6 @@ def sequential_verdicts(
         alpha: probability that any verdict of the family is wrong, at any stopping time.
         margin: "equivalent" means the interval lies inside [−margin, margin].
         bound: the differences lie in [−bound, bound] (1 for accuracies).
-        prior_scale: τ.
-
-    Returns:
-        label -> `SequentialResult`.
     """
     if margin < 0 or bound <= 0:
         raise ValueError(f"margin must be >= 0 and bound > 0, got {margin}, {bound}")
@@ -166,11 +147,9 @@ def sequential_verdicts(
         low, high = confidence_sequence(d, a, bound, prior_scale)
         lo, hi = float(low[-1]), float(high[-1])
         if lo > hi:  # empty intersection (probability < α): keep the current interval only
-            hw = (
-                float(half_widths(np.array(d.size), np.array(d.std(ddof=1)), a, prior_scale))
-                if d.size > 1
-                else math.inf
-            )
+            hw = math.inf
+            if d.size > 1:
+                hw = float(half_widths(np.array(d.size), np.array(d.std(ddof=1)), a, prior_scale))
             lo, hi = max(-bound, d.mean() - hw), min(bound, d.mean() + hw)
         verdict = str(verdicts_of(np.array(lo), np.array(hi), margin))
         out[label] = SequentialResult(verdict, int(d.size), lo, hi, float(d.mean()), a)

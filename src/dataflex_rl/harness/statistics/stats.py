@@ -40,15 +40,8 @@ def _as_1d(x, name: str) -> np.ndarray:
 
 
 def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
-    """Mean and t-based (1 - alpha) confidence interval.
-
-    Args:
-        values: [n] one value per seed (NaNs are an error: drop missing seeds first).
-        alpha: 1 - confidence level.
-
-    Returns:
-        ``(mean, low, high)``; the bounds are NaN when n < 2.
-    """
+    """``(mean, low, high)``: the mean of ``values`` [n] (one per seed; NaNs are an error: drop
+    missing seeds first) and its t-based (1 - alpha) confidence interval (NaN when n < 2)."""
     x = _as_1d(values, "values")
     n = x.size
     if n == 0:
@@ -69,20 +62,18 @@ def bootstrap_means(diffs, rng: np.random.Generator, n_boot: int = 10_000) -> np
     return d[idx].mean(axis=1)
 
 
+def percentile_interval(samples, alpha: float) -> tuple[float, float]:
+    """The ``alpha / 2`` and ``1 - alpha / 2`` quantiles of ``samples`` (a percentile interval)."""
+    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
 def bootstrap_interval(
     diffs, rng: np.random.Generator, alpha=0.05, n_boot: int = 10_000
 ) -> np.ndarray:
-    """Paired-bootstrap percentile interval(s) of the mean difference.
-
-    Args:
-        diffs: [n] paired differences (method - baseline), one per seed.
-        rng: the random generator.
-        alpha: a level or an array of K levels (the same resamples serve all of them).
-        n_boot: resamples.
-
-    Returns:
-        ``[2]`` (low, high) for a scalar ``alpha``, else ``[K, 2]``.
-    """
+    """Paired-bootstrap percentile interval of the mean of ``diffs`` [n] (method - baseline,
+    one per seed): ``[2]`` (low, high) for a scalar ``alpha``, ``[K, 2]`` for K levels (the same
+    resamples serve all of them)."""
     a = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
     means = bootstrap_means(diffs, rng, n_boot)
     q = np.quantile(means, np.concatenate([a / 2, 1 - a / 2]))
@@ -102,17 +93,9 @@ def sign_flip_pvalue(
     n_perm: int = 10_000,
     exact_max_n: int = EXACT_MAX_N,
 ) -> float:
-    """Two-sided paired permutation (sign-flip) p-value of the mean difference.
-
-    Args:
-        diffs: [n] paired differences.
-        rng: needed only when n > ``exact_max_n`` (random sign flips).
-        n_perm: random sign patterns drawn when n > ``exact_max_n``.
-        exact_max_n: enumerate all 2^n patterns up to this n.
-
-    Returns:
-        The p-value; NaN when n == 0. All-zero differences give 1.
-    """
+    """Two-sided paired permutation (sign-flip) p-value of the mean of ``diffs`` [n]: all 2^n
+    patterns up to ``exact_max_n``, above it ``n_perm`` random ones (``rng`` needed only
+    then). NaN when n == 0; all-zero differences give 1."""
     d = _as_1d(diffs, "diffs")
     n = d.size
     if n == 0:
@@ -211,53 +194,41 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
 
 def kendall_tau(x, y) -> float:
     """Kendall's tau-b between two scorings of the same items (what ``scipy.stats.kendalltau``
-    gives, from the [k, k] pair signs; values within rounding error are tied first, see
-    `_tie_close`).
+    gives; values within rounding error are tied first, see `_tie_close`; infinities are
+    values: inf and inf tie).
 
     Args:
-        x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks),
-            finite.
+        x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks).
 
     Returns:
-        tau-b in [-1, 1]; NaN when k < 2 or one side is constant.
+        tau-b in [-1, 1]; NaN when k < 2, one side is constant or holds NaN.
     """
     a, b = _as_1d(x, "x"), _as_1d(y, "y")
     if a.size != b.size:
         raise ValueError(f"kendall_tau: sizes differ ({a.size} vs {b.size})")
-    if a.size < 2:
+    if a.size < 2 or np.isnan(a).any() or np.isnan(b).any():
         return math.nan
-    if np.isnan(a).any() or np.isnan(b).any():
-        return math.nan
-    a, b = _tie_close(a), _tie_close(b)
-    # pair signs by comparison (inf and inf tie)
-    sx = (a[:, None] > a[None, :]).astype(float) - (a[:, None] < a[None, :])
-    sy = (b[:, None] > b[None, :]).astype(float) - (b[:, None] < b[None, :])
-    # every pair counted twice: (concordant - discordant) and the untied pairs, halved
-    con_minus_dis, untied_x, untied_y = (
-        (sx * sy).sum() / 2,
-        np.abs(sx).sum() / 2,
-        np.abs(sy).sum() / 2,
-    )
-    if untied_x == 0 or untied_y == 0:
-        return math.nan
-    return float(min(1.0, max(-1.0, con_minus_dis / np.sqrt(untied_x) / np.sqrt(untied_y))))
+    return float(_tau(np.stack([a, b]), np.ones((2, a.size), dtype=bool))[0, 1])
 
 
 def kendall_tau_matrix(scores) -> np.ndarray:
     """[S, S] `kendall_tau` between every two rows of ``scores`` [S, k], each pair over the
-    items finite in both (NaN where fewer than two remain or one side is constant).
-
-    All pairs at once from the [S, k, k] pair signs; the same arithmetic as `kendall_tau`.
-    """
+    items finite in both (NaN where fewer than two remain or one side is constant)."""
     x = np.asarray(scores, dtype=np.float64)
-    finite = np.isfinite(x)
-    x = np.stack([_tie_close(np.where(f, row, np.nan)) for row, f in zip(x, finite)])
+    return _tau(x, np.isfinite(x))
+
+
+def _tau(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """[S, S] tau-b between the rows of ``x`` [S, k], each pair over the items ``valid`` [S, k]
+    in both: all pairs at once from the [S, k, k] pair signs."""
+    x = np.stack([_tie_close(np.where(f, row, np.nan)) for row, f in zip(x, valid)])
     sign = (x[:, :, None] > x[:, None, :]).astype(float) - (x[:, :, None] < x[:, None, :])
-    valid = (finite[:, :, None] & finite[:, None, :]).astype(float)  # [S, k, k]
-    sign *= valid
-    # over the pairs valid in both rows, every pair counted twice, halved as in kendall_tau
+    both = (valid[:, :, None] & valid[:, None, :]).astype(float)  # [S, k, k]
+    sign *= both
+    # over the pairs valid in both rows, every pair counted twice: (concordant - discordant)
+    # and the untied pairs, halved
     con_minus_dis = np.einsum("apq,bpq->ab", sign, sign) / 2
-    untied_a = np.einsum("apq,bpq->ab", np.abs(sign), valid) / 2
+    untied_a = np.einsum("apq,bpq->ab", np.abs(sign), both) / 2
     untied_b = untied_a.T
     with np.errstate(divide="ignore", invalid="ignore"):
         tau = con_minus_dis / np.sqrt(untied_a) / np.sqrt(untied_b)

@@ -1,19 +1,10 @@
 """Result rows from a tracker store: ``dataflex-rl report --from-tracker BACKEND:LOCATION``.
 
 The runs of an MLflow store, TensorBoard event folders or W&B run folders (read by
-`dataflex_rl.tracking.stores`) are selected (experiment, group, tags), each is named by two of
-its fields (which is the method, which the seed), and its metrics whose keys match a pattern
-become benchmarks: the rows `report --from-csv` reads (method, seed, benchmark, step, score),
-so both go through the same analysis and report. The defaults read what ``tracking:``
-writes: method = the ``strategy`` tag, seed = ``seed``, benchmarks = the held-out accuracies
-``eval/<domain>/<metric>`` (without their mean, ``eval/mean/...``) of the metric the runs say
-they are compared on (their ``metric`` tag, which ``compare`` sets), else the sampled accuracy
-where the runs logged it (the engine's decision metric), else the greedy one.
-
-``by`` fields (``--by model,regime``) split the runs into strata, each its own comparison, as
-the ``--by`` columns of a CSV split its rows (`results_table.table_of_rows` builds the same
-`results_table.Stratum` objects): a run without the field, or with an empty value, belongs to
-the field's ``(empty)`` stratum, as an empty cell does.
+`dataflex_rl.tracking.stores`) are selected and named (`TrackerQuery`; the defaults read what
+``tracking:`` writes), and their metrics become the rows `report --from-csv` reads (method,
+seed, benchmark, step, score), in strata like a CSV's ``--by`` columns
+(`results_table.table_of_rows`), so both go through the same analysis and report.
 """
 
 from __future__ import annotations
@@ -41,26 +32,17 @@ _RUN_ATTRIBUTES = ("name", "id", "group", "experiment")
 
 @dataclass(frozen=True)
 class TrackerQuery:
-    """Which runs of which store, and how they become rows.
+    """Which runs of which store, and how they become rows: the options of ``report
+    --from-tracker`` (``--help`` says what each selects).
 
     Args:
         source: ``BACKEND:LOCATION`` (``mlflow:sqlite:///x/mlflow.db``, ``tensorboard:DIR``,
             ``wandb:DIR``).
-        experiment: only runs of this MLflow experiment / W&B project.
-        group: only runs of this W&B group / MLflow ``group`` tag.
-        tags: only runs carrying every one: ``LABEL`` (a W&B tag, an MLflow tag name) or
-            ``KEY=VALUE`` (a field of that value).
-        method_field: the field naming the method, ``FIELD`` or ``FIELD~REGEX`` (the regex's
-            first group, or its whole match, in the field's value).
-        seed_field: the field naming the seed, the same way.
-        metrics: metric keys that are benchmarks: a glob (``eval/*/greedy``: the benchmark is
-            the part between the first and the last wildcard) or ``re:REGEX`` (its
-            ``benchmark`` group, else its first group, else the whole key); None: the engine's
+        method_field, seed_field: ``FIELD`` or ``FIELD~REGEX`` (`field_reader`).
+        metrics: a glob or ``re:REGEX`` (`benchmark_namer`); None: the engine's
             ``eval/*/<metric>`` of the runs' ``metric`` tag (`default_metrics`).
-        exclude: globs of metric keys left out.
         step: the checkpoint read (None: every step, the last one being the final score).
-        by: fields whose values split the runs into strata (read as `run_value` reads them;
-            a run without one, or with an empty value, is in its ``(empty)`` stratum).
+        by: fields whose values split the runs into strata (`stratum_key`).
     """
 
     source: str
@@ -95,7 +77,10 @@ class TrackerResults:
 
 
 def benchmark_namer(pattern: str, exclude: Sequence[str] = ()) -> Callable[[str], str | None]:
-    """``key -> benchmark name`` for the keys ``pattern`` matches (None for the others).
+    """``key -> benchmark name`` for the keys ``pattern`` matches (None for the others and for
+    the keys an ``exclude`` glob matches): a glob's benchmark is the part of the key between its
+    first and last wildcard, a ``re:REGEX``'s its ``benchmark`` group, else its first group,
+    else the whole key.
 
     Raises:
         ConfigError: a regex that does not compile.
@@ -115,16 +100,10 @@ def benchmark_namer(pattern: str, exclude: Sequence[str] = ()) -> Callable[[str]
         head, tail = _literal_ends(pattern)
 
         def match(key: str) -> str | None:
-            if not fnmatch.fnmatchcase(key, pattern):
-                return None
-            return key[len(head) : len(key) - len(tail)] or key
+            found = fnmatch.fnmatchcase(key, pattern)
+            return (key[len(head) : len(key) - len(tail)] or key) if found else None
 
-    def name(key: str) -> str | None:
-        if any(fnmatch.fnmatchcase(key, x) for x in exclude):
-            return None
-        return match(key)
-
-    return name
+    return lambda key: None if any(fnmatch.fnmatchcase(key, x) for x in exclude) else match(key)
 
 
 def _literal_ends(pattern: str) -> tuple[str, str]:
@@ -336,6 +315,7 @@ def _excluding(query: TrackerQuery) -> str:
 
 
 def _source_line(query: TrackerQuery, used: list[TrackedRun]) -> str:
+    step = f"at step {query.step}" if query.step is not None else "every step"
     filters = [
         f"{flag} {value}"
         for flag, value in (("--experiment", query.experiment), ("--group", query.group))
@@ -346,12 +326,8 @@ def _source_line(query: TrackerQuery, used: list[TrackedRun]) -> str:
         + (f" ({' '.join(filters)})" if filters else "")
         + f"; method = field `{query.method_field}`, seed = field `{query.seed_field}`; "
         + ("strata by " + ", ".join(f"field `{f}`" for f in query.by) + "; " if query.by else "")
-        + f"benchmarks = metrics `{query.metrics}`{_excluding(query)}, "
-        + (
-            "every step (the last is the final score)"
-            if query.step is None
-            else f"at step {query.step}"
-        )
+        + f"benchmarks = metrics `{query.metrics}`{_excluding(query)}, {step}"
+        + (" (the last is the final score)" if query.step is None else "")
     )
 
 

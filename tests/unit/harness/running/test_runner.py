@@ -192,9 +192,7 @@ def test_a_run_crosses_to_its_process_whole_and_under_its_former_field_name(tmp_
     arm = plan(exp, tmp_path, FAKE)[-1]
     assert arm.overrides == {"optim": {"lr": 0.25}}
     fields = json.loads(launch_of(arm).stdin)  # what the worker reads on stdin
-    assert RunSpec.from_fields(fields) == dataclasses.replace(
-        arm, out_dir=str(Path(arm.out_dir).resolve())
-    )
+    assert RunSpec(**fields) == dataclasses.replace(arm, out_dir=str(Path(arm.out_dir).resolve()))
 
 
 def test_a_dependency_warning_every_run_repeats_is_one_line_per_package():

@@ -99,7 +99,7 @@ def experiment(**patch):
 @pytest.fixture(autouse=True)
 def no_simulation(monkeypatch):
     """The fixed-n design's seed count (a power simulation) is not under test here."""
-    monkeypatch.setattr(until_decided, "fixed_design_seeds", lambda sd, effect, m, alpha, power: 9)
+    monkeypatch.setattr(until_decided, "simulated_seeds_needed", lambda sd, effect, **kw: 9)
 
 
 def run(tmp_path, exp, rule, **kw):
@@ -258,7 +258,7 @@ def test_cli_until_decided(tmp_path, monkeypatch, capsys):
     from dataflex_rl.harness.running.compare import run_compare
     from tests.unit.harness.running.test_control_arms import run_cli
 
-    monkeypatch.setattr(until_decided, "default_rule", lambda: stand_in_rule(decide_at=2))
+    monkeypatch.setattr(until_decided, "sequential_verdicts", stand_in_rule(decide_at=2))
     monkeypatch.setattr(
         until_decided, "run_compare", lambda *a, train_fn, **k: run_compare(*a, train_fn=TRAIN, **k)
     )  # the command line always runs the real engine
@@ -305,7 +305,7 @@ def test_cli_until_decided(tmp_path, monkeypatch, capsys):
 
 
 def test_the_real_rule_fits_the_loop():
-    rule = until_decided.default_rule()
+    rule = until_decided.sequential_verdicts
     v = until_decided._verdicts(
         rule, {"x": np.full(8, -0.1) + np.linspace(0, 0.01, 8), "y": np.zeros(0)}, 0.05, 0.02
     )

@@ -66,7 +66,7 @@ def test_no_verdict_below_the_exact_floor():
     assert math.isinf(power.simulated_mde(1.0, 8, m=12))
     assert math.isfinite(power.simulated_mde(1.0, 6))
     assert math.isfinite(power.simulated_mde(1.0, 9, m=12))  # 2/512 = 0.0039 <= 0.00417
-    assert power.min_seeds(1) == 6 and power.min_seeds(12) == 9
+    assert stats.seeds_for_verdict(1) == 6 and stats.seeds_for_verdict(12) == 9
     assert math.isnan(power.simulated_mde(1.0, 1))
 
 

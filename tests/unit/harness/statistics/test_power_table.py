@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dataflex_rl.harness.statistics import power
+from dataflex_rl.harness.statistics import power, stats
 
 
 def simulated(n: int, m: int, p: float = power.TABLE_POWER) -> float:
@@ -29,7 +29,7 @@ def test_the_table_covers_the_report_defaults():
     assert table, "power_table.csv missing or simulated at other settings"
     for m in range(1, power.TABLE_MAX_M + 1):
         ns = sorted(n for mm, n in table if mm == m)
-        assert ns == list(range(power.min_seeds(m), power.TABLE_MAX_N + 1)), m
+        assert ns == list(range(stats.seeds_for_verdict(m), power.TABLE_MAX_N + 1)), m
     # more seeds, smaller MDE (up to the simulation's noise: within 3%)
     for (m, n), v in table.items():
         if (m, n + 1) in table:
