@@ -23,13 +23,8 @@ _MLFLOW_UNSAFE = re.compile(r"[^\w\-. /:]")
 
 
 class Backend:
-    """A tracker run: ``open``, then ``log`` per record, ``log_files`` and ``close`` at the end.
-
-    Args:
-        config: the ``tracking`` section.
-        run_dir: the run's output folder (the default home of local stores).
-        run_name: the tracker run's name.
-    """
+    """A tracker run: ``open``, then ``log`` per record, ``log_files`` and ``close`` at the end;
+    ``run_dir`` is the default home of local stores."""
 
     name: ClassVar[str] = ""
     #: a continued run drops its own events at steps >= the first step logged again

@@ -33,11 +33,7 @@ _STATUS = {
 
 
 def tracking_uri(location: str) -> str:
-    """The tracking URI of ``location`` (a URI, or a path to a SQLite file or a file store).
-
-    Raises:
-        ConfigError: a path or SQLite database that does not exist.
-    """
+    """The tracking URI of ``location`` (a URI, or an existing SQLite file or file store)."""
     if _SCHEME.match(location) and not Path(location).exists():  # a URI, not C:\...
         if location.startswith("sqlite:///"):
             db = Path(location.removeprefix("sqlite:///"))
@@ -62,11 +58,7 @@ def needs_sqlite(location: str) -> bool:
 
 def read(location: str, *, experiment: str | None, keep: KeepMetric) -> list[TrackedRun]:
     """The active runs of the store (of ``experiment`` only, when given), oldest first, with
-    the history of every metric ``keep`` accepts.
-
-    Raises:
-        ConfigError: no such store, or no experiment of that name (the message lists them).
-    """
+    the history of every metric ``keep`` accepts."""
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 

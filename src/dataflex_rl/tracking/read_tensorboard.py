@@ -1,13 +1,8 @@
-"""Runs of TensorBoard event folders, read with TensorBoard's own loader
-(``event_accumulator.EventAccumulator``, which also drops what a resumed writer purged; its
-``plugin_event_accumulator`` sibling keeps the purged steps).
+"""Runs of TensorBoard event folders, read with ``event_accumulator.EventAccumulator`` (which
+drops what a resumed writer purged; ``plugin_event_accumulator`` would keep it).
 
-Every folder under the location that holds ``*tfevents*`` files is one run, named by its path
-relative to the location. Scalars come from ``SummaryWriter.add_scalar`` and from raw
-``simple_value`` summaries (PyTorch, TensorBoardX, TF1) as well as from TF2's
-``tf.summary.scalar``; the run's fields are its hyperparameters (the HPARAMS plugin's
-``hparams``, which ``tracking:`` writes and ``SummaryWriter.add_hparams`` and
-``hparams.hp.hparams`` write).
+Every folder holding ``*tfevents*`` files is one run, named by its relative path; fields are
+its HPARAMS plugin ``hparams`` (docs/tracking.md).
 """
 
 from __future__ import annotations
@@ -33,12 +28,8 @@ def event_folders(root: Path) -> list[Path]:
 
 
 def read(location: str, *, experiment: str | None, keep: KeepMetric) -> list[TrackedRun]:
-    """One run per event folder under ``location``, with the scalars ``keep`` accepts.
-
-    Raises:
-        ConfigError: no such folder, no event files in it, or an ``experiment`` (TensorBoard
-            has none: choose the folder instead).
-    """
+    """One run per event folder under ``location``, with the scalars ``keep`` accepts
+    (ConfigError for an ``experiment``: TensorBoard has none)."""
     root = Path(location)
     if experiment is not None:
         raise ConfigError(

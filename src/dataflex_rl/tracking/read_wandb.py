@@ -1,17 +1,12 @@
 """Runs of W&B run folders (offline runs, or online runs' local copies), read from their
 transaction logs ``run-<id>.wandb``: the records ``wandb sync`` uploads.
 
-wandb 0.2x/0.3x ships no reader of this file (its Python ``datastore`` module is gone since
-the Go core took over writing it); what it does ship is the records' schema,
-``wandb.proto.wandb_internal_pb2.Record``. The framing around them is LevelDB's log format:
-a 7-byte file header (``:W&B``, a 2-byte magic, a version byte), then 32 KiB blocks of
-chunks, each with a 7-byte header (CRC-32C, length, type: 1 whole record, 2 first, 3 middle
-and 4 last piece of one); a block's tail shorter than a header is zero padding. A record cut
-short at the end of the file (a run still writing, or killed) is left out. Checksums are not
-verified (the standard library has no CRC-32C); a damaged record fails to parse.
-
-Every session of a run (a resumed run writes a new folder ``offline-run-<time>-<id>``) is
-read, in order, into one run: later config values and later values of a step win.
+wandb ships no reader of this file, only the records' schema
+(``wandb_internal_pb2.Record``); the framing is LevelDB's log format: a 7-byte file header, then
+32 KiB blocks of chunks, each with a 7-byte header (CRC-32C, length, type: 1 whole, 2 first,
+3 middle, 4 last piece); a block's tail shorter than a header is padding. A record cut short at
+the end is left out; checksums are not verified. A run's sessions are read in order into one
+run: later values win.
 """
 
 from __future__ import annotations
@@ -42,11 +37,7 @@ _SESSION = re.compile(r"(?:offline-)?run-(?P<time>\d{8}_\d{6})-(?P<id>.+?)(?:-(?
 
 
 def chunks(data: bytes, where: str = "") -> Iterator[bytes]:
-    """The records' bytes of a transaction log's contents ``data``, in order.
-
-    Raises:
-        ConfigError: ``data`` does not start with the W&B header.
-    """
+    """The records' bytes of a transaction log's contents ``data``, in order."""
     if data[:4] != b":W&B":
         raise ConfigError(f"{where}: not a W&B transaction log (no ':W&B' header)")
     pos, pending = _HEADER, None
@@ -88,11 +79,8 @@ def records(path: str | Path) -> list:
 
 
 def sessions(root: str | Path) -> dict[str, list[Path]]:
-    """Run id -> its transaction logs under ``root``, one per session in the order they
-    started (a session's folder is ``[offline-]run-<start second>-<id>``, with ``-1``,
-    ``-2`` ... added when several start within one second); runs in the order their first
-    sessions started. ``root`` may also be a run folder or a ``.wandb`` file. Symbolic links
-    (``latest-run``) are not followed."""
+    """Run id -> its transaction logs under ``root`` (or a run folder, or a ``.wandb`` file),
+    in session start order (folders ``[offline-]run-<second>-<id>[-k]``); links not followed."""
     root = Path(root)
     if root.is_file():
         m = _LOG.fullmatch(root.name)
@@ -118,11 +106,7 @@ def _started(log: Path) -> tuple[str, int]:
 
 def read(location: str, *, experiment: str | None, keep: KeepMetric) -> list[TrackedRun]:
     """One run per W&B run id under ``location`` (of project ``experiment`` only, when given),
-    in the order they started, with the history of every metric ``keep`` accepts.
-
-    Raises:
-        ConfigError: no such folder, or no ``run-*.wandb`` file in it.
-    """
+    in start order, with the history of every metric ``keep`` accepts."""
     if not Path(location).exists():
         raise ConfigError(f"wandb:{location}: no such folder")
     found = sessions(location)

@@ -1,9 +1,4 @@
-"""`TrackedRun`: one run read back from a tracker store (an MLflow store, TensorBoard event
-folders, W&B run folders), the same shape whichever tracker wrote it.
-
-The readers (`read_mlflow`, `read_tensorboard`, `read_wandb`) fill it; the harness turns
-runs into result rows (`dataflex_rl.harness.statistics.tracked`).
-"""
+"""`TrackedRun`: one run read back from a tracker store, the same shape whichever wrote it."""
 
 from __future__ import annotations
 
@@ -24,18 +19,8 @@ FINISHED, FAILED, RUNNING, UNKNOWN = "finished", "failed", "running", "unknown"
 class TrackedRun:
     """One tracker run: who it is, what describes it, and its metric series.
 
-    Args:
-        backend: ``mlflow``, ``tensorboard`` or ``wandb``.
-        id: the tracker's id (MLflow run id, W&B run id, event folder relative to the store).
-        name: the display name (MLflow run name, W&B name; TensorBoard: the event folder).
-        experiment: MLflow experiment or W&B project (None: TensorBoard has none).
-        group: W&B group, or MLflow's ``group`` tag (what ``tracking:`` writes); None: none.
-        status: `FINISHED`, `FAILED`, `RUNNING` or `UNKNOWN` (TensorBoard records none).
-        labels: W&B tags; MLflow tag names.
-        fields: what describes the run as text: parameters / config / hyperparameters
-            (flattened, dotted keys) and tags (MLflow tags; W&B tags written ``key:value``).
-        metrics: metric key -> step -> value (step None: a value with no step, a W&B
-            summary key never logged to history).
+    ``fields``: parameters / config / hyperparameters (dotted keys) and tags, as text;
+    ``metrics``: key -> step -> value (step None: a W&B summary key never logged to history).
     """
 
     backend: str

@@ -22,11 +22,7 @@ READERS = {
 
 
 def parse_source(text: str) -> tuple[str, str]:
-    """``"BACKEND:LOCATION"`` -> ``(backend, location)``.
-
-    Raises:
-        ConfigError: no colon, an unknown backend (the valid ones listed) or no location.
-    """
+    """``"BACKEND:LOCATION"`` -> ``(backend, location)``."""
     backend, sep, location = text.partition(":")
     valid = ", ".join(READERS)
     if not sep or backend not in READERS:
@@ -52,13 +48,6 @@ def require_reader(backend: str, location: str, purpose: str) -> None:
 def read_runs(
     backend: str, location: str, *, experiment: str | None = None, keep: KeepMetric = bool
 ) -> list[TrackedRun]:
-    """The runs of one store, in the order they started where the store records it.
-
-    Args:
-        backend: ``mlflow``, ``tensorboard`` or ``wandb``.
-        location: the store (see the module docstring).
-        experiment: only runs of this MLflow experiment / W&B project (TensorBoard refuses
-            it).
-        keep: which metric keys to load (default: all).
-    """
+    """The runs of one store, in start order where recorded; ``experiment``: only runs of
+    this MLflow experiment / W&B project; ``keep``: which metric keys to load (default all)."""
     return READERS[backend](location, experiment=experiment, keep=keep)

@@ -1,15 +1,8 @@
 """`Tracker`: sends a run's records to the configured trackers, and never breaks the run.
 
-A backend that raises (a full disk, a lost connection, a library bug) is reported once with a
-warning and dropped for the rest of the run; the run goes on and ``metrics.jsonl`` keeps every
-record. ``tracking.json`` in the run folder remembers each backend's run (W&B id, MLflow run
-id) and the last step logged per record kind, so a resumed run continues the same tracker run
-without logging a step twice:
-
-- TensorBoard purges its events from the resumed step on and gets them again;
-- W&B and MLflow skip the records they already hold (a resumed engine recomputes the same
-  steps, so nothing is lost);
-- a backend added on resume first receives the records already in ``metrics.jsonl``.
+A backend that raises is warned about once and dropped; the run goes on. ``tracking.json``
+keeps each backend's run and last step per record kind, so a resumed run continues the same
+tracker run without logging a step twice (docs/tracking.md).
 """
 
 from __future__ import annotations
@@ -95,19 +88,9 @@ class Tracker:
         history: Iterable[dict] = (),
         logged: dict[str, int] | None = None,
     ) -> Tracker:
-        """Open every configured backend.
-
-        Args:
-            config: the ``tracking`` section.
-            run_dir: the run's folder (holds ``tracking.json`` and the default stores).
-            params: flattened run configuration (dotted keys).
-            tags: short labels (strategy, seed), after the config's own ``tags``.
-            first_step: the first step this session logs (a resumed run's checkpoint step).
-            history: records already in ``metrics.jsonl`` (``{"kind", "step", ...}``): sent
-                to a backend new to this run, and from ``first_step`` on to TensorBoard.
-            logged: record kind -> last step a previous session logged (besides the one in
-                ``tracking.json``).
-        """
+        """Open every configured backend. ``history`` (records in ``metrics.jsonl``) goes to
+        a backend new to this run, and from ``first_step`` on to TensorBoard; ``logged``:
+        kind -> last step a previous session logged."""
         run_dir = Path(run_dir)
         tracker = cls(run_dir)
         if not config.backends:

@@ -1,30 +1,10 @@
 """Offline replay: re-run strategies on the rollouts a run logged (``dataflex-rl replay``).
 
-A decision log (`dataflex_rl.hosts.common.decision_log`) holds, per step, the signals every
-scorer reads and the decision the host applied. `replay` rebuilds each step's `RolloutBatch`
-from the logged columns and calls ``Strategy.decide`` on it (and ``filter_prompts`` on the
-step's prompts for pre-rollout strategies), step by step, so each strategy's own state (mixer
-windows, prompt histories) evolves as it would have on these rollouts.
-
-Replay is counterfactual on fixed rollouts (`report.FRAMING` says what that means for a reader).
-
-How the per-token fields are rebuilt (per step, T = the logged ``max_length``, right-padded):
-
-* advantages: the logged first-token value on every valid token -- exactly what outcome-reward
-  estimators (GRPO, RLOO, ...) produce. Token-varying advantages need ``full_tokens``. Where
-  the host passed per-response advantages (step column ``per_response_advantages``), the
-  logged values are passed the same way (``response_advantages``, ``response_lengths``), so
-  decisions read the values the host's did.
-* old log-probs: with ``full_tokens`` the logged tokens; else one value per response,
-  ``log(prob_mean)`` when ``token_prob_mean`` was logged (token-level reweighters then give the
-  logged per-response weights up to float rounding), else ``logprob_mean`` (exp(mean log p)
-  <= mean p: per-response weights are approximate). Token weights within a response are only
-  reproduced with ``full_tokens``.
-* entropies: with ``full_tokens`` the logged tokens (token selection replays exactly); else
-  each response's ``entropy_mean`` on all its tokens, so a token-level selector keeps or drops
-  a response's tokens together and its choices within a response are not the run's
-  (`signal_notes` says so). Micro-batches (``micro_batch_ids``) come from the ``micro_batch``
-  column.
+`replay` rebuilds each step's `RolloutBatch` from a decision log's columns and calls each
+strategy's ``decide`` (and ``filter_prompts``) step by step, so its state evolves as on these
+rollouts. Without ``full_tokens`` per-token fields are rebuilt from per-response means (the
+first-token advantage, ``log(prob_mean)`` else ``logprob_mean``, ``entropy_mean``): exact or
+approximate as docs/replay.md says.
 """
 
 from __future__ import annotations
@@ -315,12 +295,7 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
 
 
 def check_signals(label: str, strategy: Strategy, log: DecisionLogData) -> None:
-    """Refuse, before replaying, a strategy that reads a signal the log does not hold at all.
-
-    Raises:
-        ConfigError: the strategy reads per-token entropies and the logged run had none (its
-            host computes them only for a strategy that reads them).
-    """
+    """ConfigError, before replaying, for a strategy reading entropies the log lacks."""
     ent = log.columns.get("entropy_mean")
     if "entropies" in strategy.reads and (ent is None or bool(np.isnan(ent).all())):
         raise ConfigError(
@@ -350,17 +325,9 @@ class ReplayResult:
 
 
 def strategies_with_overrides(specs: Sequence[Any], dotted: Sequence[str]) -> list[Any]:
-    """Each strategy of ``specs`` with the ``KEY=VALUE`` overrides set (``dataflex-rl replay
-    LOG --strategy difffilter select.actuator.low=0.3``), checked like a strategy file.
-
-    A strategy is expanded to its full mapping (presets resolved, every parameter written
-    out), so any parameter can be set; its label stays. Without overrides ``specs`` is
-    returned as it is (the run's own strategy then replays exactly).
-
-    Raises:
-        ConfigError: an unknown key or a bad value, naming the override (and, with several
-            strategies, the one it broke).
-    """
+    """Each strategy of ``specs`` expanded to its full mapping with the ``KEY=VALUE``
+    ``overrides`` set, checked like a strategy file (ConfigError names the override); without
+    overrides ``specs`` as it is."""
     from dataflex_rl.core.config import with_overrides
     from dataflex_rl.core.spec import StrategyFile, parse_strategy
 
@@ -401,16 +368,9 @@ def build_for_log(spec: Any, log: DecisionLogData) -> Strategy:
 def replay(
     log: DecisionLogData, specs: Sequence[Any], *, labels: Sequence[str] | None = None
 ) -> ReplayResult:
-    """Re-run every strategy in ``specs`` on ``log``, step by step.
-
-    Per step and strategy: retention (kept / active responses), weight ESS as a fraction of the
-    active responses, the domain proportions it asks for, the share of the step's prompts its
-    pre-rollout policy would skip and the responses and tokens that would not have been
-    generated, and agreement with the logged decision (Jaccard of kept sets, weight
-    correlation; for the run's own strategy, ``exact``: keep mask, weights, recomputed advantages
-    and mixer update all bit-identical to the log, else None). Pairwise agreement between the replayed strategies per step. The loop only
-    decides and keeps the outputs; the figures are computed afterwards for all steps at once.
-    """
+    """Re-run every strategy in ``specs`` on ``log``, step by step: per step and strategy
+    retention, weight ESS, proportions, skipped prompts, agreement with the logged decision
+    (``exact`` for the run's own) and between strategies (docs/replay.md)."""
     import warnings
 
     from dataflex_rl.core.strategy import StrategyWarning

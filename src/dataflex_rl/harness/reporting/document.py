@@ -1,10 +1,8 @@
 """A report as data, built once from a stored analysis, and its markdown and terminal renderers.
 
-A `Document` is a title, a lead paragraph and `Section` s in page order; a section holds
-blocks (`Block`). Text is markdown: ``**bold**``, ```code``` and ``[text](path)`` links. The
-builders (`reporting.report.report_document`, `reporting.strata`, `replay.report`) fill it from
-numbers already computed; `markdown`, `text` (the terminal) and `html_report.html` only format
-it, so the three show the same sections in the same order with the same numbers.
+A `Document` is a title, a lead and `Section` s of `Block` s; text is markdown. Builders fill it
+from numbers already computed; `markdown`, `text` and `html_report.html` only format it, so all
+three show the same sections and numbers.
 """
 
 from __future__ import annotations
@@ -22,19 +20,9 @@ BASELINE = "baseline"
 
 @dataclass(frozen=True)
 class Table:
-    """Formatted cells.
-
-    Args:
-        header: column names.
-        rows: one tuple of cells per row, as long as ``header``.
-        numeric: per column, whether it holds numbers (right-aligned).
-        verdicts: per row, the verdict it shows (an `analysis` verdict, or `BASELINE`), for
-            renderers that colour it; empty when the table has no verdicts.
-        link: the column whose cells are pages of the report without their extension
-            (``qwen_c1/report``): each renderer links its own (report.md, report.html); -1: none.
-        groups: column groups over the header, ``(label, span)`` left to right (spans sum to
-            the columns); empty: none.
-    """
+    """Formatted cells. ``verdicts``: per row, the verdict shown (empty: none); ``link``: the
+    column whose cells are report pages without extension (-1: none); ``groups``: ``(label,
+    span)`` column groups over the header."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -67,13 +55,7 @@ class Items:
 
 @dataclass(frozen=True)
 class Figure:
-    """A plot written beside the report.
-
-    Args:
-        path: its PNG (an SVG of it may lie beside it).
-        title: its caption.
-        alt: what it shows, in words.
-    """
+    """A plot written beside the report: its PNG ``path``, caption ``title`` and ``alt`` text."""
 
     path: Path
     title: str

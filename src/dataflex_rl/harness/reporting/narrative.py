@@ -1,10 +1,5 @@
-"""What a report says: sentences and tables generated from the numbers of an `Analysis` (no
-hand-written claims).
-
-Every number here is read from the analysis (harness/statistics/analysis.py computes and stores
-them); these functions only choose words and format. Tables are `document.Table` s of
-formatted cells; a number that says "none" or "not available" is written in words ("none",
-"n/a"), never ``inf`` or ``nan``.
+"""What a report says: sentences and tables from the numbers of an `Analysis`, which these
+functions only word and format ("none" or "n/a", never ``inf`` or ``nan``).
 """
 
 from __future__ import annotations

@@ -62,12 +62,9 @@ def _panels(n: int):
 
 
 def forest_plot(a: Analysis, path: str | Path, fmt: Fmt) -> Path:
-    """The paired deltas of every summary on one axis (the usual forest plot): a block of rows
-    per summary (its name above it), a row per method: delta (dot), 95% interval (thin),
-    corrected interval (thick, coloured by verdict); the grey band behind a block is ± that
-    summary's pooled MDE. Where the seed count allows no verdict there is no bar, only the dot,
-    and the block's name says "intervals n/a (N seeds)". One axis and one collection per
-    kind of mark: a 13-summary release table draws in a fraction of a second."""
+    """The paired deltas of every summary on one axis: per method the delta, 95% and corrected
+    intervals (coloured by verdict; none where no verdict is possible), ± the pooled MDE
+    behind each block. One collection per kind of mark, so large tables draw fast."""
     summaries, methods = a.summaries, a.methods[1:]
     M = len(methods)
     rows = len(summaries) * (M + 1)  # a block: a name row, then one row per method

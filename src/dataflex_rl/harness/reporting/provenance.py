@@ -20,16 +20,8 @@ PACKAGES = ("dataflex-rl", "numpy", "scipy", "matplotlib", "torch", "transformer
 
 @dataclass(frozen=True)
 class Provenance:
-    """How a report was produced.
-
-    Args:
-        command: the command line of the process that wrote it (``sys.orig_argv``: the
-            interpreter and its options included; shell-quoted).
-        written: UTC time, ISO 8601 to the second.
-        versions: (name, version) of Python, the platform and the installed `PACKAGES`.
-        source: ``git describe --always --dirty`` of the dataflex-rl checkout the code was
-            imported from; "" when it is not a git checkout (an installed wheel).
-    """
+    """How a report was produced: the shell-quoted ``sys.orig_argv``, UTC time (ISO 8601),
+    versions of `PACKAGES`, and ``git describe --always --dirty`` ("" outside a checkout)."""
 
     command: str
     cwd: str

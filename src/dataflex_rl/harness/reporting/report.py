@@ -90,19 +90,9 @@ class Failure:
 
 @dataclass
 class ReportInputs:
-    """Everything a report is made of besides the rows.
-
-    Args:
-        title: the report's title (experiment name or CSV file name).
-        setup: lines describing the experiment (budget, engine, pairing checks).
-        proportions: rows of ``proportions.csv`` (mixers), for the trace plot.
-        controls: method label -> required outcome, "same" (A/A: must be "no detectable
-            difference") or "worse" (a planted harm); see `analysis.analyze`.
-        tracking: experiment trackers that receive the report (`track_report`); None: none.
-        params: what the report is about, for the trackers (flattened dotted keys).
-        sections: the caller's own sections (``compare --until-decided``: its rounds), after
-            the verdicts and the forest plot in report.md and report.html alike.
-    """
+    """Everything a report is made of besides the rows: ``setup`` lines, ``controls`` (see
+    `analysis.analyze`), ``tracking`` (None: no trackers) with ``params`` (dotted keys), and
+    the caller's own ``sections``, placed after the verdicts and the forest plot."""
 
     title: str
     baseline: str
@@ -300,14 +290,8 @@ def statistics_rows(a: Analysis) -> list[dict]:
 
 @dataclass
 class ReportParts:
-    """A report's pieces; renderers (report.md, report.html, trackers, an index of strata)
-    read them.
-
-    Args:
-        analysis: the `Analysis` (every number the report prints).
-        plots: plot name (forest, curves, tokens, proportions, profiles) -> PNG written.
-        prov: what produced the report (`provenance.current`).
-    """
+    """A report's pieces, which the renderers read: ``plots`` name -> PNG written, ``prov``
+    what produced it (`provenance.current`)."""
 
     analysis: Analysis
     fmt: Fmt
@@ -330,9 +314,7 @@ def report_parts(
     a: Analysis, out_dir: str | Path, inputs: ReportInputs, prov: Provenance | None = None
 ) -> ReportParts:
     """The plots of a stored analysis under ``out_dir``/plots, and the pieces the text files
-    are written from; they format its numbers and compute none (``inputs.options`` and
-    ``inputs.proportions`` were the analysis's; ``prov``: what produced it, default this
-    process, `provenance.current`)."""
+    are written from (``prov`` default: this process)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fmt = Fmt(100.0, "points") if a.fractions else Fmt(1.0, "")
@@ -385,12 +367,8 @@ def write_pages(parts: ReportParts) -> Document:
 
 
 def report_metrics(a: Analysis) -> dict[str, float]:
-    """The summary tables as tracker metrics, ``report/<summary>/<method>/<quantity>``: the
-    mean and its interval for every method; for each compared method (controls included) the
-    paired Δ with its bootstrap and corrected intervals, p, p (Holm), MDE, ``verdict`` (+1
-    better, -1 worse, 0 otherwise), ``decided`` (1 when better or worse) and
-    ``verdict_possible`` (0 where the seed count allows no verdict: no intervals). NaN and
-    infinite entries are left out by the trackers."""
+    """The summary tables as tracker metrics ``report/<summary>/<method>/<quantity>``
+    (``verdict`` +1 better, -1 worse, 0 otherwise; docs/tracking.md)."""
     out: dict[str, float] = {}
     for s in a.summaries:
         for m in s.methods + s.control_methods:
@@ -422,10 +400,8 @@ def report_metrics(a: Analysis) -> dict[str, float]:
 def track_report(
     a: Analysis, out: Path, tracking: TrackingConfig, params: dict, plot_files: list[Path]
 ) -> None:
-    """Log the report to the trackers as one tracker run (``<out>/tracking.json`` keeps it):
-    `report_metrics` at step = seeds analyzed (a report rewritten with more seeds, as
-    ``--until-decided`` does, adds a step), the statistics options and ``params`` as
-    parameters, the plots as images and ``report.md``/``statistics.csv`` as artifacts."""
+    """Log the report as one tracker run (kept in ``<out>/tracking.json``): `report_metrics`
+    at step = seeds analyzed, options and ``params``, plots and text files as artifacts."""
     step = len(a.seeds)
     stats = {f"statistics.{k}": getattr(a.options, k) for k in ("alpha", "power", "n_boot", "seed")}
     params = {**params, "baseline": a.baseline, "methods": ", ".join(a.methods), **stats}

@@ -1,11 +1,8 @@
 """One comparison per stratum (``report --by model,campaign,regime``): a folder each, plus an
 index.
 
-Each stratum is compared against its own reference (`references`); a stratum without one, or
-with a single method, is not compared and the index says why (`skip_reason`). ``<stratum>/``
-holds exactly what ``report`` writes for the stratum's rows alone; the top report.md and
-report.html render one document (`index_document`), and statistics.csv holds every compared
-stratum's statistics, the ``by`` columns first (docs/harness.md, "External results").
+Each stratum is compared against its own reference in ``<stratum>/``; the top files index them
+(docs/harness.md, "External results").
 """
 
 from __future__ import annotations
@@ -46,13 +43,8 @@ from dataflex_rl.harness.statistics.results_table import EMPTY, ResultsTable, St
 
 
 def references(table: ResultsTable, requested: tuple[str, ...] = ()) -> list[str | None]:
-    """The reference method of each stratum: the first of ``requested`` among its methods
-    (``--baseline static,baseline``); without ``requested``, "baseline" where any stratum has
-    it, else the file's first method. None where a stratum has none of them.
-
-    Raises:
-        ConfigError: no stratum has any of them (names them and lists the file's methods).
-    """
+    """The reference of each stratum: the first of ``requested`` among its methods (default
+    "baseline" if any stratum has it, else the file's first method); None where none is."""
     first = list(dict.fromkeys(r.method for r in table.rows))
     names = list(requested) or (["baseline"] if "baseline" in first else first[:1])
     refs = [next((b for b in names if b in s.methods), None) for s in table.strata]
@@ -93,20 +85,8 @@ def write_strata_report(
     requested: tuple[str, ...] = (),
     workers: int | None = None,
 ) -> list[ReportParts | None]:
-    """Write one report per stratum of ``table`` and the index (see the module docstring).
-
-    Args:
-        table: the strata (`results_table.read_table`).
-        inputs: shared by every stratum (its title and setup gain the stratum's values; its
-            baseline is replaced by the stratum's reference, `references`).
-        requested: the reference methods asked for (``--baseline A,B``), first present wins.
-        workers: strata reported at once, each in its own process (`_in_processes`; default
-            the machine's CPUs).
-
-    Returns:
-        The `ReportParts` of each stratum, in order; None for a stratum without a comparison
-        (no reference, or a single method: `skip_reason`, listed in the index).
-    """
+    """Write one report per stratum of ``table`` (``workers`` at once) and the index; the
+    `ReportParts` of each stratum, None where not compared (`skip_reason`)."""
     check_strata_inputs(table)
     requested = requested or ((inputs.baseline,) if inputs.baseline else ())
     refs = references(table, requested)

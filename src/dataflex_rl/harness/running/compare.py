@@ -185,21 +185,9 @@ def run_compare(
     address: str | None = None,
     executor=None,
 ) -> CompareResult:
-    """Run (or resume) the experiment's matrix and write its report.
-
-    Args:
-        out_dir: output folder (default ``runs/compare/<name>``).
-        workers: worker processes (default: one per core).
-        progress: show the overall progress bar.
-        train_fn: training function as ``module:attr`` (None: the host's; tests pass a fake
-            engine).
-        cells: the ``(label, seed)`` runs of the matrix to run and report (None: every one;
-            ``--until-decided`` leaves out the later seeds of decided comparisons).
-        address: the Ray cluster of ``executor: ray`` (None: ``RAY_ADDRESS``, else a local
-            cluster started for this call).
-        executor: an entered executor to use (``--until-decided`` keeps one across rounds);
-            None: the experiment's ``executor`` with its ``resources``, entered here.
-    """
+    """Run (or resume) the experiment's matrix and write its report. ``cells``: the
+    ``(label, seed)`` runs to run and report (None: all); ``executor``: an entered one to use
+    (None: the experiment's, entered here); ``train_fn`` None: the host's."""
     if executor is None:
         exp.host_impl.check(exp)  # its settings, Python and data, before any run starts
         with make_executor(exp.executor, exp.resources, workers=workers, address=address) as ex:

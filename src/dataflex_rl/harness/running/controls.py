@@ -174,20 +174,9 @@ def _nested(path: str, value: Any) -> dict:
 def control_overrides(
     name: str, params: dict, host: HostControls, settings: dict, where: str
 ) -> dict:
-    """The host settings a control arm changes, merged into the experiment's for that arm:
-
-    - ``aa``: ``host.stream`` = ``params["sampling_stream"]`` (default the experiment's + 1);
-    - ``no_update``: ``host.lr`` = 0.0;
-    - ``half_lr``: ``host.lr`` = half the experiment's;
-    - ``drop_half``: nothing (a selector added to the strategy, the same on every host).
-
-    Args:
-        settings: the experiment's run settings on the host (``run_config(exp, {})``).
-
-    Raises:
-        ConfigError: the aa stream equals the experiment's (the arm would repeat the baseline
-            exactly), or half_lr of a learning rate of 0.
-    """
+    """The host settings a control arm changes (aa: the sampling stream, no_update and
+    half_lr: the learning rate; drop_half: none), given the experiment's ``settings``;
+    ConfigError where the arm would repeat the baseline exactly."""
     if name == "aa":
         base = _get(settings, host.stream, host.stream_default)
         stream = params.get("sampling_stream")
@@ -229,11 +218,7 @@ def _one(name: Any, params: Any, where: str) -> Control:
 
 
 def parse_controls(value: Any, where: str = "controls") -> tuple[Control, ...]:
-    """Validate a ``controls`` section: a list of names / ``{name: params}``, or a mapping.
-
-    Raises:
-        ConfigError: unknown control (with a "did you mean"), bad parameter, repeated control.
-    """
+    """Validate a ``controls`` section: a list of names / ``{name: params}``, or a mapping."""
     if value is None:
         return ()
     items: list[tuple[Any, Any, str]] = []

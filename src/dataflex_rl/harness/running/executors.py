@@ -1,16 +1,8 @@
 """Executors: where the runs of a matrix execute (``compare --executor local|ray``).
 
-- `LocalExecutor`: a bounded number of runs at a time on this machine, in supervisor.py's two
-  process models. With ``resources.gpus_per_run`` each slot has its own GPUs (`device_sets`);
-  without ``--workers``, one slot per ``cpus_per_run`` cores, at most one per device set; each
-  slot's threads are limited (`thread_env`).
-- ``RayExecutor`` (ray_executor.py): each run is a Ray task that starts the run's `Launch` on
-  the node Ray picks.
-
-`make_executor` builds either from an experiment's ``executor`` and ``resources``. An executor
-is a context manager (the Ray one holds its cluster connection across the rounds of
-``--until-decided``); ``start(out_dir)`` checks what it needs before any run, and ``run(jobs,
-work, launch, progress)`` returns the records.
+`LocalExecutor` runs a bounded number at a time here (supervisor.py), ``RayExecutor``
+(ray_executor.py) each as a Ray task. An executor is a context manager; ``start(out_dir)``
+checks before any run, ``run(jobs, work, launch, progress)`` returns the records.
 """
 
 from __future__ import annotations
@@ -48,12 +40,8 @@ def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
 
 
 def device_sets(visible: Sequence[str], gpus_per_run: float) -> list[str]:
-    """Disjoint ``CUDA_VISIBLE_DEVICES`` values of ``gpus_per_run`` GPUs each, in order
-    (``["0,1", "2,3"]`` for 4 GPUs at 2 per run; a remainder is left unused).
-
-    Raises:
-        ConfigError: a fraction of a GPU, or more GPUs per run than are visible.
-    """
+    """Disjoint ``CUDA_VISIBLE_DEVICES`` values of ``gpus_per_run`` GPUs each (``["0,1",
+    "2,3"]`` for 4 at 2); ConfigError on a fraction or more than are visible."""
     if gpus_per_run != int(gpus_per_run):
         raise ConfigError(
             f"resources.gpus_per_run: the local executor gives whole GPUs, got {gpus_per_run:g} "
@@ -70,14 +58,9 @@ def device_sets(visible: Sequence[str], gpus_per_run: float) -> list[str]:
 
 
 def thread_env(workers: int, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The thread settings of one of ``workers`` runs side by side on this machine: OpenMP
-    and MKL threads = cores // workers (at least 1); nothing when ``env`` (default: this
-    process's environment) sets ``OMP_NUM_THREADS`` (the user's choice wins).
-
-    Without it every run's torch starts one thread per core: with two TRL runs on 2 cores
-    (4 threads spinning at OpenMP barriers) a step took ~10x the CPU of one thread per run
-    (benchmarks/cross_host.py, 2026-12-02).
-    """
+    """OpenMP/MKL threads = cores // workers (at least 1) for one of ``workers`` runs here;
+    nothing when ``env`` sets ``OMP_NUM_THREADS``. Without it two TRL runs on 2 cores took
+    ~10x the CPU per step (benchmarks/cross_host.py)."""
     env = os.environ if env is None else env
     if "OMP_NUM_THREADS" in env:
         return {}
@@ -87,13 +70,8 @@ def thread_env(workers: int, env: dict[str, str] | None = None) -> dict[str, str
 
 @dataclass
 class LocalExecutor:
-    """Runs on this machine (see the module docstring).
-
-    Args:
-        workers: worker processes (None: one per ``cpus_per_run`` cores, at most one per
-            device set).
-        cpus_per_run, gpus_per_run: the experiment's ``resources``.
-    """
+    """Runs on this machine; ``workers`` None: one per ``cpus_per_run`` cores, at most one per
+    device set (`device_sets` of ``gpus_per_run``)."""
 
     workers: int | None = None
     cpus_per_run: float = 1.0
@@ -156,12 +134,7 @@ def make_executor(
     address: str | None = None,
     purpose: str = "dataflex-rl compare",
 ):
-    """The executor ``name`` ("local" or "ray") with the experiment's ``resources``.
-
-    Raises:
-        MissingDependencyError: ``ray`` without the ``ray`` extra (names it).
-        ConfigError: ``--address`` with the local executor.
-    """
+    """The executor ``name`` ("local" or "ray") with the experiment's ``resources``."""
     if name == "local":
         if address is not None:
             raise ConfigError("--address names a Ray cluster: it goes with --executor ray")

@@ -290,18 +290,8 @@ def parse_experiment(
     base: Path | None = None,
     controls: tuple[str, ...] | list[str] = (),
 ) -> Experiment:
-    """Validate an experiment mapping.
-
-    Args:
-        where: name used in error messages (the file path).
-        base: directory against which relative strategy paths, ``engine.policy`` and
-            ``engine.tasks.train``/``engine.tasks.eval`` resolve.
-        controls: names of controls added from the command line (``--control``); one the file
-            already lists is not added twice.
-
-    Raises:
-        ConfigError: naming the key.
-    """
+    """Validate an experiment mapping; ``where`` names it in errors, ``base`` resolves relative
+    paths, ``controls`` (``--control``) are added unless listed."""
     if not isinstance(data, dict):
         raise ConfigError(
             f"{where}: the top level must be a mapping with keys {', '.join(TOP_KEYS)}"
@@ -415,17 +405,8 @@ def load_experiment(
     seeds: int | None = None,
     dotted: tuple[str, ...] | list[str] = (),
 ) -> Experiment:
-    """Read and validate an experiment YAML file.
-
-    Args:
-        controls: control names added to the file's own.
-        seeds: run seeds ``0..seeds-1`` instead of the file's ``seeds`` (``compare --seeds``).
-        dotted: ``key.sub=value`` overrides (``compare EXP budget.steps=50``), set before
-            validation, so they are checked like the file.
-
-    Raises:
-        ConfigError: missing or malformed file, or an invalid key (named).
-    """
+    """Read and validate an experiment YAML file; ``seeds`` replaces its seeds with
+    ``0..seeds-1``, ``dotted`` overrides are set before validation."""
     p = Path(path)
     data = load_yaml(p)
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):

@@ -31,18 +31,9 @@ POLL_SECONDS = 0.2
 
 @dataclass(frozen=True)
 class Launch:
-    """One run as a process: what an executor starts, wherever it runs it.
-
-    Args:
-        argv: the command line (``argv[0] == PYTHON``: this machine's interpreter).
-        run_dir: the run's folder (absolute, on storage every node sees): where the run
-            writes; an executor checks it is reachable before submitting.
-        method, seed: the run's identity, for a failure record.
-        env: variables added to the starting process's environment.
-        stdin: text written to the process's standard input.
-        cwd: working directory of the process, when it exists where the process starts
-            (the driver's, so relative paths mean the same; else the run folder's parent).
-    """
+    """One run as a process: what an executor starts, wherever it runs it. ``run_dir`` is
+    absolute, on storage every node sees; ``cwd`` is used where it exists (else the run
+    folder's parent); ``env`` is added to the environment."""
 
     argv: tuple[str, ...]
     run_dir: str
@@ -67,12 +58,8 @@ def print_record(record: dict) -> None:
 
 
 def run_launch(launch: Launch, on_start: Callable[[int], None] | None = None) -> dict:
-    """Start ``launch`` as a child process in a session of its own, wait for it, and return the
-    record it printed (or a failure record with its exit status and the end of its stderr).
-
-    However this call ends (a cancelled Ray task raises KeyboardInterrupt here), the child's
-    whole process group is killed: no process of the run outlives it. ``on_start(pid)`` is
-    called once the child runs."""
+    """Run ``launch`` as a child in a session of its own; the record it printed, else a failure
+    record. However this ends, its process group is killed; ``on_start(pid)`` once it runs."""
     argv = [sys.executable if launch.argv[0] == PYTHON else launch.argv[0], *launch.argv[1:]]
     argv = die_with_starter(argv)
     cwd = launch.cwd if launch.cwd and os.path.isdir(launch.cwd) else None

@@ -1,19 +1,9 @@
 """``compare --executor ray``: each run is a Ray task on a cluster (the harness's one module
 that imports ray, lazily; the ``ray`` extra).
 
-Each run is submitted as a task holding ``resources.cpus_per_run`` CPUs, ``gpus_per_run``
-GPUs and the custom resources (Ray sets the task's ``CUDA_VISIBLE_DEVICES``). The task starts
-the run's `Launch` (launch.py) as a child process in a session of its own that dies with the
-task's worker, and returns the record the run printed. The local executor's guarantees hold
-(docs/cluster.md: storage every node sees, checked by `RayExecutor.start` before anything is
-submitted; reuse and resume; failures; cancelling by Ctrl-C or SIGTERM, forced after
-`GRACE_SECONDS`; a task whose node or worker dies retried once, then reported with
-`LOST_NOTE`), each tested on a cluster of several nodes on one machine
-(tests/integration/test_ray_cluster.py).
-
-The connection is opened on entering the executor (``with``) and closed on leaving it; a local
-cluster started for it (no ``--address`` and no ``RAY_ADDRESS``) is shut down with it. In a
-process that already called ``ray.init`` that connection is used and left open.
+Each task holds the run's resources and starts its `Launch` as a child process that dies with
+the task's worker; the local executor's guarantees hold (docs/cluster.md). The connection lives
+while the executor is entered; one already opened by ``ray.init`` is used and left open.
 """
 
 from __future__ import annotations
@@ -49,10 +39,7 @@ LOST_NOTE = (
 
 def run_task(launch: Launch):
     """The Ray task of one run (a streaming generator): ``("started", node id)``, then
-    ``("record", record)``. The run's process gets ``RAY_ADDRESS`` = this cluster's, so a
-    run that is itself a Ray program (verl with ``verl.ray: join``) joins the cluster its task
-    runs on, wherever that is; one that starts its own Ray instance (``ray.init(address=
-    "local")``, verl's default here) is unaffected."""
+    ``("record", record)``. The run gets this cluster's ``RAY_ADDRESS`` (verl can join it)."""
     import ray
 
     context = ray.get_runtime_context()
@@ -82,16 +69,8 @@ def fits(node_resources: dict[str, float], request: dict[str, float]) -> bool:
 
 @dataclass
 class RayExecutor:
-    """Runs as Ray tasks (see the module docstring).
-
-    Args:
-        address: the cluster (``ray.init(address=...)``: ``auto``, ``HOST:PORT``,
-            ``ray://HOST:PORT``); None: ``RAY_ADDRESS`` if set, else a local cluster started
-            for this executor.
-        cpus_per_run, gpus_per_run, custom: what each run's task holds.
-        max_in_flight: at most this many tasks submitted at once (None: every run, Ray queues
-            them by resources).
-    """
+    """Runs as Ray tasks; ``address`` None: ``RAY_ADDRESS`` if set, else a local cluster;
+    ``max_in_flight``: tasks submitted at once (None: all)."""
 
     address: str | None = None
     cpus_per_run: float = 1.0

@@ -1,26 +1,8 @@
-"""Run an experiment's matrix strategies × seeds in worker processes, resumably.
+"""Run an experiment's matrix strategies × seeds resumably: plan, fingerprint, resume, execute.
 
-Pairing: run (strategy, seed s) gets ``seed=s`` and otherwise the same `EngineConfig`, so for
-one seed every strategy starts from the same policy, is evaluated on the same held-out problems
-and (unless it mixes domains or skips prompts) draws the same prompt stream: the engine derives
-each randomness stream from the seed alone. The report checks the first half of this claim:
-the step-0 evaluation must be identical across strategies for each seed.
-
-Each run has a folder ``runs/<label>/seed<s>/`` under the output folder: ``run.json`` (its
-fingerprint), the host's run, then ``done.json`` (written last, atomically) or ``error.json``.
-A run with ``done.json`` is skipped; one with a checkpoint made with the same configuration
-resumes from it; anything else starts over (docs/harness.md, "Runs, resume and failures").
-
-Where the runs execute is an executor's (harness/running/executors.py: local worker processes,
-whose processes, signals and progress bar are supervisor.py's, or Ray tasks); this module plans
-the runs, fingerprints them, decides what resumes, runs one run in a worker (`execute_run`) and
-describes it as a process for executors that start one per run (`launch_of`). What differs
-between hosts (engine, TRL, ...: settings, training function, Python, records, checkpoints) is
-the run's `Host` (`dataflex_rl.hosts`).
-
-`side_by_side` is the same machinery for ``dataflex-rl train`` with a config's ``strategies``:
-one seed, runs in ``<out>/<strategy>/``, and resuming only when asked (``--resume``); an
-existing run is never deleted there.
+Run (strategy, seed s) gets ``seed=s`` and otherwise the same settings (pairing). Folder layout,
+resume and failures: docs/harness.md, "Runs, resume and failures". Where runs execute is an
+executor's (executors.py); what differs between hosts is the run's `Host` (`dataflex_rl.hosts`).
 """
 
 from __future__ import annotations
@@ -56,25 +38,9 @@ DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 class RunSpec:
     """One cell of the matrix, self-contained and picklable (what a worker receives).
 
-    Args:
-        method: strategy label.
-        seed: the pairing seed.
-        strategy: the expanded strategy spec (a mapping).
-        config: the host's settings of the run as a mapping (`Host.run_config`: the
-            engine's `EngineConfig`, TRL's section; a control arm's overrides merged in).
-        train_fn: ``"module:attr"`` of the training function, on every host
-            ``train(settings, strategy, *, seed, out_dir, resume) -> dict`` (`Host.train`).
-        mixes: the strategy has a ``mix`` mechanism (its proportions are traced).
-        overrides: the arm's own host settings, already merged into ``config`` (a
-            control arm's, e.g. ``{"optim": {"lr": 0.0}}``); shown, not part of the identity
-            beyond ``config``.
-        resume: None (the harness): decided from the folder (see the module docstring).
-            True or False (``dataflex-rl train``): passed to ``train_fn``; nothing is skipped
-            or deleted.
-        host: the `Host`'s name (`hosts.registry`), part of the identity when not the engine.
-        python: the interpreter of the run (None: the harness's own, in a local worker
-            process; else the run is a process of this Python: `launch_of`); not part of the
-            identity (the same run under another path of the same environment).
+    ``config`` is the host's settings (`Host.run_config`, the arm's ``overrides`` merged in);
+    ``resume`` None lets the harness decide from the folder, True/False (``dataflex-rl train``)
+    is passed on; ``python`` None runs in a local worker, else as a process (`launch_of`).
     """
 
     method: str
@@ -127,10 +93,8 @@ def locked_output(fn: Callable) -> Callable:
 def run_tracking(
     tracking: Any, out_dir: str | Path, name: str, group: str, metric: str | None = None
 ) -> dict:
-    """The ``tracking`` section of one run of an experiment writing to ``out_dir``: named
-    ``name`` (after the experiment's ``run_name``, if set), in ``group`` unless one is set,
-    tagged with the ``metric`` the experiment compares (``report --from-tracker`` reads it back),
-    and sharing one MLflow database, ``<out_dir>/mlflow.db``, unless a store is set."""
+    """The ``tracking`` section of one run: named ``name``, in ``group``, tagged with ``metric``
+    (``report --from-tracker`` reads it), MLflow in ``<out_dir>/mlflow.db`` unless set."""
     t = dataclasses.asdict(tracking)
     if metric is not None:
         t["tags"] = {**t.get("tags", {}), "metric": metric}
@@ -142,10 +106,8 @@ def run_tracking(
 
 
 def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[RunSpec]:
-    """The runs of ``experiment``, seed-major (every strategy of seed 0 first, so paired
-    results arrive early). A control arm's overrides are merged into its config, so its
-    fingerprint differs from the baseline's. Each engine run is tracked as
-    ``<label>-seed<s>`` (`run_tracking`). ``train_fn``: None for the host's own."""
+    """The runs of ``experiment``, seed-major (paired results arrive early); engine runs are
+    tracked as ``<label>-seed<s>``. ``train_fn``: None for the host's own."""
     host = experiment.host_impl
     config = host.run_config(experiment, {})
     configs = {
@@ -191,9 +153,7 @@ def _quiet_libraries() -> None:
 
 
 def _warning_summary(caught: list) -> tuple[list[str], list[str]]:
-    """Distinct warning messages with their counts (digits folded, so 'step 3: ...' and
-    'step 7: ...' count as one), at most 10, and the package each came from (the top-level
-    package of the file that raised it, `warning_package`)."""
+    """Up to 10 distinct warnings (digits folded) with counts, and the package of each."""
     counts: dict[str, int] = {}
     where: dict[str, str] = {}
     for w in caught:
@@ -205,8 +165,7 @@ def _warning_summary(caught: list) -> tuple[list[str], list[str]]:
 
 
 def warning_package(filename: str) -> str:
-    """The top-level package of ``filename``: the folder after site-packages (or
-    dist-packages), ``dataflex_rl`` for this package's own files, else the file's name."""
+    """The top-level package of ``filename`` (after site-packages or src), else its stem."""
     parts = Path(filename).parts
     for marker in ("site-packages", "dist-packages", "src"):
         if marker in parts[:-1]:
@@ -215,8 +174,7 @@ def warning_package(filename: str) -> str:
 
 
 def execute_run(run: RunSpec) -> dict:
-    """Train one run in this process; never raises (a failure is returned and written).
-    Warnings raised during the run are counted into ``done.json`` (not printed over the bar)."""
+    """Train one run in this process; never raises (a failure is returned and written)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         return _execute_run(run, caught)
@@ -281,11 +239,7 @@ def _started_as(out: Path) -> str | None:
 
 
 def load_done(run: RunSpec) -> dict | None:
-    """The run's ``done.json`` if it finished with this configuration.
-
-    Raises:
-        ConfigError: it finished with a different configuration.
-    """
+    """The run's ``done.json`` if it finished; ConfigError if with a different configuration."""
     path = Path(run.out_dir) / DONE_FILE
     if not path.is_file():
         return None
@@ -328,10 +282,8 @@ class Execution:
 
 
 def launch_of(run: RunSpec) -> Launch:
-    """The run as a process (what the Ray executor starts on a node, and the local executor
-    for a run with its own Python): ``python -m dataflex_rl.harness.running.worker`` under the
-    run's interpreter (`RunSpec.python`, else the starter's own), with the run on stdin, its
-    folder made absolute, started in this process's working directory where that exists."""
+    """The run as a process (``python -m dataflex_rl.harness.running.worker``, the run on
+    stdin) under the run's interpreter, its folder made absolute."""
     run = dataclasses.replace(run, out_dir=str(Path(run.out_dir).resolve()))
     return Launch(
         argv=(run.python or PYTHON, "-m", "dataflex_rl.harness.running.worker"),
@@ -350,10 +302,8 @@ def execute(
     desc: str = "compare",
     executor=None,
 ) -> Execution:
-    """Run every unfinished run on ``executor`` (default: ``workers`` local worker processes;
-    harness/running/executors.py); finished ones are skipped (`RunSpec.resume`). Failures are
-    collected, never raised; stopping (Ctrl-C, SIGTERM) and retries are the executor's. The
-    progress bar (``desc`` names it) counts the steps each run's records show done."""
+    """Run every unfinished run on ``executor`` (default: ``workers`` local processes); finished
+    ones are skipped. Failures are collected, never raised."""
     executor = executor or LocalExecutor(workers)
     t0 = time.perf_counter()
     ex = Execution()
@@ -398,23 +348,9 @@ def side_by_side(
     progress: bool = True,
     train_fn: str = DEFAULT_TRAIN_FN,
 ) -> Execution:
-    """Several strategies on one seed, side by side (``dataflex-rl train`` with a config's
-    ``strategies``): run ``s`` goes to ``out_root/<label of s>``.
-
-    Every strategy is parsed before anything starts, and without ``resume`` a folder that
-    already holds a run is refused (nothing is deleted); with ``resume`` each run continues
-    from its checkpoint. A failing run is reported in the result; the others go on.
-
-    Args:
-        config: the shared `EngineConfig` (its ``strategy`` is ignored).
-        strategies: preset names, strategy YAML paths or mappings (distinct labels).
-        seed, steps: override the config's.
-        out_root: default ``config.out``, else ``runs/compare``.
-
-    Returns:
-        The `Execution`, results in the order of ``strategies``; a finished run's result holds
-        the training summary under ``"summary"``.
-    """
+    """Several strategies on one seed (``dataflex-rl train`` with ``strategies``), each in
+    ``out_root/<label>``. Without ``resume`` an existing run is refused (nothing is deleted).
+    Returns the `Execution`, results in the order of ``strategies``."""
     from dataflex_rl.core.spec import parse_strategy, strategy_label
     from dataflex_rl.tracking import require_backends
 

@@ -1,18 +1,9 @@
 """Process supervision: the runs of one machine, stopped together, never orphaned.
 
-Two process models, one per kind of host; both return each job's record (a dict with
-``status``, ``method`` and ``seed``) in the order the jobs finish, and feed one progress bar
-(`Progress`) polled about once a second:
-
-- `run_processes`: each job is one process of its own (the `Launch` of a run of a host with
-  its own Python: TRL, verl), at most ``workers`` at a time, started and waited on from threads
-  of this process: no worker process between the harness and the run.
-- `supervise`: jobs of the embedded engine run in-process in one shared pool of spawned worker
-  processes, which pay the imports (torch, the engine) once per worker instead of once per run;
-  the jobs a dying worker took down are retried once, each in a process of its own.
-
-Ctrl-C or SIGTERM kills every run and re-raises; a worker also dies when this process is killed
-outright (`die_with_parent`). What a job is, where it writes and how it resumes is the runner's.
+`run_processes` starts each job as a process of its own (hosts with their own Python);
+`supervise` runs engine jobs in a shared pool of spawned workers (imports paid once per worker;
+jobs of a dying worker retried once, each alone). Both return records in finishing order and
+feed one `Progress` bar. Ctrl-C or SIGTERM kills every run and re-raises.
 """
 
 from __future__ import annotations
@@ -48,21 +39,8 @@ def default_workers() -> int:
 
 class Progress:
     """One overall bar in steps over ``total`` jobs of ``steps`` steps each, ``finished`` of
-    them already done before any starts.
-
-    Args:
-        total: every job of the matrix, finished ones included.
-        finished: jobs done before this call (counted as complete).
-        steps: steps per job (the bar's unit).
-        steps_done: job -> how many steps its records show done (read on every refresh).
-        workers: shown in the bar's title.
-        show: draw the bar (False: `refresh` only tracks results).
-        desc: the bar's name.
-        where: what runs the jobs, in the bar's title (default ``"<workers> workers"``).
-
-    ``active`` is how many jobs are running now, shown as ``running=``: an executor that knows
-    sets it (the Ray executor counts its tasks that started); while it is None, the bar shows
-    the unfinished jobs, at most ``workers``.
+    them done before any starts; ``steps_done(job)`` is read on every refresh. ``active`` (set
+    by an executor that knows; None: unfinished jobs, at most ``workers``) shows as ``running=``.
     """
 
     def __init__(
@@ -132,12 +110,9 @@ def supervise(
     progress: Progress,
     worker_envs: Sequence[dict[str, str]] | None = None,
 ) -> list[dict]:
-    """``work(job)`` for every job in ``workers`` spawned processes; the records in the order
-    the jobs finish. ``work`` must be importable by name (the workers are spawned) and should
-    return a record rather than raise; a job whose process dies gets a failure record.
-
-    With ``worker_envs`` (at least ``workers`` of them), each worker process sets one of them
-    in its environment before its first job and keeps it; no two live workers share one."""
+    """``work(job)`` (importable by name) for every job in ``workers`` spawned processes, each
+    keeping one of ``worker_envs`` (no two live workers share one); records in finishing order,
+    a failure record for a job whose process dies."""
     envs = _envs(worker_envs, workers)
     progress.running = list(jobs)
     with sigterm_raises():
@@ -154,12 +129,9 @@ def run_processes(
     progress: Progress,
     envs: Sequence[dict[str, str]] | None = None,
 ) -> list[dict]:
-    """Each job as one process (``launch(job)``, `launch.run_launch`), at most ``workers`` at
-    a time; the records in the order the jobs finish.
-
-    With ``envs`` (at least ``workers`` of them), each running process gets one added to its
-    environment, and no two running processes share one (a GPU set stays with one run).
-    However this call ends (Ctrl-C, SIGTERM), every started run's process group is killed."""
+    """Each job as one process (``launch(job)``), at most ``workers`` at a time, each with one
+    of ``envs`` no other running one has; records in finishing order. However this ends, every
+    started run's process group is killed."""
     envs = _envs(envs, workers)
     progress.running = list(jobs)
     started: list[int] = []
@@ -239,12 +211,8 @@ def start_worker(parent_pid: int, envs) -> None:
 
 
 def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
-    """Make this (worker) process die when ``parent_pid`` does, however the parent ends.
-
-    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``);
-    everywhere, a daemon thread also polls the parent pid and exits the process once the
-    parent is gone (reparented). Called as the worker pool's initializer.
-    """
+    """Make this worker die when ``parent_pid`` does: ``PR_SET_PDEATHSIG`` on Linux, and a
+    daemon thread polling for reparenting everywhere."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

@@ -1,18 +1,9 @@
 """``compare --until-decided``: add seeds in rounds until every comparison is decided.
 
-Round 1 runs the experiment's own seeds; every later round adds ``round_size`` new seeds (the
-smallest unused integers). After each round the paired differences method − baseline on the
-primary summary go, in seed-addition order, to an anytime-valid rule
-(`statistics.sequential.sequential_verdicts`): better, worse, equivalent (within ±margin) or
-undecided. The loop stops when every comparison of the experiment's strategies is decided, or
-at ``max_seeds``. Later rounds run only the baseline, the comparisons still undecided and the
-controls (a decided comparison keeps its verdict; why that keeps the error guarantee:
-docs/harness.md, "Deciding with as few seeds as needed"). Controls are a family of their own
-and do not keep the loop going; without strategies other than the baseline, the controls are
-the comparisons.
-
-Finished runs are never rerun; the report is rewritten after each round. At the end
-``sequential.json`` holds the rounds, and report.md and report.html get the loop's `section`.
+Round 1 runs the experiment's seeds, each later one ``round_size`` new seeds for the baseline,
+the undecided comparisons and the controls, judged by `statistics.sequential`; stops when all
+are decided or at ``max_seeds`` (docs/harness.md, "Deciding with as few seeds as needed").
+The report is rewritten each round; ``sequential.json`` holds the rounds.
 """
 
 from __future__ import annotations
@@ -155,18 +146,8 @@ def run_until_decided(
     echo: Callable[[str], None] = print,
     address: str | None = None,
 ) -> tuple[CompareResult, Sequential]:
-    """Run the experiment in rounds of seeds until every comparison is decided (see the
-    module docstring; the other arguments as `run_compare`, whose executor is entered once for
-    every round).
-
-    Args:
-        margin: equivalence margin, in the score's units (0.02: 2 points of accuracy).
-        rule: the sequential rule (default `statistics.sequential.sequential_verdicts`).
-        echo: where the one line per round goes.
-
-    Raises:
-        ConfigError: ``max_seeds`` below the experiment's seed count, bad sizes.
-    """
+    """Run the experiment in rounds of seeds until every comparison is decided; ``margin`` in
+    the score's units, other arguments as `run_compare`. ConfigError on bad sizes."""
     if round_size < 1:
         raise ConfigError(f"--round: must be >= 1, got {round_size}")
     if not margin > 0:

@@ -1,19 +1,9 @@
 """Aggregates over runs × tasks with stratified-bootstrap intervals (the conventions of
 Agarwal et al., "Deep RL at the edge of the statistical precipice", NeurIPS 2021).
 
-- **IQM**: interquartile mean of all run × task scores of a method (the mean of the middle
-  50%, ``scipy.stats.trim_mean(…, 0.25)``): robust to one outlying run, less noisy than the
-  median.
-- **probability of improvement** P(X > Y): per task, the chance that a random run of method X
-  scores above a random run of Y (ties count half: the Mann–Whitney U / (n_x n_y)), averaged
-  over tasks. Unpaired: it ignores the seed pairing that the paired deltas use.
-- **performance profile**: for each threshold τ, the fraction of run × task scores above τ.
-
-Intervals: stratified bootstrap — resample the runs with replacement *within each task*
-(independently per task, and per method), percentile interval. Written with numpy, not
-``rliable`` (docs/harness.md says why); the definitions follow the paper.
-
-Shapes: ``scores`` is [R, T], R runs (seeds) × T tasks (benchmarks), no NaN.
+IQM, probability of improvement (ties half, averaged over tasks, unpaired) and performance
+profiles, with runs resampled within each task (docs/harness.md, "Statistics"). ``scores`` is
+[R, T], runs × tasks, no NaN.
 """
 
 from __future__ import annotations
@@ -93,17 +83,8 @@ def aggregate(
     n_boot: int = 2000,
     alpha: float = 0.05,
 ) -> list[MethodAggregate]:
-    """IQM, probability of improvement over ``baseline`` and performance profile per method.
-
-    Args:
-        scores: method -> [R, T] final scores (rows: runs with every task; the same T tasks in
-            the same order for every method).
-        baseline: the reference of the probability of improvement.
-        taus: [K] thresholds of the profiles.
-        rng: random generator of the bootstrap.
-        n_boot: stratified-bootstrap resamples.
-        alpha: 1 − confidence of the intervals.
-    """
+    """IQM, probability of improvement over ``baseline`` and performance profile at ``taus``
+    [K] per method of ``scores`` (method -> [R, T], the same T tasks for every method)."""
     boots = {m: stratified_resamples(x, rng, n_boot) for m, x in scores.items()}
     base, base_boot = scores[baseline], boots[baseline]
     out = []

@@ -1,30 +1,7 @@
 """From final scores to the comparison: per summary (benchmark, domain, average), per method.
 
-A *summary* is one way to reduce a run to a number: each benchmark, each domain (the mean of its
-benchmarks, when a domain groups several) and the average (the mean over domains, each domain
-weighing the same; over benchmarks when no domains are given). Within each summary the m
-non-baseline methods form one family for the Holm correction.
-
-Verdict of a method against the baseline, per summary: "better" (or "worse") when the
-Holm-adjusted permutation p-value is at most alpha **and** the corrected bootstrap interval
-(level 1 - α_(i), see `stats.holm`) lies entirely above (below) zero; otherwise
-"no detectable difference". The interval alone is not enough: with few seeds the percentile
-bootstrap is too narrow (with 3 seeds it is about the range of the 3 deltas), while the exact
-sign-flip test cannot go below 2 / 2^n. Where the seed counts allow no verdict at all (the
-smallest Holm-adjusted p the family can give, `stats.holm_floors`, is above alpha: with one
-method, fewer than 6 seeds at alpha = 0.05) no interval is computed (``verdict_possible`` False).
-
-**Controls** (``controls={label: "same" | "worse"}``, docs/controls.md): arms with a known
-answer, each tested on its own (a family of one, outside the real methods' Holm family) and kept
-out of the rankings; where its seed count cannot reach a verdict a control is "untested".
-
-**MDE** of a comparison: the smallest true difference this rule calls "better" with probability
-``power`` (`power.simulated_mde` at its paired seeds, family size and SD of paired differences;
-a summary's at its fewest paired seeds and pooled SD).
-
-Every number a report prints is computed here and stored in the `Analysis` (MDEs, what the seed
-count allows and the seeds a 1-point difference needs, aggregates and profiles, ranks, learning
-curves, mixers' traces, the other accuracy's means); harness/reporting only formats them.
+Summaries, verdict rule, controls and MDE: docs/harness.md, "Statistics". Every number a report
+prints is computed here and stored in the `Analysis`; harness/reporting only formats them.
 """
 
 from __future__ import annotations
@@ -109,36 +86,29 @@ class Comparison:
     corr: float = math.nan
     #: a control's required outcome ("same" or "worse"); "" for a real method
     control: str = ""
-    #: the smallest Holm-adjusted p this comparison could get in its family, whatever the
-    #: data (`stats.holm_floors` of the exact test's floors 2 / 2^n); 1 below 2 pairs
+    #: the smallest Holm-adjusted p it could get in its family (`stats.holm_floors`)
     p_holm_floor: float = 1.0
-    #: whether the verdict rule can call it better or worse at all (``p_holm_floor <= alpha``);
-    #: when not, ``ci`` and ``corrected_ci`` stay NaN: an interval is not shown where no
-    #: verdict is possible (with 3 seeds a bootstrap interval is about the range of 3 deltas)
+    #: ``p_holm_floor <= alpha``; when not, ``ci`` and ``corrected_ci`` stay NaN
     verdict_possible: bool = False
-    #: the fewest paired seeds at which its family (every comparison at that count) can
-    #: reach a verdict (`stats.seeds_for_verdict`); None beyond 64
+    #: the fewest paired seeds at which its family can reach a verdict; None beyond 64
     seeds_for_verdict: int | None = None
-    #: whether a control got its required verdict (`control_passed`); None when not a
-    #: control or untested
+    #: whether a control got its required verdict; None when not a control or untested
     control_passed: bool | None = None
     #: a control's outcome in words (`control_status`); "" for a real method
     control_status: str = ""
 
 
 def control_passed(c: Comparison) -> bool | None:
-    """Whether control ``c`` got its required verdict; None when not a control or untested:
-    where no verdict is possible at its seed count (``verdict_possible`` False), an A/A arm's
-    "no detectable difference" is not a pass and a harm's is not a failure."""
+    """Whether control ``c`` got its required verdict; None when not a control or untested
+    (no verdict possible at its seed count)."""
     if not c.control or not c.verdict_possible:
         return None
     return c.verdict == CONTROL_KINDS[c.control]
 
 
 def control_status(c: Comparison) -> str:
-    """A control comparison's outcome in words: "passed", "FAILED", or, where its seed count
-    allows no verdict, "untested (3 seeds: no verdict possible; needs 6)" (``needs``: its
-    `Comparison.seeds_for_verdict`); "" for a real method."""
+    """A control's outcome in words: "passed", "FAILED" or "untested (3 seeds: no verdict
+    possible; needs 6)"; "" for a real method."""
     if not c.control:
         return ""
     if c.control_passed is not None:
@@ -162,8 +132,7 @@ class SummaryResult:
     controls: list[Comparison] = field(default_factory=list)
     #: root mean square of the real comparisons' SDs of paired differences (`pooled_sd`)
     pooled_sd: float = math.nan
-    #: simulated MDE of the verdict rule at the fewest paired seeds of the real comparisons,
-    #: Holm over all of them, at ``pooled_sd`` (the headline's MDE, the forest plot's band)
+    #: simulated MDE at the fewest paired seeds of the real comparisons and ``pooled_sd``
     mde: float = math.nan
 
     def mean_of(self, method: str) -> float:
@@ -197,23 +166,19 @@ class Analysis:
     ranks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     #: what the primary summary's seed count allows (`power.seed_advice`)
     advice: SeedAdvice | None = None
-    #: IQM and P(> baseline) of the real methods over runs × benchmarks (`aggregates`; empty
-    #: with fewer than two methods that have every benchmark on two runs)
+    #: IQM and P(> baseline) of the real methods over runs × benchmarks (`aggregates`)
     aggregates: list[MethodAggregate] = field(default_factory=list)
     #: performance profiles of the same scores (None where ``aggregates`` is empty)
     profiles: Profiles | None = None
     #: panel -> method -> learning curve (`curves.learning_curves`; empty without steps)
     curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
-    #: panel -> method -> mean score against generation cost (`curves.token_curves`; its
-    #: ``steps`` are tokens; empty when the runs recorded no cost)
+    #: panel -> method -> mean score against generation cost (``steps`` are tokens)
     token_curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
     #: mixer -> domain -> proportion trace (`curves.proportion_traces`)
     traces: dict[str, dict[str, Trace]] = field(default_factory=dict)
-    #: other accuracy (a ``Row.extra`` key every row has) -> summary -> method -> mean over
-    #: seeds of its final values (controls included)
+    #: other accuracy (``Row.extra`` key) -> summary -> method -> mean of final values
     extra_means: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
-    #: the accuracy ``score`` is (`score_metric`: "sampled", "greedy", or "score" for
-    #: external results) and the other one the rows carry beside it (None: none)
+    #: the accuracy ``score`` is and the other one beside it (`score_metric`)
     compared: str = "score"
     beside: str | None = None
 
@@ -230,12 +195,8 @@ Matrices = dict[str, tuple[str, np.ndarray]]
 
 
 def score_matrices(rows: list[Row]) -> tuple[list[str], list[str], Matrices, list[str]]:
-    """Final scores as [M, S] matrices per summary (NaN where a run lacks the benchmark).
-
-    Returns:
-        ``(methods, seeds, {summary: (kind, matrix)}, notes)``; methods in first-seen order,
-        the average summary last.
-    """
+    """``(methods, seeds, {summary: (kind, [M, S] final scores)}, notes)``: NaN where a run
+    lacks the benchmark; methods in first-seen order, the average summary last."""
     final = final_scores(rows)
     methods = list(dict.fromkeys(r.method for r in rows))
     seeds = sorted({r.seed for r in rows}, key=seed_sort_key)
@@ -277,9 +238,8 @@ def _domains(rows: list[Row]) -> tuple[list[str], dict[str, str], list[str]]:
 
 
 def average_parts(rows: list[Row]) -> list[str]:
-    """Names of the summaries the average is the mean of: one per domain (a domain of one
-    benchmark is that benchmark's summary), or the benchmarks when no domains are given;
-    empty when there is only one benchmark (the average is it)."""
+    """Names of the summaries the average is the mean of (domains, else benchmarks; empty for
+    one benchmark)."""
     benchmarks, domain_of, domains = _domains(rows)
     if len(benchmarks) < 2:
         return []
@@ -370,15 +330,8 @@ def analyze_summary(
     options: StatsOptions,
     controls: Mapping[str, str] | None = None,
 ) -> SummaryResult:
-    """Means, paired comparisons against ``baseline``, Holm over the other methods.
-
-    Args:
-        name: summary name (seeds the bootstrap with the method name).
-        kind: "benchmark", "domain" or "average".
-        methods: [M] method names, rows of ``matrix`` (controls included).
-        matrix: [M, S] final scores, NaN where missing.
-        controls: control label -> required outcome; each is tested on its own.
-    """
+    """Means, paired comparisons against ``baseline``, Holm over the other methods, of
+    ``matrix`` [M, S] (rows ``methods``, controls included; NaN where missing)."""
     controls = dict(controls or {})
     b = methods.index(baseline)
     real = [i for i, m in enumerate(methods) if i != b and m not in controls]
@@ -401,11 +354,7 @@ def analyze_summary(
 
 
 def pooled_sd(comparisons: list[Comparison]) -> float:
-    """Root mean square of the comparisons' SDs of paired differences (NaN if none).
-
-    A method whose every run equals the baseline's (SD exactly 0, e.g. a static uniform mix
-    that draws the baseline's prompt stream) says nothing about the noise and is left out.
-    """
+    """Root mean square of the comparisons' SDs of paired differences above 0 (NaN if none)."""
     sds = [c.sd_diff for c in comparisons if math.isfinite(c.sd_diff) and c.sd_diff > 0]
     return math.sqrt(float(np.mean(np.square(sds)))) if sds else math.nan
 
@@ -438,20 +387,11 @@ def analyze(
     proportions: list[dict] | None = None,
     seeds_needed: bool = False,
 ) -> Analysis:
-    """The full comparison of every method against ``baseline`` under every summary, with
-    every number a report of it prints.
+    """The full comparison of every method against ``baseline`` under every summary.
 
-    Args:
-        controls: method label -> required outcome, "same" (A/A: must be "no detectable
-            difference") or "worse" (a planted harm). Each control is tested on its own (a family
-            of one) and they are left out of ``Analysis.methods`` and the rankings.
-        proportions: rows of ``proportions.csv`` (mixers), for `Analysis.traces`.
-        seeds_needed: also simulate the paired seeds a 1-point difference needs (scores in
-            [0, 1] only; `SeedAdvice.seeds_needed`), a Monte-Carlo search of seconds that the
-            report's power sentence asks for.
-
-    Raises:
-        ValueError: no rows, ``baseline`` has no rows, or a bad control.
+    ``controls``: label -> "same" | "worse", each its own family, out of the rankings;
+    ``proportions``: rows of ``proportions.csv``; ``seeds_needed``: also simulate the seeds a
+    1-point difference needs (seconds). ValueError on no rows or a bad baseline or control.
     """
     options = options or StatsOptions()
     controls = dict(controls or {})
@@ -518,11 +458,8 @@ ENGINE_METRICS = ("sampled", "greedy")
 
 
 def score_metric(rows: list[Row]) -> tuple[str, str | None]:
-    """(name of the compared metric, the other engine accuracy the rows carry or None).
-
-    The compared metric is the engine accuracy that equals ``score`` on every row ("score"
-    for external results); the other one is the remaining accuracy present on every row.
-    """
+    """(the engine accuracy equal to ``score`` on every row, else "score"; the other accuracy
+    every row carries, or None)."""
     same = [k for k in ENGINE_METRICS if all(r.extra.get(k) == r.score for r in rows)]
     name = same[0] if same else "score"
     other = [k for k in ENGINE_METRICS if k != name and all(k in r.extra for r in rows)]

@@ -1,42 +1,13 @@
-"""Power of the harness's own verdict rule (`analysis`: Holm-adjusted exact sign-flip p ≤ α
-**and** the bootstrap interval at the Holm level above zero), by simulation: the paired t-test's
-MDE formula ignores the exact test's floor 2/2^n, Holm and the interval, and is detected with
-probability 0.25–0.65, not 0.8 (``benchmarks/verdict_rule.py power`` prints both).
+"""Power of the harness's own verdict rule (`analysis`), by simulation (docs/harness.md, "MDE").
 
-This module simulates the rule itself. Paired differences are d = effect + sd · z with z standard
-normal (n per simulated experiment, ``reps`` experiments). Everything scales with sd, so one
-simulation per (n, m, α) gives, for every experiment, the *critical effect* in units of sd: the
-smallest effect at which that experiment's verdict turns "better". Then
-
-- ``power(effect) = mean(critical · sd < effect)`` — monotone in the effect by construction (the
-  same z for every effect: common random numbers), and
-- ``MDE = the power-quantile of critical · sd``, exactly (no bisection needed).
-
-Why a critical effect exists: with the noise fixed, raising the effect by e raises |Σd| by n·e
-and any sign-flipped |Σ s·d| by at most |Σ s|·e ≤ n·e, so a pattern that stops being "as
-extreme" never becomes extreme again, and each pattern has a threshold e_s (solved in closed
-form, `_pattern_thresholds`). The p-value is below c as soon as fewer than c·2^n patterns
-remain. The bootstrap interval of d shifts by exactly e (same resamples), so its lower bound
-exceeds zero above −sd·q, q the α_(i)/2 quantile of the resampled means of z.
-
-**The other m − 1 comparisons** of the Holm family are assumed null (no true difference): the
-usual case for data strategies, and the least favourable for Holm, since every rejected other
-comparison would relax the remaining levels. The method is then scored as ranked first: p · m ≤ α
-and the interval at level 1 − α/m. That is exactly Holm's rule whenever no null comparison has a
-smaller p-value, and never calls "better" where Holm would not (p ≤ α/m implies every smaller p
-passes its step too); it can only under-state power, by at most the chance that a null comparison
-ranks ahead of the method and is itself rejected (< α).
-``tests/unit/harness/statistics/test_power.py`` checks it against `analysis.analyze_summary` run on
-simulated data, nulls included.
-
-For n > 16 the harness draws ``n_perm`` random sign patterns (p = (1 + hits) / (1 + n_perm)); the
-simulation does the same with one set of patterns for all experiments.
-
-**Without simulating** where the answer is known: where the exact test's floor is above α/m no
-effect is ever detected (MDE +inf, exactly); at the report's defaults (α 0.05, power 0.8, the
-default simulation) the MDE in units of sd is read from ``power_table.csv``, the same
-simulation run once per (m ≤ 8, n ≤ 64) by ``scripts/power_table.py``. Anything else is
-simulated (and cached per process).
+Paired differences are d = effect + sd · z. One simulation per (n, m, α) gives each simulated
+experiment's *critical effect* in sd units, the smallest effect it calls "better": raising the
+effect by e raises |Σd| by n·e and any sign-flipped |Σ s·d| by at most n·e, so each pattern has
+a threshold (`_pattern_thresholds`), and the bootstrap interval shifts by exactly e. Power is
+then ``mean(critical · sd < effect)`` and the MDE its power-quantile, both exact and monotone.
+The other m − 1 comparisons are taken as null and the method as ranked first (p · m ≤ α, interval
+at 1 − α/m): never more optimistic than Holm. At the report's defaults the MDE is read from
+``power_table.csv`` (``scripts/power_table.py``).
 """
 
 from __future__ import annotations
@@ -86,16 +57,10 @@ def no_verdict(n: int, m: int = 1, alpha: float = 0.05, n_perm: int = 10_000) ->
 
 
 def _pattern_thresholds(z: np.ndarray, patterns: np.ndarray) -> np.ndarray:
-    """[R, P] effect (in sd units) below which sign pattern s is "as extreme" as the identity.
+    """[R, P] effect (sd units) below which pattern s [P, n] is "as extreme" on noise z [R, n].
 
-    Args:
-        z: [R, n] standard-normal noise, one row per simulated experiment.
-        patterns: [P, n] ±1 sign patterns.
-
-    With A = Σ s, B = s · z and Z = Σ z, pattern s is a hit at effect e iff
-    |e·A + B| ≥ n·e + Z, i.e. e ≤ (B − Z)/(n − A) or e ≤ −(Z + B)/(n + A); the identity
-    (A = n) and the all-flipped pattern (A = −n) are always hits (+inf). A pattern and its
-    negation have the same threshold.
+    With A = Σ s, B = s · z and Z = Σ z: a hit iff e ≤ (B − Z)/(n − A) or e ≤ −(Z + B)/(n + A);
+    the identity and the all-flipped pattern always hit (+inf).
     """
     n = z.shape[1]
     a = patterns.sum(axis=1)
@@ -134,12 +99,8 @@ def critical_effects(
     seed: int = 0,
     n_perm: int = 10_000,
 ) -> np.ndarray:
-    """[reps] per simulated experiment, the smallest effect (in units of the paired sd) that the
-    harness calls "better" with n paired seeds as the first of m Holm comparisons at level α.
-
-    +inf where no effect can be detected (the exact test's floor 2/2^n is above α/m). Sorted
-    ascending (read-only, cached).
-    """
+    """[reps] sorted (read-only, cached) smallest effects, in paired-sd units, called "better"
+    with n seeds as the first of m Holm comparisons; +inf where none can be."""
     if n < 2:
         raise ValueError(f"critical_effects: n={n}, need at least 2 paired seeds")
     level = alpha / m
@@ -186,21 +147,8 @@ def simulate_power(
     n_boot: int = N_BOOT,
     seed: int = 0,
 ) -> float:
-    """Probability that the harness calls a method "better".
-
-    Args:
-        effect: true mean paired difference (method − baseline).
-        sd: true SD of the paired differences.
-        n: paired seeds.
-        m: comparisons in the Holm family (the other m − 1 assumed null, see the module doc).
-        alpha: family-wise error rate.
-        reps: simulated experiments.
-        n_boot: bootstrap resamples per simulated experiment.
-        seed: seed of the simulation (the same noise for every effect and sd).
-
-    Returns:
-        The fraction of simulated experiments with verdict "better"; 0 when n < 2.
-    """
+    """Probability that the harness calls a method "better" at true mean paired difference
+    ``effect`` and paired SD ``sd`` with ``n`` seeds among ``m`` comparisons; 0 when n < 2."""
     if n < 2 or not math.isfinite(sd):
         return 0.0 if n < 2 else math.nan
     crit = critical_effects(n, m, alpha, reps, n_boot, seed)
@@ -220,12 +168,8 @@ def simulated_mde(
     n_boot: int = N_BOOT,
     seed: int = 0,
 ) -> float:
-    """Smallest true effect the harness calls "better" with probability ``power``.
-
-    Returns:
-        The effect (same units as ``sd``); +inf when n seeds cannot give a verdict with that
-        probability (the exact test's floor), NaN when n < 2 or sd is NaN.
-    """
+    """Smallest true effect (units of ``sd``) called "better" with probability ``power``; +inf
+    when n seeds allow no verdict, NaN when n < 2 or sd is NaN."""
     if n < 2 or not math.isfinite(sd):
         return math.nan
     if no_verdict(n, m, alpha):
@@ -252,12 +196,8 @@ def simulated_seeds_needed(
     n_boot: int = N_BOOT,
     seed: int = 0,
 ) -> int | None:
-    """Fewest paired seeds at which `simulated_mde` is at most ``effect``.
-
-    Searches up from `stats.seeds_for_verdict` (the fewest seeds at which any verdict is
-    possible) by doubling, then bisects (the MDE falls with n up to the
-    simulation's noise). None when more than ``max_n`` are needed or the inputs are not finite.
-    """
+    """Fewest paired seeds at which `simulated_mde` is at most ``effect`` (doubling up from
+    `stats.seeds_for_verdict`, then bisecting); None above ``max_n`` or for non-finite inputs."""
     if not (math.isfinite(sd) and math.isfinite(effect)) or effect <= 0:
         return None
 
@@ -285,19 +225,9 @@ def simulated_seeds_needed(
 
 @dataclass(frozen=True)
 class SeedAdvice:
-    """What a seed count allows, and what more seeds would buy (`seed_advice`).
-
-    Args:
-        n: paired seeds (the fewest of a summary's comparisons).
-        m: comparisons in the Holm family (at least 1).
-        p_floor: the smallest p the exact sign-flip test can give at ``n`` seeds (2 / 2^n).
-        min_seeds: the fewest paired seeds at which one comparison can be decided.
-        min_seeds_family: the same for the best of ``m`` under Holm's correction.
-        effect: the difference asked about (None: not asked, or no SD above 0 to ask with).
-        seeds_needed: paired seeds the verdict rule needs to call ``effect`` better with the
-            given power among ``m`` comparisons (simulated); None when more than 64 or not
-            asked.
-    """
+    """What ``n`` paired seeds among ``m`` comparisons allow (``p_floor`` 2/2^n; ``min_seeds``
+    for one comparison, ``min_seeds_family`` for the best of m) and the seeds ``effect`` needs
+    (``seeds_needed``, simulated; None when more than 64 or not asked)."""
 
     n: int
     m: int

@@ -23,17 +23,9 @@ COLUMNS = ("method", "seed", "benchmark", "domain", "step", "score")
 
 @dataclass(frozen=True)
 class Row:
-    """One score of one run on one benchmark at one checkpoint.
-
-    Args:
-        method: strategy label.
-        seed: seed label (runs of different methods with the same label are paired).
-        benchmark: what was measured (the engine: a domain's held-out set).
-        score: the value compared (higher is better).
-        domain: the domain the benchmark belongs to ("" means the benchmark is its own domain).
-        step: training step of the checkpoint (None: only a final score).
-        extra: other numeric columns (written, not analyzed).
-    """
+    """One score (higher is better) of one run on one benchmark at one checkpoint. Runs pair
+    by ``seed`` label; ``domain`` "" is the benchmark's own; ``step`` None: only a final score;
+    ``extra``: other numeric columns (written, not analyzed)."""
 
     method: str
     seed: str
@@ -57,11 +49,8 @@ def scores_are_fractions(scores) -> bool:
 
 
 def final_scores(rows: list[Row]) -> dict[tuple[str, str, str], float]:
-    """(method, seed, benchmark) -> score at the run's last checkpoint.
-
-    Raises:
-        ConfigError: two rows for the same run, benchmark and step.
-    """
+    """(method, seed, benchmark) -> score at the run's last checkpoint (ConfigError on two
+    rows for the same run, benchmark and step)."""
     best: dict[tuple[str, str, str], Row] = {}
     seen: set[tuple] = set()
     for r in rows:
@@ -112,16 +101,9 @@ def parse_row(raw: dict, where: str) -> Row:
 
 
 def seed_label(text: str, where: str) -> str:
-    """The canonical label of a seed: a number with an integral value is written as an int.
-
-    Runs pair by seed label, so ``1.0`` in one arm and ``1`` in another must be one seed:
-    ``"1.0"``, ``"1."``, ``"1e0"`` and ``" 1"`` all become ``"1"``. A non-numeric label
-    (``"s1"``) is kept as written. A numeric label that is not integral (``"1.5"``) is refused:
-    it is almost always a column mix-up, and no rounding rule would pair it safely.
-
-    Raises:
-        ConfigError: a non-integral or non-finite numeric seed (names ``where``).
-    """
+    """The canonical label of a seed, so runs pair: ``"1.0"``, ``"1e0"``, ``" 1"`` -> ``"1"``;
+    ``"s1"`` kept; a non-integral number (``"1.5"``, likely a column mix-up) is a ConfigError
+    naming ``where``."""
     text = text.strip()
     try:
         value = float(text)

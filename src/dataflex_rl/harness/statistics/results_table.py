@@ -1,12 +1,8 @@
 """Results tables as people have them: long or wide, one comparison per stratum.
 
-A **long** table (``results.csv``) has a row per run × benchmark [× checkpoint]; a **wide** one
-(a paper's release table) a row per run, with one numeric column per benchmark (the numeric
-columns other than `DESCRIPTIVE` and the ``by`` columns). ``by`` columns split the rows into
-**strata**, an empty ``by`` cell being a value of its own (`EMPTY`); ``scale`` multiplies every
-score; ``domains`` (`read_domains`) groups and selects the benchmarks. The layouts and options
-are described with examples in docs/harness.md, "External results". Every refusal names the
-file, the line and the column (a duplicate result both lines and the columns they differ in).
+Long (a row per run × benchmark) or wide (a row per run, a column per benchmark); ``by``
+columns split rows into strata: docs/harness.md, "External results". Every refusal names the
+file, the line and the column.
 """
 
 from __future__ import annotations
@@ -38,13 +34,8 @@ StratumKey = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True)
 class Stratum:
-    """The rows of one comparison.
-
-    Args:
-        key: ``((column, value), ...)`` of the ``by`` columns (a tracker's ``--by`` fields);
-            ``()`` without ``by``; an empty value (or a tracker run without the field) is ``""``.
-        rows: its result rows (long form).
-    """
+    """The rows of one comparison; ``key`` is ``((column, value), ...)`` over ``by`` ("" for
+    an empty value; ``()`` without ``by``)."""
 
     key: StratumKey
     rows: list[Row]
@@ -67,17 +58,8 @@ class Stratum:
 
 @dataclass
 class ResultsTable:
-    """A results file read into strata.
-
-    Args:
-        path: the file, or the ``BACKEND:LOCATION`` of a tracker store (`table_of_rows`).
-        layout: "long" or "wide".
-        by: the stratum columns (a tracker's: the run fields of ``--by``).
-        benchmarks: the benchmarks, in column (or first-seen) order.
-        strata: one per distinct value of the ``by`` columns, sorted by them (numbers as
-            numbers).
-        notes: what was left out or assumed (one line each).
-    """
+    """A results file (or ``BACKEND:LOCATION`` of a tracker store) read into strata, sorted by
+    the ``by`` columns; ``notes``: what was left out or assumed, a line each."""
 
     path: Path | str
     layout: str
@@ -92,11 +74,7 @@ class ResultsTable:
 
 
 def read_results_csv(path: str | Path) -> list[Row]:
-    """Rows of a long results CSV (the harness's own ``results.csv`` or external results).
-
-    Raises:
-        ConfigError: missing file or column, or a bad value (names the line and column).
-    """
+    """Rows of a long results CSV (ConfigError names the line and column of a bad value)."""
     return read_table(path, wide=False).rows
 
 
@@ -108,14 +86,8 @@ def read_table(
     scale: float = 1.0,
     domains: dict[str, str] | None = None,
 ) -> ResultsTable:
-    """Read a long or wide results CSV into strata (see the module docstring).
-
-    Args:
-        wide: True: the wide layout; False: the long one; None: detect.
-
-    Raises:
-        ConfigError: a missing file or column, a bad cell, a duplicate result, no rows.
-    """
+    """Read a long or wide (``wide`` None: detect) results CSV into strata; ConfigError on a
+    missing file or column, a bad cell, a duplicate result, no rows."""
     p = Path(path)
     header, records = _read_records(p)
     by = tuple(by)
@@ -153,14 +125,9 @@ def table_of_rows(
     scale: float = 1.0,
     domains: dict[str, str] | None = None,
 ) -> ResultsTable:
-    """Rows read elsewhere (e.g. a tracker store, `tracked.read_tracker`) into strata, as
-    `read_table` makes them: ``keys[i]`` is the stratum of ``rows[i]`` (``((column, value),
-    ...)`` over ``by``, ``""`` for an empty value; None: one stratum), with ``scale`` and
-    ``domains`` applied. Duplicates are the reader's to refuse (it knows where rows came from).
-
-    Raises:
-        ConfigError: no rows (after ``domains``), a bad ``scale`` or ``domains``.
-    """
+    """Rows read elsewhere (a tracker store) into strata as `read_table` makes them:
+    ``keys[i]`` is the stratum of ``rows[i]`` (None: one stratum). Duplicates are the reader's
+    to refuse; ConfigError on no rows or a bad ``scale`` or ``domains``."""
     keys = [()] * len(rows) if keys is None else keys
     if len(keys) != len(rows) or any(tuple(c for c, _ in k) != tuple(by) for k in keys):
         raise ValueError("table_of_rows: one key over the `by` columns per row")
@@ -383,12 +350,8 @@ def _is_number_pair(a: dict, b: dict, col: str) -> bool:
 
 
 def read_domains(path: str | Path) -> dict[str, str]:
-    """benchmark -> domain from a YAML file (``domain: [benchmark, ...]`` or
-    ``benchmark: domain`` entries) or a CSV with columns ``benchmark, domain``.
-
-    Raises:
-        ConfigError: a missing file, another structure, a benchmark given twice.
-    """
+    """benchmark -> domain from YAML (``domain: [benchmark, ...]`` or ``benchmark: domain``)
+    or a CSV with columns ``benchmark, domain``; ConfigError otherwise or on a repeat."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--domains {path}: no such file")

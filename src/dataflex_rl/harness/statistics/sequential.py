@@ -1,31 +1,11 @@
 """Anytime-valid comparison: add seeds in rounds, stop when every comparison is decided.
 
-The rule is a confidence sequence for the mean paired difference, from the *safe t-test*: the
-Bayes factor of a normal mean with unknown variance, with the right-Haar prior 1/σ on σ under
-both hypotheses and a normal prior δ = μ/σ ~ N(0, τ²) on the standardized effect. Because it
-is invariant to the scale of the data, it is an e-process under the null (a nonnegative
-supermartingale on the scale-invariant statistics), so by Ville's inequality
-P(it ever exceeds 1/α) ≤ α, at every stopping time, however the stopping depends on the data
-(Pérez-Ortiz, Lardy, de Heide & Grünwald, "E-statistics, group invariance and anytime-valid
-testing", Ann. Statist. 2024; Lai, Ann. Statist. 1976, for the mixture form).
-
-Closed form (own derivation, docs/harness.md): for the differences x_1..x_n shifted by a
-candidate mean μ₀, with Q = Σ(x − μ₀)², S = Σ(x − μ₀), r = S²/(nQ) = t²/(n − 1 + t²),
-
-    E_n(μ₀) = (1 + nτ²)^(−1/2) · (1 − r · nτ²/(1 + nτ²))^(−n/2).
-
-E_n grows with |x̄ − μ₀|, so {μ₀ : E_n(μ₀) < m/α} is the interval x̄ ± s · sqrt((n−1) r*/((1 − r*) n))
-with r* = (1 − ((α/m)² / (1 + nτ²))^(1/n)) · (1 + nτ²)/(nτ²); no finite interval while r* ≥ 1
-(E_n can reach at most (1 + nτ²)^((n−1)/2): with τ = 1 and α = 0.05 the first bounded interval
-comes at n = 5). The m comparisons share α by Bonferroni (each at α/m), the interval is clipped
-to [−bound, bound], and the running intersection over n is kept (valid: all intervals cover at
-once with probability ≥ 1 − α).
-
-Verdicts: "better" when the interval lies above 0, "worse" below 0, "equivalent" inside
-[−margin, margin], else "undecided". Valid under normal paired differences (final accuracies
-averaged over hundreds of problems are close to normal); the choice against bounded-data
-betting sequences, and the seeds-to-decision simulated by ``benchmarks/verdict_rule.py
-sequential``, are in docs/harness.md.
+A confidence sequence per comparison from the *safe t-test* (Pérez-Ortiz et al., Ann. Statist.
+2024): E_n(μ₀) = (1 + nτ²)^(−1/2) · (1 − r · nτ²/(1 + nτ²))^(−n/2), r = t²/(n − 1 + t²). Inverted,
+{μ₀ : E_n(μ₀) < m/α} is x̄ ± s · sqrt((n−1) r*/((1 − r*) n)) with
+r* = (1 − ((α/m)² / (1 + nτ²))^(1/n)) · (1 + nτ²)/(nτ²), unbounded while r* ≥ 1; Bonferroni over
+the m comparisons, clipped to [−bound, bound], running intersection over n. Derivation, the
+choice of rule and simulations: docs/harness.md, "Deciding with as few seeds as needed".
 """
 
 from __future__ import annotations
@@ -43,14 +23,8 @@ PRIOR_SCALE = 2.0
 
 @dataclass(frozen=True)
 class SequentialResult:
-    """One comparison after n paired seeds.
-
-    Args:
-        verdict: "better", "worse", "equivalent" (inside ±margin) or "undecided".
-        low, high: the anytime-valid confidence sequence at n (running intersection), at level
-            1 − α/m; ±bound while no finite interval is possible.
-        alpha_each: the level α/m each comparison is tested at.
-    """
+    """One comparison after n paired seeds: ``verdict`` ("better", "worse", "equivalent" or
+    "undecided") and the confidence sequence ``low, high`` at level 1 − ``alpha_each``."""
 
     verdict: str
     n: int
@@ -76,13 +50,8 @@ def e_value(x, mu0: float, prior_scale: float = PRIOR_SCALE) -> float:
 def half_widths(
     n: np.ndarray, sd: np.ndarray, alpha_each: float, prior_scale: float = PRIOR_SCALE
 ) -> np.ndarray:
-    """Half-width of the safe-t confidence interval at each n (inf where none is finite).
-
-    Args:
-        n: [...] sample sizes (≥ 2).
-        sd: [...] sample SDs (ddof 1) of the differences, broadcast with ``n``.
-        alpha_each: level of this comparison (α/m).
-    """
+    """Half-width of the safe-t interval at sample sizes ``n`` (≥ 2) and SDs ``sd`` (ddof 1),
+    broadcast; inf where none is finite."""
     n = np.asarray(n, dtype=np.float64)
     g = n * prior_scale**2
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -124,15 +93,9 @@ def sequential_verdicts(
     bound: float = 1.0,
     prior_scale: float = PRIOR_SCALE,
 ) -> dict[str, SequentialResult]:
-    """Anytime-valid verdicts of m comparisons (one family) after the seeds seen so far.
-
-    Args:
-        diffs: label -> [n] paired differences (method − baseline) in the order seeds were
-            added; the lengths may differ.
-        alpha: probability that any verdict of the family is wrong, at any stopping time.
-        margin: "equivalent" means the interval lies inside [−margin, margin].
-        bound: the differences lie in [−bound, bound] (1 for accuracies).
-    """
+    """Anytime-valid verdicts of a family of comparisons, ``diffs``: label -> [n] paired
+    differences in seed-addition order. ``alpha`` bounds any wrong verdict at any stopping
+    time; "equivalent" is inside ±``margin``; differences lie in ±``bound``."""
     if margin < 0 or bound <= 0:
         raise ValueError(f"margin must be >= 0 and bound > 0, got {margin}, {bound}")
     a = alpha / max(1, len(diffs))

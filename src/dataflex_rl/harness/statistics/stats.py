@@ -1,24 +1,7 @@
 """Paired statistics over seeds: confidence intervals, tests, corrections, rankings.
 
-Every function is pure (numpy and scipy only); randomness comes from a ``numpy.random.Generator``
-passed in. Shapes: ``values`` and ``diffs`` are ``[n]`` (one entry per seed); nothing loops over
-bootstrap resamples or sign flips in Python.
-
-Definitions used by the harness (docs/harness.md repeats them):
-
-- **mean CI** (`t_interval`): mean ± t_{1-α/2, n-1} · s / √n, s the sample SD (ddof 1).
-- **paired bootstrap** (`bootstrap_interval`): resample the n paired differences with
-  replacement, percentile interval of the resampled means.
-- **permutation p-value** (`sign_flip_pvalue`): under H0 (no difference) each paired
-  difference is symmetric around 0, so its sign is exchangeable. Statistic |mean(d)|; two-sided.
-  For n ≤ 16 all 2^n sign patterns are enumerated (exact, deterministic); the smallest
-  attainable p is then 2 / 2^n. Above 16, random sign flips with p = (1 + hits) / (1 + draws).
-- **Holm** (`holm`): Holm (1979) step-down over m methods. Adjusted
-  p_(i) = min(1, max_{j ≤ i} (m - j + 1) p_(j)) (monotone). The per-method corrected level is
-  α_(i) = α / (m - i + 1) with i the method's rank by raw p (ties take the smallest rank, the
-  strictest level); the harness reports the bootstrap interval at level 1 - α_(i).
-- **Kendall's tau** (`kendall_tau`): tau-b, ties corrected: ``scipy.stats.kendalltau`` after
-  tying values within rounding error.
+Pure functions (numpy, scipy); randomness from a ``numpy.random.Generator`` passed in; ``values``
+and ``diffs`` are ``[n]``, one per seed. Definitions: docs/harness.md, "Statistics".
 """
 
 from __future__ import annotations
@@ -128,15 +111,9 @@ def pvalue_floor(n: int, n_perm: int = 10_000, exact_max_n: int = EXACT_MAX_N) -
 
 
 def holm_floors(floors) -> np.ndarray:
-    """[m] per hypothesis, the smallest Holm-adjusted p-value it can get when hypothesis j's raw
-    p-value can be as small as ``floors[j]`` and no smaller (e.g. `pvalue_floor` of its pairs).
-
-    The best case for hypothesis i: its p at its floor f_i, every hypothesis whose floor is
-    below f_i at its own floor (ranked ahead), the others above f_i (ranked behind, no effect).
-    Holm's adjusted p is then max over the ranks r ahead and i of (m - r + 1) · p_(r). With equal
-    floors f this is m · f: Holm's first step must pass, 2 / 2^n ≤ α / m. A hypothesis whose
-    value exceeds α can never be rejected, whatever the data.
-    """
+    """[m] the smallest Holm-adjusted p each hypothesis can get when hypothesis j's raw p can be
+    no smaller than ``floors[j]``: its best case has the lower floors ranked ahead at their
+    floors (m · f for equal floors). Above α: never rejected, whatever the data."""
     f = _as_1d(floors, "floors")
     m = f.size
     if m == 0:
@@ -151,13 +128,8 @@ def holm_floors(floors) -> np.ndarray:
 def seeds_for_verdict(
     m: int, alpha: float = 0.05, n_perm: int = 10_000, max_n: int = 64
 ) -> int | None:
-    """Fewest paired seeds at which a family of ``m`` comparisons, each with that many, can
-    reach a verdict at all: the smallest n whose Holm floor (`holm_floors` of ``m`` copies of
-    `pvalue_floor` of n) is at most ``alpha``; None when no n up to ``max_n`` can.
-
-    With the exact test and equal counts the floor is m · 2/2^n: one comparison needs 6 seeds
-    at α = 0.05 (2/2^6 = 0.031; 2/2^5 = 0.0625), three need 7 (3 · 2/2^7 = 0.047).
-    """
+    """Fewest paired seeds at which a family of ``m`` comparisons can reach a verdict at all
+    (Holm floor m · 2/2^n ≤ ``alpha``: 6 for one at 0.05, 7 for three); None above ``max_n``."""
     for n in range(2, max_n + 1):
         if holm_floors([pvalue_floor(n, n_perm)] * max(1, m)).max() <= alpha:
             return n
@@ -165,17 +137,8 @@ def seeds_for_verdict(
 
 
 def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Holm step-down correction over m hypotheses.
-
-    Args:
-        pvalues: [m] raw p-values; NaN entries (not tested) are left out of m and stay NaN.
-        alpha: family-wise error rate.
-
-    Returns:
-        ``(adjusted, level)``, both [m] in input order: the monotone Holm-adjusted p-values and
-        each hypothesis's step-down level α / (m - i + 1) (i its rank; ties share the smallest
-        rank). A hypothesis is rejected by Holm iff ``adjusted <= alpha``.
-    """
+    """Holm step-down over ``pvalues`` [m] (NaN: not tested, left out): ``(adjusted, level)``,
+    both [m] in input order, level α / (m - i + 1) (i the rank, ties share the smallest)."""
     p = _as_1d(pvalues, "pvalues")
     adjusted = np.full_like(p, np.nan)
     level = np.full_like(p, np.nan)
@@ -193,16 +156,8 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
 
 
 def kendall_tau(x, y) -> float:
-    """Kendall's tau-b between two scorings of the same items (what ``scipy.stats.kendalltau``
-    gives; values within rounding error are tied first, see `_tie_close`; infinities are
-    values: inf and inf tie).
-
-    Args:
-        x, y: [k] two summaries of k items (e.g. mean accuracy of k methods on two benchmarks).
-
-    Returns:
-        tau-b in [-1, 1]; NaN when k < 2, one side is constant or holds NaN.
-    """
+    """Kendall's tau-b of two scorings [k] (``scipy.stats.kendalltau`` after `_tie_close`); NaN
+    when k < 2, one side is constant or holds NaN."""
     a, b = _as_1d(x, "x"), _as_1d(y, "y")
     if a.size != b.size:
         raise ValueError(f"kendall_tau: sizes differ ({a.size} vs {b.size})")
@@ -238,9 +193,7 @@ def _tau(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 
 def _tie_close(v: np.ndarray) -> np.ndarray:
-    """``v`` with values within rounding error (1e-12 relative) of the next smaller one set
-    equal to it, so they tie: a mean of 0.5 and 0.1 and a mean of 0.4 and 0.2 are the same
-    score. NaN stays NaN; infinities stay as they are."""
+    """``v`` with values within 1e-12 (relative) of the next smaller one set equal to it."""
     finite = v[np.isfinite(v)]
     tol = 1e-12 * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
     order = np.argsort(v, kind="stable")
@@ -254,9 +207,7 @@ def _tie_close(v: np.ndarray) -> np.ndarray:
 
 
 def ranks(values) -> np.ndarray:
-    """Competition ranks, 1 = largest value (``scipy.stats.rankdata``'s method ``min`` on the
-    negated values: 1 + how many are larger; ties, up to rounding, share the best rank; NaN
-    ranks last)."""
+    """Competition ranks, 1 = largest (ties up to rounding share the best rank; NaN last)."""
     v = _as_1d(values, "values")
     if v.size == 0:
         return np.zeros(0, dtype=np.int64)

@@ -1,10 +1,7 @@
 """Result rows from a tracker store: ``dataflex-rl report --from-tracker BACKEND:LOCATION``.
 
-The runs of an MLflow store, TensorBoard event folders or W&B run folders (read by
-`dataflex_rl.tracking.stores`) are selected and named (`TrackerQuery`; the defaults read what
-``tracking:`` writes), and their metrics become the rows `report --from-csv` reads (method,
-seed, benchmark, step, score), in strata like a CSV's ``--by`` columns
-(`results_table.table_of_rows`), so both go through the same analysis and report.
+The runs of a store (`dataflex_rl.tracking.stores`) are selected and named (`TrackerQuery`),
+and their metrics become the rows and strata a CSV gives (`results_table.table_of_rows`).
 """
 
 from __future__ import annotations
@@ -32,18 +29,8 @@ _RUN_ATTRIBUTES = ("name", "id", "group", "experiment")
 
 @dataclass(frozen=True)
 class TrackerQuery:
-    """Which runs of which store, and how they become rows: the options of ``report
-    --from-tracker`` (``--help`` says what each selects).
-
-    Args:
-        source: ``BACKEND:LOCATION`` (``mlflow:sqlite:///x/mlflow.db``, ``tensorboard:DIR``,
-            ``wandb:DIR``).
-        method_field, seed_field: ``FIELD`` or ``FIELD~REGEX`` (`field_reader`).
-        metrics: a glob or ``re:REGEX`` (`benchmark_namer`); None: the engine's
-            ``eval/*/<metric>`` of the runs' ``metric`` tag (`default_metrics`).
-        step: the checkpoint read (None: every step, the last one being the final score).
-        by: fields whose values split the runs into strata (`stratum_key`).
-    """
+    """Which runs of which store (``BACKEND:LOCATION``), and how they become rows: the
+    options of ``report --from-tracker`` (``--help`` says what each selects)."""
 
     source: str
     experiment: str | None = None
@@ -59,16 +46,8 @@ class TrackerQuery:
 
 @dataclass
 class TrackerResults:
-    """The rows read, the runs they came from, and what the report says about them.
-
-    Args:
-        rows: the result rows.
-        runs: the runs used.
-        setup: lines for the report's Setup.
-        keys: the stratum of each row (``keys[i]`` of ``rows[i]``): ``((field, value), ...)``
-            over the query's ``by`` (``""``: no value), ``()`` without ``by``
-            (`results_table.table_of_rows` groups them).
-    """
+    """The rows read, the runs used, Setup lines, and ``keys[i]`` the stratum of ``rows[i]``
+    (as `results_table.table_of_rows` takes them)."""
 
     rows: list[Row]
     runs: list[TrackedRun]
@@ -77,14 +56,9 @@ class TrackerResults:
 
 
 def benchmark_namer(pattern: str, exclude: Sequence[str] = ()) -> Callable[[str], str | None]:
-    """``key -> benchmark name`` for the keys ``pattern`` matches (None for the others and for
-    the keys an ``exclude`` glob matches): a glob's benchmark is the part of the key between its
-    first and last wildcard, a ``re:REGEX``'s its ``benchmark`` group, else its first group,
-    else the whole key.
-
-    Raises:
-        ConfigError: a regex that does not compile.
-    """
+    """``key -> benchmark name`` for keys ``pattern`` matches and no ``exclude`` glob does
+    (else None): a glob's part between its first and last wildcard, a ``re:REGEX``'s
+    ``benchmark`` group, else its first group, else the whole key."""
     if pattern.startswith("re:"):
         try:
             regex = re.compile(pattern[3:])
@@ -134,12 +108,8 @@ def run_value(run: TrackedRun, name: str) -> str | None:
 
 
 def field_reader(spec: str, option: str) -> Callable[[TrackedRun], str]:
-    """``run -> value`` of ``FIELD`` or ``FIELD~REGEX`` (``option`` names the flag in errors).
-
-    Raises:
-        ConfigError: a bad regex; when called, a run without the field or whose value the
-            regex does not match (naming the run and the field).
-    """
+    """``run -> value`` of ``FIELD`` or ``FIELD~REGEX`` (``option`` names the flag in errors,
+    which name the run and the field)."""
     name, sep, pattern = spec.partition("~")
     if not name:
         raise ConfigError(f"{option} {spec!r}: no field name")
@@ -178,14 +148,8 @@ def matches(run: TrackedRun, query: TrackerQuery) -> bool:
 
 
 def read_tracker(query: TrackerQuery, purpose: str = "dataflex-rl report") -> TrackerResults:
-    """The result rows of the runs ``query`` selects.
-
-    Raises:
-        MissingDependencyError: the backend's library is not installed (before any reading).
-        ConfigError: an unknown backend, no run selected, a run without the method or seed
-            field, a ``by`` field that is the method or seed field or that no run has, or two
-            runs of one stratum giving the same method, seed and benchmark.
-    """
+    """The result rows of the runs ``query`` selects (ConfigError on no run, a missing or bad
+    field, or two runs of one stratum giving the same method, seed and benchmark)."""
     backend, location = parse_source(query.source)
     require_reader(backend, location, purpose)
     patterns = [query.metrics] if query.metrics else [f"eval/*/{m}" for m in ENGINE_METRICS]
@@ -277,14 +241,8 @@ def _check_by_present(query: TrackerQuery, used: list[TrackedRun]) -> None:
 
 
 def default_metrics(runs: Sequence[TrackedRun], source: str) -> str:
-    """``eval/*/<metric>`` of the accuracy ``runs`` are compared on: their ``metric`` tag
-    (``compare`` sets the experiment's ``evaluation.metric``), else the first of sampled, greedy
-    that any run logged (the engine's ``train`` table leads with the same one).
-
-    Raises:
-        ConfigError: runs tagged with different metrics (a comparison needs one; name it with
-            ``--metrics``).
-    """
+    """``eval/*/<metric>`` of the runs' ``metric`` tag, else the first of sampled, greedy any
+    run logged; ConfigError for runs tagged with different metrics."""
     tagged = {r.fields[METRIC_FIELD] for r in runs if r.fields.get(METRIC_FIELD) in ENGINE_METRICS}
     if len(tagged) > 1:
         raise ConfigError(
