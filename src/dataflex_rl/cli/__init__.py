@@ -163,13 +163,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parse_args(parser, argv: list[str]):
-    """``parser.parse_args``, but KEY=VALUE overrides may also follow options.
-
-    argparse stops filling a ``nargs="*"`` positional at the first option, so in
-    ``train cfg.yaml --out X eval.every=2`` the override would be refused as unrecognized.
-    Leftover words that look like ``KEY=VALUE`` join the command's overrides (in order);
-    anything else is the usual usage error.
-    """
+    """``parser.parse_args``, but KEY=VALUE overrides may also follow options (argparse stops
+    a ``nargs="*"`` positional at the first option): leftover ``KEY=VALUE`` words join them."""
     args, extra = parser.parse_known_args(argv)
     if extra:
         if hasattr(args, "overrides") and all(_looks_like_override(w) for w in extra):

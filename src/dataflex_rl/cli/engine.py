@@ -58,11 +58,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def train_main(args: argparse.Namespace) -> int:
-    """Run ``dataflex-rl train``; prints the summary or the side-by-side table.
-
-    A config's ``strategies`` run side by side through the harness runner
-    (`dataflex_rl.harness.running.runner.side_by_side`), one process per strategy.
-    """
+    """Run ``dataflex-rl train``; a config's ``strategies`` run side by side (`side_by_side`)."""
     from dataflex_rl.hosts.engine.config import load_config
     from dataflex_rl.hosts.engine.run import format_table, run_training
 

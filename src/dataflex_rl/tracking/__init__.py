@@ -1,9 +1,7 @@
 """Experiment trackers (TensorBoard, Weights & Biases, MLflow) for engine runs and harness
-reports, configured by a ``tracking:`` section (docs/tracking.md).
+reports, configured by a ``tracking:`` section (docs/tracking.md); `stores` reads runs back.
 
-Sits between the hosts' shared code and the engine/harness: it uses only ``core`` and
-``deps``, and imports each tracker's library only when a run opens it. `stores` reads runs
-back from the trackers' stores (``report --from-tracker``), with the same libraries.
+Uses only ``core`` and ``deps``; each tracker's library is imported when a run opens it.
 """
 
 from dataflex_rl.tracking.config import BACKENDS, TrackingConfig, flatten

@@ -1,9 +1,7 @@
 """One class per experiment tracker: TensorBoard, Weights & Biases, MLflow.
 
-Each imports its library only when a run opens (the package imports none of them), and is
-driven by `dataflex_rl.tracking.tracker.Tracker`, which catches its failures. A backend's
-constructor only stores its settings; ``open`` starts or continues the tracker run and returns
-what must be saved to continue it after a resume (W&B run id, MLflow run id).
+Each imports its library only in ``open``, which starts or continues the tracker run and returns
+what a resume needs (W&B or MLflow run id); `tracker.Tracker` catches their failures.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Reading tracker stores back: ``BACKEND:LOCATION`` -> `TrackedRun` s.
 
-``mlflow:sqlite:///runs/compare/quick/mlflow.db`` (any tracking URI, or a store's path),
-``tensorboard:runs/compare/quick`` (every event folder below it), ``wandb:runs/compare/quick``
-(every ``run-<id>.wandb`` below it). Each backend's library is needed only to read its
-stores; `require_reader` checks it before any work.
+``mlflow:URI_OR_PATH``, ``tensorboard:DIR`` or ``wandb:DIR`` (docs/tracking.md); each needs its
+backend's library, which `require_reader` checks before any work.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``report.md``, ``statistics.csv`` and plots from result rows (a compare, or external CSV).
 
-`write_report` is the single entry: ``dataflex-rl compare`` calls it after the runs, and
-``dataflex-rl report --from-csv FILE`` calls it on external rows, so both give the same
-statistics, tables and sentences.
+``compare`` and ``report`` both go through `prepare_report` and `write_report_files`, so both
+give the same statistics, tables and sentences.
 """
 
 from __future__ import annotations

@@ -73,10 +73,9 @@ TOKENS = "generated_tokens"
 def token_curves(
     rows: list[Row], methods: list[str], points: int = 21
 ) -> dict[str, dict[str, Curve]]:
-    """panel -> method -> `Curve` whose ``steps`` are generation costs (tokens): the average
-    over benchmarks (the benchmark itself when there is one) of each run's checkpoints that
-    carry ``generated_tokens`` (`TOKENS`), interpolated onto ``points`` common costs; mean
-    and SE over seeds. Empty when no row carries a cost or the runs share no range."""
+    """panel -> method -> `Curve` over generation cost (``steps`` are `TOKENS`): each run's
+    average score interpolated onto ``points`` common costs, mean and SE over seeds (empty
+    without costs or a shared range)."""
     rows = [r for r in rows if r.step is not None and TOKENS in r.extra]
     if not rows:
         return {}
