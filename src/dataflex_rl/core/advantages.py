@@ -45,7 +45,7 @@ def group_advantages(
         norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
         eps: added to the std.
         table: the groups' `SegmentTable` when known (`core.batch.group_layout`): the
-            same values from row reductions of a [G, width] table (`table_moments`).
+            same values from row reductions of a [G, width] table.
 
     Returns:
         [B] in the rewards' dtype, clamped to its finite range.
@@ -67,23 +67,11 @@ def group_advantages(
     return torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)
 
 
-def grpo_advantages(
-    batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
-) -> Tensor:
-    """GRPO advantages [B, T] re-centred on the kept responses of each group.
-
-    A_i = (r_i - mean_kept) / (std_kept + eps) (unbiased std, as verl), broadcast over valid
-    tokens; 0 for dropped rows and for groups with fewer than two kept responses.
-    """
-    adv = grpo_advantages_per_response(batch, keep, norm_by_std, eps)
-    return adv[:, None] * batch.response_mask.to(adv.dtype)
-
-
 def grpo_advantages_per_response(
     batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
 ) -> Tensor:
-    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens):
-    `group_advantages` over the kept active responses."""
+    """[B] GRPO advantages re-centred on the kept responses of each group: `group_advantages`
+    over the kept active responses."""
     return group_advantages(
         batch.rewards,
         batch.group_ids,

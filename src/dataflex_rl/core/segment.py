@@ -92,28 +92,10 @@ def moments_and_counts(
     return lo + shifted_mean, var.sqrt(), dev, count
 
 
-def table_moments(
-    values: Tensor, mask: Tensor, table: SegmentTable
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """`moments_and_counts` with the segments laid out in ``table``: row reductions of the
-    [S, width] table instead of scatters, the same values (sums run left to right, in index
-    order, as the scatter-add runs; the shift by the minimum is the same, see
-    `segment_moments`).
-
-    Returns:
-        (mean [S, 1], std [S, 1], dev [S, width] (0 in empty cells and where ``mask`` is
-        False), count [S, 1] int64, [S, width] bool ``mask`` in the table).
-    """
-    lo, shifted_mean, dev, ss, count, mt = _table_deviations(values, mask, table)
-    n = count.to(torch.float64)
-    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), 0.0)
-    return lo + shifted_mean, var.sqrt_(), dev, count, mt
-
-
-def _table_deviations(
+def table_deviations(
     values: Tensor, mask: Tensor, table: SegmentTable
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """`table_moments` before the variance: (lo, shifted mean, dev, sum of dev**2, count,
+    """Per-segment moments of a table before the variance: (lo, shifted mean, dev, sum of dev**2, count,
     mask table), [S, 1] columns but dev and the mask [S, width]."""
     inf = float("inf")
     xt = table.fill(torch.where(mask, values.to(torch.float64), inf), inf)
@@ -130,10 +112,10 @@ def _table_deviations(
 def table_std_dev(
     values: Tensor, mask: Tensor, table: SegmentTable
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(std [S, 1], dev, count [S, 1], mask table) of `table_moments`, except that std is
+    """(std [S, 1], dev, count [S, 1], mask table) of ``values`` laid out in ``table``; std is
     not forced to 0 for segments of fewer than two masked elements (it is 0 there anyway when
     their values are finite; callers that use only segments of two or more need no more)."""
-    _, _, dev, ss, count, mt = _table_deviations(values, mask, table)
+    _, _, dev, ss, count, mt = table_deviations(values, mask, table)
     return (ss / (count - 1).clamp(min=1)).sqrt_(), dev, count, mt
 
 

@@ -195,29 +195,6 @@ def parse_state(data: bytes, where: str | Path, kind: str | None = None) -> Any:
         raise StateFileError(f"{where}: malformed state tree ({e})") from None
 
 
-def is_state_file(path: str | Path) -> bool:
-    """Whether ``path`` starts like a state file (a safetensors header naming this format);
-    reads only the header."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            n = int.from_bytes(head, "little") if len(head) == 8 else 0
-            header = f.read(n) if 0 < n <= 100_000_000 else b""
-        meta = json.loads(header).get("__metadata__") or {}
-    except (OSError, ValueError, AttributeError):
-        return False
-    return meta.get("format") == FORMAT
-
-
-def looks_like_pickle(path: str | Path) -> bool:
-    """Whether ``path`` starts like a pickle or a ``torch.save`` archive."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4).startswith(_PICKLE_MAGIC)
-    except OSError:
-        return False
-
-
 def load_state_file(path: str | Path, kind: str | None = None) -> Any:
     """Read a file written by `save_state_file`; never unpickles.
 

@@ -617,15 +617,9 @@ class Strategy:
                 s.load_state_dict(state["components"][m]["scorer"])
             a.load_state_dict(state["components"][m]["actuator"])
         self._mix_step = int(state["steps_observed"]) - 1
-        for key in ("drawn", "proportions", "signal"):
+        for key in ("drawn", "drawn_last", "proportions", "signal"):
             v = state[key]
             setattr(self, f"_{key}", None if v is None else v.clone())
-        last = state.get("drawn_last")  # absent in states saved before the step clock
-        self._drawn_last = (
-            last.clone()
-            if last is not None
-            else (None if self._drawn is None else torch.zeros_like(self._drawn))
-        )
         if self._history is not None:
             self._history.load_state_dict(state["history"])
 

@@ -143,16 +143,3 @@ class MathVerifier:
             if self(response, answer) >= 1.0:
                 return 1.0
         return 0.0
-
-
-def verify_math(response: str | None, ground_truth: Any) -> float:
-    """`MathVerifier` with default settings: exactly 0.0 or 1.0.
-
-    Args:
-        response: the model's free-form response.
-        ground_truth: the reference answer.
-
-    Raises:
-        ConfigError: math-verify is not installed.
-    """
-    return MathVerifier()(response, ground_truth)
