@@ -1,20 +1,6 @@
-"""Strict strategy specs: YAML/dict -> validated, fully expanded `StrategySpec`.
-
-A strategy file::
-
-    name: difffilter_plus_ucb
-    # drop groups that are all-correct or all-wrong
-    select:  {preset: difffilter}
-    # of the kept responses, train on the top 20% of tokens by the policy's entropy
-    tokens:  {preset: high_entropy}
-    # sample lagging domains more often, re-decided every 5 steps after 5 warm-up steps
-    mix:     {preset: dump_ucb, warmup_steps: 5, every: 5}
-
-Each mechanism section is a preset name, or a mapping with an optional ``preset`` (expanded
-first, then overridden key by key), a ``scorer`` and an ``actuator`` (a name, or a mapping with
-``name`` plus hyperparameters), the schedule (``warmup_steps``, ``every``) and the mechanism's
-options. Unknown keys, names, wrong types and out-of-range values raise `ConfigError` naming
-the key.
+"""Strict strategy specs: YAML/dict -> validated, fully expanded `StrategySpec` (the file
+format: docs/config.md). Unknown keys, names, wrong types and out-of-range values raise
+`ConfigError` naming the key.
 """
 
 from __future__ import annotations
