@@ -72,23 +72,22 @@ class Decision:
 
     Attributes:
         keep_mask: [B] bool, responses that take part in the update.
-        weights_per_response: [B] float32, mean token weight over each row's tokens in the
-            loss (its valid tokens; its kept ones after a token-level selector); 0 for
-            dropped, padding and invalid rows and for rows without tokens.
+        weights_per_response: [B] float32, mean weight over each row's tokens in the loss;
+            0 for dropped, padding and invalid rows and for rows without tokens.
         response_mask: [B, T] bool, the batch's valid tokens (not copied).
         renormalize: the rows ``select`` dropped leave the loss's denominator.
         advantages_per_response: [B] recomputed advantages, or None to keep the host's.
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
-        token_weights: [B, T] a token-level reweighter's raw weights, or None (the token
-            weights are then each row's ``weights_per_response``). The final weight of a kept
-            valid token of row i is ``token_weights * token_scale[i] + token_offset[i]``.
+        token_weights: [B, T] a token-level reweighter's raw weights (None: each row's
+            ``weights_per_response``); a kept token of row i weighs ``token_weights *
+            token_scale[i] + token_offset[i]``.
         token_scale, token_offset: [B] the normalization of ``token_weights`` (None: 1 and 0).
         token_keep_mask: [B, T] bool, the tokens ``tokens`` kept (None: every valid token of
             a kept row).
         renormalize_tokens: the loss is averaged over ``loss_mask`` only.
-        selected_mask: [B] bool, the rows ``select`` kept, before the token-level selection
-            dropped those left without a kept token (None: ``keep_mask``).
+        selected_mask: [B] bool, the rows ``select`` kept, before ``tokens`` (None:
+            ``keep_mask``).
     """
 
     keep_mask: Tensor

@@ -39,14 +39,9 @@ def exact_match(answer: str, response: str | None) -> float:
 class Problem:
     """One prompt with its reference answer.
 
-    Args:
-        key: identity of the prompt across runs, ``"<domain>:<prompt>"`` for generated problems;
-            two problems of one domain share a key exactly when they share a prompt.
-        domain: name of the domain the problem belongs to.
-        prompt: the text given to the policy.
-        answer: the canonical answer (the supervised warm start trains on it).
-        extra: host- or source-specific data (chat messages, a reasoning-gym entry, ...);
-            ignored by equality and hashing.
+    ``key`` identifies the prompt across runs (``"<domain>:<prompt>"`` for generated ones);
+    ``answer`` is canonical; ``extra`` holds source-specific data (chat messages, ...),
+    ignored by equality and hashing.
     """
 
     key: str
@@ -62,13 +57,8 @@ def _prompts(items: Iterable[Problem | str]) -> set[str]:
 
 @dataclass(frozen=True)
 class Draw:
-    """Distinct problems collected from a generator stream, with per-type tallies.
-
-    Args:
-        problems: the distinct problems, in stream order.
-        draws: per task type, how many draws of the stream had that type (repeats included).
-        kept: per task type, how many of those draws were new prompts (kept in ``problems``).
-    """
+    """Distinct problems collected from a generator stream (in stream order), with per task
+    type the ``draws`` (repeats included) and the ``kept`` new prompts."""
 
     problems: list[Problem]
     draws: dict[str, int]
