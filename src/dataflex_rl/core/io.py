@@ -22,12 +22,8 @@ LOCK_FILE = ".lock"
 
 
 def require_empty_dir(path: str | Path, what: str, force: bool = False) -> Path:
-    """``path`` as a `Path` when it is missing or empty, or ``force`` is set.
-
-    Raises:
-        ConfigError: ``path`` holds files and ``force`` is not set (``what`` names the command;
-            the first files are listed).
-    """
+    """``path`` as a `Path` when it is missing or empty, or ``force`` is set; else a
+    ConfigError (``what`` names the command) listing the first files."""
     target = Path(path)
     present = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
     if present and not force:

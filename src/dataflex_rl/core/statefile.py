@@ -1,16 +1,10 @@
 """State files that hold tensors and plain data, and that can never run code when read.
 
-A state (a strategy's, an optimizer's, RNG streams) is a tree of dicts, lists, tuples,
-numbers, strings, None, NumPy arrays and tensors. `save_state_file` stores its tensors in a
-safetensors file and the rest of the tree, as plain JSON with a schema version, in that file's
-header; a SHA-256 over the tree and every tensor's bytes makes the file self-checking. Reading
-parses JSON and raw tensor bytes only: no pickle, so a file from someone else cannot execute
-anything. A pickle (``torch.save`` output) found where a state file is expected is refused.
-
-Tree encoding (JSON): a tensor is ``{"__tensor__": key}``; a tuple ``{"__tuple__": [...]}``;
-a dict whose keys are not all plain strings ``{"__items__": [[k, v], ...]}``; a NumPy array
-``{"__ndarray__": dtype, "shape": [...], "data": [...]}``; a NumPy scalar
-``{"__npscalar__": dtype, "value": v}``; a non-finite float ``{"__float__": "nan"}``.
+A state is a tree of dicts, lists, tuples, numbers, strings, None, NumPy arrays and tensors:
+the tensors go to a safetensors file, the rest to its header as JSON (tensors, tuples,
+non-string keys, NumPy values and non-finite floats as ``{"__marker__": ...}`` objects), with
+a schema version and a SHA-256 over everything. Reading never unpickles; a pickle found
+where a state file is expected is refused.
 """
 
 from __future__ import annotations

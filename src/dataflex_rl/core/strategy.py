@@ -195,11 +195,8 @@ class Strategy:
         advantage_estimator: the host's estimator; group-based components need a group one.
         available_fields: optional `RolloutBatch` fields the host provides; a scorer that
             needs another is rejected here rather than mid-run.
-        norm_adv_by_std: whether recomputed advantages divide by the group std (GRPO) or not
-            (Dr. GRPO).
-        adv_eps: added to the group std when recomputed advantages divide by it: the host's
-            own constant, so advantages recomputed on a kept subset are the ones the host
-            would compute for it (verl and the engine 1e-6, TRL 1e-4).
+        norm_adv_by_std: recomputed advantages divide by the group std (GRPO) or not (Dr. GRPO).
+        adv_eps: the host's own std epsilon (verl and the engine 1e-6, TRL 1e-4).
         threads: torch intra-op threads `decide` runs with, restored after it (None: leave
             torch's setting); 1 by default: under load, 2-thread decisions were 3-30x slower
             (``benchmarks/strategy_overhead.py --load``).
