@@ -1,19 +1,6 @@
-"""Rewards for verl and TRL: each row scored by its task domain's own verifier.
-
-The rows ``dataflex-rl export tasks`` writes (verl's schema) name their domain in
-``data_source``, ``extra_info.domain`` and a ``domain`` column; these functions verify a
-response with that domain's rule (`dataflex_rl.tasks.verifiers.DomainVerifier`: what the
-engine scores its generated prompts with), 1.0 or 0.0.
-
-verl (its custom-reward signature)::
-
-    reward.custom_reward_function.path=pkg://dataflex_rl.tasks.rewards
-    reward.custom_reward_function.name=compute_score
-
-TRL (a ``reward_funcs`` entry; TRL logs it as ``rewards/correct/mean``)::
-
-    from dataflex_rl.tasks.rewards import correct
-    GRPOTrainer(..., reward_funcs=[correct], train_dataset=...)
+"""Rewards for verl (`compute_score`) and TRL (`correct`): each row of ``dataflex-rl export
+tasks`` scored 1.0 or 0.0 by its domain's own rule (`dataflex_rl.tasks.verifiers.DomainVerifier`,
+what the engine scores with). Wiring: docs/hosts/verl.md, docs/hosts/trl.md.
 """
 
 from __future__ import annotations
