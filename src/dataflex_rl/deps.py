@@ -1,19 +1,9 @@
 """Optional dependencies: what a command needs, checked before any work starts.
 
-``pip install dataflex-rl`` installs only the core (torch, numpy, pyyaml, tqdm, scipy,
-pydantic). The extras add the rest:
-
-* ``engine``: transformers (the embedded engine's policy) and matplotlib (PNG plots);
-* ``tasks``: reasoning-gym, math-verify and pyarrow (real verifiers, parquet and save_to_disk
-  datasets; HF ``datasets`` is used when installed, not needed);
-* ``verl``: the verl host;
-* ``ray``: ``compare --executor ray`` (runs as tasks on a Ray cluster);
-* ``tensorboard``, ``wandb``, ``mlflow``: the experiment trackers of a ``tracking:`` section.
-
-A command calls `require` for what it cannot do without (an error naming the extra, before
-anything is trained or written) and `plots_available` for what it can skip (plots: one line
-saying so). Only the standard library and `ConfigError` are imported here, so any layer may
-use this module.
+The core install has torch, numpy, pyyaml, tqdm, scipy and pydantic; `EXTRAS` maps every
+optional import to its pip package and extra. A command calls `require` for what it cannot do
+without and `plots_available` for what it can skip. Imports only the standard library and
+`ConfigError`, so any layer may use it.
 """
 
 from __future__ import annotations
@@ -68,12 +58,8 @@ def install_hint(module: str) -> str:
 
 
 def require(module: str, purpose: str) -> None:
-    """Raise `MissingDependencyError` unless ``module`` is importable.
-
-    Args:
-        module: the import name (``"transformers"``).
-        purpose: what needs it, for the message (``"dataflex-rl train (the engine's policy)"``).
-    """
+    """Raise `MissingDependencyError` unless ``module`` (an import name) is importable;
+    ``purpose`` says what needs it (``"dataflex-rl train (the engine's policy)"``)."""
     if not available(module):
         raise MissingDependencyError(
             f"{purpose} needs {module!r}, which is not installed: {install_hint(module)}"

@@ -1,9 +1,6 @@
-"""The paper's method names, each expanded to a full strategy spec.
-
-A preset is a strategy (``dataflex-rl train --strategy difffilter``) and its section can seed
-a mechanism in a custom strategy (``select: {preset: difffilter, actuator: {low: 0.1}}``).
-Importing this module (the `PRESETS` table does, on its first use) registers them there,
-in the paper's order.
+"""The paper's method names, each expanded to a full strategy spec, registered in `PRESETS` (in
+the paper's order) on the table's first use. A preset is a strategy, and its section can seed
+a mechanism in a custom one (``select: {preset: difffilter, actuator: {low: 0.1}}``).
 """
 
 from __future__ import annotations

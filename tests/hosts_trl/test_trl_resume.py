@@ -10,9 +10,9 @@ pytest.importorskip("trl")
 
 import torch  # noqa: E402
 
-from dataflex_rl.core.statefile import is_state_file  # noqa: E402
 from dataflex_rl.hosts.common.state import load_state  # noqa: E402
 from tests.hosts_trl.trainers import Recorder, dataflex_trainer  # noqa: E402
+from tests.states import is_state_file  # noqa: E402
 
 #: select + mix + prerollout + refill: every piece of state (histories, proportions, intake
 #: RNG, which the refill rounds draw from too)

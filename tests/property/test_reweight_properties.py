@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
-from dataflex_rl.core.advantages import grpo_advantages
 from tests.hand_worked import check_hand_worked
+from tests.numerics import grpo_advantages
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
 

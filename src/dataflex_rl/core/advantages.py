@@ -1,19 +1,9 @@
 """GRPO advantages: the one implementation, for hosts and for strategies.
 
-A response's advantage is ``(r - mean_g) / (std_g + eps)`` over the responses of its group that
-count (unbiased std, as verl; ``norm_by_std=False`` gives Dr. GRPO's ``r - mean_g``). Group
-statistics come from `segment_moments` (float64): a group whose rewards are all equal gets
-advantages exactly 0.
-
-A group with a single counted response gets 0: one response has no baseline to be better or
-worse than. This is the one rule, for both callers:
-
-* the embedded engine: every group has ``grpo.group_size`` >= 2 responses (the config refuses
-  fewer) and all of them count, so the case never arises there. (verl's
-  ``compute_grpo_outcome_advantage`` gives such a response ``r / (1 + eps)``; the verl host
-  uses verl's own advantages, so no dataflex code needs that convention.)
-* a strategy re-centring advantages on the responses it keeps (GFPO/PODS,
-  ``recompute_advantages``): a group left with one kept response carries no signal.
+``(r - mean_g) / (std_g + eps)`` over the responses of the group that count (unbiased std, as
+verl; ``norm_by_std=False``: Dr. GRPO), from `segment_moments`, so a group of equal rewards
+gets exactly 0. A group with a single counted response gets 0 (no baseline), the one rule for
+the engine and for strategies re-centring on the responses they keep.
 """
 
 from __future__ import annotations
@@ -37,18 +27,9 @@ def group_advantages(
 ) -> Tensor:
     """[B] GRPO advantages over the ``keep`` responses of each group.
 
-    Args:
-        rewards: [B] float.
-        group_ids: [B] int64 dense group ids 0..G-1.
-        num_groups: G.
-        keep: [B] bool, the responses that count (default all); others get 0.
-        norm_by_std: divide by ``std + eps`` (GRPO) or not (Dr. GRPO).
-        eps: added to the std.
-        table: the groups' `SegmentTable` when known (`core.batch.group_layout`): the
-            same values from row reductions of a [G, width] table (`table_moments`).
-
-    Returns:
-        [B] in the rewards' dtype, clamped to its finite range.
+    ``keep``: [B] bool, the responses that count (default all; others get 0); ``table``:
+    the groups' `SegmentTable` when known (the same values by row reductions). Returns [B]
+    in the rewards' dtype, clamped to its finite range.
     """
     k = torch.ones_like(group_ids, dtype=torch.bool) if keep is None else keep
     big = torch.finfo(rewards.dtype).max
@@ -67,23 +48,11 @@ def group_advantages(
     return torch.where(counted, adv.clamp(-big, big), 0.0).to(rewards.dtype)
 
 
-def grpo_advantages(
-    batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
-) -> Tensor:
-    """GRPO advantages [B, T] re-centred on the kept responses of each group.
-
-    A_i = (r_i - mean_kept) / (std_kept + eps) (unbiased std, as verl), broadcast over valid
-    tokens; 0 for dropped rows and for groups with fewer than two kept responses.
-    """
-    adv = grpo_advantages_per_response(batch, keep, norm_by_std, eps)
-    return adv[:, None] * batch.response_mask.to(adv.dtype)
-
-
 def grpo_advantages_per_response(
     batch: RolloutBatch, keep: Tensor, norm_by_std: bool = True, eps: float = 1e-6
 ) -> Tensor:
-    """[B] the per-response value of `grpo_advantages` (before broadcasting over tokens):
-    `group_advantages` over the kept active responses."""
+    """[B] GRPO advantages re-centred on the kept responses of each group: `group_advantages`
+    over the kept active responses."""
     return group_advantages(
         batch.rewards,
         batch.group_ids,

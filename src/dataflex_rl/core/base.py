@@ -1,19 +1,8 @@
-"""Interfaces of scorers and actuators, and the registries that hold them.
+"""Interfaces of scorers and actuators, and the registries that hold them (docs/extending.md).
 
-Granularity of a score:
-
-* ``token``    -> [B, T] tensor
-* ``response`` -> [B] tensor
-* ``group``    -> [G] tensor (broadcast to responses where an actuator works per response)
-* ``domain``   -> [D] tensor, produced by a *stateful* scorer that observes every step
-
-Actuators declare the granularities they accept (`accepts`); a strategy whose scorer does not
-fit its actuator is rejected when it is built. Components that need prompt groups set
-``group_based = True`` and are rejected under a non-group advantage estimator.
-
-The mechanism packages (``scorers``, ``select``, ``reweight``, ``mix``, ``prerollout``)
-register their classes into the registries at the bottom of this module; a registry imports
-them (by name, at run time) on its first use, so core never imports them statically.
+A score is [B, T] (``token``), [B] (``response``), [G] (``group``) or [D] (``domain``, from a
+stateful scorer); a strategy whose scorer's granularity its actuator does not `accepts` is
+rejected when built. The registries import the built-in packages on their first use.
 """
 
 from __future__ import annotations
@@ -29,8 +18,6 @@ from dataflex_rl.core.component import Component
 from dataflex_rl.core.config import param
 from dataflex_rl.core.history import PromptHistory
 from dataflex_rl.core.registry import Registry
-
-GRANULARITIES = ("token", "response", "group", "domain")
 
 
 @dataclass

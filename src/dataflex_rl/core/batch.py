@@ -1,33 +1,11 @@
-"""`RolloutBatch`: the data contract between hosts (engine, verl, TRL) and strategies.
+"""`RolloutBatch`: the data contract between hosts (engine, verl, TRL) and strategies (see
+docs/concepts.md#the-data-contract-rolloutbatch).
 
-B responses, T response tokens (right-padded), G prompt groups, D domains. A batch is data: the
-host's fields, validated when it is built, plus a few facts derived from them at the same time
-(each row's length, mean advantage and validity; each group's size, mean and std). It is
-immutable: `RolloutBatch.replace` builds (and validates) a new one. Everything else a component
-needs -- informative rows, clean rewards, successes, ranks, the group table -- is computed by
-the functions at the bottom of this module, from those fields, when it is asked for.
-
-Rows that never take part in anything:
-
-* padding rows (``is_padding``), which hosts add to balance batches;
-* rows whose reward is NaN or infinite (a broken verifier), or whose advantages, old
-  log-probs or entropies are non-finite on a valid token: they are treated exactly like
-  padding (never kept, weight 0, not counted in group statistics) and counted in the metrics
-  ``dataflex/invalid_responses`` (and ``dataflex/invalid_reward_responses`` for rewards).
-  The remaining *active* rows are ``active_mask``.
-
-Every field given is validated, the per-token ones included (a pass over each [B, T] float
-tensor, a chunk of rows at a time: `core.rowops`; for old log-probs one plain row sum, the
-mask read only when a sum is not finite). A strategy decides on `RolloutBatch.reading`
-of the host's batch, which leaves out the per-token fields none of its components declares: a
-non-finite ``old_log_probs`` (or ``entropies``) row makes its row invalid only for decisions
-that read that field (and hosts that know `Strategy.reads` need not pass the others at all).
-
-Hosts whose advantages are one value per response (outcome rewards, GRPO-like estimators) and
-who know the response lengths can also pass ``response_advantages`` [B] and
-``response_lengths`` [B]: every per-response quantity (lengths, mean advantage, |advantage|
-scores, informative rows, the invalid-row check of advantages) is then computed from these B
-values, and a response- or group-level decision reads no [B, T] tensor at all.
+B responses, T response tokens (right-padded), G prompt groups, D domains. A batch is
+immutable and validated when built (every [B, T] field too, a chunk of rows at a time); rows
+that are padding or invalid (a non-finite reward, or a non-finite advantage, old log-prob or
+entropy on a valid token) never take part. Derived values (informative rows, ranks, the group
+table) are the functions at the bottom of this module.
 """
 
 from __future__ import annotations
@@ -114,7 +92,7 @@ class RolloutBatch:
     """One training batch as strategies see it.
 
     Args:
-        rewards: [B] float outcome reward per response (NaN/inf allowed, see module doc).
+        rewards: [B] float outcome reward per response (NaN/inf: an invalid row).
         response_mask: [B, T] bool, valid response tokens.
         group_ids: [B] int64, dense prompt-group ids ``0..G-1``.
         domain_ids: [B] int64, dense domain ids ``0..D-1``; ``None`` means one domain.
@@ -125,23 +103,14 @@ class RolloutBatch:
         is_padding: [B] bool, padding rows; ``None`` means no padding.
         step: global training step.
         response_advantages: [B] float, optional: each response's advantage when the host's
-            advantages are constant over its valid tokens. When given, per-response values
-            come from it and ``advantages`` (which the host keeps for its loss; it may be
-            None) is not read. The host vouches that the two agree: checking would cost the
-            read it saves.
-        response_lengths: [B] int64, optional: each response's number of valid tokens. Checked
-            against ``response_mask`` when the batch reads the mask anyway (to validate a
-            per-token field); otherwise the host vouches for it, as for
-            ``response_advantages``.
-        entropies: [B, T] float, optional: the entropy (nats) of the policy's next-token
-            distribution at each response token, from the logits the host computes old
-            log-probs with (the sampling distribution: logits / temperature). A non-finite
-            value on a valid token makes its row invalid, as for ``old_log_probs``.
-        micro_batch_ids: [B] int64 >= 0, optional: the loss micro-batch each row is trained
-            in, counted over processes (micro-batch k holds the k-th micro-batch of every
-            process). None: one micro-batch, the whole batch. Token selection whose
-            quantile is taken per micro-batch reads it (``top_tokens``, ``scope:
-            micro_batch``).
+            are constant over its valid tokens; per-response values then come from it and
+            ``advantages`` is not read (the host vouches that they agree).
+        response_lengths: [B] int64, optional: valid tokens per response (checked against
+            ``response_mask`` only when the mask is read anyway).
+        entropies: [B, T] float, optional: the entropy (nats) of the sampling distribution
+            at each response token.
+        micro_batch_ids: [B] int64 >= 0, optional: the loss micro-batch of each row, counted
+            over processes (None: one, the whole batch).
 
     Attributes (derived when the batch is built; `replace` derives them again):
         num_groups: G.
@@ -155,9 +124,7 @@ class RolloutBatch:
         group_size: [G] int64 active responses per group.
         group_mean: [G] float64 mean reward over the active responses (0 for empty groups).
         group_std: [G] float64 unbiased reward std over the active responses (0 for groups of
-            size < 2); exactly 0 if and only if the group's active rewards are all equal
-            (`segment_moments`: float64, shifted by the group minimum), like ``torch.std``
-            and verl's GRPO advantage otherwise.
+            size < 2); exactly 0 if and only if they are all equal (`segment_moments`).
     """
 
     rewards: Tensor
@@ -343,9 +310,8 @@ class RolloutBatch:
         return dataclasses.replace(self, **changes)
 
     def reading(self, fields: Sequence[str]) -> RolloutBatch:
-        """This batch as a decision that reads only ``fields`` sees it: the per-token tensors
-        of `TOKEN_FIELDS` not named in ``fields`` are left out (None), so their non-finite
-        values make no row invalid here. ``self`` when nothing is left out."""
+        """This batch with the `TOKEN_FIELDS` not in ``fields`` left out (None), so their
+        values invalidate no row; ``self`` when nothing is left out."""
         drop = {f: None for f in TOKEN_FIELDS if f not in fields and getattr(self, f) is not None}
         return self.replace(**drop) if drop else self
 
@@ -367,11 +333,8 @@ def token_mask(batch: RolloutBatch) -> Tensor:
 
 
 def informative_mask(batch: RolloutBatch) -> Tensor:
-    """[B] bool: active rows with a learning signal.
-
-    With advantages: |mean token advantage| > `ZERO_ADVANTAGE_EPS`. Without: the row's group
-    has two different rewards (``group_std > 0``, exact: see `segment_moments`).
-    """
+    """[B] bool: active rows with a learning signal: |mean token advantage| >
+    `ZERO_ADVANTAGE_EPS`, or without advantages a group with two different rewards."""
     if batch.advantage_per_response is not None:
         return batch.active_mask & (batch.advantage_per_response.abs() > ZERO_ADVANTAGE_EPS)
     return batch.active_mask & (batch.group_std > 0).index_select(0, batch.group_ids)
@@ -384,10 +347,8 @@ def group_successes(batch: RolloutBatch, threshold: float = 0.5) -> Tensor:
 
 
 def rank_in_group(batch: RolloutBatch) -> Tensor:
-    """[B] int64 rank of each reward in its group, ascending (0 = lowest), ties by index.
-
-    Inactive rows are ranked after every active row of their group.
-    """
+    """[B] int64 rank of each reward in its group, ascending (0 = lowest), ties by index;
+    inactive rows after every active row of their group."""
     active = batch.active_mask
     key = torch.where(active, batch.rewards, torch.full_like(batch.rewards, float("inf")))
     order = lexsort(key, (~active).to(torch.int8), batch.group_ids)
@@ -395,14 +356,8 @@ def rank_in_group(batch: RolloutBatch) -> Tensor:
 
 
 def group_layout(batch: RolloutBatch) -> SegmentTable | None:
-    """The rows as a [G, largest group] table (`segment_table`), or None when the groups are
-    not listed one after another (up to a short tail of appended rows) or their sizes differ
-    too much. Group-wise sorts and statistics use it (``max_variance``, ``gfpo``, recomputed
-    advantages).
-
-    Padding rows at the end of the batch (as hosts append them) are left out: they never take
-    part, and without them G groups of n rows fill a [G, n] table exactly (its cells are the
-    rows themselves, see `SegmentTable`)."""
+    """The rows as a [G, largest group] table (`segment_table`; None when the groups are not
+    listed in order or their sizes differ too much), trailing padding rows left out."""
     B = batch.batch_size
     pad = batch.is_padding
     n_pad = int(pad.sum()) if B else 0
@@ -430,11 +385,8 @@ def from_lists(
     advantages: Sequence[float] | None = None,
     **kwargs,
 ) -> RolloutBatch:
-    """Build a small batch from Python lists (tests, docs, examples).
-
-    ``lengths`` gives each response's token count (default 4); ``advantages`` gives one
-    advantage per response, broadcast over its tokens.
-    """
+    """Build a small batch from Python lists (tests, docs, examples): ``lengths`` tokens per
+    response (default 4), one ``advantages`` value per response, broadcast over its tokens."""
     r = torch.tensor(rewards, dtype=torch.float32)
     B = r.shape[0]
     lens = torch.tensor(lengths if lengths is not None else [4] * B, dtype=torch.int64)

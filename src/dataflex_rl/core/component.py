@@ -1,9 +1,6 @@
-"""Declared, strictly checked parameters and the base class of every component.
-
-A component is a dataclass whose fields are its hyperparameters, declared with `param`
-(`dataflex_rl.core.config`, the package's one config dialect), which records a doc line and
-the allowed range. Constructors only store and check hyperparameters
-(no I/O, no logic); ``describe`` and the docs are generated from the same declarations.
+"""The base class of every component: a dataclass whose fields are its hyperparameters,
+declared with `param` (``describe`` and the docs come from the same declarations);
+constructors only store and check them.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
-"""One configuration dialect: declared fields, one validator, one error format.
-
-Every configurable thing in the package (component hyperparameters, strategy mechanism options,
-engine, experiment and host configs, numeric command-line options) is a dataclass whose fields
-are declared with `param`: a default, a doc line and the allowed range (``ge``/``gt``/``le``/
-``lt`` bounds, or ``choices``). From those declarations come
-
-- validation (`validate` for a mapping, `Checked` for direct construction), built on pydantic
-  v2 in strict mode: no str -> int coercion, a bool is not a number, an int is a valid float,
-  NaN and infinities are refused, unknown keys are refused;
-- one error format: `ConfigError` messages naming the full dotted key path, e.g.
-  ``engine.optim.lr: must be >= 0.0, got -5`` or ``select.actuator.alpah: unknown parameter of
-  reweighter Priority. Did you mean 'alpha'? Valid: alpha, eps``;
-- the text of ``describe``, ``--help`` and the docs (`field_rows`, `range_text`);
-- argparse ``type=`` checkers for numeric options (`number_type`), so a bad value is refused
-  before any work, naming the option, and ``--help`` shows the range.
-
-Only the first problem of a mapping is reported (the one most specific to a key).
+"""One configuration dialect: declared fields (`param`: default, doc line, range), one strict
+pydantic validator, one `ConfigError` format naming the full key path, and the text of
+``describe``, ``--help`` and the docs (see docs/config.md).
 """
 
 from __future__ import annotations
@@ -59,9 +44,8 @@ def param(
 ) -> Any:
     """Declare a config field: default (omit it for a required key), doc line and range.
 
-    Bounds apply to a number, or to every number of a list or mapping of numbers. Mutable
-    defaults (lists, dicts, dataclass instances) are copied for every instance. ``expect``
-    replaces the type name in "expected ..." messages (e.g. "a preset name or a mapping").
+    Bounds apply to a number or to every number of a list or mapping; mutable defaults are
+    copied per instance; ``expect`` replaces the type name in "expected ..." messages.
     """
     choices = tuple(choices) if choices is not None else None
     meta = dict(doc=doc, ge=ge, gt=gt, le=le, lt=lt, choices=choices, expect=expect)
@@ -209,13 +193,8 @@ _TYPE_ERRORS = frozenset(
 
 
 def _real_path(loc: tuple, data: Any, kind: str = "") -> tuple[list, Any]:
-    """The part of a pydantic ``loc`` that indexes into ``data``, and the value found there.
-
-    Every part that does not index into the data at that point is a tag pydantic adds for a
-    union member or a validator (``constrained-int``, ``function-before[...]``, ``FooSchema``,
-    ``dict[str,float]``, ``[key]``, ...) and is dropped, whatever its spelling; only the last
-    part of a ``missing`` error names a key that is absent from the data (its value is None).
-    """
+    """The part of a pydantic ``loc`` that indexes into ``data`` (pydantic's union and
+    validator tags dropped; the last part of a ``missing`` error kept), and the value there."""
     path, node = [], data
     for i, part in enumerate(loc):
         indexes = (isinstance(node, dict) and part in node) or (
@@ -235,10 +214,8 @@ _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def key_path(where: str, key: str | int) -> str:
-    """The place of ``key`` under ``where``, for messages: ``engine.optim`` + ``lr`` ->
-    ``engine.optim.lr``; an index -> ``strategies[1]``. Under a source (a file path, or
-    ``override KEY=VALUE``) the key path starts after a colon: ``quickstart.yaml: optim.lr``,
-    so the file name and the key path read apart."""
+    """The place of ``key`` under ``where``, for messages: ``engine.optim.lr``,
+    ``strategies[1]``, under a file or override ``quickstart.yaml: optim.lr``."""
     if isinstance(key, int):
         return f"{where}[{key}]" if where else f"[{key}]"
     if not where:
@@ -351,11 +328,8 @@ def config_error(
 
 # ------------------------------------------------------------------------------ validation
 def check(schema: type, data: dict, where: str, noun: str = "key") -> None:
-    """Validate mapping ``data`` against ``schema`` without building anything.
-
-    Raises:
-        ConfigError: the first problem, naming its full key path.
-    """
+    """Validate mapping ``data`` against ``schema`` without building anything (ConfigError:
+    the first problem)."""
     try:
         _model(schema).model_validate(data)
     except ValidationError as e:
@@ -365,13 +339,8 @@ def check(schema: type, data: dict, where: str, noun: str = "key") -> None:
 def validate(schema: type, data: Any, where: str, noun: str = "key") -> Any:
     """Build an instance of the declared dataclass ``schema`` from a mapping (None: defaults).
 
-    Nested declared dataclasses are built from nested mappings. The values stored are the
-    ones given (an int given for a float stays an int). Cross-field checks of the class (its
-    ``__post_init__``) report ``Class.key: ...``; the message is re-rooted at ``where``.
-
-    Raises:
-        ConfigError: unknown key (with close matches and the valid keys), missing required key,
-            wrong type, out-of-range value, naming the full key path.
+    Nested declared dataclasses are built from nested mappings; the values stored are the
+    ones given; a ``__post_init__`` error ``Class.key: ...`` is re-rooted at ``where``.
     """
     if data is None:
         data = {}
@@ -496,12 +465,8 @@ def apply_overrides(
 ) -> dict:
     """``data`` (a mapping or None) with ``key.sub=value`` overrides set, before validation.
 
-    A path must follow declared keys while it is inside declared dataclasses (an unknown key is
-    an error naming the override, with close matches); below a free-form mapping any key goes.
-    Intermediate mappings are created where missing. ``where`` names ``data`` (the file).
-
-    Raises:
-        ConfigError: not ``key=value``, unknown key, or a path through a non-mapping.
+    A path must follow declared keys inside declared dataclasses; below a free-form mapping
+    any key goes; missing mappings are created. ``where`` names ``data`` (the file).
     """
     out = copy.deepcopy(data) if data is not None else {}
     if not isinstance(out, dict):
@@ -556,14 +521,9 @@ def with_overrides(
 ) -> Any:
     """``build(data with the overrides set, the overrides)``; a problem is reported where it is.
 
-    ``build`` validates (it raises `ConfigError` naming ``where`` and the key path). When it
-    refuses the overridden data, the overrides are applied one at a time to find the first one
-    that brings the refusal in; the message then names that override instead of the file:
-    ``override optim.lr=abc: expected float, got str ('abc')``. A problem already in ``data``
-    keeps the file's name (``quickstart.yaml: optim.lr: ...``).
-
-    Raises:
-        ConfigError: as described.
+    When ``build`` refuses, the overrides are applied one at a time to find the first that
+    brings the refusal in, and the message names it (``override optim.lr=abc: ...``); a
+    problem already in ``data`` keeps the file's name.
     """
     overrides = list(overrides)
     merged = apply_overrides(data, overrides, schema, where)  # names a bad override itself
@@ -613,11 +573,8 @@ def number_type(
     le: float | None = None,
     lt: float | None = None,
 ) -> Callable[[str], Any]:
-    """An argparse ``type=`` that parses ``kind`` (int or float) and checks the range.
-
-    argparse reports a refusal as ``argument --alpha: must be < 1, got 1.5`` and exits with
-    status 2 before any work. The callable's ``range`` attribute is the range text for help.
-    """
+    """An argparse ``type=`` that parses ``kind`` (int or float) and checks the range; its
+    ``range`` attribute is the range text for help."""
     meta = {"ge": ge, "gt": gt, "le": le, "lt": lt}
     tp = Annotated[kind, Field(**_bounds(meta))] if _bounds(meta) else kind
     adapter = pydantic.TypeAdapter(tp, config=_STRICT)

@@ -51,10 +51,9 @@ class PromptHistory:
     """The last ``size`` group outcomes of every prompt seen.
 
     Each outcome is ``(step, solve_rate, zero_variance, tokens)``: the training step, the
-    group's fraction of responses with reward > 0.5, whether all its rewards were equal (no
-    GRPO signal), and the group's total response tokens (used to estimate what skipping
-    saves); `outcomes` also gives each group's number of responses (``responses``). Prompts are identified by their stable keys (str or int); each gets a row of
-    [size] tensors, so reading the outcomes of thousands of candidates is one gather.
+    share of rewards > 0.5, whether all rewards were equal, and the group's response tokens
+    (`outcomes` also gives ``responses``). Each prompt key gets a row of [size] tensors, so
+    reading thousands of candidates is one gather.
     """
 
     def __init__(self, size: int = 4) -> None:

@@ -1,9 +1,5 @@
-"""Files written whole, atomically, and an exclusive lock on an output folder.
-
-`atomic_write` (and its text / JSON forms) writes to a temporary file in the target's folder,
-flushes it to disk, then renames it over the target: a crash at any point leaves either the
-previous complete file or the new complete file, never a mix. `DirectoryLock` lets one process
-at a time write into a folder; a second one is told who holds it.
+"""Files written whole, atomically (temporary file, fsync, rename: a crash leaves the old or
+the new file, never a mix), and an exclusive lock on an output folder.
 """
 
 from __future__ import annotations
@@ -26,12 +22,8 @@ LOCK_FILE = ".lock"
 
 
 def require_empty_dir(path: str | Path, what: str, force: bool = False) -> Path:
-    """``path`` as a `Path` when it is missing or empty, or ``force`` is set.
-
-    Raises:
-        ConfigError: ``path`` holds files and ``force`` is not set (``what`` names the command;
-            the first files are listed).
-    """
+    """``path`` as a `Path` when it is missing or empty, or ``force`` is set; else a
+    ConfigError (``what`` names the command) listing the first files."""
     target = Path(path)
     present = sorted(p.name for p in target.iterdir()) if target.is_dir() else []
     if present and not force:
@@ -92,14 +84,7 @@ def atomic_write(
 ) -> Path:
     """Write ``path`` whole through ``write(file)``: temporary file, fsync, rename.
 
-    Args:
-        path: the target; its folder must exist.
-        write: called with the open temporary file.
-        mode: ``"w"`` (text) or ``"wb"``.
-        open_kwargs: passed to `open` (``newline=""``, ``encoding=...``).
-
-    Returns:
-        ``path`` as a `Path`.
+    ``path``'s folder must exist; ``mode`` and ``open_kwargs`` go to `open`. Returns ``path``.
     """
     with atomic_path(path) as tmp, open(tmp, mode, **open_kwargs) as f:
         write(f)
@@ -130,21 +115,10 @@ class LockedError(ConfigError):
 class DirectoryLock:
     """An exclusive lock on a folder (``flock`` on ``<folder>/.lock``), for one writer at a time.
 
-    The lock file records the holder's pid, start time and command. The kernel drops the lock
-    when the holder dies (even by SIGKILL), so a lock left by a dead process is simply taken
-    over. The file descriptor is not inherited by child processes, so workers never keep a
-    lock alive after their parent. Re-entering in the process that holds it is allowed (a
-    command that calls another locked command).
-
-    A folder the lock created is removed again on release when the lock file is all it holds
-    (a command refused before writing anything leaves no trace).
-
-    Args:
-        directory: the folder (created if missing).
-        command: what is running, for the message a second writer gets.
-
-    Raises (on entering):
-        LockedError: another live process holds the lock.
+    The lock file records the holder (pid, start, ``command``) for the `LockedError` a second
+    writer gets. The kernel drops the lock when the holder dies; child processes do not
+    inherit it; the holding process may re-enter. A folder the lock created is removed on
+    release when the lock file is all it holds.
     """
 
     def __init__(self, directory: str | Path, command: str | None = None) -> None:

@@ -1,15 +1,6 @@
-"""What every step records under ``dataflex/`` (DESIGN §6), and the one naming rule for
-per-domain keys. docs/metrics.md lists every key the library logs.
-
-All values are plain floats, so any logger (JSONL, TensorBoard, verl's tracking) takes them.
-Fractions with an empty denominator are 0.0 (an empty batch keeps nothing), never NaN.
-
-Per-domain keys are ``dataflex/<stage>/domain/<domain>/<quantity>`` (`domain_metric`), with
-the domain written by `metric_domain`: ``mix`` for the host's draw of prompts (``target``: the
-proportions it drew at, ``actual``: the share it drew, ``prompts_available``; every host
-reports them through `dataflex_rl.hosts.common.sampler.draw_metrics`) and the mixer
-(``signal``), ``batch`` for the batch the strategy decided on (``actual``: its share of the
-groups).
+"""What every step records under ``dataflex/`` (docs/metrics.md lists every key), and the one
+naming rule for per-domain keys (`domain_metric`). All values are plain floats; fractions with
+an empty denominator are 0.0, never NaN.
 """
 
 from __future__ import annotations
@@ -41,13 +32,8 @@ def metric_domain(domain: str) -> str:
 
 
 def domain_metric(stage: str, domain: str, quantity: str) -> str:
-    """The key of a per-domain figure: ``dataflex/<stage>/domain/<metric_domain>/<quantity>``.
-
-    Args:
-        stage: ``mix`` (the host's draw and the mixer) or ``batch`` (the decided batch).
-        domain: the domain name (sanitized here).
-        quantity: ``target``, ``actual``, ``prompts_available`` or ``signal``.
-    """
+    """The key of a per-domain figure: ``dataflex/<stage>/domain/<metric_domain>/<quantity>``
+    (``stage``: ``mix`` or ``batch``)."""
     return f"{PREFIX}{stage}/domain/{metric_domain(domain)}/{quantity}"
 
 
@@ -115,17 +101,9 @@ def step_metrics(
 ) -> dict:
     """Kept fractions, weight statistics, zero-advantage share and per-domain figures.
 
-    Every figure comes from a few stacked reductions over the [B] flags and one read back to
-    Python (a decision's metrics cost about as much as a dozen [B] ops, whatever the preset).
-
-    Args:
-        batch: the step's batch.
-        keep: [B] bool, the decision's keep mask.
-        weights_per_response: [B] the decision's weights per response.
-        per_domain: record per-domain figures (the strategy knows the domains).
-        signal: [D] the mixing signal at the last update, if any.
-        kept_tokens: [B] int64 tokens each row keeps after a token-level selector (None:
-            every valid token of a kept row).
+    From a few stacked reductions and one read back to Python. ``signal``: [D] the mixing
+    signal at the last update; ``kept_tokens``: [B] int64 tokens each row keeps after a
+    token-level selector (None: every valid token of a kept row).
     """
     active = batch.active_mask
     n_tok = batch.response_length

@@ -1,9 +1,5 @@
-"""Named strategies (presets): the table that strategy parsing reads.
-
-Core owns the table; ``dataflex_rl.presets`` fills it with the paper's methods on the table's
-first use, so spec parsing resolves ``select: {preset: difffilter}`` without importing
-anything above core. A preset is a strategy (``dataflex-rl train --strategy difffilter``) and
-its section can seed a mechanism in a custom strategy.
+"""Named strategies (presets): the table that strategy parsing reads. Core owns it;
+``dataflex_rl.presets`` fills it on its first use, so core imports nothing above it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Child processes that die with the process that started them.
 
-`die_with_starter` prefixes a command line so that the child, once it runs, gets Linux's
-parent-death signal (SIGKILL when its starter dies, however it dies) and exits at once if its
-starter is already gone. It is an exec wrapper, not ``preexec_fn``: code run between fork and
-exec in a process with threads (a Ray worker) can deadlock. Used for a launched run
-(harness/running/launch.py) and for verl under a verl run (hosts/verl/run.py).
+`die_with_starter` prefixes a command line so that the child gets Linux's parent-death signal
+(SIGKILL) and exits at once if its starter is already gone: an exec wrapper, since
+``preexec_fn`` can deadlock in a process with threads (a Ray worker).
 """
 
 from __future__ import annotations

@@ -50,17 +50,10 @@ def import_object(path: str, where: str = "") -> object:
 class Registry(Generic[T]):
     """A named collection of components of one kind.
 
-    Args:
-        kind: what the entries are ("scorer", "selector", ...), used in messages.
-        base: if given, every registered class must subclass it.
-
-        builtins: modules whose import registers the built-in entries; imported on the
-            registry's first use, so importing the package costs nothing until a component is
-            looked up (``report`` never imports torch).
-
-    Entries are objects or lazy ``"module:attr"`` strings resolved on first ``get``. ``get``
-    also accepts any ``"module:attr"`` not registered, so users can plug in their own
-    components from their own modules without touching this package.
+    ``kind`` names the entries in messages; ``base``: the class every entry must subclass;
+    ``builtins``: modules imported on first use to register the built-in entries. Entries are
+    objects or lazy ``"module:attr"`` strings; ``get`` also takes any unregistered
+    ``"module:attr"`` (a user's own component).
     """
 
     def __init__(self, kind: str, base: type | None = None, builtins: tuple[str, ...] = ()) -> None:

@@ -1,13 +1,8 @@
 """Per-row reductions of [B, T] token tensors under a mask, a chunk of rows at a time.
 
-Strategies read per-token fields (advantages, old log-probs, token weights) only to reduce them
-per response: a masked sum, a masked mean, "has a non-finite value on a valid token". The
-obvious ``torch.where(mask, x, 0).sum(1)`` over the whole tensor allocates a [B, T] temporary,
-and at 8k x 4k tokens a fresh [B, T] buffer costs more than the reduction itself (its pages are
-faulted in anew each time; ``mask.sum(1)`` is ~15x slower than the same sum chunk by chunk).
-The functions here run the same ops on chunks of `CHUNK_ELEMS` elements, whose temporaries
-stay in cache. Values on invalid tokens never enter a result, NaN included. Results carry no
-gradient (decisions never do).
+Chunks of `CHUNK_ELEMS` elements keep their temporaries in cache: at 8k x 4k tokens a fresh
+[B, T] buffer costs more than the reduction itself. Values on invalid tokens never enter a
+result, NaN included; results carry no gradient.
 """
 
 from __future__ import annotations
@@ -45,16 +40,9 @@ def row_counts(mask: Tensor) -> Tensor:
 def masked_row_sums(
     values: Tensor, mask: Tensor, *, absolute: bool = False, center: Tensor | None = None
 ) -> Tensor:
-    """[B] sum over each row's valid tokens of ``values`` (``|values|`` if ``absolute``),
-    minus ``center`` [B] from each term when given; in ``values.dtype``, 0 for rows without
-    valid tokens.
-
-    Args:
-        values: [B, T] float.
-        mask: [B, T] bool, the valid tokens.
-        absolute: sum absolute values.
-        center: optional [B] value subtracted from each (absolute) token value of its row.
-    """
+    """[B] sum over each row's valid tokens (``mask`` [B, T]) of ``values`` [B, T]
+    (``|values|`` if ``absolute``), minus ``center`` [B] from each term when given; in
+    ``values.dtype``, 0 for rows without valid tokens."""
     _check_shapes(values, mask)
     values = values.detach()
     B, T = values.shape
@@ -75,17 +63,9 @@ def masked_row_means(
     """[B] float64 mean over each row's valid tokens of ``values`` (``|values|``); 0 for rows
     without valid tokens.
 
-    Summed as deviations from the row's first valid token c: mean = c + sum(x - c) / n. A row
-    whose valid tokens are all equal therefore gets exactly that value (a float32 sum of n
-    equal values does not divide back to it, so ties would be broken by rounding). Rows whose
-    float32 sum overflows (|x| near 3.4e38) are summed again in float64: finite tokens give a
-    finite mean.
-
-    Args:
-        values: [B, T] float.
-        mask: [B, T] bool, the valid tokens.
-        lengths: [B] int64 valid tokens per row (``mask.sum(1)``).
-        absolute: average absolute values.
+    mean = c + sum(x - c) / n, c the row's first valid token, so a row of equal values gets
+    exactly that value; rows whose float32 sum overflows are summed again in float64.
+    ``lengths``: [B] int64 ``mask.sum(1)``.
     """
     values = values.detach()
     c = first_valid_values(values, mask, lengths)
@@ -104,11 +84,8 @@ def masked_row_means(
 def nonfinite_rows(values: Tensor, mask: Tensor, row_sums: Tensor | None = None) -> Tensor:
     """[B] bool: rows with a NaN or infinite value on a valid token.
 
-    A sum with a non-finite term is not finite, so only rows whose sum is not finite (a bad
-    value, or a rare overflow) are checked token by token. ``row_sums``: each row's masked
-    sum (`masked_row_sums`) when the caller has it. Without it, each row's sum over all its
-    tokens is taken first (no mask read, ~4x cheaper than a masked sum): when every one is
-    finite, so is every value and no row is returned; otherwise the masked sums are taken.
+    Only rows whose (masked, ``row_sums`` when given; else first the unmasked) sum is not
+    finite are checked token by token.
     """
     if row_sums is None:
         plain = values.detach().sum(1)
@@ -127,15 +104,8 @@ def nonfinite_rows(values: Tensor, mask: Tensor, row_sums: Tensor | None = None)
 def first_valid_values(values: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:
     """[B] each row's value on its first valid token (0 for rows without one).
 
-    Reads column 0 of ``values`` and ``mask``, and only the rows whose first valid token is
-    further right (holes at column 0, rare) in full. For advantages that are constant over a
-    row (outcome estimators) this is the per-response value itself, exactly, where a mean
-    over the row would add float rounding.
-
-    Args:
-        values: [B, T] float.
-        mask: [B, T] bool valid tokens.
-        lengths: [B] int64 valid tokens per row (``mask.sum(1)``).
+    Reads column 0, and in full only the rare rows whose first valid token is further right;
+    for advantages constant over a row this is the per-response value exactly.
     """
     B, T = values.shape
     if T == 0:

@@ -1,10 +1,5 @@
-"""Vectorized segment (per-group) operations.
-
-Every function here works on a flat tensor of values and a tensor of dense segment ids
-(``0..num_segments-1``) of the same length, with scatter/sort ops only: no Python loop over
-segments or elements. They are the building blocks of group statistics and of the
-group-level selectors.
-"""
+"""Vectorized segment (per-group) operations on flat values and dense segment ids
+(``0..num_segments-1``): scatter/sort ops only, no Python loop over segments."""
 
 from __future__ import annotations
 
@@ -28,19 +23,13 @@ def segment_count(mask: Tensor, segment_ids: Tensor, num_segments: int) -> Tenso
 
 
 def segment_max(values: Tensor, segment_ids: Tensor, num_segments: int, empty: float) -> Tensor:
-    """Max of ``values`` per segment; ``empty`` for segments with no element.
-
-    ``empty`` never takes part in the reduction of a non-empty segment.
-    """
+    """Max of ``values`` per segment; ``empty`` (only) for segments with no element."""
     out = torch.full((num_segments,), empty, dtype=values.dtype, device=values.device)
     return out.scatter_reduce_(0, segment_ids, values, reduce="amax", include_self=False)
 
 
 def segment_min(values: Tensor, segment_ids: Tensor, num_segments: int, empty: float) -> Tensor:
-    """Min of ``values`` per segment; ``empty`` for segments with no element.
-
-    ``empty`` never takes part in the reduction of a non-empty segment.
-    """
+    """Min of ``values`` per segment; ``empty`` (only) for segments with no element."""
     out = torch.full((num_segments,), empty, dtype=values.dtype, device=values.device)
     return out.scatter_reduce_(0, segment_ids, values, reduce="amin", include_self=False)
 
@@ -50,20 +39,10 @@ def segment_moments(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-segment mean and unbiased std of ``values`` over ``mask``, and each deviation.
 
-    **The one rule for group statistics in this package.** Every group statistic (mean, std,
-    "zero variance", re-centred advantages) is computed here, in float64, on values shifted by
-    their segment's minimum. A segment whose masked values are all exactly equal (min == max)
-    therefore has mean exactly equal to that value, every deviation exactly 0 and std exactly
-    0, whatever the value and the segment size (float32 arithmetic gave 16 rewards of 0.7 a
-    std of ~3e-8 and advantages of +-0.056). "Zero variance" / "not informative" means
-    ``std == 0``, i.e. min == max; segments with fewer than two masked values also have std 0.
-    Float32-range inputs (|x| up to 3.4e38) give finite results.
-
-    Args:
-        values: [N] float (any float dtype; computed in float64).
-        segment_ids: [N] dense segment ids.
-        num_segments: S.
-        mask: [N] bool, the elements that count (others get deviation 0).
+    **The one rule for group statistics in this package**: float64, on values shifted by
+    their segment's minimum, so a segment whose masked values are all equal has std and every
+    deviation exactly 0 ("zero variance" means min == max). ``mask``: [N] bool, the elements
+    that count; float32-range inputs give finite results.
 
     Returns:
         (mean [S] float64 (0 for empty segments), std [S] float64 unbiased (n - 1) like
@@ -92,28 +71,10 @@ def moments_and_counts(
     return lo + shifted_mean, var.sqrt(), dev, count
 
 
-def table_moments(
-    values: Tensor, mask: Tensor, table: SegmentTable
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """`moments_and_counts` with the segments laid out in ``table``: row reductions of the
-    [S, width] table instead of scatters, the same values (sums run left to right, in index
-    order, as the scatter-add runs; the shift by the minimum is the same, see
-    `segment_moments`).
-
-    Returns:
-        (mean [S, 1], std [S, 1], dev [S, width] (0 in empty cells and where ``mask`` is
-        False), count [S, 1] int64, [S, width] bool ``mask`` in the table).
-    """
-    lo, shifted_mean, dev, ss, count, mt = _table_deviations(values, mask, table)
-    n = count.to(torch.float64)
-    var = torch.where(n > 1, ss / (n - 1).clamp(min=1), 0.0)
-    return lo + shifted_mean, var.sqrt_(), dev, count, mt
-
-
-def _table_deviations(
+def table_deviations(
     values: Tensor, mask: Tensor, table: SegmentTable
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """`table_moments` before the variance: (lo, shifted mean, dev, sum of dev**2, count,
+    """Per-segment moments of a table before the variance: (lo, shifted mean, dev, sum of dev**2, count,
     mask table), [S, 1] columns but dev and the mask [S, width]."""
     inf = float("inf")
     xt = table.fill(torch.where(mask, values.to(torch.float64), inf), inf)
@@ -130,10 +91,10 @@ def _table_deviations(
 def table_std_dev(
     values: Tensor, mask: Tensor, table: SegmentTable
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(std [S, 1], dev, count [S, 1], mask table) of `table_moments`, except that std is
+    """(std [S, 1], dev, count [S, 1], mask table) of ``values`` laid out in ``table``; std is
     not forced to 0 for segments of fewer than two masked elements (it is 0 there anyway when
     their values are finite; callers that use only segments of two or more need no more)."""
-    _, _, dev, ss, count, mt = _table_deviations(values, mask, table)
+    _, _, dev, ss, count, mt = table_deviations(values, mask, table)
     return (ss / (count - 1).clamp(min=1)).sqrt_(), dev, count, mt
 
 
@@ -145,12 +106,9 @@ _F64_INF_CODE = 0x7FF0000000000000
 def _order_code(key: Tensor) -> tuple[Tensor, int | None]:
     """int64 codes whose signed order is ``torch.sort``'s order of ``key``, and the code of +inf.
 
-    Floats: the IEEE bit pattern with the magnitude bits of negative values flipped orders like
-    the float; ``-0.0`` is first made ``0.0`` (they tie in ``torch.sort``). float32 codes (also
-    used for float16, bfloat16, and float64 keys whose every value is a float32) span 32 bits,
-    float64 codes 64. NaNs (any sign or payload) are not canonical here: `_packed_words` maps
-    codes beyond +-inf to one code above +inf, so that NaNs tie and sort last, as in
-    ``torch.sort``. Integer keys: themselves, and ``None``.
+    Floats: the IEEE bits with negative magnitudes flipped (-0.0 made 0.0), 32-bit codes when
+    every value is a float32, else 64-bit; NaN codes lie beyond +-inf (`_packed_words` ties
+    them). Integer keys: themselves, and ``None``.
     """
     if not key.is_floating_point():
         return key.to(torch.int64), None
@@ -190,13 +148,9 @@ def order_code64(key: Tensor, descending: bool = False) -> Tensor:
 
 
 def _packed_words(keys: Sequence[Tensor]) -> list[Tensor]:
-    """int64 words, least significant first, whose lexicographic order is the keys' order.
-
-    Keys (least significant first) are mapped to codes that order like them (`_order_code`),
-    offset to start at 0 and packed side by side into as few words as their value ranges
-    allow; a code too wide to share a word (over 63 bits) keeps its signed order alone, and a
-    constant key is dropped. Every word is at most ``2**63 - 1``.
-    """
+    """int64 words (each <= 2**63 - 1), least significant first, whose lexicographic order is
+    the keys' order: the keys' `_order_code` codes, offset to 0 and packed into as few words
+    as their ranges allow (a constant key is dropped)."""
     codes = [_order_code(k) for k in keys]
     if not codes:
         return []
@@ -229,14 +183,8 @@ def _packed_words(keys: Sequence[Tensor]) -> list[Tensor]:
 
 
 def lexsort(*keys: Tensor) -> Tensor:
-    """Indices that sort by the keys, the **last** key primary (numpy's convention).
-
-    The order is the one of a stable ``torch.sort`` per key, least significant key first: equal
-    keys keep their input order, so ties are broken by index, which makes every ranking in
-    this package deterministic. The keys are packed into as few int64 words as their value
-    ranges allow (`_packed_words`), one stable sort per word: a group id, an "inactive last"
-    flag and a float32 score, for example, take one sort instead of three.
-    """
+    """Indices that sort by the keys, the **last** key primary (numpy's convention), ties by
+    index (stable); one sort per packed word (`_packed_words`), not per key."""
     n = keys[0].shape[0]
     device = keys[0].device
     if n == 0:
@@ -251,17 +199,8 @@ def lexsort(*keys: Tensor) -> Tensor:
 
 
 def rank_in_segment(sort_order: Tensor, segment_ids: Tensor, num_segments: int) -> Tensor:
-    """Position of each element inside its segment, given an order sorted by segment first.
-
-    Args:
-        sort_order: [N] permutation that lists elements segment by segment (for example from
-            ``lexsort(score, segment_ids)``).
-        segment_ids: [N] dense segment id of each element.
-        num_segments: number of segments.
-
-    Returns:
-        int64 [N]: 0 for the first element of its segment in ``sort_order``, 1 for the next, ...
-    """
+    """int64 [N] position of each element inside its segment in ``sort_order``, a [N]
+    permutation listing elements segment by segment (e.g. ``lexsort(score, segment_ids)``)."""
     n = segment_ids.shape[0]
     counts = torch.bincount(segment_ids, minlength=num_segments)
     starts = torch.cumsum(counts, 0) - counts
@@ -282,10 +221,8 @@ class SegmentTable:
     segment in index order from column 0, ``cell`` the flat cell of each element; the other
     cells are empty. Group-wise sorts become row sorts of the table (`segment_rank`).
 
-    The table may leave out the elements past the first ``cell.shape[0]`` (``size`` counts
-    them all): rows a host appended that never take part (padding), so that the other rows
-    fill the table exactly. Such elements have no cell: `fill` ignores them and `take` gives
-    them ``outside``. ``identity``: every cell is filled, by the element of the same index.
+    Elements past the first ``cell.shape[0]`` (of ``size``; appended padding) have no cell:
+    `fill` ignores them, `take` gives them ``outside``. ``identity``: cell = element index.
     """
 
     cell: Tensor
@@ -337,15 +274,9 @@ class SegmentTable:
 def segment_table(
     segment_ids: Tensor, num_segments: int, covered: int | None = None
 ) -> SegmentTable | None:
-    """The `SegmentTable` of ``segment_ids``, or None when it is not cheap or not compact.
-
-    The elements must come segment after segment (ids non-decreasing, as GRPO groups are
-    listed), except for a tail of at most `MAX_TAIL` elements in any order (padding rows that
-    hosts append, copies of earlier rows): a segment's tail elements take the cells after its
-    in-order elements, in index order. None also when the table would have over 4N cells
-    (segment sizes far apart). With ``covered``, only the first ``covered`` elements are laid
-    out (the others have no cell, see `SegmentTable`).
-    """
+    """The `SegmentTable` of ``segment_ids`` (only the first ``covered`` elements laid out),
+    or None unless the ids are non-decreasing up to a tail of at most `MAX_TAIL` elements
+    and the table has at most 4N cells."""
     size = segment_ids.shape[0]
     if covered is not None and covered < size:
         segment_ids = segment_ids[:covered]
@@ -393,20 +324,9 @@ def segment_rank(
 ) -> Tensor:
     """Rank of each element inside its segment by ``keys`` (last primary), ties by index.
 
-    Exactly ``rank_in_segment(lexsort(*keys, segment_ids), segment_ids, num_segments)``. When
-    the segments have a `SegmentTable` (listed one after another up to a short tail of
-    appended rows, sizes alike), the keys are laid out in it and its rows are sorted: several
-    times cheaper than one sort over all N elements. Otherwise the flat sort.
-
-    Args:
-        keys: [N] tensors, least significant first (as for `lexsort`).
-        segment_ids: [N] dense segment ids.
-        num_segments: number of segments.
-        table: the layout when already known (`core.batch.group_layout`), None for the flat
-            sort, True (default) to look for one.
-
-    Returns:
-        int64 [N]: 0 for the first element of its segment in that order, 1 for the next, ...
+    Exactly ``rank_in_segment(lexsort(*keys, segment_ids), segment_ids, num_segments)``,
+    by row sorts of a `SegmentTable` when there is one. ``table``: the layout when known
+    (`core.batch.group_layout`), None for the flat sort, True (default) to look for one.
     """
     n = segment_ids.shape[0]
     device = segment_ids.device
@@ -433,11 +353,8 @@ def segment_rank(
 
 
 def round_half_up(x: Tensor) -> Tensor:
-    """Round half up (2.5 -> 3), unlike torch.round's half-to-even.
-
-    Values within a relative 1e-9 below a half count as the half: ``keep_fraction * size`` such
-    as 0.7 * 45 is 31.499999999999996 in binary floating point but means 31.5, so it gives 32.
-    """
+    """Round half up (2.5 -> 3), unlike torch.round's half-to-even; values within a relative
+    1e-9 below a half count as the half (0.7 * 45 = 31.499999999999996 gives 32)."""
     return torch.floor(x + 0.5 + 1e-9 * x.abs().clamp(min=1.0))
 
 
@@ -445,17 +362,8 @@ def segment_quantile(values: Tensor, segment_ids: Tensor, num_segments: int, q: 
     """[S] the ``q``-quantile of each segment's values, linearly interpolated, NaN for an
     empty segment.
 
-    The arithmetic is ``torch.quantile``'s (default ``interpolation="linear"``), in the values'
-    dtype: with the segment's n values sorted ascending, the rank is ``q * (n - 1)`` and the
-    quantile ``lerp(v[floor(rank)], v[ceil(rank)], rank - floor(rank))``; so for one segment it
-    equals ``torch.quantile(values, q)`` bit for bit (a property test checks it), without
-    ``torch.quantile``'s limit of 2**24 values and for every segment in one sort.
-
-    Args:
-        values: [N] float, finite.
-        segment_ids: [N] int64 in ``0..num_segments-1``.
-        num_segments: S.
-        q: the quantile, in [0, 1].
+    Bit for bit ``torch.quantile(values, q)`` per segment (linear interpolation, in the
+    values' dtype), without its 2**24-value limit. ``values``: [N] finite; ``q`` in [0, 1].
     """
     device, dtype = values.device, values.dtype
     if num_segments == 1 and values.numel():  # one segment: two selections, no sort

@@ -1,20 +1,6 @@
-"""Strict strategy specs: YAML/dict -> validated, fully expanded `StrategySpec`.
-
-A strategy file::
-
-    name: difffilter_plus_ucb
-    # drop groups that are all-correct or all-wrong
-    select:  {preset: difffilter}
-    # of the kept responses, train on the top 20% of tokens by the policy's entropy
-    tokens:  {preset: high_entropy}
-    # sample lagging domains more often, re-decided every 5 steps after 5 warm-up steps
-    mix:     {preset: dump_ucb, warmup_steps: 5, every: 5}
-
-Each mechanism section is a preset name, or a mapping with an optional ``preset`` (expanded
-first, then overridden key by key), a ``scorer`` and an ``actuator`` (a name, or a mapping with
-``name`` plus hyperparameters), the schedule (``warmup_steps``, ``every``) and the mechanism's
-options. Unknown keys, names, wrong types and out-of-range values raise `ConfigError` naming
-the key.
+"""Strict strategy specs: YAML/dict -> validated, fully expanded `StrategySpec` (the file
+format: docs/config.md). Unknown keys, names, wrong types and out-of-range values raise
+`ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -389,12 +375,8 @@ def _check_level(spec: MechanismSpec, act_cls: type, where: str) -> None:
 
 
 def resolved_option(mspec: MechanismSpec, key: str) -> bool:
-    """A mechanism option as it acts: the spec's value, or else the actuator's paper default
-    (its class attribute ``<key>_default``; False when it has none).
-
-    ``resolved_option(spec.select, "recompute_advantages")`` is what `Strategy` applies and
-    what a host checks its own settings against.
-    """
+    """A mechanism option as it acts (what `Strategy` applies and hosts check against): the
+    spec's value, else the actuator's ``<key>_default`` (False when it has none)."""
     value = mspec.options.get(key)
     if value is None:
         act_cls = MECHANISM_REGISTRIES[mspec.mechanism].get(mspec.actuator.name)
@@ -458,13 +440,8 @@ def drops_whole_groups(scorer: Scorer | None, selector: Component) -> bool:
 
 
 def check_refill_selector(select: MechanismSpec | None, where: str) -> None:
-    """Refilling replaces dropped groups, so it needs a selector that drops whole groups, each
-    from its own outcomes (`drops_whole_groups`).
-
-    Raises:
-        ConfigError: no ``select`` section, or one whose selector keeps parts of groups or
-            decides a group from the rest of the batch; naming the key.
-    """
+    """ConfigError unless ``select`` drops whole groups, each from its own outcomes
+    (`drops_whole_groups`), as refilling needs."""
     if select is None:
         raise ConfigError(
             f"{where}: refilling replaces the groups a selector drops, but the strategy has "

@@ -1,16 +1,10 @@
 """State files that hold tensors and plain data, and that can never run code when read.
 
-A state (a strategy's, an optimizer's, RNG streams) is a tree of dicts, lists, tuples,
-numbers, strings, None, NumPy arrays and tensors. `save_state_file` stores its tensors in a
-safetensors file and the rest of the tree, as plain JSON with a schema version, in that file's
-header; a SHA-256 over the tree and every tensor's bytes makes the file self-checking. Reading
-parses JSON and raw tensor bytes only: no pickle, so a file from someone else cannot execute
-anything. A pickle (``torch.save`` output) found where a state file is expected is refused.
-
-Tree encoding (JSON): a tensor is ``{"__tensor__": key}``; a tuple ``{"__tuple__": [...]}``;
-a dict whose keys are not all plain strings ``{"__items__": [[k, v], ...]}``; a NumPy array
-``{"__ndarray__": dtype, "shape": [...], "data": [...]}``; a NumPy scalar
-``{"__npscalar__": dtype, "value": v}``; a non-finite float ``{"__float__": "nan"}``.
+A state is a tree of dicts, lists, tuples, numbers, strings, None, NumPy arrays and tensors:
+the tensors go to a safetensors file, the rest to its header as JSON (tensors, tuples,
+non-string keys, NumPy values and non-finite floats as ``{"__marker__": ...}`` objects), with
+a schema version and a SHA-256 over everything. Reading never unpickles; a pickle found
+where a state file is expected is refused.
 """
 
 from __future__ import annotations
@@ -193,29 +187,6 @@ def parse_state(data: bytes, where: str | Path, kind: str | None = None) -> Any:
         return decode_tree(json.loads(meta["tree"]), tensors)
     except (ValueError, KeyError, TypeError) as e:
         raise StateFileError(f"{where}: malformed state tree ({e})") from None
-
-
-def is_state_file(path: str | Path) -> bool:
-    """Whether ``path`` starts like a state file (a safetensors header naming this format);
-    reads only the header."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            n = int.from_bytes(head, "little") if len(head) == 8 else 0
-            header = f.read(n) if 0 < n <= 100_000_000 else b""
-        meta = json.loads(header).get("__metadata__") or {}
-    except (OSError, ValueError, AttributeError):
-        return False
-    return meta.get("format") == FORMAT
-
-
-def looks_like_pickle(path: str | Path) -> bool:
-    """Whether ``path`` starts like a pickle or a ``torch.save`` archive."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4).startswith(_PICKLE_MAGIC)
-    except OSError:
-        return False
 
 
 def load_state_file(path: str | Path, kind: str | None = None) -> Any:

@@ -1,17 +1,5 @@
 """`Strategy`: the composition of select / tokens / reweight / mix / prerollout, one decision
-per step.
-
-Order inside a training step (DESIGN §5)::
-
-    prerollout (filter_prompts) -> mix (proportions) -> generation -> reward -> advantages
-        -> [refill: replace the groups select drops] -> select -> tokens -> reweight -> loss
-                                                        (decide)
-
-Hosts call `Strategy.filter_prompts` before generation, draw the next batch with
-`Strategy.proportions`, and call `Strategy.decide` after advantages. The `Decision` says, per
-token, how much each counts; the host multiplies ``weights_per_token`` into its per-token policy
-loss and, when ``renormalize`` or ``renormalize_tokens`` is set, averages over
-``denominator_mask`` instead of the response mask.
+per step (the order within a step: docs/architecture.md; the `Decision`: docs/concepts.md).
 """
 
 from __future__ import annotations
@@ -79,38 +67,27 @@ def broadcast_scores(scores: Tensor, granularity: str, batch: RolloutBatch) -> T
 
 @dataclass(eq=False)
 class Decision:
-    """What a strategy decided for one batch.
-
-    A decision is held per response (plus, after a token-level selector, which tokens stay:
-    ``token_keep_mask``); its [B, T] views (``weights_per_token``, ``loss_mask``,
-    ``denominator_mask``, ``advantages``) are built on first access and cached, so a host
-    pays for a [B, T] buffer only when it reads one (at 8k x 4k tokens each costs more than the whole decision), or
-    writes them into a buffer of its own (`write_weights_per_token`).
+    """What a strategy decided for one batch (see docs/concepts.md#the-decision); held per
+    response, its [B, T] views are built on first access and cached.
 
     Attributes:
         keep_mask: [B] bool, responses that take part in the update.
-        weights_per_response: [B] float32, mean token weight over each row's tokens in the
-            loss (its valid tokens; its kept ones after a token-level selector); 0 for
-            dropped, padding and invalid rows and for rows without tokens.
+        weights_per_response: [B] float32, mean weight over each row's tokens in the loss;
+            0 for dropped, padding and invalid rows and for rows without tokens.
         response_mask: [B, T] bool, the batch's valid tokens (not copied).
-        renormalize: the rows the response-level selection (``select``) dropped leave the
-            loss's denominator (False: they stay in it with weight 0).
+        renormalize: the rows ``select`` dropped leave the loss's denominator.
         advantages_per_response: [B] recomputed advantages, or None to keep the host's.
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
-        token_weights: [B, T] a token-level reweighter's raw weights, or None (the token
-            weights are then each row's ``weights_per_response``). The final weight of a kept
-            valid token of row i is ``token_weights * token_scale[i] + token_offset[i]``.
+        token_weights: [B, T] a token-level reweighter's raw weights (None: each row's
+            ``weights_per_response``); a kept token of row i weighs ``token_weights *
+            token_scale[i] + token_offset[i]``.
         token_scale, token_offset: [B] the normalization of ``token_weights`` (None: 1 and 0).
-        token_keep_mask: [B, T] bool, the tokens a token-level selector (``tokens``) kept
-            (None: every valid token of a kept row). Dropped tokens have weight 0 and leave
-            ``loss_mask``.
-        renormalize_tokens: the loss is averaged over the kept tokens only (``loss_mask``):
-            the tokens the token-level selection dropped leave the denominator, and so do
-            the rows ``select`` dropped, whatever ``renormalize`` (False: the dropped tokens
-            stay in it with weight 0).
-        selected_mask: [B] bool, the rows ``select`` kept, before the token-level selection
-            dropped those left without a kept token (None: ``keep_mask``).
+        token_keep_mask: [B, T] bool, the tokens ``tokens`` kept (None: every valid token of
+            a kept row).
+        renormalize_tokens: the loss is averaged over ``loss_mask`` only.
+        selected_mask: [B] bool, the rows ``select`` kept, before ``tokens`` (None:
+            ``keep_mask``).
     """
 
     keep_mask: Tensor
@@ -129,29 +106,23 @@ class Decision:
 
     @property
     def per_token(self) -> bool:
-        """Whether the weights differ within a row (token weights or a token keep mask): a
-        host then applies ``weights_per_token``, not ``weights_per_response``."""
+        """Whether the weights differ within a row (apply ``weights_per_token``)."""
         return self.token_weights is not None or self.token_keep_mask is not None
 
     @cached_property
     def loss_mask(self) -> Tensor:
-        """[B, T] bool, valid tokens of kept rows (their kept tokens after a token-level
-        selector)."""
+        """[B, T] bool, valid (kept) tokens of kept rows."""
         mask = self.response_mask & self.keep_mask[:, None]
         return mask if self.token_keep_mask is None else mask & self.token_keep_mask
 
     @property
     def renormalizes(self) -> bool:
-        """Whether the loss is averaged over `denominator_mask` rather than every valid token
-        (``renormalize`` or ``renormalize_tokens``)."""
+        """Whether the loss is averaged over `denominator_mask`."""
         return self.renormalize or self.renormalize_tokens
 
     @property
     def loss_rows(self) -> Tensor:
-        """[B] bool, the rows whose valid tokens (their kept ones under
-        ``renormalize_tokens``) stay in the loss's denominator: the rows ``select`` kept
-        under ``renormalize``, the kept rows under ``renormalize_tokens`` (a row left without
-        a kept token has none there), every row otherwise."""
+        """[B] bool, the rows that stay in the loss's denominator."""
         if self.renormalize_tokens:
             return self.keep_mask
         if self.renormalize:
@@ -160,9 +131,7 @@ class Decision:
 
     @cached_property
     def denominator_mask(self) -> Tensor:
-        """[B, T] bool, the tokens the loss is averaged over: ``loss_mask`` (the kept tokens)
-        under ``renormalize_tokens``, the valid tokens of the rows ``select`` kept under
-        ``renormalize``, the response mask itself when neither flag is set."""
+        """[B, T] bool, the tokens the loss is averaged over."""
         if not self.renormalizes:
             return self.response_mask
         if self.renormalize_tokens:
@@ -177,9 +146,7 @@ class Decision:
         return self._write(torch.empty(m.shape, dtype=torch.float32, device=m.device))
 
     def write_weights_per_token(self, out: Tensor) -> Tensor:
-        """`weights_per_token` written into ``out`` [B, T] float32, a buffer the host keeps
-        from step to step (a fresh [B, T] tensor costs its page faults, at 8k x 4k tokens
-        about as much as a pass over it); returns ``out``."""
+        """`weights_per_token` written into the host's ``out`` [B, T] float32; returns it."""
         shape = tuple(self.response_mask.shape)
         if tuple(out.shape) != shape or out.dtype != torch.float32 or not out.is_contiguous():
             raise ValueError(
@@ -228,28 +195,17 @@ class Strategy:
         advantage_estimator: the host's estimator; group-based components need a group one.
         available_fields: optional `RolloutBatch` fields the host provides; a scorer that
             needs another is rejected here rather than mid-run.
-        norm_adv_by_std: whether recomputed advantages divide by the group std (GRPO) or not
-            (Dr. GRPO).
-        adv_eps: added to the group std when recomputed advantages divide by it: the host's
-            own constant, so advantages recomputed on a kept subset are the ones the host
-            would compute for it (verl and the engine 1e-6, TRL 1e-4).
-        threads: torch intra-op threads `decide` runs with (default 1); None leaves torch's
-            setting alone. A decision is a few passes over memory next to a training step:
-            a second thread gains little on an idle machine, and next to other busy
-            processes every OpenMP region waits for its slowest thread, which made 2-thread
-            decisions 3-30x slower than 1-thread ones (``benchmarks/strategy_overhead.py
-            --load``). The count is set for the call and restored after it; torch's OpenMP
-            thread count is per calling thread, but a thread that first uses torch *during*
-            a decision would start with this count.
+        norm_adv_by_std: recomputed advantages divide by the group std (GRPO) or not (Dr. GRPO).
+        adv_eps: the host's own std epsilon (verl and the engine 1e-6, TRL 1e-4).
+        threads: torch intra-op threads `decide` runs with, restored after it (None: leave
+            torch's setting); 1 by default: under load, 2-thread decisions were 3-30x slower
+            (``benchmarks/strategy_overhead.py --load``).
 
     Attributes:
-        reads: the optional per-token fields (`TOKEN_FIELDS`) the decision reads: the ones its
-            components declare (``requires``) plus ``advantages``, which decide which rows are
-            valid and informative. Components see `RolloutBatch.reading` of the batch: the
-            other fields are left out, so their values invalidate no row. A host that passes
-            only these fields saves their validation when it builds the batch.
+        reads: the optional per-token fields (`TOKEN_FIELDS`) the decision reads (components
+            see `RolloutBatch.reading` of the batch: other fields invalidate no row).
         requires: every optional `RolloutBatch` field a component declares, plus
-            ``advantages`` (``micro_batch_ids`` among them: a host fills what is asked).
+            ``advantages``.
     """
 
     def __init__(
@@ -383,13 +339,9 @@ class Strategy:
         return self.spec.refill is not None and self.spec.refill.overdraw
 
     def groups_kept(self, batch: RolloutBatch) -> Tensor:
-        """[G] bool: the groups the selector keeps in ``batch`` (present groups only), what a
-        refilling host counts after each generation round. Pure: no state moves, nothing is
-        logged. The selector drops whole groups from their own outcomes (a refilling
-        strategy is refused otherwise), so a group kept here is kept by `decide`'s ``select``
-        in any batch that holds it (a ``tokens`` selection then acts on the kept groups'
-        tokens, and may leave some of their responses without a kept token). Without
-        ``select``, or when it is not due at ``batch.step``, every present group is kept."""
+        """[G] bool: the present groups the selector keeps in ``batch`` (all of them when
+        ``select`` is absent or not due), what a refilling host counts; pure (no state moves).
+        A group kept here is kept by `decide`'s ``select`` in any batch that holds it."""
         present = batch.group_size > 0
         if "select" not in self.parts:
             return present
@@ -409,12 +361,8 @@ class Strategy:
     def decide(self, batch: RolloutBatch) -> Decision:
         """Select and reweight this batch; update mixing signals and prompt histories.
 
-        A decision never carries gradients: inputs that require grad (rewards, advantages,
-        old log-probs) are detached here, once, so every weight, mask and advantage of the
-        `Decision` has ``requires_grad`` False and no ``grad_fn``.
-
-        Components and metrics see ``batch.reading(self.reads)``: a per-token field no
-        component declares is left out (see `reads`). Runs with ``threads`` torch threads.
+        Inputs are detached once, so no part of the `Decision` carries gradients; components
+        see ``batch.reading(self.reads)``. Runs with ``threads`` torch threads.
         """
         with intra_op_threads(self.threads):
             return self._decide(batch)
@@ -516,9 +464,8 @@ class Strategy:
         self, batch: RolloutBatch, keep: Tensor, metrics: dict
     ) -> tuple[Tensor, Tensor | None, bool]:
         """(keep [B], token keep [B, T] or None, renormalize_tokens): the token-level selector
-        on the rows ``keep`` holds (the responses ``select`` kept). It sees the batch with the
-        other rows as padding, so its pool (e.g. ``top_tokens``' quantile) is the kept
-        responses' valid tokens only; a row left without a kept token is dropped."""
+        on the rows ``keep`` holds, the other rows as padding; a row left without a kept token
+        is dropped."""
         mspec = self.spec.tokens
         scorer, selector = self.parts["tokens"]
         if not _due(batch.step, mspec.warmup_steps, mspec.every):
@@ -555,12 +502,10 @@ class Strategy:
         )
 
     def _mix(self, batch: RolloutBatch, metrics: dict) -> Tensor | None:
-        """Observe the batch; update the proportions when the schedule says so.
+        """Observe the batch; update the proportions after step s when ``s + 1`` is due.
 
-        The clock is ``batch.step``, as for select and reweight: the proportions are updated
-        after step s when ``s + 1`` steps are due (``warmup_steps``, ``every``). A retried step
-        (``decide`` again with the same ``batch.step``) replaces that step's observation; a
-        skipped step leaves a gap. Neither shifts the schedule.
+        The clock is ``batch.step``: a retried step replaces that step's observation, a
+        skipped one leaves a gap; neither shifts the schedule.
         """
         mspec = self.spec.mix
         scorer, mixer = self.parts["mix"]
@@ -617,15 +562,9 @@ class Strategy:
                 s.load_state_dict(state["components"][m]["scorer"])
             a.load_state_dict(state["components"][m]["actuator"])
         self._mix_step = int(state["steps_observed"]) - 1
-        for key in ("drawn", "proportions", "signal"):
+        for key in ("drawn", "drawn_last", "proportions", "signal"):
             v = state[key]
             setattr(self, f"_{key}", None if v is None else v.clone())
-        last = state.get("drawn_last")  # absent in states saved before the step clock
-        self._drawn_last = (
-            last.clone()
-            if last is not None
-            else (None if self._drawn is None else torch.zeros_like(self._drawn))
-        )
         if self._history is not None:
             self._history.load_state_dict(state["history"])
 
@@ -652,12 +591,8 @@ def check_strategy(
 ) -> StrategySpec:
     """Check a strategy for a host without building it; returns the parsed spec.
 
-    Raises every `ConfigError` that ``Strategy(spec, domains=..., advantage_estimator=...,
-    available_fields=...)`` raises when it is built (unknown names and parameters, a scorer
-    that needs a field the host does not fill, a group part under a non-group estimator, a
-    mixer's floor or prior that does not fit the domains), and makes no state: a host checks
-    its configuration before its workers start, and builds the `Strategy` once its data is
-    known.
+    Raises every `ConfigError` that building the `Strategy` with these arguments raises,
+    and makes no state (a host checks its configuration before its workers start).
     """
     parsed, parts = _resolve(spec, domains, advantage_estimator, available_fields)
     if "mix" in parts:
@@ -777,12 +712,8 @@ def detach_batch(batch: RolloutBatch) -> RolloutBatch:
 
 @contextmanager
 def intra_op_threads(n: int | None):
-    """Run the block with ``n`` torch intra-op threads, then restore the previous count.
-
-    Nothing is set when ``n`` is None or already the current count. torch's OpenMP thread
-    count is per OS thread once that thread has used torch, so other running threads keep
-    theirs; a thread that first touches torch inside the block would inherit ``n``.
-    """
+    """Run the block with ``n`` torch intra-op threads (None: unchanged), then restore the
+    previous count (per OS thread; a thread that first touches torch inside inherits ``n``)."""
     prev = torch.get_num_threads()
     if n is None or n == prev:
         yield
@@ -809,13 +740,9 @@ def normalized_weights(
 ) -> Weights:
     """Raw weights -> weights of mean 1 over the normalization set: the one normalization.
 
-    Response level (``raw`` [B]): w = raw / m on the ``norm_set`` rows, m the mean raw weight
-    over them; 1 on the other ``kept`` rows, 0 elsewhere. Token level (``raw`` [B, T]): m is
-    the mean raw weight over the valid tokens of the ``norm_set`` rows, a token's weight is
-    raw / m there and 1 on the valid tokens of the other kept rows; a row's weight per
-    response is the mean of its token weights. Sums are taken in float64 (raw weights may
-    overflow float32). When every raw weight of the set is 0 (m = 0), weights stay 1, with a
-    `StrategyWarning`.
+    w = raw / m on the ``norm_set`` rows (tokens, for [B, T] ``raw``), m their mean raw weight
+    (summed in float64); 1 on the other ``kept`` rows, 0 elsewhere. m = 0 leaves weights at 1,
+    with a `StrategyWarning`.
 
     Args:
         raw: [B] or [B, T] raw weights, finite and >= 0 on the rows (tokens) that count.

@@ -22,14 +22,8 @@ GAP = "  "
 def text_table(groups: Sequence[tuple[str, Sequence[str]]], rows: Sequence[Sequence]) -> str:
     """Format ``rows`` under grouped column names.
 
-    Args:
-        groups: ``(label, column names)`` in order; a label spans its columns ("" for none).
-            A label longer than its columns widens the group's last column.
-        rows: one sequence of cells per row, as many as all groups' columns together
-            (cells are shown with ``str``).
-
-    Raises:
-        ValueError: a row with another number of cells than there are columns.
+    ``groups``: ``(label, column names)`` in order, a label spanning its columns ("" for
+    none); ``rows``: one cell per column each (ValueError otherwise), shown with ``str``.
     """
     names = [c for _, cols in groups for c in cols]
     cells = [[str(v) for v in r] for r in rows]

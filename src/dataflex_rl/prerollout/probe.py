@@ -41,25 +41,11 @@ def controlled_threshold(
 ) -> float:
     """The lowest skip threshold whose audited false-skip rate is bounded by ``target``.
 
-    Args:
-        predicted: [M] float64 the audit sample's predicted zero-variance probabilities (at
-            the time of the decision).
-        informative: [M] bool whether each one's group came back informative (a false skip
-            had it been skipped).
-        target: the largest false-skip rate allowed (``max_false_skip``).
-        confidence: of the one-sided Clopper-Pearson bound (`false_skip_bound`).
-        floor: the lowest threshold allowed (the probe's fixed ``threshold``). Only
-            predictions >= ``floor`` are candidates: the bound is not monotone in t (five
-            clean entries can pass where the top four do not), so the bound is tested at the
-            threshold that will be used, never at a lower one that a floor then raises.
-
-    Returns:
-        The smallest prediction t >= ``floor`` in ``predicted`` such that, among the n entries with
-        prediction >= t, of which k are informative, the bound U(k, n) <= ``target``; that is
-        P(Binomial(n, target) <= k) <= 1 - ``confidence`` (the same test without the
-        quantile). ``math.inf`` (skip nothing) when no t passes, in particular while fewer
-        than log(1 - confidence) / log(1 - target) entries are in the sample (29 at 0.95 and
-        0.10: the fewest clean ones that could pass).
+    The smallest prediction t >= ``floor`` in ``predicted`` ([M] float64, the audit sample's
+    predictions) such that, of the n entries with prediction >= t, k ``informative``,
+    P(Binomial(n, target) <= k) <= 1 - ``confidence`` (the Clopper-Pearson bound <=
+    ``target``); ``math.inf`` (skip nothing) when none passes. The bound is not monotone in
+    t, so it is tested only at thresholds >= ``floor``, the ones that can be used.
     """
     if predicted.numel() == 0:
         return math.inf
@@ -80,11 +66,7 @@ def controlled_threshold(
 
 
 def check_control(max_false_skip: float | None, audit: float, chooses: str) -> None:
-    """The false-skip control (``max_false_skip`` set) needs audited outcomes (``audit`` > 0).
-
-    Raises:
-        ConfigError: naming ``max_false_skip`` and what the control ``chooses``.
-    """
+    """ConfigError unless the false-skip control (``max_false_skip``) has audits to read."""
     if max_false_skip is not None and audit <= 0.0:
         raise ConfigError(
             f"max_false_skip: the false-skip control chooses its {chooses} from audited "
@@ -100,14 +82,9 @@ def audit_draw(
     share: float,
     generator: torch.Generator | None,
 ) -> tuple[Tensor, list[int]]:
-    """The audit's one draw over N candidates (u < ``share`` each).
-
-    Returns:
-        ([N] bool the skipped candidates audited: generated anyway, not trained on; the
-        control's sample: indices of the ``plain`` candidates the policy ``decided``,
-        skipped or not, with the same draw, so it does not lean on the skip decision; empty
-        when ``decided`` is None).
-    """
+    """The audit's one draw over N candidates (u < ``share`` each): ([N] bool the skipped
+    candidates audited, the control's sample: indices of the ``plain`` candidates the policy
+    ``decided``, skipped or not; empty when ``decided`` is None)."""
     u = torch.rand(skip.shape[0], generator=generator, dtype=torch.float64)
     picked = u < share
     sample = [] if decided is None else (picked & plain & decided).nonzero().squeeze(1).tolist()

@@ -1,10 +1,6 @@
-"""Per-domain signals over a window of steps (stateful), the inputs of the mixers.
-
-Each keeps, for the last ``window`` steps, the per-domain sum and count of a per-response value
-([window, D] ring buffers). Windows count **steps**, not responses: a domain drawn rarely is
-not judged on a longer stretch of history than a domain drawn often. The clock is
-``batch.step``: the window holds steps ``last - window + 1 .. last``; observing a step again (a
-retry) replaces it, and a skipped step is a gap in the window, not a shift.
+"""Per-domain signals over a window of **steps** (stateful), the inputs of the mixers: [window, D]
+ring buffers of the sum and count of a per-response value. The clock is ``batch.step``: a
+retried step replaces its entry, a skipped one is a gap, not a shift.
 """
 
 from __future__ import annotations

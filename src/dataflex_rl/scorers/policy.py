@@ -16,16 +16,9 @@ from dataflex_rl.core.rowops import masked_row_means, row_chunks
 def advantage_magnitude(batch: RolloutBatch, who: str = "advantage_magnitude") -> Tensor:
     """[B] float64 |A| of each response, **defined as mean |A_t|** over its valid tokens.
 
-    This is the one meaning of "|A|" in every component (`advantage_magnitude`,
-    `domain_advantage_magnitude`, and what the mixers and reweighters built on them see). It
-    differs from |mean A_t| when a response's token advantages change sign: tokens
-    (+1, -1) give |A| = 1 (each token is pushed, the response carries signal), not 0. With
-    GRPO-style advantages, constant over a response's tokens, the two agree.
-
-    From ``response_advantages`` when the batch has them (|A| of each response, no token
-    read). 0 for inactive rows and rows without valid tokens. Float64, from
-    `masked_row_means`: responses whose tokens all carry the same |A| get exactly that value
-    (exact ties, broken by index), and |A| up to 3.4e38 stays finite.
+    The one meaning of "|A|" in every component (docs/concepts.md): tokens (+1, -1) give 1,
+    not 0. From ``response_advantages`` when given; 0 for inactive and empty rows; exact for
+    rows of equal |A_t| (`masked_row_means`).
     """
     if not batch.has_advantages:
         raise ValueError(f"{who} needs 'advantages' in the batch")

@@ -134,15 +134,11 @@ _EMPTY_CODE = 2**31
 def _max_variance_packed(
     scores: Tensor, batch: RolloutBatch, layout: SegmentTable, keep_fraction: float
 ) -> Tensor | None:
-    """`MaxVariance.select` on the group table with one unstable row sort of packed keys, or
-    None when the keys do not pack (scores wider than float32, non-float scores) or when
-    shifting by the group minimum is not exact for some group (non-finite scores, or values
-    so far apart that two could round to one shifted value: the tie order would differ).
+    """`MaxVariance.select` by one unstable row sort of the group table, or None when the
+    scores do not pack (not float32) or shifting by the group minimum is not exact.
 
-    Each active row's key is its score's order code (`order_code32`) above its column: keys
-    are distinct, so an unstable sort orders the rows exactly as a stable sort of the
-    shifted scores does (ties by index). The kept rows are those whose key is below the a*-th sorted key or at least the
-    (size - k + a*)-th: no permutation is scattered back.
+    Keys (score code above column) are distinct, so the unstable sort orders rows as a stable
+    one would; kept: keys below the a*-th sorted key or at least the (size - k + a*)-th.
     """
     code = order_code32(scores)
     if code is None:
@@ -267,16 +263,9 @@ class GroupFilter(Selector):
 def _top_k_packed(
     scores: Tensor, largest: bool, batch: RolloutBatch, layout: SegmentTable, keep_fraction: float
 ) -> Tensor | None:
-    """`GroupFilter.select` on the group table: the rows of rank < k by (score descending
-    when ``largest`` else ascending, reward descending, length ascending, index), with two
-    unstable row sorts
-    and no permutation; None when the tie-break keys do not pack into an int64 (rewards
-    wider than float32, very long responses in very large groups).
-
-    The k-th smallest score code of each group is its cut: rows below it are kept; of the
-    rows at it, the ``k - below`` smallest by one packed key (reward, length, column:
-    distinct within a group), found with a second sort of that key.
-    """
+    """`GroupFilter.select` on the group table by two unstable row sorts (the k-th score code
+    cuts; ties at it by a packed (reward, length, column) key), or None when the tie-break
+    keys do not pack into an int64."""
     active = batch.active_mask
     reward = order_code32(clean_rewards(batch))
     W = layout.width

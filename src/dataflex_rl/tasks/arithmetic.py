@@ -17,12 +17,7 @@ FORMS = ("expr", "sort")
 
 
 def evaluate(numbers: list[int], ops: list[str]) -> int:
-    """Value of ``n0 op0 n1 op1 ...`` with ``*`` binding tighter than ``+`` and ``-``.
-
-    Args:
-        numbers: the operands.
-        ops: the ``len(numbers) - 1`` operators, each of ``+ - *``.
-    """
+    """Value of ``n0 op0 n1 op1 ...`` (``ops``: ``+ - *``), ``*`` binding tighter."""
     terms, signs = [numbers[0]], [1]
     for op, x in zip(ops, numbers[1:]):
         if op == "*":

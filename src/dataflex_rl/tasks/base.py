@@ -1,15 +1,5 @@
-"""Problems, task domains, task sets and the domain registry.
-
-A `Domain` is one procedurally generated task family with an exact 0/1 verifier. A `TaskSet`
-holds, per domain, a held-out evaluation set, a pool of training candidates and a warm-start
-split, pairwise disjoint. `build_taskset` makes one from registered domain names: it draws one
-de-duplicated stream of prompts per domain and splits it at random, so every split has the same
-mix of task types.
-
-Difficulty: every built-in domain has numbered ``LEVELS`` (presets of its knobs) and accepts
-each knob as a keyword that overrides the level. ``build_taskset(difficulty=...)`` maps a domain
-name to a level (``{"math": 3}``) or to keywords (``{"math": {"max_operand": 50}}``).
-"""
+"""Problems, task domains (generated task families with exact 0/1 verifiers), task sets
+(per domain: disjoint eval / train / warm-start splits) and the domain registry."""
 
 from __future__ import annotations
 
@@ -28,14 +18,8 @@ _INT = re.compile(r"[+-]?\d+")
 
 
 def canonical(text: str | None) -> str:
-    """Canonical form of an answer: outer whitespace stripped, integers normalized.
-
-    ``" 085 "`` -> ``"85"``, ``"+7"`` -> ``"7"``, ``"-0"`` -> ``"0"``; any other text is only
-    stripped. ``None`` becomes ``""``.
-
-    Args:
-        text: an answer or a model response.
-    """
+    """Canonical form of an answer: stripped, integers normalized (``" +085 "`` -> ``"85"``);
+    ``None`` -> ``""``."""
     if text is None:
         return ""
     s = str(text).strip()
@@ -45,14 +29,8 @@ def canonical(text: str | None) -> str:
 
 
 def exact_match(answer: str, response: str | None) -> float:
-    """1.0 if the canonical forms of ``answer`` and ``response`` are equal, else 0.0.
-
-    An empty response is always wrong, even against an empty answer.
-
-    Args:
-        answer: the reference answer.
-        response: the model's response (text generated after the prompt).
-    """
+    """1.0 if the canonical forms of ``answer`` and ``response`` are equal, else 0.0 (an empty
+    response is always wrong)."""
     r = canonical(response)
     return 1.0 if r and r == canonical(answer) else 0.0
 
@@ -61,14 +39,9 @@ def exact_match(answer: str, response: str | None) -> float:
 class Problem:
     """One prompt with its reference answer.
 
-    Args:
-        key: identity of the prompt across runs, ``"<domain>:<prompt>"`` for generated problems;
-            two problems of one domain share a key exactly when they share a prompt.
-        domain: name of the domain the problem belongs to.
-        prompt: the text given to the policy.
-        answer: the canonical answer (the supervised warm start trains on it).
-        extra: host- or source-specific data (chat messages, a reasoning-gym entry, ...);
-            ignored by equality and hashing.
+    ``key`` identifies the prompt across runs (``"<domain>:<prompt>"`` for generated ones);
+    ``answer`` is canonical; ``extra`` holds source-specific data (chat messages, ...),
+    ignored by equality and hashing.
     """
 
     key: str
@@ -84,13 +57,8 @@ def _prompts(items: Iterable[Problem | str]) -> set[str]:
 
 @dataclass(frozen=True)
 class Draw:
-    """Distinct problems collected from a generator stream, with per-type tallies.
-
-    Args:
-        problems: the distinct problems, in stream order.
-        draws: per task type, how many draws of the stream had that type (repeats included).
-        kept: per task type, how many of those draws were new prompts (kept in ``problems``).
-    """
+    """Distinct problems collected from a generator stream (in stream order), with per task
+    type the ``draws`` (repeats included) and the ``kept`` new prompts."""
 
     problems: list[Problem]
     draws: dict[str, int]
@@ -105,18 +73,9 @@ class Draw:
         return k / n if n else 1.0
 
     def saturated_types(self, factor: float = 0.9, min_repeats: int = 5) -> list[tuple[str, float]]:
-        """Task types whose prompts ran short: (type, keep rate), lowest rate first.
-
-        A type is saturated when its keep rate is below ``factor`` times the overall keep rate
-        and it repeated a prompt at least ``min_repeats`` times. Its problems are then rarer
-        among the distinct prompts than among the generator's draws: the collection is skewed
-        toward the other types.
-
-        Args:
-            factor: tolerated ratio of a type's keep rate to the overall one.
-            min_repeats: fewest repeats of a type before it can be called saturated (a few
-                repeats of a large type are chance, not saturation).
-        """
+        """Task types whose prompts ran short: (type, keep rate), lowest rate first; a type
+        is saturated when its keep rate is below ``factor`` times the overall one and it
+        repeated a prompt at least ``min_repeats`` times."""
         overall = self.keep_rate()
         out = [
             (t, self.keep_rate(t))
@@ -131,9 +90,8 @@ class Domain(ABC):
     """One task family: a deterministic generator, an exact 0/1 verifier and a character set.
 
     Subclasses set ``name``, ``LEVELS`` (level number -> knob values) and ``DEFAULT_LEVEL``,
-    implement `sample`, `charset`, and call `resolve` in ``__init__``. A domain whose prompts
-    come in distinct kinds (term counts, puzzle forms, ...) overrides `task_type`, so
-    `build_taskset` can check that no kind runs out of distinct prompts.
+    implement `sample`, `charset`, and call `resolve` in ``__init__``; one whose prompts come
+    in distinct kinds overrides `task_type`.
     """
 
     name: ClassVar[str] = ""
@@ -147,13 +105,8 @@ class Domain(ABC):
     settings: dict[str, Any]
 
     def resolve(self, level: int | None, **overrides: Any) -> dict[str, Any]:
-        """Knob values of ``level`` with the non-``None`` ``overrides`` applied.
-
-        Stores the result (plus ``level``) in ``self.settings`` and returns it.
-
-        Raises:
-            ConfigError: unknown level.
-        """
+        """Knob values of ``level`` with the non-``None`` ``overrides`` applied, also stored
+        (plus ``level``) in ``self.settings``; ConfigError for an unknown level."""
         lvl = self.DEFAULT_LEVEL if level is None else level
         if lvl not in self.LEVELS:
             raise ConfigError(
@@ -174,14 +127,8 @@ class Domain(ABC):
         """Every character this domain's prompts and answers can use (sorted, no duplicates)."""
 
     def task_type(self, prompt: str) -> str:
-        """The kind of problem ``prompt`` is (default: one kind, the domain's name).
-
-        `build_taskset` tallies draws and distinct prompts per type to detect a kind that runs
-        out of distinct prompts before the others.
-
-        Args:
-            prompt: a prompt this domain generated.
-        """
+        """The kind of problem ``prompt`` is (default: the domain's name); `build_taskset`
+        checks that no kind runs out of distinct prompts before the others."""
         return self.name
 
     def make(self, prompt: str, answer: str, **extra: Any) -> Problem:
@@ -189,57 +136,28 @@ class Domain(ABC):
         return Problem(f"{self.name}:{prompt}", self.name, prompt, answer, extra)
 
     def stream(self, seed: int, n: int) -> Iterator[tuple[str, str] | tuple[str, str, dict]]:
-        """The generator stream of ``seed``: ``(prompt, answer)`` or ``(prompt, answer,
-        extra)`` draws, prompts possibly repeating, deterministic given ``seed`` and the
-        settings.
-
-        Args:
-            seed: generator seed.
-            n: how many distinct problems the caller wants (a stream may size itself on it;
-                the default one is endless).
-        """
+        """The deterministic generator stream of ``seed``: ``(prompt, answer[, extra])``
+        draws, prompts possibly repeating (``n``: the distinct problems wanted; the default
+        stream is endless)."""
         rng = random.Random(f"{self.name}:{seed}")
         return (self.sample(rng) for _ in itertools.count())
 
     def generate(
         self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (), allow_fewer: bool = False
     ) -> list[Problem]:
-        """``n`` problems with distinct prompts, deterministic given ``seed`` and the settings.
-
-        The first ``k`` problems of ``generate(n, seed)`` are those of ``generate(k, seed)``.
-        Drawing stops early once ``MAX_MISSES`` draws in a row repeat a prompt (the settings
-        have run out of new prompts).
-
-        Args:
-            n: number of problems.
-            seed: generator seed.
-            exclude: problems or prompts that must not be returned (e.g. an evaluation set).
-            allow_fewer: return fewer than ``n`` problems instead of raising when the settings
-                run out of distinct prompts.
+        """``n`` problems with distinct prompts (not in ``exclude``), deterministic given
+        ``seed`` and the settings; the first ``k`` are those of ``generate(k, seed)``.
 
         Raises:
-            ConfigError: the settings have too few distinct prompts for ``n`` (unless
-                ``allow_fewer``).
+            ConfigError: too few distinct prompts for ``n`` (unless ``allow_fewer``).
         """
         return self.draw(n, seed, exclude=exclude, allow_fewer=allow_fewer).problems
 
     def draw(
         self, n: int, seed: int, *, exclude: Iterable[Problem | str] = (), allow_fewer: bool = False
     ) -> Draw:
-        """`generate`, with the per-type tallies of the draws it took (see `Draw`).
-
-        Args:
-            n: number of problems.
-            seed: generator seed.
-            exclude: problems or prompts that must not be returned; drawing one counts as a
-                repeat.
-            allow_fewer: return fewer than ``n`` problems instead of raising when the settings
-                run out of distinct prompts.
-
-        Raises:
-            ConfigError: the settings have too few distinct prompts for ``n`` (unless
-                ``allow_fewer``).
-        """
+        """`generate`, with the per-type tallies of the draws it took (see `Draw`); drawing
+        an excluded prompt counts as a repeat, and ``MAX_MISSES`` repeats in a row stop it."""
         seen = _prompts(exclude)
         out: list[Problem] = []
         draws: dict[str, int] = {}
@@ -284,17 +202,8 @@ DOMAINS.register("rg_arithmetic", "dataflex_rl.tasks.rgym:ReasoningGymArithmetic
 
 
 def make_domain(name: str, difficulty: int | Mapping[str, Any] | None = None) -> Domain:
-    """Instantiate the registered domain ``name`` at a difficulty.
-
-    Args:
-        name: a registered domain name or ``"module:Class"``.
-        difficulty: ``None`` (default level), a level number, or keyword knobs (may include
-            ``"level"``).
-
-    Raises:
-        UnknownNameError: unknown domain name.
-        ConfigError: unknown knob (named, with the valid ones) or invalid value.
-    """
+    """Instantiate the registered domain ``name`` (or ``"module:Class"``) at ``difficulty``:
+    None (default level), a level number, or keyword knobs (may include ``"level"``)."""
     cls = DOMAINS.get(name)
     if difficulty is None:
         kwargs: dict[str, Any] = {}
@@ -318,21 +227,11 @@ _SPLIT_NAMES = {"eval": "eval", "train": "training", "warm": "warm-start"}
 
 @dataclass
 class TaskSet:
-    """Held-out evaluation sets, training pools and warm-start splits, per domain.
+    """Held-out evaluation sets, training pools and warm-start splits, per domain (in id
+    order ``domains``), pairwise disjoint within a domain (ConfigError otherwise).
 
-    Args:
-        domains: domain names, in id order.
-        train: per-domain pools of training candidates.
-        eval: per-domain held-out problems.
-        handlers: the `Domain` object of each name (used by `verify`); a missing one is built
-            from `DOMAINS` at its default difficulty.
-        warm: per-domain warm-start problems (supervised training of the initial policy,
-            never GRPO); a domain without one gets an empty list.
-
-    Within a domain, no prompt occurs in two of eval, train and warm.
-
-    Raises:
-        ConfigError: pools and domains disagree, or two splits of a domain share a prompt.
+    ``handlers``: the `Domain` of each name (a missing one is built at its default
+    difficulty); ``warm``: supervised warm-start problems, never GRPO.
     """
 
     domains: tuple[str, ...]
@@ -446,25 +345,8 @@ def build_taskset(
     """Draw one de-duplicated prompt stream per domain and split it at random.
 
     Per domain, the first ``eval_size + train_size + warm_size`` distinct prompts of the
-    generator stream of ``seed`` are shuffled and cut into the held-out evaluation set, the
-    training pool and the warm-start split (in that order). The three are pairwise disjoint
-    and, being a random split of one set, have the same mix of task types up to sampling
-    noise.
-
-    What each seed controls:
-
-    * ``seed`` picks *which* prompts are drawn (the union of the three splits). That union has
-      the prefix property: a larger total contains every prompt of a smaller one.
-    * ``eval_seed`` picks *which split* each drawn prompt goes to (the shuffle).
-
-    So the evaluation set is fixed by ``seed``, ``eval_seed``, the domain settings *and all
-    three sizes*: changing ``train_size`` or ``warm_size`` reshuffles the splits. A policy
-    warm-started on the warm split of one task set has never seen the evaluation prompts of
-    a task set built with the same arguments, and may have seen those of any other.
-
-    A domain whose settings run out of distinct prompts of one task type (see
-    `Domain.task_type`) before the others would give a stream skewed toward the other types;
-    that is an error, as is running out of distinct prompts altogether.
+    stream of ``seed`` are shuffled (``eval_seed``) and cut into eval, train and warm, in that
+    order; so the evaluation set depends on both seeds, the settings and all three sizes.
 
     Args:
         domains: registered domain names (or `Domain` objects), in id order.
@@ -477,9 +359,8 @@ def build_taskset(
         warm_size: warm-start split size, for all domains or per domain (0: none).
 
     Raises:
-        ConfigError: duplicate or unknown domains, unknown difficulty keys, bad sizes, a
-            domain with too few distinct prompts for ``eval + train + warm``, or a task type
-            that runs out of distinct prompts before the others (named, with its keep rate).
+        ConfigError: duplicate or unknown domains, unknown difficulty keys, bad sizes, too few
+            distinct prompts, or a task type that runs out of them before the others.
     """
     handlers: dict[str, Domain] = {}
     for d in domains:

@@ -1,19 +1,5 @@
-"""Load (and save) verl-schema datasets as task pools.
-
-A verl row looks like::
-
-    {"data_source": "openai/gsm8k", "domain": "math",
-     "prompt": [{"role": "user", "content": "..."}], "ability": "math",
-     "reward_model": {"style": "rule", "ground_truth": "72"}, "extra_info": {"index": 0}}
-
-The domain of a row is its ``domain_key`` column (dotted paths such as ``"extra_info.domain"``
-work; null: ``domain`` if the training set has it, else ``data_source``), read by
-`domain_column` as every host reads it. JSONL and JSON always work; parquet needs ``pyarrow``
-(or ``pandas``); a directory written by HF ``datasets``' ``save_to_disk`` is read with
-``datasets`` when it is installed, else with pyarrow (`read_saved`). Each domain is verified by
-a declared verifier (`dataflex_rl.tasks.verifiers`); every problem of the data (a missing
-column, a domain without a verifier, a ground truth its verifier cannot check) is an error
-when the data is loaded.
+"""Load (and save) verl-schema datasets (JSONL, JSON, parquet, save_to_disk directories) as
+task pools; every problem of the data is an error at load time (see docs/datasets.md).
 """
 
 from __future__ import annotations
@@ -72,27 +58,13 @@ def domain_column(
     data: str = "the training set",
     row_name: Callable[[int], str] = "row {}".format,
 ) -> tuple[list[str], str]:
-    """Each row's domain, read from the column ``key`` (dotted for nested fields): one rule on
-    every host (the engine's ``tasks.domain_key``, verl's and TRL's ``dataflex.domain_key``).
-
-    Args:
-        rows: row mappings (used when ``columns`` is None).
-        columns: column name -> values (fast path for columnar datasets).
-        key: the configured domain column; None tries `DEFAULT_DOMAIN_COLUMNS` in order and
-            takes the first that any row has.
-        all_columns: every column name of the dataset, for the error message (default: the
-            keys of ``columns``, or of the rows).
-        setting: the setting's key, for messages.
-        where: where the rows are (e.g. ``"dataset 'train.jsonl': "``), for messages.
-        data: what the rows are, for messages.
-        row_name: row index -> how messages name it.
-
-    Returns:
-        (one domain name per row, the column actually used).
+    """(each row's domain, the column used), read from the column ``key`` (dotted for
+    nested fields; None: the first of `DEFAULT_DOMAIN_COLUMNS` any row has): one rule on
+    every host. ``columns`` (name -> values) is a fast path for ``rows``; ``all_columns``,
+    ``setting``, ``where``, ``data`` and ``row_name`` only shape the error messages.
 
     Raises:
-        ConfigError: the column is not in the dataset (the message lists the columns), or
-            some rows lack it.
+        ConfigError: the column is not in the dataset, or some rows lack it.
     """
 
     def read(name: str) -> list | None:
@@ -137,14 +109,8 @@ def domain_column(
 def read_rows(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
     """Rows of a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet`` file, or of a
     directory written by HF ``datasets``' ``save_to_disk`` (see `read_saved`).
-
-    Args:
-        path: the file or directory.
-        split: the split of a ``DatasetDict`` directory (ignored for a file or a ``Dataset``).
-
-    Raises:
-        ConfigError: a path that does not exist, an unknown suffix, an empty file or dataset,
-            unreadable content, or no parquet reader; one line naming the path.
+    ``split``: of a ``DatasetDict`` directory. ConfigError (naming the path) for anything
+    unreadable or empty.
     """
     p = Path(path)
     if p.is_dir():
@@ -226,20 +192,9 @@ def saved_splits(path: str | Path) -> list[str] | None:
 
 
 def read_saved(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
-    """Rows of a directory written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``.
-
-    With the ``datasets`` package installed, ``datasets.load_from_disk`` reads it; without,
-    pyarrow reads the Arrow stream files that ``state.json`` lists, in its order (the layout
-    ``save_to_disk`` has written since datasets 2.x; indices of a shuffled or selected
-    dataset are applied when it is saved, so the files hold the rows in order).
-
-    Args:
-        path: the directory.
-        split: the split of a ``DatasetDict`` (required for one; ignored for a ``Dataset``).
-
-    Raises:
-        ConfigError: not a save_to_disk directory, an unknown or missing split (the splits
-            are listed), unreadable files.
+    """Rows of a ``save_to_disk`` directory (``split``: required for a ``DatasetDict``),
+    read with ``datasets`` when installed, else with pyarrow from the files ``state.json``
+    lists, in order. ConfigError: not such a directory, a bad split, unreadable files.
     """
     p = Path(path)
     splits = saved_splits(p)
@@ -341,27 +296,15 @@ def load_problems(
     limit: int | None = None,
     split: str | None = None,
 ) -> dict[str, list[Problem]]:
-    """Problems of verl-schema files, per domain, in file order (files in the given order).
+    """Problems of verl-schema file(s) ``path``, per domain, in file order.
 
-    Chat prompts are joined into ``prompt`` (contents separated by blank lines) and kept in
-    ``extra["messages"]``; a list ground truth becomes ``answer`` (first) and
-    ``extra["answers"]`` (all). A repeated prompt within a domain keeps its first row.
-    ``extra["row"]`` says where a problem came from (``"<file> row <i>"``).
-
-    Args:
-        path: a ``.parquet``, ``.jsonl`` or ``.json`` file, a save_to_disk directory, or a
-            list of them (one data set: one domain column for all of them).
-        domain_key: column (or dotted path) naming the domain; null: ``domain`` if any row
-            has it, else ``data_source`` (`domain_column`, every host's rule).
-        prompt_column: column of the prompt.
-        answer_column: column (or dotted path) of the ground truth.
-        limit: keep at most this many rows per domain.
-        split: the split of a ``DatasetDict`` directory.
+    Chat prompts are joined into ``prompt`` (blank-line separated) and kept in
+    ``extra["messages"]``; a list ground truth gives ``answer`` (first) and
+    ``extra["answers"]``; a repeated prompt keeps its first row; ``extra["row"]`` names the
+    source row. ``domain_key`` as `domain_column`; ``limit``: rows per domain.
 
     Raises:
-        ConfigError: missing file, the domain column is not in the data or a row lacks it,
-            or a row without a required column (path, row and column named, with the
-            columns the row has).
+        ConfigError: missing file or column, or a row without a required column.
     """
     return _load_problems(path, domain_key, prompt_column, answer_column, limit, split)[0]
 
@@ -433,15 +376,8 @@ def _load_problems(
 
 
 class LoadedDomain(Domain):
-    """A domain whose problems come from a file; it verifies but cannot generate.
-
-    Args:
-        name: the domain name.
-        verifier: a verifier kind (``"exact"``, ``"numeric"``, ``"math"``), a mapping
-            ``{kind: ..., **params}``, ``"module:attr"`` naming a
-            ``(response, ground_truth) -> float`` callable (scores below 1 count as 0), or
-            such a callable itself (see `dataflex_rl.tasks.verifiers`).
-    """
+    """A domain whose problems come from a file; it verifies (``verifier``: a spec of
+    `dataflex_rl.tasks.verifiers`) but cannot generate."""
 
     def __init__(self, name: str, verifier: Any = "exact") -> None:
         self.name = name  # type: ignore[misc]
@@ -509,31 +445,21 @@ def load_dataset(
 ) -> TaskSet:
     """A `TaskSet` from verl-schema files: training pools and disjoint eval sets per domain.
 
-    A ``DatasetDict`` directory gives its ``train`` split for training and, as ``eval_path``
-    (or as ``path`` when neither ``eval_path`` nor ``eval_fraction`` is given), its ``test``
-    split (else ``validation``) for evaluation.
+    A ``DatasetDict`` directory gives its ``train`` split for training and its ``test``
+    (else ``validation``) split for evaluation (see docs/datasets.md).
 
     Args:
-        path: training file(s) (``.parquet``, ``.jsonl``, ``.json``, save_to_disk directory).
-        domain_key: column naming the domain (null: ``domain`` if the training data has it,
-            else ``data_source``; `domain_column`); the column the training data's domains
-            come from names the held-out rows' too.
         eval_path: held-out file(s); their prompts are removed from the training pools.
-        eval_fraction: without ``eval_path``, hold out this fraction of each domain
-            (deterministic given ``seed``).
-        seed: seed of the held-out split.
-        domains: keep only these domains, in this order (default: order of first appearance;
-            with a mapping ``verifier``, its key order).
-        verifier: one verifier spec for all domains, or a mapping domain -> spec that must
-            name every domain of the data (see `LoadedDomain`).
+        eval_fraction: without ``eval_path``, hold out this fraction of each domain (by
+            ``seed``).
+        domains: keep only these, in this order (default: first appearance, or a mapping
+            ``verifier``'s key order).
+        verifier: one verifier spec, or a mapping domain -> spec naming every domain.
         limit: at most this many rows per domain and file.
-        prompt_column: column of the prompt.
-        answer_column: column (dotted path) of the ground truth.
 
     Raises:
-        ConfigError: missing file or column, a domain without a verifier (the domains found
-            and the verifier kinds are listed), a verifier for a domain not in the data, a
-            ground truth the domain's verifier cannot check, bad fraction.
+        ConfigError: missing file or column, a domain without a verifier or a verifier
+            without a domain, an uncheckable ground truth, bad fraction.
     """
     if not 0.0 <= eval_fraction < 1.0:
         raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}")
@@ -608,12 +534,7 @@ def load_dataset(
 
 
 def to_verl_rows(problems: Iterable[Problem], split: str = "train") -> list[dict[str, Any]]:
-    """verl-schema rows for ``problems`` (e.g. to train the built-in domains under verl).
-
-    Args:
-        problems: the problems.
-        split: stored in ``extra_info.split``.
-    """
+    """verl-schema rows for ``problems`` (``split`` goes to ``extra_info.split``)."""
     rows = []
     for i, p in enumerate(problems):
         messages = (p.extra.get("messages") if p.extra else None) or [
@@ -633,20 +554,13 @@ def to_verl_rows(problems: Iterable[Problem], split: str = "train") -> list[dict
 
 
 def save_dataset(problems: Iterable[Problem], path: str | Path, split: str = "train") -> Path:
-    """Write ``problems`` as verl-schema ``.jsonl`` or ``.parquet`` (needs pyarrow).
-
-    Raises:
-        ConfigError: unknown suffix, or parquet without pyarrow.
-    """
+    """Write ``problems`` as verl-schema ``.jsonl`` or ``.parquet`` (needs pyarrow)."""
     return write_rows(to_verl_rows(problems, split), path)
 
 
 def write_rows(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write ``rows`` as ``.jsonl`` or ``.parquet`` (needs pyarrow); parent folders are made.
-
-    Raises:
-        ConfigError: unknown suffix, or parquet without pyarrow.
-    """
+    """Write ``rows`` as ``.jsonl`` or ``.parquet`` (needs pyarrow; ConfigError without it
+    or for another suffix); parent folders are made."""
     p = Path(path)
     if p.suffix.lower() == ".jsonl":
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,6 @@
-"""Generated tasks as a verl-schema dataset (``dataflex-rl export tasks``).
-
-`export_tasks` writes a `TaskSet`'s training pools and held-out sets as parquet in verl's
-schema (`dataflex_rl.tasks.datasets.to_verl_rows`), one training file and one held-out file
-per domain (TRL's ``GRPOTrainer`` takes a dict of eval datasets and logs each under its name),
-and ``tasks.json``: what was written, from which settings, and how to score it. The rows are
-scored by `dataflex_rl.tasks.rewards` (verl's ``compute_score``, TRL's ``correct``), and the
-engine reads the files back (``tasks.source: files`` with ``verifiers: {DOMAIN: domain}``) as
-the same prompts and answers in the same order.
+"""Generated tasks as a verl-schema dataset (``dataflex-rl export tasks``): per domain a
+training and a held-out parquet file, and ``tasks.json`` (what was written, from which
+settings, how to score it: `dataflex_rl.tasks.rewards`).
 """
 
 from __future__ import annotations
@@ -43,26 +37,14 @@ def export_tasks(
     """Write ``taskset`` as ``out/train.parquet``, ``out/eval/<domain>.parquet`` and
     ``out/tasks.json``.
 
-    ``train.parquet`` holds every domain's training pool, domain by domain, each in pool
-    order; ``extra_info`` has the domain, the split and the row's ``index`` within its
-    domain's pool (and the problem's ``key``). ``data_source``, ``ability`` and a ``domain``
-    column name the domain, so verl reports validation metrics per domain.
+    ``train.parquet`` holds the training pools domain by domain, in pool order. Returns the
+    manifest written to ``tasks.json``.
 
     Args:
-        taskset: the tasks (its domains must be registered ones: the rewards verify by them).
-        out: the directory to write (created).
-        eval_per_domain: write only the first N held-out problems of each domain (the ones
-            the engine's ``eval.per_domain`` evaluates; None: all).
-        settings: how the tasks were made (e.g. the engine's ``tasks`` section), recorded in
-            ``tasks.json``.
+        taskset: the tasks (registered domains only: the rewards verify by them).
+        eval_per_domain: write only the first N held-out problems of each domain (None: all).
+        settings: how the tasks were made, recorded in ``tasks.json``.
         force: write into a directory that already holds files.
-
-    Returns:
-        The manifest written to ``tasks.json``.
-
-    Raises:
-        ConfigError: ``out`` holds files and ``force`` is not set; a domain that is not
-            registered (no verifier to score it by), or without training or held-out problems.
     """
     target = require_empty_dir(out, "export tasks", force)
     for d in taskset.domains:

@@ -23,15 +23,8 @@ MAX_PROMPT = 24
 
 
 def bool_formula(rng: random.Random, depth: int) -> tuple[str, bool, bool]:
-    """A random formula of exactly ``depth`` nested operators.
-
-    Args:
-        rng: random source.
-        depth: nesting depth (0 is a single ``T``/``F``).
-
-    Returns:
-        (text, value, needs_parentheses_as_operand)
-    """
+    """(text, value, needs_parentheses_as_operand) of a random formula of exactly ``depth``
+    nested operators (0: a single ``T``/``F``)."""
     if depth == 0:
         value = rng.random() < 0.5
         return ("T" if value else "F"), value, False

@@ -1,11 +1,6 @@
-"""Free-form math answers of real language models, verified with ``math-verify`` (optional).
-
-A response such as ``"... so the total is \\boxed{\\frac{1}{2}}"`` is reduced to its final answer
-(the last ``\\boxed{}``, else an anchored or last expression / number, as math-verify extracts it)
-and compared symbolically with the ground truth. The score is exactly 0.0 or 1.0; a response
-that cannot be parsed scores 0.0.
-
-Install with ``pip install math-verify`` (or the ``tasks`` extra of dataflex-rl).
+"""Free-form math answers of real language models, verified with ``math-verify`` (optional:
+the ``tasks`` extra): the final answer is compared symbolically with the ground truth, exactly
+0.0 or 1.0 (0.0 when it cannot be parsed).
 """
 
 from __future__ import annotations
@@ -31,14 +26,8 @@ def _math_verify() -> Any:
 
 
 def extract_answer(text: str | None) -> str | None:
-    """The final answer of ``text`` as a string, for logs and inspection.
-
-    The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (braces balanced), else the last
-    number (commas between thousands removed); ``None`` when there is neither.
-
-    Args:
-        text: a model response.
-    """
+    """The final answer of ``text`` (for logs): the content of the last ``\\boxed{...}`` /
+    ``\\fbox{...}``, else the last number (thousands commas removed), else ``None``."""
     if not text:
         return None
     starts = [m.end() for m in _BOX.finditer(text)]
@@ -55,15 +44,8 @@ def extract_answer(text: str | None) -> str | None:
 class MathVerifier:
     """Symbolic 0/1 comparison of a free-form response with a ground truth, via math-verify.
 
-    Args:
-        float_rounding: decimal places numbers are rounded to before comparing.
-        numeric_precision: digits used in numeric comparison.
-        strict: math-verify's strict mode (variables and relations must match).
-        timeout_seconds: per-call limit for parsing and comparing; math-verify implements it
-            with ``signal.alarm``, so outside the main thread it is disabled automatically.
-
-    Raises:
-        ConfigError: math-verify is not installed.
+    The arguments are math-verify's; ``timeout_seconds`` (per call) uses ``signal.alarm``,
+    so it is disabled outside the main thread. ConfigError: math-verify is not installed.
     """
 
     def __init__(
@@ -143,16 +125,3 @@ class MathVerifier:
             if self(response, answer) >= 1.0:
                 return 1.0
         return 0.0
-
-
-def verify_math(response: str | None, ground_truth: Any) -> float:
-    """`MathVerifier` with default settings: exactly 0.0 or 1.0.
-
-    Args:
-        response: the model's free-form response.
-        ground_truth: the reference answer.
-
-    Raises:
-        ConfigError: math-verify is not installed.
-    """
-    return MathVerifier()(response, ground_truth)

@@ -1,19 +1,6 @@
-"""Rewards for verl and TRL: each row scored by its task domain's own verifier.
-
-The rows ``dataflex-rl export tasks`` writes (verl's schema) name their domain in
-``data_source``, ``extra_info.domain`` and a ``domain`` column; these functions verify a
-response with that domain's rule (`dataflex_rl.tasks.verifiers.DomainVerifier`: what the
-engine scores its generated prompts with), 1.0 or 0.0.
-
-verl (its custom-reward signature)::
-
-    reward.custom_reward_function.path=pkg://dataflex_rl.tasks.rewards
-    reward.custom_reward_function.name=compute_score
-
-TRL (a ``reward_funcs`` entry; TRL logs it as ``rewards/correct/mean``)::
-
-    from dataflex_rl.tasks.rewards import correct
-    GRPOTrainer(..., reward_funcs=[correct], train_dataset=...)
+"""Rewards for verl (`compute_score`) and TRL (`correct`): each row of ``dataflex-rl export
+tasks`` scored 1.0 or 0.0 by its domain's own rule (`dataflex_rl.tasks.verifiers.DomainVerifier`,
+what the engine scores with). Wiring: docs/hosts/verl.md, docs/hosts/trl.md.
 """
 
 from __future__ import annotations
@@ -48,16 +35,8 @@ def compute_score(
 ) -> float:
     """verl's custom reward: 1.0 when ``solution_str`` is a correct answer, else 0.0.
 
-    Args:
-        data_source: the row's data source (its domain, unless ``extra_info`` names one).
-        solution_str: the decoded response.
-        ground_truth: the row's ``reward_model.ground_truth``.
-        extra_info: the row's ``extra_info`` (``domain`` wins over ``data_source``).
-        **_verl_extras: further keywords verl passes (``reward.custom_reward_function.reward_kwargs``
-            and, in some versions, others); not read.
-
-    Raises:
-        ConfigError: the domain is not a registered one (close names and the valid ones listed).
+    The domain is ``extra_info["domain"]``, else ``data_source``; ConfigError when it is not
+    a registered one. Other keywords verl passes are not read.
     """
     return DomainVerifier(domain=row_domain(data_source, extra_info))(solution_str, ground_truth)
 
@@ -67,17 +46,9 @@ def correct(
 ) -> list[float]:
     """TRL reward function: 1.0 per completion that is a correct answer, else 0.0.
 
-    TRL passes every dataset column as a keyword list; this reads ``reward_model``'s
-    ``ground_truth`` and the domain (the ``domain`` column, else ``extra_info.domain``, else
-    ``data_source``). A conversational completion (a list of messages) is scored by its last
-    message's content.
-
-    Args:
-        prompts: the prompts (not read: the ground truth decides).
-        completions: one completion per row, a string or a list of chat messages.
-        reward_model: per row, ``{"style": "rule", "ground_truth": ...}``.
-        **columns: the other columns TRL passes (``domain``, ``data_source``, ``extra_info``,
-            ``trainer_state``, ...).
+    Reads ``reward_model``'s ``ground_truth`` and the domain (the ``domain`` column, else
+    ``extra_info.domain``, else ``data_source``) of the columns TRL passes; a chat completion
+    is scored by its last message's content.
     """
     n = len(completions)
     domains = columns.get("domain") or [

@@ -64,16 +64,9 @@ class ReasoningGymDomain(Domain):
         return rg.create_dataset(self.dataset, seed=seed, size=size, **self.rg_config)
 
     def stream(self, seed: int, n: int) -> Iterator[tuple[str, str, dict]]:
-        """Entries 0, 1, ... of a dataset seeded from ``seed``, as short prompts.
-
-        reasoning-gym seeds entry ``i`` with ``seed + i``, so nearby seeds would share entries;
-        the dataset seed is a hash of (domain, ``seed``) instead. The dataset holds
-        ``ATTEMPTS_PER_PROBLEM * n + 1000`` entries; those whose short prompt is longer than
-        ``MAX_PROMPT`` are skipped.
-
-        Raises:
-            ConfigError: reasoning-gym is not installed.
-        """
+        """Entries of a dataset seeded by a hash of (domain, ``seed``) (reasoning-gym seeds
+        entry ``i`` with ``seed + i``: nearby seeds would share entries), as short prompts;
+        those longer than ``MAX_PROMPT`` are skipped."""
         base = int.from_bytes(hashlib.sha256(f"{self.name}:{seed}".encode()).digest()[:6], "big")
         limit = self.ATTEMPTS_PER_PROBLEM * n + 1000
         ds = self._dataset(base, limit)
@@ -88,11 +81,8 @@ class ReasoningGymDomain(Domain):
         return draws()
 
     def verify(self, problem: Problem, response: str | None) -> float:
-        """reasoning-gym's ``score_answer`` on the stripped response, forced to 0/1.
-
-        Problems without their reasoning-gym entry (e.g. loaded from a file) fall back to an
-        exact comparison with ``problem.answer``.
-        """
+        """reasoning-gym's ``score_answer`` on the stripped response, forced to 0/1 (without
+        the entry, e.g. loaded from a file: an exact comparison with ``problem.answer``)."""
         entry = problem.extra.get("rg_entry") if problem.extra else None
         if entry is None:
             return exact_match(problem.answer, response)

@@ -1,27 +1,9 @@
-"""Declared answer verifiers for loaded datasets: ``exact``, ``numeric`` and ``math``.
+"""Declared answer verifiers for loaded datasets: ``exact``, ``numeric``, ``math`` and
+``domain`` (docs/datasets.md#verifiers).
 
-A verifier is a declared dataclass (the package's one config dialect) called as
-``verifier(response, ground_truth) -> 0.0 | 1.0``. A dataset config names one per domain,
-as a kind or a mapping with the kind's parameters::
-
-    verifiers: {math: math, logic: exact, science: {kind: numeric, rel_tol: 1e-4}}
-
-Each verifier also checks a ground truth when the dataset is loaded (`check_truth`): a
-``numeric`` domain whose ground truth is not a number is an error before training, not a
-domain that silently scores 0.
-
-* ``exact``: `normalize_text` of both sides are equal (Unicode NFKC, case folded, runs of
-  whitespace collapsed, a trailing period dropped, integers canonical: ``"085"`` is ``"85"``).
-* ``numeric``: the numbers are within ``rel_tol`` (relative) or ``abs_tol`` (absolute) of each
-  other, compared exactly as rationals. `parse_number` reads integers, decimals, thousands
-  separated by commas (``1,234.5``), scientific notation (``6.02e23``) and fractions
-  (``-3/4``). The response's number is the whole response when it is one, else the content of
-  its last ``\\boxed{}``, else its last number.
-* ``math``: math-verify's symbolic comparison (`dataflex_rl.tasks.math_verify`).
-* ``domain``: a registered task domain's own verifier (`Domain.verify`, what the engine scores
-  its generated tasks with), for data exported from the built-in domains
-  (``dataflex-rl export tasks``); in a ``verifiers`` mapping ``{math: domain}`` verifies domain
-  ``math`` by the ``math`` domain's rule.
+A verifier is a declared dataclass called as ``verifier(response, ground_truth) -> 0.0 | 1.0``;
+it also checks each ground truth when the dataset is loaded (`check_truth`), so a domain
+that would silently score 0 is an error before training.
 """
 
 from __future__ import annotations
@@ -59,13 +41,8 @@ def _decimal(text: str) -> Fraction:
 def parse_number(text: str | None) -> Fraction | None:
     """The exact value of ``text`` if the whole (stripped) text is one number, else None.
 
-    Reads ``42``, ``-3.5``, ``+.5``, ``1,234,567.25`` (commas only between groups of three
-    digits), ``6.02e23`` / ``1E-3`` (exponent of at most three digits), and fractions
-    ``3/4``, ``-1 / 2`` (a sign only in front). A zero denominator, ``1,23``, ``1/2/3`` and
-    any text are not numbers. A Unicode minus sign counts as ``-``.
-
-    Args:
-        text: the candidate answer.
+    Reads ``42``, ``-3.5``, ``+.5``, ``1,234,567.25``, ``6.02e23`` (exponent of at most
+    three digits) and fractions ``-1 / 2``; not ``1,23``, ``1/2/3`` or a zero denominator.
     """
     if text is None:
         return None
@@ -241,14 +218,7 @@ def build_verifier(
     """A verifier from its config: a kind (``"numeric"``), a mapping ``{kind: ..., **params}``
     or ``"module:attr"`` naming a ``(response, ground_truth) -> float`` callable.
 
-    Args:
-        spec: the config.
-        where: the config key, for messages.
-        domain: the data's domain this verifier checks (the ``domain`` kind's default).
-
-    Raises:
-        ConfigError: unknown kind (with close matches and the valid kinds), unknown or
-            out-of-range parameter (naming ``where.param``), a callable that is not callable.
+    ``where``: the config key, for messages; ``domain``: the ``domain`` kind's default.
     """
     if isinstance(spec, Mapping):
         params = dict(spec)

@@ -8,7 +8,6 @@ import torch
 
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.strategy import Strategy
-from tests.states import assert_moved
 
 DOMAINS = ("a", "b")
 
@@ -76,17 +75,3 @@ def test_the_window_counts_steps_a_gap_is_not_a_shift():
     assert float(values[1]) == pytest.approx(expected_b) and bool(observed.all())
     sc.observe(_batch(3, shift=0.5))  # a retry of step 3 replaces it
     assert float(sc.values(2)[0][1]) == pytest.approx(expected_b + 0.5 / 4)
-
-
-def test_old_state_without_the_step_clock_still_loads():
-    s = _strategy()
-    for step in range(3):
-        s.decide(_batch(step))
-    state = s.state_dict()
-    assert_moved(state, _strategy().state_dict())
-    del state["drawn_last"]  # saved before the step clock existed
-    t = _strategy()
-    t.load_state_dict(state)
-    a, b = s.decide(_batch(3)), t.decide(_batch(3))
-    assert (a.proportions is None) == (b.proportions is None)
-    torch.testing.assert_close(s.state_dict()["drawn"], t.state_dict()["drawn"])

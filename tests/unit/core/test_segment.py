@@ -18,8 +18,8 @@ from dataflex_rl.core.segment import (
     segment_rank,
     segment_sum,
     segment_table,
-    table_moments,
 )
+from tests.numerics import table_moments
 
 SEG = torch.tensor([1, 0, 1, 2, 0])  # segment 3 is empty
 VAL = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])

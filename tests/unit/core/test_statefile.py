@@ -15,12 +15,11 @@ from dataflex_rl.core.statefile import (
     decode_tree,
     dump_state,
     encode_tree,
-    is_state_file,
     load_state_file,
-    looks_like_pickle,
     parse_state,
     save_state_file,
 )
+from tests.states import is_state_file, looks_like_pickle
 
 
 def rng_and_optimizer_state() -> dict:

@@ -11,12 +11,12 @@ import torch
 
 import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
-from dataflex_rl.core.advantages import grpo_advantages
 from dataflex_rl.core.base import Scorer
 from dataflex_rl.core.batch import RolloutBatch, from_lists
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import StrategyWarning, check_strategy, group_parts
 from dataflex_rl.presets import PRESETS
+from tests.numerics import grpo_advantages
 from tests.states import assert_moved
 
 NAN = float("nan")

@@ -83,9 +83,15 @@ def test_math_verifier_works_outside_the_main_thread(verifier):
     assert out == [1.0]
 
 
+def verify_math(response, ground_truth) -> float:
+    """`MathVerifier` with default settings: exactly 0.0 or 1.0."""
+    from dataflex_rl.tasks.math_verify import MathVerifier
+
+    return MathVerifier()(response, ground_truth)
+
+
 def test_verify_math_function():
     pytest.importorskip("math_verify")
-    from dataflex_rl.tasks.math_verify import verify_math
 
     assert verify_math("\\boxed{10}", 10) == 1.0
     assert verify_math("\\boxed{11}", 10) == 0.0
