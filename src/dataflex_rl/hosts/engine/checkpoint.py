@@ -1,18 +1,7 @@
-"""Checkpoints of an engine run: model, optimizer, the strategy's driver and the global RNGs.
+"""Checkpoints of an engine run (docs/engine.md, checkpoints and resume).
 
-Layout: ``<out>/checkpoints/step-00000010/`` holds one safetensors state file per part
-(``model``, ``optimizer``, ``dataflex``: the `Driver`'s strategy and intake state, ``rng``;
-tensors plus plain JSON data, see `dataflex_rl.core.statefile`), ``meta.json`` (step, seed,
-config, parameter hash) and
-``MANIFEST.json`` (schema version, step, SHA-256 and size of every file, and its own SHA-256),
-written last.
-
-A save writes a temporary folder, flushes it to disk and renames it into place, so a crash or
-a full disk never leaves a half-written checkpoint, and the previous one stays usable. The
-last two checkpoints are kept. A load verifies every file against the manifest; a corrupt or
-missing file makes it fall back to the previous intact checkpoint with a warning naming the
-bad file, or, when none is intact, raises `CheckpointError` naming it. Nothing is unpickled:
-a pickle in place of a state file is refused, not executed.
+``<out>/checkpoints/step-00000010/``: a state file per part of `PARTS` (`core.statefile`),
+``meta.json`` and ``MANIFEST.json`` (SHA-256 and size of every file, and its own), written last.
 """
 
 from __future__ import annotations
@@ -95,17 +84,12 @@ def latest_step(directory: str | Path) -> int | None:
     return int(found[0].name[5:]) if found else None
 
 
-def has_checkpoint(directory: str | Path) -> bool:
-    """Whether ``directory`` holds a checkpoint to resume from."""
-    return bool(checkpoint_dirs(directory))
-
-
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` (`EmbeddedTrainer.state_dict` output) as a new checkpoint; returns its folder.
+    """Write ``state`` (`EmbeddedTrainer.state_dict` output) as a new checkpoint (a temporary
+    folder renamed into place; the last `KEEP` are kept); returns its folder.
 
     Raises:
-        CheckpointError: the checkpoint could not be written (e.g. the disk is full); the
-            previous checkpoint is untouched.
+        CheckpointError: it could not be written (e.g. a full disk); the previous is untouched.
     """
     root = Path(directory) / CHECKPOINTS_DIR
     step = int(state["step"])
@@ -182,12 +166,8 @@ def _move_into_place(tmp: Path, final: Path) -> None:
 
 
 def read_checkpoint(folder: str | Path) -> dict[str, Any]:
-    """One checkpoint folder's state, every file checked against the manifest.
-
-    Raises:
-        CheckpointError: a file is missing, does not match the manifest, or is not a valid
-            state file (naming the file).
-    """
+    """One checkpoint folder's state, every file checked against the manifest (else
+    `CheckpointError` naming the file)."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_bytes())
@@ -237,10 +217,7 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """The newest intact checkpoint under ``directory``.
-
-    A checkpoint with a bad file is skipped with a warning naming the file, and the previous
-    one is used.
+    """The newest intact checkpoint under ``directory`` (a bad one is skipped with a warning).
 
     Raises:
         FileNotFoundError: no checkpoint there.

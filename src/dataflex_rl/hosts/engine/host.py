@@ -1,10 +1,6 @@
-"""The embedded CPU engine as a `Host` of ``compare`` (the default, ``host: engine``).
-
-Its runs execute in-process in the harness's local worker processes (``python`` is None);
-its settings are the experiment's ``engine:`` section (`EngineConfig` keys but the ones the
-experiment owns, `OWNED`); its records are the ``"eval"`` and ``"train"`` lines of the run's
-``metrics.jsonl`` (`metrics_steps_done`); its checkpoints ``checkpoints/step-*``.
-"""
+"""The embedded CPU engine as a `Host` of ``compare`` (the default, ``host: engine``): runs in
+the harness's worker processes, settings from the ``engine:`` section (but `OWNED` keys),
+records from ``metrics.jsonl``, checkpoints ``checkpoints/step-*``."""
 
 from __future__ import annotations
 
@@ -54,9 +50,8 @@ class EngineHost(Host):
     token_budget = True
 
     def parse_section(self, engine: Any, where: str, base: Path | None) -> dict:
-        """The ``engine:`` section: a mapping without the keys the experiment owns, with
-        ``policy`` and ``tasks.train``/``tasks.eval`` resolved against ``base`` (the full check
-        is `EngineConfig`'s, in `Experiment.engine_config`)."""
+        """The ``engine:`` section without the keys the experiment owns, ``policy`` and
+        ``tasks.train``/``tasks.eval`` resolved against ``base`` (checked later)."""
         from dataflex_rl.hosts.engine.config import resolve_paths
 
         if engine is None:
@@ -119,18 +114,15 @@ class EngineHost(Host):
         ]
 
     def run_settings(self, config: dict) -> EngineConfig:
-        """The engine's training function receives the run's `EngineConfig` (its ``steps``
-        included), without a progress bar of its own (the harness draws one over all runs)."""
+        """The run's `EngineConfig`, without a progress bar (the harness draws one)."""
         from dataflex_rl.hosts.engine.config import from_dict
 
         config = {**config, "log": {**(config.get("log") or {}), "progress": False}}
         return from_dict(EngineConfig, config)
 
     def train(self, run, out: Path, resume: bool) -> tuple[dict, bool]:
-        """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None)
-        and the engine finds no usable checkpoint (every one corrupt), the run starts over
-        with a warning instead of failing on every rerun; an explicit resume fails with the
-        error."""
+        """``(summary, resumed)``; when the harness chose to resume (`RunSpec.resume` None)
+        and no checkpoint is usable, the run starts over with a warning."""
         from dataflex_rl.hosts.engine.checkpoint import CheckpointError
 
         try:
@@ -149,13 +141,9 @@ class EngineHost(Host):
         return super().train(run, out, False)
 
     def read_records(self, out_dir: Path, config: dict, mixes: bool) -> tuple[list, list]:
-        """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
-
-        Returns:
-            ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``
-            and ``"tokens"``, the run's generation cost at that checkpoint (when recorded),
-            proportions are ``{"step", "domain", "target", "actual"}``.
-        """
+        """``(evals, proportions)`` from ``metrics.jsonl``: evals ``{"step", "<domain>/greedy",
+        "<domain>/sampled", "tokens"}`` (the generation cost so far, when recorded), and for
+        mixers proportions ``{"step", "domain", "target", "actual"}``."""
         domains = (config.get("tasks") or {}).get("domains") or []
         evals, props = [], []
         for line in (Path(out_dir) / METRICS_FILE).read_text().splitlines():

@@ -1,13 +1,5 @@
-"""PNG plots of an engine run, from its ``metrics.jsonl`` (matplotlib).
-
-Figures are drawn on their own Agg canvas (`matplotlib.figure.Figure`), so plotting neither
-selects a backend nor touches pyplot's global state, at import or when called.
-
-* ``accuracy.png``: held-out accuracy per domain over steps (greedy solid, sampled dashed);
-* ``domains.png``: target vs actual domain proportions per step;
-* ``kept.png``: kept fraction of responses, groups and tokens; zero-advantage group share;
-* ``weights.png``: weight mean, std, min, max and effective-sample-size fraction.
-"""
+"""PNG plots of an engine run from its ``metrics.jsonl``: ``accuracy.png``, ``domains.png``,
+``kept.png``, ``weights.png``; drawn on their own Agg canvas (no pyplot global state)."""
 
 from __future__ import annotations
 
@@ -44,11 +36,8 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_run(out_dir: str | Path) -> list[Path]:
-    """Write the run's plots under ``out_dir/plots``; returns their paths.
-
-    Plots whose metrics the run never logged (e.g. weights without ``reweight``) still get an
-    axis with a note, so every run has the same four files.
-    """
+    """Write the run's plots under ``out_dir/plots`` (all four always: a note where nothing
+    was logged); returns their paths."""
     out = Path(out_dir) / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     records = read_metrics(out_dir)

@@ -1,11 +1,8 @@
 """Tokenizers the engine speaks: a character tokenizer built in code, and an adapter for HF ones.
 
-Both expose the same small surface: ``encode(text) -> list[int]`` (no specials),
-``decode(ids) -> str`` (specials dropped), ``pad_id``, ``bos_id``, ``eos_id``, ``vocab_size``
-and ``save(dir)``. The engine formats a prompt as ``[bos] + encode(prompt)`` and a target
-response as ``encode(answer) + [eos]``. `hf_tokenizer` gives a `CharTokenizer` as a Hugging Face
-``PreTrainedTokenizerFast`` with the same characters and ids (what ``dataflex-rl export policy``
-writes for TRL and verl).
+Both give ``encode`` (no specials), ``decode`` (specials dropped), ``pad_id``, ``bos_id``,
+``eos_id``, ``vocab_size`` and ``save``. A prompt is ``[bos] + encode(prompt)``, a target
+response ``encode(answer) + [eos]``.
 """
 
 from __future__ import annotations
@@ -107,12 +104,8 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """Adapter giving a Hugging Face tokenizer the `CharTokenizer` surface.
-
-    Args:
-        tok: a ``transformers`` tokenizer. A missing pad token falls back to EOS; a missing
-            BOS token to EOS as well (the prompt then starts with EOS, which causal LMs accept).
-    """
+    """Adapter giving a ``transformers`` tokenizer the `CharTokenizer` surface; a missing pad
+    or BOS token falls back to EOS."""
 
     def __init__(self, tok) -> None:
         if tok.eos_token_id is None:
@@ -145,20 +138,12 @@ class HFTokenizer:
 
 
 def hf_tokenizer(tok: CharTokenizer, model_max_length: int | None = None):
-    """``tok`` as a Hugging Face ``PreTrainedTokenizerFast`` with the same ids.
+    """``tok`` as a Hugging Face ``PreTrainedTokenizerFast`` with the same ids (left padding;
+    ``model_max_length`` None: unlimited).
 
-    A ``tokenizers`` word-level vocabulary of the specials and ``tok.chars`` (same order, so
-    same ids), split into single characters, unknown characters to ``<unk>``. Encoding
-    prepends ``<bos>`` unless ``add_special_tokens=False`` (then it equals ``tok.encode``), so a
-    plain-text prompt is the engine's ``[bos] + encode(prompt)``; a chat prompt gets the same
-    from `CHAT_TEMPLATE` (``apply_chat_template`` adds no second BOS). Decoding with
-    ``skip_special_tokens=True`` drops the specials as `CharTokenizer.decode` does. Left
-    padding (generation). Text holding a special token's spelling (``"<eos>"``) is read as
-    that token, where `CharTokenizer` reads its characters.
-
-    Args:
-        tok: the character tokenizer.
-        model_max_length: the model's context in tokens (None: unlimited).
+    Encoding prepends ``<bos>`` unless ``add_special_tokens=False`` (then it equals
+    ``tok.encode``); a chat prompt gets the same from `CHAT_TEMPLATE`. Unlike `CharTokenizer`,
+    text holding a special token's spelling (``"<eos>"``) is read as that token.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
