@@ -29,8 +29,7 @@ def grpo_batch(
     """The rollout of ``problems`` (G responses each, scored ``rewards`` [B]) as the batch the
     strategy decides on, with GRPO advantages per response and per token; one micro-batch."""
     group_ids = rollout.prompt_index
-    # every group holds grpo.group_size >= 2 responses (EngineConfig refuses fewer), so
-    # no group lacks a baseline: what a one-response group would get never applies here
+    # every group holds grpo.group_size >= 2 responses, so every group has a baseline
     adv = group_advantages(
         rewards.to(torch.float32),
         group_ids,
@@ -49,8 +48,7 @@ def grpo_batch(
         old_log_probs=rollout.old_log_probs,
         prompt_keys=tuple(problems[i].key for i in group_ids.tolist()),
         step=step,
-        # outcome advantages are one value per response: decisions read these B values
-        # (exact, not a mean over the row) and no [B, T] tensor
+        # one outcome advantage per response: decisions read these B values exactly
         response_advantages=adv,
         response_lengths=mask.sum(1),
         entropies=rollout.entropies,

@@ -97,7 +97,9 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        _remove_leftovers(root)
+        for p in root.iterdir():  # temporary folders of saves that a crash interrupted
+            if p.name.startswith((".tmp-", ".old-")):
+                shutil.rmtree(p, ignore_errors=True)
         tmp.mkdir()
         files = {f"{part}.safetensors": dump_state(state[part], part) for part in PARTS}
         skeleton, tensors = encode_tree({k: v for k, v in state.items() if k not in PARTS})
@@ -143,13 +145,6 @@ def _manifest_sha256(manifest: dict[str, Any]) -> str:
     """SHA-256 of the manifest without its own ``sha256`` entry (canonical JSON)."""
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def _remove_leftovers(root: Path) -> None:
-    """Temporary folders of saves that a crash interrupted."""
-    for p in root.iterdir():
-        if p.name.startswith((".tmp-", ".old-")):
-            shutil.rmtree(p, ignore_errors=True)
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:

@@ -259,8 +259,7 @@ class EngineConfig(Checked):
         "strategy=NAME or --strategy NAME, runs just that one)",
     )
     seed: int = param(0, "seed of sampling, data order and prerollout randomness", ge=0)
-    #: the engine pairs it exactly: two runs of one seed and stream share their sampling
-    #: noise (common random numbers); held-out evaluation noise is keyed by the seed alone
+    #: two runs of one seed and stream share their sampling noise (common random numbers)
     sampling_stream: int = shared_param("sampling_stream")
     steps: int = param(200, "GRPO steps", ge=0)
     generated_tokens: int | None = param(

@@ -78,32 +78,27 @@ def fit_loaded(taskset, policy: Policy, max_new_tokens: int) -> tuple[Any, dict[
     taskset, report = fit_to_context(taskset, tok.encode, context, max_new_tokens)
     report["vocabulary_added"] = "".join(added)
     report["eval_unknown_characters"] = unknown_characters(taskset, tok)
-    for split, per_domain in report["dropped"].items():
-        if any(per_domain.values()):
-            warnings.warn(
-                f"tasks.{split}: dropped prompts too long for the policy's context of "
-                f"{context} tokens with grpo.max_new_tokens={max_new_tokens}: "
-                f"{_counts(per_domain)}",
-                UserWarning,
-                stacklevel=3,
-            )
+    findings = [
+        f"tasks.{split}: dropped prompts too long for the policy's context of "
+        f"{context} tokens with grpo.max_new_tokens={max_new_tokens}: {_counts(per_domain)}"
+        for split, per_domain in report["dropped"].items()
+        if any(per_domain.values())
+    ]
     long = report["long_answers"]["train"]
     if any(long.values()):
-        warnings.warn(
+        findings.append(
             f"tasks.train: ground truths longer than grpo.max_new_tokens={max_new_tokens}"
-            f" tokens (only an equivalent shorter answer can score): {_counts(long)}",
-            UserWarning,
-            stacklevel=3,
+            f" tokens (only an equivalent shorter answer can score): {_counts(long)}"
         )
-    for d, found in report["eval_unknown_characters"].items():
-        warnings.warn(
-            f"tasks.eval: {found['prompts']} held-out prompts and {found['answers']} "
-            f"answers of domain {d!r} use characters not in the training data "
-            f"({found['chars']!r}); they are encoded as <unk>, and such an answer cannot "
-            "be generated",
-            UserWarning,
-            stacklevel=3,
-        )
+    findings += [
+        f"tasks.eval: {found['prompts']} held-out prompts and {found['answers']} "
+        f"answers of domain {d!r} use characters not in the training data "
+        f"({found['chars']!r}); they are encoded as <unk>, and such an answer cannot "
+        "be generated"
+        for d, found in report["eval_unknown_characters"].items()
+    ]
+    for message in findings:
+        warnings.warn(message, UserWarning, stacklevel=3)
     return taskset, report
 
 

@@ -51,19 +51,9 @@ def evaluate(
     max_new_tokens: int = 12,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Accuracy on the held-out split of every domain.
-
-    Args:
-        taskset: a task set with ``eval`` problems per domain and ``verify``.
-        per_domain: first N held-out problems of each domain (None: all).
-        samples: sampled responses per problem at ``temperature`` (0: skip sampled accuracy).
-        seed: noise base of the sampled responses (the same at every evaluation of a seed).
-
-    Returns:
-        ``eval/{domain}/greedy``, ``eval/{domain}/sampled`` (when ``samples > 0``) and their
-        unweighted means over domains ``eval/mean/greedy``, ``eval/mean/sampled``; the domain
-        as `metric_domain` writes it.
-    """
+    """Accuracy on the first ``per_domain`` (None: all) held-out problems of every domain:
+    ``eval/{domain}/greedy``, ``eval/{domain}/sampled`` (mean over ``samples`` responses; 0:
+    none, noise keyed by ``seed``) and their unweighted means ``eval/mean/{greedy,sampled}``."""
     metrics: dict[str, float] = {}
     for domain, problems in taskset.eval.items():
         name = metric_domain(domain)

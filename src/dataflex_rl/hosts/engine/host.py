@@ -13,7 +13,7 @@ from typing import Any
 
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.engine.config import EngineConfig
+from dataflex_rl.hosts.engine.config import EngineConfig, from_dict, resolve_paths
 from dataflex_rl.hosts.host import Host, HostControls, metrics_steps_done
 
 TRAIN_FN = "dataflex_rl.hosts.engine.run:run_training"
@@ -52,8 +52,6 @@ class EngineHost(Host):
     def parse_section(self, engine: Any, where: str, base: Path | None) -> dict:
         """The ``engine:`` section without the keys the experiment owns, ``policy`` and
         ``tasks.train``/``tasks.eval`` resolved against ``base`` (checked later)."""
-        from dataflex_rl.hosts.engine.config import resolve_paths
-
         if engine is None:
             return {}
         if not isinstance(engine, dict):
@@ -115,8 +113,6 @@ class EngineHost(Host):
 
     def run_settings(self, config: dict) -> EngineConfig:
         """The run's `EngineConfig`, without a progress bar (the harness draws one)."""
-        from dataflex_rl.hosts.engine.config import from_dict
-
         config = {**config, "log": {**(config.get("log") or {}), "progress": False}}
         return from_dict(EngineConfig, config)
 

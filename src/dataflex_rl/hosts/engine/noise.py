@@ -1,10 +1,8 @@
 """Keyed sampling noise: common random numbers for paired runs.
 
 The uniform that picks token ``t`` of sample ``j`` of prompt ``k`` at step ``s`` is
-``U(hash(base, s, k, j, t))`` (splitmix64 on int64 tensors), ``base`` from the run's seed and
-noise stream, not one global stream that any different decision would shift. Runs with one seed
-draw the same uniforms for the same position, and a token is drawn by inverting the CDF at it, so
-similar policies mostly pick the same token; another stream gives independent noise (A/A control).
+``U(hash(base, s, k, j, t))`` (splitmix64), ``base`` from the run's seed and noise stream: runs
+of one seed share it whatever else they did, and tokens drawn by inverse CDF mostly agree.
 """
 
 from __future__ import annotations

@@ -153,6 +153,7 @@ def load_policy(spec: str | Path = TINY_NAME) -> Policy:
         FileNotFoundError: the path does not exist or holds no model.
     """
     from transformers import AutoModelForCausalLM
+    from transformers import __version__ as transformers_version
 
     path = ASSETS_DIR / TINY_NAME if str(spec) == TINY_NAME else Path(spec)
     if not path.is_dir():
@@ -164,7 +165,7 @@ def load_policy(spec: str | Path = TINY_NAME) -> Policy:
         raise FileNotFoundError(
             f"policy {str(spec)!r}: {path} has no config.json, so it is not a model directory"
         )
-    dtype_kw = "dtype" if _accepts_dtype() else "torch_dtype"
+    dtype_kw = "dtype" if int(transformers_version.split(".")[0]) >= 5 else "torch_dtype"
     with _quiet_transformers():
         model = AutoModelForCausalLM.from_pretrained(
             str(path), local_files_only=True, **{dtype_kw: torch.float32}
@@ -191,12 +192,6 @@ def _quiet_transformers():
     finally:
         if was:
             hf_logging.enable_progress_bar()
-
-
-def _accepts_dtype() -> bool:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0]) >= 5
 
 
 def parameter_hash(model: torch.nn.Module) -> str:

@@ -36,11 +36,6 @@ from dataflex_rl.tracking import Tracker, flatten, require_backends
 DATASET_FILE = "dataset.json"
 
 
-def default_out_dir(spec: Any, seed: int) -> Path:
-    """``runs/<strategy>-s<seed>``."""
-    return Path("runs") / f"{strategy_label(spec)}-s{seed}"
-
-
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     """A plain-text table of training summaries: per metric (sampled accuracy, the decision
     metric, first; then greedy), accuracy per domain, the mean and its change from the start;
@@ -99,7 +94,7 @@ def run_training(
     total = config.steps if steps is None else steps
     check(EngineConfig, {"seed": seed, "steps": total}, "run_training")  # the config's ranges
     require_backends(config.tracking, "an engine run")  # before any work
-    out = Path(out_dir or config.out or default_out_dir(spec, seed))
+    out = Path(out_dir or config.out or f"runs/{strategy_label(spec)}-s{seed}")
     if resume and not checkpoint_dirs(out):
         warnings.warn(
             f"{out}: --resume found no checkpoint (the run stopped before its first "
@@ -153,7 +148,7 @@ def run_training(
         history=history,
         logged=logged,
     ) as tracker:  # closed as failed if the run raises
-        writer.track(tracker)
+        writer.tracker = tracker
         evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
         if not evals:
             evals.append(_evaluate(tr, writer))

@@ -17,15 +17,11 @@ SUMMARY_FILE = "summary.json"
 
 
 class MetricsWriter:
-    """Appends JSON lines to ``metrics.jsonl``, and each record to the `track`-ed tracker."""
+    """Appends JSON lines to ``metrics.jsonl``, and each record to ``tracker`` when set."""
 
     def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / METRICS_FILE
         self.tracker: Tracker | None = None
-
-    def track(self, tracker: Tracker) -> None:
-        """Send every record written from now on to ``tracker`` too."""
-        self.tracker = tracker
 
     def truncate(self, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step,

@@ -14,9 +14,8 @@ from pathlib import Path
 #: special tokens of `CharTokenizer`, in id order
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 TOKENIZER_FILE = "char_tokenizer.json"
-#: chat template of `hf_tokenizer`: BOS, then the messages' contents joined by blank lines (the
-#: engine's prompt: ``[bos] + encode(prompt)``, a chat prompt's contents joined as the dataset
-#: loader joins them); roles add nothing and there is no generation prompt
+#: chat template of `hf_tokenizer`: BOS, then the messages' contents joined by blank lines (as
+#: the dataset loader joins a chat prompt); roles add nothing, no generation prompt
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{% if not loop.first %}{{ '\\n\\n' }}"
     "{% endif %}{{ message['content'] }}{% endfor %}"
@@ -74,13 +73,8 @@ class CharTokenizer:
         """Write ``char_tokenizer.json`` into ``directory``; returns its path."""
         path = Path(directory) / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {"type": "char", "specials": list(SPECIALS), "chars": self.chars},
-                ensure_ascii=False,
-                indent=1,
-            )
-        )
+        data = {"type": "char", "specials": list(SPECIALS), "chars": self.chars}
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=1))
         return path
 
     @classmethod

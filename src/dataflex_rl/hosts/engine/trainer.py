@@ -23,6 +23,11 @@ from dataflex_rl.hosts.engine.batch import (
     reward_metrics,
     zero_variance_metrics,
 )
+from dataflex_rl.hosts.engine.checkpoint import (
+    global_rng_state,
+    seed_global_rngs,
+    set_global_rng_state,
+)
 from dataflex_rl.hosts.engine.config import EngineConfig
 from dataflex_rl.hosts.engine.data import (
     check_generated,
@@ -53,9 +58,8 @@ class EmbeddedTrainer:
             ``tasks.source: files`` a character vocabulary is extended in place.
         out_dir: where the decision log goes (None: no log).
 
-    The global RNGs are seeded from the run's seed, so a user component that reads them
-    repeats and identical runs write identical checkpoints. The tasks are checked against the
-    policy first (`dataflex_rl.hosts.engine.data`; ``data_report`` for a loaded dataset).
+    The global RNGs are seeded from the run's seed (identical runs, identical checkpoints);
+    the tasks are checked against the policy first (`data`; ``data_report``).
     """
 
     def __init__(
@@ -71,8 +75,6 @@ class EmbeddedTrainer:
         torch.set_num_threads(config.threads)
         self.config = config
         self.seed = config.seed if seed is None else seed
-        from dataflex_rl.hosts.engine.checkpoint import seed_global_rngs
-
         seed_global_rngs(derive_seed(self.seed, "global"))
         self.taskset = taskset if taskset is not None else tasks_from_config(config)
         self.domains = tuple(self.taskset.domains)
@@ -145,7 +147,6 @@ class EmbeddedTrainer:
             settings={"prerollout_seed": derive_seed(self.seed, "prerollout")},
         )
 
-    # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
         """Run one GRPO step (draw, generate and score, refill rounds, decide, learn); returns
         its metrics (``step`` is the step just taken)."""
@@ -299,7 +300,6 @@ class EmbeddedTrainer:
         rewards = score(self.taskset, per_row, texts)
         return rollout, rewards, t1 - t0, time.perf_counter() - t1
 
-    # ------------------------------------------------------------------ evaluation and state
     def evaluate(self) -> dict[str, float]:
         """Held-out accuracy per domain, greedy and sampled; the noise is keyed by the seed
         alone (not ``sampling_stream``), so every arm of a seed is measured alike."""
@@ -320,8 +320,6 @@ class EmbeddedTrainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly (the decision log is flushed first)."""
-        from dataflex_rl.hosts.engine.checkpoint import global_rng_state
-
         return {
             "step": self.step,
             "seed": self.seed,
@@ -338,8 +336,6 @@ class EmbeddedTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict` output (same config, strategy and seed)."""
-        from dataflex_rl.hosts.engine.checkpoint import set_global_rng_state
-
         if state["seed"] != self.seed:
             raise ValueError(f"checkpoint has seed {state['seed']}, this run {self.seed}")
         # settings that change the trajectory must match (steps, outputs and logging may not)

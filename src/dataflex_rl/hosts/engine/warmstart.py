@@ -7,6 +7,7 @@ CPU capability (float reductions differ across SIMD widths).
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from torch import Tensor
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
+from dataflex_rl.hosts.engine.config import default_difficulty
+from dataflex_rl.hosts.engine.evaluation import evaluate
 from dataflex_rl.hosts.engine.policy import (
     ASSETS_DIR,
     TINY_NAME,
@@ -27,6 +30,7 @@ from dataflex_rl.hosts.engine.policy import (
     parameter_hash,
     save_policy,
 )
+from dataflex_rl.hosts.engine.taskio import build_tasks, taskset_charset, warm_pairs
 from dataflex_rl.hosts.engine.tokenizer import CharTokenizer
 
 MANIFEST_FILE = "MANIFEST.json"
@@ -99,8 +103,6 @@ def supervised_loss(model: torch.nn.Module, ids: Tensor, attn: Tensor, label: Te
 
 def lr_at(step: int, total: int, peak: float) -> float:
     """Linear warm-up over 5% of ``total`` then cosine decay to 10% of ``peak``."""
-    import math
-
     warm = max(1, total // 20)
     if step < warm:
         return peak * (step + 1) / warm
@@ -167,10 +169,6 @@ def bootstrap(
     """
     import transformers
 
-    from dataflex_rl.hosts.engine.config import default_difficulty
-    from dataflex_rl.hosts.engine.evaluation import evaluate
-    from dataflex_rl.hosts.engine.taskio import build_tasks, taskset_charset, warm_pairs
-
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     if args.difficulty is None:
@@ -222,8 +220,7 @@ def bootstrap(
         },
         "num_parameters": policy.num_parameters,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        # float reductions differ across SIMD widths: the hash reproduces only on the same
-        # CPU capability
+        # float reductions differ across SIMD widths: the hash reproduces only on this one
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
         "wall_seconds": round(time.perf_counter() - t0, 1),
@@ -252,8 +249,6 @@ def policy_manifest(source: str) -> dict[str, Any] | None:
 def split_differences(manifest: dict[str, Any], tasks: Any) -> dict[str, tuple[Any, Any]]:
     """``tasks`` key -> (the run's value, the bootstrap's) for each task-split setting in
     which ``tasks`` (a ``TasksConfig``) differs from a bootstrap ``manifest``."""
-    from dataflex_rl.hosts.engine.config import default_difficulty
-
     boot = manifest.get("bootstrap_args", {})
     out = {}
     for boot_key, key in TASK_SPLIT_KEYS.items():
