@@ -86,11 +86,8 @@ def latest_step(directory: str | Path) -> int | None:
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     """Write ``state`` (`EmbeddedTrainer.state_dict` output) as a new checkpoint (a temporary
-    folder renamed into place; the last `KEEP` are kept); returns its folder.
-
-    Raises:
-        CheckpointError: it could not be written (e.g. a full disk); the previous is untouched.
-    """
+    folder renamed into place; the last `KEEP` are kept); returns its folder. `CheckpointError`
+    when it cannot be written (e.g. a full disk): the previous one is untouched."""
     root = Path(directory) / CHECKPOINTS_DIR
     step = int(state["step"])
     final = root / f"step-{step:08d}"
@@ -212,12 +209,8 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """The newest intact checkpoint under ``directory`` (a bad one is skipped with a warning).
-
-    Raises:
-        FileNotFoundError: no checkpoint there.
-        CheckpointError: none is intact (naming the bad file of each).
-    """
+    """The newest intact checkpoint under ``directory`` (a bad one is skipped with a warning);
+    `FileNotFoundError` when there is none, `CheckpointError` when none is intact."""
     folders = checkpoint_dirs(directory)
     if not folders:
         raise FileNotFoundError(f"--resume: no checkpoint under {Path(directory)}")

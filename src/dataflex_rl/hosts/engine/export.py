@@ -19,10 +19,7 @@ TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 
 def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> dict[str, Any]:
     """Write the policy ``spec`` (as `load_policy` takes) as a Hugging Face model directory
-    ``out``; a character tokenizer becomes a ``PreTrainedTokenizerFast`` (`hf_tokenizer`).
-
-    Returns what was written (``{"out", "source", "parameter_sha256", "vocab_size", "files"}``,
-    also ``out/MANIFEST.json``'s ``export`` entry, beside the source's MANIFEST).
+    ``out``; returns the ``export`` entry of ``out/MANIFEST.json`` (beside the source's).
 
     Raises:
         ConfigError: ``out`` holds files and ``force`` is not set (they are listed).
@@ -59,12 +56,7 @@ def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> 
 
 def export_engine_tasks(config, out: str | Path, *, force: bool = False) -> dict[str, Any]:
     """Write the generated tasks of an engine config (the first ``eval.per_domain`` held-out
-    problems) with `dataflex_rl.tasks.export.export_tasks`; returns the manifest.
-
-    Raises:
-        ConfigError: the tasks are files already, or ``out`` holds files and ``force`` is
-            not set.
-    """
+    problems) with `dataflex_rl.tasks.export.export_tasks`; returns the manifest."""
     import dataclasses
 
     from dataflex_rl.core.registry import ConfigError

@@ -5,7 +5,6 @@ records from ``metrics.jsonl``, checkpoints ``checkpoints/step-*``."""
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 import warnings
 from pathlib import Path
@@ -17,7 +16,7 @@ from dataflex_rl.hosts.engine.config import EngineConfig, from_dict, resolve_pat
 from dataflex_rl.hosts.host import Host, HostControls, metrics_steps_done
 
 TRAIN_FN = "dataflex_rl.hosts.engine.run:run_training"
-CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
 #: the run's generation cost so far, in its evaluation records
 TOKENS = "engine/generation_cost_tokens_at_eval"
 
@@ -140,12 +139,11 @@ class EngineHost(Host):
         """``(evals, proportions)`` from ``metrics.jsonl``: evals ``{"step", "<domain>/greedy",
         "<domain>/sampled", "tokens"}`` (the generation cost so far, when recorded), and for
         mixers proportions ``{"step", "domain", "target", "actual"}``."""
+        from dataflex_rl.hosts.engine.runlog import read_metrics
+
         domains = (config.get("tasks") or {}).get("domains") or []
         evals, props = [], []
-        for line in (Path(out_dir) / METRICS_FILE).read_text().splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
+        for r in read_metrics(out_dir):
             if r.get("kind") == "eval":
                 evals.append(
                     {

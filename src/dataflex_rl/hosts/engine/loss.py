@@ -56,13 +56,9 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
 
-    Per token: ``ratio = exp(logp - old_logp)``;
-    ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, and for ``A < 0`` also
-    ``min(l, -A clip_ratio_c)`` (dual clip); then ``l *= weights``; the loss is the token-mean
-    of ``l`` over ``mask``.
-
-    All tensors [B, T]; returns (scalar loss, metrics: clip fraction, dual-clip fraction,
-    approx KL to the sampler).
+    Per token: ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, for
+    ``A < 0`` also ``min(l, -A clip_ratio_c)`` (dual clip), times ``weights``. All tensors
+    [B, T]; returns (loss, metrics: clip and dual-clip fractions, approx KL to the sampler).
     """
     log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()

@@ -44,12 +44,7 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
     domains = sorted(
-        {
-            k.split("/")[1]
-            for r in evals
-            for k in r
-            if k.startswith("eval/") and k.split("/")[1] != "mean"
-        }
+        {k.split("/")[1] for r in evals for k in r if k.startswith("eval/")} - {"mean"}
     )
     paths = []
 
@@ -65,15 +60,8 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     paths.append(_save(fig, out / "accuracy.png"))
 
     fig, ax = _axes()
-    names = sorted(
-        {
-            d
-            for r in train
-            for k in r
-            for d, quantity in [split_domain_metric(k, "mix") or ("", "")]
-            if quantity == "actual"
-        }
-    )
+    mix = [split_domain_metric(k, "mix") for r in train for k in r]
+    names = sorted({m[0] for m in mix if m and m[1] == "actual"})
     for i, d in enumerate(names):
         for key, style in (("target", "--"), ("actual", "-")):
             x, y = _series(train, domain_metric("mix", d, key))
@@ -87,33 +75,21 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     ax.legend(fontsize=7, ncol=2)
     paths.append(_save(fig, out / "domains.png"))
 
-    paths.append(
-        _lines(
-            train,
-            out / "kept.png",
-            "kept fractions",
-            [
-                ("dataflex/kept_response_fraction", "responses"),
-                ("dataflex/kept_group_fraction", "groups"),
-                ("dataflex/kept_token_fraction", "tokens"),
-                ("dataflex/zero_advantage_group_fraction", "zero-advantage groups"),
-            ],
-        )
-    )
-    paths.append(
-        _lines(
-            train,
-            out / "weights.png",
-            "response weights",
-            [
-                ("dataflex/weight_mean", "mean"),
-                ("dataflex/weight_std", "std"),
-                ("dataflex/weight_min", "min"),
-                ("dataflex/weight_max", "max"),
-                ("dataflex/weight_ess_fraction", "ESS fraction"),
-            ],
-        )
-    )
+    kept = [
+        ("dataflex/kept_response_fraction", "responses"),
+        ("dataflex/kept_group_fraction", "groups"),
+        ("dataflex/kept_token_fraction", "tokens"),
+        ("dataflex/zero_advantage_group_fraction", "zero-advantage groups"),
+    ]
+    weights = [
+        ("dataflex/weight_mean", "mean"),
+        ("dataflex/weight_std", "std"),
+        ("dataflex/weight_min", "min"),
+        ("dataflex/weight_max", "max"),
+        ("dataflex/weight_ess_fraction", "ESS fraction"),
+    ]
+    paths.append(_lines(train, out / "kept.png", "kept fractions", kept))
+    paths.append(_lines(train, out / "weights.png", "response weights", weights))
     return paths
 
 

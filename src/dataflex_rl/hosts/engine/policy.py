@@ -84,13 +84,9 @@ def build_tiny_policy(tokenizer: CharTokenizer, seed: int, **arch: Any) -> Polic
 
 
 def extend_vocabulary(policy: Policy, chars: Iterable[str], *, init_std: float = 0.02) -> list[str]:
-    """Add the characters of ``chars`` that a character tokenizer lacks, and grow the model
-    (in place; a Hugging Face tokenizer is left as it is). Returns the added characters.
-
-    They are appended in sorted order (same data, same ids). Their embedding (and untied
-    output) rows start at the mean row plus noise of std ``init_std`` seeded by the character
-    itself, so a character gets the same start whatever else is added.
-    """
+    """Add the characters of ``chars`` that a character tokenizer lacks (sorted: same data,
+    same ids) and grow the model in place; returns them. Each new row starts at the mean row
+    plus noise of std ``init_std`` seeded by the character itself (whatever else is added)."""
     tok = policy.tokenizer
     if not isinstance(tok, CharTokenizer):
         return []

@@ -1,9 +1,6 @@
-"""A full engine run: the GRPO loop with evaluation, metrics files, checkpoints and plots.
-
-Outputs under ``out_dir``: ``config.json``, ``metrics.jsonl``, ``checkpoints/``,
-``summary.json``, ``plots/*.png``, for a loaded dataset ``dataset.json`` and ``tokenizer/``, and
-the trackers' files (docs/tracking.md).
-"""
+"""A full engine run: the GRPO loop with evaluation, metrics files, checkpoints and plots
+(``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``summary.json``, ``plots/*.png``,
+``dataset.json``, ``tokenizer/``, the trackers' files)."""
 
 from __future__ import annotations
 
@@ -32,7 +29,7 @@ from dataflex_rl.hosts.engine.runlog import METRICS_FILE, SUMMARY_FILE, MetricsW
 from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 from dataflex_rl.tracking import Tracker, flatten, require_backends
 
-#: a loaded dataset's record in the run folder (`write_dataset_record`)
+#: a loaded dataset's record in the run folder: identity, `data_report`, pool sizes
 DATASET_FILE = "dataset.json"
 
 
@@ -43,14 +40,8 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     finals = [s["final_eval"] for s in summaries]
     metrics = [k for k in ("sampled", "greedy") if any(f"eval/mean/{k}" in f for f in finals)]
     metrics = metrics or ["greedy"]
-    domains = sorted(
-        {
-            k.split("/")[1]
-            for f in finals
-            for k in f
-            if k.endswith(("/greedy", "/sampled")) and not k.startswith("eval/mean/")
-        }
-    )
+    ends = ("/greedy", "/sampled")
+    domains = sorted({k.split("/")[1] for f in finals for k in f if k.endswith(ends)} - {"mean"})
     groups = [("", ["strategy"])]
     for i, m in enumerate(metrics):
         label = f"{m} accuracy" + (" (decision metric)" if i == 0 and len(metrics) > 1 else "")
@@ -82,12 +73,9 @@ def run_training(
 ) -> dict[str, Any]:
     """Train, evaluate, checkpoint and plot one run; returns its summary (``summary.json``).
 
-    Args:
-        strategy, seed, steps, out_dir, progress: override ``config``'s (``steps`` is the
-            total, also when resuming; ``out_dir`` defaults to ``runs/<strategy>-s<seed>``).
-        resume: continue from the newest intact checkpoint in ``out_dir`` (the same result as
-            an uninterrupted run).
-        trainer: a prebuilt trainer (tests); the other arguments still apply.
+    ``strategy``, ``seed``, ``steps`` (the total), ``out_dir`` and ``progress`` override
+    ``config``'s; ``resume`` continues from the newest intact checkpoint in ``out_dir`` (the
+    same result as an uninterrupted run); ``trainer``: a prebuilt one (tests).
     """
     spec = config.strategy if strategy is None else strategy
     seed = config.seed if seed is None else seed
@@ -137,8 +125,11 @@ def run_training(
         "steps": total,
     }
     atomic_write_json(out / "config.json", run_config)
-    if tr.data_report is not None:
-        write_dataset_record(tr, out)
+    if tr.data_report is not None:  # and a character tokenizer's vocabulary
+        record = {"identity": tr.dataset, **tr.data_report, "sizes": tr.taskset.summary()}
+        atomic_write_json(out / DATASET_FILE, record)
+        if hasattr(tr.policy.tokenizer, "chars"):
+            tr.policy.tokenizer.save(out / "tokenizer")
     with Tracker.start(
         config.tracking,
         out,
@@ -175,17 +166,6 @@ def run_training(
         plot_files = plot_run(out) if plots else []
         tracker.log_files(images=plot_files, files=[out / SUMMARY_FILE])
     return summary
-
-
-def write_dataset_record(tr: EmbeddedTrainer, out: Path) -> None:
-    """``dataset.json`` (identity, `data_report`, pool sizes) and, for a character tokenizer,
-    ``tokenizer/`` (the vocabulary the run trains with)."""
-    atomic_write_json(
-        out / DATASET_FILE,
-        {"identity": tr.dataset, **(tr.data_report or {}), "sizes": tr.taskset.summary()},
-    )
-    if hasattr(tr.policy.tokenizer, "chars"):
-        tr.policy.tokenizer.save(out / "tokenizer")
 
 
 def _strip(record: dict) -> dict:

@@ -19,16 +19,15 @@ class Rollout:
     prompt (rows ``g*G .. g*G+G-1`` answer prompt ``g``).
 
     Args:
-        prompt_ids: [N, P] int64 left-padded prompt ids.
-        prompt_mask: [N, P] bool, real prompt tokens.
-        response_ids: [B, T] int64, right-padded with the pad id after EOS.
-        response_mask: [B, T] bool, generated tokens (EOS included).
-        old_log_probs: [B, T] float32 log-prob of each generated token under the sampling
-            distribution (logits / temperature; temperature 1 for greedy); 0 on padding.
+        prompt_ids, prompt_mask: [N, P] int64 left-padded prompt ids, bool real tokens.
+        response_ids, response_mask: [B, T] int64 right-padded with the pad id after EOS, bool
+            generated tokens (EOS included).
+        old_log_probs: [B, T] float32 log-prob of each token under the sampling distribution
+            (logits / temperature; 1 for greedy); 0 on padding.
         prompt_index: [B] int64 prompt (group) of each row.
         finished: [B] bool, the row emitted EOS within the token budget.
-        entropies: [B, T] float32 entropy (nats) of the sampling distribution at each
-            generated token; 0 on padding; None unless asked for.
+        entropies: [B, T] float32 entropy (nats) of the sampling distribution; 0 on padding;
+            None unless asked for.
     """
 
     prompt_ids: Tensor
@@ -120,7 +119,6 @@ def sample_groups(
         generator: source of all randomness when ``noise_keys`` is None.
         noise_keys: [N * G] int64 per-row keys (`noise.row_keys`): token ``t`` of row ``b`` is
             drawn from the uniform keyed by ``(noise_keys[b], t)`` (common random numbers).
-        entropies: also return the sampling distribution's entropy at each token.
     """
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError("sample_groups: group_size and max_new_tokens must be >= 1")

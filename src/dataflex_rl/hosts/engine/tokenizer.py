@@ -23,12 +23,8 @@ CHAT_TEMPLATE = (
 
 
 class CharTokenizer:
-    """One token per character, plus ``<pad>`` (0), ``<bos>`` (1), ``<eos>`` (2), ``<unk>`` (3).
-
-    Args:
-        chars: the characters of the vocabulary, in id order (ids start after the specials).
-            Duplicates are an error, so the vocabulary (and a checkpoint's meaning) is fixed.
-    """
+    """One token per character of ``chars`` (in id order, no duplicates), after ``<pad>`` (0),
+    ``<bos>`` (1), ``<eos>`` (2), ``<unk>`` (3)."""
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 

@@ -202,10 +202,9 @@ class EmbeddedTrainer:
         return metrics
 
     def _refill(self, step, rollout, rewards, problems, domain_idx, batch, metrics):
-        """Refill rounds (`Driver.refill`): dropped groups are replaced by new draws generated
-        here. Returns the step's rollout, rewards, problems, domain ids and batch over every
-        round (groups past the last needed one left out), the generated tokens of every round,
-        and the rounds' (generate, reward) seconds."""
+        """Refill rounds (`Driver.refill`): the step's rollout, rewards, problems, domain ids
+        and batch over every round (but groups past the last needed one), the generated tokens
+        of every round, and the rounds' (generate, reward) seconds."""
         g = self.config.grpo
         rounds: list[tuple] = []
         seconds = [0.0, 0.0]

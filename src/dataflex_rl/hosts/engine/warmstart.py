@@ -38,12 +38,9 @@ MANIFEST_FILE = "MANIFEST.json"
 
 @dataclass(frozen=True)
 class BootstrapArgs:
-    """Everything that determines a bootstrapped checkpoint (stored in its MANIFEST).
-
-    ``lr`` is AdamW's peak (`lr_at`). The task-split arguments (`TASK_SPLIT_KEYS`) mean what
-    the engine's ``tasks`` settings do and must equal them in a run that starts from the
-    checkpoint; ``warm_size`` 0 warm-starts on the GRPO pools.
-    """
+    """Everything that determines a bootstrapped checkpoint (stored in its MANIFEST). ``lr`` is
+    AdamW's peak (`lr_at`); the task-split arguments (`TASK_SPLIT_KEYS`) must equal the engine's
+    ``tasks`` settings of a run from it (``warm_size`` 0 warm-starts on the GRPO pools)."""
 
     seed: int = 0
     steps: int = 150
@@ -126,11 +123,8 @@ def warm_start(
 ) -> list[float]:
     """Train ``policy`` in place on prompt -> answer pairs; returns the loss per step.
 
-    Args:
-        groups: a group id per example; every group is drawn equally often (None: uniform).
-        schedule: step -> factor of ``lr`` (as ``LambdaLR``; None: `lr_at`).
-
-    Batches are drawn with replacement by a generator seeded with ``seed``.
+    Every ``groups`` id is drawn equally often (None: examples uniformly), with replacement,
+    seeded by ``seed``; ``schedule``: step -> factor of ``lr`` (None: `lr_at`).
     """
     ids, attn, label = encode_examples(policy.tokenizer, prompts, answers)
     gen = torch.Generator().manual_seed(seed)
