@@ -94,6 +94,16 @@ def _window_means(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values[:w]), statistics.mean(values[-w:])
 
 
+def train_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
+    """All training-pool (prompt, answer) pairs with their domain index, domain by domain."""
+    prompts, answers, groups = [], [], []
+    for i, d in enumerate(taskset.domains):
+        prompts.extend(p.prompt for p in taskset.train[d])
+        answers.extend(p.answer for p in taskset.train[d])
+        groups.extend([i] * len(taskset.train[d]))
+    return prompts, answers, groups
+
+
 def _run(job: tuple) -> dict[str, Any]:
     """One variant in its own process: ``("start" | "grpo" | "sft", name, steps, seed, policy)``.
 
@@ -110,7 +120,6 @@ def _run(job: tuple) -> dict[str, Any]:
         rewards = [trainer.train_step()["train/reward"] for _ in range(steps)]
         cpu_s, series = time.process_time() - t0, rewards
     elif kind == "sft":
-        from dataflex_rl.hosts.engine.taskio import train_pairs
         from dataflex_rl.hosts.engine.warmstart import warm_start
 
         # the trainer only provides the policy, the task set and the held-out instrument

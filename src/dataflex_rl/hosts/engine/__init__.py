@@ -1,10 +1,5 @@
-"""Embedded GRPO engine: policy, sampler, loss, warm start, trainer loop, checkpoints.
-
-    from dataflex_rl.hosts.engine import load_config, run_training
-    summary = run_training(load_config("examples/quickstart.yaml"), "difffilter", steps=50)
-
-Names are imported on first use, so ``import dataflex_rl.hosts.engine`` stays cheap.
-"""
+"""Embedded GRPO engine (``run_training(load_config(path), "difffilter")``); names are imported
+on first use, so ``import dataflex_rl.hosts.engine`` stays cheap."""
 
 from __future__ import annotations
 

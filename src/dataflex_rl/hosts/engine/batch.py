@@ -1,9 +1,5 @@
 """One engine step's rollout as data: the strategy's `RolloutBatch` (with the engine's GRPO
-advantages) and the step's reward and generation-cost figures (docs/metrics.md).
-
-The engine's counterpart of ``hosts/verl/batch.py`` and ``hosts/trl/batch.py``: what the host
-has after generating and scoring, translated for the driver.
-"""
+advantages) and the step's reward and generation-cost figures (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -12,27 +8,13 @@ from collections.abc import Sequence
 import torch
 
 from dataflex_rl.core.advantages import group_advantages
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import TENSOR_FIELDS, RolloutBatch
 from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.hosts.engine.config import GRPOConfig
 from dataflex_rl.hosts.engine.sampler import Rollout
 
 #: RolloutBatch fields the engine fills
-ENGINE_FIELDS = (
-    "rewards",
-    "response_mask",
-    "group_ids",
-    "domain_ids",
-    "advantages",
-    "old_log_probs",
-    "prompt_keys",
-    "is_padding",
-    "step",
-    "response_advantages",
-    "response_lengths",
-    "entropies",
-    "micro_batch_ids",
-)
+ENGINE_FIELDS = (*TENSOR_FIELDS, "prompt_keys", "step")
 
 
 def grpo_batch(
@@ -45,13 +27,9 @@ def grpo_batch(
     grpo: GRPOConfig,
 ) -> RolloutBatch:
     """The rollout of ``problems`` (G responses each, scored ``rewards`` [B]) as the batch the
-    strategy decides on, with the engine's GRPO advantages (``grpo.norm_adv_by_std``,
-    ``grpo.adv_eps``) per response and, for the loss, per token; the sampler's entropies
-    when it computed them. The engine's loss takes every row in one pass: one micro-batch
-    (``micro_batch_ids`` all 0)."""
+    strategy decides on, with GRPO advantages per response and per token; one micro-batch."""
     group_ids = rollout.prompt_index
-    # every group holds grpo.group_size >= 2 responses (EngineConfig refuses fewer), so
-    # no group lacks a baseline: what a one-response group would get never applies here
+    # every group holds grpo.group_size >= 2 responses, so every group has a baseline
     adv = group_advantages(
         rewards.to(torch.float32),
         group_ids,
@@ -70,8 +48,7 @@ def grpo_batch(
         old_log_probs=rollout.old_log_probs,
         prompt_keys=tuple(problems[i].key for i in group_ids.tolist()),
         step=step,
-        # outcome advantages are one value per response: decisions read these B values
-        # (exact, not a mean over the row) and no [B, T] tensor
+        # one outcome advantage per response: decisions read these B values exactly
         response_advantages=adv,
         response_lengths=mask.sum(1),
         entropies=rollout.entropies,
@@ -101,8 +78,8 @@ def reward_metrics(
 
 
 def zero_variance_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """The response tokens of groups that came back zero-variance (what an oracle skip policy
-    would have saved) and the number of groups with signal."""
+    """The response tokens of zero-variance groups (an oracle skip policy's saving) and the
+    number of groups with signal."""
     present = batch.group_size > 0
     zero = (batch.group_std == 0) & present
     tokens = torch.zeros(batch.num_groups, dtype=torch.float64).index_add_(

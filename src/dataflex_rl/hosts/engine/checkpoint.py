@@ -1,18 +1,7 @@
-"""Checkpoints of an engine run: model, optimizer, the strategy's driver and the global RNGs.
+"""Checkpoints of an engine run (docs/engine.md, checkpoints and resume).
 
-Layout: ``<out>/checkpoints/step-00000010/`` holds one safetensors state file per part
-(``model``, ``optimizer``, ``dataflex``: the `Driver`'s strategy and intake state, ``rng``;
-tensors plus plain JSON data, see `dataflex_rl.core.statefile`), ``meta.json`` (step, seed,
-config, parameter hash) and
-``MANIFEST.json`` (schema version, step, SHA-256 and size of every file, and its own SHA-256),
-written last.
-
-A save writes a temporary folder, flushes it to disk and renames it into place, so a crash or
-a full disk never leaves a half-written checkpoint, and the previous one stays usable. The
-last two checkpoints are kept. A load verifies every file against the manifest; a corrupt or
-missing file makes it fall back to the previous intact checkpoint with a warning naming the
-bad file, or, when none is intact, raises `CheckpointError` naming it. Nothing is unpickled:
-a pickle in place of a state file is refused, not executed.
+``<out>/checkpoints/step-00000010/``: a state file per part of `PARTS` (`core.statefile`),
+``meta.json`` and ``MANIFEST.json`` (SHA-256 and size of every file, and its own), written last.
 """
 
 from __future__ import annotations
@@ -95,25 +84,19 @@ def latest_step(directory: str | Path) -> int | None:
     return int(found[0].name[5:]) if found else None
 
 
-def has_checkpoint(directory: str | Path) -> bool:
-    """Whether ``directory`` holds a checkpoint to resume from."""
-    return bool(checkpoint_dirs(directory))
-
-
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` (`EmbeddedTrainer.state_dict` output) as a new checkpoint; returns its folder.
-
-    Raises:
-        CheckpointError: the checkpoint could not be written (e.g. the disk is full); the
-            previous checkpoint is untouched.
-    """
+    """Write ``state`` (`EmbeddedTrainer.state_dict` output) as a new checkpoint (a temporary
+    folder renamed into place; the last `KEEP` are kept); returns its folder. `CheckpointError`
+    when it cannot be written (e.g. a full disk): the previous one is untouched."""
     root = Path(directory) / CHECKPOINTS_DIR
     step = int(state["step"])
     final = root / f"step-{step:08d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        _remove_leftovers(root)
+        for p in root.iterdir():  # temporary folders of saves that a crash interrupted
+            if p.name.startswith((".tmp-", ".old-")):
+                shutil.rmtree(p, ignore_errors=True)
         tmp.mkdir()
         files = {f"{part}.safetensors": dump_state(state[part], part) for part in PARTS}
         skeleton, tensors = encode_tree({k: v for k, v in state.items() if k not in PARTS})
@@ -161,13 +144,6 @@ def _manifest_sha256(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _remove_leftovers(root: Path) -> None:
-    """Temporary folders of saves that a crash interrupted."""
-    for p in root.iterdir():
-        if p.name.startswith((".tmp-", ".old-")):
-            shutil.rmtree(p, ignore_errors=True)
-
-
 def _move_into_place(tmp: Path, final: Path) -> None:
     """Rename ``tmp`` to ``final``; a checkpoint of the same step already there is replaced
     (moved aside first: a crash in between leaves the previous checkpoint to recover from)."""
@@ -182,12 +158,8 @@ def _move_into_place(tmp: Path, final: Path) -> None:
 
 
 def read_checkpoint(folder: str | Path) -> dict[str, Any]:
-    """One checkpoint folder's state, every file checked against the manifest.
-
-    Raises:
-        CheckpointError: a file is missing, does not match the manifest, or is not a valid
-            state file (naming the file).
-    """
+    """One checkpoint folder's state, every file checked against the manifest (else
+    `CheckpointError` naming the file)."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_bytes())
@@ -237,15 +209,8 @@ def read_checkpoint(folder: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """The newest intact checkpoint under ``directory``.
-
-    A checkpoint with a bad file is skipped with a warning naming the file, and the previous
-    one is used.
-
-    Raises:
-        FileNotFoundError: no checkpoint there.
-        CheckpointError: none is intact (naming the bad file of each).
-    """
+    """The newest intact checkpoint under ``directory`` (a bad one is skipped with a warning);
+    `FileNotFoundError` when there is none, `CheckpointError` when none is intact."""
     folders = checkpoint_dirs(directory)
     if not folders:
         raise FileNotFoundError(f"--resume: no checkpoint under {Path(directory)}")

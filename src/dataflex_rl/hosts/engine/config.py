@@ -1,10 +1,5 @@
-"""Engine configuration: strict dataclasses loaded from YAML.
-
-Declared with the package's one config dialect (`dataflex_rl.core.config`): unknown
-keys, wrong types and out-of-range values raise `ConfigError` naming the full key path (with a
-"did you mean"), also when a config is built in code. Each field's doc lives next to its
-range, so ``--help`` and the docs are generated from the same place. Example: ``examples/quickstart.yaml``.
-"""
+"""Engine configuration: strict dataclasses (`dataflex_rl.core.config`) loaded from YAML;
+each field's doc feeds ``--help`` and the docs. Example: ``examples/quickstart.yaml``."""
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from dataflex_rl.core.config import Checked, field_rows, key_path, param, validate, with_overrides
+from dataflex_rl.core.config import Checked, key_path, param, validate, with_overrides
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.spec import load_yaml
@@ -264,8 +259,7 @@ class EngineConfig(Checked):
         "strategy=NAME or --strategy NAME, runs just that one)",
     )
     seed: int = param(0, "seed of sampling, data order and prerollout randomness", ge=0)
-    #: the engine pairs it exactly: two runs of one seed and stream share their sampling
-    #: noise (common random numbers); held-out evaluation noise is keyed by the seed alone
+    #: two runs of one seed and stream share their sampling noise (common random numbers)
     sampling_stream: int = shared_param("sampling_stream")
     steps: int = param(200, "GRPO steps", ge=0)
     generated_tokens: int | None = param(
@@ -297,25 +291,17 @@ class EngineConfig(Checked):
 
 
 def from_dict(cls: type, data: Any, where: str = "config") -> Any:
-    """Build the declared dataclass ``cls`` from a mapping, recursing into nested sections.
-
-    Raises:
-        ConfigError: unknown key (with close matches and the valid keys), wrong type or value.
-    """
+    """Build the declared dataclass ``cls`` from a mapping (`ConfigError` for a bad key,
+    type or value)."""
     return validate(cls, data, where)
 
 
 def load_config(
     source: str | Path | dict | None = None, *, dotted: Sequence[str] = (), **overrides: Any
 ) -> EngineConfig:
-    """An `EngineConfig` from a YAML path, a mapping or defaults, with overrides.
-
-    Args:
-        dotted: ``key.sub=value`` overrides (the command line's), set before validation.
-        overrides: top-level keys set before validation (None: not set).
-
-    Relative paths in ``strategy``/``strategies``/``policy``/``tasks.train``/``tasks.eval`` are resolved against the YAML
-    file's directory when they exist there.
+    """An `EngineConfig` from a YAML path, a mapping or defaults, with ``dotted``
+    (``key.sub=value``) and top-level ``overrides`` (None: not set); relative paths that exist
+    beside the YAML file are resolved against it.
 
     Raises:
         ConfigError: missing or malformed file, unknown key, wrong type or value.
@@ -350,13 +336,8 @@ def load_config(
 
 
 def _one_strategy_key(data: dict, given: set[str]) -> None:
-    """An override of ``strategy`` runs just that strategy.
-
-    ``strategy=maxvar`` or ``strategy.select.preset=...`` on the command line drops the config's
-    ``strategies`` (as ``--strategy`` does), so the strategy asked for is the one that runs.
-    Overriding both ``strategy`` and a non-empty ``strategies`` is ambiguous and refused, naming
-    both keys. (In a file, ``strategies`` wins and ``strategy`` is its documented fallback.)
-    """
+    """An override of ``strategy`` drops the config's ``strategies`` (as ``--strategy`` does);
+    overriding both ``strategy`` and a non-empty ``strategies`` is refused."""
     if "strategy" not in given:
         return
     if "strategies" not in given:
@@ -370,8 +351,7 @@ def _one_strategy_key(data: dict, given: set[str]) -> None:
 
 
 def _check_strategies(cfg: EngineConfig, where: str) -> None:
-    """Parse the strategy (or each of ``strategies``) now, so an unknown preset, a missing
-    strategy file or a bad parameter is refused before any work, with the valid names."""
+    """Parse the strategy (or each of ``strategies``) now, so errors come before any work."""
     from dataflex_rl.core.spec import parse_strategy
 
     if cfg.strategies:
@@ -382,8 +362,7 @@ def _check_strategies(cfg: EngineConfig, where: str) -> None:
 
 
 def resolve_paths(value: Any, base: Path) -> Any:
-    """A path or a list of paths (``tasks.train``/``tasks.eval``) with each relative one that
-    exists under ``base`` resolved against it; anything else as it is."""
+    """A path or a list of paths with each one `_resolve`-d against ``base``."""
     if isinstance(value, str):
         return _resolve(value, base)
     if isinstance(value, list):
@@ -397,8 +376,3 @@ def _resolve(value: str, base: Path) -> str:
     if not p.is_absolute() and (base / p).exists() and not p.exists():
         return str(base / p)
     return value
-
-
-def field_docs(cls: type = EngineConfig, prefix: str = "") -> list[tuple[str, str, Any]]:
-    """(dotted key, doc, default) for every leaf field, for ``--help`` and docs."""
-    return [(r["name"], r["doc"], r["default"]) for r in field_rows(cls, prefix)]

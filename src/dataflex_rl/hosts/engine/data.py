@@ -1,11 +1,5 @@
-"""A run's tasks, checked against its policy before anything is trained.
-
-Generated tasks must be spelled in the policy's character vocabulary, and a warm-started policy
-should have been warm-started beside the same task split. A dataset loaded from files is fitted
-instead: a character vocabulary is extended with its characters (`extend_vocabulary`), prompts
-that leave no room for a response in the model's context are dropped (`fit_to_context`), and the
-dataset's identity (paths and content hashes) lets a resume refuse changed files.
-"""
+"""A run's tasks, checked against its policy before anything is trained: generated tasks
+against its vocabulary and warm-start split, a loaded dataset fitted to it (`fit_loaded`)."""
 
 from __future__ import annotations
 
@@ -27,12 +21,7 @@ from dataflex_rl.hosts.engine.warmstart import policy_manifest, split_difference
 
 
 def tasks_from_config(config: EngineConfig):
-    """The `TaskSet` described by ``config.tasks``: generated, or loaded from files.
-
-    Raises:
-        ConfigError: a domain's settings have too few distinct prompts for the splits; for
-            files, see `load_file_tasks`.
-    """
+    """The `TaskSet` described by ``config.tasks``: generated, or loaded from files."""
     t = config.tasks
     if t.source == "files":
         return load_file_tasks(t)
@@ -54,16 +43,8 @@ def vocabulary(policy: Policy) -> list[str] | None:
 
 
 def check_generated(taskset, policy: Policy, config: EngineConfig) -> None:
-    """Generated tasks: their characters must be in the policy's vocabulary.
-
-    Raises:
-        ConfigError: a character vocabulary lacks characters the tasks use.
-
-    Warns:
-        UserWarning: the policy's bootstrap MANIFEST records another task split than
-            ``config.tasks`` (the held-out, training and warm-start splits depend on every
-            setting of `TASK_SPLIT_KEYS`: held-out prompts may be warm-start prompts).
-    """
+    """Raise `ConfigError` when a character vocabulary lacks characters the tasks use; warn
+    when the policy's bootstrap MANIFEST records another task split than ``config.tasks``."""
     chars = getattr(policy.tokenizer, "chars", None)
     missing = [] if chars is None else sorted(set(taskset_charset(taskset)) - set(chars))
     if missing:
@@ -97,41 +78,33 @@ def fit_loaded(taskset, policy: Policy, max_new_tokens: int) -> tuple[Any, dict[
     taskset, report = fit_to_context(taskset, tok.encode, context, max_new_tokens)
     report["vocabulary_added"] = "".join(added)
     report["eval_unknown_characters"] = unknown_characters(taskset, tok)
-    for split, per_domain in report["dropped"].items():
-        if any(per_domain.values()):
-            warnings.warn(
-                f"tasks.{split}: dropped prompts too long for the policy's context of "
-                f"{context} tokens with grpo.max_new_tokens={max_new_tokens}: "
-                f"{_counts(per_domain)}",
-                UserWarning,
-                stacklevel=3,
-            )
+    findings = [
+        f"tasks.{split}: dropped prompts too long for the policy's context of "
+        f"{context} tokens with grpo.max_new_tokens={max_new_tokens}: {_counts(per_domain)}"
+        for split, per_domain in report["dropped"].items()
+        if any(per_domain.values())
+    ]
     long = report["long_answers"]["train"]
     if any(long.values()):
-        warnings.warn(
+        findings.append(
             f"tasks.train: ground truths longer than grpo.max_new_tokens={max_new_tokens}"
-            f" tokens (only an equivalent shorter answer can score): {_counts(long)}",
-            UserWarning,
-            stacklevel=3,
+            f" tokens (only an equivalent shorter answer can score): {_counts(long)}"
         )
-    for d, found in report["eval_unknown_characters"].items():
-        warnings.warn(
-            f"tasks.eval: {found['prompts']} held-out prompts and {found['answers']} "
-            f"answers of domain {d!r} use characters not in the training data "
-            f"({found['chars']!r}); they are encoded as <unk>, and such an answer cannot "
-            "be generated",
-            UserWarning,
-            stacklevel=3,
-        )
+    findings += [
+        f"tasks.eval: {found['prompts']} held-out prompts and {found['answers']} "
+        f"answers of domain {d!r} use characters not in the training data "
+        f"({found['chars']!r}); they are encoded as <unk>, and such an answer cannot "
+        "be generated"
+        for d, found in report["eval_unknown_characters"].items()
+    ]
+    for message in findings:
+        warnings.warn(message, UserWarning, stacklevel=3)
     return taskset, report
 
 
 def check_same_data(state: dict[str, Any], dataset: dict | None, policy: Policy) -> None:
-    """Refuse a checkpoint taken on other data files or another character vocabulary.
-
-    Raises:
-        ValueError: naming the changed files, or the vocabulary.
-    """
+    """Raise `ValueError` for a checkpoint taken on other data files (naming them) or another
+    character vocabulary."""
     theirs = state.get("dataset")
     if theirs is not None and dataset is not None and theirs != dataset:
         changed = [

@@ -1,13 +1,6 @@
-"""A policy as a plain Hugging Face model directory (``dataflex-rl export policy``).
-
-The shipped ``tiny`` checkpoint (or a ``bootstrap`` checkpoint) keeps its tokenizer in
-``char_tokenizer.json``, which only the engine reads. `export_policy` writes the same weights
-with ``save_pretrained`` and the tokenizer as a ``PreTrainedTokenizerFast`` with the same
-characters and ids (`dataflex_rl.hosts.engine.tokenizer.hf_tokenizer`), so
-``AutoModelForCausalLM.from_pretrained(dir)`` and ``AutoTokenizer.from_pretrained(dir)`` load
-it in TRL, verl or any transformers script, and the engine itself loads it as a Hugging Face
-policy (``policy: DIR``) with the same logits and token ids.
-"""
+"""A policy as a plain Hugging Face model directory (``dataflex-rl export policy``), loadable
+by ``AutoModelForCausalLM``/``AutoTokenizer`` in TRL, verl or the engine (same logits and ids);
+and an engine config's tasks in verl's schema (``dataflex-rl export tasks``)."""
 
 from __future__ import annotations
 
@@ -16,35 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from dataflex_rl.core.io import require_empty_dir
-from dataflex_rl.hosts.engine.policy import (
-    ASSETS_DIR,
-    TINY_NAME,
-    _quiet_transformers,
-    load_policy,
-    parameter_hash,
-)
+from dataflex_rl.hosts.engine.policy import _quiet_transformers, load_policy, parameter_hash
 from dataflex_rl.hosts.engine.tokenizer import CharTokenizer, hf_tokenizer
+from dataflex_rl.hosts.engine.warmstart import MANIFEST_FILE, policy_manifest
 
-#: the provenance file a bootstrap writes and the export copies (with an ``export`` entry)
-MANIFEST_FILE = "MANIFEST.json"
 #: the class name written into ``tokenizer_config.json``: transformers 4.x and 5.x both load it
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 
 
 def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> dict[str, Any]:
-    """Write the policy ``spec`` as a Hugging Face model directory ``out``.
-
-    Args:
-        spec: ``"tiny"`` (the shipped warm-started checkpoint), a ``bootstrap`` checkpoint
-            directory, or a local Hugging Face model directory (as `load_policy` takes).
-        out: the directory to write (created).
-        force: write into a directory that already holds files (same-named files are
-            replaced; others are left).
-
-    Returns:
-        What was written: ``{"out", "source", "parameter_sha256", "vocab_size", "files"}``;
-        the same entry goes into ``out/MANIFEST.json`` under ``export`` (with the source's
-        MANIFEST, bootstrap settings and held-out accuracies, when it has one).
+    """Write the policy ``spec`` (as `load_policy` takes) as a Hugging Face model directory
+    ``out``; returns the ``export`` entry of ``out/MANIFEST.json`` (beside the source's).
 
     Raises:
         ConfigError: ``out`` holds files and ``force`` is not set (they are listed).
@@ -73,23 +48,15 @@ def export_policy(spec: str | Path, out: str | Path, *, force: bool = False) -> 
         "vocab_size": len(tokenizer),
         "files": sorted(p.name for p in target.iterdir() if p.name != MANIFEST_FILE),
     }
-    source_dir = ASSETS_DIR / TINY_NAME if str(spec) == TINY_NAME else Path(spec)
-    manifest_in = source_dir / MANIFEST_FILE
-    manifest = json.loads(manifest_in.read_text()) if manifest_in.is_file() else {}
+    manifest = policy_manifest(str(spec)) or {}
     manifest["export"] = entry
     (target / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
     return entry
 
 
 def export_engine_tasks(config, out: str | Path, *, force: bool = False) -> dict[str, Any]:
-    """Write the tasks an engine config makes (its ``tasks`` section, the first
-    ``eval.per_domain`` held-out problems) in verl's schema (``dataflex-rl export tasks``;
-    `dataflex_rl.tasks.export.export_tasks`) and return the manifest.
-
-    Raises:
-        ConfigError: the tasks are files already (only generated tasks are exported), or
-            ``out`` holds files and ``force`` is not set.
-    """
+    """Write the generated tasks of an engine config (the first ``eval.per_domain`` held-out
+    problems) with `dataflex_rl.tasks.export.export_tasks`; returns the manifest."""
     import dataclasses
 
     from dataflex_rl.core.registry import ConfigError

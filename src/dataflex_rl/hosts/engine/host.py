@@ -1,15 +1,10 @@
-"""The embedded CPU engine as a `Host` of ``compare`` (the default, ``host: engine``).
-
-Its runs execute in-process in the harness's local worker processes (``python`` is None);
-its settings are the experiment's ``engine:`` section (`EngineConfig` keys but the ones the
-experiment owns, `OWNED`); its records are the ``"eval"`` and ``"train"`` lines of the run's
-``metrics.jsonl`` (`metrics_steps_done`); its checkpoints ``checkpoints/step-*``.
-"""
+"""The embedded CPU engine as a `Host` of ``compare`` (the default, ``host: engine``): runs in
+the harness's worker processes, settings from the ``engine:`` section (but `OWNED` keys),
+records from ``metrics.jsonl``, checkpoints ``checkpoints/step-*``."""
 
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 import warnings
 from pathlib import Path
@@ -17,11 +12,11 @@ from typing import Any
 
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.engine.config import EngineConfig
+from dataflex_rl.hosts.engine.config import EngineConfig, from_dict, resolve_paths
 from dataflex_rl.hosts.host import Host, HostControls, metrics_steps_done
 
 TRAIN_FN = "dataflex_rl.hosts.engine.run:run_training"
-CHECKPOINTS_DIR, METRICS_FILE = "checkpoints", "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
 #: the run's generation cost so far, in its evaluation records
 TOKENS = "engine/generation_cost_tokens_at_eval"
 
@@ -54,11 +49,8 @@ class EngineHost(Host):
     token_budget = True
 
     def parse_section(self, engine: Any, where: str, base: Path | None) -> dict:
-        """The ``engine:`` section: a mapping without the keys the experiment owns, with
-        ``policy`` and ``tasks.train``/``tasks.eval`` resolved against ``base`` (the full check
-        is `EngineConfig`'s, in `Experiment.engine_config`)."""
-        from dataflex_rl.hosts.engine.config import resolve_paths
-
+        """The ``engine:`` section without the keys the experiment owns, ``policy`` and
+        ``tasks.train``/``tasks.eval`` resolved against ``base`` (checked later)."""
         if engine is None:
             return {}
         if not isinstance(engine, dict):
@@ -119,18 +111,13 @@ class EngineHost(Host):
         ]
 
     def run_settings(self, config: dict) -> EngineConfig:
-        """The engine's training function receives the run's `EngineConfig` (its ``steps``
-        included), without a progress bar of its own (the harness draws one over all runs)."""
-        from dataflex_rl.hosts.engine.config import from_dict
-
+        """The run's `EngineConfig`, without a progress bar (the harness draws one)."""
         config = {**config, "log": {**(config.get("log") or {}), "progress": False}}
         return from_dict(EngineConfig, config)
 
     def train(self, run, out: Path, resume: bool) -> tuple[dict, bool]:
-        """``(summary, resumed)``. When the harness chose to resume (`RunSpec.resume` None)
-        and the engine finds no usable checkpoint (every one corrupt), the run starts over
-        with a warning instead of failing on every rerun; an explicit resume fails with the
-        error."""
+        """``(summary, resumed)``; when the harness chose to resume (`RunSpec.resume` None)
+        and no checkpoint is usable, the run starts over with a warning."""
         from dataflex_rl.hosts.engine.checkpoint import CheckpointError
 
         try:
@@ -149,19 +136,14 @@ class EngineHost(Host):
         return super().train(run, out, False)
 
     def read_records(self, out_dir: Path, config: dict, mixes: bool) -> tuple[list, list]:
-        """Evaluation checkpoints and (for mixers) domain proportions from ``metrics.jsonl``.
+        """``(evals, proportions)`` from ``metrics.jsonl``: evals ``{"step", "<domain>/greedy",
+        "<domain>/sampled", "tokens"}`` (the generation cost so far, when recorded), and for
+        mixers proportions ``{"step", "domain", "target", "actual"}``."""
+        from dataflex_rl.hosts.engine.runlog import read_metrics
 
-        Returns:
-            ``(evals, proportions)``: evals are ``{"step", "<domain>/greedy", "<domain>/sampled"}``
-            and ``"tokens"``, the run's generation cost at that checkpoint (when recorded),
-            proportions are ``{"step", "domain", "target", "actual"}``.
-        """
         domains = (config.get("tasks") or {}).get("domains") or []
         evals, props = [], []
-        for line in (Path(out_dir) / METRICS_FILE).read_text().splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
+        for r in read_metrics(out_dir):
             if r.get("kind") == "eval":
                 evals.append(
                     {

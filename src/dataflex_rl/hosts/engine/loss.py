@@ -1,15 +1,5 @@
-"""GRPO pieces: response log-probs, group-normalized advantages, the clipped policy loss, KL.
-
-Semantics follow verl's defaults so a strategy behaves the same under both hosts:
-
-* advantages: core's `group_advantages` (verl's ``compute_grpo_outcome_advantage`` for the
-  engine's groups, which always hold ``group_size`` >= 2 responses).
-* policy loss: verl's ``vanilla`` loss (PPO clip with dual clip for negative advantages), with
-  per-token weights multiplied into the per-token losses before aggregation, as verl does with
-  ``rollout_is_weights``.
-* aggregation: ``token-mean`` over a mask.
-* KL: ``low_var_kl`` (the k3 estimator), clamped to [-10, 10].
-"""
+"""GRPO pieces with verl's semantics: response log-probs, the ``vanilla`` clipped policy loss
+(dual clip; per-token weights as verl's ``rollout_is_weights``), ``token-mean``, k3 KL."""
 
 from __future__ import annotations
 
@@ -27,18 +17,9 @@ def response_log_probs(
     response_mask: Tensor,
     temperature: float = 1.0,
 ) -> Tensor:
-    """Log-prob of every response token under ``model`` (with grad when enabled).
-
-    Args:
-        prompt_ids: [B, P] left-padded prompt ids, one row per response.
-        prompt_mask: [B, P] bool.
-        response_ids: [B, T] right-padded response ids.
-        response_mask: [B, T] bool.
-        temperature: logits are divided by it (as the sampler did); ``<= 0`` means 1.
-
-    Returns:
-        [B, T] float32 log-probs; 0 where ``response_mask`` is False.
-    """
+    """[B, T] float32 log-prob of every response token under ``model`` (with grad when
+    enabled), 0 where ``response_mask`` is False; prompts [B, P] left-padded, one row per
+    response, responses [B, T] right-padded; logits divided by ``temperature`` (``<= 0``: 1)."""
     P = prompt_ids.shape[1]
     ids = torch.cat([prompt_ids, response_ids], 1)
     mask = torch.cat([prompt_mask, response_mask], 1)
@@ -55,14 +36,8 @@ def response_log_probs(
 def masked_token_mean(
     values: Tensor, mask: Tensor, num_tokens: Tensor | int | None = None
 ) -> Tensor:
-    """``token-mean`` aggregation: sum of ``values`` over ``mask`` / number of tokens.
-
-    Args:
-        values: [B, T] float.
-        mask: [B, T] bool. An empty mask gives 0 (with a graph, so ``backward`` works).
-        num_tokens: the denominator when ``values`` holds only some rows of the batch (the
-            batch's mask token count); default ``mask.sum()``.
-    """
+    """``token-mean``: sum of ``values`` [B, T] over ``mask`` [B, T] / ``num_tokens`` (default
+    ``mask.sum()``; the batch's when these are some of its rows). An empty mask gives 0."""
     m = mask.to(values.dtype)
     den = m.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=values.dtype)
     return (values * m).sum() / den.clamp(min=1.0)
@@ -81,24 +56,9 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
 
-    Per token: ``ratio = exp(logp - old_logp)``;
-    ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, and for ``A < 0`` also
-    ``min(l, -A clip_ratio_c)`` (dual clip); then ``l *= weights``; the loss is the token-mean
-    of ``l`` over ``mask``.
-
-    Args:
-        log_probs: [B, T] current log-probs (with grad).
-        old_log_probs: [B, T] sampling log-probs.
-        advantages: [B, T].
-        mask: [B, T] bool, tokens averaged over (the denominator of token-mean).
-        weights: [B, T] per-token weights (``Decision.weights_per_token``) or None.
-        clip_low, clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
-        clip_ratio_c: dual-clip bound for negative advantages (> 1).
-        num_tokens: token-mean denominator when these rows are a subset of the batch
-            (default ``mask.sum()``).
-
-    Returns:
-        (scalar loss, metrics: clip fraction, dual-clip fraction, approx KL to the sampler).
+    Per token: ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, for
+    ``A < 0`` also ``min(l, -A clip_ratio_c)`` (dual clip), times ``weights``. All tensors
+    [B, T]; returns (loss, metrics: clip and dual-clip fractions, approx KL to the sampler).
     """
     log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()
@@ -122,9 +82,7 @@ def policy_loss(
 
 
 def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
-    """Per-token k3 KL estimate ``exp(ref - logp) - (ref - logp) - 1``, clamped to [-10, 10].
-
-    Schulman's low-variance estimator (verl ``low_var_kl``); >= 0, 0 where the two agree.
-    """
+    """Per-token k3 KL estimate ``exp(ref - logp) - (ref - logp) - 1`` (verl ``low_var_kl``),
+    clamped to [-10, 10]."""
     d = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
     return (d.exp() - d - 1.0).clamp(-10.0, 10.0)

@@ -1,15 +1,8 @@
 """Keyed sampling noise: common random numbers for paired runs.
 
-A run's sampling noise is not one global random stream, which any different decision would shift
-(a response that ends one token earlier moves every later draw), but a pure function of *what* is
-being sampled: the uniform that picks token ``t`` of sample ``j`` of prompt ``k`` at step ``s`` is
-``U(hash(base, s, k, j, t))``, with ``base`` derived from the run's seed and noise stream. Two
-strategies run with one seed therefore draw the same uniforms for the same (step, prompt, sample,
-position), whatever else they did, and a token is drawn by inverting the CDF of the policy's
-next-token distribution at that uniform, so two similar policies mostly pick the same token. That
-is what makes paired differences between strategies small (common random numbers); another noise
-stream gives independent noise (the A/A control). The hash is splitmix64 on int64 tensors
-(vectorized, no Python loop over rows or tokens); `mix64_reference` is the plain-integer oracle.
+The uniform that picks token ``t`` of sample ``j`` of prompt ``k`` at step ``s`` is
+``U(hash(base, s, k, j, t))`` (splitmix64), ``base`` from the run's seed and noise stream: runs
+of one seed share it whatever else they did, and tokens drawn by inverse CDF mostly agree.
 """
 
 from __future__ import annotations
@@ -52,14 +45,6 @@ def mix64(x: Tensor) -> Tensor:
     return x ^ _shr(x, 31)
 
 
-def mix64_reference(x: int) -> int:
-    """`mix64` on one Python integer (the test oracle), result as a signed 64-bit value."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return _signed(x ^ (x >> 31))
-
-
 def uniforms(keys: Tensor, position: int) -> Tensor:
     """[R] float64 uniforms in [0, 1) for the rows' ``keys`` [R] int64 at token ``position``."""
     h = mix64(keys ^ mix64(torch.full_like(keys, position + 1)))
@@ -72,17 +57,8 @@ def text_key(text: str) -> int:
 
 
 def row_keys(base: int, step: int, prompt_keys: Sequence[str], group_size: int) -> Tensor:
-    """[N * G] int64 noise keys of the rows of N prompts × G samples (grouped by prompt).
-
-    A prompt drawn twice in one step gets different keys for its second group (its occurrence
-    index is part of the key).
-
-    Args:
-        base: the run's noise base (from its seed and noise stream).
-        step: the training step (or any integer naming the sampling call, e.g. -1 for eval).
-        prompt_keys: the prompts' stable keys, one per group.
-        group_size: G, samples per prompt.
-    """
+    """[N * G] int64 noise keys of the rows of N prompts (``prompt_keys``) × G samples, grouped
+    by prompt, at ``step`` (-1: evaluation); a prompt drawn twice gets new keys the 2nd time."""
     seen: dict[str, int] = {}
     occurrence = []
     for k in prompt_keys:
@@ -99,12 +75,8 @@ def row_keys(base: int, step: int, prompt_keys: Sequence[str], group_size: int) 
 
 
 def inverse_cdf_draw(log_probs: Tensor, u: Tensor) -> Tensor:
-    """[R] token ids: the first token whose cumulative probability exceeds ``u`` [R].
-
-    Args:
-        log_probs: [R, V] log-probabilities (normalized).
-        u: [R] float64 uniforms in [0, 1).
-    """
+    """[R] token ids: the first token whose cumulative probability (of ``log_probs`` [R, V])
+    exceeds ``u`` [R] (float64 uniforms in [0, 1))."""
     cdf = torch.cumsum(log_probs.double().exp(), -1)
     target = (u * cdf[:, -1]).unsqueeze(1)
     idx = torch.searchsorted(cdf, target, right=True).squeeze(1)

@@ -1,13 +1,5 @@
-"""PNG plots of an engine run, from its ``metrics.jsonl`` (matplotlib).
-
-Figures are drawn on their own Agg canvas (`matplotlib.figure.Figure`), so plotting neither
-selects a backend nor touches pyplot's global state, at import or when called.
-
-* ``accuracy.png``: held-out accuracy per domain over steps (greedy solid, sampled dashed);
-* ``domains.png``: target vs actual domain proportions per step;
-* ``kept.png``: kept fraction of responses, groups and tokens; zero-advantage group share;
-* ``weights.png``: weight mean, std, min, max and effective-sample-size fraction.
-"""
+"""PNG plots of an engine run from its ``metrics.jsonl``: ``accuracy.png``, ``domains.png``,
+``kept.png``, ``weights.png``; drawn on their own Agg canvas (no pyplot global state)."""
 
 from __future__ import annotations
 
@@ -44,23 +36,15 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_run(out_dir: str | Path) -> list[Path]:
-    """Write the run's plots under ``out_dir/plots``; returns their paths.
-
-    Plots whose metrics the run never logged (e.g. weights without ``reweight``) still get an
-    axis with a note, so every run has the same four files.
-    """
+    """Write the run's plots under ``out_dir/plots`` (all four always: a note where nothing
+    was logged); returns their paths."""
     out = Path(out_dir) / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     records = read_metrics(out_dir)
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
     domains = sorted(
-        {
-            k.split("/")[1]
-            for r in evals
-            for k in r
-            if k.startswith("eval/") and k.split("/")[1] != "mean"
-        }
+        {k.split("/")[1] for r in evals for k in r if k.startswith("eval/")} - {"mean"}
     )
     paths = []
 
@@ -76,15 +60,8 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     paths.append(_save(fig, out / "accuracy.png"))
 
     fig, ax = _axes()
-    names = sorted(
-        {
-            d
-            for r in train
-            for k in r
-            for d, quantity in [split_domain_metric(k, "mix") or ("", "")]
-            if quantity == "actual"
-        }
-    )
+    mix = [split_domain_metric(k, "mix") for r in train for k in r]
+    names = sorted({m[0] for m in mix if m and m[1] == "actual"})
     for i, d in enumerate(names):
         for key, style in (("target", "--"), ("actual", "-")):
             x, y = _series(train, domain_metric("mix", d, key))
@@ -98,33 +75,21 @@ def plot_run(out_dir: str | Path) -> list[Path]:
     ax.legend(fontsize=7, ncol=2)
     paths.append(_save(fig, out / "domains.png"))
 
-    paths.append(
-        _lines(
-            train,
-            out / "kept.png",
-            "kept fractions",
-            [
-                ("dataflex/kept_response_fraction", "responses"),
-                ("dataflex/kept_group_fraction", "groups"),
-                ("dataflex/kept_token_fraction", "tokens"),
-                ("dataflex/zero_advantage_group_fraction", "zero-advantage groups"),
-            ],
-        )
-    )
-    paths.append(
-        _lines(
-            train,
-            out / "weights.png",
-            "response weights",
-            [
-                ("dataflex/weight_mean", "mean"),
-                ("dataflex/weight_std", "std"),
-                ("dataflex/weight_min", "min"),
-                ("dataflex/weight_max", "max"),
-                ("dataflex/weight_ess_fraction", "ESS fraction"),
-            ],
-        )
-    )
+    kept = [
+        ("dataflex/kept_response_fraction", "responses"),
+        ("dataflex/kept_group_fraction", "groups"),
+        ("dataflex/kept_token_fraction", "tokens"),
+        ("dataflex/zero_advantage_group_fraction", "zero-advantage groups"),
+    ]
+    weights = [
+        ("dataflex/weight_mean", "mean"),
+        ("dataflex/weight_std", "std"),
+        ("dataflex/weight_min", "min"),
+        ("dataflex/weight_max", "max"),
+        ("dataflex/weight_ess_fraction", "ESS fraction"),
+    ]
+    paths.append(_lines(train, out / "kept.png", "kept fractions", kept))
+    paths.append(_lines(train, out / "weights.png", "response weights", weights))
     return paths
 
 

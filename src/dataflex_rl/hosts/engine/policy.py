@@ -1,9 +1,4 @@
-"""The policy: the built-in tiny Llama-style preset, saved checkpoints, or any local HF causal LM.
-
-``load_policy("tiny")`` gives the shipped warm-started checkpoint (``hosts/engine/assets/tiny``);
-``load_policy(DIR)`` a checkpoint written by `save_policy` (or by ``dataflex-rl bootstrap``), or
-any local Hugging Face causal-LM directory. `build_tiny_policy` makes a fresh, seeded one.
-"""
+"""The policy: the tiny Llama-style preset, saved checkpoints, or any local HF causal LM."""
 
 from __future__ import annotations
 
@@ -40,13 +35,8 @@ TINY_ARCH: dict[str, Any] = {
 
 @dataclass
 class Policy:
-    """A causal LM, its tokenizer and where it came from.
-
-    Args:
-        model: a ``transformers`` causal LM (``LlamaForCausalLM`` for the tiny preset).
-        tokenizer: a `CharTokenizer` or `HFTokenizer`.
-        source: what was loaded ("tiny", a path, or "tiny-init(seed=…)").
-    """
+    """A ``transformers`` causal LM, its tokenizer and its source ("tiny", a path, or
+    "tiny-init(seed=…)")."""
 
     model: torch.nn.Module
     tokenizer: CharTokenizer | HFTokenizer
@@ -81,10 +71,8 @@ def tiny_config(vocab_size: int, **overrides: Any):
 
 
 def build_tiny_policy(tokenizer: CharTokenizer, seed: int, **arch: Any) -> Policy:
-    """A freshly initialized tiny policy; same seed and tokenizer -> same parameters.
-
-    The global torch RNG is left untouched (the init runs inside ``fork_rng``).
-    """
+    """A freshly initialized tiny policy; same seed and tokenizer -> same parameters (the
+    global torch RNG is left untouched)."""
     from transformers import LlamaForCausalLM
 
     config = tiny_config(tokenizer.vocab_size, **arch)
@@ -96,23 +84,9 @@ def build_tiny_policy(tokenizer: CharTokenizer, seed: int, **arch: Any) -> Polic
 
 
 def extend_vocabulary(policy: Policy, chars: Iterable[str], *, init_std: float = 0.02) -> list[str]:
-    """Add the characters of ``chars`` that a character tokenizer lacks, and grow the model.
-
-    The new characters are appended to the vocabulary in sorted order (so the same data gives
-    the same ids on every run and resume). Their embedding rows (and output rows when the head
-    is not tied) start at the mean of the existing rows plus Gaussian noise of std
-    ``init_std`` drawn from a generator seeded by the character itself: deterministic, and a
-    character gets the same start whatever else is added. The global RNG is untouched.
-    ``policy.tokenizer`` is replaced; a Hugging Face tokenizer is left as it is.
-
-    Args:
-        policy: the policy (changed in place).
-        chars: characters (or strings) the vocabulary must cover.
-        init_std: std of the noise added to the new rows.
-
-    Returns:
-        The added characters, in id order (empty: nothing changed).
-    """
+    """Add the characters of ``chars`` that a character tokenizer lacks (sorted: same data,
+    same ids) and grow the model in place; returns them. Each new row starts at the mean row
+    plus noise of std ``init_std`` seeded by the character itself (whatever else is added)."""
     tok = policy.tokenizer
     if not isinstance(tok, CharTokenizer):
         return []
@@ -168,17 +142,14 @@ def save_policy(policy: Policy, directory: str | Path) -> Path:
 
 
 def load_policy(spec: str | Path = TINY_NAME) -> Policy:
-    """Load a policy by name or path.
-
-    Args:
-        spec: ``"tiny"`` (the shipped warm-started checkpoint), a directory written by
-            `save_policy`/``bootstrap`` (has ``char_tokenizer.json``), or a local Hugging Face
-            causal-LM directory (loaded with its own tokenizer, no network access).
+    """Load ``"tiny"`` (the shipped warm-started checkpoint), a directory written by
+    `save_policy`/``bootstrap``, or a local Hugging Face causal-LM directory (no network).
 
     Raises:
         FileNotFoundError: the path does not exist or holds no model.
     """
     from transformers import AutoModelForCausalLM
+    from transformers import __version__ as transformers_version
 
     path = ASSETS_DIR / TINY_NAME if str(spec) == TINY_NAME else Path(spec)
     if not path.is_dir():
@@ -190,7 +161,7 @@ def load_policy(spec: str | Path = TINY_NAME) -> Policy:
         raise FileNotFoundError(
             f"policy {str(spec)!r}: {path} has no config.json, so it is not a model directory"
         )
-    dtype_kw = "dtype" if _accepts_dtype() else "torch_dtype"
+    dtype_kw = "dtype" if int(transformers_version.split(".")[0]) >= 5 else "torch_dtype"
     with _quiet_transformers():
         model = AutoModelForCausalLM.from_pretrained(
             str(path), local_files_only=True, **{dtype_kw: torch.float32}
@@ -219,12 +190,6 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def _accepts_dtype() -> bool:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0]) >= 5
-
-
 def parameter_hash(model: torch.nn.Module) -> str:
     """sha256 over every parameter and buffer: names, dtypes, shapes and bytes, in name order."""
     h = hashlib.sha256()
@@ -237,21 +202,15 @@ def parameter_hash(model: torch.nn.Module) -> str:
 
 
 def cache_argument(model: torch.nn.Module) -> str:
-    """Name of the KV-cache argument of ``model.forward``: ``past_key_values`` or ``cache``.
-
-    transformers 4.x and 5.x (through 5.10) use ``past_key_values``; later versions may
-    rename it to ``cache``. Both are handled.
-    """
+    """Name of the KV-cache argument of ``model.forward``: ``past_key_values`` (transformers
+    4.x and 5.x) or ``cache`` (later versions may rename it)."""
     params = inspect.signature(model.forward).parameters
     return "past_key_values" if "past_key_values" in params else "cache"
 
 
 def new_cache(model: torch.nn.Module) -> Any:
-    """An empty ``DynamicCache`` for ``model``.
-
-    Passing it explicitly makes transformers 4.x return a cache object (not the legacy tuple
-    it returns when given ``None``), so the sampler can repeat it per group on 4.x and 5.x.
-    """
+    """An empty ``DynamicCache`` for ``model`` (given explicitly, transformers 4.x returns a
+    cache object, not the legacy tuple, so the sampler can repeat it per group)."""
     from transformers import DynamicCache
 
     try:
@@ -269,13 +228,8 @@ def forward(
     use_cache: bool = False,
     cache_arg: str = "past_key_values",
 ):
-    """Call ``model`` with the right cache keyword; returns ``(logits, cache)``.
-
-    Args:
-        input_ids: [N, L] int64.
-        attention_mask: [N, P + L] 0/1, past and present tokens.
-        position_ids: [N, L] int64.
-    """
+    """Call ``model`` with the right cache keyword; returns ``(logits, cache)``. Ids and
+    positions [N, L]; ``attention_mask`` [N, P + L] covers past and present tokens."""
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,

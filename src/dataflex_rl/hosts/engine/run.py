@@ -1,11 +1,6 @@
-"""A full engine run: the GRPO loop with evaluation, metrics files, checkpoints and plots.
-
-Outputs under ``out_dir``: ``config.json``, ``metrics.jsonl`` (one line per training step,
-``"kind": "train"``, and one per evaluation, ``"kind": "eval"``), ``checkpoints/`` (the last
-two, see `dataflex_rl.hosts.engine.checkpoint`), ``summary.json``, ``plots/*.png``, for a dataset
-loaded from files ``dataset.json`` and ``tokenizer/``, and with a ``tracking`` section the
-trackers' files and ``tracking.json`` (docs/tracking.md).
-"""
+"""A full engine run: the GRPO loop with evaluation, metrics files, checkpoints and plots
+(``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``summary.json``, ``plots/*.png``,
+``dataset.json``, ``tokenizer/``, the trackers' files)."""
 
 from __future__ import annotations
 
@@ -22,8 +17,8 @@ from dataflex_rl.core.spec import strategy_label
 from dataflex_rl.core.texttable import text_table
 from dataflex_rl.deps import plots_available
 from dataflex_rl.hosts.engine.checkpoint import (
+    checkpoint_dirs,
     discard_after,
-    has_checkpoint,
     latest_step,
     load_checkpoint,
     save_checkpoint,
@@ -34,31 +29,19 @@ from dataflex_rl.hosts.engine.runlog import METRICS_FILE, SUMMARY_FILE, MetricsW
 from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 from dataflex_rl.tracking import Tracker, flatten, require_backends
 
-#: a loaded dataset's record in the run folder (`write_dataset_record`)
+#: a loaded dataset's record in the run folder: identity, `data_report`, pool sizes
 DATASET_FILE = "dataset.json"
 
 
-def default_out_dir(spec: Any, seed: int) -> Path:
-    """``runs/<strategy>-s<seed>``."""
-    return Path("runs") / f"{strategy_label(spec)}-s{seed}"
-
-
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table of training summaries, the decision metric first: held-out sampled
-    accuracy per domain, its mean over domains and the mean's change from the start (the
-    shared initial policy), then the same for greedy accuracy beside it, then wall time.
-    Without sampled accuracy (``eval.samples: 0``) greedy leads, alone."""
+    """A plain-text table of training summaries: per metric (sampled accuracy, the decision
+    metric, first; then greedy), accuracy per domain, the mean and its change from the start;
+    then wall time."""
     finals = [s["final_eval"] for s in summaries]
     metrics = [k for k in ("sampled", "greedy") if any(f"eval/mean/{k}" in f for f in finals)]
     metrics = metrics or ["greedy"]
-    domains = sorted(
-        {
-            k.split("/")[1]
-            for f in finals
-            for k in f
-            if k.endswith(("/greedy", "/sampled")) and not k.startswith("eval/mean/")
-        }
-    )
+    ends = ("/greedy", "/sampled")
+    domains = sorted({k.split("/")[1] for f in finals for k in f if k.endswith(ends)} - {"mean"})
     groups = [("", ["strategy"])]
     for i, m in enumerate(metrics):
         label = f"{m} accuracy" + (" (decision metric)" if i == 0 and len(metrics) > 1 else "")
@@ -88,31 +71,19 @@ def run_training(
     progress: bool | None = None,
     trainer: EmbeddedTrainer | None = None,
 ) -> dict[str, Any]:
-    """Train, evaluate, checkpoint and plot one run.
+    """Train, evaluate, checkpoint and plot one run; returns its summary (``summary.json``).
 
-    Args:
-        config: the `EngineConfig`.
-        strategy: overrides ``config.strategy`` (preset name, YAML path, mapping, `Strategy`).
-        seed: overrides ``config.seed``.
-        steps: overrides ``config.steps`` (the total, also when resuming).
-        out_dir: overrides ``config.out`` (default ``runs/<strategy>-s<seed>``).
-        resume: continue from the newest intact checkpoint in ``out_dir``; the result is the same as an
-            uninterrupted run.
-        progress: overrides ``config.log.progress``.
-        trainer: a prebuilt trainer (tests; its decision log is the one it was built with);
-            the other arguments still apply.
-
-    Returns:
-        The summary (also written to ``summary.json``): strategy, seed, steps, final and initial
-        held-out accuracy, parameter hash, timings.
+    ``strategy``, ``seed``, ``steps`` (the total), ``out_dir`` and ``progress`` override
+    ``config``'s; ``resume`` continues from the newest intact checkpoint in ``out_dir`` (the
+    same result as an uninterrupted run); ``trainer``: a prebuilt one (tests).
     """
     spec = config.strategy if strategy is None else strategy
     seed = config.seed if seed is None else seed
     total = config.steps if steps is None else steps
     check(EngineConfig, {"seed": seed, "steps": total}, "run_training")  # the config's ranges
     require_backends(config.tracking, "an engine run")  # before any work
-    out = Path(out_dir or config.out or default_out_dir(spec, seed))
-    if resume and not has_checkpoint(out):
+    out = Path(out_dir or config.out or f"runs/{strategy_label(spec)}-s{seed}")
+    if resume and not checkpoint_dirs(out):
         warnings.warn(
             f"{out}: --resume found no checkpoint (the run stopped before its first "
             "one, or never started); starting from step 0",
@@ -154,8 +125,11 @@ def run_training(
         "steps": total,
     }
     atomic_write_json(out / "config.json", run_config)
-    if tr.data_report is not None:
-        write_dataset_record(tr, out)
+    if tr.data_report is not None:  # and a character tokenizer's vocabulary
+        record = {"identity": tr.dataset, **tr.data_report, "sizes": tr.taskset.summary()}
+        atomic_write_json(out / DATASET_FILE, record)
+        if hasattr(tr.policy.tokenizer, "chars"):
+            tr.policy.tokenizer.save(out / "tokenizer")
     with Tracker.start(
         config.tracking,
         out,
@@ -165,7 +139,7 @@ def run_training(
         history=history,
         logged=logged,
     ) as tracker:  # closed as failed if the run raises
-        writer.track(tracker)
+        writer.tracker = tracker
         evals = [r for r in read_metrics(out) if r["kind"] == "eval"] if resume else []
         if not evals:
             evals.append(_evaluate(tr, writer))
@@ -192,18 +166,6 @@ def run_training(
         plot_files = plot_run(out) if plots else []
         tracker.log_files(images=plot_files, files=[out / SUMMARY_FILE])
     return summary
-
-
-def write_dataset_record(tr: EmbeddedTrainer, out: Path) -> None:
-    """``dataset.json`` (the data files' paths and SHA-256, what was dropped, added to the
-    vocabulary or unknown, pool sizes) and, for a character tokenizer, ``tokenizer/`` (the
-    vocabulary the run trains and evaluates with)."""
-    atomic_write_json(
-        out / DATASET_FILE,
-        {"identity": tr.dataset, **(tr.data_report or {}), "sizes": tr.taskset.summary()},
-    )
-    if hasattr(tr.policy.tokenizer, "chars"):
-        tr.policy.tokenizer.save(out / "tokenizer")
 
 
 def _strip(record: dict) -> dict:

@@ -1,7 +1,5 @@
 """The metrics log of an engine run: ``metrics.jsonl`` (one JSON record per line), copied to
-the configured experiment trackers (`dataflex_rl.tracking`). Training writes it; plots,
-resume and the harness read it.
-"""
+the configured experiment trackers (`dataflex_rl.tracking`)."""
 
 from __future__ import annotations
 
@@ -19,26 +17,15 @@ SUMMARY_FILE = "summary.json"
 
 
 class MetricsWriter:
-    """Appends JSON lines to ``metrics.jsonl``; each record also goes to ``tracker`` (set it
-    with `track`) after it is written."""
+    """Appends JSON lines to ``metrics.jsonl``, and each record to ``tracker`` when set."""
 
     def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / METRICS_FILE
         self.tracker: Tracker | None = None
 
-    def track(self, tracker: Tracker) -> None:
-        """Send every record written from now on to ``tracker`` too."""
-        self.tracker = tracker
-
     def truncate(self, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step).
-
-        A last line cut by a kill (not valid JSON) is dropped with a warning; afterwards the
-        file is valid JSONL with one train record per step before ``step``.
-
-        Returns:
-            ``(kept, dropped)`` records (a resumed run writes the dropped steps again).
-        """
+        """Drop records after a checkpoint at ``step`` (train steps >= step, evals > step,
+        and a last line cut by a kill); returns ``(kept, dropped)`` records."""
         if not self.path.is_file():
             return [], []
         records = parse_metrics(self.path, torn_tail_ok=True)
@@ -59,15 +46,8 @@ class MetricsWriter:
 
 
 def parse_metrics(path: Path, *, torn_tail_ok: bool = False) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file.
-
-    Args:
-        torn_tail_ok: drop (with a warning) a last line that is not valid JSON, as a kill in
-            the middle of a write leaves it.
-
-    Raises:
-        ConfigError: a line that is not valid JSON (naming the file and line).
-    """
+    """The records of a ``metrics.jsonl`` file; `ConfigError` for a line that is not valid
+    JSON, except a last one with ``torn_tail_ok`` (dropped with a warning: a kill left it)."""
     lines = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
     records = []
     for k, (i, line) in enumerate(lines):

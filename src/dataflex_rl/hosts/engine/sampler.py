@@ -1,12 +1,5 @@
-"""Group sampler: G responses per prompt with one prefill per prompt and a repeated KV cache.
-
-HF ``generate`` with ``num_return_sequences=G`` copies each prompt G times before the prefill;
-here every prompt is run once, its KV cache and last logits are repeated G times, and the G
-continuations are decoded together. Randomness comes either from per-row noise keys
-(`dataflex_rl.hosts.engine.noise`: the token at each position is a pure function of the row's key, so
-paired runs share their sampling noise) or from one ``torch.Generator``; either way the same
-inputs give bit-identical responses.
-"""
+"""Group sampler: G responses per prompt with one prefill per prompt and a repeated KV cache
+(HF ``generate`` would copy each prompt G times before the prefill)."""
 
 from __future__ import annotations
 
@@ -22,22 +15,19 @@ from dataflex_rl.hosts.engine.policy import cache_argument, forward, new_cache
 
 @dataclass(frozen=True)
 class Rollout:
-    """The responses of one sampling call. N prompts, G samples each, B = N*G rows.
-
-    Rows are grouped by prompt: rows ``g*G .. g*G+G-1`` answer prompt ``g``.
+    """The responses of one sampling call: N prompts, G samples each, B = N*G rows grouped by
+    prompt (rows ``g*G .. g*G+G-1`` answer prompt ``g``).
 
     Args:
-        prompt_ids: [N, P] int64 left-padded prompt ids.
-        prompt_mask: [N, P] bool, real prompt tokens.
-        response_ids: [B, T] int64, right-padded with the pad id after EOS.
-        response_mask: [B, T] bool, generated tokens (EOS included).
-        old_log_probs: [B, T] float32 log-prob of each generated token under the sampling
-            distribution (logits / temperature; temperature 1 for greedy); 0 on padding.
+        prompt_ids, prompt_mask: [N, P] int64 left-padded prompt ids, bool real tokens.
+        response_ids, response_mask: [B, T] int64 right-padded with the pad id after EOS, bool
+            generated tokens (EOS included).
+        old_log_probs: [B, T] float32 log-prob of each token under the sampling distribution
+            (logits / temperature; 1 for greedy); 0 on padding.
         prompt_index: [B] int64 prompt (group) of each row.
         finished: [B] bool, the row emitted EOS within the token budget.
-        entropies: [B, T] float32 entropy (nats) of the sampling distribution at each
-            generated token, from the logits the old log-probs come from; 0 on padding.
-            None unless asked for (``sample_groups(..., entropies=True)``).
+        entropies: [B, T] float32 entropy (nats) of the sampling distribution; 0 on padding;
+            None unless asked for.
     """
 
     prompt_ids: Tensor
@@ -89,11 +79,8 @@ def _draw(
     entropy: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Sampled (or greedy) token [R], its log-prob [R] under the sampling distribution and,
-    with ``entropy``, that distribution's entropy [R] (else None).
-
-    With ``noise_keys`` [R] the token is drawn by inverting the CDF at the keyed uniform of
-    each row at ``position``; otherwise from ``generator``.
-    """
+    with ``entropy``, that distribution's entropy [R] (else None). With ``noise_keys`` [R]
+    the token is drawn at each row's keyed uniform at ``position``, else from ``generator``."""
     if temperature <= 0:
         logp = torch.log_softmax(logits.float(), -1)
         tok = logp.argmax(-1)
@@ -124,25 +111,14 @@ def sample_groups(
     noise_keys: Tensor | None = None,
     entropies: bool = False,
 ) -> Rollout:
-    """Sample ``group_size`` responses for every prompt.
+    """Sample ``group_size`` (G) responses for each of N ``prompts`` (id lists, BOS included).
 
     Args:
-        model: a causal LM taking ``input_ids, attention_mask, position_ids`` and a KV cache.
-        prompts: N id lists (BOS included), of any lengths.
-        group_size: G, samples per prompt.
         max_new_tokens: token budget per response (EOS included).
-        eos_id: generation of a row stops after it emits this id.
-        pad_id: fills prompts on the left and responses after EOS.
         temperature: sampling temperature; ``<= 0`` means greedy.
-        generator: source of all randomness (seed it for reproducible samples) when
-            ``noise_keys`` is None.
+        generator: source of all randomness when ``noise_keys`` is None.
         noise_keys: [N * G] int64 per-row keys (`noise.row_keys`): token ``t`` of row ``b`` is
             drawn from the uniform keyed by ``(noise_keys[b], t)`` (common random numbers).
-        entropies: also return the sampling distribution's entropy at each token (one more
-            pass over the vocabulary per token; the tokens drawn are the same either way).
-
-    Returns:
-        A `Rollout` with B = N * G rows, grouped by prompt.
     """
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError("sample_groups: group_size and max_new_tokens must be >= 1")
@@ -211,9 +187,8 @@ def sample_groups(
 
 
 def concat_rollouts(rollouts: Sequence[Rollout], pad_id: int) -> Rollout:
-    """One `Rollout` of several (a step's refill rounds), groups in order: prompts re-padded
-    on the left to the longest, responses on the right (pad id, mask False, log-prob and
-    entropy 0; entropies only when every part has them)."""
+    """One `Rollout` of several (a step's refill rounds), groups in order, re-padded
+    (entropies only when every part has them)."""
     if len(rollouts) == 1:
         return rollouts[0]
     P = max(r.prompt_ids.shape[1] for r in rollouts)

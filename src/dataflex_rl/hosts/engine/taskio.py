@@ -1,8 +1,5 @@
-"""The engine's view of `dataflex_rl.tasks`: building task sets, prompts, charsets, rewards.
-
-Everything the engine needs from the tasks package goes through here, so the rest of the engine
-depends on these small functions rather than on the task classes.
-"""
+"""The engine's view of `dataflex_rl.tasks` (task sets, prompts, charsets, rewards): the rest
+of the engine depends on these small functions rather than on the task classes."""
 
 from __future__ import annotations
 
@@ -21,34 +18,14 @@ def build_tasks(domains: Sequence[str], seed: int, **options: Any):
     return build_taskset(domains=tuple(domains), seed=seed, **options)
 
 
-def domain_names(taskset) -> tuple[str, ...]:
-    """Domain names of ``taskset``, in id order."""
-    return tuple(taskset.domains)
-
-
 def taskset_charset(taskset) -> list[str]:
     """Characters any prompt or answer of ``taskset`` may contain."""
     return sorted(set(taskset.charset()))
 
 
-def train_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
-    """All training-pool (prompt, answer) pairs with their domain index, domain by domain."""
-    prompts, answers, groups = [], [], []
-    for i, d in enumerate(taskset.domains):
-        prompts.extend(p.prompt for p in taskset.train[d])
-        answers.extend(p.answer for p in taskset.train[d])
-        groups.extend([i] * len(taskset.train[d]))
-    return prompts, answers, groups
-
-
 def warm_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
-    """Warm-start (prompt, answer, domain index) triples, domain by domain.
-
-    A domain's triples are its warm split (``taskset.warm``: drawn from the same
-    de-duplicated stream as the held-out set and the GRPO pool, disjoint from both, so GRPO's
-    prompts are new to the policy); a domain with an empty warm split (``warm_size`` 0, or a
-    task set loaded from files) gives its training pool instead.
-    """
+    """Warm-start (prompt, answer, domain index) triples, domain by domain: a domain's warm
+    split (disjoint from its held-out set and GRPO pool), or its training pool when empty."""
     prompts, answers, groups = [], [], []
     warm = getattr(taskset, "warm", {})
     for i, d in enumerate(taskset.domains):
@@ -69,14 +46,8 @@ def score(taskset, problems: Sequence, responses: Sequence[str]) -> Tensor:
 
 
 def load_file_tasks(tasks_config):
-    """The `TaskSet` of a ``source: files`` tasks config (``tasks.train``, ``tasks.eval``,
-    columns and per-domain verifiers); the held-out split is seeded by ``tasks.eval_seed``.
-
-    Raises:
-        ConfigError: a path that does not exist, an empty or unreadable file, a missing column
-            (the present ones listed), a domain without a verifier, a ground truth its
-            verifier cannot check.
-    """
+    """The `TaskSet` of a ``source: files`` tasks config (`load_dataset`, which raises
+    `ConfigError` for bad files, columns or verifiers)."""
     from dataflex_rl.tasks.datasets import default_eval_split, load_dataset
 
     t = tasks_config
@@ -110,26 +81,12 @@ def dataset_identity(tasks_config) -> dict[str, list[dict[str, str]]] | None:
 
 
 def fit_to_context(taskset, encode, context: int | None, max_new_tokens: int):
-    """Drop the problems whose prompt leaves no room for a response in the model's context.
-
-    A prompt fits when ``1 + len(encode(prompt)) + max_new_tokens <= context`` (BOS, the
-    prompt, the response budget). Answers longer than the response budget (EOS included)
-    are kept but counted: only an equivalent shorter answer can score on them.
-
-    Args:
-        taskset: the task set (not changed).
-        encode: the tokenizer's ``encode``.
-        context: the model's context in tokens (None: no limit).
-        max_new_tokens: the response budget.
-
-    Returns:
-        ``(taskset, report)``: the task set without the prompts that do not fit, and per split
-        and domain, how many prompts were dropped (``dropped``) and how many kept answers are
-        longer than the budget (``long_answers``).
+    """``(taskset, report)``: a copy without the problems whose prompt does not fit
+    ``1 + len(encode(prompt)) + max_new_tokens <= context`` (None: no limit), and per split and
+    domain the prompts ``dropped`` and the kept answers longer than the budget (``long_answers``).
 
     Raises:
-        ConfigError: a domain has no training or no held-out prompt left (naming the domain,
-            the context and the budget).
+        ConfigError: a domain has no training or no held-out prompt left.
     """
     from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.tasks.base import TaskSet
@@ -158,9 +115,8 @@ def fit_to_context(taskset, encode, context: int | None, max_new_tokens: int):
 
 
 def unknown_characters(taskset, tokenizer) -> dict[str, dict[str, int]]:
-    """Held-out problems whose prompt or answer has characters a character tokenizer lacks
-    (they are encoded as ``<unk>``; such an answer cannot be generated): per domain, the
-    number of such prompts and answers, and the characters. Empty for other tokenizers."""
+    """Per domain, the held-out prompts and answers with characters a character tokenizer
+    lacks, and the characters (empty for other tokenizers)."""
     chars = getattr(tokenizer, "chars", None)
     if chars is None:
         return {}
@@ -177,8 +133,7 @@ def unknown_characters(taskset, tokenizer) -> dict[str, dict[str, int]]:
 
 
 def train_charset(taskset) -> list[str]:
-    """Characters of the training prompts and answers (what a character vocabulary is
-    extended with for a loaded dataset)."""
+    """Characters of the training prompts and answers."""
     chars: set[str] = set()
     for d in taskset.domains:
         for p in taskset.train.get(d, []):

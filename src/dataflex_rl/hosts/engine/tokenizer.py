@@ -1,11 +1,8 @@
 """Tokenizers the engine speaks: a character tokenizer built in code, and an adapter for HF ones.
 
-Both expose the same small surface: ``encode(text) -> list[int]`` (no specials),
-``decode(ids) -> str`` (specials dropped), ``pad_id``, ``bos_id``, ``eos_id``, ``vocab_size``
-and ``save(dir)``. The engine formats a prompt as ``[bos] + encode(prompt)`` and a target
-response as ``encode(answer) + [eos]``. `hf_tokenizer` gives a `CharTokenizer` as a Hugging Face
-``PreTrainedTokenizerFast`` with the same characters and ids (what ``dataflex-rl export policy``
-writes for TRL and verl).
+Both give ``encode`` (no specials), ``decode`` (specials dropped), ``pad_id``, ``bos_id``,
+``eos_id``, ``vocab_size`` and ``save``. A prompt is ``[bos] + encode(prompt)``, a target
+response ``encode(answer) + [eos]``.
 """
 
 from __future__ import annotations
@@ -17,9 +14,8 @@ from pathlib import Path
 #: special tokens of `CharTokenizer`, in id order
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 TOKENIZER_FILE = "char_tokenizer.json"
-#: chat template of `hf_tokenizer`: BOS, then the messages' contents joined by blank lines (the
-#: engine's prompt: ``[bos] + encode(prompt)``, a chat prompt's contents joined as the dataset
-#: loader joins them); roles add nothing and there is no generation prompt
+#: chat template of `hf_tokenizer`: BOS, then the messages' contents joined by blank lines (as
+#: the dataset loader joins a chat prompt); roles add nothing, no generation prompt
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{% if not loop.first %}{{ '\\n\\n' }}"
     "{% endif %}{{ message['content'] }}{% endfor %}"
@@ -27,12 +23,8 @@ CHAT_TEMPLATE = (
 
 
 class CharTokenizer:
-    """One token per character, plus ``<pad>`` (0), ``<bos>`` (1), ``<eos>`` (2), ``<unk>`` (3).
-
-    Args:
-        chars: the characters of the vocabulary, in id order (ids start after the specials).
-            Duplicates are an error, so the vocabulary (and a checkpoint's meaning) is fixed.
-    """
+    """One token per character of ``chars`` (in id order, no duplicates), after ``<pad>`` (0),
+    ``<bos>`` (1), ``<eos>`` (2), ``<unk>`` (3)."""
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
@@ -77,13 +69,8 @@ class CharTokenizer:
         """Write ``char_tokenizer.json`` into ``directory``; returns its path."""
         path = Path(directory) / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {"type": "char", "specials": list(SPECIALS), "chars": self.chars},
-                ensure_ascii=False,
-                indent=1,
-            )
-        )
+        data = {"type": "char", "specials": list(SPECIALS), "chars": self.chars}
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=1))
         return path
 
     @classmethod
@@ -107,12 +94,8 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """Adapter giving a Hugging Face tokenizer the `CharTokenizer` surface.
-
-    Args:
-        tok: a ``transformers`` tokenizer. A missing pad token falls back to EOS; a missing
-            BOS token to EOS as well (the prompt then starts with EOS, which causal LMs accept).
-    """
+    """Adapter giving a ``transformers`` tokenizer the `CharTokenizer` surface; a missing pad
+    or BOS token falls back to EOS."""
 
     def __init__(self, tok) -> None:
         if tok.eos_token_id is None:
@@ -145,20 +128,12 @@ class HFTokenizer:
 
 
 def hf_tokenizer(tok: CharTokenizer, model_max_length: int | None = None):
-    """``tok`` as a Hugging Face ``PreTrainedTokenizerFast`` with the same ids.
+    """``tok`` as a Hugging Face ``PreTrainedTokenizerFast`` with the same ids (left padding;
+    ``model_max_length`` None: unlimited).
 
-    A ``tokenizers`` word-level vocabulary of the specials and ``tok.chars`` (same order, so
-    same ids), split into single characters, unknown characters to ``<unk>``. Encoding
-    prepends ``<bos>`` unless ``add_special_tokens=False`` (then it equals ``tok.encode``), so a
-    plain-text prompt is the engine's ``[bos] + encode(prompt)``; a chat prompt gets the same
-    from `CHAT_TEMPLATE` (``apply_chat_template`` adds no second BOS). Decoding with
-    ``skip_special_tokens=True`` drops the specials as `CharTokenizer.decode` does. Left
-    padding (generation). Text holding a special token's spelling (``"<eos>"``) is read as
-    that token, where `CharTokenizer` reads its characters.
-
-    Args:
-        tok: the character tokenizer.
-        model_max_length: the model's context in tokens (None: unlimited).
+    Encoding prepends ``<bos>`` unless ``add_special_tokens=False`` (then it equals
+    ``tok.encode``); a chat prompt gets the same from `CHAT_TEMPLATE`. Unlike `CharTokenizer`,
+    text holding a special token's spelling (``"<eos>"``) is read as that token.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast

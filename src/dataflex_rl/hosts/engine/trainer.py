@@ -1,19 +1,5 @@
-"""The embedded GRPO loop. One step, top to bottom (DESIGN §5)::
-
-    driver.draw (mix: the strategy's proportions; prerollout: skipped candidates replaced)
-      -> generation (G samples per prompt, shared prefill) -> reward (verifiers)
-      -> GRPO advantages -> RolloutBatch -> driver.decide (select, tokens, reweight, mix
-         signals; the decision log) -> Learner.learn (clipped policy loss with the decision's weights and
-         mask; SGD or AdamW, gradient clipping)
-
-The engine is a host like verl and TRL: its strategy runs through a
-`dataflex_rl.hosts.common.driver.Driver`, and this module only generates, scores and learns.
-
-Each mechanism acts for real: prerollout changes which prompts are generated, mix changes which
-domains are sampled, select removes responses from the loss (weight 0, and from the denominator
-when ``renormalize``), tokens removes tokens of the kept responses the same way, reweight scales
-their per-token losses.
-"""
+"""The embedded GRPO loop: the strategy runs through a `Driver` (draw, decide), as on every
+host; this module generates, scores and learns (docs/architecture.md, one training step)."""
 
 from __future__ import annotations
 
@@ -37,6 +23,11 @@ from dataflex_rl.hosts.engine.batch import (
     reward_metrics,
     zero_variance_metrics,
 )
+from dataflex_rl.hosts.engine.checkpoint import (
+    global_rng_state,
+    seed_global_rngs,
+    set_global_rng_state,
+)
 from dataflex_rl.hosts.engine.config import EngineConfig
 from dataflex_rl.hosts.engine.data import (
     check_generated,
@@ -49,7 +40,7 @@ from dataflex_rl.hosts.engine.evaluation import evaluate
 from dataflex_rl.hosts.engine.noise import derive_seed, row_keys
 from dataflex_rl.hosts.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.hosts.engine.sampler import Rollout, concat_rollouts, first_groups, sample_groups
-from dataflex_rl.hosts.engine.taskio import dataset_identity, domain_names, score
+from dataflex_rl.hosts.engine.taskio import dataset_identity, score
 from dataflex_rl.hosts.engine.update import Learner
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -57,34 +48,18 @@ if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when
 
 
 class EmbeddedTrainer:
-    """GRPO on one CPU process with a data strategy in the loop (the embedded engine's trainer;
-    not TRL's ``GRPOTrainer``). The strategy runs through a `Driver`, as in every host.
+    """GRPO on one CPU process with a data strategy in the loop (the embedded engine's trainer).
 
     Args:
-        config: the run's `EngineConfig`.
-        strategy: a `Strategy`, or anything `Strategy` accepts (preset name, YAML path, mapping).
-        seed: seed of generation, data order and prerollout randomness (overrides
-            ``config.seed`` when given).
+        strategy: a `Strategy`, or anything `Strategy` accepts (default ``config.strategy``).
+        seed: overrides ``config.seed``.
         taskset: a prebuilt task set (default: built from ``config.tasks``).
         policy: a preloaded `Policy` (default: ``load_policy(config.policy)``); with
             ``tasks.source: files`` a character vocabulary is extended in place.
-        out_dir: the run's folder, where the decision log goes (``config.decision_log``;
-            None: no log).
+        out_dir: where the decision log goes (None: no log).
 
-    The process's global RNGs (torch, Python's ``random``, NumPy) are seeded from the run's
-    seed (``derive_seed(seed, "global")``), as a training entry does: the engine's own draws
-    use generators of their own and never read them, but a user component or model that does
-    then repeats, and two identical runs write identical checkpoints (torch seeds its global
-    generator at random in each new process).
-
-    The tasks are checked against the policy before anything is trained
-    (`dataflex_rl.hosts.engine.data`): generated ones for the vocabulary and the warm-start split, a
-    loaded dataset fitted to the policy, ``data_report`` saying what was added, dropped and
-    unknown.
-
-    Warns:
-        UserWarning: the policy's bootstrap MANIFEST records another task split than
-            ``config.tasks`` (held-out prompts may have been seen in its warm start).
+    The global RNGs are seeded from the run's seed (identical runs, identical checkpoints);
+    the tasks are checked against the policy first (`data`; ``data_report``).
     """
 
     def __init__(
@@ -100,11 +75,9 @@ class EmbeddedTrainer:
         torch.set_num_threads(config.threads)
         self.config = config
         self.seed = config.seed if seed is None else seed
-        from dataflex_rl.hosts.engine.checkpoint import seed_global_rngs
-
         seed_global_rngs(derive_seed(self.seed, "global"))
         self.taskset = taskset if taskset is not None else tasks_from_config(config)
-        self.domains = domain_names(self.taskset)
+        self.domains = tuple(self.taskset.domains)
         self.policy = policy if policy is not None else load_policy(config.policy)
         self.dataset = dataset_identity(config.tasks) if taskset is None else None
         self.data_report: dict[str, Any] | None = None
@@ -125,8 +98,7 @@ class EmbeddedTrainer:
                 adv_eps=g.adv_eps,
             )
         self.driver = Driver(spec, self._intake(), self._decision_log(spec, out_dir))
-        # sampling noise is keyed by (seed, noise stream, step, prompt, sample): common random
-        # numbers across strategies run with one seed (engine/noise.py)
+        # common random numbers across strategies run with one seed (engine/noise.py)
         self.noise_base = derive_seed(self.seed, f"rollout:{config.sampling_stream}")
         self.step = 0
         #: generation cost so far, in tokens (`engine/generation_cost_tokens_total`)
@@ -134,9 +106,8 @@ class EmbeddedTrainer:
         self._warned: set[type] = set()
 
     def _intake(self) -> Intake:
-        """The training problems, drawn at the strategy's or ``tasks.proportions``: a full
-        batch, as on every host; the engine generates the prompts the skip policy audits
-        (``audits=True``)."""
+        """The training problems, drawn at the strategy's or ``tasks.proportions``; the engine
+        generates the prompts the skip policy audits."""
         t, D = self.config.tasks, len(self.domains)
         static = (
             normalize_proportions(t.proportions, self.domains, "tasks.proportions")
@@ -176,16 +147,9 @@ class EmbeddedTrainer:
             settings={"prerollout_seed": derive_seed(self.seed, "prerollout")},
         )
 
-    # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
-        """Run one GRPO step; returns its metrics (``step`` is the step just taken).
-
-        The driver draws ``prompts_per_step`` problems (with pre-rollout, rounds of
-        ``candidate_factor`` x the missing ones per domain, for at most ``max_draw_rounds``
-        rounds; then skipped prompts fill the batch); the engine generates and scores them (with
-        ``refill``, then refill rounds: `_refill`), the driver decides on every generated
-        group, and the engine updates the policy with the decision.
-        """
+        """Run one GRPO step (draw, generate and score, refill rounds, decide, learn); returns
+        its metrics (``step`` is the step just taken)."""
         t0 = time.perf_counter()
         step = self.step
         problems, domain_idx, metrics = self.driver.draw(self.config.grpo.prompts_per_step, step)
@@ -207,7 +171,11 @@ class EmbeddedTrainer:
             t_gen, t_rew = t_gen + t_more[0], t_rew + t_more[1]
             # the refill draws' probe passes too (their counts add up in the driver)
             probe_tokens = self.driver.pending.get("dataflex/prerollout/probe_tokens", 0.0)
-        self._cost(generated, audit_tokens, probe_tokens, metrics, batch)
+        cost = generated + audit_tokens + probe_tokens  # the step's cost (docs/metrics.md)
+        self.cost_tokens += cost
+        metrics["engine/generation_cost_tokens"] = cost
+        metrics["engine/generation_cost_tokens_total"] = self.cost_tokens
+        metrics.update(zero_variance_metrics(batch))
         t1 = time.perf_counter()
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
@@ -234,12 +202,9 @@ class EmbeddedTrainer:
         return metrics
 
     def _refill(self, step, rollout, rewards, problems, domain_idx, batch, metrics):
-        """Refill rounds (`Driver.refill`): the groups the selector drops are replaced by new
-        draws, generated and scored here, until ``prompts_per_step`` groups are kept or the
-        strategy's ``refill.max_rounds`` ran. Returns the step's rollout, rewards, problems,
-        domain ids and batch over every round (groups past the step's last needed one left
-        out: generated, counted in the cost, not trained on), the generated tokens of every
-        round, and the rounds' (generate, reward) seconds."""
+        """Refill rounds (`Driver.refill`): the step's rollout, rewards, problems, domain ids
+        and batch over every round (but groups past the last needed one), the generated tokens
+        of every round, and the rounds' (generate, reward) seconds."""
         g = self.config.grpo
         rounds: list[tuple] = []
         seconds = [0.0, 0.0]
@@ -284,24 +249,6 @@ class EmbeddedTrainer:
         metrics.update(self.driver.observe_audit(batch))
         metrics["engine/tokens_audit"] = float(rollout.num_tokens)
         return float(rollout.num_tokens)
-
-    def _cost(
-        self,
-        generated: float,
-        audit: float,
-        probe: float,
-        metrics: dict,
-        batch: RolloutBatch | None = None,
-    ) -> None:
-        """The step's generation accounting (docs/metrics.md): the cost in tokens (trained
-        groups' response tokens + audited groups' + the probe's forward passes), its running
-        total, and the tokens of groups that came back zero-variance (the oracle ceiling)."""
-        cost = generated + audit + probe
-        self.cost_tokens += cost
-        metrics["engine/generation_cost_tokens"] = cost
-        metrics["engine/generation_cost_tokens_total"] = self.cost_tokens
-        if batch is not None:
-            metrics.update(zero_variance_metrics(batch))
 
     def _decide(self, batch: RolloutBatch, generate_seconds: float, metrics: dict):
         """The driver's decision (its metrics into ``metrics``); the strategy's warnings are
@@ -352,14 +299,9 @@ class EmbeddedTrainer:
         rewards = score(self.taskset, per_row, texts)
         return rollout, rewards, t1 - t0, time.perf_counter() - t1
 
-    # ------------------------------------------------------------------ evaluation and state
     def evaluate(self) -> dict[str, float]:
-        """Held-out accuracy per domain, greedy and sampled.
-
-        The sampled accuracy's noise is keyed by the seed alone, not by ``sampling_stream``: the
-        held-out measurement is the instrument every arm of a seed shares (an A/A arm differs
-        from its baseline in training noise only, as two strategies do).
-        """
+        """Held-out accuracy per domain, greedy and sampled; the noise is keyed by the seed
+        alone (not ``sampling_stream``), so every arm of a seed is measured alike."""
         e = self.config.eval
         return evaluate(
             self.policy,
@@ -376,11 +318,7 @@ class EmbeddedTrainer:
         return parameter_hash(self.policy.model)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: model, optimizer, the driver's state
-        (strategy, intake) and the global RNGs. For a checkpoint: the decision log is
-        flushed first (`Driver.checkpoint`)."""
-        from dataflex_rl.hosts.engine.checkpoint import global_rng_state
-
+        """Everything needed to continue exactly (the decision log is flushed first)."""
         return {
             "step": self.step,
             "seed": self.seed,
@@ -396,10 +334,7 @@ class EmbeddedTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from `state_dict` output (same config, strategy and seed); the decision log
-        drops the steps logged after it (`Driver.resume`)."""
-        from dataflex_rl.hosts.engine.checkpoint import set_global_rng_state
-
+        """Resume from `state_dict` output (same config, strategy and seed)."""
         if state["seed"] != self.seed:
             raise ValueError(f"checkpoint has seed {state['seed']}, this run {self.seed}")
         # settings that change the trajectory must match (steps, outputs and logging may not)
@@ -424,7 +359,7 @@ class EmbeddedTrainer:
         self.policy.model.load_state_dict(state["model"])
         self.learner.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
-        self.cost_tokens = float(state.get("generation_cost_tokens", 0.0))  # older checkpoints
+        self.cost_tokens = float(state["generation_cost_tokens"])
         self.driver.resume(state["dataflex"], self.step)
         set_global_rng_state(state["rng"])
         if self.parameter_hash() != state["parameter_sha256"]:

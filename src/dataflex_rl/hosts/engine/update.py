@@ -1,10 +1,5 @@
-"""The embedded engine's policy update: the clipped GRPO loss with a decision's weights and
-mask, on the rows that can have a gradient, then an SGD or AdamW step with gradient clipping.
-
-The loss has the semantics of verl's vanilla policy loss with ``rollout_is_weights`` (per-token
-weights, dual clip, token-mean aggregation; `dataflex_rl.hosts.engine.loss`), plus an optional k3 KL
-term to the initial policy.
-"""
+"""The engine's policy update: the clipped GRPO loss (`loss`) with a decision's weights and mask,
+plus an optional k3 KL to the initial policy, then an SGD or AdamW step with gradient clipping."""
 
 from __future__ import annotations
 
@@ -18,13 +13,8 @@ from dataflex_rl.hosts.engine.sampler import Rollout
 
 
 class Learner:
-    """The policy, its optimizer and (with ``kl_coef > 0``) a frozen copy as KL reference.
-
-    Args:
-        model: the policy's model (trained in place).
-        grpo: the loss settings.
-        optim: the optimizer settings.
-    """
+    """The policy's model (trained in place), its optimizer and (with ``kl_coef > 0``) a frozen
+    copy as KL reference."""
 
     def __init__(self, model: torch.nn.Module, grpo: GRPOConfig, optim: OptimConfig) -> None:
         self.model = model
@@ -51,13 +41,9 @@ class Learner:
         kept_mask: torch.Tensor,
         step: int,
     ) -> dict[str, float]:
-        """Policy-gradient update on the rows that can have a gradient.
-
-        Rows whose weighted advantage is 0 on every token give no policy gradient, so they are
-        left out of the forward pass. With ``loss_agg: token-mean`` they still count in the
-        token-mean denominator (as in verl); with ``informative-token-mean`` only the tokens
-        of rows with a gradient do. With a KL term, every kept row takes part.
-        """
+        """Policy-gradient update on the rows that can have a gradient (a weighted advantage
+        not 0 somewhere; with a KL term, every kept row). With ``loss_agg: token-mean`` the
+        other rows still count in the denominator (as in verl)."""
         g, o = self.grpo, self.optim
         signal = (advantages * weights != 0) & mask
         informative = signal.any(1)

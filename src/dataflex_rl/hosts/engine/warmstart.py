@@ -1,14 +1,13 @@
 """Supervised warm start of the tiny policy, and ``bootstrap``: build, train, save, hash.
 
-The warm start teaches the format (prompt -> answer, EOS) and part of the skill, so GRPO starts
-from a partially competent policy (roughly 20-70% per domain). It is deterministic: the same
-arguments give the same parameter hash on the same software stack and CPU capability (SIMD
-width; float reductions differ across them).
+Deterministic: the same arguments give the same parameter hash on the same software stack and
+CPU capability (float reductions differ across SIMD widths).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from collections.abc import Callable
@@ -21,6 +20,8 @@ from torch import Tensor
 
 from dataflex_rl.core.io import atomic_write_text
 from dataflex_rl.core.metrics import metric_domain
+from dataflex_rl.hosts.engine.config import default_difficulty
+from dataflex_rl.hosts.engine.evaluation import evaluate
 from dataflex_rl.hosts.engine.policy import (
     ASSETS_DIR,
     TINY_NAME,
@@ -29,6 +30,7 @@ from dataflex_rl.hosts.engine.policy import (
     parameter_hash,
     save_policy,
 )
+from dataflex_rl.hosts.engine.taskio import build_tasks, taskset_charset, warm_pairs
 from dataflex_rl.hosts.engine.tokenizer import CharTokenizer
 
 MANIFEST_FILE = "MANIFEST.json"
@@ -36,28 +38,9 @@ MANIFEST_FILE = "MANIFEST.json"
 
 @dataclass(frozen=True)
 class BootstrapArgs:
-    """Everything that determines a bootstrapped checkpoint (stored in its MANIFEST).
-
-    Args:
-        seed: seed of the model init, the batch order and the task generators.
-        steps: supervised steps.
-        batch_size: examples per step.
-        lr: peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay to 10%).
-        weight_decay: AdamW weight decay.
-        domains: task domains.
-        task_seed: seed of the task stream (the engine's ``tasks.seed``).
-        train_size: GRPO training problems per domain (the engine's ``tasks.train_size``).
-        eval_size: held-out problems per domain (excluded from training; reported accuracy).
-        eval_seed: seed of the split into held-out, training and warm-start problems (the
-            engine's ``tasks.eval_seed``).
-        difficulty: per-domain difficulty (None: the engine's default levels).
-        warm_size: warm-start problems per domain: the warm split of the one de-duplicated
-            task stream, disjoint from the GRPO pools and held-out sets (0: train on the GRPO
-            pools). The engine's ``tasks.warm_size`` must equal it.
-
-    The task-split arguments (`TASK_SPLIT_KEYS`) must equal the engine's ``tasks`` settings
-    of a run that starts from the checkpoint: the splits depend on all of them.
-    """
+    """Everything that determines a bootstrapped checkpoint (stored in its MANIFEST). ``lr`` is
+    AdamW's peak (`lr_at`); the task-split arguments (`TASK_SPLIT_KEYS`) must equal the engine's
+    ``tasks`` settings of a run from it (``warm_size`` 0 warm-starts on the GRPO pools)."""
 
     seed: int = 0
     steps: int = 150
@@ -88,12 +71,9 @@ TASK_SPLIT_KEYS = {
 def encode_examples(
     tokenizer: CharTokenizer, prompts: list[str], answers: list[str]
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Right-padded supervised examples ``[bos] prompt answer [eos]``.
-
-    Returns:
-        ids [M, L] int64, attention mask [M, L] bool, label mask [M, L] bool that is True on
-        the positions whose *next* token is an answer token or the EOS (loss positions).
-    """
+    """Right-padded supervised examples ``[bos] prompt answer [eos]``: ids [M, L] int64,
+    attention mask [M, L] bool, and label mask [M, L] bool, True where the *next* token is an
+    answer token or the EOS."""
     seqs, starts = [], []
     for p, a in zip(prompts, answers):
         head = [tokenizer.bos_id] + tokenizer.encode(p)
@@ -120,8 +100,6 @@ def supervised_loss(model: torch.nn.Module, ids: Tensor, attn: Tensor, label: Te
 
 def lr_at(step: int, total: int, peak: float) -> float:
     """Linear warm-up over 5% of ``total`` then cosine decay to 10% of ``peak``."""
-    import math
-
     warm = max(1, total // 20)
     if step < warm:
         return peak * (step + 1) / warm
@@ -145,13 +123,8 @@ def warm_start(
 ) -> list[float]:
     """Train ``policy`` in place on prompt -> answer pairs; returns the loss per step.
 
-    Args:
-        groups: a group id per example (its domain); every group is drawn equally often,
-            whatever its size. None: examples are drawn uniformly.
-        schedule: step -> factor of ``lr`` (as torch's ``LambdaLR``; ``lambda step: 1.0`` is
-            a constant ``lr``). None: `lr_at`, linear warm-up then cosine decay to 10%.
-
-    Batches are drawn with replacement by a generator seeded with ``seed``.
+    Every ``groups`` id is drawn equally often (None: examples uniformly), with replacement,
+    seeded by ``seed``; ``schedule``: step -> factor of ``lr`` (None: `lr_at`).
     """
     ids, attn, label = encode_examples(policy.tokenizer, prompts, answers)
     gen = torch.Generator().manual_seed(seed)
@@ -181,27 +154,14 @@ def warm_start(
 def bootstrap(
     out_dir: str | Path, args: BootstrapArgs = BootstrapArgs(), *, progress: bool = False
 ) -> dict[str, Any]:
-    """Build the tiny policy, warm-start it on the task generators, save it with a MANIFEST.
-
-    Args:
-        out_dir: directory for the checkpoint (model, ``char_tokenizer.json``, MANIFEST.json).
-        args: the `BootstrapArgs`; recorded verbatim in the MANIFEST.
-        progress: show a progress bar.
-
-    Returns:
-        The MANIFEST: parameter sha256, arguments, split sizes, warm-start examples per
-        domain, held-out greedy accuracy per domain, number of parameters, software versions,
-        CPU capability and machine, wall time.
+    """Build the tiny policy, warm-start it on the task generators, save it into ``out_dir``
+    with a MANIFEST (``args`` verbatim, parameter hash, held-out greedy accuracy, versions);
+    returns the MANIFEST.
 
     Raises:
-        ConfigError: the task settings have too few distinct prompts for the splits (see
-            ``build_taskset``).
+        ConfigError: the task settings have too few distinct prompts for the splits.
     """
     import transformers
-
-    from dataflex_rl.hosts.engine.config import default_difficulty
-    from dataflex_rl.hosts.engine.evaluation import evaluate
-    from dataflex_rl.hosts.engine.taskio import build_tasks, taskset_charset, warm_pairs
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -254,8 +214,7 @@ def bootstrap(
         },
         "num_parameters": policy.num_parameters,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        # float reductions differ across SIMD widths: the hash reproduces only on the same
-        # CPU capability
+        # float reductions differ across SIMD widths: the hash reproduces only on this one
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
         "wall_seconds": round(time.perf_counter() - t0, 1),
@@ -273,12 +232,8 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
 
 
 def policy_manifest(source: str) -> dict[str, Any] | None:
-    """The MANIFEST of the policy loaded from ``source`` (a `Policy.source`), or None.
-
-    Args:
-        source: ``"tiny"`` (the shipped checkpoint) or a directory; anything else (a freshly
-            built policy, a Hugging Face model without a MANIFEST) gives None.
-    """
+    """The MANIFEST of the policy loaded from ``source`` (``"tiny"`` or a directory), or None
+    when it has none."""
     directory = ASSETS_DIR / TINY_NAME if source == TINY_NAME else Path(source)
     if not (directory / MANIFEST_FILE).is_file():
         return None
@@ -286,18 +241,8 @@ def policy_manifest(source: str) -> dict[str, Any] | None:
 
 
 def split_differences(manifest: dict[str, Any], tasks: Any) -> dict[str, tuple[Any, Any]]:
-    """The task-split settings in which an engine run differs from a policy's bootstrap.
-
-    Args:
-        manifest: a bootstrap MANIFEST (its ``bootstrap_args``).
-        tasks: the run's ``tasks`` settings (a ``TasksConfig``); a null difficulty means the
-            engine's default levels, as in ``bootstrap``.
-
-    Returns:
-        ``tasks`` key -> (the run's value, the bootstrap's value), for each differing key.
-    """
-    from dataflex_rl.hosts.engine.config import default_difficulty
-
+    """``tasks`` key -> (the run's value, the bootstrap's) for each task-split setting in
+    which ``tasks`` (a ``TasksConfig``) differs from a bootstrap ``manifest``."""
     boot = manifest.get("bootstrap_args", {})
     out = {}
     for boot_key, key in TASK_SPLIT_KEYS.items():

@@ -6,14 +6,20 @@ from pathlib import Path
 
 import pytest
 
+from dataflex_rl.core.config import field_rows
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import Strategy
-from dataflex_rl.hosts.engine.config import EngineConfig, field_docs, load_config
+from dataflex_rl.hosts.engine.config import EngineConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[4]
 ENGINE_YAMLS = sorted(
     [*(ROOT / "examples").glob("*.yaml"), *(ROOT / "configs" / "engine").glob("*.yaml")]
 )
+
+
+def field_docs(cls: type = EngineConfig, prefix: str = "") -> list[tuple[str, str, object]]:
+    """(dotted key, doc, default) for every leaf field."""
+    return [(r["name"], r["doc"], r["default"]) for r in field_rows(cls, prefix)]
 
 
 def test_defaults():

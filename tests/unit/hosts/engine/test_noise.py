@@ -10,12 +10,22 @@ from hypothesis import strategies as st
 from dataflex_rl.hosts.engine.noise import (
     inverse_cdf_draw,
     mix64,
-    mix64_reference,
     row_keys,
     text_key,
     uniforms,
 )
 from dataflex_rl.hosts.engine.sampler import sample_groups
+
+_M64 = (1 << 64) - 1
+
+
+def mix64_reference(x: int) -> int:
+    """`mix64` on one Python integer (the test oracle), result as a signed 64-bit value."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    x ^= x >> 31
+    return x - (1 << 64) if x >= 1 << 63 else x
 
 
 @settings(max_examples=200, deadline=None)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from dataflex_rl.hosts.engine.taskio import build_tasks, train_pairs, warm_pairs
+from dataflex_rl.hosts.engine.taskio import build_tasks, warm_pairs
 from dataflex_rl.tasks import Problem, TaskSet
 
 DIFFICULTY = {"math": {"level": 4, "ops": "+-"}, "logic": 3}
+
+
+def train_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
+    """All training-pool (prompt, answer) pairs with their domain index, domain by domain."""
+    prompts, answers, groups = [], [], []
+    for i, d in enumerate(taskset.domains):
+        prompts.extend(p.prompt for p in taskset.train[d])
+        answers.extend(p.answer for p in taskset.train[d])
+        groups.extend([i] * len(taskset.train[d]))
+    return prompts, answers, groups
 
 
 def test_warm_pairs_are_the_warm_split():
