@@ -256,8 +256,8 @@ def check_proportions(host: HostConfig, spec: StrategySpec) -> None:
         )
 
 
-def config_table(schema: type) -> str:
-    """A host's ``dataflex`` block as a Markdown table (the host docs embed it verbatim)."""
+def config_table(schema: type = HostConfig) -> str:
+    """A host's ``dataflex`` block as a Markdown table (docs/hosts/*.md embed it verbatim)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for r in field_rows(schema):
         shown = "null" if r["default"] is None else r["default"]

@@ -1,65 +1,12 @@
 """The decision log: per step, the signals a strategy reads and the decision the host applied.
 
 Every host writes it the same way (one call after ``strategy.decide``); ``dataflex-rl replay``
-reads it to re-run any strategy on the logged rollouts (`dataflex_rl.harness.replay.replay`).
-
-Layout of a log folder (Apache Parquet, plain column types: readable by pyarrow, pandas,
-polars or duckdb without this package)::
-
-    LOG_DIR/responses/part-<first step>.parquet   one row per response
-    LOG_DIR/steps/part-<first step>.parquet       one row per step
-
-A file holds ``steps_per_file`` steps and is written whole (to a temporary name, then
-renamed) once they are complete, so a crash loses at most the steps of the open file. Every
-file's schema metadata carries ``dataflex.schema_version`` (`SCHEMA_VERSION`), the table
-name, the domains, the strategy spec and the host's settings (JSON strings).
-
-Response columns (B rows per step):
-
-==================  =========================================================================
-``step``            int64, the strategy step (the batch's ``step``)
-``group``           int64, dense prompt group 0..G-1 within the step
-``prompt_key``      string (or int64) prompt identity, dictionary-encoded per step
-``domain``          string, dictionary-encoded with every domain in id order (index = id)
-``is_padding``      bool, host padding row
-``reward``          float, outcome reward (the batch's dtype)
-``length``          int64, valid response tokens
-``advantage``       float32, advantage on the first valid token: every token's value under
-                    outcome-reward estimators (GRPO, RLOO, ...); NaN where a valid token's
-                    advantage is not finite
-``advantage_mean``  float32, mean advantage over valid tokens (with the host's per-response
-                    advantages, ``response_advantages``: that value, like ``advantage``)
-``logprob_mean``    float32, mean old log-prob over valid tokens
-``prob_mean``       float32, mean token probability (only with ``token_prob_mean``)
-``entropy_mean``    float32, mean policy entropy over valid tokens (NaN without entropies)
-``micro_batch``     int64, the row's loss micro-batch (``micro_batch_ids``; -1 without)
-``keep``            bool, the decision's keep mask
-``kept_tokens``     int64, the row's tokens in the loss (``loss_mask``: its valid tokens when
-                    kept; after a token-level selection (``tokens``), the ones it kept)
-``weight``          float32, the decision's weight per response (mean token weight)
-``decision_advantage``  float, advantage recomputed by the selector (null: host's kept)
-``advantage_tokens``, ``logprob_tokens``, ``entropy_tokens``  list<float32> of the valid
-                    tokens' values (only with ``full_tokens``; NaN for a field the host
-                    did not pass)
-==================  =========================================================================
-
-Step columns: ``step``, ``responses``, ``groups``, ``max_length`` (T), ``tokens`` (generated
-tokens, padding rows excluded), ``kept``, ``kept_tokens`` (tokens in the loss),
-``renormalize`` (the rows ``select`` dropped left the loss's denominator),
-``renormalize_tokens`` (the tokens ``tokens`` dropped left it too), ``recomputed``,
-``per_response_advantages`` (the host passed ``response_advantages``: replay passes the logged
-``advantage`` the same way, so decisions replay bit for bit), ``mix_updated``,
-``decide_ms``, per domain ``target_<d>`` (proportions the batch was drawn at; NaN when the
-host did not say), ``actual_<d>`` (share of the batch's groups) and ``next_<d>`` (proportions
-the decision set; NaN when the mixer did not update), and the pre-rollout counts
-``prerollout_candidates``, ``prerollout_candidates_skipped``, ``prerollout_skipped``,
-``prerollout_tokens_saved_est``, ``prerollout_skipped_first``, ``prerollout_skipped_revisit``,
-and for a skip policy that skips first visits (``probe``) ``prerollout_skipped_probe``,
-``prerollout_audited``, ``prerollout_audit_groups``, ``prerollout_audit_informative`` (the
-false-skip audit's outcomes) (NaN where the step had none).
-
-The columns are built from the batch's tensors with vectorized conversions; the token
-summaries are masked row sums (`core.rowops`), a chunk of rows at a time.
+reads it. Columns and layout: docs/replay.md#what-is-logged. Files are Apache Parquet with
+plain column types (``LOG_DIR/responses/part-<first step>.parquet``, one row per response;
+``LOG_DIR/steps/...``, one row per step), each holding ``steps_per_file`` steps, written whole
+(temporary name, then rename) once complete; every file's schema metadata carries
+``dataflex.schema_version`` (`SCHEMA_VERSION`), the table name, the domains, the strategy
+spec and the host's settings (JSON strings).
 """
 
 from __future__ import annotations
@@ -157,7 +104,6 @@ class DecisionLog:
         self._steps: list[dict[str, Any]] = []
         #: seconds spent in `record` and in writing files (for overhead figures)
         self.seconds = 0.0
-        self.steps_logged = 0
 
     @classmethod
     def from_config(
@@ -227,7 +173,6 @@ class DecisionLog:
         cols = self._response_columns(batch, decision, first)
         self._responses.append(cols)
         self._steps.append(self._step_row(batch, decision, target, metrics or {}, cols, first))
-        self.steps_logged += 1
         if len(self._steps) >= self.steps_per_file:
             self.flush()
         self.seconds += time.perf_counter() - t0

@@ -1,17 +1,6 @@
-"""The host driver: a data strategy's lifecycle, the same in every host.
-
-Each host (the embedded engine, verl, TRL) runs its strategy through one `Driver`::
-
-    set-up       check the strategy without building it (`check_block`), then build it, the
-                 intake (when it mixes or pre-filters) and the decision log
-    each step    draw (mix + prerollout)  ->  [the host generates, scores, computes advantages]
-                 -> decide (select, tokens, reweight, mix signals) -> record -> generation metrics
-                 ->  [the host applies the decision to its loss]
-    checkpoints  state (strategy, intake, decisions) beside the host's; the decision log is
-                 flushed before a checkpoint and truncated on resume
-
-A host only translates: its tensors into a `RolloutBatch`, and the `Decision` back into its loss.
-The driver knows no framework.
+"""The host driver: a data strategy's lifecycle (check, build, draw, decide, record, save,
+restore), the same in every host; a host only translates its tensors into a `RolloutBatch`
+and the `Decision` back into its loss (docs/architecture.md). Knows no framework.
 """
 
 from __future__ import annotations
@@ -236,7 +225,7 @@ class Driver:
 
     def load_state_dict(self, state: dict) -> None:
         self.strategy.load_state_dict(state["strategy"])
-        self.decisions = int(state.get("decisions", 0))  # verl states before the driver
+        self.decisions = int(state["decisions"])
         if self.intake is not None:
             if state.get("intake") is None:
                 raise ValueError(

@@ -1,11 +1,8 @@
 """Intake: which prompts a host generates next (domain mixing and pre-rollout skipping).
 
-Both mechanisms act here, before generation: prompts are drawn per domain at the strategy's
-proportions (`DomainSampler`, largest-remainder rounding), and pre-rollout skipping removes
-candidates, which are replaced by fresh draws. Every host generates exactly a fixed number of
-prompts per step: a host with a map-style dataset (verl's sync trainer, TRL's `GRPOTrainer`)
-draws row indices (`Intake.from_rows`), the embedded engine its problems, the same way. Needs
-no host library.
+Prompts are drawn per domain at the strategy's proportions and filtered by its skip policy
+before generation (`draw_batch`); a host with a map-style dataset draws row indices
+(`Intake.from_rows`). Needs no host library.
 """
 
 from __future__ import annotations

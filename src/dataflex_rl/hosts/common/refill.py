@@ -1,15 +1,9 @@
 """Refill (dynamic sampling, DAPO): replace the groups a strategy's selector drops.
 
-After a step's first generation, the host scores the groups and asks the selector which it
-keeps (`Strategy.groups_kept`). Each refill round draws as many new prompts as kept groups are
-missing through the driver's intake (so the mix proportions and the pre-rollout skip policy
-apply to them as to any draw), the host generates and scores them, and the loop goes on
-until the step holds ``n`` kept groups or ``refill.max_rounds`` rounds ran; the step then
-trains on what it has, and the metrics say how short it is. The host decides once, on every
-group it generated in the step (dropped groups included: the prompt history and the mixing
-signals see every outcome, and replaying the decision log re-keeps the same groups).
-
-Needs no host library; the host passes its generation as a function.
+Each round draws as many prompts as kept groups are missing through the driver's intake,
+the host generates and scores them, until the step holds ``n`` kept groups or
+``refill.max_rounds`` ran. The host decides once, on every group it generated in the step.
+Needs no host library.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""State files of a host (strategy and intake state beside a host's checkpoint), without pickle.
-
-`save_state` writes a `dataflex_rl.core.statefile` file atomically: tensors as safetensors,
-everything else (strategy histories, RNG states, sampler cursors) as JSON with a schema version,
-and a checksum over both; `load_state` reads it back on CPU and never runs code (a pickle is
-refused, never unpickled).
+"""State files of a host (strategy and intake state beside its checkpoint), without pickle
+(`dataflex_rl.core.statefile`: written atomically, checksummed, never unpickled).
 """
 
 from __future__ import annotations

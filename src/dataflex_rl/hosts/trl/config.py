@@ -26,9 +26,9 @@ from dataflex_rl.hosts.common.config import (
     HostSettings,
     acts_on_loss,
     check_block,
+    config_table,  # noqa: F401  (this host's block table: HostConfig's)
     recomputes_advantages,
 )
-from dataflex_rl.hosts.common.config import config_table as host_config_table
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
 
@@ -164,8 +164,3 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
             spg,
             ga,
         )
-
-
-def config_table() -> str:
-    """The ``dataflex`` block as a Markdown table (docs/hosts/trl.md may embed it verbatim)."""
-    return host_config_table(HostConfig)

@@ -1,18 +1,10 @@
-"""TRL's ``GRPOTrainer`` as a host of ``compare`` (``host: trl``; docs/hosts/compare.md).
+"""TRL's ``GRPOTrainer`` as a host of ``compare`` (``host: trl``; docs/hosts/compare.md#trl).
 
-Each run is a process of the TRL environment's Python (``trl.python``) running the project's
-training entry, ``dataflex_rl.hosts.trl.run:run_training`` (or the user's own function with
-the one signature of every host's, the experiment's ``train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
-(`run_config`: this section, the arm's overrides, the budget and evaluation as ``GRPOConfig``
-fields). The harness never imports TRL: `check` asks the TRL Python to validate the
-``GRPOConfig`` fields, and the results are read from the run's ``trainer_state.json``
-(`read_records`): one eval dataset per domain, each logged by TRL as its own ``log_history``
-entry (the domain named by its ``eval_<domain>_loss`` key), whose ``eval_rewards/<accuracy
-reward>/mean`` is the domain's sampled held-out accuracy.
-
-``model: tiny`` and ``train`` / ``eval: default`` are the engine's shipped policy and default
-tasks, exported by `check` on first use into ``exports`` (``exported/tiny``,
-``exported/tasks``: what ``dataflex-rl export policy`` / ``export tasks`` write).
+Each run is a process of ``trl.python`` running `TRAIN_FN` (or the experiment's
+``train_fn``) on `run_config`'s settings. The harness never imports TRL: `check` asks the
+TRL Python to validate the settings, and results are read from the run's
+``trainer_state.json`` (`read_records`). ``model: tiny`` and ``train`` / ``eval: default``
+are the engine's policy and tasks, exported on first use into ``exports``.
 """
 
 from __future__ import annotations
@@ -193,7 +185,7 @@ def _export_missing(settings: dict, config: dict) -> None:
         print(f"exported the engine's default tasks to {tasks} (first use)")
 
 
-def _checkpoints(out: Path) -> list[Path]:
+def _checkpoints(out: str | Path) -> list[Path]:
     """``checkpoint-N`` folders TRL finished writing (``trainer_state.json`` is written
     last), oldest first."""
     found = [
@@ -204,7 +196,8 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
-def newest_checkpoint(out: Path) -> str | None:
+def newest_checkpoint(out: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` TRL finished writing, None without one."""
     found = _checkpoints(out)
     return str(found[-1]) if found else None
 

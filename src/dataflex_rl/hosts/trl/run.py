@@ -1,17 +1,8 @@
 """One TRL run of ``compare`` (``host: trl``): `run_training` builds `DataflexGRPOTrainer` from
-the run's settings (`TrlHost.run_config`), trains, and leaves TRL's own
-files in the run folder (``trainer_state.json`` with the log history the harness reads,
-``checkpoint-N/`` it resumes from) plus ``metrics.jsonl`` (every log line, for progress).
-
-Pairing (docs/hosts/compare.md): ``GRPOConfig.seed`` = the run's seed (TRL's prompt sampler,
-the dataflex intake); once the trainer is built, the global RNGs are reseeded from (seed,
-sampling_stream): the training sampling stream, the only thing an A/A arm changes; every
-evaluation samples under RNGs seeded by (seed, global step, dataset) and restored afterwards,
-so the arms of a seed are evaluated alike and evaluation never shifts training's stream.
-
-`check_settings` is what the harness asks the TRL Python before any run
-(``python -m dataflex_rl.hosts.trl.check``): a GRPOConfig field unknown or invalid, a strategy
-that does not fit the settings, a reward or the training function that cannot be imported.
+the run's settings (`TrlHost.run_config`), trains, and leaves TRL's own files in the run
+folder plus ``metrics.jsonl`` (every log line, for progress). Pairing:
+docs/hosts/compare.md#what-is-paired-on-trl. `check_settings` is what the harness asks the
+TRL Python before any run (``python -m dataflex_rl.hosts.trl.check``).
 """
 
 from __future__ import annotations
@@ -33,11 +24,10 @@ from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig
 
 from dataflex_rl.core.registry import ConfigError, import_object, suggest
+from dataflex_rl.hosts.host import METRICS_FILE
 from dataflex_rl.hosts.trl.config import check, parse_block
+from dataflex_rl.hosts.trl.host import newest_checkpoint
 from dataflex_rl.hosts.trl.trainer import DataflexGRPOConfig, DataflexGRPOTrainer
-
-#: the progress log (one JSON line per TRL log call), read by the harness's progress bar
-METRICS_FILE = "metrics.jsonl"
 
 
 def sampling_seed(seed: int, sampling_stream: int) -> int:
@@ -109,17 +99,6 @@ def load_dataset_file(path: str):
     if p.suffix in (".json", ".jsonl"):
         return Dataset.from_json(str(p))
     raise ConfigError(f"{path}: expected a .parquet, .json or .jsonl file or a save_to_disk folder")
-
-
-def newest_checkpoint(out_dir: str) -> str | None:
-    """The newest ``checkpoint-N`` TRL finished writing (``trainer_state.json`` is its last
-    file), None without one."""
-    found = [
-        p
-        for p in Path(out_dir).glob("checkpoint-*")
-        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
-    ]
-    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
 
 
 def grpo_config(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool):

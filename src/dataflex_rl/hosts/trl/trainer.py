@@ -1,18 +1,8 @@
 """`DataflexGRPOTrainer`: TRL 1.16's ``GRPOTrainer`` with a data strategy in the loop.
 
-One generation batch of TRL, with what this class adds (``docs/hosts/trl.md``)::
-
-    _prepare_inputs -> _generate_and_score_completions(inputs)
-        [driver.draw: mix + prerollout choose exactly gen_batch / G prompts, each G times]
-        super(): generate, _calculate_rewards [keep the gathered rewards], advantages
-        [gather advantages and lengths; driver.decide on every rank; apply_decision]
-    _compute_loss per micro-batch (the weights ride in the advantages, drops in the masks;
-        with beta > 0 under a row-count loss_type, the KL term is scaled by c like them;
-        with a micro_batch-scoped token selection, its rows checked against the prediction)
-    _save_checkpoint / _load_optimizer_and_scheduler   [driver.save / driver.restore]
-
-The dataloader keeps running as TRL built it, but with the intake it is only a clock: its
-rows are replaced at generation time, so its prefetch and its replay on resume do not matter.
+Hooks (docs/hosts/trl.md#what-happens-in-a-generation-batch): ``_generate_and_score_completions``
+draws (intake), refills, decides and applies the decision; ``_compute_loss`` scales the KL
+term; ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` save and restore the driver.
 A TRL script changes the trainer class and adds one block::
 
     args = DataflexGRPOConfig(..., dataflex={"strategy": "difffilter"})

@@ -1,18 +1,8 @@
 """The verl host on the harness side: checks before any run, controls, and reading a run's logs.
 
-A verl run (`dataflex_rl.hosts.verl.run.run_training`, in ``verl.python``) leaves verl's file
-logger output in ``<run>/verl_metrics/attempt-N.jsonl``: one JSON line per logged step,
-``{"step": s, "data": {metric: value}}``. The line of step 0 holds the validation before
-training; a training step's line holds ``training/global_step`` and, at validation steps,
-verl 0.9.1's per-data-source validation accuracy::
-
-    val-core/<data_source>/<acc|reward>/mean@<n>    mean over the held-out prompts of the
-                                                    mean over n responses (n = 1: greedy)
-
-(``acc`` when the reward function reports one, else ``reward``; ``maj@``/``best@`` and the
-``val-aux/`` keys are not read). A resumed run writes the next attempt's file; where two
-attempts logged the same step, the later one counts. This module parses files only: it
-imports neither verl nor the verl host's runtime.
+A run's ``verl_metrics/attempt-N.jsonl`` holds one line per logged step, ``{"step", "data"}``;
+validation accuracy is verl's ``val-core/<data_source>/<acc|reward>/mean@<n>`` (`VAL_KEY`);
+where two attempts logged a step, the later counts. Parses files only: imports no verl.
 """
 
 from __future__ import annotations

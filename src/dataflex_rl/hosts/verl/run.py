@@ -1,22 +1,9 @@
 """One verl run of ``compare``: ``python -m verl.trainer.main_ppo`` with the run's overrides.
 
-`run_training` is the verl host's training function (``host: verl`` in an experiment file);
-the harness calls it in the verl venv's Python (``verl.python``) and reads the results from
-the files it leaves in the run's folder::
-
-    dataflex_strategy.yaml      the arm's strategy (the expanded spec), read by the plugin
-    held_out.parquet            with ``eval_per_domain``: the first N prompts of each data
-                                source of val_files (`held_out_subset`), verl's data.val_files
-    verl_metrics/attempt-N.jsonl  verl's file logger, one file per start (verl truncates its
-                                file when it opens it, so a resumed run writes the next one)
-    verl_log/attempt-N.txt      verl's stdout and stderr; attempt-N.json its command and env
-    ckpt/                       trainer.default_local_dir: verl's checkpoints (with the
-                                strategy state), the decision log
-
-The command is built by `settings.run_overrides` (module docstring there). verl runs as a
-child process of this Python, in its process group, and dies with it (`die_with_starter`):
-whoever stops this process (the harness's supervisor or Ray task, or a SIGKILL) stops verl,
-and with it the Ray instance verl started.
+`run_training` runs in ``verl.python`` and leaves in the run's folder the strategy file,
+the held-out subset, ``verl_metrics/attempt-N.jsonl`` (one per start), ``verl_log/`` and
+``ckpt/`` (settings.py names them). verl is a child process that dies with this one
+(`die_with_starter`).
 """
 
 from __future__ import annotations

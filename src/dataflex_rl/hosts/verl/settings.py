@@ -1,23 +1,14 @@
 """One verl run of ``compare``: the experiment's ``verl:`` section and the command it becomes.
 
-Needs no verl (the harness validates the section before any run starts; `run.py` turns it
-into ``python -m verl.trainer.main_ppo`` with these overrides). A run's command line is
-
-    the user's base overrides (``overrides``, after ``config``'s file if given)
-    + the files and model (``model``, ``train_files``, ``val_files``)
-    + the run's own: trainer mode ``dataflex`` and the ``dataflex`` block (strategy, seed),
-      every seed (`seed_overrides`), budget, validation at step 0 and every N steps,
-      checkpoints and resume, the output folder, the experiment name, a file logger
-
-The run's own keys win (they come last), and a base override of one of them is refused by
-`check_overrides`, naming the setting that owns it, so nothing silently overrides a seed.
+Needs no verl. A run's command line is the base ``overrides`` followed by the run's own keys
+(`run_overrides`: files, model, the ``dataflex`` block, seeds, budget, validation,
+checkpoints); a base override of a run's own key is refused (`check_overrides`).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import MISSING, asdict, dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -355,11 +346,6 @@ def command(s: VerlSettings, python: str, overrides: list[str]) -> list[str]:
         cfg = Path(s.config).resolve()
         argv += ["--config-path", str(cfg.parent), "--config-name", cfg.stem]
     return argv + overrides
-
-
-def describe(s: VerlSettings) -> str:
-    """The settings as one JSON line (for a run's summary)."""
-    return json.dumps(asdict(s), sort_keys=True)
 
 
 def settings_table() -> str:
