@@ -1,10 +1,8 @@
 """What pre-rollout skipping saved: one definition for every host.
 
 The *plain batch* is what the host would have generated without pre-rollout: per domain, the
-first ``quota`` candidates in draw order. With skipping, some of those are not generated
-(``skipped``) and later candidates take their place (``replacements``). Tokens saved are
-estimated from each skipped prompt's own history (mean response tokens of its remembered
-groups); seconds saved convert them at this step's generation seconds per generated token.
+first ``quota`` candidates in draw order. Tokens saved are estimated from each skipped
+prompt's history (mean response tokens of its remembered groups).
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.hosts.common.refill import zero_variance
 
 PREFIX = "dataflex/prerollout/"
 
@@ -50,10 +49,8 @@ def intake_metrics(history, keys: Sequence, plain: Tensor, generated: Tensor) ->
         generated: [N] bool the candidates sent to generation.
 
     Returns:
-        ``skipped`` (plain, not generated; split into ``skipped_first``, prompts never
-        generated before, whose savings no history can estimate, and ``skipped_revisit``),
-        ``replacements`` (generated, not plain), ``tokens_saved_est`` (sum over skipped
-        prompts of their mean remembered tokens: revisits only).
+        ``skipped`` (plain, not generated), ``skipped_first``, ``skipped_revisit``,
+        ``replacements`` and ``tokens_saved_est`` (docs/metrics.md).
     """
     skipped = plain & ~generated
     saved = 0.0
@@ -83,17 +80,10 @@ def generation_metrics(
         generate_seconds: wall seconds this step spent generating (None: not measured).
 
     Returns:
-        ``zero_variance_through`` (groups whose active rewards were all equal / groups with an
-        active response; 0 for an empty batch) and, when both inputs are known,
-        ``seconds_saved_est`` = tokens_saved x generate_seconds / generated response tokens.
+        ``zero_variance_through`` and, when both inputs are known, ``seconds_saved_est``.
     """
-    present = batch.group_size > 0
-    n = int(present.sum())
-    out = {
-        PREFIX + "zero_variance_through": float(((batch.group_std == 0) & present).sum()) / n
-        if n
-        else 0.0
-    }
+    zero, n = zero_variance(batch)
+    out = {PREFIX + "zero_variance_through": zero / n if n else 0.0}
     if tokens_saved is not None and generate_seconds is not None:
         generated = float((batch.response_length * ~batch.is_padding).sum())
         out[PREFIX + "seconds_saved_est"] = (

@@ -117,19 +117,9 @@ class DecisionLog:
         seed: int,
         settings: Mapping[str, Any] | None = None,
     ) -> DecisionLog:
-        """Build from a ``decision_log`` config section (``dir``, ``steps_per_file``,
-        ``full_tokens``, ``token_prob_mean``) for a host's run.
-
-        Args:
-            config: the ``decision_log`` section.
-            run_dir: the run's folder; a relative ``config.dir`` is taken under it.
-            strategy: the `Strategy` whose decisions are logged (its spec, advantage
-                estimator, std normalization and ``adv_eps`` go into the log's settings).
-            domains: domain names in id order (None without an intake).
-            host: ``"engine"``, ``"verl"`` or ``"trl"``.
-            seed: the seed of the strategy's randomness.
-            settings: host-specific settings added to the common ones.
-        """
+        """Build from a ``decision_log`` config section for a host's run (a relative
+        ``config.dir`` is under ``run_dir``); the strategy's spec, advantage estimator, std
+        normalization, ``adv_eps`` and ``seed`` go into the log's settings."""
         common = {
             "advantage_estimator": strategy.advantage_estimator,
             "norm_adv_by_std": strategy.norm_adv_by_std,

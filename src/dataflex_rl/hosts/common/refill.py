@@ -36,11 +36,9 @@ def run_refill(
 ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
     """The refill rounds of one step.
 
-    Each round draws the missing kept groups, ``n - kept``; with ``refill.overdraw``, the
-    count expected to fill the step, ``ceil(missing x generated / kept)`` over the step's
-    groups so far (``n`` when none was kept yet), at most ``n``; either rounded up to a
-    multiple of ``granule``. A round that fills the step keeps its groups up to the one that
-    holds the ``n``-th kept group; the rest were generated, not trained on (``discarded``).
+    Each round draws ``n - kept`` prompts (with ``refill.overdraw``: ``ceil(missing x
+    generated / kept)``, at most ``n``), rounded up to a multiple of ``granule``. A round that
+    fills the step is used up to its ``n``-th kept group; the rest is ``discarded``.
 
     Args:
         strategy: the `Strategy` (``refill_rounds`` > 0; its ``groups_kept``).
@@ -54,14 +52,7 @@ def run_refill(
 
     Returns:
         (the refill rounds' batches, in order; how many leading groups of each the step
-        trains on; metrics under ``dataflex/refill/``): ``rounds`` (refill rounds run),
-        ``prompts_drawn`` (their prompts), ``groups_kept`` (kept groups in the step, at
-        most ``n``), ``missing`` (``n`` minus that), ``full`` (1 when the step reached ``n``
-        kept groups), ``groups_generated`` (groups generated in the step), ``discarded``
-        (generated past the ``n``-th kept group: not in the step's batch),
-        ``overgeneration`` (generated / ``n``), ``zero_variance_before`` (zero-variance
-        share of the first generation's groups) and ``zero_variance_after`` (share of the
-        step's ``n`` slots without a kept group that has signal).
+        trains on; the ``dataflex/refill/`` metrics, docs/metrics.md).
     """
     kept_first = strategy.groups_kept(first)
     kept = int(kept_first.sum())

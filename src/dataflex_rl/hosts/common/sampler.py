@@ -185,8 +185,7 @@ def draw_metrics(
         available: [D] prompts left per domain.
 
     Returns:
-        ``dataflex/mix/domain/<d>/target``, ``actual`` (share of the drawn prompts; 0 when
-        none were drawn) and ``prompts_available``.
+        ``dataflex/mix/domain/<d>/target``, ``actual`` and ``prompts_available``.
     """
     p = target.to(torch.float64)
     p = p / p.sum() if float(p.sum()) > 0 else p

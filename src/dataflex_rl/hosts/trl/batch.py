@@ -1,10 +1,7 @@
 """TRL's gathered generation batch -> `RolloutBatch`. Needs no TRL.
 
-``GRPOTrainer`` scores the N = n x P completions of a generation batch on every rank (the
-rewards are gathered) and keeps the rows of each prompt's G completions contiguous in the
-global order, so the groups are ``arange(N) // G``. Its advantages are one value per
-completion (outcome rewards), so the strategy gets them as ``response_advantages`` with the
-lengths as ``response_lengths``, and reads no [N, T] tensor unless a component declares one.
+A prompt's G completions are contiguous in the global order (groups ``arange(N) // G``), and
+TRL's advantages are one value per completion (``response_advantages``).
 """
 
 from __future__ import annotations
@@ -88,17 +85,12 @@ def build_batch(
 
     Args:
         rewards: [N] from `trl_rewards` (NaN: unscorable).
-        advantages: [N] TRL's advantages, gathered (0 where the reward is NaN).
-        lengths: [N] loss tokens per completion (``completion_mask`` x ``tool_mask``), gathered.
+        advantages, lengths: [N] TRL's advantages and loss tokens per completion, gathered.
         group_size: G, TRL's ``num_generations``; N must be a multiple of it.
-        step: the strategy step (decisions made so far).
-        domains, domain_ids: domain names and [N] ids (with the dataflex intake), or None.
-        prompt_keys: N stable prompt identities (dataset rows), or None.
-        response_mask: [N, T] the real loss mask, padded across ranks; None: the first
+        domains, domain_ids, prompt_keys: with the dataflex intake, else None.
+        response_mask: [N, T] the loss mask, padded across ranks; None: the first
             ``lengths[i]`` tokens (enough when no component reads token tensors).
-        old_log_probs: [N, T] aligned with ``response_mask``, or None.
-        entropies: [N, T] the policy's entropy at each completion token, aligned with
-            ``response_mask``, or None.
+        old_log_probs, entropies: [N, T] aligned with ``response_mask``, or None.
         micro_batch_ids: [N] the loss micro-batch of each row (counted over ranks), or None.
     """
     N = int(rewards.shape[0])

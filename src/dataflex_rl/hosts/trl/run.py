@@ -121,20 +121,9 @@ def grpo_config(settings: dict, strategy: dict, *, seed: int, out_dir: str, resu
 def run_training(
     settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool
 ) -> dict[str, Any]:
-    """Train one run of a TRL experiment into ``out_dir``.
-
-    Args:
-        settings: the run's settings (hosts/trl/host.py `run_config`): ``model``,
-            ``train``, ``eval`` ({domain: file}), ``rewards`` (module:attr), ``accuracy``,
-            ``eval_per_domain``, ``grpo`` (GRPOConfig fields), ``dataflex``, ``sampling_stream``.
-        strategy: the expanded strategy spec.
-        seed: the pairing seed.
-        out_dir: the run's folder (TRL's output_dir).
-        resume: continue from the newest checkpoint in ``out_dir``.
-
-    Returns:
-        ``{"global_step", "train_runtime", "resumed_from", "final_eval"}``.
-    """
+    """Train one run of a TRL experiment (settings: `TrlHost.run_config`) into ``out_dir``
+    (TRL's output_dir); ``resume`` continues from its newest checkpoint. Returns
+    ``{"global_step", "train_runtime", "resumed_from", "final_eval"}``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = newest_checkpoint(out_dir) if resume else None
@@ -184,14 +173,9 @@ def _is_eval(entry: dict) -> bool:
 def check_settings(
     settings: dict, train_fn: str, where: str = "trl", strategies: list[dict] | None = None
 ) -> None:
-    """What only the TRL Python can check: the GRPOConfig fields (unknown ones named, with a
-    "did you mean"; values by building the config), that each strategy fits these settings
-    (the TRL host's own check: loss_type, advantage normalization, ...), the rewards and the
-    training function.
-
-    Raises:
-        ConfigError: naming the key.
-    """
+    """What only the TRL Python can check: the GRPOConfig fields, each strategy against
+    them (`config.check`), the rewards and the training function; a `ConfigError` names the
+    key."""
     valid = [f.name for f in dataclasses.fields(GRPOConfig)]
     for key in settings["grpo"]:
         if key not in valid:

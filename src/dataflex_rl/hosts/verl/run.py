@@ -56,14 +56,9 @@ def attempts(out_dir: str | Path) -> list[Path]:
 
 
 def held_out_subset(val_files: str | list[str], per_domain: int, out: Path) -> Path:
-    """Write the first ``per_domain`` rows of each ``data_source`` of ``val_files`` (read in
-    order, file after file, as verl concatenates them) to ``out``, in their order: the same
-    held-out prompts for every run of an experiment, as the engine's and TRL's
-    ``evaluation.per_domain`` take the first N problems of each domain.
-
-    Raises:
-        ConfigError: a file without a ``data_source`` column.
-    """
+    """Write the first ``per_domain`` rows of each ``data_source`` of ``val_files`` (in
+    order, as verl concatenates them) to ``out``: every run validates on the same prompts.
+    Raises `ConfigError` for a file without a ``data_source`` column."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -85,25 +80,10 @@ def held_out_subset(val_files: str | list[str], per_domain: int, out: Path) -> P
 
 
 def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool) -> dict:
-    """Train one run with verl (see the module docstring).
-
-    Args:
-        settings: the experiment's ``verl:`` section, with the experiment's budget and
-            evaluation keys and the arm's control overrides merged in (`VerlSettings`).
-        strategy: the arm's expanded strategy spec (a mapping; written to the run folder and
-            given to the plugin as ``dataflex.strategy``).
-        seed: the pairing seed (every verl seed: `settings.seed_overrides`).
-        out_dir: the run's folder.
-        resume: continue from verl's newest checkpoint in ``out_dir`` (none: from the start);
-            False starts over (this run's earlier files are removed).
-
-    Returns:
-        A summary: the attempt, the step it resumed from, wall seconds, the command.
-
-    Raises:
-        ConfigError: invalid settings, or no verl in this Python.
-        RuntimeError: verl failed (the end of its output in the message).
-    """
+    """Train one run with verl (the host's training function; `VerlSettings` ``settings``,
+    the seed sets every verl seed, `settings.seed_overrides`); ``resume`` False starts over.
+    Returns a summary; raises `ConfigError` (bad settings, no verl) or RuntimeError (verl
+    failed, with the end of its output)."""
     s = parse_settings(settings)
     if importlib.util.find_spec("verl") is None:
         raise ConfigError(
