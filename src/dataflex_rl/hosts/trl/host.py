@@ -157,9 +157,9 @@ def _paths(s: dict, where: str) -> dict:
 
 
 def _eval_batch(per_domain: int, samples: int) -> int:
-    """Completions per evaluation batch: whole groups of ``samples``, and a number of prompts
-    that divides ``per_domain`` (every batch the same size, so TRL's mean over batches is the
-    mean over problems), at most 64 completions where possible."""
+    """Completions per evaluation batch: whole groups of ``samples`` over a number of prompts
+    dividing ``per_domain`` (so TRL's mean over batches is the mean over problems), at most
+    64 completions where possible."""
     prompts = max(
         (g for g in range(1, per_domain + 1) if per_domain % g == 0 and g * samples <= 64),
         default=1,
@@ -203,8 +203,8 @@ def newest_checkpoint(out: str | Path) -> str | None:
 
 
 def log_history(out: Path) -> list[dict]:
-    """TRL's log history of a run: its ``trainer_state.json`` (written at the end of the
-    run, `trainer.save_state`), else the newest checkpoint's."""
+    """TRL's log history of a run: its final ``trainer_state.json``, else the newest
+    checkpoint's."""
     state = Path(out) / "trainer_state.json"
     if not state.is_file():
         newest = newest_checkpoint(out)
@@ -219,12 +219,9 @@ def records_from_history(
 ) -> tuple[list, list]:
     """Evaluation records and (for mixers) proportions from a TRL log history.
 
-    Each eval dataset's evaluation is one entry holding ``eval_<domain>_loss`` (the dataset's
-    name) and ``eval_rewards/<accuracy>/mean`` (its mean reward: with 0/1 rewards, the
-    sampled accuracy). Entries of one step form one record ``{"step", "<domain>/sampled"}``;
-    a step evaluated twice (a resumed run re-evaluates its checkpoint's step) keeps the later.
-    Proportions are the training entries' ``dataflex/mix/domain/<d>/target|actual`` at step
-    ``step - 1`` (the step that drew them, as the engine counts).
+    Each eval dataset's entry holds ``eval_<domain>_loss`` and ``eval_rewards/<accuracy>/mean``
+    (with 0/1 rewards, the sampled accuracy); a step evaluated twice keeps the later.
+    Proportions are the training entries' mix figures at ``step - 1`` (as the engine counts).
     """
     from dataflex_rl.core.metrics import domain_metric, metric_domain
 
@@ -314,8 +311,7 @@ class TrlHost(ExternalPythonHost):
 
     def run_config(self, exp, overrides: dict) -> dict:
         """The settings a TRL run receives: the section with the arm's overrides, paths made
-        absolute, and ``grpo`` completed with what the experiment sets (one generation batch
-        of ``prompts_per_step x samples_per_prompt`` completions per optimizer step)."""
+        absolute, and ``grpo`` completed with what the experiment sets (`OWNED`)."""
         where = _where(exp)
         data = merge_overrides(exp.host_settings, overrides or {})
         s = asdict(from_dict(TrlSettings, data, where))
@@ -355,15 +351,8 @@ class TrlHost(ExternalPythonHost):
         return list(self.run_config(exp, {})["eval"])
 
     def check(self, exp) -> None:
-        """Before any run: the TRL Python exists and imports TRL and dataflex-rl
-        (`check_python`); ``tiny`` / ``default`` are exported if missing; the model and data
-        files exist; the TRL Python validates the GRPOConfig fields, the rewards and the
-        training function (``python -m dataflex_rl.hosts.trl.check``).
-
-        Raises:
-            ConfigError: naming the key (``trl.python`` with the setup command,
-                ``trl.model``, ``trl.grpo.<field>``, ...).
-        """
+        """Before any run: the TRL Python (`check_python`), ``tiny`` / ``default`` exported if
+        missing, the model and data files, then the TRL Python's own check (`run_check`)."""
         where = _where(exp)
         self.check_python(exp)
         config = self.run_config(exp, {})

@@ -72,13 +72,8 @@ def host_view(config: DictConfig) -> dict:
 
 @register_trainer(TRAINER_MODE)
 class DataflexTrainer(PPOTrainerSync):
-    """verl's sync trainer plus a dataflex `Strategy` (configured in the ``dataflex`` block),
-    run by a `Driver`.
-
-    The strategy is checked before anything starts (unknown names, a group scorer under a
-    non-group estimator, ``loss_mode=bypass_mode``, ...), then built once the training set is
-    loaded, because mixing needs its domains.
-    """
+    """verl's sync trainer plus a dataflex `Strategy` (the ``dataflex`` block), run by a
+    `Driver`: checked before anything starts, built once the training set is loaded."""
 
     def __init__(self, config: DictConfig) -> None:
         block = config.get("dataflex", None)
@@ -208,12 +203,8 @@ class DataflexTrainer(PPOTrainerSync):
         )
 
     def _generation_seconds(self) -> float | None:
-        """Seconds verl's ``gen`` timer spent on this batch (None outside `fit`).
-
-        verl accumulates ``timing_raw["gen"]`` over the local updates of one step
-        (``parameter_sync_step`` > 1), so the part since the previous batch of the same
-        step is taken.
-        """
+        """Seconds verl's ``gen`` timer spent on this batch (None outside `fit`): the part
+        since the previous batch of the same step (verl accumulates it over a step)."""
         timing = getattr(self, "timing_raw", None)
         if not timing or "gen" not in timing:
             return None
