@@ -91,11 +91,8 @@ class Host(ABC):
 
     @abstractmethod
     def check(self, exp) -> None:
-        """Before any run starts: the settings, the Python and its framework, the data.
-
-        Raises:
-            ConfigError: naming the key.
-        """
+        """Before any run starts: the settings, the Python and its framework, the data (a
+        `ConfigError` names the key)."""
 
     @abstractmethod
     def setup_lines(self, exp) -> list[str]:

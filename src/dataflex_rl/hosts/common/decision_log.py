@@ -56,16 +56,9 @@ def part_name(first_step: int) -> str:
 class DecisionLog:
     """Append-only Parquet writer of per-step signals and decisions.
 
-    Args:
-        folder: the log folder (created).
-        domains: domain names in id order (the batch's ``domains``; None: the first batch's).
-        strategy_spec: the strategy's spec as plain data (``spec.to_dict()``).
-        host: the writing host (``"engine"``, ``"verl"``, ...).
-        steps_per_file: steps per Parquet file.
-        full_tokens: also log the valid tokens' advantages and old log-probs (list columns).
-        token_prob_mean: also log each response's mean token probability (one exp pass).
-        settings: host facts replay needs (advantage estimator, ``norm_adv_by_std``, seeds);
-            stored as JSON in every file's metadata.
+    ``domains`` in id order (None: the first batch's); ``strategy_spec`` as plain data;
+    ``full_tokens`` / ``token_prob_mean``: `DecisionLogConfig`; ``settings``: host facts
+    replay needs (advantage estimator, ``norm_adv_by_std``, seeds), stored in the metadata.
     """
 
     def __init__(

@@ -156,12 +156,7 @@ class Intake:
 
 
 def check_map_style(dataset) -> None:
-    """The intake indexes the training set: refuse one it cannot index.
-
-    Raises:
-        ValueError: ``dataset`` is None, an ``IterableDataset``, or lacks ``__getitem__``
-            / ``__len__``.
-    """
+    """The intake indexes the training set: refuse (ValueError) one it cannot index."""
     iterable = isinstance(dataset, IterableDataset) or type(dataset).__name__ == "IterableDataset"
     indexable = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
     if dataset is None or iterable or not indexable:

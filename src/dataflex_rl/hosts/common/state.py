@@ -21,13 +21,8 @@ def save_state(path: str | Path, state: dict[str, Any]) -> Path:
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
-    """Read a file written by `save_state`.
-
-    Raises:
-        FileNotFoundError: no file at ``path`` (naming it).
-        StateFileError: corrupt, another kind of state file, or a pickle (refused; nothing in
-            it is executed).
-    """
+    """Read a file written by `save_state` (FileNotFoundError naming ``path``;
+    `StateFileError` for a corrupt file, another kind, or a pickle, never executed)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no state file at {path}")

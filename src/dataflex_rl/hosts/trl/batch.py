@@ -15,13 +15,8 @@ from dataflex_rl.core.batch import RolloutBatch
 
 
 def trl_rewards(rewards_per_func: Tensor, reward_weights: Tensor) -> Tensor:
-    """[N] float32 weighted reward sum, NaN where every reward function returned None
-    (TRL's rule for an unscorable completion; such rows are invalid for the strategy).
-
-    Args:
-        rewards_per_func: [N, F] gathered rewards (NaN where a function returned None).
-        reward_weights: [F] TRL's ``reward_weights``.
-    """
+    """[N] float32 weighted sum of the [N, F] gathered rewards, NaN where every reward
+    function returned None (TRL's unscorable completion: invalid for the strategy)."""
     r = rewards_per_func.detach().to("cpu", torch.float32)
     w = reward_weights.detach().to("cpu", torch.float32)
     rewards = (r * w[None, :]).nansum(1)
@@ -43,13 +38,9 @@ def dataset_rows(dataset, rows: Sequence[int], keys: Sequence[str] | None) -> li
 
 
 def refill_domains(dataset) -> list[str]:
-    """The domain of every row for an intake that only refills (no mixing, no pre-rollout):
-    the ``domain`` or ``data_source`` column when the dataset has one, else one domain,
-    ``"all"``.
-
-    Raises:
-        ValueError: the dataset is not map-style (the intake draws rows by index).
-    """
+    """The domain of every row for an intake that only refills: the ``domain`` or
+    ``data_source`` column when the dataset has one, else ``"all"`` (ValueError: not
+    map-style)."""
     from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.hosts.common.intake import check_map_style, read_row_domains
 

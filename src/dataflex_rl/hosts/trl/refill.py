@@ -74,16 +74,9 @@ def cat_rows(parts: Sequence[dict[str, Tensor]], pad_id: int) -> dict[str, Tenso
 
 def slot_rows(kept_first: Tensor, kept_refill: Tensor, group_size: int) -> Tensor:
     """[N] indices into the rows of the first generation followed by the refill rounds' used
-    groups: the assembled generation batch.
-
-    Args:
-        kept_first: [S] bool the first generation's groups the selector keeps (S slots).
-        kept_refill: [R] bool the refill rounds' used groups it keeps, in order.
-        group_size: G.
-
-    Slot g keeps its group when kept; the k-th dropped slot takes the k-th kept refill group
-    while there are any; the rest keep their dropped group.
-    """
+    groups: the assembled generation batch. Slot g keeps its group when ``kept_first[g]``;
+    the k-th dropped slot takes the k-th kept refill group (``kept_refill``) while there are
+    any; the rest keep their dropped group."""
     S = kept_first.shape[0]
     group = torch.arange(S)
     dropped = (~kept_first).nonzero().squeeze(1)

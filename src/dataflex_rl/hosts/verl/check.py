@@ -62,11 +62,8 @@ def _message(e: BaseException) -> str:
 
 
 def check_arms(payload: dict) -> None:
-    """Every arm of ``payload`` composed and given to the dataflex trainer.
-
-    Raises:
-        ConfigError: the first arm verl or the plugin refuses, with what they said.
-    """
+    """Every arm of ``payload`` composed and given to the dataflex trainer; the first one
+    refused raises a `ConfigError` with what verl or the plugin said."""
     with tempfile.TemporaryDirectory() as tmp:
         for i, arm in enumerate(payload["arms"]):
             try:

@@ -29,16 +29,12 @@ except ValueError:  # an unknown level name: keep the default rather than fail t
     logger.setLevel(logging.INFO)
 
 
-def _parse(v: str):
-    from packaging.version import Version  # a verl dependency
-
-    return Version(v)
-
-
 def check_version(installed: str) -> bool:
     """Whether ``installed`` lies in `SUPPORTED`; logs an error when it does not."""
+    from packaging.version import Version  # a verl dependency
+
     low, high = SUPPORTED
-    ok = _parse(low) <= _parse(installed) < _parse(high)
+    ok = Version(low) <= Version(installed) < Version(high)
     if not ok:
         logger.error(
             "dataflex-rl: verl %s is outside the supported range >=%s,<%s; the "
