@@ -1,23 +1,12 @@
 """A host: the trainer the runs of an experiment run in, as the harness sees it (`Host`).
 
-The harness (``compare``, ``report``, ``replay``) never imports a host's framework. It holds
-`Host` objects (`dataflex_rl.hosts.registry`) and asks them, in its own process, for the
-settings of each run and the checks before any run; a run then executes the host's training
-function (``"module:attr"``, imported by name in the run's process, under the host's Python)
-and the harness reads its results back from the files it left.
-
-`ExternalPythonHost` is what a host whose runs need their own Python (TRL, verl) shares: the
-interpreter setting, the probe that it has the framework, the check run in that Python
-(``python -m <host>.check``, a `ConfigError` message read back from its stderr) and the
-resolution of paths against the experiment file's folder.
-
-Every host's training function has one signature::
+The harness never imports a host's framework: it asks `Host` objects for each run's settings
+and checks, runs the host's training function (``"module:attr"``, imported in the run's
+process) and reads the results from the files it left (docs/architecture.md#the-host-interface).
+`ExternalPythonHost` is what hosts with their own Python (TRL, verl) share. Every training
+function has one signature::
 
     train(settings, strategy: dict, *, seed: int, out_dir: str, resume: bool) -> dict
-
-``settings`` are the run's host settings (`Host.run_settings` of `Host.run_config`'s mapping:
-the engine's `EngineConfig`, TRL's and verl's mappings), ``strategy`` the expanded strategy
-spec; it returns the run's summary.
 """
 
 from __future__ import annotations
@@ -39,15 +28,9 @@ METRICS_FILE = "metrics.jsonl"
 
 @dataclass(frozen=True)
 class HostControls:
-    """Where a host's run settings (its ``run_config``) hold what the controls change: dotted
-    paths, with the value the host uses when its settings leave one unset.
-
-    Args:
-        stream: the training sampling stream (aa: another one).
-        lr: the learning rate (no_update: 0; half_lr: half the experiment's).
-        stream_default, lr_default: the host's values when the settings do not hold the key.
-        section: how messages name the settings (``"trl."``: ``trl.sampling_stream``).
-    """
+    """Where a host's run settings hold what the controls change (dotted paths: ``stream``,
+    aa; ``lr``, no_update and half_lr), the host's values where unset, and how messages name
+    the section (``"trl."``)."""
 
     stream: str
     lr: str
@@ -67,19 +50,10 @@ def merge_overrides(base: dict, overrides: dict) -> dict:
 class Host(ABC):
     """A trainer the harness runs experiments on (``host:`` in an experiment file).
 
-    Class attributes:
-        name: the host's name (``host: <name>``; its section is ``<name>:``).
-        setup: the command that installs it (named when its Python is missing).
-        controls: where its run settings hold the sampling stream and the learning rate.
-        tracking: None where the experiment's ``tracking:`` applies to its runs; else where
-            its own settings set its trackers (``tracking:`` is refused, naming it).
-        schemas: its settings schema: section path -> the dataclass checking it
-            (``{"trl": TrlSettings, "trl.dataflex": TrlConfig}``).
-        train_default: ``"module:attr"`` of its own training function.
-        evaluation_only: it runs ``budget.steps: 0`` (evaluation only).
-        token_budget: it stops a run at ``budget.generated_tokens``.
-        no_token_budget: where it cannot, why (the refusal of ``budget.generated_tokens``
-            says so).
+    Class attributes (docs/architecture.md#the-host-interface): ``tracking`` is None where
+    the experiment's ``tracking:`` applies, else where the host's own settings set its
+    trackers; ``schemas`` maps a section path to its dataclass; ``no_token_budget`` says why
+    ``budget.generated_tokens`` is refused where ``token_budget`` is False.
     """
 
     name: ClassVar[str]
@@ -108,22 +82,17 @@ class Host(ABC):
         ``overrides`` merged in and the budget and evaluation applied."""
 
     def train_fn(self, exp) -> str:
-        """``"module:attr"`` of the runs' training function: the experiment's ``train_fn``
-        (a user's own script), else the host's own."""
+        """``"module:attr"`` of the runs' training function (the experiment's, else the host's)."""
         return getattr(exp, "train_fn", None) or self.train_default
 
     def python(self, exp) -> str | None:
-        """The interpreter of its runs: None (the harness's own: runs execute in local worker
-        processes), else an absolute path (each run is a process of that Python)."""
+        """The interpreter of its runs: None (the harness's own), else an absolute path."""
         return None
 
     @abstractmethod
     def check(self, exp) -> None:
-        """Before any run starts: the settings, the Python and its framework, the data.
-
-        Raises:
-            ConfigError: naming the key.
-        """
+        """Before any run starts: the settings, the Python and its framework, the data (a
+        `ConfigError` names the key)."""
 
     @abstractmethod
     def setup_lines(self, exp) -> list[str]:
@@ -157,10 +126,8 @@ class Host(ABC):
 
 
 def metrics_steps_done(out: Path, tail_bytes: int = 65536) -> int:
-    """Training steps a run's ``metrics.jsonl`` shows done (the engine's, and TRL's run log):
-    the newest ``"train"`` record's ``step`` + 1 (read from the end; a line cut mid-write is
-    skipped), 0 when there is none yet. A resumed run's log is cut back to its checkpoint, so
-    this counts again from there."""
+    """Training steps a run's ``metrics.jsonl`` shows done: the newest ``"train"`` record's
+    ``step`` + 1, read from the end (a line cut mid-write is skipped); 0 when there is none."""
     try:
         with (Path(out) / METRICS_FILE).open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -193,15 +160,8 @@ def resolve_path(value: Any, base: Path | None) -> Any:
 
 
 class ExternalPythonHost(Host):
-    """A host whose runs need their own Python (its framework's environment).
-
-    Class attributes:
-        framework: the module its Python must import (``"trl"``, ``"verl"``).
-        check_module: ``python -m <check_module>`` checks an experiment in that Python: a
-            JSON payload on stdin; exit 0, or 2 with ``ConfigError: <message>`` on stderr
-            (`check_main`).
-        check_seconds: how long that check may take.
-    """
+    """A host whose runs need their own Python, which must import ``framework``; ``python -m
+    <check_module>`` checks an experiment there (`check_main`) within ``check_seconds``."""
 
     framework: ClassVar[str]
     check_module: ClassVar[str]
@@ -222,12 +182,8 @@ class ExternalPythonHost(Host):
         return str(p if p.is_absolute() else Path.cwd() / p)
 
     def check_python(self, exp) -> str:
-        """The host's Python as an absolute path when it runs and imports the framework and
-        dataflex-rl.
-
-        Raises:
-            ConfigError: naming ``<host>.python`` and the setup command.
-        """
+        """The host's Python (absolute) once it runs and imports the framework and dataflex-rl;
+        else a `ConfigError` naming ``<host>.python`` and the setup command."""
         key, written, exe = f"{self.where(exp)}.python", self.python_setting(exp), self.python(exp)
         hint = f"`{self.setup}` makes it ({self.framework} and dataflex-rl)"
         if not os.access(exe, os.X_OK):
@@ -249,12 +205,8 @@ class ExternalPythonHost(Host):
         return exe
 
     def run_check(self, exp, payload: Any, env: dict[str, str] | None = None) -> None:
-        """``payload`` checked in the host's Python (``python -m <check_module>``).
-
-        Raises:
-            ConfigError: the message the check printed, or what the Python said when it
-                printed none.
-        """
+        """``payload`` checked in the host's Python (``python -m <check_module>``); raises a
+        `ConfigError` with the message the check printed (else what the Python said)."""
         exe = self.python(exp)
         try:
             done = subprocess.run(

@@ -1,8 +1,5 @@
-"""The hosts ``compare`` runs experiments on (``host:`` in an experiment file).
-
-``HOSTS`` holds each host's `Host` class as a lazy ``"module:attr"`` entry: the harness never
-imports a host's framework, and naming a host imports only its `Host` (which imports no
-framework either). `get_host` gives the host of a name.
+"""The hosts ``compare`` runs experiments on (``host:``): `HOSTS` holds each `Host` class as a
+lazy ``"module:attr"`` entry, so naming a host imports only its `Host` (no framework).
 """
 
 from __future__ import annotations
@@ -20,11 +17,7 @@ HOSTS.register("verl", "dataflex_rl.hosts.verl.host:VerlHost")
 
 
 def get_host(name: str, where: str = "host") -> Host:
-    """The host called ``name``.
-
-    Raises:
-        ConfigError: an unknown host (the valid ones listed).
-    """
+    """The host called ``name`` (an unknown one: `ConfigError` listing the valid ones)."""
     if name not in HOSTS:
         raise ConfigError(
             f"{where}: unknown host {name!r}.{suggest(str(name), HOSTS.names())} "

@@ -1,10 +1,8 @@
 """What pre-rollout skipping saved: one definition for every host.
 
 The *plain batch* is what the host would have generated without pre-rollout: per domain, the
-first ``quota`` candidates in draw order. With skipping, some of those are not generated
-(``skipped``) and later candidates take their place (``replacements``). Tokens saved are
-estimated from each skipped prompt's own history (mean response tokens of its remembered
-groups); seconds saved convert them at this step's generation seconds per generated token.
+first ``quota`` candidates in draw order. Tokens saved are estimated from each skipped
+prompt's history (mean response tokens of its remembered groups).
 """
 
 from __future__ import annotations
@@ -15,18 +13,14 @@ import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.hosts.common.refill import zero_variance
 
 PREFIX = "dataflex/prerollout/"
 
 
 def first_per_domain(domain_ids: Tensor, eligible: Tensor, quota: Tensor) -> Tensor:
-    """[N] bool: per domain, the first ``quota[d]`` eligible candidates in order.
-
-    Args:
-        domain_ids: [N] int64 domain of each candidate, in draw order.
-        eligible: [N] bool candidates that may be taken.
-        quota: [D] int64 how many to take per domain.
-    """
+    """[N] bool: per domain, the first ``quota[d]`` ([D] int64) ``eligible`` ([N] bool)
+    candidates, in draw order (``domain_ids``: [N] int64)."""
     if domain_ids.numel() == 0:
         return torch.zeros(0, dtype=torch.bool)
     D = quota.shape[0]
@@ -41,20 +35,10 @@ def plain_batch(domain_ids: Tensor, quota: Tensor) -> Tensor:
 
 
 def intake_metrics(history, keys: Sequence, plain: Tensor, generated: Tensor) -> dict:
-    """Per-step counts for candidates ``keys``.
-
-    Args:
-        history: the strategy's `PromptHistory` (None: no token estimate).
-        keys: prompt keys of all candidates drawn this step.
-        plain: [N] bool the plain batch (`plain_batch`).
-        generated: [N] bool the candidates sent to generation.
-
-    Returns:
-        ``skipped`` (plain, not generated; split into ``skipped_first``, prompts never
-        generated before, whose savings no history can estimate, and ``skipped_revisit``),
-        ``replacements`` (generated, not plain), ``tokens_saved_est`` (sum over skipped
-        prompts of their mean remembered tokens: revisits only).
-    """
+    """Per-step counts for the candidates ``keys`` given the [N] bool ``plain`` batch and
+    the ``generated`` ones: ``skipped`` (plain, not generated), ``skipped_first``,
+    ``skipped_revisit``, ``replacements`` and ``tokens_saved_est`` (docs/metrics.md; from
+    ``history``, the `PromptHistory`, None: no estimate)."""
     skipped = plain & ~generated
     saved = 0.0
     first = 0
@@ -75,25 +59,10 @@ def intake_metrics(history, keys: Sequence, plain: Tensor, generated: Tensor) ->
 def generation_metrics(
     batch: RolloutBatch, tokens_saved: float | None, generate_seconds: float | None
 ) -> dict:
-    """After generation: the share of generated groups with zero variance, seconds saved.
-
-    Args:
-        batch: this step's batch (its groups are the generated prompts).
-        tokens_saved: this step's ``tokens_saved_est`` (None: not known).
-        generate_seconds: wall seconds this step spent generating (None: not measured).
-
-    Returns:
-        ``zero_variance_through`` (groups whose active rewards were all equal / groups with an
-        active response; 0 for an empty batch) and, when both inputs are known,
-        ``seconds_saved_est`` = tokens_saved x generate_seconds / generated response tokens.
-    """
-    present = batch.group_size > 0
-    n = int(present.sum())
-    out = {
-        PREFIX + "zero_variance_through": float(((batch.group_std == 0) & present).sum()) / n
-        if n
-        else 0.0
-    }
+    """After generation: ``zero_variance_through`` and, when ``tokens_saved`` (this step's
+    ``tokens_saved_est``) and ``generate_seconds`` are known, ``seconds_saved_est``."""
+    zero, n = zero_variance(batch)
+    out = {PREFIX + "zero_variance_through": zero / n if n else 0.0}
     if tokens_saved is not None and generate_seconds is not None:
         generated = float((batch.response_length * ~batch.is_padding).sum())
         out[PREFIX + "seconds_saved_est"] = (

@@ -1,9 +1,5 @@
-"""Settings every host takes the same way (declared once, validated like every config).
-
-`HostConfig` is the ``dataflex`` block of a host that trains on its own dataset (verl, TRL):
-which strategy, and how prompts are drawn at intake. A host adds its own keys by subclassing
-it; the helpers below are the checks every such host makes before training starts.
-"""
+"""Settings every host takes the same way (`SHARED_SETTINGS`, `HostConfig`: the ``dataflex``
+block of verl and TRL), and the checks every such host makes before training starts."""
 
 from __future__ import annotations
 
@@ -50,14 +46,9 @@ class DecisionLogConfig(Checked):
 class SharedSetting:
     """One setting that more than one host has: its default, meaning and checks, declared once.
 
-    Args:
-        default: the one default on every host (unused with ``host_defaults``).
-        doc: its meaning, the doc line every host shows.
-        checks: its range (`param`'s ``ge``, ``gt``, ...).
-        host_defaults: host name -> default, for a setting whose right value depends on the
-            model a host trains, so that no one default fits every host (None: ``default``
-            everywhere). Every host that has the setting is listed; the doc line states them.
-        why: with ``host_defaults``, why the defaults differ (part of the doc line).
+    ``checks`` are `param`'s range keywords; ``host_defaults`` (host -> default, every host
+    that has the setting) replaces ``default`` where no one value fits every host's model,
+    and ``why`` says why (both go into the doc line, `meaning`).
     """
 
     default: Any
@@ -67,11 +58,7 @@ class SharedSetting:
     why: str = ""
 
     def default_for(self, host: str) -> Any:
-        """The default on ``host``.
-
-        Raises:
-            ValueError: a per-host default that does not list ``host``.
-        """
+        """The default on ``host`` (ValueError: a per-host default that does not list it)."""
         if self.host_defaults is None:
             return self.default
         if host not in self.host_defaults:
@@ -136,11 +123,7 @@ SHARED_SETTINGS: dict[str, SharedSetting] = {
 
 def shared_param(name: str, host: str | None = None) -> Any:
     """The dataclass field of the shared setting ``name`` (`SHARED_SETTINGS`) on ``host``
-    (needed where the setting's default is each host's own).
-
-    Raises:
-        ValueError: a per-host default without ``host``, or for a host the table lacks.
-    """
+    (needed, else a ValueError, where the setting's default is each host's own)."""
     setting = SHARED_SETTINGS[name]
     if setting.host_defaults is not None and host is None:
         raise ValueError(f"shared setting {name!r}: its default is each host's own; name the host")
@@ -186,13 +169,8 @@ class HostSettings:
 
 
 def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
-    """The block's strategy, checked for ``host`` before anything is built (`check_strategy`,
-    with `placeholder_domains` for the training set's); returns the parsed spec.
-
-    Raises:
-        ConfigError: the strategy does not fit the host, or ``proportions`` is set for a
-            strategy that does not read it.
-    """
+    """The block's strategy, parsed and checked for ``host`` before anything is built
+    (`check_strategy` with `placeholder_domains`, `check_proportions`)."""
     spec = parse_strategy(block.strategy, where="dataflex.strategy")
     check_strategy(
         spec,
@@ -243,11 +221,7 @@ def placeholder_domains(host: HostConfig, spec: StrategySpec) -> tuple[str, ...]
 
 
 def check_proportions(host: HostConfig, spec: StrategySpec) -> None:
-    """``proportions`` is only read by a strategy that pre-filters without mixing.
-
-    Raises:
-        ConfigError: it is set for any other strategy.
-    """
+    """``proportions`` is only read by a strategy that pre-filters without mixing."""
     if host.proportions is not None and not (spec.prerollout is not None and spec.mix is None):
         raise ConfigError(
             "dataflex.proportions: only used by a strategy that pre-filters "
@@ -256,8 +230,8 @@ def check_proportions(host: HostConfig, spec: StrategySpec) -> None:
         )
 
 
-def config_table(schema: type) -> str:
-    """A host's ``dataflex`` block as a Markdown table (the host docs embed it verbatim)."""
+def config_table(schema: type = HostConfig) -> str:
+    """A host's ``dataflex`` block as a Markdown table (docs/hosts/*.md embed it verbatim)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for r in field_rows(schema):
         shown = "null" if r["default"] is None else r["default"]

@@ -1,65 +1,12 @@
 """The decision log: per step, the signals a strategy reads and the decision the host applied.
 
 Every host writes it the same way (one call after ``strategy.decide``); ``dataflex-rl replay``
-reads it to re-run any strategy on the logged rollouts (`dataflex_rl.harness.replay.replay`).
-
-Layout of a log folder (Apache Parquet, plain column types: readable by pyarrow, pandas,
-polars or duckdb without this package)::
-
-    LOG_DIR/responses/part-<first step>.parquet   one row per response
-    LOG_DIR/steps/part-<first step>.parquet       one row per step
-
-A file holds ``steps_per_file`` steps and is written whole (to a temporary name, then
-renamed) once they are complete, so a crash loses at most the steps of the open file. Every
-file's schema metadata carries ``dataflex.schema_version`` (`SCHEMA_VERSION`), the table
-name, the domains, the strategy spec and the host's settings (JSON strings).
-
-Response columns (B rows per step):
-
-==================  =========================================================================
-``step``            int64, the strategy step (the batch's ``step``)
-``group``           int64, dense prompt group 0..G-1 within the step
-``prompt_key``      string (or int64) prompt identity, dictionary-encoded per step
-``domain``          string, dictionary-encoded with every domain in id order (index = id)
-``is_padding``      bool, host padding row
-``reward``          float, outcome reward (the batch's dtype)
-``length``          int64, valid response tokens
-``advantage``       float32, advantage on the first valid token: every token's value under
-                    outcome-reward estimators (GRPO, RLOO, ...); NaN where a valid token's
-                    advantage is not finite
-``advantage_mean``  float32, mean advantage over valid tokens (with the host's per-response
-                    advantages, ``response_advantages``: that value, like ``advantage``)
-``logprob_mean``    float32, mean old log-prob over valid tokens
-``prob_mean``       float32, mean token probability (only with ``token_prob_mean``)
-``entropy_mean``    float32, mean policy entropy over valid tokens (NaN without entropies)
-``micro_batch``     int64, the row's loss micro-batch (``micro_batch_ids``; -1 without)
-``keep``            bool, the decision's keep mask
-``kept_tokens``     int64, the row's tokens in the loss (``loss_mask``: its valid tokens when
-                    kept; after a token-level selection (``tokens``), the ones it kept)
-``weight``          float32, the decision's weight per response (mean token weight)
-``decision_advantage``  float, advantage recomputed by the selector (null: host's kept)
-``advantage_tokens``, ``logprob_tokens``, ``entropy_tokens``  list<float32> of the valid
-                    tokens' values (only with ``full_tokens``; NaN for a field the host
-                    did not pass)
-==================  =========================================================================
-
-Step columns: ``step``, ``responses``, ``groups``, ``max_length`` (T), ``tokens`` (generated
-tokens, padding rows excluded), ``kept``, ``kept_tokens`` (tokens in the loss),
-``renormalize`` (the rows ``select`` dropped left the loss's denominator),
-``renormalize_tokens`` (the tokens ``tokens`` dropped left it too), ``recomputed``,
-``per_response_advantages`` (the host passed ``response_advantages``: replay passes the logged
-``advantage`` the same way, so decisions replay bit for bit), ``mix_updated``,
-``decide_ms``, per domain ``target_<d>`` (proportions the batch was drawn at; NaN when the
-host did not say), ``actual_<d>`` (share of the batch's groups) and ``next_<d>`` (proportions
-the decision set; NaN when the mixer did not update), and the pre-rollout counts
-``prerollout_candidates``, ``prerollout_candidates_skipped``, ``prerollout_skipped``,
-``prerollout_tokens_saved_est``, ``prerollout_skipped_first``, ``prerollout_skipped_revisit``,
-and for a skip policy that skips first visits (``probe``) ``prerollout_skipped_probe``,
-``prerollout_audited``, ``prerollout_audit_groups``, ``prerollout_audit_informative`` (the
-false-skip audit's outcomes) (NaN where the step had none).
-
-The columns are built from the batch's tensors with vectorized conversions; the token
-summaries are masked row sums (`core.rowops`), a chunk of rows at a time.
+reads it. Columns and layout: docs/replay.md#what-is-logged. Files are Apache Parquet with
+plain column types (``LOG_DIR/responses/part-<first step>.parquet``, one row per response;
+``LOG_DIR/steps/...``, one row per step), each holding ``steps_per_file`` steps, written whole
+(temporary name, then rename) once complete; every file's schema metadata carries
+``dataflex.schema_version`` (`SCHEMA_VERSION`), the table name, the domains, the strategy
+spec and the host's settings (JSON strings).
 """
 
 from __future__ import annotations
@@ -109,16 +56,9 @@ def part_name(first_step: int) -> str:
 class DecisionLog:
     """Append-only Parquet writer of per-step signals and decisions.
 
-    Args:
-        folder: the log folder (created).
-        domains: domain names in id order (the batch's ``domains``; None: the first batch's).
-        strategy_spec: the strategy's spec as plain data (``spec.to_dict()``).
-        host: the writing host (``"engine"``, ``"verl"``, ...).
-        steps_per_file: steps per Parquet file.
-        full_tokens: also log the valid tokens' advantages and old log-probs (list columns).
-        token_prob_mean: also log each response's mean token probability (one exp pass).
-        settings: host facts replay needs (advantage estimator, ``norm_adv_by_std``, seeds);
-            stored as JSON in every file's metadata.
+    ``domains`` in id order (None: the first batch's); ``strategy_spec`` as plain data;
+    ``full_tokens`` / ``token_prob_mean``: `DecisionLogConfig`; ``settings``: host facts
+    replay needs (advantage estimator, ``norm_adv_by_std``, seeds), stored in the metadata.
     """
 
     def __init__(
@@ -157,7 +97,6 @@ class DecisionLog:
         self._steps: list[dict[str, Any]] = []
         #: seconds spent in `record` and in writing files (for overhead figures)
         self.seconds = 0.0
-        self.steps_logged = 0
 
     @classmethod
     def from_config(
@@ -171,19 +110,9 @@ class DecisionLog:
         seed: int,
         settings: Mapping[str, Any] | None = None,
     ) -> DecisionLog:
-        """Build from a ``decision_log`` config section (``dir``, ``steps_per_file``,
-        ``full_tokens``, ``token_prob_mean``) for a host's run.
-
-        Args:
-            config: the ``decision_log`` section.
-            run_dir: the run's folder; a relative ``config.dir`` is taken under it.
-            strategy: the `Strategy` whose decisions are logged (its spec, advantage
-                estimator, std normalization and ``adv_eps`` go into the log's settings).
-            domains: domain names in id order (None without an intake).
-            host: ``"engine"``, ``"verl"`` or ``"trl"``.
-            seed: the seed of the strategy's randomness.
-            settings: host-specific settings added to the common ones.
-        """
+        """Build from a ``decision_log`` config section for a host's run (a relative
+        ``config.dir`` is under ``run_dir``); the strategy's spec, advantage estimator, std
+        normalization, ``adv_eps`` and ``seed`` go into the log's settings."""
         common = {
             "advantage_estimator": strategy.advantage_estimator,
             "norm_adv_by_std": strategy.norm_adv_by_std,
@@ -227,7 +156,6 @@ class DecisionLog:
         cols = self._response_columns(batch, decision, first)
         self._responses.append(cols)
         self._steps.append(self._step_row(batch, decision, target, metrics or {}, cols, first))
-        self.steps_logged += 1
         if len(self._steps) >= self.steps_per_file:
             self.flush()
         self.seconds += time.perf_counter() - t0

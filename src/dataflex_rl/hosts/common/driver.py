@@ -1,17 +1,6 @@
-"""The host driver: a data strategy's lifecycle, the same in every host.
-
-Each host (the embedded engine, verl, TRL) runs its strategy through one `Driver`::
-
-    set-up       check the strategy without building it (`check_block`), then build it, the
-                 intake (when it mixes or pre-filters) and the decision log
-    each step    draw (mix + prerollout)  ->  [the host generates, scores, computes advantages]
-                 -> decide (select, tokens, reweight, mix signals) -> record -> generation metrics
-                 ->  [the host applies the decision to its loss]
-    checkpoints  state (strategy, intake, decisions) beside the host's; the decision log is
-                 flushed before a checkpoint and truncated on resume
-
-A host only translates: its tensors into a `RolloutBatch`, and the `Decision` back into its loss.
-The driver knows no framework.
+"""The host driver: a data strategy's lifecycle (check, build, draw, decide, record, save,
+restore), the same in every host; a host only translates its tensors into a `RolloutBatch`
+and the `Decision` back into its loss (docs/architecture.md). Knows no framework.
 """
 
 from __future__ import annotations
@@ -44,15 +33,9 @@ STATE_FILE = "dataflex_state.safetensors"
 class Driver:
     """One strategy inside one host: draws, decisions, the decision log and their state.
 
-    Args:
-        strategy: the built `Strategy`.
-        intake: where the host's prompts come from (None: the strategy neither mixes nor
-            pre-filters, and the host keeps its own data order).
-        log: the decision log (None: decisions are not logged).
-        host: the host's name; messages go to the ``dataflex_rl.hosts.<host>`` logger.
-
-    Attributes:
-        decisions: decisions made so far (TRL's step clock; kept in the state).
+    ``intake`` None: the strategy neither mixes nor pre-filters (the host keeps its data
+    order); ``log`` None: decisions are not logged; ``decisions`` counts decisions made so
+    far (TRL's step clock; kept in the state).
     """
 
     def __init__(
@@ -97,16 +80,13 @@ class Driver:
         """The driver of a host that trains on its own dataset (verl, TRL).
 
         Args:
-            block: the parsed ``dataflex`` block.
-            spec: its strategy, checked for this host (`check_block`).
-            host: the host's settings.
+            spec: the block's strategy, checked for this host (`check_block`).
             row_domains: the domain of every training row (`read_row_domains`); None when the
                 strategy neither mixes nor pre-filters.
             run_dir: the run's output folder (a relative ``decision_log.dir`` is under it).
             log_decisions: whether this process writes the decision log (TRL: the main one).
             settings: host settings recorded in the decision log.
-            features: the host's prompt representations of rows (`Intake`'s ``features``),
-                for a skip policy that reads them; None: the host has none.
+            features: `Intake`'s ``features`` (None: the host has none).
         """
         domains = intake = None
         if row_domains is not None:
@@ -165,12 +145,9 @@ class Driver:
     def refill(
         self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
     ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
-        """Refill rounds for ``step`` (`run_refill`; the strategy refills): the groups the
-        selector drops in ``first`` are replaced by prompts drawn from the intake, generated
-        by ``generate``. Returns (the rounds' batches, how many leading groups of each the
-        step uses, the ``dataflex/refill/`` metrics); the metrics also go with the step's
-        decision (and its decision log row). The host then decides once on every group the
-        step uses: the first generation's and the rounds' leading ones."""
+        """Refill rounds for ``step`` (`run_refill`, drawing from the intake); the metrics also
+        go with the step's decision. The host then decides once on every group the step
+        uses."""
 
         def draw(k: int) -> tuple[list, list[int]]:
             items, domain_ids, _ = self.draw(k, step)
@@ -198,17 +175,10 @@ class Driver:
     def decide(
         self, batch: RolloutBatch, generate_seconds: float | None = None
     ) -> tuple[Decision, dict[str, float]]:
-        """Decide on a step's batch and record it in the decision log.
-
-        Args:
-            batch: the step's batch (its ``step`` names the draws it was generated from).
-            generate_seconds: wall seconds the host spent generating it (None: not
-                measured); with pre-rollout, the seconds skipping saved are estimated from it.
-
-        Returns:
-            (the `Decision`, metrics: the decision's, the step's draw figures and, with
-            pre-rollout, `generation_metrics`).
-        """
+        """Decide on a step's batch (its ``step`` names the draws it came from) and record it
+        in the decision log; ``generate_seconds`` (None: not measured) feeds the seconds
+        saved estimate. Returns (the `Decision`, its metrics with the step's draw figures and,
+        with pre-rollout, `generation_metrics`)."""
         drawn = self._drawn if self._drawn is not None and self._drawn[0] == batch.step else None
         self._drawn = None
         target, draw_metrics = (None, {}) if drawn is None else drawn[1:]
@@ -236,7 +206,7 @@ class Driver:
 
     def load_state_dict(self, state: dict) -> None:
         self.strategy.load_state_dict(state["strategy"])
-        self.decisions = int(state.get("decisions", 0))  # verl states before the driver
+        self.decisions = int(state["decisions"])
         if self.intake is not None:
             if state.get("intake") is None:
                 raise ValueError(

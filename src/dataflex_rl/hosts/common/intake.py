@@ -1,11 +1,8 @@
 """Intake: which prompts a host generates next (domain mixing and pre-rollout skipping).
 
-Both mechanisms act here, before generation: prompts are drawn per domain at the strategy's
-proportions (`DomainSampler`, largest-remainder rounding), and pre-rollout skipping removes
-candidates, which are replaced by fresh draws. Every host generates exactly a fixed number of
-prompts per step: a host with a map-style dataset (verl's sync trainer, TRL's `GRPOTrainer`)
-draws row indices (`Intake.from_rows`), the embedded engine its problems, the same way. Needs
-no host library.
+Prompts are drawn per domain at the strategy's proportions and filtered by its skip policy
+before generation (`draw_batch`); a host with a map-style dataset draws row indices
+(`Intake.from_rows`). Needs no host library.
 """
 
 from __future__ import annotations
@@ -32,24 +29,16 @@ class Intake:
     pre-rollout skipping (`draw_batch`).
 
     Args:
-        pools: per domain, in id order, the items a host generates for (dataset rows,
-            problems).
+        pools: per domain, in id order, the items a host generates for (rows, problems).
         domains: domain names in id order.
         static: [D] proportions of a strategy that does not mix.
         seeds: (seed of the per-domain orders, seed of the pre-rollout randomness).
-        candidate_factor: with pre-rollout, candidates drawn per missing prompt in each round.
-        max_rounds: candidate rounds before skipped candidates fill the rest of the batch.
-        audits: the host generates the prompts the skip policy audits (`audited`), apart
-            from the batch and not trained on (the engine); False: nothing is audited (verl
-            and TRL generate only the batch they train on).
+        candidate_factor, max_rounds: see `draw_batch`.
+        audits: the host generates the prompts the skip policy audits (`audited`: after each
+            `draw`, items and domain ids), apart and not trained on (the engine).
         key: an item's prompt key, what the prompt history knows (default: the item).
-        features: the host's prompt representations of items at a layer: ``features(items,
-            layer) -> ([N, H] tensor, cost in prompt tokens)``, for a skip policy that reads
-            them (None: the host has none).
-
-    Attributes:
-        audited: after each `draw` of an intake that audits, the items (and domain ids) the
-            skip policy audits: skipped, to be generated anyway and not trained on.
+        features: ``features(items, layer) -> ([N, H] tensor, cost in prompt tokens)``, for
+            a skip policy that reads the policy's representation (None: the host has none).
     """
 
     def __init__(
@@ -89,16 +78,8 @@ class Intake:
         features: Callable[[list, int], tuple[Tensor, float]] | None = None,
     ) -> Intake:
         """An intake over a map-style dataset's rows (the items are row indices), auditing
-        nothing.
-
-        Args:
-            row_domains: the domain name of every training row.
-            domains: domain names in id order (every value of ``row_domains`` must be one).
-            proportions: [D] proportions used when the strategy does not mix (None: the
-                pools' own sizes, i.e. what a shuffled dataloader gives in expectation).
-            seed: seed of the per-domain orders and of pre-rollout randomness.
-            features: the host's representations of rows (see `Intake`).
-        """
+        nothing; without ``proportions`` a strategy that does not mix draws at the pools' own
+        sizes (what a shuffled dataloader gives in expectation)."""
         domains = tuple(domains)
         index = {d: i for i, d in enumerate(domains)}
         unknown = sorted(set(row_domains) - set(index))
@@ -134,17 +115,8 @@ class Intake:
         return self.static if props is None else props
 
     def draw(self, n: int, strategy: Strategy, step: int) -> tuple[list, list[int], dict]:
-        """``n`` prompts for step ``step``: (items, their domain ids, metrics).
-
-        `draw_batch` at `target`. With pre-rollout, each round draws ``candidate_factor`` x
-        the missing prompts per domain and takes, per domain, the first kept candidates;
-        after ``max_rounds`` rounds skipped candidates fill what is still missing
-        (``forced``; never an audited one). The plain batch is the first round's first ``quota``
-        candidates per domain, the prompts drawn without pre-rollout; skipped / replacements
-        / tokens_saved_est are counted against it (`dataflex_rl.hosts.common.accounting`);
-        ``candidates_skipped``, ``skipped_easy`` and ``skipped_hard`` count every candidate
-        the policy skipped, over all rounds.
-        """
+        """``n`` prompts for step ``step`` (`draw_batch` at `target`): (items, their domain
+        ids, metrics)."""
         key = self.key
 
         def key_of(d: int, i: int) -> Hashable:
@@ -184,12 +156,7 @@ class Intake:
 
 
 def check_map_style(dataset) -> None:
-    """The intake indexes the training set: refuse one it cannot index.
-
-    Raises:
-        ValueError: ``dataset`` is None, an ``IterableDataset``, or lacks ``__getitem__``
-            / ``__len__``.
-    """
+    """The intake indexes the training set: refuse (ValueError) one it cannot index."""
     iterable = isinstance(dataset, IterableDataset) or type(dataset).__name__ == "IterableDataset"
     indexable = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
     if dataset is None or iterable or not indexable:
@@ -204,15 +171,9 @@ def check_map_style(dataset) -> None:
 def read_row_domains(
     dataset, key: str | None, table: Any = None, log: logging.Logger = logger
 ) -> list[str]:
-    """The domain of every training row of a host's dataset.
-
-    Args:
-        dataset: the training set (indexable rows, for the slow path).
-        key: the configured ``domain_key`` (None tries `DEFAULT_DOMAIN_COLUMNS`).
-        table: a columnar view with ``column_names`` and ``table[column]`` (a HF ``Dataset``;
-            verl's ``RLHFDataset.dataframe``); when None or not columnar, rows are read one
-            by one, with a warning.
-        log: the host's logger, for the warning and the column used.
+    """The domain of every training row of a host's dataset, by ``key`` (the configured
+    ``domain_key``; None tries `DEFAULT_DOMAIN_COLUMNS`), read from ``table``'s columns (a HF
+    ``Dataset``, verl's ``RLHFDataset.dataframe``), else row by row with a warning on ``log``.
 
     Raises:
         ValueError: the dataset is not map-style (`check_map_style`).
@@ -240,11 +201,8 @@ def read_row_domains(
 def intake_for(
     block: Any, row_domains: Sequence[str], features: Callable | None = None
 ) -> tuple[tuple[str, ...], Intake]:
-    """A host's (domains, `Intake`) from its ``dataflex`` block and its rows' domains.
-
-    The domains are the block's ``domains`` (their order is the strategy's domain ids), or
-    the rows' distinct domains, sorted.
-    """
+    """A host's (domains, `Intake`) from its ``dataflex`` block and its rows' domains (the
+    block's ``domains`` in their order, else the rows' distinct domains, sorted)."""
     domains = tuple(block.domains or sorted(set(row_domains)))
     intake = Intake.from_rows(
         row_domains,

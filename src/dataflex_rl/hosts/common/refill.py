@@ -1,15 +1,9 @@
 """Refill (dynamic sampling, DAPO): replace the groups a strategy's selector drops.
 
-After a step's first generation, the host scores the groups and asks the selector which it
-keeps (`Strategy.groups_kept`). Each refill round draws as many new prompts as kept groups are
-missing through the driver's intake (so the mix proportions and the pre-rollout skip policy
-apply to them as to any draw), the host generates and scores them, and the loop goes on
-until the step holds ``n`` kept groups or ``refill.max_rounds`` rounds ran; the step then
-trains on what it has, and the metrics say how short it is. The host decides once, on every
-group it generated in the step (dropped groups included: the prompt history and the mixing
-signals see every outcome, and replaying the decision log re-keeps the same groups).
-
-Needs no host library; the host passes its generation as a function.
+Each round draws as many prompts as kept groups are missing through the driver's intake,
+the host generates and scores them, until the step holds ``n`` kept groups or
+``refill.max_rounds`` ran. The host decides once, on every group it generated in the step.
+Needs no host library.
 """
 
 from __future__ import annotations
@@ -42,11 +36,9 @@ def run_refill(
 ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
     """The refill rounds of one step.
 
-    Each round draws the missing kept groups, ``n - kept``; with ``refill.overdraw``, the
-    count expected to fill the step, ``ceil(missing x generated / kept)`` over the step's
-    groups so far (``n`` when none was kept yet), at most ``n``; either rounded up to a
-    multiple of ``granule``. A round that fills the step keeps its groups up to the one that
-    holds the ``n``-th kept group; the rest were generated, not trained on (``discarded``).
+    Each round draws ``n - kept`` prompts (with ``refill.overdraw``: ``ceil(missing x
+    generated / kept)``, at most ``n``), rounded up to a multiple of ``granule``. A round that
+    fills the step is used up to its ``n``-th kept group; the rest is ``discarded``.
 
     Args:
         strategy: the `Strategy` (``refill_rounds`` > 0; its ``groups_kept``).
@@ -60,14 +52,7 @@ def run_refill(
 
     Returns:
         (the refill rounds' batches, in order; how many leading groups of each the step
-        trains on; metrics under ``dataflex/refill/``): ``rounds`` (refill rounds run),
-        ``prompts_drawn`` (their prompts), ``groups_kept`` (kept groups in the step, at
-        most ``n``), ``missing`` (``n`` minus that), ``full`` (1 when the step reached ``n``
-        kept groups), ``groups_generated`` (groups generated in the step), ``discarded``
-        (generated past the ``n``-th kept group: not in the step's batch),
-        ``overgeneration`` (generated / ``n``), ``zero_variance_before`` (zero-variance
-        share of the first generation's groups) and ``zero_variance_after`` (share of the
-        step's ``n`` slots without a kept group that has signal).
+        trains on; the ``dataflex/refill/`` metrics, docs/metrics.md).
     """
     kept_first = strategy.groups_kept(first)
     kept = int(kept_first.sum())

@@ -1,7 +1,5 @@
-"""A prompt's representation by the policy itself, for skip policies that read one
-(`dataflex_rl.core.base.SkipPolicy.feature_layer`): its hidden states after a few decoder
-layers, mean-pooled over the prompt's tokens. Shared by the hosts that can compute it (the
-embedded engine, TRL); needs only torch and a Hugging Face causal LM."""
+"""A prompt's representation by the policy itself (`SkipPolicy.feature_layer`): mean-pooled
+hidden states after a few decoder layers, for the engine and TRL (torch and a HF causal LM)."""
 
 from __future__ import annotations
 
@@ -42,20 +40,11 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
 def prompt_representation(
     model: torch.nn.Module, prompts: Sequence[Sequence[int]], layer: int, pad_id: int
 ) -> tuple[Tensor, float]:
-    """Mean-pooled hidden states of each prompt after ``layer`` decoder layers.
-
-    The forward pass stops after that layer (a hook ends it), so only ``layer`` of the model's
-    layers are paid for; layer 0 is the token embeddings (a lookup, no forward pass).
-
-    Args:
-        model: a Hugging Face causal LM.
-        prompts: N id lists (BOS included).
-        layer: decoder layers to run (0 .. the model's number of layers).
-        pad_id: fills prompts on the left.
+    """Mean-pooled hidden states of each of N prompts (id lists, BOS included) after
+    ``layer`` decoder layers (0: the token embeddings); a hook stops the forward pass there.
 
     Returns:
-        ([N, H] float32 representations, the pass's cost in prompt tokens: prompt tokens x
-        ``layer`` / the model's layers).
+        ([N, H] float32, the cost in prompt tokens: prompt tokens x ``layer`` / layers).
     """
     ids, mask = _left_pad(prompts, pad_id)
     device = next(model.parameters()).device

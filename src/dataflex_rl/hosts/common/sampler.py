@@ -11,22 +11,10 @@ from dataflex_rl.core.metrics import check_domain_names, domain_metric
 
 
 def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = None) -> Tensor:
-    """Integer counts summing to ``n`` that follow ``proportions`` (largest-remainder method).
-
-    Each domain gets floor(p_d n); the remaining units go to the largest fractional parts
-    (ties: lower domain index). With ``capacity``, no domain gets more than it has: the
-    shortfall is re-allocated over the other domains in proportion, repeatedly.
-
-    Args:
-        proportions: [D] non-negative, positive sum.
-        n: total to allocate.
-        capacity: [D] int64 maximum per domain (None: unlimited).
-
-    Returns:
-        [D] int64 counts. Their sum is ``min(n, capacity.sum())``.
-
-    Raises:
-        ValueError: negative or all-zero proportions, or n < 0.
+    """[D] int64 counts summing to ``min(n, capacity.sum())`` that follow ``proportions``
+    ([D] >= 0, positive sum): floor(p_d n) each, the rest to the largest fractional parts
+    (ties: lower index). With ``capacity`` ([D] int64 maxima; None: unlimited) a domain's
+    shortfall is re-allocated over the others in proportion, repeatedly.
     """
     p = proportions.to(torch.float64)
     if n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all()) or not float(p.sum()) > 0:
@@ -62,15 +50,8 @@ def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = Non
 class DomainSampler:
     """Draws prompt indices per domain, without replacement within an epoch of each pool.
 
-    Each domain's pool is visited in a seeded random order; when it runs out, a new epoch
-    starts with a fresh order (``cycle=True``) or the domain is exhausted and its share goes
-    to the others (``cycle=False``). The state is a few integers per domain.
-
-    Args:
-        pool_sizes: number of prompts available in each domain.
-        domains: domain names, in id order.
-        seed: seed of every per-domain order.
-        cycle: start a new epoch when a pool runs out.
+    Each pool is visited in a seeded random order; when it runs out, a new epoch starts
+    (``cycle=True``) or the domain is exhausted and its share goes to the others.
     """
 
     def __init__(
@@ -107,12 +88,7 @@ class DomainSampler:
 
     def quota(self, proportions: Tensor, n: int) -> Tensor:
         """[D] int64 prompts per domain for a draw of ``n`` at ``proportions``
-        (`largest_remainder` within `capacity`; sums to less than ``n`` only when the pools
-        cannot give more).
-
-        Raises:
-            RuntimeError: every domain is exhausted (``cycle=False``).
-        """
+        (`largest_remainder` within `capacity`); RuntimeError when every domain is exhausted."""
         counts = largest_remainder(proportions, n, self.capacity(n))
         if n > 0 and int(counts.sum()) == 0:
             raise RuntimeError(
@@ -121,15 +97,8 @@ class DomainSampler:
         return counts
 
     def sample(self, proportions: Tensor, n: int) -> tuple[list[tuple[int, int]], dict]:
-        """Draw ``n`` prompts following ``proportions`` (`quota`, then `take`).
-
-        Returns:
-            ([(domain_idx, item_idx)] grouped by domain, metrics with target and actual
-            proportions and prompts available per domain).
-
-        Raises:
-            RuntimeError: every domain is exhausted (``cycle=False``).
-        """
+        """Draw ``n`` prompts following ``proportions`` (`quota`, then `take`):
+        ([(domain_idx, item_idx)] grouped by domain, `draw_metrics` and the shortfall)."""
         counts = self.quota(proportions, n)
         out = self.take(counts)
         metrics = draw_metrics(self.domains, proportions, counts, self.available())
@@ -176,18 +145,8 @@ class DomainSampler:
 def draw_metrics(
     domains: Sequence[str], target: Tensor, counts: Tensor, available: Tensor
 ) -> dict[str, float]:
-    """A host's per-domain figures for one draw of prompts (every host reports these).
-
-    Args:
-        domains: names in id order.
-        target: [D] the proportions the draw followed (normalized here).
-        counts: [D] prompts drawn per domain.
-        available: [D] prompts left per domain.
-
-    Returns:
-        ``dataflex/mix/domain/<d>/target``, ``actual`` (share of the drawn prompts; 0 when
-        none were drawn) and ``prompts_available``.
-    """
+    """A host's per-domain figures for one draw: ``dataflex/mix/domain/<d>/target`` (the
+    [D] ``target`` normalized), ``actual`` (share of ``counts``) and ``prompts_available``."""
     p = target.to(torch.float64)
     p = p / p.sum() if float(p.sum()) > 0 else p
     total = max(int(counts.sum()), 1)

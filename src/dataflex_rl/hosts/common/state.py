@@ -1,9 +1,5 @@
-"""State files of a host (strategy and intake state beside a host's checkpoint), without pickle.
-
-`save_state` writes a `dataflex_rl.core.statefile` file atomically: tensors as safetensors,
-everything else (strategy histories, RNG states, sampler cursors) as JSON with a schema version,
-and a checksum over both; `load_state` reads it back on CPU and never runs code (a pickle is
-refused, never unpickled).
+"""State files of a host (strategy and intake state beside its checkpoint), without pickle
+(`dataflex_rl.core.statefile`: written atomically, checksummed, never unpickled).
 """
 
 from __future__ import annotations
@@ -25,13 +21,8 @@ def save_state(path: str | Path, state: dict[str, Any]) -> Path:
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
-    """Read a file written by `save_state`.
-
-    Raises:
-        FileNotFoundError: no file at ``path`` (naming it).
-        StateFileError: corrupt, another kind of state file, or a pickle (refused; nothing in
-            it is executed).
-    """
+    """Read a file written by `save_state` (FileNotFoundError naming ``path``;
+    `StateFileError` for a corrupt file, another kind, or a pickle, never executed)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no state file at {path}")

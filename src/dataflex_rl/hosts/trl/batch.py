@@ -1,10 +1,7 @@
 """TRL's gathered generation batch -> `RolloutBatch`. Needs no TRL.
 
-``GRPOTrainer`` scores the N = n x P completions of a generation batch on every rank (the
-rewards are gathered) and keeps the rows of each prompt's G completions contiguous in the
-global order, so the groups are ``arange(N) // G``. Its advantages are one value per
-completion (outcome rewards), so the strategy gets them as ``response_advantages`` with the
-lengths as ``response_lengths``, and reads no [N, T] tensor unless a component declares one.
+A prompt's G completions are contiguous in the global order (groups ``arange(N) // G``), and
+TRL's advantages are one value per completion (``response_advantages``).
 """
 
 from __future__ import annotations
@@ -18,13 +15,8 @@ from dataflex_rl.core.batch import RolloutBatch
 
 
 def trl_rewards(rewards_per_func: Tensor, reward_weights: Tensor) -> Tensor:
-    """[N] float32 weighted reward sum, NaN where every reward function returned None
-    (TRL's rule for an unscorable completion; such rows are invalid for the strategy).
-
-    Args:
-        rewards_per_func: [N, F] gathered rewards (NaN where a function returned None).
-        reward_weights: [F] TRL's ``reward_weights``.
-    """
+    """[N] float32 weighted sum of the [N, F] gathered rewards, NaN where every reward
+    function returned None (TRL's unscorable completion: invalid for the strategy)."""
     r = rewards_per_func.detach().to("cpu", torch.float32)
     w = reward_weights.detach().to("cpu", torch.float32)
     rewards = (r * w[None, :]).nansum(1)
@@ -46,13 +38,9 @@ def dataset_rows(dataset, rows: Sequence[int], keys: Sequence[str] | None) -> li
 
 
 def refill_domains(dataset) -> list[str]:
-    """The domain of every row for an intake that only refills (no mixing, no pre-rollout):
-    the ``domain`` or ``data_source`` column when the dataset has one, else one domain,
-    ``"all"``.
-
-    Raises:
-        ValueError: the dataset is not map-style (the intake draws rows by index).
-    """
+    """The domain of every row for an intake that only refills: the ``domain`` or
+    ``data_source`` column when the dataset has one, else ``"all"`` (ValueError: not
+    map-style)."""
     from dataflex_rl.core.registry import ConfigError
     from dataflex_rl.hosts.common.intake import check_map_style, read_row_domains
 
@@ -88,17 +76,12 @@ def build_batch(
 
     Args:
         rewards: [N] from `trl_rewards` (NaN: unscorable).
-        advantages: [N] TRL's advantages, gathered (0 where the reward is NaN).
-        lengths: [N] loss tokens per completion (``completion_mask`` x ``tool_mask``), gathered.
+        advantages, lengths: [N] TRL's advantages and loss tokens per completion, gathered.
         group_size: G, TRL's ``num_generations``; N must be a multiple of it.
-        step: the strategy step (decisions made so far).
-        domains, domain_ids: domain names and [N] ids (with the dataflex intake), or None.
-        prompt_keys: N stable prompt identities (dataset rows), or None.
-        response_mask: [N, T] the real loss mask, padded across ranks; None: the first
+        domains, domain_ids, prompt_keys: with the dataflex intake, else None.
+        response_mask: [N, T] the loss mask, padded across ranks; None: the first
             ``lengths[i]`` tokens (enough when no component reads token tensors).
-        old_log_probs: [N, T] aligned with ``response_mask``, or None.
-        entropies: [N, T] the policy's entropy at each completion token, aligned with
-            ``response_mask``, or None.
+        old_log_probs, entropies: [N, T] aligned with ``response_mask``, or None.
         micro_batch_ids: [N] the loss micro-batch of each row (counted over ranks), or None.
     """
     N = int(rewards.shape[0])

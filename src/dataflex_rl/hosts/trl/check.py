@@ -1,10 +1,5 @@
-"""``python -m dataflex_rl.hosts.trl.check``: what only the TRL Python can check, before any run.
-
-Run by the harness (`TrlHost.check`, through `ExternalPythonHost.run_check`) in
-``trl.python`` with ``{"settings", "train_fn", "where", "strategies"}`` on stdin: the
-GRPOConfig fields, each strategy against them, the rewards and the training function
-(`run.check_settings`). Exit status 0, or 2 with ``ConfigError: <message>`` on stderr
-(`hosts.host.check_main`).
+"""``python -m dataflex_rl.hosts.trl.check``: what only the TRL Python can check, before any
+run (`run.check_settings` on the payload from stdin; `hosts.host.check_main` reports).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""The ``dataflex`` block of a TRL run, and the checks made before training starts.
-
-Needs no TRL: the settings are read by attribute from a ``GRPOConfig`` (or anything with the
-same attributes), so the checks run, and are tested, without it. The block has the schema of
-the verl host's (`dataflex_rl.hosts.common.config.HostConfig`)::
-
-    DataflexGRPOConfig(..., dataflex={"strategy": "difffilter"})
-    DataflexGRPOConfig(..., dataflex="dataflex.yaml")   # the block, or {dataflex: block}
-
-Every error is a `ConfigError` naming the key, like the engine's.
+"""The ``dataflex`` block of a TRL run (`HostConfig`'s schema; a mapping or a YAML file), and
+the checks made before training starts. Needs no TRL: settings are read by attribute from a
+``GRPOConfig``. Every error is a `ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -26,9 +19,9 @@ from dataflex_rl.hosts.common.config import (
     HostSettings,
     acts_on_loss,
     check_block,
+    config_table,  # noqa: F401  (this host's block table: HostConfig's)
     recomputes_advantages,
 )
-from dataflex_rl.hosts.common.config import config_table as host_config_table
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
 
@@ -51,11 +44,7 @@ HOST_FIELDS = (
 
 def parse_block(value: Any) -> HostConfig:
     """Validate the ``dataflex`` block: a mapping, a YAML file holding one (at its top level
-    or under a ``dataflex`` key), or None for the defaults (the ``baseline`` strategy).
-
-    Raises:
-        ConfigError: a missing or malformed file, or a bad key (named, with suggestions).
-    """
+    or under a ``dataflex`` key), or None for the defaults (the ``baseline`` strategy)."""
     if isinstance(value, HostConfig):
         return value
     if isinstance(value, (str, Path)):
@@ -94,17 +83,9 @@ def host_settings(args: Any) -> HostSettings:
 
 
 def check(block: HostConfig, args: Any) -> StrategySpec:
-    """The block's strategy, checked against TRL's settings before anything is built.
-
-    Args:
-        block: the parsed ``dataflex`` block.
-        args: TRL's ``GRPOConfig`` (read by attribute; TRL's defaults for missing ones).
-
-    Raises:
-        ConfigError: the strategy does not fit the host (`check_block`); a group strategy
-            under ``multi_objective_aggregation='normalize_then_sum'`` (TRL then normalizes
-            the summed reward over the whole batch: no group advantages); see also
-            `check_host_fit`.
+    """The block's strategy, checked against TRL's ``GRPOConfig`` ``args`` (read by attribute;
+    TRL's defaults for missing ones) before anything is built: `check_block`, a group
+    strategy under ``normalize_then_sum`` aggregation (no group advantages), `check_host_fit`.
     """
     spec = check_block(block, host_settings(args))
     aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
@@ -121,13 +102,7 @@ def check(block: HostConfig, args: Any) -> StrategySpec:
 
 
 def check_host_fit(spec: StrategySpec, args: Any) -> None:
-    """TRL settings that would silently defeat the strategy are errors.
-
-    Raises:
-        ConfigError: a ``loss_type`` the host cannot renormalize; ``recompute_advantages``
-            (GRPO advantages on the kept subset) when TRL's advantages are not group-normalized
-            (``scale_rewards='batch'``, ``multi_objective_aggregation='normalize_then_sum'``).
-    """
+    """TRL settings that would silently defeat the strategy are errors (`ConfigError`)."""
     from dataflex_rl.hosts.trl.loss import LOSS_TYPES
 
     loss_type = str(getattr(args, "loss_type", "dapo"))
@@ -164,8 +139,3 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
             spg,
             ga,
         )
-
-
-def config_table() -> str:
-    """The ``dataflex`` block as a Markdown table (docs/hosts/trl.md may embed it verbatim)."""
-    return host_config_table(HostConfig)

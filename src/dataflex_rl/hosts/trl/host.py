@@ -1,18 +1,10 @@
-"""TRL's ``GRPOTrainer`` as a host of ``compare`` (``host: trl``; docs/hosts/compare.md).
+"""TRL's ``GRPOTrainer`` as a host of ``compare`` (``host: trl``; docs/hosts/compare.md#trl).
 
-Each run is a process of the TRL environment's Python (``trl.python``) running the project's
-training entry, ``dataflex_rl.hosts.trl.run:run_training`` (or the user's own function with
-the one signature of every host's, the experiment's ``train_fn``), which builds ``DataflexGRPOTrainer`` from the run's settings
-(`run_config`: this section, the arm's overrides, the budget and evaluation as ``GRPOConfig``
-fields). The harness never imports TRL: `check` asks the TRL Python to validate the
-``GRPOConfig`` fields, and the results are read from the run's ``trainer_state.json``
-(`read_records`): one eval dataset per domain, each logged by TRL as its own ``log_history``
-entry (the domain named by its ``eval_<domain>_loss`` key), whose ``eval_rewards/<accuracy
-reward>/mean`` is the domain's sampled held-out accuracy.
-
-``model: tiny`` and ``train`` / ``eval: default`` are the engine's shipped policy and default
-tasks, exported by `check` on first use into ``exports`` (``exported/tiny``,
-``exported/tasks``: what ``dataflex-rl export policy`` / ``export tasks`` write).
+Each run is a process of ``trl.python`` running `TRAIN_FN` (or the experiment's
+``train_fn``) on `run_config`'s settings. The harness never imports TRL: `check` asks the
+TRL Python to validate the settings, and results are read from the run's
+``trainer_state.json`` (`read_records`). ``model: tiny`` and ``train`` / ``eval: default``
+are the engine's policy and tasks, exported on first use into ``exports``.
 """
 
 from __future__ import annotations
@@ -165,9 +157,9 @@ def _paths(s: dict, where: str) -> dict:
 
 
 def _eval_batch(per_domain: int, samples: int) -> int:
-    """Completions per evaluation batch: whole groups of ``samples``, and a number of prompts
-    that divides ``per_domain`` (every batch the same size, so TRL's mean over batches is the
-    mean over problems), at most 64 completions where possible."""
+    """Completions per evaluation batch: whole groups of ``samples`` over a number of prompts
+    dividing ``per_domain`` (so TRL's mean over batches is the mean over problems), at most
+    64 completions where possible."""
     prompts = max(
         (g for g in range(1, per_domain + 1) if per_domain % g == 0 and g * samples <= 64),
         default=1,
@@ -193,7 +185,7 @@ def _export_missing(settings: dict, config: dict) -> None:
         print(f"exported the engine's default tasks to {tasks} (first use)")
 
 
-def _checkpoints(out: Path) -> list[Path]:
+def _checkpoints(out: str | Path) -> list[Path]:
     """``checkpoint-N`` folders TRL finished writing (``trainer_state.json`` is written
     last), oldest first."""
     found = [
@@ -204,14 +196,15 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
-def newest_checkpoint(out: Path) -> str | None:
+def newest_checkpoint(out: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` TRL finished writing, None without one."""
     found = _checkpoints(out)
     return str(found[-1]) if found else None
 
 
 def log_history(out: Path) -> list[dict]:
-    """TRL's log history of a run: its ``trainer_state.json`` (written at the end of the
-    run, `trainer.save_state`), else the newest checkpoint's."""
+    """TRL's log history of a run: its final ``trainer_state.json``, else the newest
+    checkpoint's."""
     state = Path(out) / "trainer_state.json"
     if not state.is_file():
         newest = newest_checkpoint(out)
@@ -226,12 +219,9 @@ def records_from_history(
 ) -> tuple[list, list]:
     """Evaluation records and (for mixers) proportions from a TRL log history.
 
-    Each eval dataset's evaluation is one entry holding ``eval_<domain>_loss`` (the dataset's
-    name) and ``eval_rewards/<accuracy>/mean`` (its mean reward: with 0/1 rewards, the
-    sampled accuracy). Entries of one step form one record ``{"step", "<domain>/sampled"}``;
-    a step evaluated twice (a resumed run re-evaluates its checkpoint's step) keeps the later.
-    Proportions are the training entries' ``dataflex/mix/domain/<d>/target|actual`` at step
-    ``step - 1`` (the step that drew them, as the engine counts).
+    Each eval dataset's entry holds ``eval_<domain>_loss`` and ``eval_rewards/<accuracy>/mean``
+    (with 0/1 rewards, the sampled accuracy); a step evaluated twice keeps the later.
+    Proportions are the training entries' mix figures at ``step - 1`` (as the engine counts).
     """
     from dataflex_rl.core.metrics import domain_metric, metric_domain
 
@@ -321,8 +311,7 @@ class TrlHost(ExternalPythonHost):
 
     def run_config(self, exp, overrides: dict) -> dict:
         """The settings a TRL run receives: the section with the arm's overrides, paths made
-        absolute, and ``grpo`` completed with what the experiment sets (one generation batch
-        of ``prompts_per_step x samples_per_prompt`` completions per optimizer step)."""
+        absolute, and ``grpo`` completed with what the experiment sets (`OWNED`)."""
         where = _where(exp)
         data = merge_overrides(exp.host_settings, overrides or {})
         s = asdict(from_dict(TrlSettings, data, where))
@@ -362,15 +351,8 @@ class TrlHost(ExternalPythonHost):
         return list(self.run_config(exp, {})["eval"])
 
     def check(self, exp) -> None:
-        """Before any run: the TRL Python exists and imports TRL and dataflex-rl
-        (`check_python`); ``tiny`` / ``default`` are exported if missing; the model and data
-        files exist; the TRL Python validates the GRPOConfig fields, the rewards and the
-        training function (``python -m dataflex_rl.hosts.trl.check``).
-
-        Raises:
-            ConfigError: naming the key (``trl.python`` with the setup command,
-                ``trl.model``, ``trl.grpo.<field>``, ...).
-        """
+        """Before any run: the TRL Python (`check_python`), ``tiny`` / ``default`` exported if
+        missing, the model and data files, then the TRL Python's own check (`run_check`)."""
         where = _where(exp)
         self.check_python(exp)
         config = self.run_config(exp, {})

@@ -1,40 +1,11 @@
 """Make TRL's GRPO loss follow a `Decision`: weights into the advantages, drops out of the masks.
 
-TRL's ``GRPOTrainer._compute_loss`` (trl 1.16) reads, per micro-batch, ``advantages`` ([B] or
-[B, T]), ``completion_mask`` (also the attention mask of the completion) and, for the global
-token losses, ``num_items_in_batch``. Every policy loss it offers is linear in the advantage
-once the advantage's sign is fixed, so a weight w >= 0 multiplied into the advantage scales
-that row's (or token's) policy loss by w: ``-min(r wA, clip(r) wA) = -w min(rA, clip(r) A)``
-for the clipped losses; cispo, sapo and vespo multiply A by a factor that depends only on its
-sign. What remains is the denominator each ``loss_type`` divides by (N rows in the global
-generation batch, R of them staying in the loss, K kept):
-
-============  =======================================  ======================================
-loss_type     TRL divides by                           on a drop
-============  =======================================  ======================================
-grpo, sapo    row token-mean, then rows of the batch   mask 0, advantages x c = N / R
-dr_grpo       rows x max_completion_length             mask 0, advantages x c = N / R
-luspo         rows (row token-sums)                    mask 0, advantages x c = N / R
-bnpo          mask tokens of the micro-batch           mask 0 (exact per micro-batch only)
-dapo, cispo,  ``num_items_in_batch``: the generation    mask 0, num_items_in_batch recomputed
-vespo         batch's mask tokens                      from the rows staying in
-============  =======================================  ======================================
-
-R is the set of rows whose tokens stay in TRL's denominators. With ``decision.renormalize``
-(the selectors' default) it is the rows ``select`` kept (``decision.loss_rows``) with tokens
-(a token-level selection keeps its dropped tokens in the denominators: a row it leaves
-without a kept token stays in R with weight 0), and the loss and its gradient are
-those of the batch with the other rows physically removed (``tests/hosts_trl``); without it,
-it is every valid row, so dropped rows count as zeros, as in the engine and the verl host. Rows
-marked ``invalid`` (a non-finite reward) leave R either way. c only compensates for rows that
-left a row-count denominator: weights are applied as the strategy normalized them (mean 1 over
-its normalization set), as the other hosts do. Masked rows still run through the forward and
-backward passes; TRL's split into equal micro-batches and DDP's equal step counts need them.
-
-With ``beta > 0`` TRL adds ``beta * KL`` per token after the advantages act, so c does not
-reach the KL term: a row-count loss averages the kept rows' KL over N rows instead of R unless
-the trainer also uses ``beta * c`` for this generation's micro-batches (exact again; the token
-losses need nothing, c = 1 there). The weights never scale the KL term, as in the verl host.
+Every TRL policy loss is linear in the advantage once its sign is fixed, so a weight w >= 0
+multiplied into the advantage scales that row's (or token's) policy loss by w. What remains
+is each ``loss_type``'s denominator (N rows in the generation batch, R of them staying in
+the loss): c = N / R for the row-count losses (`ROW_LOSSES`), ``num_items_in_batch``
+recomputed for the global token losses, and ``beta x c`` for the KL term. Details and
+measurements: docs/hosts/trl.md#normalization-per-loss_type.
 """
 
 from __future__ import annotations
@@ -74,41 +45,27 @@ def apply_decision(
 ) -> dict[str, float]:
     """Apply a decision over the global batch to this rank's generation output, in place.
 
-    Every rank computes the same ``decision`` over the N rows of the gathered generation batch
-    and calls this with its own slice; what it writes into ``out`` makes TRL's loss follow the
-    decision with the effective learning rate preserved (see the module docstring):
-
-    * ``advantages``: the decision's recomputed advantages when it has them, else TRL's; times
-      the weights (per response, or per token when the decision has token weights or a token
-      keep mask: then ``advantages`` becomes [n, T], 0 on the tokens not kept, which is how
-      TRL's own ``top_entropy_quantile`` leaves a token out of the policy term) and the
-      factor c; exactly 0 on rows with weight 0.
-    * ``completion_mask``: rows outside R zeroed (their policy loss, KL, entropy bonus and
-      share of TRL's metrics go with them, as for TRL's own truncated rows).
-    * ``num_items_in_batch``: the loss tokens of the rows in R, over all ranks.
+    Writes ``advantages`` (recomputed or TRL's, times the weights and c; [n, T] with token
+    weights, 0 on tokens not kept; exactly 0 at weight 0), ``completion_mask`` (rows outside
+    R zeroed) and ``num_items_in_batch`` (loss tokens of the rows in R, over all ranks).
 
     Args:
-        out: what ``GRPOTrainer._generate_and_score_completions`` returned on this rank:
-            ``advantages`` [n], ``completion_mask`` [n, T] (right-padded, T this rank's own
-            padded length), ``num_items_in_batch`` (0-dim), optionally ``tool_mask`` [n, T].
-        decision: `Strategy.decide` over the N global rows, in the global row order. Its
-            [N, T'] tensors are aligned by position with the ranks' completions (token t of
-            row i is completion position t); T' may differ from this rank's T.
+        out: this rank's ``_generate_and_score_completions`` output: ``advantages`` [n],
+            ``completion_mask`` [n, T] (right-padded), ``num_items_in_batch``, optionally
+            ``tool_mask`` [n, T].
+        decision: `Strategy.decide` over the N global rows, in global row order; its
+            [N, T'] tensors are aligned by completion position (T' may differ from T).
         rows: this rank's rows of the global batch (``slice(p * n, (p + 1) * n)``).
         loss_type: TRL's ``args.loss_type`` (one of `LOSS_TYPES`).
-        lengths: [N] loss tokens of every global row (``completion_mask`` times ``tool_mask``
-            summed per row, gathered); checked against this rank's rows.
-        invalid: [N] bool rows to leave out of every denominator whatever ``renormalize``
-            says (a non-finite reward), or None.
+        lengths: [N] loss tokens of every global row; checked against this rank's rows.
+        invalid: [N] bool rows left out of every denominator (a non-finite reward), or None.
 
     Returns:
-        Host metrics: ``dataflex/trl/advantage_scale`` (c), ``dataflex/trl/loss_rows_fraction``
-        (R / N), ``dataflex/trl/loss_tokens`` (tokens in R) and
-        ``dataflex/trl/per_token_advantages`` (1 when the advantages became [n, T]).
+        ``dataflex/trl/advantage_scale`` (c), ``loss_rows_fraction`` (R / N),
+        ``loss_tokens`` (tokens in R) and ``per_token_advantages`` (1: [n, T] advantages).
 
     Raises:
-        ValueError: an unknown ``loss_type``, or shapes that do not line up (the message
-            names the field).
+        ValueError: an unknown ``loss_type``, or shapes that do not line up.
     """
     check_loss_type(loss_type)
     keep = decision.keep_mask

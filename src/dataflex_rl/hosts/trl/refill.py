@@ -1,15 +1,8 @@
 """Refill on TRL: a generation batch whose dropped groups are replaced by refill rounds.
 
-`DataflexGRPOTrainer` runs `Driver.refill` inside ``_generate_and_score_completions``: each
-round, every rank generates its equal share of the drawn prompts with TRL's own
-``_generate_and_score_completions`` (a round's prompts are a multiple of
-``P / gcd(G, P)``, so ``m x G`` rows split evenly over the P processes). The rounds' rows are
-gathered on every rank, and the generation batch TRL goes on with is assembled the same way
-on all of them: its N / G slots keep the first generation's kept groups in place, the
-dropped ones take the refill rounds' kept groups in order, and a slot left without one
-(the round limit) keeps its dropped group (it has no weight). Every rank then holds its n rows
-of that batch, and the step's decision is made on it, as on any generation batch. Text only:
-a generation that carries images or a tool mask is refused. Needs no TRL.
+Every rank generates an equal share of each round's prompts with TRL's own generation; the
+rounds' rows are gathered and the generation batch is assembled the same way on every rank
+(`slot_rows`: dropped slots take the rounds' kept groups in order). Text only. Needs no TRL.
 """
 
 from __future__ import annotations
@@ -81,16 +74,9 @@ def cat_rows(parts: Sequence[dict[str, Tensor]], pad_id: int) -> dict[str, Tenso
 
 def slot_rows(kept_first: Tensor, kept_refill: Tensor, group_size: int) -> Tensor:
     """[N] indices into the rows of the first generation followed by the refill rounds' used
-    groups: the assembled generation batch.
-
-    Args:
-        kept_first: [S] bool the first generation's groups the selector keeps (S slots).
-        kept_refill: [R] bool the refill rounds' used groups it keeps, in order.
-        group_size: G.
-
-    Slot g keeps its group when kept; the k-th dropped slot takes the k-th kept refill group
-    while there are any; the rest keep their dropped group.
-    """
+    groups: the assembled generation batch. Slot g keeps its group when ``kept_first[g]``;
+    the k-th dropped slot takes the k-th kept refill group (``kept_refill``) while there are
+    any; the rest keep their dropped group."""
     S = kept_first.shape[0]
     group = torch.arange(S)
     dropped = (~kept_first).nonzero().squeeze(1)

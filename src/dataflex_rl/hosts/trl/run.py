@@ -1,17 +1,8 @@
 """One TRL run of ``compare`` (``host: trl``): `run_training` builds `DataflexGRPOTrainer` from
-the run's settings (`TrlHost.run_config`), trains, and leaves TRL's own
-files in the run folder (``trainer_state.json`` with the log history the harness reads,
-``checkpoint-N/`` it resumes from) plus ``metrics.jsonl`` (every log line, for progress).
-
-Pairing (docs/hosts/compare.md): ``GRPOConfig.seed`` = the run's seed (TRL's prompt sampler,
-the dataflex intake); once the trainer is built, the global RNGs are reseeded from (seed,
-sampling_stream): the training sampling stream, the only thing an A/A arm changes; every
-evaluation samples under RNGs seeded by (seed, global step, dataset) and restored afterwards,
-so the arms of a seed are evaluated alike and evaluation never shifts training's stream.
-
-`check_settings` is what the harness asks the TRL Python before any run
-(``python -m dataflex_rl.hosts.trl.check``): a GRPOConfig field unknown or invalid, a strategy
-that does not fit the settings, a reward or the training function that cannot be imported.
+the run's settings (`TrlHost.run_config`), trains, and leaves TRL's own files in the run
+folder plus ``metrics.jsonl`` (every log line, for progress). Pairing:
+docs/hosts/compare.md#what-is-paired-on-trl. `check_settings` is what the harness asks the
+TRL Python before any run (``python -m dataflex_rl.hosts.trl.check``).
 """
 
 from __future__ import annotations
@@ -33,11 +24,10 @@ from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig
 
 from dataflex_rl.core.registry import ConfigError, import_object, suggest
+from dataflex_rl.hosts.host import METRICS_FILE
 from dataflex_rl.hosts.trl.config import check, parse_block
+from dataflex_rl.hosts.trl.host import newest_checkpoint
 from dataflex_rl.hosts.trl.trainer import DataflexGRPOConfig, DataflexGRPOTrainer
-
-#: the progress log (one JSON line per TRL log call), read by the harness's progress bar
-METRICS_FILE = "metrics.jsonl"
 
 
 def sampling_seed(seed: int, sampling_stream: int) -> int:
@@ -111,17 +101,6 @@ def load_dataset_file(path: str):
     raise ConfigError(f"{path}: expected a .parquet, .json or .jsonl file or a save_to_disk folder")
 
 
-def newest_checkpoint(out_dir: str) -> str | None:
-    """The newest ``checkpoint-N`` TRL finished writing (``trainer_state.json`` is its last
-    file), None without one."""
-    found = [
-        p
-        for p in Path(out_dir).glob("checkpoint-*")
-        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
-    ]
-    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
-
-
 def grpo_config(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool):
     """The run's `DataflexGRPOConfig`: the settings' ``grpo`` fields and learning rate
     (``lr``, `TrlHost.run_config` sets it; without it GRPOConfig's default) plus the run's
@@ -142,20 +121,9 @@ def grpo_config(settings: dict, strategy: dict, *, seed: int, out_dir: str, resu
 def run_training(
     settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool
 ) -> dict[str, Any]:
-    """Train one run of a TRL experiment into ``out_dir``.
-
-    Args:
-        settings: the run's settings (hosts/trl/host.py `run_config`): ``model``,
-            ``train``, ``eval`` ({domain: file}), ``rewards`` (module:attr), ``accuracy``,
-            ``eval_per_domain``, ``grpo`` (GRPOConfig fields), ``dataflex``, ``sampling_stream``.
-        strategy: the expanded strategy spec.
-        seed: the pairing seed.
-        out_dir: the run's folder (TRL's output_dir).
-        resume: continue from the newest checkpoint in ``out_dir``.
-
-    Returns:
-        ``{"global_step", "train_runtime", "resumed_from", "final_eval"}``.
-    """
+    """Train one run of a TRL experiment (settings: `TrlHost.run_config`) into ``out_dir``
+    (TRL's output_dir); ``resume`` continues from its newest checkpoint. Returns
+    ``{"global_step", "train_runtime", "resumed_from", "final_eval"}``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = newest_checkpoint(out_dir) if resume else None
@@ -205,14 +173,9 @@ def _is_eval(entry: dict) -> bool:
 def check_settings(
     settings: dict, train_fn: str, where: str = "trl", strategies: list[dict] | None = None
 ) -> None:
-    """What only the TRL Python can check: the GRPOConfig fields (unknown ones named, with a
-    "did you mean"; values by building the config), that each strategy fits these settings
-    (the TRL host's own check: loss_type, advantage normalization, ...), the rewards and the
-    training function.
-
-    Raises:
-        ConfigError: naming the key.
-    """
+    """What only the TRL Python can check: the GRPOConfig fields, each strategy against
+    them (`config.check`), the rewards and the training function; a `ConfigError` names the
+    key."""
     valid = [f.name for f in dataclasses.fields(GRPOConfig)]
     for key in settings["grpo"]:
         if key not in valid:

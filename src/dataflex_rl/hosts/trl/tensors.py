@@ -1,7 +1,5 @@
-"""What the TRL host reads from the trainer's model and ranks: the prompt representation a
-skip policy may read, the per-token fields (loss mask, old log-probs, entropies) a decision
-may read, gathered over ranks, and the loss micro-batch each row will be trained in. Needs
-TRL."""
+"""What the TRL host reads from the trainer's model and ranks (prompt representations,
+gathered per-token fields, predicted loss micro-batches). Needs TRL."""
 
 from __future__ import annotations
 
@@ -30,16 +28,9 @@ def prompt_features(trainer, rows: list[int], layer: int) -> tuple[torch.Tensor,
 
 def gather_token_fields(trainer, out: dict, loss_mask: torch.Tensor, entropies: bool = False):
     """([N, T] loss mask, [N, T] old log-probs, [N, T] entropies or None) of a generation's
-    output ``out``, padded across ranks and gathered.
-
-    TRL computes old log-probs only off-policy, and entropies only at loss time; what it
-    did not compute is computed here, with the model that generated, by TRL's own
-    ``_get_per_token_logps_and_entropies`` (its temperature, its chunks of
-    ``per_device_train_batch_size`` rows; one forward pass without gradients). With
-    ``entropies`` they are the policy's entropies at each completion token, the values TRL's
-    loss reads for ``top_entropy_quantile`` as long as the policy has not moved since the
-    generation (one optimisation pass per generation).
-    """
+    output ``out``, padded across ranks and gathered. What TRL did not compute (old log-probs
+    on-policy, entropies) comes from one no-grad pass of TRL's own
+    ``_get_per_token_logps_and_entropies``."""
     old = out.get("old_per_token_logps")
     ent = None
     if old is None or entropies:
@@ -75,12 +66,9 @@ ROW_KEY = "dataflex_row"
 def predicted_micro_batches(trainer, n: int) -> torch.Tensor:
     """[n] int64: the loss micro-batch each of this rank's ``n`` rows will be trained in.
 
-    TRL's ``_prepare_inputs`` (1.16) shuffles the generation batch right after
-    ``_generate_and_score_completions`` returns, with ``torch.randperm(n)`` on the global
-    CPU generator (``shuffle_sequence_dict``), then splits it into
-    ``steps_per_generation`` equal micro-batches. The permutation is drawn here from a copy
-    of that generator's state (the global state is left as it is), so it is the one TRL
-    draws next; `check_micro_batch` verifies it at loss time.
+    TRL 1.16's ``_prepare_inputs`` shuffles with ``torch.randperm(n)`` on the global CPU
+    generator, then splits into ``steps_per_generation`` micro-batches: the permutation is
+    drawn here from a copy of that generator's state; `check_micro_batch` verifies it.
     """
     fork = torch.Generator()
     fork.set_state(torch.get_rng_state())

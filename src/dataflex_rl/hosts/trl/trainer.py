@@ -1,18 +1,8 @@
 """`DataflexGRPOTrainer`: TRL 1.16's ``GRPOTrainer`` with a data strategy in the loop.
 
-One generation batch of TRL, with what this class adds (``docs/hosts/trl.md``)::
-
-    _prepare_inputs -> _generate_and_score_completions(inputs)
-        [driver.draw: mix + prerollout choose exactly gen_batch / G prompts, each G times]
-        super(): generate, _calculate_rewards [keep the gathered rewards], advantages
-        [gather advantages and lengths; driver.decide on every rank; apply_decision]
-    _compute_loss per micro-batch (the weights ride in the advantages, drops in the masks;
-        with beta > 0 under a row-count loss_type, the KL term is scaled by c like them;
-        with a micro_batch-scoped token selection, its rows checked against the prediction)
-    _save_checkpoint / _load_optimizer_and_scheduler   [driver.save / driver.restore]
-
-The dataloader keeps running as TRL built it, but with the intake it is only a clock: its
-rows are replaced at generation time, so its prefetch and its replay on resume do not matter.
+Hooks (docs/hosts/trl.md#what-happens-in-a-generation-batch): ``_generate_and_score_completions``
+draws (intake), refills, decides and applies the decision; ``_compute_loss`` scales the KL
+term; ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` save and restore the driver.
 A TRL script changes the trainer class and adds one block::
 
     args = DataflexGRPOConfig(..., dataflex={"strategy": "difffilter"})
@@ -78,14 +68,9 @@ def _bound_args(args: tuple, kwargs: dict) -> dict:
 class DataflexGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` plus a dataflex `Strategy`, run by a `Driver`.
 
-    Args:
-        *args, **kwargs: GRPOTrainer's.
-        dataflex: the ``dataflex`` block (mapping or YAML path), when ``args`` is not a
-            `DataflexGRPOConfig` or leaves it unset. Giving it both ways is an error.
-
-    The block and the strategy are checked before GRPOTrainer builds anything (unknown names,
-    a ``loss_type`` the host cannot renormalize, a group strategy under batch-normalized
-    advantages, ...); the strategy is built once the training set is known.
+    ``dataflex``: the block (mapping or YAML path), when ``args`` is not a
+    `DataflexGRPOConfig` or leaves it unset (not both). It is checked before GRPOTrainer
+    builds anything; the strategy is built once the training set is known.
     """
 
     def __init__(self, *args, dataflex: dict | str | HostConfig | None = None, **kwargs) -> None:
@@ -155,12 +140,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ intake
     def _intake(self, inputs: list[dict], step: int):
-        """Replace the dataloader's rows by the strategy's draw: exactly N / G prompts over
-        all ranks, each G times in a row; this rank keeps its slice of the N rows.
-
-        Returns:
-            (this rank's rows, (global rows [N], global domain ids [N])).
-        """
+        """Replace the dataloader's rows by the strategy's draw of N / G prompts, each G times:
+        (this rank's slice of the N rows, (global rows [N], global domain ids [N]))."""
         n, G = len(inputs), self.num_generations
         rows, doms, _ = self.driver.draw(n * self.accelerator.num_processes // G, step)
         rows_global = torch.tensor(rows, dtype=torch.int64).repeat_interleave(G)
@@ -189,10 +170,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
         )
 
     def _refill(self, out, inputs, step, drawn):
-        """Refill rounds (`Driver.refill`, `dataflex_rl.hosts.trl.refill`): every rank
-        generates its share of each round's prompts with TRL's own generation, and every
-        rank assembles the same generation batch from the rounds. Returns (this rank's rows
-        of it, (its global rows, domain ids)); the gathered rewards follow it."""
+        """Refill rounds (`Driver.refill`, `dataflex_rl.hosts.trl.refill`): (this rank's rows
+        of the assembled generation batch, (its global rows, domain ids))."""
         check_refillable(out)
         acc = self.accelerator
         P, p, G = acc.num_processes, acc.process_index, self.num_generations
@@ -312,9 +291,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
         return metrics
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss; with ``beta > 0`` under a row-count ``loss_type`` after a drop, with
-        ``beta x c`` (c = N / R, `apply_decision`), so the KL term of the rows left is
-        averaged over them, as the policy term is (every micro-batch of the generation)."""
+        """TRL's loss, with ``beta x c`` after a drop under a row-count ``loss_type``
+        (`apply_decision`), so the KL term is averaged over the rows left."""
         if ROW_KEY in inputs and self.model.training:
             check_micro_batch(
                 inputs, self._dataflex_micro, self._step % self.args.steps_per_generation

@@ -1,12 +1,8 @@
 """verl trajectories <-> `RolloutBatch`, and the fields written back. Needs no verl.
 
-verl keys trajectories ``"{uid}_{session}_{index}"``: ``uid`` is the prompt (the GRPO group),
-``session`` one of its ``rollout.n`` samples, ``index`` the output of a multi-output agent loop.
-Like verl's GRPO advantage, the strategy sees one row per session, its final output; earlier
-outputs of a session follow its final one (same keep, its per-response weight). Padding rows
-(``is_padding`` tag) are passed as padding: never kept, weight 0.
-
-Shapes: B trajectories, S sessions (S = B without multi-output agent loops), T tokens.
+verl keys trajectories ``"{uid}_{session}_{index}"`` (prompt group, sample, output of a
+multi-output agent loop). The strategy sees one row per session, its final output; earlier
+outputs follow it (same keep and weight). B trajectories, S sessions (S <= B), T tokens.
 """
 
 from __future__ import annotations
@@ -86,21 +82,14 @@ def build_batch(
 
     Args:
         keys, uids, is_padding: per trajectory (B).
-        rm_scores: [B, T] verl's token rewards (the reward sits on the last token); the
-            response reward is their sum.
+        rm_scores: [B, T] verl's token rewards; the response reward is their sum.
         response_mask: [B, T] after verl's rollout correction (rejected tokens are 0).
-        advantages, old_log_probs: [B, T] as verl computed them.
-        entropies: [B, T] the actor's entropy at each response token, which verl computes
-            with the old log-probs (``calculate_entropy``, at the rollout temperature), or
-            None.
-        step: verl's global step.
+        advantages, old_log_probs, entropies: [B, T] as verl computed them (or None).
         domains: domain names; with ``domain_of_uid`` each row's domain id.
         prompt_of_uid: stable prompt identity (dataset row) for pre-rollout histories.
-        per_response_advantages: verl's estimator gives one advantage per response, constant
-            over its valid tokens (`PER_RESPONSE_ESTIMATORS`): the batch also carries
-            ``response_advantages`` (each row's value on its first valid token, exactly verl's
-            per-response value) and ``response_lengths``, so response- and group-level
-            decisions read no [B, T] tensor.
+        per_response_advantages: the estimator gives one advantage per response
+            (`PER_RESPONSE_ESTIMATORS`): the batch also carries ``response_advantages``
+            (each row's first valid token's) and ``response_lengths``.
     """
     sessions = sessions_of(keys)
     sel = sessions.final_rows
@@ -164,22 +153,17 @@ def writeback(
     advantages: Tensor,
     existing_weights: Tensor | None,
 ) -> Writeback:
-    """The fields that make verl's loss follow ``decision``.
+    """The fields that make verl's loss follow ``decision`` (docs/hosts/verl.md).
 
     * ``rollout_is_weights`` = existing (verl's rollout correction) x ours; 0 off the kept tokens.
-    * with ``renormalize`` (or ``renormalize_tokens``): ``response_mask`` and ``loss_mask`` are
-      also zeroed outside ``denominator_mask`` (the rows select kept; only their kept tokens
-      under ``renormalize_tokens``), so token-mean divides by those tokens only (weight 0
-      alone removes a response from the numerator but not from the denominator). When nothing is kept the masks stay:
-      a zero token count would make verl's token-mean 0/0; weights 0 give loss and gradient 0.
-    * rows the batch treats as invalid (non-finite reward or advantage) get masks 0 and
-      advantages 0, like padding, so one bad verifier does not make the loss NaN.
-    * recomputed advantages (``recompute_advantages``, GRPO only) replace verl's advantages
-      and returns.
+    * with ``renormalize`` (or ``renormalize_tokens``): the masks are also zeroed outside
+      ``denominator_mask``, so token-mean divides by those tokens only (unless nothing is
+      kept: 0/0 would be NaN; weights 0 give loss and gradient 0).
+    * invalid rows (non-finite reward or advantage) get masks 0 and advantages 0.
+    * recomputed advantages replace verl's advantages and returns.
 
     Args:
         response_mask, loss_mask: [B, T] int64 as in TransferQueue (after rollout correction).
-        advantages: [B, T] verl's advantages.
         existing_weights: [B, T] verl's ``rollout_is_weights`` or None.
     """
     mask = response_mask.bool()

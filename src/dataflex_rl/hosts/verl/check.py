@@ -1,16 +1,8 @@
 """``python -m dataflex_rl.hosts.verl.check``: does verl accept each arm's run, before any run?
 
-Run by the harness (`VerlHost.check`, through `ExternalPythonHost.run_check`) in
-``verl.python`` with ``{"where", "arms": [{"label", "settings", "strategy"}, ...]}`` on stdin. For each arm it composes the
-command line a run of seed 0 would get (`settings.run_overrides`) with Hydra against verl's
-config (``verl.config`` or verl's ``ppo_trainer``): a misspelled or unknown key fails here, as
-it would in every run; then it builds the ``dataflex`` trainer from that config, which checks
-the strategy and the dataflex block against verl's settings (a group scorer under a non-group
-estimator, ``bypass_mode`` with weights, ...). Nothing is started: no Ray, no worker, no model.
-
-Exit status 0 when every arm passes; 2 at the first that does not, with one line on stderr,
-``ConfigError: <where>: verl refuses a run of strategy <label>: <what verl said>``
-(`hosts.host.check_main`).
+For each arm of the payload (``{"where", "arms": [{"label", "settings", "strategy"}]}`` on
+stdin) it composes a seed-0 run's config with Hydra and builds the ``dataflex`` trainer from
+it, starting nothing (`hosts.host.check_main` reports a refusal).
 """
 
 from __future__ import annotations
@@ -70,11 +62,8 @@ def _message(e: BaseException) -> str:
 
 
 def check_arms(payload: dict) -> None:
-    """Every arm of ``payload`` composed and given to the dataflex trainer.
-
-    Raises:
-        ConfigError: the first arm verl or the plugin refuses, with what they said.
-    """
+    """Every arm of ``payload`` composed and given to the dataflex trainer; the first one
+    refused raises a `ConfigError` with what verl or the plugin said."""
     with tempfile.TemporaryDirectory() as tmp:
         for i, arm in enumerate(payload["arms"]):
             try:

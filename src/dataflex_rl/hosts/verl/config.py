@@ -1,12 +1,7 @@
 """The ``dataflex`` block of verl's Hydra config, and the checks made before training starts.
 
-Needs no verl: the trainer passes plain containers (``OmegaConf.to_container``). Example::
-
-    trainer.v1.trainer_mode=dataflex
-    +dataflex.strategy=difffilter            # preset, strategy YAML path or inline mapping
-    +dataflex.domain_key=domain              # only read when the strategy mixes or pre-filters
-
-Every error is a `ConfigError` naming the key, like the engine's.
+Needs no verl (the trainer passes plain containers). Every error is a `ConfigError` naming
+the key (docs/hosts/verl.md#the-dataflex-block).
 """
 
 from __future__ import annotations
@@ -62,10 +57,8 @@ WEIGHTED_LOSSES = frozenset(
 )
 #: estimators whose advantages `recompute_advantages` (GRPO re-centred on the kept subset) matches
 GRPO_LIKE = frozenset({"grpo", "grpo_vectorized"})
-#: estimators whose advantages are one value per response, the same on each of its valid tokens
-#: (verl 0.9.1 ``core_algos``: a per-response scalar times ``response_mask``; gdpo and
-#: reinforce_plus_plus_baseline then whiten elementwise, which keeps a row constant). The host
-#: passes these values to the strategy (``response_advantages``), read once per row.
+#: estimators whose advantages are one value per response, constant over its valid tokens
+#: (verl 0.9.1 ``core_algos``); the host passes them as ``response_advantages``
 PER_RESPONSE_ESTIMATORS = frozenset(
     {
         "grpo",
@@ -113,27 +106,15 @@ def host_settings(config: Mapping) -> HostSettings:
 
 
 def check(host: VerlHostConfig, config: Mapping) -> StrategySpec:
-    """The block's strategy, checked against verl's settings before anything is built;
-    raises `ConfigError` on misfit (`check_block`, `check_host_fit`).
-
-    Args:
-        host: the parsed ``dataflex`` block.
-        config: verl's settings as plain containers (see `trainer.host_view`).
-    """
+    """The block's strategy, checked against verl's settings (plain containers,
+    `trainer.host_view`) before anything is built (`check_block`, `check_host_fit`)."""
     spec = check_block(host, host_settings(config))
     check_host_fit(spec, config)
     return spec
 
 
 def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
-    """verl settings that would silently defeat the strategy are errors.
-
-    Raises:
-        ConfigError: ``trainer.use_v1`` is off; ``loss_mode=bypass_mode`` (it ignores
-            ``rollout_is_weights``) with select or reweight; ``recompute_advantages`` under an
-            estimator whose advantages are not GRPO's; a ``refill`` verl's
-            ``algorithm.filter_groups`` cannot carry (`refill_overrides`).
-    """
+    """verl settings that would silently defeat the strategy are errors (`ConfigError`)."""
     refill_overrides(spec, config)
     name = spec.name
     if not get_path(config, "trainer.use_v1", True):
@@ -205,10 +186,8 @@ REFILL_LIMITATION = (
 
 
 def zero_variance_selector(spec: StrategySpec) -> bool:
-    """Whether the strategy's selector drops exactly the groups whose rewards are all equal,
-    on every step: scorer ``reward_std``, actuator ``band`` with ``low`` 0, exclusive, no
-    upper bound, no warm-up, every step (preset ``dapo``): verl's own rule with
-    ``algorithm.filter_groups.metric=reward``."""
+    """Whether the selector drops exactly the groups whose rewards are all equal, every step
+    (preset ``dapo``): verl's own rule with ``algorithm.filter_groups.metric=reward``."""
     sel = spec.select
     if sel is None or sel.scorer is None or sel.scorer.name != "reward_std":
         return False
@@ -224,18 +203,10 @@ def zero_variance_selector(spec: StrategySpec) -> bool:
 
 
 def refill_overrides(spec: StrategySpec, config: Mapping) -> dict[str, Any]:
-    """verl's settings that carry the strategy's ``refill``: ``algorithm.filter_groups``
-    enabled with the metric ``reward`` (empty without ``refill``). verl's filter replaces only
-    zero-variance groups and keeps refilling until the batch is full: the selector must be
-    the zero-variance one (`zero_variance_selector`), and ``refill.max_rounds`` /
-    ``refill.overdraw`` are not honoured (`REFILL_LIMITATION`): verl 0.9.1's V1 ReplayBuffer has
-    no round limit (``max_num_gen_batches`` is ignored, trainer_base.py
-    ``_resolve_filter_groups_metric``) and replaces exactly the evicted prompts.
-
-    Raises:
-        ConfigError: another selector with ``refill``; ``algorithm.filter_groups`` enabled
-            with another metric.
-    """
+    """verl's settings that carry the strategy's ``refill`` (empty without one):
+    ``algorithm.filter_groups`` with the metric ``reward``, which replaces only zero-variance
+    groups (`zero_variance_selector`; limits: `REFILL_LIMITATION`). Raises `ConfigError` for
+    another selector, or ``filter_groups`` enabled with another metric."""
     if spec.refill is None:
         return {}
     if not zero_variance_selector(spec):

@@ -1,18 +1,8 @@
 """The verl host on the harness side: checks before any run, controls, and reading a run's logs.
 
-A verl run (`dataflex_rl.hosts.verl.run.run_training`, in ``verl.python``) leaves verl's file
-logger output in ``<run>/verl_metrics/attempt-N.jsonl``: one JSON line per logged step,
-``{"step": s, "data": {metric: value}}``. The line of step 0 holds the validation before
-training; a training step's line holds ``training/global_step`` and, at validation steps,
-verl 0.9.1's per-data-source validation accuracy::
-
-    val-core/<data_source>/<acc|reward>/mean@<n>    mean over the held-out prompts of the
-                                                    mean over n responses (n = 1: greedy)
-
-(``acc`` when the reward function reports one, else ``reward``; ``maj@``/``best@`` and the
-``val-aux/`` keys are not read). A resumed run writes the next attempt's file; where two
-attempts logged the same step, the later one counts. This module parses files only: it
-imports neither verl nor the verl host's runtime.
+A run's ``verl_metrics/attempt-N.jsonl`` holds one line per logged step, ``{"step", "data"}``;
+validation accuracy is verl's ``val-core/<data_source>/<acc|reward>/mean@<n>`` (`VAL_KEY`);
+where two attempts logged a step, the later counts. Parses files only: imports no verl.
 """
 
 from __future__ import annotations
@@ -92,8 +82,7 @@ def pairing_notes(settings: VerlSettings) -> list[str]:
 
 
 def _resolve_override(override: Any, base: Path | None) -> Any:
-    """``key=path`` with a relative path to a file that exists under ``base`` -> absolute
-    (verl's workers do not share the working directory the experiment was written for)."""
+    """``key=path`` with a relative path to a file that exists under ``base`` -> absolute."""
     if not isinstance(override, str) or "=" not in override or base is None:
         return override
     key, value = override.split("=", 1)
@@ -164,11 +153,9 @@ class VerlHost(ExternalPythonHost):
 
     # ------------------------------------------------------------ settings and planning
     def parse_section(self, data: Any, where: str, base: Path | None) -> dict:
-        """The ``verl:`` section checked (`VerlSettings`; keys the budget and evaluation set
-        are refused, naming where to set them), with ``model``, ``train_files``,
-        ``val_files``, ``config``, ``python`` and the file paths of ``overrides``
-        (``key=relative/file``) resolved against the experiment file's folder where they
-        exist there (else as given: relative to the working directory)."""
+        """The ``verl:`` section checked (`VerlSettings`; `EXPERIMENT_KEYS` refused), with
+        `PATH_KEYS` and the file paths of ``overrides`` resolved against ``base`` where they
+        exist there."""
         if data is None:
             raise ConfigError(
                 f"{where}: host verl needs a verl section (model, train_files, val_files; "
@@ -196,7 +183,7 @@ class VerlHost(ExternalPythonHost):
 
     def run_config(self, exp, overrides: dict) -> dict:
         """The settings a run receives: the section, an arm's overrides, the budget and the
-        evaluation (validated; ``python`` left out: where verl is installed is not the run)."""
+        evaluation (validated; without ``python``)."""
         b, e = exp.budget, exp.evaluation
         if e.metric == "greedy" and e.samples > 0:
             raise ConfigError(
@@ -220,10 +207,8 @@ class VerlHost(ExternalPythonHost):
 
     def check(self, exp) -> None:
         """Before any run: verl's Python (`check_python`), the model and data files, the
-        resources a run's Ray mode needs, and, in verl's Python (``python -m
-        dataflex_rl.hosts.verl.check``), that verl composes every arm's run and the dataflex
-        trainer accepts it: a key verl does not have, or a strategy that does not fit verl's
-        settings, is refused before any run."""
+        resources of the Ray mode, and in verl's Python that verl composes every arm's run
+        and the dataflex trainer accepts it (`run_check`)."""
         where = self.where(exp)
         s = _settings(exp)
         self.check_python(exp)
@@ -267,19 +252,8 @@ class VerlHost(ExternalPythonHost):
 
     # ------------------------------------------------------------ running (in the run)
     def read_records(self, out: Path, config: dict, mixes: bool) -> tuple[list, list]:
-        """A verl run's evaluations and (for mixers) domain proportions.
-
-        Args:
-            out: the run's folder.
-            config: the run's settings; ``eval_metric`` (greedy or sampled) names what its
-                validation measured.
-            mixes: also read the mixer's per-domain target and actual proportions.
-
-        Returns:
-            ``(evals, proportions)``: evals ``{"step", "<domain>/<metric>", ...}`` for every
-            validated step, in step order; proportions ``{"step", "domain", "target",
-            "actual"}`` with the strategy's step (verl's step - 1, as the plugin counts).
-        """
+        """A verl run's evaluations (named by ``config["eval_metric"]``) and, for mixers,
+        proportions at the strategy's step (verl's step - 1)."""
         metric = config.get("eval_metric", "greedy")
         evals, props = [], []
         for step, data in sorted(logged_steps(out).items()):
@@ -301,8 +275,7 @@ class VerlHost(ExternalPythonHost):
         return evals, props
 
     def steps_done(self, out: Path) -> int:
-        """Training steps a run has logged (the newest attempt's last training line; before
-        it logs one, the step it resumed from)."""
+        """Training steps a run has logged (else the step it resumed from)."""
         files = metrics_files(out)
         if files:
             for line in reversed(files[-1].read_text(errors="replace").splitlines()):

@@ -1,22 +1,10 @@
 """verl plugin entry point: makes the ``dataflex`` trainer mode available, at no cost until used.
 
-verl imports every ``verl.plugins`` entry point from ``verl/__init__.py``, in the driver and in
-every Ray actor, so this module must be cheap: it imports nothing of verl and does not import
-the trainer. It checks the installed verl version and installs a one-shot import hook on
-verl's v1 trainer package (`TRAINER_PACKAGE`, which holds ``get_trainer_cls`` and every
-built-in trainer mode); the ``dataflex`` trainer is imported and registered right after that
-package is, i.e. only in a process that picks a v1 trainer mode. A process that only does
-``import verl`` (workers, actors, tools) loads no extra module of verl, prints nothing and
-leaves the environment as it was.
-
-verl swallows exceptions of plugins at DEBUG level, so this module says itself, loudly, when
-the registration fails (and whether the installed verl is in the supported range). Set
-``DATAFLEX_VERL_LOG_LEVEL=WARNING`` to silence the success line.
-
-Declared in ``pyproject.toml``::
-
-    [project.entry-points."verl.plugins"]
-    dataflex = "dataflex_rl.hosts.verl.plugin"
+verl imports every ``verl.plugins`` entry point in every process, so this module imports
+nothing of verl: it checks the verl version and installs a one-shot import hook that
+registers the trainer right after `TRAINER_PACKAGE` is imported. verl swallows plugin
+exceptions, so failures are logged here, loudly; ``DATAFLEX_VERL_LOG_LEVEL=WARNING``
+silences the success line.
 """
 
 from __future__ import annotations
@@ -41,16 +29,12 @@ except ValueError:  # an unknown level name: keep the default rather than fail t
     logger.setLevel(logging.INFO)
 
 
-def _parse(v: str):
-    from packaging.version import Version  # a verl dependency
-
-    return Version(v)
-
-
 def check_version(installed: str) -> bool:
     """Whether ``installed`` lies in `SUPPORTED`; logs an error when it does not."""
+    from packaging.version import Version  # a verl dependency
+
     low, high = SUPPORTED
-    ok = _parse(low) <= _parse(installed) < _parse(high)
+    ok = Version(low) <= Version(installed) < Version(high)
     if not ok:
         logger.error(
             "dataflex-rl: verl %s is outside the supported range >=%s,<%s; the "

@@ -1,22 +1,9 @@
 """One verl run of ``compare``: ``python -m verl.trainer.main_ppo`` with the run's overrides.
 
-`run_training` is the verl host's training function (``host: verl`` in an experiment file);
-the harness calls it in the verl venv's Python (``verl.python``) and reads the results from
-the files it leaves in the run's folder::
-
-    dataflex_strategy.yaml      the arm's strategy (the expanded spec), read by the plugin
-    held_out.parquet            with ``eval_per_domain``: the first N prompts of each data
-                                source of val_files (`held_out_subset`), verl's data.val_files
-    verl_metrics/attempt-N.jsonl  verl's file logger, one file per start (verl truncates its
-                                file when it opens it, so a resumed run writes the next one)
-    verl_log/attempt-N.txt      verl's stdout and stderr; attempt-N.json its command and env
-    ckpt/                       trainer.default_local_dir: verl's checkpoints (with the
-                                strategy state), the decision log
-
-The command is built by `settings.run_overrides` (module docstring there). verl runs as a
-child process of this Python, in its process group, and dies with it (`die_with_starter`):
-whoever stops this process (the harness's supervisor or Ray task, or a SIGKILL) stops verl,
-and with it the Ray instance verl started.
+`run_training` runs in ``verl.python`` and leaves in the run's folder the strategy file,
+the held-out subset, ``verl_metrics/attempt-N.jsonl`` (one per start), ``verl_log/`` and
+``ckpt/`` (settings.py names them). verl is a child process that dies with this one
+(`die_with_starter`).
 """
 
 from __future__ import annotations
@@ -69,14 +56,9 @@ def attempts(out_dir: str | Path) -> list[Path]:
 
 
 def held_out_subset(val_files: str | list[str], per_domain: int, out: Path) -> Path:
-    """Write the first ``per_domain`` rows of each ``data_source`` of ``val_files`` (read in
-    order, file after file, as verl concatenates them) to ``out``, in their order: the same
-    held-out prompts for every run of an experiment, as the engine's and TRL's
-    ``evaluation.per_domain`` take the first N problems of each domain.
-
-    Raises:
-        ConfigError: a file without a ``data_source`` column.
-    """
+    """Write the first ``per_domain`` rows of each ``data_source`` of ``val_files`` (in
+    order, as verl concatenates them) to ``out``: every run validates on the same prompts.
+    Raises `ConfigError` for a file without a ``data_source`` column."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -98,25 +80,10 @@ def held_out_subset(val_files: str | list[str], per_domain: int, out: Path) -> P
 
 
 def run_training(settings: dict, strategy: dict, *, seed: int, out_dir: str, resume: bool) -> dict:
-    """Train one run with verl (see the module docstring).
-
-    Args:
-        settings: the experiment's ``verl:`` section, with the experiment's budget and
-            evaluation keys and the arm's control overrides merged in (`VerlSettings`).
-        strategy: the arm's expanded strategy spec (a mapping; written to the run folder and
-            given to the plugin as ``dataflex.strategy``).
-        seed: the pairing seed (every verl seed: `settings.seed_overrides`).
-        out_dir: the run's folder.
-        resume: continue from verl's newest checkpoint in ``out_dir`` (none: from the start);
-            False starts over (this run's earlier files are removed).
-
-    Returns:
-        A summary: the attempt, the step it resumed from, wall seconds, the command.
-
-    Raises:
-        ConfigError: invalid settings, or no verl in this Python.
-        RuntimeError: verl failed (the end of its output in the message).
-    """
+    """Train one run with verl (the host's training function; `VerlSettings` ``settings``,
+    the seed sets every verl seed, `settings.seed_overrides`); ``resume`` False starts over.
+    Returns a summary; raises `ConfigError` (bad settings, no verl) or RuntimeError (verl
+    failed, with the end of its output)."""
     s = parse_settings(settings)
     if importlib.util.find_spec("verl") is None:
         raise ConfigError(

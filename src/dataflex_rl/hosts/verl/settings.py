@@ -1,23 +1,14 @@
 """One verl run of ``compare``: the experiment's ``verl:`` section and the command it becomes.
 
-Needs no verl (the harness validates the section before any run starts; `run.py` turns it
-into ``python -m verl.trainer.main_ppo`` with these overrides). A run's command line is
-
-    the user's base overrides (``overrides``, after ``config``'s file if given)
-    + the files and model (``model``, ``train_files``, ``val_files``)
-    + the run's own: trainer mode ``dataflex`` and the ``dataflex`` block (strategy, seed),
-      every seed (`seed_overrides`), budget, validation at step 0 and every N steps,
-      checkpoints and resume, the output folder, the experiment name, a file logger
-
-The run's own keys win (they come last), and a base override of one of them is refused by
-`check_overrides`, naming the setting that owns it, so nothing silently overrides a seed.
+Needs no verl. A run's command line is the base ``overrides`` followed by the run's own keys
+(`run_overrides`: files, model, the ``dataflex`` block, seeds, budget, validation,
+checkpoints); a base override of a run's own key is refused (`check_overrides`).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import MISSING, asdict, dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -175,12 +166,8 @@ def check_overrides(overrides: list[str], where: str = "verl.overrides") -> None
 
 
 def parse_settings(data: Any, where: str = "verl") -> VerlSettings:
-    """Validate a verl section (the harness's, with the experiment's keys merged in).
-
-    Raises:
-        ConfigError: naming the key (wrong type, unknown key, a run's own key in
-            ``overrides`` or ``dataflex``).
-    """
+    """Validate a verl section (with the experiment's keys merged in); a `ConfigError`
+    names the key."""
     s = validate(VerlSettings, data, where)
     check_overrides(s.overrides, f"{where}.overrides")
     for key, owner in RUN_BLOCK_KEYS.items():
@@ -232,12 +219,9 @@ def flat_overrides(prefix: str, mapping: dict) -> list[str]:
 
 
 def seed_overrides(seed: int, stream: int) -> list[str]:
-    """Every seed verl 0.9.1 has that differs between runs of one arm, set from the run's
-    seed: the training data order (``data.seed``; verl's default null shuffles differently in
-    every run), the actor's mini-batch shuffling, the dataflex intake draw, and the rollout
-    engine's sampling seed (``seed + STREAM_STRIDE * stream``). Engine seeds
-    (``fsdp_config.seed``, acting only with full_determinism) stay verl's: the same in every
-    run, as the initial weights are (read from ``model``)."""
+    """Every verl 0.9.1 seed that differs between runs of one arm, from the run's seed (the
+    rollout's: ``seed + STREAM_STRIDE * stream``); engine seeds stay verl's, the same in every
+    run (docs/hosts/compare.md#what-is-paired-on-verl)."""
     return [
         f"data.seed={seed}",
         f"actor_rollout_ref.actor.data_loader_seed={seed}",
@@ -264,12 +248,9 @@ def with_file_logger(overrides: list[str]) -> list[str]:
 
 
 def validation_overrides(s: VerlSettings, resume_step: int = 0) -> list[str]:
-    """Validation at step 0 (the pairing check), every ``eval_every`` steps and at the end;
-    greedy (one response, no sampling) or ``eval_samples`` responses at temperature 1.
-
-    verl validates before training at the step it resumes from (``resume_step``); off the
-    grid of validation steps that validation is skipped, so every run validates at the same
-    steps."""
+    """Validation at step 0 (the pairing check), every ``eval_every`` steps and at the end,
+    greedy or ``eval_samples`` responses at temperature 1; a resume off that grid
+    (``resume_step``) skips verl's validation before training."""
     every = s.eval_every if s.eval_every > 0 else s.steps
     on_grid = resume_step % every == 0 or resume_step == s.steps
     out = [f"trainer.val_before_train={hydra_value(on_grid)}", f"trainer.test_freq={every}"]
@@ -289,10 +270,9 @@ def validation_overrides(s: VerlSettings, resume_step: int = 0) -> list[str]:
 
 
 def run_env(s: VerlSettings, cwd: str, pythonpath: str = "") -> dict[str, str]:
-    """Environment variables a run adds: ``env``, ``modules`` (joined into verl's
-    ``VERL_USE_EXTERNAL_MODULES`` with any ``env`` names), and ``PYTHONPATH`` = the working
-    directory, ``env``'s entries, then the inherited ``pythonpath`` (user components,
-    ``module:attr``, import as in the engine's runs)."""
+    """Environment variables a run adds: ``env``, ``modules`` (into
+    ``VERL_USE_EXTERNAL_MODULES``), and ``PYTHONPATH`` = the working directory, ``env``'s,
+    then the inherited ``pythonpath``."""
     env = dict(s.env)
     named = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     modules = named + [m for m in s.modules if m not in named]
@@ -355,11 +335,6 @@ def command(s: VerlSettings, python: str, overrides: list[str]) -> list[str]:
         cfg = Path(s.config).resolve()
         argv += ["--config-path", str(cfg.parent), "--config-name", cfg.stem]
     return argv + overrides
-
-
-def describe(s: VerlSettings) -> str:
-    """The settings as one JSON line (for a run's summary)."""
-    return json.dumps(asdict(s), sort_keys=True)
 
 
 def settings_table() -> str:

@@ -1,16 +1,10 @@
 """The ``dataflex`` trainer mode: verl 0.9.x's sync PPO trainer with a data strategy in the loop.
 
-One step of verl's v1 sync pipeline, with what this class adds (DESIGN §5)::
-
-    prepare_step -> _next_train_batch      [driver.draw: exactly train_batch_size rows]
-    replay_buffer.sample -> _balance_batch -> old/ref log-probs
-    _compute_advantage: verl's advantages  [then select / reweight: driver.decide]
-    _update_actor (rollout_is_weights, masks and advantages as written back)
-    _save_checkpoint / _load_checkpoint    [driver.save / driver.restore]
-
-Registered under ``trainer.v1.trainer_mode=dataflex`` by `dataflex_rl.hosts.verl.plugin`;
-verl treats any mode other than ``"sync"`` as async, so the mode is switched to ``"sync"``
-before the replay buffer is built.
+Hooks (docs/hosts/verl.md#what-happens-in-a-step): ``_next_train_batch`` draws from the
+intake, ``_compute_advantage`` decides and writes back, ``_save_checkpoint`` /
+``_load_checkpoint`` save and restore the driver. Registered under
+``trainer.v1.trainer_mode=dataflex`` by `dataflex_rl.hosts.verl.plugin`; the mode is
+switched to ``"sync"`` before the replay buffer is built (verl treats others as async).
 """
 
 from __future__ import annotations
@@ -78,13 +72,8 @@ def host_view(config: DictConfig) -> dict:
 
 @register_trainer(TRAINER_MODE)
 class DataflexTrainer(PPOTrainerSync):
-    """verl's sync trainer plus a dataflex `Strategy` (configured in the ``dataflex`` block),
-    run by a `Driver`.
-
-    The strategy is checked before anything starts (unknown names, a group scorer under a
-    non-group estimator, ``loss_mode=bypass_mode``, ...), then built once the training set is
-    loaded, because mixing needs its domains.
-    """
+    """verl's sync trainer plus a dataflex `Strategy` (the ``dataflex`` block), run by a
+    `Driver`: checked before anything starts, built once the training set is loaded."""
 
     def __init__(self, config: DictConfig) -> None:
         block = config.get("dataflex", None)
@@ -214,12 +203,8 @@ class DataflexTrainer(PPOTrainerSync):
         )
 
     def _generation_seconds(self) -> float | None:
-        """Seconds verl's ``gen`` timer spent on this batch (None outside `fit`).
-
-        verl accumulates ``timing_raw["gen"]`` over the local updates of one step
-        (``parameter_sync_step`` > 1), so the part since the previous batch of the same
-        step is taken.
-        """
+        """Seconds verl's ``gen`` timer spent on this batch (None outside `fit`): the part
+        since the previous batch of the same step (verl accumulates it over a step)."""
         timing = getattr(self, "timing_raw", None)
         if not timing or "gen" not in timing:
             return None
