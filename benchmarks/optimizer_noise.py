@@ -94,16 +94,6 @@ def _window_means(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values[:w]), statistics.mean(values[-w:])
 
 
-def train_pairs(taskset) -> tuple[list[str], list[str], list[int]]:
-    """All training-pool (prompt, answer) pairs with their domain index, domain by domain."""
-    prompts, answers, groups = [], [], []
-    for i, d in enumerate(taskset.domains):
-        prompts.extend(p.prompt for p in taskset.train[d])
-        answers.extend(p.answer for p in taskset.train[d])
-        groups.extend([i] * len(taskset.train[d]))
-    return prompts, answers, groups
-
-
 def _run(job: tuple) -> dict[str, Any]:
     """One variant in its own process: ``("start" | "grpo" | "sft", name, steps, seed, policy)``.
 
@@ -124,7 +114,11 @@ def _run(job: tuple) -> dict[str, Any]:
 
         # the trainer only provides the policy, the task set and the held-out instrument
         trainer = EmbeddedTrainer(_config(policy), seed=seed)
-        prompts, answers, groups = train_pairs(trainer.taskset)
+        # the supervised target: every training-pool problem, domain by domain
+        pools = [trainer.taskset.train[d] for d in trainer.taskset.domains]
+        prompts = [p.prompt for pool in pools for p in pool]
+        answers = [p.answer for pool in pools for p in pool]
+        groups = [i for i, pool in enumerate(pools) for _ in pool]
         t0 = time.process_time()
         series = warm_start(
             trainer.policy,
