@@ -20,13 +20,14 @@ import pytest
 pytest.importorskip("trl")
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "hosts_trl" / "trl_ranks_run.py"
 
 
-@pytest.fixture(scope="module")
-def views(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ranks")
-    torchrun = Path(sys.executable).with_name("torchrun")
+def torchrun(script: str, out: Path) -> None:
+    """Both ranks of ``script`` under ``torchrun --standalone --nproc_per_node 2`` (CPU, gloo).
+
+    Each rank ends with ``tiny.end_rank`` (barrier, flush, ``os._exit(0)``) once its file is
+    written, so exit status 0 means both ranks finished their own work; a teardown abort
+    after it (docs/hosts/trl.md#multi-process) cannot fail the run."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -35,9 +36,17 @@ def views(tmp_path_factory):
             [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
-    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(out)]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    path = ROOT / "tests" / "hosts_trl" / script
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(path), str(out)]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    torchrun("trl_ranks_run.py", out)
     return [json.loads((out / f"rank{p}.json").read_text()) for p in (0, 1)]
 
 
@@ -120,19 +129,7 @@ def test_micro_batch_masks_equal_trls_gathered_over_both_ranks(tmp_path):
     the decision's mask on its rows with the one TRL applied."""
     out = tmp_path / "entropy"
     out.mkdir()
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
-        ),
-    }
-    script = ROOT / "tests" / "hosts_trl" / "trl_entropy_ranks_run.py"
-    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), str(out)]
-    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    torchrun("trl_entropy_ranks_run.py", out)
     calls = [
         c for p in (0, 1) for c in json.loads((out / f"entropy_rank{p}.json").read_text())["calls"]
     ]

@@ -80,3 +80,24 @@ def hashed_reward(prompts, completions, domain, **_):
         h = int.from_bytes(hashlib.sha256(f"{p}|{c}".encode()).digest()[:8], "big")
         out.append(1.0 if h / 2**64 < SUCCESS[d] else 0.0)
     return out
+
+
+def end_rank(trainer) -> None:
+    """End a torchrun rank once its results are written: barrier, flush, ``os._exit(0)``.
+
+    A plain return lets CPython finalize the interpreter while a gloo worker thread
+    (``c10d::ProcessGroupGloo::runLoop``) may still hold the last reference to a finished
+    collective's tensors; dropping it needs the GIL, a thread that takes the GIL during
+    finalization is ended by ``pthread_exit``, and that unwind through a ``noexcept``
+    destructor is ``std::terminate``: "terminate called without an active exception",
+    SIGABRT after the work is done (stock TRL aborts the same way). Skipping the
+    finalization after every rank is past its last collective ends the rank deterministically.
+    See docs/hosts/trl.md#multi-process.
+    """
+    import os
+    import sys
+
+    trainer.accelerator.wait_for_everyone()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

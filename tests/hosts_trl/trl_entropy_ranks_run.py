@@ -25,7 +25,13 @@ sys.path.insert(0, str(ROOT))  # tests.hosts_trl.tiny; the package comes from PY
 
 from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer  # noqa: E402
 from dataflex_rl.hosts.trl.tensors import ROW_KEY  # noqa: E402
-from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from tests.hosts_trl.tiny import (  # noqa: E402
+    end_rank,
+    hashed_reward,
+    tiny_dataset,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 STRATEGY = {
     "name": "high_entropy_trl_scope",
@@ -105,6 +111,7 @@ def main(out_dir: str) -> None:
     Path(out_dir, f"entropy_rank{rank}.json").write_text(
         json.dumps({"rank": rank, "calls": trainer.calls}, indent=1)
     )
+    end_rank(trainer)
 
 
 if __name__ == "__main__":

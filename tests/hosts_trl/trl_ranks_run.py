@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # tests.hosts_trl.tiny; the package comes from PYTHONPATH
 
 from dataflex_rl.hosts.trl import DataflexGRPOConfig, DataflexGRPOTrainer  # noqa: E402
-from tests.hosts_trl.tiny import hashed_reward, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from tests.hosts_trl.tiny import (  # noqa: E402
+    end_rank,
+    hashed_reward,
+    tiny_dataset,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 #: every mechanism, acting from the first or second generation, and refill (the rounds'
 #: rows are generated on both ranks and the batch assembled on each); token-level weights
@@ -143,6 +149,7 @@ def main(out_dir: str, loss_type: str = "grpo") -> None:
     Path(out_dir, f"rank{rank}.json").write_text(
         json.dumps({"rank": rank, "world": world, "views": trainer.views}, indent=1)
     )
+    end_rank(trainer)
 
 
 if __name__ == "__main__":
