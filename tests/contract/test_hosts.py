@@ -22,7 +22,7 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import RunSpec
 from dataflex_rl.hosts.host import Host, HostControls
-from dataflex_rl.hosts.registry import HOSTS, get_host
+from dataflex_rl.hosts.registry import HOSTS, class_path, get_host
 
 CALLS: list[tuple] = []
 STANDIN = "tests.contract.test_hosts:standin_training"
@@ -171,7 +171,8 @@ def test_a_run_trains_and_its_files_read_back(name, tmp_path):
     (out / "host.txt").write_text(json.dumps(name))
     assert not host.has_checkpoint(out) and host.steps_done(out) == 0
     config = host.run_config(exp, {})
-    run = RunSpec("baseline", 3, {"name": "baseline"}, config, 2, str(out), STANDIN, host=name)
+    ref = class_path(host)
+    run = RunSpec("baseline", 3, {"name": "baseline"}, config, 2, str(out), STANDIN, name, ref)
     CALLS.clear()
     assert host.train(run, out, False) == ({"seed": 3}, False)
     ((settings, strategy, seed, out_dir, resume),) = CALLS

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dataflex_rl.cli.engine import engine_side_by_side
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.harness.running.runner import side_by_side
 from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.engine.run import format_table
 
@@ -22,7 +22,9 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
     cfg.tasks.train_size = 30
     cfg.eval.per_domain, cfg.eval.samples = 6, 1
     cfg.log.plots = False
-    ex = side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, workers=2, progress=False)
+    ex = engine_side_by_side(
+        cfg, cfg.strategies, steps=2, out_root=tmp_path, workers=2, progress=False
+    )
     assert not ex.failed, ex.failed
     summaries = [r["summary"] for r in ex.done]
     assert [s["strategy"] for s in summaries] == cfg.strategies
@@ -37,16 +39,16 @@ def test_quickstart_yaml_compares_two_strategies_in_two_processes(tmp_path):
         assert (tmp_path / s / "metrics.jsonl").is_file()
     # a second run into the same folders is refused before anything starts (nothing deleted)
     with pytest.raises(ConfigError, match="a run already exists here; use --resume"):
-        side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, progress=False)
+        engine_side_by_side(cfg, cfg.strategies, steps=2, out_root=tmp_path, progress=False)
     assert (tmp_path / "baseline" / "checkpoints").is_dir()
 
 
 def test_side_by_side_checks_strategies_before_starting(tmp_path):
     cfg = load_config(ROOT / "examples" / "quickstart.yaml")
     with pytest.raises(ConfigError, match=r"strategies\[1\]: unknown strategy preset"):
-        side_by_side(cfg, ["baseline", "difffiltr"], out_root=tmp_path, progress=False)
+        engine_side_by_side(cfg, ["baseline", "difffiltr"], out_root=tmp_path, progress=False)
     with pytest.raises(ConfigError, match="distinct names"):
-        side_by_side(cfg, ["baseline", "baseline"], out_root=tmp_path, progress=False)
+        engine_side_by_side(cfg, ["baseline", "baseline"], out_root=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())
 
 

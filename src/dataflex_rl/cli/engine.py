@@ -90,13 +90,12 @@ def train_main(args: argparse.Namespace) -> int:
 
 def _train_side_by_side(config, args: argparse.Namespace) -> int:
     """The config's ``strategies`` on one seed; 1 when a run failed (the others still ran)."""
-    from dataflex_rl.harness.running.runner import side_by_side
     from dataflex_rl.hosts.engine.run import format_table
     from dataflex_rl.hosts.engine.taskio import load_file_tasks
 
     if config.tasks.source == "files":
         load_file_tasks(config.tasks)  # every data error before any run starts
-    ex = side_by_side(
+    ex = engine_side_by_side(
         config,
         config.strategies,
         seed=args.seed,
@@ -120,6 +119,38 @@ def _train_side_by_side(config, args: argparse.Namespace) -> int:
             f"checkpoints/) under {root}/<strategy>/"
         )
     return 1 if ex.failed else 0
+
+
+def engine_side_by_side(
+    config,
+    strategies: list,
+    *,
+    seed: int | None = None,
+    steps: int | None = None,
+    out_root: str | Path | None = None,
+    workers: int = 2,
+    resume: bool = False,
+    progress: bool = True,
+):
+    """``strategies`` side by side on the engine (`runner.side_by_side`) with the
+    `EngineConfig` ``config``; ``seed``, ``steps`` and ``out_root`` default to its own."""
+    from dataflex_rl.harness.running.runner import side_by_side
+    from dataflex_rl.tracking import require_backends
+
+    require_backends(config.tracking, "dataflex-rl train")  # before any run starts
+    seed = config.seed if seed is None else seed
+    steps = config.steps if steps is None else steps
+    return side_by_side(
+        "engine",
+        {**config.to_dict(), "steps": steps},
+        strategies,
+        seed=seed,
+        steps=steps,
+        out_root=out_root or config.out or "runs/compare",
+        workers=workers,
+        resume=resume,
+        progress=progress,
+    )
 
 
 def check_engine_dependencies(config, command: str):

@@ -108,15 +108,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _check_dependencies(args: argparse.Namespace, runs, command: str) -> None:
-    """Before any run starts: the embedded engine needs transformers (an error naming the
-    extra); without matplotlib, ``--no-plots`` is implied, with one line saying so."""
+    """Before any run starts: what a host's own training function needs in the harness's
+    worker processes (`Host.requires`; an error naming the extra); without matplotlib,
+    ``--no-plots`` is implied, with one line saying so."""
     from dataflex_rl.deps import plots_available, require
 
-    if runs:  # (report has none: it never imports the engine)
-        from dataflex_rl.harness.running.runner import DEFAULT_TRAIN_FN
+    if runs:  # (report has none: it imports no host)
+        from dataflex_rl.harness.running.runner import run_host
 
-        if any(r.train_fn == DEFAULT_TRAIN_FN for r in runs):
-            require("transformers", f"{command} (the embedded engine's policy)")
+        own = {(r.host_class, r.train_fn): r for r in runs if r.python is None}
+        for run in own.values():  # in the worker processes, with the host's own function
+            host = run_host(run)
+            if run.train_fn == host.train_default:
+                for module in host.requires:
+                    require(module, f"{command} (host {host.name}'s runs)")
     if not args.no_plots and not plots_available(f"{command}: PNG plots"):
         args.no_plots = True
 
@@ -364,9 +369,9 @@ def register_commands(subparsers) -> None:
 
     def keys() -> str:
         from dataflex_rl.core.config import help_text
-        from dataflex_rl.harness.running.experiment import ExperimentFile
+        from dataflex_rl.harness.running.experiment import experiment_file
 
-        return help_text(ExperimentFile, "experiment keys (in the YAML, or KEY=VALUE after it):")
+        return help_text(experiment_file(), "experiment keys (in the YAML, or KEY=VALUE after it):")
 
     fmt = argparse.RawDescriptionHelpFormatter
     count = number_type(int, ge=1)

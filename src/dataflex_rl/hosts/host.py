@@ -50,19 +50,28 @@ def merge_overrides(base: dict, overrides: dict) -> dict:
 class Host(ABC):
     """A trainer the harness runs experiments on (``host:`` in an experiment file).
 
-    Class attributes (docs/architecture.md#the-host-interface): ``tracking`` is None where
-    the experiment's ``tracking:`` applies, else where the host's own settings set its
-    trackers; ``schemas`` maps a section path to its dataclass; ``no_token_budget`` says why
-    ``budget.generated_tokens`` is refused where ``token_budget`` is False.
+    Class attributes (docs/architecture.md#the-host-interface): ``name`` is also the key of
+    the experiment file's section holding the host's settings, ``section`` that key's doc
+    line (``compare --help``); ``schemas`` maps a section path to its dataclass;
+    ``requires``: modules the harness's Python needs to run the host's own training function
+    in its worker processes (checked before any run). What the host can do, checked by the
+    harness with the same messages for every host: ``evaluation_only`` (``budget.steps: 0``
+    evaluates without training; else ``no_evaluation_only`` says why not), ``token_budget``
+    (a run stops at ``budget.generated_tokens``; else ``no_token_budget`` says why not) and
+    ``tracking`` (None where the experiment's ``tracking:`` follows the runs, else where the
+    host's own settings set its trackers).
     """
 
     name: ClassVar[str]
+    section: ClassVar[str]
     setup: ClassVar[str]
     controls: ClassVar[HostControls]
     tracking: ClassVar[str | None] = None
     schemas: ClassVar[dict[str, type]]
     train_default: ClassVar[str]
+    requires: ClassVar[tuple[str, ...]] = ()
     evaluation_only: ClassVar[bool] = False
+    no_evaluation_only: ClassVar[str] = "its runs train at least one step"
     token_budget: ClassVar[bool] = False
     no_token_budget: ClassVar[str] = "it counts steps"
 

@@ -1,5 +1,9 @@
 """The hosts ``compare`` runs experiments on (``host:``): `HOSTS` holds each `Host` class as a
 lazy ``"module:attr"`` entry, so naming a host imports only its `Host` (no framework).
+
+A host registered here (``HOSTS.register("mine", "my_package.host:MyHost")``, from any
+module) is a host of ``compare`` with no harness edit: the experiment file gains its section
+(`host_classes`), and each run finds its class in the worker by `class_path`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ HOSTS: Registry[type[Host]] = Registry("host", base=Host)
 HOSTS.register("engine", "dataflex_rl.hosts.engine.host:EngineHost")
 HOSTS.register("trl", "dataflex_rl.hosts.trl.host:TrlHost")
 HOSTS.register("verl", "dataflex_rl.hosts.verl.host:VerlHost")
+#: the host of an experiment file without ``host:``
+DEFAULT_HOST = "engine"
 
 
 def get_host(name: str, where: str = "host") -> Host:
@@ -24,6 +30,19 @@ def get_host(name: str, where: str = "host") -> Host:
             f"Hosts: {', '.join(HOSTS.names())}"
         )
     return HOSTS.get(name)()
+
+
+def host_classes() -> dict[str, type[Host]]:
+    """Every registered host's `Host` class by name, sorted (imports each `Host`'s module,
+    never a framework)."""
+    return {name: HOSTS.get(name) for name in HOSTS.names()}
+
+
+def class_path(host: Host | type[Host]) -> str:
+    """``"module:attr"`` of ``host``'s class: what a run's process imports to find its host
+    (a host registered in the planning process only is found all the same)."""
+    cls = host if isinstance(host, type) else type(host)
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def shared_keys(name: str) -> dict[str, dict]:

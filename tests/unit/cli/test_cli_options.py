@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from dataflex_rl.cli import build_parser, main
+from dataflex_rl.hosts.engine.host import EngineHost
 
+#: the engine host (the engine settings of an experiment: `EngineHost.engine_config`)
+ENGINE = EngineHost()
 ROOT = Path(__file__).resolve().parents[3]
 QUICK = str(ROOT / "configs" / "experiments" / "quick.yaml")
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
@@ -172,8 +175,8 @@ def test_compare_overrides_reach_the_plan(tmp_path, capsys):
     from dataflex_rl.harness.running.experiment import load_experiment
 
     exp = load_experiment(QUICK, dotted=["budget.steps=7", "engine.optim.lr=0.01"])
-    assert exp.budget.steps == 7 and exp.engine_config().optim.lr == 0.01
-    assert exp.engine_config().steps == 7
+    assert exp.budget.steps == 7 and ENGINE.engine_config(exp).optim.lr == 0.01
+    assert ENGINE.engine_config(exp).steps == 7
 
 
 def test_compare_override_errors_name_the_key(capsys):

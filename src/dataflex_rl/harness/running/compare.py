@@ -211,7 +211,7 @@ def run_compare(
             "strategies": {s.label: s.to_dict() for s in exp.strategies},
             "controls": exp.control_outcomes,
             "overrides": {s.label: s.overrides for s in exp.strategies if s.overrides},
-            **({} if exp.host == "engine" else {"host": exp.host}),
+            "host": exp.host,
             exp.host: runs[0].config,
             **{k: asdict(getattr(exp, k)) for k in ("budget", "evaluation", "statistics")},
             "executor": exp.executor,

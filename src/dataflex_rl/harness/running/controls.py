@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from dataflex_rl.core.config import param
+from dataflex_rl.core.config import param, validate
 from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, get_path, parse_strategy
-from dataflex_rl.hosts.engine.config import from_dict
 from dataflex_rl.hosts.host import HostControls
 
 SAME, WORSE = "same", "worse"
@@ -148,7 +147,7 @@ class Control:
         """The arm's strategy spec (named by the label) and its host-settings overrides
         (`control_overrides` of the host's keys and the experiment's run settings)."""
         kind = self.kind
-        params = from_dict(kind.params, self.params, where)
+        params = validate(kind.params, self.params, where)
         spec = {k: v for k, v in baseline.to_dict().items() if k != "name"}
         spec = kind.build(copy.deepcopy(spec), params, where)
         spec = {
@@ -212,7 +211,7 @@ def _one(name: Any, params: Any, where: str) -> Control:
             f"{where}.{name}: expected a mapping of parameters, got {type(params).__name__}"
         )
     kind = KINDS[name]
-    checked = from_dict(kind.params, params, f"{where}.{name}")  # names the key
+    checked = validate(kind.params, params, f"{where}.{name}")  # names the key
     valid = {f.name for f in fields(kind.params)}
     return Control(name, {k: v for k, v in asdict(checked).items() if k in valid and k in params})
 

@@ -1,14 +1,18 @@
 """Experiment files (``configs/experiments/quick.yaml``): strategies × seeds on one host
 configuration and budget.
 
-Their keys, defaults and ranges are declared once in `ExperimentFile` (``dataflex-rl compare
---help`` prints them; docs/harness.md). Unknown keys, wrong types and out-of-range values raise
-`ConfigError` naming the key.
+Their keys, defaults and ranges are declared once in `ExperimentKeys`, plus one section per
+registered host, named for it (`experiment_file`; ``dataflex-rl compare --help`` prints them;
+docs/harness.md). Unknown keys, wrong types and out-of-range values raise `ConfigError` naming
+the key. What differs between hosts is asked of the experiment's `Host`: its section, its
+settings and what it can do (`Host.evaluation_only`, `Host.token_budget`, `Host.tracking`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +22,8 @@ from dataflex_rl.core.registry import ConfigError, suggest
 from dataflex_rl.core.spec import StrategySpec, load_yaml, parse_strategy
 from dataflex_rl.harness.running.controls import Control, parse_controls
 from dataflex_rl.harness.statistics.analysis import StatsOptions
-from dataflex_rl.hosts.engine.config import EngineConfig, from_dict
-from dataflex_rl.hosts.host import Host, merge_overrides
-from dataflex_rl.hosts.registry import HOSTS, get_host
+from dataflex_rl.hosts.host import Host
+from dataflex_rl.hosts.registry import DEFAULT_HOST, get_host, host_classes
 from dataflex_rl.tracking import TrackingConfig
 
 
@@ -35,7 +38,8 @@ class Budget(Checked):
         None,
         "stop each run once its generation cost reaches this many tokens (response tokens, "
         "screens and audits included, plus a skip policy's forward passes), so strategies "
-        "that save generation are compared at equal cost; null: steps only (engine host)",
+        "that save generation are compared at equal cost; null: steps only (a host that "
+        "cannot stop its runs at a token count refuses it, saying why)",
         ge=1,
     )
     prompts_per_step: int = param(16, "prompts (groups) per step", ge=1)
@@ -95,7 +99,7 @@ class StrategyEntry:
     label: str
     spec: StrategySpec
     #: the host's settings of this arm only, merged into the experiment's (an engine arm's
-    #: e.g. {"optim": {"lr": 0}}; a TRL arm's {"grpo": {"learning_rate": 0}})
+    #: e.g. {"optim": {"lr": 0}}; a TRL arm's {"lr": 0})
     overrides: dict = field(default_factory=dict)
     #: the control this arm is (harness/running/controls.py), None for the experiment's strategies
     control: str | None = None
@@ -117,7 +121,6 @@ class Experiment:
     strategies: tuple[StrategyEntry, ...]
     baseline: str
     seeds: tuple[int, ...]
-    engine: dict = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
     evaluation: Evaluation = field(default_factory=Evaluation)
     statistics: StatsOptions = field(default_factory=StatsOptions)
@@ -130,11 +133,11 @@ class Experiment:
     #: where the runs execute (`EXECUTORS`) and what each one holds
     executor: str = "local"
     resources: Resources = field(default_factory=Resources)
-    #: the trainer that runs the runs (`dataflex_rl.hosts`: engine, trl, verl)
-    host: str = "engine"
+    #: the trainer that runs the runs (a name in `dataflex_rl.hosts.registry.HOSTS`)
+    host: str = DEFAULT_HOST
     #: the training function of every run (None: the host's own, `Host.train_fn`)
     train_fn: str | None = None
-    #: the host's section (``trl:``, ...) when the host is not the engine (its is ``engine``)
+    #: the host's section (the one named for it) as `Host.parse_section` returned it
     host_settings: dict = field(default_factory=dict)
 
     @property
@@ -156,29 +159,11 @@ class Experiment:
         """Control arm label -> the outcome it must have: "same" or "worse"."""
         return {c.label: c.outcome for c in self.controls}
 
-    def engine_config(self, overrides: dict | None = None) -> EngineConfig:
-        """The `EngineConfig` shared by every run (strategy and seed are set per run), with a
-        control arm's ``overrides`` merged in (engine experiments only)."""
-        if self.host != "engine":
-            raise ConfigError(f"{self.path or self.name}: host {self.host!r} has no engine config")
-        data = merge_overrides(self.engine, overrides or {})
-        b, e = self.budget, self.evaluation
-        data["steps"] = b.steps
-        if b.generated_tokens is not None:
-            data["generated_tokens"] = b.generated_tokens
-        data.setdefault("grpo", {}).update(
-            prompts_per_step=b.prompts_per_step, group_size=b.samples_per_prompt
-        )
-        data["eval"] = {"every": e.every, "per_domain": e.per_domain, "samples": e.samples}
-        log = data.setdefault("log", {})
-        log.setdefault("progress", False)
-        log.setdefault("plots", False)
-        return from_dict(EngineConfig, data, key_path(self.path or self.name, "engine"))
-
 
 @dataclass
-class ExperimentFile(Checked):
-    """The keys of an experiment file (``parse_experiment`` checks what spans keys)."""
+class ExperimentKeys(Checked):
+    """The keys of every experiment file, whatever its host (``parse_experiment`` checks what
+    spans keys); `experiment_file` adds ``host`` and the hosts' sections."""
 
     name: str = param(doc="experiment name; names the output folder (no '/')")
     strategies: list[str | dict] = param(
@@ -189,12 +174,6 @@ class ExperimentFile(Checked):
     description: str = param("", "one line on what is compared")
     baseline: str | None = param(
         None, "label the others are compared with (default 'baseline' if present, else the first)"
-    )
-    engine: dict | None = param(
-        None,
-        "EngineConfig keys (policy, threads, tasks, optim, grpo, "
-        "log) except steps, seed, strategy and eval, which the "
-        "experiment sets",
     )
     budget: Budget = param(Budget(), "training budget of every run")
     evaluation: Evaluation = param(Evaluation(), "held-out evaluation of every run")
@@ -207,9 +186,8 @@ class ExperimentFile(Checked):
     tracking: TrackingConfig = param(
         TrackingConfig(),
         "experiment trackers of every run (one tracker run per strategy and seed, grouped "
-        "by the experiment name) and of the report (docs/tracking.md); engine host only: "
-        "trl and verl runs log through their own (trl.grpo.report_to, verl.overrides "
-        "trainer.logger)",
+        "by the experiment name) and of the report (docs/tracking.md); a host whose runs log "
+        "through their own trackers refuses it, naming where its settings set them",
     )
     executor: str = param(
         "local",
@@ -218,27 +196,37 @@ class ExperimentFile(Checked):
         choices=EXECUTORS,
     )
     resources: Resources = param(Resources(), "what each run holds while it runs")
-    host: str = param(
-        "engine",
-        "the trainer that runs the runs: engine (the embedded CPU engine, settings in the "
-        "'engine' section), trl (TRL's GRPOTrainer, 'trl'), verl (verl, 'verl'); "
-        "docs/hosts/compare.md",
-        choices=tuple(HOSTS.names()),
-    )
     train_fn: str | None = param(
         None,
         "the training function of every run, on every host, as module:attr (your own script's, "
         "on PYTHONPATH): train(settings, strategy, *, seed, out_dir, resume) -> dict, settings "
         "the host's run settings; null: the host's own",
     )
-    trl: dict | None = param(
-        None,
-        "host trl: the TRL run's settings (TrlHost; docs/hosts/compare.md)",
+
+
+def experiment_file() -> type:
+    """The schema of an experiment file: `ExperimentKeys`, ``host`` (one of the registered
+    hosts) and each registered host's section, named for it (`Host.section`)."""
+    return _experiment_file(tuple((n, h.section) for n, h in host_classes().items()))
+
+
+@functools.cache
+def _experiment_file(sections: tuple[tuple[str, str], ...]) -> type:
+    names = tuple(n for n, _ in sections)
+    host = param(
+        DEFAULT_HOST,
+        "the trainer that runs the runs, its settings in the section named for it: "
+        f"{', '.join(names)}; docs/hosts/compare.md",
+        choices=names,
     )
-    verl: dict | None = param(None, "host verl: the verl run's settings (docs/hosts/compare.md)")
+    fields = [("host", str, host)]
+    fields += [(n, dict | None, param(None, doc)) for n, doc in sections]
+    return dataclasses.make_dataclass("ExperimentFile", fields, bases=(ExperimentKeys,))
 
 
-TOP_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentFile))
+def _hosts_that(can: Callable[[type[Host]], bool]) -> str:
+    """The registered hosts that ``can``, as ``"engine"`` or ``"engine and mine"``."""
+    return " and ".join(n for n, h in host_classes().items() if can(h)) or "no"
 
 
 def _strategy_entry(value: Any, where: str, base: Path | None) -> StrategyEntry:
@@ -292,11 +280,11 @@ def parse_experiment(
 ) -> Experiment:
     """Validate an experiment mapping; ``where`` names it in errors, ``base`` resolves relative
     paths, ``controls`` (``--control``) are added unless listed."""
+    schema = experiment_file()
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"{where}: the top level must be a mapping with keys {', '.join(TOP_KEYS)}"
-        )
-    top = validate(ExperimentFile, data, where)
+        keys = ", ".join(f.name for f in dataclasses.fields(schema))
+        raise ConfigError(f"{where}: the top level must be a mapping with keys {keys}")
+    top = validate(schema, data, where)
     name = top.name
     if not name or "/" in name:
         raise ConfigError(
@@ -327,30 +315,31 @@ def parse_experiment(
             f"{suggest(str(baseline), labels)} Strategies: {', '.join(labels)}"
         )
     host = get_host(top.host, key_path(where, "host"))
-    for section in HOSTS.names():
+    for section in host_classes():
         if getattr(top, section) is not None and section != top.host:
             raise ConfigError(
                 f"{key_path(where, section)}: the settings of host {section!r}, but the "
                 f"experiment's host is {top.host!r} (set host: {section} to use them)"
             )
     if top.budget.steps < 1 and not host.evaluation_only:
+        why = f"{host.no_evaluation_only}; " if host.no_evaluation_only else ""
         raise ConfigError(
             f"{key_path(where, 'budget.steps')}: host {top.host!r} trains at least 1 step "
-            "(steps: 0, evaluation only, is the engine host's; TRL reads max_steps 0 as "
-            "'train by epochs')"
+            f"({why}steps: 0, evaluation only, is for "
+            f"{_hosts_that(lambda h: h.evaluation_only)} runs)"
         )
     if top.budget.generated_tokens is not None and not host.token_budget:
-        why = host.no_token_budget
         raise ConfigError(
-            f"{key_path(where, 'budget.generated_tokens')}: only the engine host stops a run "
-            f"at a generation cost: {why}. Use budget.steps; the refill metrics "
+            f"{key_path(where, 'budget.generated_tokens')}: host {top.host!r} cannot stop a "
+            f"run at a generation cost: {host.no_token_budget}. Hosts that can: "
+            f"{_hosts_that(lambda h: h.token_budget)}. Use budget.steps; the refill metrics "
             "(dataflex/refill/overgeneration) say what each arm generated"
         )
     if host.tracking is not None and top.tracking != TrackingConfig():
         raise ConfigError(
-            f"{key_path(where, 'tracking')}: the experiment's trackers follow engine runs "
-            f"and their report; host {top.host!r} runs log through their own: set "
-            f"{host.tracking}"
+            f"{key_path(where, 'tracking')}: the experiment's trackers follow "
+            f"{_hosts_that(lambda h: h.tracking is None)} runs and their report; host "
+            f"{top.host!r} runs log through their own: set {host.tracking}"
         )
     settings = host.parse_section(getattr(top, top.host), key_path(where, top.host), base)
     same = "description budget evaluation statistics tracking train_fn executor resources host"
@@ -359,8 +348,7 @@ def parse_experiment(
         strategies=entries,
         baseline=baseline,
         seeds=_seeds(top.seeds, key_path(where, "seeds")),
-        engine=settings if top.host == "engine" else {},
-        host_settings=settings if top.host != "engine" else {},
+        host_settings=settings,
         path=where,
         **{k: getattr(top, k) for k in same.split()},
     )
@@ -417,4 +405,6 @@ def load_experiment(
             data = {**data, "seeds": seeds}
         return parse_experiment(data, str(path), p.resolve().parent, controls)
 
-    return with_overrides(data, dotted, ExperimentFile, str(path), build) if dotted else build(data)
+    if not dotted:
+        return build(data)
+    return with_overrides(data, dotted, experiment_file(), str(path), build)

@@ -27,9 +27,8 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.executors import LocalExecutor
 from dataflex_rl.harness.running.launch import PYTHON, Launch, failed_record
 from dataflex_rl.harness.running.supervisor import Progress
-from dataflex_rl.hosts.engine.host import TRAIN_FN as DEFAULT_TRAIN_FN
-from dataflex_rl.hosts.host import METRICS_FILE
-from dataflex_rl.hosts.registry import get_host
+from dataflex_rl.hosts.host import METRICS_FILE, Host
+from dataflex_rl.hosts.registry import HOSTS, class_path, get_host
 
 DONE_FILE, ERROR_FILE, RUN_FILE = "done.json", "error.json", "run.json"
 
@@ -39,8 +38,10 @@ class RunSpec:
     """One cell of the matrix, self-contained and picklable (what a worker receives).
 
     ``config`` is the host's settings (`Host.run_config`, the arm's ``overrides`` merged in);
-    ``resume`` None lets the harness decide from the folder, True/False (``dataflex-rl train``)
-    is passed on; ``python`` None runs in a local worker, else as a process (`launch_of`).
+    ``host`` the host's name, ``host_class`` its `Host` class as ``"module:attr"`` (what the
+    run's process imports: `run_host`); ``resume`` None lets the harness decide from the
+    folder, True/False (``dataflex-rl train``) is passed on; ``python`` None runs in a local
+    worker, else as a process (`launch_of`).
     """
 
     method: str
@@ -49,11 +50,12 @@ class RunSpec:
     config: dict
     steps: int
     out_dir: str
-    train_fn: str = DEFAULT_TRAIN_FN
+    train_fn: str
+    host: str
+    host_class: str
     mixes: bool = False
     overrides: dict = field(default_factory=dict)
     resume: bool | None = None
-    host: str = "engine"
     python: str | None = None
 
     @property
@@ -105,9 +107,15 @@ def run_tracking(
     return t
 
 
+def run_host(run: RunSpec) -> Host:
+    """The `Host` of ``run`` (imported from `RunSpec.host_class`)."""
+    return HOSTS.get(run.host_class)()
+
+
 def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[RunSpec]:
-    """The runs of ``experiment``, seed-major (paired results arrive early); engine runs are
-    tracked as ``<label>-seed<s>``. ``train_fn``: None for the host's own."""
+    """The runs of ``experiment``, seed-major (paired results arrive early); the runs of a
+    host the experiment's trackers follow (`Host.tracking` None) are tracked as
+    ``<label>-seed<s>``. ``train_fn``: None for the host's own."""
     host = experiment.host_impl
     config = host.run_config(experiment, {})
     configs = {
@@ -119,7 +127,7 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
     root = Path(out_dir) / "runs"
 
     def tracked(label: str, seed: int) -> dict:
-        if experiment.host != "engine":  # a host's runs log where its own settings say
+        if host.tracking is not None:  # the host's runs log where its own settings say
             return {}
         t = experiment.tracking, out_dir, f"{label}-seed{seed}", experiment.name
         return {"tracking": run_tracking(*t, experiment.evaluation.metric)}
@@ -133,9 +141,10 @@ def plan(experiment, out_dir: str | Path, train_fn: str | None = None) -> list[R
             experiment.budget.steps,
             str(root / e.label / f"seed{s}"),
             train_fn,
-            e.mixes,
-            dict(e.overrides),
-            host=experiment.host,
+            experiment.host,
+            class_path(host),
+            mixes=e.mixes,
+            overrides=dict(e.overrides),
             python=python,
         )
         for s in experiment.seeds
@@ -184,7 +193,7 @@ def _execute_run(run: RunSpec, caught: list) -> dict:
     out = Path(run.out_dir)
     t0 = time.perf_counter()
     try:
-        host = get_host(run.host)
+        host = run_host(run)
         _quiet_libraries()
         if run.resume is None:
             resume = host.has_checkpoint(out) and _started_as(out) == run.fingerprint
@@ -333,32 +342,31 @@ def execute(
 
 def _steps_done(run: RunSpec) -> int:
     """Training steps the run's files show done (its host's `Host.steps_done`)."""
-    return get_host(run.host).steps_done(Path(run.out_dir))
+    return run_host(run).steps_done(Path(run.out_dir))
 
 
 def side_by_side(
-    config,
+    host: str,
+    settings: dict,
     strategies: list,
     *,
-    seed: int | None = None,
-    steps: int | None = None,
-    out_root: str | Path | None = None,
+    seed: int,
+    steps: int,
+    out_root: str | Path,
     workers: int = 2,
     resume: bool = False,
     progress: bool = True,
-    train_fn: str = DEFAULT_TRAIN_FN,
+    train_fn: str | None = None,
 ) -> Execution:
-    """Several strategies on one seed (``dataflex-rl train`` with ``strategies``), each in
-    ``out_root/<label>``. Without ``resume`` an existing run is refused (nothing is deleted).
-    Returns the `Execution`, results in the order of ``strategies``."""
+    """Several strategies on one seed of host ``host`` (``dataflex-rl train`` with
+    ``strategies``), each in ``out_root/<label>`` with the run settings ``settings``
+    (`RunSpec.config`; ``steps`` of them trained). Without ``resume`` an existing run is
+    refused (nothing is deleted). ``train_fn``: None for the host's own. Returns the
+    `Execution`, results in the order of ``strategies``."""
     from dataflex_rl.core.spec import parse_strategy, strategy_label
-    from dataflex_rl.tracking import require_backends
 
-    require_backends(config.tracking, "dataflex-rl train")  # before any run starts
-
-    seed = config.seed if seed is None else seed
-    steps = config.steps if steps is None else steps
-    root = Path(out_root or config.out or "runs/compare")
+    impl = get_host(host)
+    root = Path(out_root)
     labels = [strategy_label(s) for s in strategies]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"strategies: must have distinct names, got {labels}")
@@ -366,9 +374,9 @@ def side_by_side(
         {**parse_strategy(s, f"strategies[{i}]").to_dict(), "name": lab}
         for i, (s, lab) in enumerate(zip(strategies, labels))
     ]
-    settings = {**config.to_dict(), "steps": steps}
+    fn, where = train_fn or impl.train_default, class_path(impl)
     runs = [
-        RunSpec(lab, seed, spec, settings, steps, str(root / lab), train_fn, resume=resume)
+        RunSpec(lab, seed, spec, settings, steps, str(root / lab), fn, host, where, resume=resume)
         for lab, spec in zip(labels, specs)
     ]
     with DirectoryLock(root):

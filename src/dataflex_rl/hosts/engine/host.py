@@ -10,10 +10,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from dataflex_rl.core.config import key_path
 from dataflex_rl.core.metrics import domain_metric
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.engine.config import EngineConfig, from_dict, resolve_paths
-from dataflex_rl.hosts.host import Host, HostControls, metrics_steps_done
+from dataflex_rl.hosts.host import Host, HostControls, merge_overrides, metrics_steps_done
 
 TRAIN_FN = "dataflex_rl.hosts.engine.run:run_training"
 CHECKPOINTS_DIR = "checkpoints"
@@ -39,14 +40,37 @@ class EngineHost(Host):
     """The embedded CPU engine (``host: engine``)."""
 
     name = "engine"
+    section = (
+        "host engine: EngineConfig keys (policy, threads, tasks, optim, grpo, log) except "
+        "steps, seed, strategy and eval, which the experiment sets"
+    )
     setup = "bash scripts/quickstart.sh"
     #: what the controls change: aa another ``sampling_stream``, no_update / half_lr ``optim.lr``
     controls = HostControls(stream="sampling_stream", lr="optim.lr")
     tracking = None
     schemas = {"engine": EngineConfig}
     train_default = TRAIN_FN
+    #: the policy's model library, in the harness's own worker processes
+    requires = ("transformers",)
     evaluation_only = True
     token_budget = True
+
+    def engine_config(self, exp, overrides: dict | None = None) -> EngineConfig:
+        """The `EngineConfig` shared by every run of ``exp`` (strategy and seed are set per
+        run), with a control arm's ``overrides`` merged in."""
+        data = merge_overrides(exp.host_settings, overrides or {})
+        b, e = exp.budget, exp.evaluation
+        data["steps"] = b.steps
+        if b.generated_tokens is not None:
+            data["generated_tokens"] = b.generated_tokens
+        data.setdefault("grpo", {}).update(
+            prompts_per_step=b.prompts_per_step, group_size=b.samples_per_prompt
+        )
+        data["eval"] = {"every": e.every, "per_domain": e.per_domain, "samples": e.samples}
+        log = data.setdefault("log", {})
+        log.setdefault("progress", False)
+        log.setdefault("plots", False)
+        return from_dict(EngineConfig, data, key_path(exp.path or exp.name, self.name))
 
     def parse_section(self, engine: Any, where: str, base: Path | None) -> dict:
         """The ``engine:`` section without the keys the experiment owns, ``policy`` and
@@ -81,22 +105,22 @@ class EngineHost(Host):
         return engine
 
     def domains(self, exp) -> list[str]:
-        return list(exp.engine_config().tasks.domains)
+        return list(self.engine_config(exp).tasks.domains)
 
     def run_config(self, exp, overrides: dict) -> dict:
         """The `EngineConfig` of an arm as a mapping."""
-        return exp.engine_config(overrides or None).to_dict()
+        return self.engine_config(exp, overrides).to_dict()
 
     def check(self, exp) -> None:
         """A dataset's files are read once, so every data error comes before any run."""
-        engine = exp.engine_config()
+        engine = self.engine_config(exp)
         if engine.tasks.source == "files":
             from dataflex_rl.hosts.engine.taskio import load_file_tasks
 
             load_file_tasks(engine.tasks)
 
     def setup_lines(self, exp) -> list[str]:
-        cfg, b = exp.engine_config(), exp.budget
+        cfg, b = self.engine_config(exp), exp.budget
         mixers = [s.label for s in exp.strategies if s.mixes or s.spec.prerollout is not None]
         return [
             f"engine: policy `{cfg.policy}`, domains {', '.join(cfg.tasks.domains)}; budget "

@@ -260,7 +260,9 @@ class TrlHost(ExternalPythonHost):
     """TRL's ``GRPOTrainer`` (``host: trl``): each run a process of ``trl.python``."""
 
     name = "trl"
+    section = "host trl: the TRL run's settings (TrlHost; docs/hosts/compare.md)"
     setup = "bash scripts/setup_trl.sh"
+    no_evaluation_only = "TRL reads max_steps 0 as 'train by epochs'"
     no_token_budget = (
         "TRL's GRPOTrainer stops at max_steps, and the TRL run entry has no stop at a count of "
         "generated tokens (refill rounds included), so its arms cannot be cut at equal "

@@ -12,8 +12,11 @@ from dataflex_rl.harness.running.compare import run_compare
 from dataflex_rl.harness.running.experiment import parse_experiment
 from dataflex_rl.harness.running.runner import plan
 from dataflex_rl.hosts.engine.config import EngineConfig
+from dataflex_rl.hosts.engine.host import EngineHost
 from tests.harness_cli import run_cli
 
+#: the engine host (the engine settings of an experiment: `EngineHost.engine_config`)
+ENGINE = EngineHost()
 FAKE = "tests.unit.harness.fake_engine:run_training"
 RECORD = "tests.unit.harness.running.test_control_arms:recording_train"
 MINIMAL = {
@@ -105,7 +108,7 @@ def test_controls_follow_the_experiments_engine_and_baseline():
     drop = arms["drop_half_control"].to_dict()
     assert drop["reweight"] == arms["ref"].to_dict()["reweight"]  # baseline's strategy
     assert drop["select"]["actuator"]["fraction"] == 0.25
-    cfg = e.engine_config(arms["half_lr_control"].overrides)
+    cfg = ENGINE.engine_config(e, arms["half_lr_control"].overrides)
     assert cfg.optim.lr == 5e-5 and cfg.sampling_stream == 2 and cfg.optim.betas == [0.9, 0.999]
     assert exp(controls=[{"aa": {"sampling_stream": 5}}]).strategies[-1].overrides == {
         "sampling_stream": 5

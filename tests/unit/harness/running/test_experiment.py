@@ -6,8 +6,11 @@ import pytest
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.harness.running.experiment import load_experiment, parse_experiment
+from dataflex_rl.hosts.engine.host import EngineHost
 from dataflex_rl.presets import PRESETS
 
+#: the engine host (the engine settings of an experiment: `EngineHost.engine_config`)
+ENGINE = EngineHost()
 ROOT = Path(__file__).resolve().parents[4]
 EXPERIMENTS = sorted((ROOT / "configs" / "experiments").glob("*.yaml"))
 HOSTED = sorted((ROOT / "examples" / "experiments").glob("*.yaml"))
@@ -24,7 +27,7 @@ def test_shipped_host_experiment_loads(path):
 def test_shipped_experiment_loads(path):
     exp = load_experiment(path)
     assert exp.baseline in exp.labels
-    cfg = exp.engine_config()
+    cfg = ENGINE.engine_config(exp)
     assert cfg.steps == exp.budget.steps
     assert cfg.grpo.group_size == exp.budget.samples_per_prompt
 
@@ -34,7 +37,7 @@ def test_paper13_has_the_papers_configurations():
     # the paper's 13 presets, in its order (presets beyond it are registered after them)
     assert exp.labels == list(PRESETS)[:13]
     assert len(exp.labels) == 13
-    assert list(exp.engine_config().tasks.domains) == ["math", "logic", "science"]
+    assert list(ENGINE.engine_config(exp).tasks.domains) == ["math", "logic", "science"]
 
 
 def test_quick_is_two_by_two():
@@ -114,7 +117,7 @@ def test_strategy_entries_labels_and_files(tmp_path):
 
 
 def test_engine_config_defaults_keep_workers_quiet():
-    cfg = parse_experiment(MINIMAL).engine_config()
+    cfg = ENGINE.engine_config(parse_experiment(MINIMAL))
     assert cfg.log.progress is False and cfg.log.plots is False
 
 
@@ -145,9 +148,9 @@ def test_engine_is_the_default_host_and_unchanged():
 def test_generated_tokens_budget_reaches_the_engine_and_only_the_engine():
     base = {"name": "x", "strategies": ["baseline", "difffilter"], "seeds": 2}
     exp = parse_experiment({**base, "budget": {"steps": 500, "generated_tokens": 9000}})
-    cfg = exp.engine_config()
+    cfg = ENGINE.engine_config(exp)
     assert cfg.generated_tokens == 9000 and cfg.steps == 500
-    assert parse_experiment(base).engine_config().generated_tokens is None
+    assert ENGINE.engine_config(parse_experiment(base)).generated_tokens is None
     with pytest.raises(ConfigError, match=r"budget\.generated_tokens: must be >= 1"):
         parse_experiment({**base, "budget": {"generated_tokens": 0}})
     path = next(p for p in HOSTED if load_experiment(p).host == "trl")
@@ -155,6 +158,7 @@ def test_generated_tokens_budget_reaches_the_engine_and_only_the_engine():
 
     data = yaml.safe_load(path.read_text())
     data["budget"] = {**(data.get("budget") or {}), "generated_tokens": 9000}
-    with pytest.raises(ConfigError, match=r"budget\.generated_tokens: only the engine host") as e:
+    with pytest.raises(ConfigError, match=r"budget\.generated_tokens: host 'trl' cannot stop") as e:
         parse_experiment(data)
     assert "no stop at a count of generated tokens" in str(e.value)  # why, on TRL
+    assert "Hosts that can: engine." in str(e.value)
