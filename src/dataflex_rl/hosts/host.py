@@ -56,7 +56,7 @@ class Host(ABC):
     ``requires``: modules the harness's Python needs to run the host's own training function
     in its worker processes (checked before any run). What the host can do, checked by the
     harness with the same messages for every host: ``evaluation_only`` (``budget.steps: 0``
-    evaluates without training; else ``no_evaluation_only`` says why not), ``token_budget``
+    evaluates without training; else ``no_evaluation_only`` may say why not), ``token_budget``
     (a run stops at ``budget.generated_tokens``; else ``no_token_budget`` says why not) and
     ``tracking`` (None where the experiment's ``tracking:`` follows the runs, else where the
     host's own settings set its trackers).
@@ -71,7 +71,7 @@ class Host(ABC):
     train_default: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
     evaluation_only: ClassVar[bool] = False
-    no_evaluation_only: ClassVar[str] = "its runs train at least one step"
+    no_evaluation_only: ClassVar[str] = ""
     token_budget: ClassVar[bool] = False
     no_token_budget: ClassVar[str] = "it counts steps"
 
