@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 COMPARE_HELP = """\
-Run an experiment: every strategy × every seed on the embedded engine, paired by seed (same
-initial policy, same evaluation problems, same prompt stream where the strategy allows), in
-parallel worker processes; then write report.md (tables and generated sentences), report.html
+Run an experiment: every strategy × every seed on the experiment's host ('host', default the
+embedded engine; docs/hosts/compare.md), paired by seed (same initial policy, same evaluation
+problems, same prompt stream where the strategy allows), in parallel; then write report.md (tables and generated sentences), report.html
 (the same as one self-contained page), results.csv (one row per run × domain × checkpoint),
 statistics.csv and plots/ under --out.
 Resumable: run the same command again and finished runs are skipped, interrupted runs continue

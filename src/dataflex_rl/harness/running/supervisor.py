@@ -1,9 +1,10 @@
 """Process supervision: the runs of one machine, stopped together, never orphaned.
 
 `run_processes` starts each job as a process of its own (hosts with their own Python);
-`supervise` runs engine jobs in a shared pool of spawned workers (imports paid once per worker;
-jobs of a dying worker retried once, each alone). Both return records in finishing order and
-feed one `Progress` bar. Ctrl-C or SIGTERM kills every run and re-raises.
+`supervise` runs in-process jobs (hosts without a Python of their own, e.g. the engine) in a
+shared pool of spawned workers (imports paid once per worker; jobs of a dying worker retried
+once, each alone). Both return records in finishing order and feed one `Progress` bar. Ctrl-C
+or SIGTERM kills every run and re-raises.
 """
 
 from __future__ import annotations

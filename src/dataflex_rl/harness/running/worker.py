@@ -1,4 +1,4 @@
-"""``python -m dataflex_rl.harness.running.worker``: one engine run as a process of its own.
+"""``python -m dataflex_rl.harness.running.worker``: one run as a process of its own.
 
 Reads a `RunSpec` (its fields as JSON) on stdin, runs it (`runner.execute_run`: the same
 resume, files and failure handling as a local worker process) and prints its record on the

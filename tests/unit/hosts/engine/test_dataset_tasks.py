@@ -242,6 +242,7 @@ def test_shipped_example_data_is_what_its_script_writes(tmp_path):
 
 def test_an_experiment_resolves_its_data_files_against_its_folder(tmp_path):
     from dataflex_rl.harness.running.experiment import load_experiment
+    from dataflex_rl.hosts.engine.host import EngineHost
 
     (tmp_path / "data").mkdir()
     _jsonl(tmp_path / "data" / "t.jsonl", _rows())
@@ -250,7 +251,7 @@ def test_an_experiment_resolves_its_data_files_against_its_folder(tmp_path):
         "    source: files\n    train: [data/t.jsonl]\n"
         "    verifiers: {math: math, logic: exact, science: numeric}\n"
     )
-    cfg = load_experiment(tmp_path / "exp.yaml").engine_config()
+    cfg = EngineHost().engine_config(load_experiment(tmp_path / "exp.yaml"))
     assert cfg.tasks.train == [str(tmp_path / "data" / "t.jsonl")]
     assert cfg.tasks.domains == ["math", "logic", "science"]
 
