@@ -133,6 +133,11 @@ def test_settings_and_planning(name, tmp_path):
     assert exp.host_impl.name == name
     assert isinstance(host.setup, str) and host.setup.startswith("bash scripts/")
     assert host.tracking is None or f"{name}." in host.tracking
+    # its section of the experiment file (`experiment_file`) and what it can do, declared
+    assert isinstance(host.section_doc, str) and host.section_doc.startswith(f"host {name}")
+    assert isinstance(host.requires, tuple) and all(isinstance(m, str) for m in host.requires)
+    assert host.token_budget or host.no_token_budget
+    assert isinstance(host.evaluation_only, bool) and isinstance(host.no_evaluation_only, str)
     assert set(host.schemas) and all(isinstance(s, type) for s in host.schemas.values())
     assert host.domains(exp) == ["math"]
     settings = host.run_config(exp, {})

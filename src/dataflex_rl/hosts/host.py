@@ -51,7 +51,7 @@ class Host(ABC):
     """A trainer the harness runs experiments on (``host:`` in an experiment file).
 
     Class attributes (docs/architecture.md#the-host-interface): ``name`` is also the key of
-    the experiment file's section holding the host's settings, ``section`` that key's doc
+    the experiment file's section holding the host's settings, ``section_doc`` that key's doc
     line (``compare --help``); ``schemas`` maps a section path to its dataclass;
     ``requires``: modules the harness's Python needs to run the host's own training function
     in its worker processes (checked before any run). What the host can do, checked by the
@@ -63,7 +63,7 @@ class Host(ABC):
     """
 
     name: ClassVar[str]
-    section: ClassVar[str]
+    section_doc: ClassVar[str]
     setup: ClassVar[str]
     controls: ClassVar[HostControls]
     tracking: ClassVar[str | None] = None

@@ -206,8 +206,8 @@ class ExperimentKeys(Checked):
 
 def experiment_file() -> type:
     """The schema of an experiment file: `ExperimentKeys`, ``host`` (one of the registered
-    hosts) and each registered host's section, named for it (`Host.section`)."""
-    return _experiment_file(tuple((n, h.section) for n, h in host_classes().items()))
+    hosts) and each registered host's section, named for it (`Host.section_doc`)."""
+    return _experiment_file(tuple((n, h.section_doc) for n, h in host_classes().items()))
 
 
 @functools.cache

@@ -40,7 +40,7 @@ class EngineHost(Host):
     """The embedded CPU engine (``host: engine``)."""
 
     name = "engine"
-    section = (
+    section_doc = (
         "host engine: EngineConfig keys (policy, threads, tasks, optim, grpo, log) except "
         "steps, seed, strategy and eval, which the experiment sets"
     )

@@ -260,7 +260,7 @@ class TrlHost(ExternalPythonHost):
     """TRL's ``GRPOTrainer`` (``host: trl``): each run a process of ``trl.python``."""
 
     name = "trl"
-    section = "host trl: the TRL run's settings (TrlHost; docs/hosts/compare.md)"
+    section_doc = "host trl: the TRL run's settings (TrlHost; docs/hosts/compare.md)"
     setup = "bash scripts/setup_trl.sh"
     no_evaluation_only = "TRL reads max_steps 0 as 'train by epochs'"
     no_token_budget = (

@@ -128,7 +128,7 @@ class VerlHost(ExternalPythonHost):
     """verl 0.9.x (``host: verl``): each run a process of ``verl.python``."""
 
     name = "verl"
-    section = "host verl: the verl run's settings (docs/hosts/compare.md)"
+    section_doc = "host verl: the verl run's settings (docs/hosts/compare.md)"
     setup = "bash scripts/setup_verl.sh"
     no_token_budget = (
         "verl's trainer stops at trainer.total_training_steps; generation (and "

@@ -59,7 +59,7 @@ class ToyHost(Host):
     """A host of the tests (``host: toy``): runs in the harness's worker processes."""
 
     name = "toy"
-    section = "host toy: the toy host's settings (tests/unit/harness/running/toy_host.py)"
+    section_doc = "host toy: the toy host's settings (tests/unit/harness/running/toy_host.py)"
     setup = "nothing to install"
     controls = HostControls(stream="sampling_stream", lr="lr", section="toy.")
     tracking = "nothing: the toy host's runs log only toy.jsonl"
