@@ -10,9 +10,9 @@ from pathlib import Path
 COMPARE_HELP = """\
 Run an experiment: every strategy × every seed on the experiment's host ('host', default the
 embedded engine; docs/hosts/compare.md), paired by seed (same initial policy, same evaluation
-problems, same prompt stream where the strategy allows), in parallel; then write report.md (tables and generated sentences), report.html
-(the same as one self-contained page), results.csv (one row per run × domain × checkpoint),
-statistics.csv and plots/ under --out.
+problems, same prompt stream where the strategy allows), in parallel; then write report.md
+(tables and generated sentences), report.html (the same as one self-contained page),
+results.csv (one row per run × domain × checkpoint), statistics.csv and plots/ under --out.
 Resumable: run the same command again and finished runs are skipped, interrupted runs continue
 from their checkpoint. A failed run is reported with its error; the others go on.
 Controls (--control, or the experiment's 'controls' key) add arms whose outcome is known: aa
