@@ -104,3 +104,14 @@ def test_compare_runs_the_toy_host_and_reports_a_verdict(toy, tmp_path, capsys):
     header = next(line for line in report.splitlines() if line.startswith("| method"))
     assert header.rstrip(" |").endswith("verdict")
     assert "difffilter" in report and "no_update_control" in report
+
+
+def test_what_the_hosts_runs_import_is_checked_before_any_run(toy, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ToyHost, "requires", ("no_such_module_39c",))
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(EXPERIMENT))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--out", str(out), "--no-progress", "--no-plots"]) != 0
+    err = capsys.readouterr().err
+    assert "dataflex-rl compare (host toy's runs) needs 'no_such_module_39c'" in err
+    assert not out.exists()
