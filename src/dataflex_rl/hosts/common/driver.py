@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
@@ -21,6 +22,7 @@ from dataflex_rl.hosts.common.config import HostConfig, HostSettings
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
 from dataflex_rl.hosts.common.refill import Generate, run_refill
+from dataflex_rl.hosts.common.sampler import interleave
 from dataflex_rl.hosts.common.state import load_state, save_state
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -145,13 +147,14 @@ class Driver:
     def refill(
         self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
     ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
-        """Refill rounds for ``step`` (`run_refill`, drawing from the intake); the metrics also
-        go with the step's decision. The host then decides once on every group the step
+        """Refill rounds for ``step`` (`run_refill`, drawing from the intake, each round's
+        prompts in `interleave` order); the metrics also go with the step's decision. The host then decides once on every group the step
         uses."""
 
-        def draw(k: int) -> tuple[list, list[int]]:
-            items, domain_ids, _ = self.draw(k, step)
-            return items, domain_ids
+        def draw(k: int) -> tuple[list, list[int]]:  # interleaved: a round cut short
+            items, domain_ids, _ = self.draw(k, step)  # leaves out every domain alike
+            order = interleave(torch.tensor(domain_ids, dtype=torch.int64)).tolist()
+            return [items[i] for i in order], [domain_ids[i] for i in order]
 
         batches, taken, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
         if self._drawn is not None and self._drawn[0] == step:

@@ -80,6 +80,24 @@ def apportion(
     return counts, owed - counts.to(torch.float64)
 
 
+def interleave(domain_ids: Tensor) -> Tensor:
+    """[N] int64 order of a draw's prompts (``domain_ids`` [N], any order) that spreads each
+    domain evenly over the draw: the k-th of a domain's c prompts goes at (k + 1/2) / c of the
+    way (ties: lower domain; a domain's prompts keep their order). A draw cut short (a refill
+    round that fills the step before its end) then leaves out every domain alike, not the
+    last domains of a draw grouped by domain."""
+    d = domain_ids.to(torch.int64)
+    if d.numel() == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    by_domain = torch.sort(d, stable=True).indices
+    sd = d[by_domain]
+    counts = torch.bincount(sd)
+    start = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(d.shape[0]) - start[sd]
+    place = (rank.to(torch.float64) + 0.5) / counts[sd].to(torch.float64)
+    return by_domain[torch.sort(place, stable=True).indices]
+
+
 class DomainSampler:
     """Draws prompt indices per domain, without replacement within an epoch of each pool.
 

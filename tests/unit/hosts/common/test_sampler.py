@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.common.sampler import DomainSampler, apportion, draw_mass, draw_metrics
+from dataflex_rl.hosts.common.sampler import (
+    DomainSampler,
+    apportion,
+    draw_mass,
+    draw_metrics,
+    interleave,
+)
 from tests.states import assert_moved
 
 P = torch.tensor
@@ -246,3 +252,25 @@ def test_draw_metrics_hand_worked_with_a_slash_in_a_domain():
 def test_sampler_refuses_domains_that_share_a_metric_name():
     with pytest.raises(ConfigError, match="'a b' and 'a_b'"):
         DomainSampler([1, 1], ("a b", "a_b"))
+
+
+def test_interleave_spreads_each_domain_over_the_draw():
+    # a: 4 prompts at 1/8, 3/8, 5/8, 7/8; b: 2 at 1/4, 3/4; c: 1 at 1/2 (ties: lower domain)
+    doms = P([0, 0, 0, 0, 1, 1, 2])
+    order = interleave(doms)
+    assert doms[order].tolist() == [0, 1, 0, 2, 0, 1, 0]
+    assert order.tolist() == [0, 4, 1, 6, 2, 5, 3]  # each domain's prompts keep their order
+    assert sorted(order.tolist()) == list(range(7))
+    assert interleave(P([2, 0, 2, 0])).tolist() == [1, 0, 3, 2]
+    assert interleave(torch.zeros(0, dtype=torch.int64)).tolist() == []
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=60))
+def test_every_prefix_of_an_interleaved_draw_holds_each_domain_within_one_of_its_share(doms):
+    d = P(doms)
+    seq = d[interleave(d)].tolist()
+    n = len(doms)
+    for m in range(1, n + 1):
+        for k in set(doms):
+            assert abs(seq[:m].count(k) - m * doms.count(k) / n) < 1.0 + 1e-9
