@@ -82,20 +82,29 @@ def apportion(
 
 def interleave(domain_ids: Tensor) -> Tensor:
     """[N] int64 order of a draw's prompts (``domain_ids`` [N], any order) that spreads each
-    domain evenly over the draw: the k-th of a domain's c prompts goes at (k + 1/2) / c of the
-    way (ties: lower domain; a domain's prompts keep their order). A draw cut short (a refill
-    round that fills the step before its end) then leaves out every domain alike, not the
-    last domains of a draw grouped by domain."""
+    domain over the draw: position by position, the next prompt comes from the domain whose
+    share of the positions so far runs out soonest (earliest deadline first, as `apportion`,
+    in exact integer arithmetic; ties: lower domain; a domain's prompts keep their order).
+    Every prefix then holds each domain's share of it within one prompt, so a draw cut short
+    (a refill round that fills the step before its end) leaves out every domain alike, not the
+    last domains of a draw grouped by domain. A loop over the N prompts of one draw."""
     d = domain_ids.to(torch.int64)
-    if d.numel() == 0:
+    N = d.shape[0]
+    if N == 0:
         return torch.zeros(0, dtype=torch.int64)
     by_domain = torch.sort(d, stable=True).indices
-    sd = d[by_domain]
-    counts = torch.bincount(sd)
-    start = torch.cumsum(counts, 0) - counts
-    rank = torch.arange(d.shape[0]) - start[sd]
-    place = (rank.to(torch.float64) + 0.5) / counts[sd].to(torch.float64)
-    return by_domain[torch.sort(place, stable=True).indices]
+    counts = torch.bincount(d).tolist()
+    start = [0] * len(counts)
+    for k in range(1, len(counts)):
+        start[k] = start[k - 1] + counts[k - 1]
+    given = [0] * len(counts)
+    picks: list[int] = []
+    for m in range(1, N + 1):  # N x (owed - given) of each domain after m positions
+        owed = [(m * c - g * N, k) for k, (c, g) in enumerate(zip(counts, given)) if c > 0]
+        _, k = min(((N - e) / counts[k], k) for e, k in owed if e > 0)
+        picks.append(start[k] + given[k])
+        given[k] += 1
+    return by_domain[torch.tensor(picks, dtype=torch.int64)]
 
 
 class DomainSampler:

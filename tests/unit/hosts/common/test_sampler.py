@@ -255,13 +255,19 @@ def test_sampler_refuses_domains_that_share_a_metric_name():
 
 
 def test_interleave_spreads_each_domain_over_the_draw():
-    # a: 4 prompts at 1/8, 3/8, 5/8, 7/8; b: 2 at 1/4, 3/4; c: 1 at 1/2 (ties: lower domain)
+    # 4, 2, 1 of 7; 7 x (owed - given) after each position, the soonest due (7 - e) / c:
+    # (4, 2, 1) -> a (.75); (1, 4, 2) -> a (1.5, tie with b); (-2, 6, 3) -> b (.5);
+    # (2, 1, 4) -> a (1.25); (-1, 3, 5) -> b (2, tie with c); (3, -2, 6) -> a (1, tie); c
     doms = P([0, 0, 0, 0, 1, 1, 2])
     order = interleave(doms)
-    assert doms[order].tolist() == [0, 1, 0, 2, 0, 1, 0]
-    assert order.tolist() == [0, 4, 1, 6, 2, 5, 3]  # each domain's prompts keep their order
+    assert doms[order].tolist() == [0, 0, 1, 0, 1, 0, 2]
+    assert order.tolist() == [0, 1, 4, 2, 5, 3, 6]  # each domain's prompts keep their order
     assert sorted(order.tolist()) == list(range(7))
     assert interleave(P([2, 0, 2, 0])).tolist() == [1, 0, 3, 2]
+    # ordering each domain's k-th of c prompts at (k + 1/2) / c gives 3, 3, 0, 1, 2, 3, 3, 3:
+    # its first 5 hold 2 of domain 3, owed 5 x 5/8 = 3.1 (1.1 short)
+    doms = P([0, 1, 2, 3, 3, 3, 3, 3])
+    assert doms[interleave(doms)].tolist() == [3, 3, 0, 3, 3, 1, 2, 3]
     assert interleave(torch.zeros(0, dtype=torch.int64)).tolist() == []
 
 
