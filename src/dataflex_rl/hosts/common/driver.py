@@ -161,11 +161,11 @@ class Driver:
             self._drawn[2].update(metrics)
         return batches, taken, metrics
 
-    @property
-    def audited(self) -> tuple[list, list[int]]:
-        """(items, domain ids) of the last draw's audited prompts: skipped, to be generated
-        anyway and not trained on (`observe_audit`); empty without an intake."""
-        return ([], []) if self.intake is None else self.intake.audited
+    def take_audited(self, step: int) -> tuple[list, list[int]]:
+        """(items, domain ids) of the prompts every draw of ``step`` audited, refill rounds
+        included (`Intake.take_audited`): skipped, to be generated anyway and not trained on
+        (`observe_audit`); call once the step's draws are done. Empty without an intake."""
+        return ([], []) if self.intake is None else self.intake.take_audited(step)
 
     def observe_audit(self, batch: RolloutBatch) -> dict[str, float]:
         """The audited prompts' outcomes (call before `decide` of the same step): the skip

@@ -112,6 +112,26 @@ def test_prerollout_fills_with_skipped_when_rounds_run_out():
     assert m["dataflex/prerollout/forced"] == 4 and m["dataflex/prerollout/rounds"] == 2
 
 
+def test_the_audits_of_every_draw_of_a_step_are_taken_once():
+    # everything skippable, audit 1: each draw audits its plain batch whole (2 then 1 rows)
+    # and is filled with the next round's skipped candidates
+    rows = list(range(20))
+    intake = Intake([rows], ("a",), torch.ones(1), candidate_factor=1.0, max_rounds=2, audits=True)
+    actuator = {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0, "audit": 1.0}
+    strategy = Strategy({"prerollout": {"actuator": actuator}})
+    _history_all_solved(strategy, rows)
+    plain = _next_candidates(intake, [1.0], 6)
+    _, _, m1 = intake.draw(2, strategy, step=1)
+    _, _, m2 = intake.draw(1, strategy, step=1)  # a refill round of the same step
+    assert m1["dataflex/prerollout/audited"] == 2.0 and m2["dataflex/prerollout/audited"] == 1.0
+    # rounds: [0, 1] audited, [2, 3] fill; then [4] audited, [5] fills
+    assert intake.take_audited(1) == ([plain[0], plain[1], plain[4]], [0, 0, 0])
+    assert intake.take_audited(1) == ([], [])  # taken once
+    intake.draw(1, strategy, step=2)
+    with pytest.raises(RuntimeError, match="step 2's audited prompts were counted and never"):
+        intake.draw(1, strategy, step=3)  # a host that forgot to generate them
+
+
 def _next_candidates(intake, quota, n):
     """The rows the intake's sampler will draw next, in order (from a copy of it)."""
     drawn, _ = copy.deepcopy(intake.sampler).sample(torch.tensor(quota, dtype=torch.float64), n)
