@@ -233,3 +233,11 @@ def test_the_decision_log_holds_every_generated_group_and_the_cost_reconciles(
     assert steps["discarded_responses"] == [4, 0]
     assert steps["tokens"][0] + steps["discarded_tokens"][0] == ms[0]["engine/tokens_generated"]
     assert ms[0][R + "discarded"] == 1.0
+    # replay reads the decided rows only and says what it leaves out
+    from dataflex_rl.harness.replay.replay import read_log, signal_notes
+
+    replayed = read_log(log)
+    assert len(replayed.columns["keep"]) == (7 + 4) * 4
+    assert replayed.batch(0).num_groups == 7
+    notes = " ".join(signal_notes(tr.driver.strategy, replayed))
+    assert "1 discarded groups" in notes and "carry no decision" in notes
