@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 from dataflex_rl.core.preset import PRESETS  # noqa: E402
 from dataflex_rl.core.strategy import Strategy  # noqa: E402
-from dataflex_rl.hosts.common.sampler import largest_remainder  # noqa: E402
+from dataflex_rl.hosts.common.sampler import apportion  # noqa: E402
 from tests.hosts_trl.tiny import (  # noqa: E402
     hashed_reward,  # noqa: E402
     tiny_dataset,
@@ -136,10 +136,11 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
     if "prerollout" in parts:
         assert sum(logged(trainer, "dataflex/prerollout/candidates_skipped")) > 0, name
     if "mix" in parts:
+        deficit = torch.zeros(3, dtype=torch.float64)  # carried over the draws
         for saw, (_rows, _doms, props) in zip(trl_saw, rec.draws):  # the proportions' quota
             generated = [trainer.driver.intake.domains.index(d) for d in saw["domains"][::4]]
             counts = torch.bincount(torch.tensor(generated), minlength=3)
-            quota = largest_remainder(props, 4, torch.full((3,), 4))
+            quota, deficit = apportion(props, 4, torch.full((3,), 4), deficit)
             assert torch.equal(counts, quota)
         assert logged(trainer, "dataflex/mix/domain/easy/target")
         if name != "static":

@@ -79,6 +79,34 @@ def test_refill_replaces_dropped_groups_with_trls_own_generations(tmp_path, monk
     assert len(logged(trainer, "loss")) == 2
 
 
+def test_the_decision_log_holds_every_group_trl_generated(tmp_path, monkeypatch):
+    # the assembled batch is decided on; the groups it does not hold (dropped slots' groups
+    # that refill groups replaced, refill groups dropped or past the last one needed) are
+    # logged as discarded, so the log's groups and tokens are exactly what TRL generated
+    import pyarrow.parquet as pq
+
+    ds = tiny_dataset()
+    block = {"strategy": dapo(overdraw=True), "decision_log": {"enabled": True}}
+    trainer = dataflex_trainer(tmp_path, block, dataset=ds, max_steps=3)
+    trl_saw = record_trl_generations(monkeypatch, trainer)
+    trainer.train()
+    resp = pq.read_table(trainer.driver.log.folder / "responses").to_pydict()
+    steps = pq.read_table(trainer.driver.log.folder / "steps").to_pydict()
+    G = 4
+    assert sum(steps["discarded_groups"]) > 0
+    first = {}  # the first row of each logged group
+    for row, key in enumerate(zip(resp["step"], resp["group"])):
+        first.setdefault(key, row)
+    logged_pids = sorted(ds[int(resp["prompt_key"][r])]["pid"] for r in first.values())
+    generated = sorted(pid for saw in trl_saw for pid in saw["pids"][::G])
+    assert logged_pids == generated
+    real = [not p for p in resp["is_padding"]]
+    assert sum(n for n, r in zip(resp["length"], real) if r) == sum(s["tokens"] for s in trl_saw)
+    decided = [not d for d in resp["discarded"]]
+    assert sum(decided) == sum(steps["responses"])  # the decided rows: N per step
+    assert max(resp["refill_round"]) >= 1
+
+
 def test_a_round_limit_leaves_the_step_short_and_says_so(tmp_path):
     # a reward that never varies: every group is dropped, every round too; the limit (2)
     # ends the step with nothing kept

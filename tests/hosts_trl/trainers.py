@@ -116,7 +116,8 @@ def logged(trainer, key: str) -> list[float]:
 def record_trl_generations(monkeypatch, trainer) -> list[dict]:
     """What TRL's own ``GRPOTrainer._generate_and_score_completions`` received and returned,
     per training generation of ``trainer``: ``pids`` and ``domains`` of the rows it generated
-    for, and a copy of the ``advantages`` it computed (before the strategy applied anything).
+    for, a copy of the ``advantages`` it computed (before the strategy applied anything) and
+    its ``tokens`` (completion tokens).
     Patched on the class, so the ``super()`` call inside the dataflex trainer is seen."""
     from trl import GRPOTrainer
 
@@ -131,6 +132,7 @@ def record_trl_generations(monkeypatch, trainer) -> list[dict]:
                     "pids": [row["pid"] for row in inputs],
                     "domains": [row["domain"] for row in inputs],
                     "advantages": out["advantages"].detach().clone(),
+                    "tokens": int(out["completion_mask"].sum()),
                 }
             )
         return out

@@ -25,8 +25,9 @@ P = "dataflex/prerollout/"
 
 
 def _trainer(
-    train_size: int, factor: float, rounds: int = 8, audit: float = 0.0
+    train_size: int, factor: float, rounds: int = 8, audit: float = 0.0, **more
 ) -> EmbeddedTrainer:
+    """An engine trainer of greso (``more``: other sections of the strategy)."""
     cfg = load_config(
         {
             "policy": "tiny",
@@ -43,7 +44,7 @@ def _trainer(
         }
     )
     actuator = {**GRESO["prerollout"]["actuator"], "audit": audit}
-    return EmbeddedTrainer(cfg, {**GRESO, "prerollout": {"actuator": actuator}}, seed=0)
+    return EmbeddedTrainer(cfg, {**GRESO, "prerollout": {"actuator": actuator}, **more}, seed=0)
 
 
 def _remember(tr: EmbeddedTrainer, key, rewards: list[float], tokens: list[int], step: int = 0):
@@ -83,7 +84,7 @@ def test_skipped_and_tokens_saved():
 
 
 def _generated(tr: EmbeddedTrainer, monkeypatch) -> list[list]:
-    """The prompt keys of every generation call of the trainer (the audit's first)."""
+    """The prompt keys of every generation call of the trainer (the audit's last)."""
     calls: list[list] = []
     rollout = tr._rollout
 
@@ -124,11 +125,39 @@ def test_the_audit_generates_skipped_prompts_apart_and_others_fill_the_batch(mon
     calls = _generated(tr, monkeypatch)
     m = tr.train_step()
     # audited: 0 and 1 (the plain batch's skipped); the batch: 2, 3 kept, 4, 5 forced in
-    assert calls == [[keys[0], keys[1]], [keys[2], keys[3], keys[4], keys[5]]]
+    assert calls == [[keys[2], keys[3], keys[4], keys[5]], [keys[0], keys[1]]]
     assert m[P + "audited"] == 2.0 and m[P + "audit_groups"] == 2.0
     assert m[P + "forced"] == 2.0 and m[P + "rounds"] == 2.0
     assert m[P + "skipped"] == 2.0 and m[P + "replacements"] == 2.0
     assert m["engine/prompts_generated"] == 4.0 and m["engine/tokens_audit"] > 0
+
+
+def test_refill_rounds_audit_too_and_every_audit_counted_is_generated(monkeypatch):
+    """Every draw of a step audits, refill rounds included, and the engine generates every
+    audited prompt once the step's draws are done: counted == generated."""
+    import dataflex_rl.hosts.engine.trainer as trainer_module
+
+    tr = _trainer(32, 1.0, rounds=2, audit=1.0, select="dapo", refill={"max_rounds": 1})
+    keys = _candidates(tr, 32)
+    for k in keys:  # every prompt is skippable: each draw's plain batch is audited whole
+        _remember(tr, k, [1.0, 1.0], [2, 2])
+    G = tr.config.grpo.group_size
+
+    def score(taskset, problems, texts):  # the first generation: 2 of 4 groups with signal
+        row = torch.arange(len(texts))
+        first = len(calls) == 1
+        return (first & (row // G < 2) & (row % 2 == 1)).to(torch.float32)
+
+    monkeypatch.setattr(trainer_module, "score", score)
+    calls = _generated(tr, monkeypatch)
+    m = tr.train_step()
+    # the first draw audits its plain batch (keys 0-3) and is filled with keys 4-7; the
+    # refill round draws the 2 missing: audits keys 8, 9 and generates 10, 11; then the 6
+    # audited prompts are generated together
+    assert calls == [keys[4:8], keys[10:12], keys[0:4] + keys[8:10]]
+    assert m["dataflex/refill/rounds"] == 1.0
+    assert m[P + "audited"] == 6.0 == m[P + "audit_groups"]
+    assert m["engine/tokens_audit"] > 0
 
 
 def test_replacements_keep_the_batch_full():

@@ -104,27 +104,41 @@ def grpo_advantages(batch, keep, norm_by_std=True, eps=1e-6) -> list[float]:
     return out
 
 
-def largest_remainder(p, n, capacity=None) -> list[int]:
-    """Hamilton's method, the shortfall of full domains re-allocated in proportion."""
+def apportion(p, n, capacity, deficit, grid=2.0**30) -> tuple[list[int], list[float]]:
+    """`sampler.apportion` prompt by prompt: the draw's mass water-filled under the capacities,
+    what each domain owes (its carried deficit plus its mass; none without capacity, on the
+    grid), then each prompt to the domain whose next one falls due soonest (owed ones first,
+    then the rest within capacity; ties: lower index)."""
     D = len(p)
-    cap = list(capacity) if capacity is not None else [n] * D
-    counts = [0] * D
-    remaining = min(n, sum(cap))
-    while remaining > 0:
-        open_ = [counts[d] < cap[d] for d in range(D)]
+    mass = [0.0] * D
+    remaining = min(float(n), float(sum(capacity)))
+    open_ = [c > 0 for c in capacity]
+    for _ in range(D):
+        if remaining <= 0 or not any(open_):
+            break
         w = [p[d] if open_[d] else 0.0 for d in range(D)]
         if sum(w) <= 0:
             w = [1.0 if o else 0.0 for o in open_]
-        quota = [w[d] / sum(w) * remaining for d in range(D)]
-        base = [math.floor(q) for q in quota]
-        left = remaining - sum(base)
-        by_frac = sorted(
-            (d for d in range(D) if open_[d]), key=lambda d: (-(quota[d] - base[d]), d)
-        )
-        for d in by_frac[:left]:
-            base[d] += 1
+        total_w = sum(w)
+        add = [min(w[d] / total_w * remaining, capacity[d] - mass[d]) for d in range(D)]
         for d in range(D):
-            add = min(base[d], cap[d] - counts[d])
-            counts[d] += add
-            remaining -= add
-    return counts
+            mass[d] += add[d]
+        remaining -= sum(add)
+        open_ = [mass[d] < capacity[d] for d in range(D)]
+    owed = [
+        round((deficit[d] + mass[d]) * grid) / grid if capacity[d] > 0 else 0.0 for d in range(D)
+    ]
+    rate = [m / max(n, 1) for m in mass]
+    counts = [0] * D
+    for _ in range(min(n, sum(capacity))):
+        best = None
+        for d in range(D):
+            k = counts[d]
+            if k >= capacity[d]:
+                continue
+            num = k + 1 - owed[d]
+            due = num / rate[d] if rate[d] > 0 else (math.inf if num >= 0 else -math.inf)
+            key = (0 if k < owed[d] else 1, due, d)
+            best = key if best is None or key < best else best
+        counts[best[2]] += 1
+    return counts, [owed[d] - counts[d] for d in range(D)]

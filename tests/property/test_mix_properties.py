@@ -1,5 +1,5 @@
 """Proportions stay on the simplex with the floor; learning progress equals numpy's polyfit;
-largest remainder equals a plain-loop oracle; the sampler follows it."""
+the carried apportionment equals a plain-loop oracle; the sampler follows it."""
 
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ import dataflex_rl  # noqa: F401
 from dataflex_rl import Strategy
 from dataflex_rl.core.batch import from_lists
 from dataflex_rl.core.proportions import apply_floor
-from dataflex_rl.hosts.common.sampler import DomainSampler, largest_remainder
+from dataflex_rl.hosts.common.sampler import DomainSampler, apportion
 from dataflex_rl.mix.mixers import UCB, RewardGap, SoftmaxMixer
 from dataflex_rl.scorers.domain import LearningProgress
 from tests.hand_worked import check_component, check_hand_worked
@@ -124,24 +124,25 @@ def test_learning_progress_equals_polyfit(steps, window, signed):
     st.booleans(),
     st.data(),
 )
-def test_largest_remainder_equals_the_loop_oracle(p, n, capped, data):
-    cap = (
-        data.draw(st.lists(st.integers(0, 60), min_size=len(p), max_size=len(p)))
-        if capped
-        else None
+def test_apportion_equals_the_loop_oracle(p, n, capped, data):
+    D = len(p)
+    cap = data.draw(st.lists(st.integers(0, 60), min_size=D, max_size=D)) if capped else [n] * D
+    deficit = data.draw(st.lists(st.floats(-0.99, 0.99), min_size=D, max_size=D))
+    out, left = apportion(
+        torch.tensor(p, dtype=torch.float64),
+        n,
+        torch.tensor(cap),
+        torch.tensor(deficit, dtype=torch.float64),
     )
-    out = largest_remainder(
-        torch.tensor(p, dtype=torch.float64), n, None if cap is None else torch.tensor(cap)
-    )
-    assert out.tolist() == oracles.largest_remainder(p, n, cap)
-    assert int(out.sum()) == (n if cap is None else min(n, sum(cap)))
-    assert (out >= 0).all()
-    if cap is None:
-        # never more than one unit away from the exact quota
-        quota = [x / sum(p) * n for x in p]
-        assert all(abs(c - q) < 1 for c, q in zip(out.tolist(), quota))
-    else:
-        assert all(c <= k for c, k in zip(out.tolist(), cap))
+    counts, owed_left = oracles.apportion(p, n, cap, deficit)
+    assert out.tolist() == counts
+    assert left.tolist() == pytest.approx(owed_left, abs=1e-12)
+    assert int(out.sum()) == min(n, sum(cap)) and (out >= 0).all()
+    assert all(c <= k for c, k in zip(out.tolist(), cap))
+    if not capped and not any(deficit):
+        # a first draw: never more than one prompt away from the exact share
+        share = [x / sum(p) * n for x in p]
+        assert all(abs(c - q) < 1 for c, q in zip(out.tolist(), share))
 
 
 @given(
@@ -154,22 +155,25 @@ def test_largest_remainder_equals_the_loop_oracle(p, n, capped, data):
     st.booleans(),
     st.integers(0, 10),
 )
-def test_sampler_follows_largest_remainder_and_never_repeats_within_an_epoch(
+def test_sampler_follows_the_carried_apportionment_and_never_repeats_within_an_epoch(
     pools, draws, cycle, seed
 ):
     D = len(pools)
     s = DomainSampler(pools, DOMAINS[:D] + tuple(f"d{i}" for i in range(D - 3)), seed, cycle)
     seen = [[] for _ in range(D)]
+    deficit = [0.0] * D
     for p, n in draws:
-        p = torch.tensor(p[:D], dtype=torch.float64)
-        cap = torch.tensor([n if k > 0 else 0 for k in pools]) if cycle else s.available()
-        expected = largest_remainder(p, n, cap).tolist()
+        p = p[:D]
+        cap = [n if k > 0 else 0 for k in pools] if cycle else s.available().tolist()
+        expected, after = oracles.apportion(p, n, cap, deficit)
         if n > 0 and sum(expected) == 0:
             with pytest.raises(RuntimeError):
-                s.sample(p, n)
+                s.sample(torch.tensor(p, dtype=torch.float64), n)
             continue
-        drawn, m = s.sample(p, n)
+        deficit = after
+        drawn, m = s.sample(torch.tensor(p, dtype=torch.float64), n)
         assert [sum(1 for d, _ in drawn if d == k) for k in range(D)] == expected
+        assert s.state_dict()["deficit"].tolist() == pytest.approx(deficit, abs=1e-12)
         for d, i in drawn:
             assert 0 <= i < pools[d]
             seen[d].append(i)

@@ -49,8 +49,8 @@ class Greso(SkipPolicy):
     False-skip control (opt-in: ``max_false_skip``, the target false-skip rate; needs
     ``audit`` > 0), as ``probe``'s (docs/components/probe.md) with the run length in place of
     the prediction, per kind. ``audit``: a share of the plain batch's skipped prompts (the
-    ones skipping kept from generation, not over-drawn candidates) generated anyway and not
-    trained on; alone it only measures the false-skip rate (``audit_informative /
+    ones skipping kept from generation, not over-drawn candidates) of every draw, refill
+    rounds' included, generated anyway and not trained on; alone it only measures the false-skip rate (``audit_informative /
     audit_groups``). With the control the audit sample is a uniform ``audit`` share of the
     plain batch's skippable candidates (run >= ``streak``), skipped or kept by the
     exploration draw alike (the audit's draw u < ``audit``; kept ones are generated and

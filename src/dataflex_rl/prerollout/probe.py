@@ -145,8 +145,8 @@ class ProbeSkip(SkipPolicy):
 
     Prompts with history go to ``revisits`` (default ``greso``, with its own parameters and
     state; null: the probe decides them too). A share ``audit`` of the skipped prompts of the
-    plain batch (the ones skipping kept from generation, not over-drawn candidates) is
-    generated anyway and not trained on: the outcomes of these prompts are the false-skip rate
+    plain batch (the ones skipping kept from generation, not over-drawn candidates) of every
+    draw, refill rounds' included, is generated anyway and not trained on: the outcomes of these prompts are the false-skip rate
     (``audit_informative / audit_groups``) and the probe's unbiased labels for the prompts it
     skips, so it keeps learning where it acts. Hosts: the embedded engine and TRL compute the
     representation (`dataflex_rl.hosts.common.representation`); TRL generates only the batch

@@ -181,6 +181,8 @@ def read_log(path: str | Path) -> DecisionLogData:
     """Read a decision log folder (or a run folder with ``decisions/``) into memory."""
     folder = resolve_log_dir(path)
     resp, meta = _read_parts(folder, RESPONSES)
+    if "discarded" in resp.column_names:  # generated, never decided on: not replayed
+        resp = resp.filter(pc.invert(resp["discarded"]))
     steps_t, _ = _read_parts(folder, STEPS)
     domains = tuple(json.loads(meta["domains"]))
     steps = {name: steps_t[name].to_numpy(zero_copy_only=False) for name in steps_t.column_names}
@@ -238,12 +240,21 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
     if strategy.refill_rounds or logged_refill:
         by = f" (the log was written by {log.strategy.get('name', '?')!r}, which refilled: its "
         by = by + "batches over-represent prompts that its selector keeps)" if logged_refill else ""
+        discarded = int(np.nansum(log.steps.get("discarded_groups", np.zeros(0))))
         notes.append(
-            "refill: replay re-decides on the groups the logged run generated (on the engine, "
-            "every group of each step, refill rounds included; on TRL, the assembled batch), "
-            "so a selector's keep mask replays exactly; it cannot redo the refill itself: "
-            "which prompts a strategy would have drawn and generated to replace what it "
-            "drops needs new generations" + by
+            "refill: replay re-decides on the groups the logged run decided on (on the engine, "
+            "every group of each step up to the last one it needed, refill rounds included; on "
+            "TRL, the assembled batch), so a selector's keep mask replays exactly; it cannot "
+            "redo the refill itself: which prompts a strategy would have drawn and generated "
+            "to replace what it drops needs new generations"
+            + by
+            + (
+                f". The log's {discarded} discarded groups (generated, not trained on) carry "
+                "no decision on the update: replay leaves them out (they count in the "
+                "generation cost, steps.discarded_*)"
+                if discarded
+                else ""
+            )
         )
     full = bool(log.settings.get("full_tokens"))
     c = log.columns

@@ -28,8 +28,9 @@ from torch import Tensor
 
 from dataflex_rl.core.rowops import first_valid_values, masked_row_sums
 
-#: version of the columns above; readers refuse a newer major version
-SCHEMA_VERSION = 1
+#: version of the columns above; readers refuse a newer major version (2: every generated
+#: group, ``refill_round`` and ``discarded``)
+SCHEMA_VERSION = 2
 RESPONSES, STEPS = "responses", "steps"
 #: prefix of the metadata keys in every file's schema
 META_PREFIX = "dataflex."
@@ -138,12 +139,21 @@ class DecisionLog:
         *,
         target: Tensor | None = None,
         metrics: Mapping[str, float] | None = None,
+        rounds: Tensor | None = None,
+        discarded: Sequence[tuple[int, Any, Tensor]] = (),
     ) -> None:
-        """Log one step: ``batch`` (the `RolloutBatch` given to ``decide``) and its `Decision`.
+        """Log one step: ``batch`` (the `RolloutBatch` given to ``decide``) and its `Decision`,
+        and the step's generated groups the decision did not see.
 
         Args:
             target: [D] proportions the batch was drawn at (None: unknown, logged as NaN).
             metrics: the host's step metrics; the pre-rollout counts are copied from them.
+            rounds: [G] the generation (0: the step's first, r: refill round r) of each of
+                ``batch``'s groups (None: all 0).
+            discarded: (round, that generation's `RolloutBatch`, [its G] bool: its groups
+                not in ``batch``) for each refill generation with groups the step generated
+                and does not train on; logged with ``discarded`` set and no decision (not
+                kept, weight 0), numbered after ``batch``'s groups.
         """
         t0 = time.perf_counter()
         if self.domains is None:
@@ -154,13 +164,71 @@ class DecisionLog:
             )
         first = _first_rows(batch)
         cols = self._response_columns(batch, decision, first)
+        rnd = np.zeros(batch.num_groups, np.int32) if rounds is None else rounds.cpu().numpy()
+        cols["refill_round"] = rnd.astype(np.int32)[cols["group"]]
+        cols["discarded"] = np.zeros(batch.batch_size, dtype=bool)
         self._responses.append(cols)
-        self._steps.append(self._step_row(batch, decision, target, metrics or {}, cols, first))
+        extra = self._discarded_columns(batch.num_groups, batch.step, discarded)
+        self._responses += extra
+        row = self._step_row(batch, decision, target, metrics or {}, cols, first)
+        real = [~c["is_padding"] for c in extra]
+        row["discarded_groups"] = sum(int(w.sum()) for _, _, w in discarded)
+        row["discarded_responses"] = sum(len(c["step"]) for c in extra)
+        row["discarded_tokens"] = sum(int(c["length"][r].sum()) for c, r in zip(extra, real))
+        self._steps.append(row)
         if len(self._steps) >= self.steps_per_file:
             self.flush()
         self.seconds += time.perf_counter() - t0
 
+    def _discarded_columns(
+        self, offset: int, step: int, discarded: Sequence[tuple[int, Any, Tensor]]
+    ) -> list[dict[str, Any]]:
+        """The response columns of each generation's discarded groups (`record`), their
+        groups numbered from ``offset`` on."""
+        out = []
+        for rnd, gen, which in discarded:
+            which = which.cpu()
+            if not bool(which.any()):
+                continue
+            if gen.step != step:
+                raise ValueError(f"decision log: a step-{gen.step} generation in step {step}")
+            rows = which[gen.group_ids.cpu()].numpy()
+            cols = self._signal_columns(gen, _first_rows(gen))
+            cols = {
+                k: v[rows] if isinstance(v, np.ndarray) else v.filter(pa.array(rows))
+                for k, v in cols.items()
+            }
+            renumber = np.cumsum(which.numpy()) - 1 + offset  # [G] new ids of kept-out groups
+            offset += int(which.sum())
+            R = int(rows.sum())
+            cols["group"] = renumber[cols["group"]].astype(np.int64)
+            cols["micro_batch"] = np.full(R, -1, np.int64)
+            cols["keep"] = np.zeros(R, dtype=bool)
+            cols["kept_tokens"] = np.zeros(R, np.int64)
+            cols["weight"] = np.zeros(R, np.float32)
+            cols["decision_advantage"] = None
+            cols["refill_round"] = np.full(R, rnd, np.int32)
+            cols["discarded"] = np.ones(R, dtype=bool)
+            out.append(cols)
+        return out
+
     def _response_columns(self, batch, decision, first: np.ndarray) -> dict[str, Any]:
+        """The signal columns of ``batch`` and the decision's columns."""
+        cols = self._signal_columns(batch, first)
+        B = batch.batch_size
+        mb = batch.micro_batch_ids
+        cols["micro_batch"] = np.full(B, -1, np.int64) if mb is None else mb.cpu().numpy()
+        cols["keep"] = decision.keep_mask.cpu().numpy()
+        cols["kept_tokens"] = decision.loss_mask.sum(1).to(torch.int64).cpu().numpy()
+        cols["weight"] = decision.weights_per_response.detach().to(torch.float32).cpu().numpy()
+        a = decision.advantages_per_response
+        cols["decision_advantage"] = (
+            None if a is None else a.detach().to(batch.rewards.dtype).cpu().numpy()
+        )
+        return cols
+
+    def _signal_columns(self, batch, first: np.ndarray) -> dict[str, Any]:
+        """What ``batch`` holds, per response (every column but the decision's)."""
         B = batch.batch_size
         n = batch.response_length
         nf = n.clamp(min=1).to(torch.float32)
@@ -199,17 +267,8 @@ class DecisionLog:
             cols["entropy_mean"] = (sums / nf).to(torch.float32).cpu().numpy()
         else:
             cols["entropy_mean"] = np.full(B, np.nan, np.float32)
-        mb = batch.micro_batch_ids
-        cols["micro_batch"] = np.full(B, -1, np.int64) if mb is None else mb.cpu().numpy()
         if self.token_prob_mean:
             cols["prob_mean"] = _prob_mean(batch, nf)
-        cols["keep"] = decision.keep_mask.cpu().numpy()
-        cols["kept_tokens"] = decision.loss_mask.sum(1).to(torch.int64).cpu().numpy()
-        cols["weight"] = decision.weights_per_response.detach().to(torch.float32).cpu().numpy()
-        a = decision.advantages_per_response
-        cols["decision_advantage"] = (
-            None if a is None else a.detach().to(batch.rewards.dtype).cpu().numpy()
-        )
         if self.full_tokens:
             offsets = pa.array(np.concatenate([[0], np.cumsum(n.cpu().numpy())]).astype(np.int32))
             for name, t in (

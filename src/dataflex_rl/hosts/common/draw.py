@@ -106,8 +106,8 @@ def draw_batch(
         rounds = 0
         while int(left.sum()) > 0 and rounds < max_rounds:
             rounds += 1
-            want = int(torch.ceil(left.to(torch.float64) * candidate_factor).sum())
-            cands, _ = sampler.sample(left.to(torch.float64), want)
+            want = torch.ceil(left.to(torch.float64) * candidate_factor).to(torch.int64)
+            cands = sampler.take(want)  # candidates do not count toward the mix's quotas
             if not cands:
                 break
             r_keys = [key_of(d, i) for d, i in cands]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch
@@ -21,6 +22,7 @@ from dataflex_rl.hosts.common.config import HostConfig, HostSettings
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
 from dataflex_rl.hosts.common.refill import Generate, run_refill
+from dataflex_rl.hosts.common.sampler import interleave
 from dataflex_rl.hosts.common.state import load_state, save_state
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -63,6 +65,8 @@ class Driver:
         self._drawn: tuple[int, Tensor, dict[str, float]] | None = None
         # (step, metrics) of that step's audit outcomes until decided (logged with it)
         self._audit: tuple[int, dict[str, float]] | None = None
+        # (step, its generations: the first, then each refill round's) until decided (logged)
+        self._generations: tuple[int, list[RolloutBatch]] | None = None
 
     @classmethod
     def for_dataset(
@@ -145,24 +149,26 @@ class Driver:
     def refill(
         self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
     ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
-        """Refill rounds for ``step`` (`run_refill`, drawing from the intake); the metrics also
-        go with the step's decision. The host then decides once on every group the step
+        """Refill rounds for ``step`` (`run_refill`, drawing from the intake, each round's
+        prompts in `interleave` order); the metrics also go with the step's decision. The host then decides once on every group the step
         uses."""
 
-        def draw(k: int) -> tuple[list, list[int]]:
-            items, domain_ids, _ = self.draw(k, step)
-            return items, domain_ids
+        def draw(k: int) -> tuple[list, list[int]]:  # interleaved: a round cut short
+            items, domain_ids, _ = self.draw(k, step)  # leaves out every domain alike
+            order = interleave(torch.tensor(domain_ids, dtype=torch.int64)).tolist()
+            return [items[i] for i in order], [domain_ids[i] for i in order]
 
         batches, taken, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
         if self._drawn is not None and self._drawn[0] == step:
             self._drawn[2].update(metrics)
+        self._generations = (step, [first, *batches])
         return batches, taken, metrics
 
-    @property
-    def audited(self) -> tuple[list, list[int]]:
-        """(items, domain ids) of the last draw's audited prompts: skipped, to be generated
-        anyway and not trained on (`observe_audit`); empty without an intake."""
-        return ([], []) if self.intake is None else self.intake.audited
+    def take_audited(self, step: int) -> tuple[list, list[int]]:
+        """(items, domain ids) of the prompts every draw of ``step`` audited, refill rounds
+        included (`Intake.take_audited`): skipped, to be generated anyway and not trained on
+        (`observe_audit`); call once the step's draws are done. Empty without an intake."""
+        return ([], []) if self.intake is None else self.intake.take_audited(step)
 
     def observe_audit(self, batch: RolloutBatch) -> dict[str, float]:
         """The audited prompts' outcomes (call before `decide` of the same step): the skip
@@ -173,14 +179,24 @@ class Driver:
         return metrics
 
     def decide(
-        self, batch: RolloutBatch, generate_seconds: float | None = None
+        self,
+        batch: RolloutBatch,
+        generate_seconds: float | None = None,
+        groups: Tensor | None = None,
     ) -> tuple[Decision, dict[str, float]]:
         """Decide on a step's batch (its ``step`` names the draws it came from) and record it
-        in the decision log; ``generate_seconds`` (None: not measured) feeds the seconds
-        saved estimate. Returns (the `Decision`, its metrics with the step's draw figures and,
-        with pre-rollout, `generation_metrics`)."""
+        in the decision log, with every group the step's refill rounds generated and the
+        batch does not hold (``discarded``); ``generate_seconds`` (None: not measured) feeds
+        the seconds saved estimate. ``groups``: [G] for each group of ``batch``, its index
+        among the step's generated groups (its generations' groups in order, `refill`); None:
+        the first G (the engine, which trains on what it generated up to the last group it
+        needs). Returns (the `Decision`, its metrics with the step's draw figures and, with
+        pre-rollout, `generation_metrics`)."""
         drawn = self._drawn if self._drawn is not None and self._drawn[0] == batch.step else None
         self._drawn = None
+        gens = self._generations
+        self._generations = None
+        gens = gens[1] if gens is not None and gens[0] == batch.step else None
         target, draw_metrics = (None, {}) if drawn is None else drawn[1:]
         if self._audit is not None and self._audit[0] == batch.step:
             draw_metrics = {**draw_metrics, **self._audit[1]}
@@ -189,7 +205,15 @@ class Driver:
         self.decisions += 1
         metrics = {**decision.metrics, **draw_metrics}
         if self.log is not None:
-            self.log.record(batch, decision, target=target, metrics=draw_metrics)
+            rounds, discarded = (None, ()) if gens is None else _sources(batch, gens, groups)
+            self.log.record(
+                batch,
+                decision,
+                target=target,
+                metrics=draw_metrics,
+                rounds=rounds,
+                discarded=discarded,
+            )
         if "prerollout" in self.strategy.parts:
             saved = draw_metrics.get(PREFIX + "tokens_saved_est")
             metrics.update(generation_metrics(batch, saved, generate_seconds))
@@ -255,3 +279,25 @@ class Driver:
         """Write what the decision log holds."""
         if self.log is not None:
             self.log.close()
+
+
+def _sources(
+    batch: RolloutBatch, generations: list[RolloutBatch], groups: Tensor | None
+) -> tuple[Tensor, list[tuple[int, RolloutBatch, Tensor]]]:
+    """([G] the generation of each of ``batch``'s groups, and per generation (round, it, [its
+    G] bool: its groups ``batch`` does not hold)) for `DecisionLog.record`; ``groups``:
+    `Driver.decide`'s."""
+    sizes = torch.tensor([g.num_groups for g in generations], dtype=torch.int64)
+    total = int(sizes.sum())
+    G = batch.num_groups
+    src = torch.arange(G) if groups is None else groups.to(torch.int64).cpu()
+    if src.shape != (G,) or (G and (int(src.min()) < 0 or int(src.max()) >= total)):
+        raise ValueError(
+            f"decide: groups must give each of the batch's {G} groups one of the step's "
+            f"{total} generated groups, got {tuple(src.shape)} values"
+        )
+    round_of = torch.repeat_interleave(torch.arange(len(generations)), sizes)
+    left = torch.ones(total, dtype=torch.bool)
+    left[src] = False
+    parts = left.split(sizes.tolist())
+    return round_of[src], [(r, g, w) for r, (g, w) in enumerate(zip(generations, parts))]

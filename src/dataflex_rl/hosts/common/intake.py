@@ -34,8 +34,9 @@ class Intake:
         static: [D] proportions of a strategy that does not mix.
         seeds: (seed of the per-domain orders, seed of the pre-rollout randomness).
         candidate_factor, max_rounds: see `draw_batch`.
-        audits: the host generates the prompts the skip policy audits (`audited`: after each
-            `draw`, items and domain ids), apart and not trained on (the engine).
+        audits: the host generates the prompts the skip policy audits, apart and not trained
+            on (the engine): every draw of a step audits, refill rounds included, and the host
+            takes them all once the step's draws are done (`take_audited`).
         key: an item's prompt key, what the prompt history knows (default: the item).
         features: ``features(items, layer) -> ([N, H] tensor, cost in prompt tokens)``, for
             a skip policy that reads the policy's representation (None: the host has none).
@@ -64,7 +65,8 @@ class Intake:
         self.audits = audits
         self.key = key
         self.features = features
-        self.audited: tuple[list, list[int]] = ([], [])
+        # (step, its draws' audited (domain, item) pairs) until the host takes them
+        self._audited: tuple[int, list[tuple[int, int]]] = (-1, [])
 
     @classmethod
     def from_rows(
@@ -129,6 +131,11 @@ class Intake:
             def features_of(pairs, layer):
                 return features([self.pools[d][i] for d, i in pairs], layer)
 
+        if self._audited[1] and self._audited[0] != step:
+            raise RuntimeError(
+                f"intake: step {self._audited[0]}'s audited prompts were counted and never "
+                "taken (a host that audits generates them with take_audited before its next step)"
+            )
         audit: list[tuple[int, int]] | None = [] if self.audits else None
         drawn, metrics = draw_batch(
             self.sampler,
@@ -143,9 +150,16 @@ class Intake:
             features_of=features_of,
             audit=audit,
         )
-        audit = audit or []
-        self.audited = ([self.pools[d][i] for d, i in audit], [d for d, _ in audit])
+        if audit:  # a step's draws add up (refill rounds)
+            self._audited = (step, self._audited[1] + audit)
         return [self.pools[d][i] for d, i in drawn], [d for d, _ in drawn], metrics
+
+    def take_audited(self, step: int) -> tuple[list, list[int]]:
+        """(items, domain ids) of every prompt the draws of ``step`` audited (its refill
+        rounds' included), once: what ``dataflex/prerollout/audited`` counts for the step."""
+        pairs = self._audited[1] if self._audited[0] == step else []
+        self._audited = (-1, [])
+        return [self.pools[d][i] for d, i in pairs], [d for d, _ in pairs]
 
     def state_dict(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}

@@ -9,12 +9,14 @@ from torch import Tensor
 
 from dataflex_rl.core.metrics import check_domain_names, domain_metric
 
+#: the carried deficits are multiples of 1 / GRID prompt (`apportion`)
+GRID = float(2**30)
 
-def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = None) -> Tensor:
-    """[D] int64 counts summing to ``min(n, capacity.sum())`` that follow ``proportions``
-    ([D] >= 0, positive sum): floor(p_d n) each, the rest to the largest fractional parts
-    (ties: lower index). With ``capacity`` ([D] int64 maxima; None: unlimited) a domain's
-    shortfall is re-allocated over the others in proportion, repeatedly.
+
+def draw_mass(proportions: Tensor, n: int, capacity: Tensor) -> Tensor:
+    """[D] float64 prompts each domain owes a draw of ``n``: ``n`` spread at ``proportions``
+    ([D] >= 0, positive sum), a domain's share above its ``capacity`` ([D] int64 maxima)
+    re-spread over the others in proportion (repeatedly); sums to ``min(n, capacity.sum())``.
     """
     p = proportions.to(torch.float64)
     if n < 0 or bool((p < 0).any()) or not bool(torch.isfinite(p).all()) or not float(p.sum()) > 0:
@@ -22,36 +24,96 @@ def largest_remainder(proportions: Tensor, n: int, capacity: Tensor | None = Non
             f"need n >= 0 and finite proportions >= 0 with a positive sum, "
             f"got n={n}, p={p.tolist()}"
         )
-    D = p.shape[0]
-    cap = (
-        capacity.to(torch.int64) if capacity is not None else torch.full((D,), n, dtype=torch.int64)
-    )
-    counts = torch.zeros(D, dtype=torch.int64)
-    remaining = min(n, int(cap.sum()))
+    cap = capacity.to(torch.float64)
+    mass = torch.zeros_like(p)
+    remaining = min(float(n), float(cap.sum()))
     open_ = cap > 0
-    while remaining > 0:  # at most D rounds: each round fills a domain or finishes
+    for _ in range(p.shape[0]):  # each round fills a domain or spreads all that remains
+        if remaining <= 0 or not bool(open_.any()):
+            break
         w = torch.where(open_, p, torch.zeros_like(p))
         if float(w.sum()) <= 0:
-            w = open_.to(torch.float64)  # all open domains have p=0: spread evenly
-        quota = w / w.sum() * remaining
-        base = torch.floor(quota).to(torch.int64)
-        left = remaining - int(base.sum())
-        frac = torch.where(open_, quota - base, torch.full_like(quota, -1.0))
-        order = torch.sort(-frac, stable=True).indices
-        extra = torch.zeros(D, dtype=torch.int64)
-        extra[order[:left]] = 1
-        add = torch.minimum(base + extra, cap - counts)
-        counts += add
-        remaining -= int(add.sum())
-        open_ = counts < cap
-    return counts
+            w = open_.to(torch.float64)  # every open domain has p=0: spread evenly
+        add = torch.minimum(w / w.sum() * remaining, cap - mass)
+        mass += add
+        remaining -= float(add.sum())
+        open_ = mass < cap
+    return mass
+
+
+def apportion(
+    proportions: Tensor, n: int, capacity: Tensor, deficit: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One draw's prompts per domain when a deficit carries across draws.
+
+    Each domain owes its `draw_mass` plus its carried ``deficit`` ([D] float64: prompts owed
+    so far minus prompts drawn). Of the ``min(n, capacity.sum())`` prompts, each goes to the
+    domain that owes one soonest: prompt ``k`` of domain ``d`` (``k`` < what it owes) falls
+    due when the draw has run ``(k + 1 - owed_d) / rate_d`` of its length (``rate``: its
+    mass / n); what is not owed (capacity) comes last; ties go to the lower index. Across
+    draws of any sizes and a fixed mix, every domain's drawn count stays within one prompt of
+    its cumulative share (earliest deadline first; largest deficit first can drift further
+    when shares are very unequal); a first draw is largest-remainder rounding by deadline.
+
+    Returns:
+        ([D] int64 counts, [D] float64 deficit after the draw; a domain with no capacity
+        carries none).
+    """
+    cap = capacity.to(torch.int64)
+    mass = draw_mass(proportions, n, cap)
+    owed = torch.where(cap > 0, deficit.to(torch.float64) + mass, torch.zeros_like(mass))
+    # on a grid of 2^-30 prompt: float noise neither breaks ties nor builds up over draws
+    owed = torch.round(owed * GRID) / GRID
+    total = min(n, int(cap.sum()))
+    width = min(total, int(cap.max())) if total > 0 else 0
+    if width == 0:
+        return torch.zeros_like(cap), owed
+    k = torch.arange(width, dtype=torch.float64)[None, :]  # [1, K] the k-th prompt of a domain
+    rate = mass / max(n, 1)
+    due = (k + 1 - owed[:, None]) / rate[:, None]  # [D, K]; rate 0: +-inf or nan
+    due = torch.nan_to_num(due, nan=torch.inf, posinf=torch.inf, neginf=-torch.inf)
+    tier = (k >= owed[:, None]).to(torch.float64)  # 1: beyond what the domain owes
+    tier = torch.where(k < cap[:, None], tier, torch.full_like(tier, 2.0))  # 2: over capacity
+    order = torch.sort(due.flatten(), stable=True).indices
+    order = order[torch.sort(tier.flatten()[order], stable=True).indices][:total]
+    counts = torch.bincount(order // width, minlength=cap.shape[0]).to(torch.int64)
+    return counts, owed - counts.to(torch.float64)
+
+
+def interleave(domain_ids: Tensor) -> Tensor:
+    """[N] int64 order of a draw's prompts (``domain_ids`` [N], any order) that spreads each
+    domain over the draw: position by position, the next prompt comes from the domain whose
+    share of the positions so far runs out soonest (earliest deadline first, as `apportion`,
+    in exact integer arithmetic; ties: lower domain; a domain's prompts keep their order).
+    Every prefix then holds each domain's share of it within one prompt, so a draw cut short
+    (a refill round that fills the step before its end) leaves out every domain alike, not the
+    last domains of a draw grouped by domain. A loop over the N prompts of one draw."""
+    d = domain_ids.to(torch.int64)
+    N = d.shape[0]
+    if N == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    by_domain = torch.sort(d, stable=True).indices
+    counts = torch.bincount(d).tolist()
+    start = [0] * len(counts)
+    for k in range(1, len(counts)):
+        start[k] = start[k - 1] + counts[k - 1]
+    given = [0] * len(counts)
+    picks: list[int] = []
+    for m in range(1, N + 1):  # N x (owed - given) of each domain after m positions
+        owed = [(m * c - g * N, k) for k, (c, g) in enumerate(zip(counts, given)) if c > 0]
+        _, k = min(((N - e) / counts[k], k) for e, k in owed if e > 0)
+        picks.append(start[k] + given[k])
+        given[k] += 1
+    return by_domain[torch.tensor(picks, dtype=torch.int64)]
 
 
 class DomainSampler:
     """Draws prompt indices per domain, without replacement within an epoch of each pool.
 
     Each pool is visited in a seeded random order; when it runs out, a new epoch starts
-    (``cycle=True``) or the domain is exhausted and its share goes to the others.
+    (``cycle=True``) or the domain is exhausted and its share goes to the others. Each draw's
+    per-domain counts follow the proportions cumulatively (`quota`: the rounding of one draw
+    is made up by the next ones), so many small draws (refill rounds) mix as one large one.
     """
 
     def __init__(
@@ -67,6 +129,8 @@ class DomainSampler:
         D = len(self.domains)
         self._cursor = [0] * D
         self._epoch = [0] * D
+        # [D] prompts owed so far minus prompts drawn, carried across draws (`apportion`)
+        self._deficit = torch.zeros(D, dtype=torch.float64)
 
     def _order(self, d: int) -> Tensor:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + d * 7919 + self._epoch[d])
@@ -87,13 +151,16 @@ class DomainSampler:
         return self.available()
 
     def quota(self, proportions: Tensor, n: int) -> Tensor:
-        """[D] int64 prompts per domain for a draw of ``n`` at ``proportions``
-        (`largest_remainder` within `capacity`); RuntimeError when every domain is exhausted."""
-        counts = largest_remainder(proportions, n, self.capacity(n))
+        """[D] int64 prompts per domain for a draw of ``n`` at ``proportions`` within
+        `capacity`, the deficit carried from the earlier draws made up (`apportion`; the
+        draw's own rounding carries to the next); RuntimeError when every domain is
+        exhausted."""
+        counts, deficit = apportion(proportions, n, self.capacity(n), self._deficit)
         if n > 0 and int(counts.sum()) == 0:
             raise RuntimeError(
                 f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})"
             )
+        self._deficit = deficit
         return counts
 
     def sample(self, proportions: Tensor, n: int) -> tuple[list[tuple[int, int]], dict]:
@@ -130,6 +197,7 @@ class DomainSampler:
             "epoch": list(self._epoch),
             "seed": self.seed,
             "pool_sizes": list(self.pool_sizes),
+            "deficit": self._deficit.clone(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -140,6 +208,7 @@ class DomainSampler:
         self._cursor = list(state["cursor"])
         self._epoch = list(state["epoch"])
         self.seed = int(state["seed"])
+        self._deficit = torch.as_tensor(state["deficit"], dtype=torch.float64).clone()
 
 
 def draw_metrics(

@@ -158,7 +158,6 @@ class EmbeddedTrainer:
             candidates = metrics["dataflex/prerollout/candidates"]
             metrics["engine/prompts_skipped"] = candidates - len(problems)
         metrics["engine/prompts_generated"] = float(len(problems))
-        audit_tokens = self._audit(step, metrics)
         probe_tokens = metrics.get("dataflex/prerollout/probe_tokens", 0.0)
         rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         g = self.config.grpo
@@ -171,6 +170,7 @@ class EmbeddedTrainer:
             t_gen, t_rew = t_gen + t_more[0], t_rew + t_more[1]
             # the refill draws' probe passes too (their counts add up in the driver)
             probe_tokens = self.driver.pending.get("dataflex/prerollout/probe_tokens", 0.0)
+        audit_tokens = self._audit(step, metrics)  # every draw's audits, refill rounds' too
         cost = generated + audit_tokens + probe_tokens  # the step's cost (docs/metrics.md)
         self.cost_tokens += cost
         metrics["engine/generation_cost_tokens"] = cost
@@ -237,9 +237,10 @@ class EmbeddedTrainer:
         return rollout, rewards, problems, domain_idx, batch, tokens, seconds
 
     def _audit(self, step: int, metrics: dict) -> float:
-        """Generate the prompts the skip policy audits (skipped, generated anyway, not trained
-        on) and let it learn from them; returns their generated tokens."""
-        items, domain_idx = self.driver.audited
+        """Generate the prompts the step's draws audited, refill rounds' included (skipped,
+        generated anyway, not trained on) and let the skip policy learn from them; returns
+        their generated tokens."""
+        items, domain_idx = self.driver.take_audited(step)
         if not items:
             return 0.0
         rollout, rewards, _, _ = self._rollout(items, step)

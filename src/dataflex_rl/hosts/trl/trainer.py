@@ -128,10 +128,11 @@ class DataflexGRPOTrainer(GRPOTrainer):
         self._dataflex_kl_scale = 1.0
         t1 = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
+        sources = None
         if self.driver.strategy.refill_rounds:
-            out, drawn = self._refill(out, inputs, step, drawn)
+            out, drawn, sources = self._refill(out, inputs, step, drawn)
         t2 = time.perf_counter()
-        metrics = self._decide_and_apply(out, len(inputs), step, drawn, t2 - t1)
+        metrics = self._decide_and_apply(out, len(inputs), step, drawn, t2 - t1, sources)
         metrics["dataflex/host_time_ms"] = (t1 - t0 + time.perf_counter() - t2) * 1e3
         train = self._metrics["train"]
         for key, value in metrics.items():
@@ -171,7 +172,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
 
     def _refill(self, out, inputs, step, drawn):
         """Refill rounds (`Driver.refill`, `dataflex_rl.hosts.trl.refill`): (this rank's rows
-        of the assembled generation batch, (its global rows, domain ids))."""
+        of the assembled generation batch, (its global rows, domain ids), [N / G] the step's
+        generated group each of its groups is, for the decision log; None without rounds)."""
         check_refillable(out)
         acc = self.accelerator
         P, p, G = acc.num_processes, acc.process_index, self.num_generations
@@ -201,7 +203,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
         )
         self._dataflex_rewards = first_rewards
         if not rounds:
-            return out, drawn
+            return out, drawn, None
         pad = getattr(self.processing_class, "pad_token_id", None) or 0
 
         def global_rows(o: dict) -> dict:
@@ -230,11 +232,14 @@ class DataflexGRPOTrainer(GRPOTrainer):
             device=device,
         )
         self._dataflex_rewards = rewards.index_select(0, index).to(first_rewards.device)
-        return new, (rows.index_select(0, index), doms.index_select(0, index))
+        # only a step's last round is cut short: the used groups lead the generated ones
+        sources = index[::G] // G
+        return new, (rows.index_select(0, index), doms.index_select(0, index)), sources
 
     # ------------------------------------------------------------------ select / reweight
-    def _decide_and_apply(self, out, n, step, drawn, gen_seconds) -> dict[str, float]:
-        """Build the global batch, decide (identically on every rank), apply to this rank."""
+    def _decide_and_apply(self, out, n, step, drawn, gen_seconds, sources=None) -> dict[str, float]:
+        """Build the global batch, decide (identically on every rank), apply to this rank
+        (``sources``: `_refill`'s, for the decision log)."""
         acc = self.accelerator
         mask = out["completion_mask"]
         loss_mask = mask if out.get("tool_mask") is None else mask * out["tool_mask"]
@@ -273,7 +278,7 @@ class DataflexGRPOTrainer(GRPOTrainer):
             entropies=entropies,
             micro_batch_ids=micro,
         )
-        decision, metrics = self.driver.decide(batch, gen_seconds)
+        decision, metrics = self.driver.decide(batch, gen_seconds, groups=sources)
         if acts_on_loss(strategy.spec):
             p = acc.process_index
             metrics.update(

@@ -62,7 +62,7 @@ def _static_strategy(prior):
 def test_intake_follows_proportions_exactly():
     row_domains = ["a"] * 10 + ["b"] * 10 + ["c"] * 10
     intake = Intake.from_rows(row_domains, ("a", "b", "c"), seed=1)
-    # prior 0.5/0.3/0.2 of n=7: floors 3, 2, 1 (sum 6); the largest remainder (0.5 of a) gets 1
+    # prior 0.5/0.3/0.2 of n=7: floors 3, 2, 1 (sum 6); the 7th falls due first for a
     rows, doms, m = intake.draw(7, _static_strategy([0.5, 0.3, 0.2]), step=0)
     assert len(rows) == 7 and sorted(doms) == [0, 0, 0, 0, 1, 1, 2]
     assert all(row_domains[r] == "abc"[d] for r, d in zip(rows, doms))
@@ -110,6 +110,26 @@ def test_prerollout_fills_with_skipped_when_rounds_run_out():
     rows, _, m = intake.draw(4, strategy, step=1)
     assert len(rows) == 4
     assert m["dataflex/prerollout/forced"] == 4 and m["dataflex/prerollout/rounds"] == 2
+
+
+def test_the_audits_of_every_draw_of_a_step_are_taken_once():
+    # everything skippable, audit 1: each draw audits its plain batch whole (2 then 1 rows)
+    # and is filled with the next round's skipped candidates
+    rows = list(range(20))
+    intake = Intake([rows], ("a",), torch.ones(1), candidate_factor=1.0, max_rounds=2, audits=True)
+    actuator = {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0, "audit": 1.0}
+    strategy = Strategy({"prerollout": {"actuator": actuator}})
+    _history_all_solved(strategy, rows)
+    plain = _next_candidates(intake, [1.0], 6)
+    _, _, m1 = intake.draw(2, strategy, step=1)
+    _, _, m2 = intake.draw(1, strategy, step=1)  # a refill round of the same step
+    assert m1["dataflex/prerollout/audited"] == 2.0 and m2["dataflex/prerollout/audited"] == 1.0
+    # rounds: [0, 1] audited, [2, 3] fill; then [4] audited, [5] fills
+    assert intake.take_audited(1) == ([plain[0], plain[1], plain[4]], [0, 0, 0])
+    assert intake.take_audited(1) == ([], [])  # taken once
+    intake.draw(1, strategy, step=2)
+    with pytest.raises(RuntimeError, match="step 2's audited prompts were counted and never"):
+        intake.draw(1, strategy, step=3)  # a host that forgot to generate them
 
 
 def _next_candidates(intake, quota, n):
@@ -162,15 +182,25 @@ def test_forced_prompts_of_the_plain_batch_are_not_counted_as_skipped():
     assert m["dataflex/prerollout/tokens_saved_est"] == 0.0
 
 
+def _static_strategy2(prior):
+    return Strategy(
+        {"mix": {"actuator": {"name": "static", "floor": 0.0}, "prior": prior}},
+        domains=("a", "b"),
+    )
+
+
 def test_intake_state_round_trip():
     a = Intake.from_rows(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
-    s = Strategy({"mix": {"actuator": {"name": "static", "floor": 0.0}}}, domains=("a", "b"))
+    s = _static_strategy2([0.25, 0.75])
     a.draw(6, s, 0)
     state = a.state_dict()
     b = Intake.from_rows(["a"] * 5 + ["b"] * 7, ("a", "b"), seed=2)
     assert_moved(state, b.state_dict())
+    # 6 at .25, .75: 1.5, 4.5 owed -> the half prompt carries, and is in the state
+    assert state["sampler"]["deficit"].abs().sum() == pytest.approx(1.0)
     b.load_state_dict(state)
-    assert a.draw(6, s, 1)[0] == b.draw(6, s, 1)[0]
+    for n in (1, 1, 3, 6, 1):  # one-prompt draws follow the carried deficit
+        assert a.draw(n, s, 1)[:2] == b.draw(n, s, 1)[:2]
 
 
 def test_unlisted_domain_is_an_error():

@@ -182,3 +182,62 @@ def test_dapo_and_high_entropy_in_one_strategy_refill_then_select_tokens(tasks, 
         assert bool(with_gradient.any()) and not bool(with_gradient[~rows].any())
         assert m["engine/loss_tokens"] == float(pool[with_gradient].sum())
         assert m["dataflex/tokens/active"] == 1.0
+
+
+def test_the_decision_log_holds_every_generated_group_and_the_cost_reconciles(
+    tasks, monkeypatch, tmp_path
+):
+    # step 0 as above: 4 generated (1 with signal), an overdraw round of 4 (all with signal):
+    # 4 + 3 decided, the round's 4th group discarded; step 1 is full at once
+    import pyarrow.parquet as pq
+
+    from dataflex_rl.hosts.engine.policy import build_tiny_policy
+    from dataflex_rl.hosts.engine.tokenizer import CharTokenizer
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
+
+    from .conftest import SMALL_ARCH
+
+    score, calls = planted([1, 4, 4])
+    monkeypatch.setattr(trainer_module, "score", score)
+    spec = {"name": "o", "select": "dapo", "refill": {"max_rounds": 3, "overdraw": True}}
+    config = load_config(
+        {
+            "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
+            "tasks": {"train_size": 30, "eval_size": 5},
+            "decision_log": {"enabled": True},
+        }
+    )
+    policy = build_tiny_policy(CharTokenizer.from_charset(tasks.charset()), 0, **SMALL_ARCH)
+    tr = EmbeddedTrainer(config, spec, taskset=tasks, policy=policy, out_dir=tmp_path)
+    ms = [tr.train_step() for _ in range(2)]
+    tr.driver.close()
+    log = tr.driver.log.folder
+    resp = pq.read_table(log / "responses").to_pydict()
+    steps = pq.read_table(log / "steps").to_pydict()
+    groups = {(s, g) for s, g in zip(resp["step"], resp["group"])}
+    # every generated group is logged once, and the generation cost reconciles exactly
+    assert len(groups) == sum(m["engine/prompts_generated"] for m in ms) == 12
+    real = [not p for p in resp["is_padding"]]
+    tokens = sum(n for n, r in zip(resp["length"], real) if r)
+    assert tokens == sum(m["engine/tokens_generated"] for m in ms)
+    assert len(resp["step"]) == 12 * 4
+    # step 0: groups 0-3 of the first generation, 4-6 of the refill round, 7 discarded
+    rows0 = [i for i, s in enumerate(resp["step"]) if s == 0]
+    by_group = {resp["group"][i]: (resp["refill_round"][i], resp["discarded"][i]) for i in rows0}
+    assert by_group == {g: (0 if g < 4 else 1, g == 7) for g in range(8)}
+    gone = [i for i in rows0 if resp["discarded"][i]]
+    assert len(gone) == 4 and not any(resp["keep"][i] for i in gone)
+    assert all(resp["weight"][i] == 0.0 and resp["kept_tokens"][i] == 0 for i in gone)
+    assert all(resp["decision_advantage"][i] is None for i in gone)
+    assert steps["groups"] == [7, 4] and steps["discarded_groups"] == [1, 0]
+    assert steps["discarded_responses"] == [4, 0]
+    assert steps["tokens"][0] + steps["discarded_tokens"][0] == ms[0]["engine/tokens_generated"]
+    assert ms[0][R + "discarded"] == 1.0
+    # replay reads the decided rows only and says what it leaves out
+    from dataflex_rl.harness.replay.replay import read_log, signal_notes
+
+    replayed = read_log(log)
+    assert len(replayed.columns["keep"]) == (7 + 4) * 4
+    assert replayed.batch(0).num_groups == 7
+    notes = " ".join(signal_notes(tr.driver.strategy, replayed))
+    assert "1 discarded groups" in notes and "carry no decision" in notes
