@@ -141,18 +141,15 @@ def train(args: Args):
         decision = strategy.decide(batch)
         if decision.advantages is not None:  # selectors that re-centre on the kept subset
             advantages = decision.advantages
-        weights = decision.weights_per_token  # [B, T]: 0 on dropped responses
-        loss_mask = decision.loss_mask if decision.renormalize else response_mask
 
-        # 6. the clipped policy-gradient loss, weighted per token, averaged over loss_mask
+        # 6. the clipped policy-gradient loss per token, weighed and averaged by the decision
         model.train()
-        loss_tokens = int(loss_mask.sum())
-        if loss_tokens > 0:
+        loss_tokens = int(decision.denominator_tokens())
+        if bool(decision.keep_mask.any()):
             log_probs = token_log_probs(model, sequences, full_mask, prompt_len, args.temperature)
             ratio = torch.exp(log_probs - old_log_probs)
             clipped = ratio.clamp(1 - args.clip, 1 + args.clip)
-            per_token = -torch.min(ratio * advantages, clipped * advantages) * weights
-            loss = (per_token * loss_mask).sum() / loss_tokens
+            loss = decision.aggregate(-torch.min(ratio * advantages, clipped * advantages))
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
