@@ -15,7 +15,7 @@ import torch
 from dataflex_rl import PRESETS, ConfigError, RolloutBatch, Strategy, parse_strategy
 from dataflex_rl.cli import main
 from dataflex_rl.hosts.engine.loss import policy_loss as engine_policy_loss
-from dataflex_rl.hosts.engine.update import loss_rows
+from dataflex_rl.hosts.engine.update import gradient_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 P, G = 4, 4
@@ -168,7 +168,7 @@ def test_the_examples_loss_is_the_engines_on_the_same_batch(example, name):
     ours = example.policy_loss(decision, logp, old, adv, 0.2)
     (grad_ours,) = torch.autograd.grad(ours, logp)
 
-    rows, num_tokens = loss_rows(decision, adv, "token-mean")
+    rows, num_tokens = gradient_rows(decision, adv, "token-mean")
     idx = rows.nonzero().squeeze(1)
     T = int(batch.response_mask[idx].sum(1).max()) if idx.numel() else 0
     mask = decision.denominator_mask

@@ -13,7 +13,7 @@ from dataflex_rl.hosts.engine.loss import kl_k3, masked_token_mean, policy_loss,
 from dataflex_rl.hosts.engine.sampler import Rollout
 
 
-def loss_rows(
+def gradient_rows(
     decision: Decision, advantages: torch.Tensor, loss_agg: str, kl: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """([B] bool the rows the update computes the loss on, the loss's denominator): the rows
@@ -57,7 +57,9 @@ class Learner:
         the denominator (as in verl)."""
         g, o = self.grpo, self.optim
         mask, kept_mask = decision.denominator_mask, decision.loss_mask
-        rows, num_tokens = loss_rows(decision, advantages, g.loss_agg, self.ref_model is not None)
+        rows, num_tokens = gradient_rows(
+            decision, advantages, g.loss_agg, self.ref_model is not None
+        )
         lr = o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
         out = {
             "engine/rows_in_loss_fraction": float(rows.float().mean()),
