@@ -184,8 +184,8 @@ class Decision:
                 f"(the decision's rows{'' if rows is None else ' picked by rows'}), got {shape}"
             )
         T = shape[1]
-        values = per_token_loss * w[:, :T].to(per_token_loss.dtype)
-        mask = m[:, :T].to(values.dtype)
+        values = per_token_loss * w[:, :T].to(per_token_loss)  # its dtype and device
+        mask = m[:, :T].to(values)
         den = self.denominator_tokens() if num_tokens is None else num_tokens
         den = torch.as_tensor(den, dtype=values.dtype, device=values.device)
         return (values * mask).sum() / den.clamp(min=1.0)
