@@ -1,18 +1,24 @@
 """A plain GRPO loop in PyTorch, with a dataflex-rl strategy where your own trainer would call it.
 
-Read it top to bottom: draw prompts, sample a group of responses per prompt, verify them,
-compute group-normalized advantages, then hand the batch to `Strategy.decide` and let its
-decision shape the loss (the keep mask, the weights) and the next draw (the domain
-proportions). Nothing else of dataflex-rl is used: the policy is a Hugging Face causal LM, the
-loss is a few lines of torch.
+Read it top to bottom. Each step the `Driver` (what every host runs: the embedded engine, TRL,
+verl) draws the prompts: per domain at the strategy's proportions, without the ones its skip
+policy predicts carry no signal. The loop samples a group of responses per prompt, verifies
+them and computes group-normalized advantages; a strategy that refills (``dapo``) gets new
+groups for the ones its selector drops. The driver's decision then shapes the loss:
+``decision.aggregate`` weighs the per-token loss (the keep mask, the weights) and averages it
+over the decision's denominator. The policy is a Hugging Face causal LM, the loss a few lines
+of torch.
 
     dataflex-rl export policy --out exported/tiny     # the engine's warm-started tiny policy
     python examples/minimal_grpo.py --policy exported/tiny --strategy difffilter --steps 50
 
 ``--strategy`` takes a preset (``dataflex-rl list``) or a strategy YAML file; try
-``difffilter`` (drops groups whose responses all agree), ``softmax`` (reweights by |advantage|),
-``dump_ucb`` (mixes domains) or ``baseline`` (changes nothing). The embedded engine
-(``dataflex-rl train``) is this loop with evaluation, checkpoints and a faster sampler.
+``difffilter`` (drops groups whose responses all agree), ``dapo`` (drops them and refills),
+``high_entropy`` (trains on the top 20% of tokens by entropy), ``softmax`` (reweights by
+|advantage|), ``dump_ucb`` (mixes domains), configs/strategies/greso.yaml (skips prompts
+before generation) or ``baseline`` (changes nothing). A strategy that needs what this loop
+does not give is refused before the first step. The embedded engine (``dataflex-rl train``)
+is this loop with evaluation, checkpoints and a faster sampler.
 """
 
 from __future__ import annotations
@@ -21,11 +27,15 @@ import argparse
 import dataclasses
 import random
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dataflex_rl import RolloutBatch, Strategy, build_taskset
+from dataflex_rl import Driver, Intake, RolloutBatch, Strategy, build_taskset
+
+#: the `RolloutBatch` fields this loop fills (entropies when the strategy reads them)
+FIELDS = ("advantages", "old_log_probs", "entropies", "prompt_keys", "step")
 
 
 @dataclass
@@ -42,6 +52,7 @@ class Args:
     lr: float = field(default=0.02, metadata={"help": "SGD learning rate"})
     clip: float = field(default=0.2, metadata={"help": "PPO ratio clip (1 +- clip)"})
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm"})
+    train_size: int = field(default=2000, metadata={"help": "training prompts per domain"})
     seed: int = field(default=0, metadata={"help": "seed of sampling and prompt draws"})
 
 
@@ -54,123 +65,209 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return Args(**vars(p.parse_args(argv)))
 
 
-def token_log_probs(model, sequences, attention_mask, prompt_len, temperature):
-    """[B, T] log-prob of each response token (sequences[:, prompt_len:]) under ``model``."""
+def forward(model, seq, attention_mask, prompt_len, response_mask, temperature, entropies=False):
+    """[B, T] log-prob of each response token (seq[:, prompt_len:]) under ``model``, and with
+    ``entropies`` the policy's entropy there (else None); 0 off ``response_mask``."""
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding: count real tokens
-    logits = model(sequences, attention_mask=attention_mask, position_ids=positions).logits
+    logits = model(seq, attention_mask=attention_mask, position_ids=positions).logits
     logits = logits[:, prompt_len - 1 : -1].float() / temperature  # position t predicts t + 1
-    return torch.log_softmax(logits, -1).gather(-1, sequences[:, prompt_len:, None])[..., 0]
+    logp = torch.log_softmax(logits, -1)
+    out = logp.gather(-1, seq[:, prompt_len:, None])[..., 0].masked_fill(~response_mask, 0.0)
+    if not entropies:
+        return out, None
+    return out, (-(logp.exp() * logp).sum(-1)).masked_fill(~response_mask, 0.0)
+
+
+def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
+    """Sample G responses per problem (rows i*G .. i*G+G-1 are problem i's group), verify
+    them, GRPO advantages and old log-probs: one generation's tensors, as a dict."""
+    G = args.group_size
+    model.eval()
+    enc = tok([p.prompt for p in problems], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        seq = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=args.temperature,
+            top_k=0,  # sample from the full distribution
+            top_p=1.0,
+            max_new_tokens=args.max_new_tokens,
+            num_return_sequences=G,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        prompt_len = enc["input_ids"].shape[1]
+        response = seq[:, prompt_len:]  # [B, T]
+        # a response's tokens run up to and including its first EOS
+        is_eos = (response == tok.eos_token_id).long()
+        response_mask = (is_eos.cumsum(1) - is_eos) == 0  # [B, T] bool
+        full_mask = torch.cat(
+            [enc["attention_mask"].repeat_interleave(G, 0), response_mask.long()], 1
+        )
+        old, ent = forward(
+            model, seq, full_mask, prompt_len, response_mask, args.temperature, entropies
+        )
+    # rewards: each response verified against its prompt's answer (tokens after the EOS
+    # become padding, which decoding skips)
+    texts = tok.batch_decode(
+        response.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True
+    )
+    rows = [p for p in problems for _ in range(G)]
+    rewards = torch.tensor(
+        [tasks.verify(p, t) for p, t in zip(rows, texts, strict=True)], dtype=torch.float32
+    )
+    # GRPO advantages: standardize rewards within each group
+    by_group = rewards.view(-1, G)
+    adv = (by_group - by_group.mean(1, keepdim=True)) / (by_group.std(1, keepdim=True) + 1e-6)
+    return {
+        "problems": list(problems),
+        "domain_ids": list(domain_ids),
+        "seq": seq,
+        "attention_mask": full_mask,
+        "prompt_len": prompt_len,
+        "response_mask": response_mask,
+        "rewards": rewards,
+        "advantages": adv.reshape(-1, 1) * response_mask,  # [B, T], constant over a response
+        "old_log_probs": old,
+        "entropies": ent,
+    }
+
+
+def first_groups(part: dict, n: int, G: int) -> dict:
+    """A generation's first ``n`` groups (what a refill round gives the step)."""
+    return {
+        k: v[: n * G] if isinstance(v, torch.Tensor) else v[:n] if isinstance(v, list) else v
+        for k, v in part.items()
+    }
+
+
+def cat_right(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """[B_i, T_i] tensors -> [sum B_i, max T_i], each right-padded with zeros."""
+    T = max(t.shape[1] for t in tensors)
+    return torch.cat([torch.cat([t, t.new_zeros(t.shape[0], T - t.shape[1])], 1) for t in tensors])
+
+
+def batch_of(parts: list[dict], domains, step: int, G: int) -> RolloutBatch:
+    """The `RolloutBatch` of a step's generations (the strategy's view of them)."""
+    problems = [p for part in parts for p in part["problems"]]
+    domain_ids = [d for part in parts for d in part["domain_ids"]]
+    entropies = parts[0]["entropies"] is not None
+    return RolloutBatch(
+        rewards=torch.cat([part["rewards"] for part in parts]),
+        response_mask=cat_right([part["response_mask"] for part in parts]),
+        group_ids=torch.arange(len(problems)).repeat_interleave(G),
+        domain_ids=torch.tensor(domain_ids).repeat_interleave(G),
+        domains=domains,
+        advantages=cat_right([part["advantages"] for part in parts]),
+        old_log_probs=cat_right([part["old_log_probs"] for part in parts]),
+        entropies=cat_right([part["entropies"] for part in parts]) if entropies else None,
+        prompt_keys=tuple(p.key for p in problems for _ in range(G)),
+        step=step,
+    )
+
+
+def generate_step(driver, model, tok, tasks, args, step):
+    """Draw, generate and score the step's prompts, with the strategy's refill rounds:
+    (the generations the step trains on, their `RolloutBatch`)."""
+    P, G, domains = args.prompts_per_step, args.group_size, tasks.domains
+    entropies = "entropies" in driver.strategy.requires  # the strategy declares what it reads
+    problems, domain_ids, _ = driver.draw(P, step)  # mixing and skipping happen here
+    parts = [rollout(model, tok, tasks, problems, domain_ids, args, entropies)]
+    batch = batch_of(parts, domains, step, G)
+    if driver.strategy.refill_rounds:  # dynamic sampling: new groups for the dropped ones
+
+        def generate(items, doms, _round):
+            parts.append(rollout(model, tok, tasks, items, doms, args, entropies))
+            return batch_of(parts[-1:], domains, step, G)
+
+        _, taken, _ = driver.refill(P, step, batch, generate)
+        parts = parts[:1] + [first_groups(p, n, G) for p, n in zip(parts[1:], taken)]
+        batch = batch_of(parts, domains, step, G)
+    return parts, batch
+
+
+def policy_loss(decision, log_probs, old_log_probs, advantages, clip):
+    """The clipped policy-gradient loss per token ([B, T] tensors), weighed and averaged by
+    the decision: its keep mask and weights, over its denominator (`Decision.aggregate`)."""
+    ratio = torch.exp(log_probs - old_log_probs)
+    clipped = ratio.clamp(1 - clip, 1 + clip)
+    return decision.aggregate(-torch.min(ratio * advantages, clipped * advantages))
 
 
 def train(args: Args):
     """Run the loop; returns the trained model and one record per step."""
     random.seed(args.seed)
     torch.manual_seed(args.seed)
+    # the engine's default tasks (the levels the tiny policy was warm-started on), each
+    # domain with its own 0/1 verifier
+    tasks = build_taskset(
+        ("math", "logic", "science"),
+        train_size=args.train_size,
+        difficulty=dict(math=5, logic=3, science=4),
+    )
+    # the strategy, told what this loop fills; the driver draws through an intake: per
+    # domain at the strategy's proportions (uniform when it does not mix). A strategy that
+    # needs more (a field, or the policy's prompt representation) stops here, in one line
+    strategy = Strategy(args.strategy, domains=tasks.domains, available_fields=FIELDS)
+    uniform = torch.full((len(tasks.domains),), 1 / len(tasks.domains), dtype=torch.float64)
+    pools = [tasks.train[d] for d in tasks.domains]
+    intake = Intake(
+        pools, tasks.domains, uniform, seeds=(args.seed, args.seed), key=attrgetter("key")
+    )
+    driver = Driver(strategy, intake, host="minimal_grpo")
+
     tok = AutoTokenizer.from_pretrained(args.policy)
     model = AutoModelForCausalLM.from_pretrained(args.policy)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-
-    # the engine's default tasks (the levels the tiny policy was warm-started on), each
-    # domain with its own 0/1 verifier
-    tasks = build_taskset(("math", "logic", "science"), difficulty=dict(math=5, logic=3, science=4))
-    strategy = Strategy(args.strategy, domains=tasks.domains)
-    P, G = args.prompts_per_step, args.group_size
     history = []
     for step in range(args.steps):
-        # 1. draw P prompts: domains by the strategy's proportions when it mixes, else uniform
-        proportions = strategy.proportions
-        if proportions is None:
-            proportions = torch.full((len(tasks.domains),), 1 / len(tasks.domains))
-        domain_of_prompt = torch.multinomial(proportions, P, replacement=True).tolist()
-        problems = [random.choice(tasks.train[tasks.domains[d]]) for d in domain_of_prompt]
+        proportions = intake.target(strategy)
+        # 1-4. prompts, G responses each, rewards, advantages (and refills)
+        parts, batch = generate_step(driver, model, tok, tasks, args, step)
 
-        # 2. sample G responses per prompt (rows i*G .. i*G+G-1 are prompt i's group)
-        model.eval()
-        enc = tok([p.prompt for p in problems], return_tensors="pt", padding=True)
-        with torch.no_grad():
-            sequences = model.generate(
-                **enc,
-                do_sample=True,
-                temperature=args.temperature,
-                top_k=0,  # sample from the full distribution
-                top_p=1.0,
-                max_new_tokens=args.max_new_tokens,
-                num_return_sequences=G,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
+        # 5. the strategy decides: which responses (tokens) count, how much, over what
+        decision, metrics = driver.decide(batch)
+        advantages = batch.advantages if decision.advantages is None else decision.advantages
+
+        # 6. the loss on every generation the step trains on, one policy update
+        loss_tokens, loss = int(decision.denominator_tokens()), None
+        if bool(decision.keep_mask.any()):
+            model.train()
+            inputs = ("seq", "attention_mask", "prompt_len", "response_mask")
+            log_probs = cat_right(
+                [forward(model, *(p[k] for k in inputs), args.temperature)[0] for p in parts]
             )
-        prompt_len = enc["input_ids"].shape[1]
-        attention_mask = enc["attention_mask"].repeat_interleave(G, 0)
-        response = sequences[:, prompt_len:]  # [B, T]
-        # a response's tokens run up to and including its first EOS
-        is_eos = (response == tok.eos_token_id).long()
-        response_mask = (is_eos.cumsum(1) - is_eos) == 0  # [B, T] bool
-        full_mask = torch.cat([attention_mask, response_mask.long()], 1)
-
-        # 3. rewards: each response verified against its prompt's answer
-        # (tokens after the EOS become padding, which decoding skips)
-        texts = tok.batch_decode(
-            response.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True
-        )
-        rows = [p for p in problems for _ in range(G)]
-        rewards = torch.tensor(
-            [tasks.verify(p, t) for p, t in zip(rows, texts, strict=True)], dtype=torch.float32
-        )
-
-        # 4. GRPO advantages: standardize rewards within each group
-        by_group = rewards.view(P, G)
-        adv = (by_group - by_group.mean(1, keepdim=True)) / (by_group.std(1, keepdim=True) + 1e-6)
-        advantages = adv.reshape(-1, 1) * response_mask  # [B, T], constant over each response
-        with torch.no_grad():
-            old_log_probs = token_log_probs(
-                model, sequences, full_mask, prompt_len, args.temperature
-            )
-
-        # 5. the strategy decides: which responses count, how much, and the next proportions
-        batch = RolloutBatch(
-            rewards=rewards,
-            response_mask=response_mask,
-            group_ids=torch.arange(P).repeat_interleave(G),
-            domain_ids=torch.tensor(domain_of_prompt).repeat_interleave(G),
-            domains=tasks.domains,
-            advantages=advantages,
-            old_log_probs=old_log_probs,
-            prompt_keys=tuple(p.key for p in rows),
-            step=step,
-        )
-        decision = strategy.decide(batch)
-        if decision.advantages is not None:  # selectors that re-centre on the kept subset
-            advantages = decision.advantages
-        weights = decision.weights_per_token  # [B, T]: 0 on dropped responses
-        loss_mask = decision.loss_mask if decision.renormalize else response_mask
-
-        # 6. the clipped policy-gradient loss, weighted per token, averaged over loss_mask
-        model.train()
-        loss_tokens = int(loss_mask.sum())
-        if loss_tokens > 0:
-            log_probs = token_log_probs(model, sequences, full_mask, prompt_len, args.temperature)
-            ratio = torch.exp(log_probs - old_log_probs)
-            clipped = ratio.clamp(1 - args.clip, 1 + args.clip)
-            per_token = -torch.min(ratio * advantages, clipped * advantages) * weights
-            loss = (per_token * loss_mask).sum() / loss_tokens
+            loss = policy_loss(decision, log_probs, batch.old_log_probs, advantages, args.clip)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             optimizer.step()
 
-        kept = float(decision.keep_mask.float().mean())
+        kept = f"{int(decision.keep_mask.sum())}/{batch.batch_size}"
+        shown = {  # what the driver reports, where the strategy has it
+            "kept tokens": "dataflex/kept_token_fraction",
+            "refill rounds": "dataflex/refill/rounds",
+            "skipped": "dataflex/prerollout/candidates_skipped",
+        }
+        extra = "".join(f"  {k} {metrics[m]:.3g}" for k, m in shown.items() if m in metrics)
         print(
-            f"step {step:>3}  reward {rewards.mean():.3f}  kept {kept:.2f}  "
-            f"loss tokens {loss_tokens}"
+            f"step {step:>3}  reward {batch.rewards.mean():.3f}  kept {kept}  "
+            f"loss tokens {loss_tokens}{extra}"
         )
         history.append(
             {
                 "step": step,
-                "rewards": rewards.tolist(),
-                "response_lengths": response_mask.sum(1).tolist(),
+                "rewards": batch.rewards.tolist(),
+                "group_ids": batch.group_ids.tolist(),
+                "response_lengths": batch.response_length.tolist(),
                 "keep_mask": decision.keep_mask.tolist(),
+                "kept_tokens": None
+                if decision.token_keep_mask is None
+                else decision.loss_mask.sum(1).tolist(),
                 "loss_tokens": loss_tokens,
+                "loss": None if loss is None else float(loss.detach()),
                 "proportions": proportions.tolist(),
+                "metrics": metrics,
             }
         )
     return model, history

@@ -5,8 +5,10 @@ and the built-in components register themselves on a registry's first use, so im
 package (or a torch-free part of it, such as ``report``) does not import torch:
 
 - **run a strategy in your own trainer**: `Strategy` (``decide(batch)`` -> `Decision`: keep
-  mask, weights, the next draw's domain proportions), `RolloutBatch` (the batch it reads),
-  `StrategySpec` / `parse_strategy`, `PRESETS`, `ConfigError`;
+  mask, weights, the loss's aggregation, the next draw's domain proportions), `RolloutBatch`
+  (the batch it reads), `Driver` and `Intake` (the step every host runs: draw with mixing and
+  pre-rollout skipping, refill, decide; examples/minimal_grpo.py), `StrategySpec` /
+  `parse_strategy`, `PRESETS`, `ConfigError`;
 - **write a component** (docs/extending.md): the bases `Scorer`, `DomainScorer`, `Selector`,
   `Reweighter`, `Mixer`, `SkipPolicy`; `param` for hyperparameters; the registries
   `SCORERS`, `SELECTORS`, `REWEIGHTERS`, `MIXERS`, `SKIP_POLICIES` (``register(name, cls)``);
@@ -65,6 +67,8 @@ _WHERE = {
     "Decision": "dataflex_rl.core.strategy",
     "Strategy": "dataflex_rl.core.strategy",
     "PRESETS": "dataflex_rl.core.preset",
+    "Driver": "dataflex_rl.hosts.common.driver",
+    "Intake": "dataflex_rl.hosts.common.intake",
     "build_taskset": "dataflex_rl.tasks",
 }
 
@@ -88,6 +92,8 @@ __all__ = [
     "Strategy",
     "Decision",
     "RolloutBatch",
+    "Driver",
+    "Intake",
     "StrategySpec",
     "parse_strategy",
     "PRESETS",

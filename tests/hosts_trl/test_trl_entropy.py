@@ -114,7 +114,7 @@ def test_refill_then_token_selection_over_the_kept_groups(tmp_path):
         groups = batch.group_std > 0  # dapo's: the groups whose rewards are not all equal
         rows = groups.index_select(0, batch.group_ids) & batch.active_mask
         dropped_groups += int((~groups).sum())
-        assert torch.equal(decision.selected_mask, rows)
+        assert torch.equal(decision.loss_rows, rows)
         # the oracle: torch.quantile over the kept groups' valid tokens only
         pool = batch.response_mask & rows[:, None]
         expected = pool & (batch.entropies >= torch.quantile(batch.entropies[pool], 0.8))

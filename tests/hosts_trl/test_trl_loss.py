@@ -121,8 +121,8 @@ def _decision(out, keep, weights=None, renormalize=True, token_weights=None, adv
         keep_mask=keep,
         weights_per_response=torch.where(has, w, 0.0).float(),
         response_mask=mask,
-        renormalize=renormalize,
         advantages_per_response=adv,
+        denominator=keep if renormalize else None,
         token_weights=token_weights,
     )
 

@@ -73,7 +73,7 @@ class RecordingTrainer(DataflexGRPOTrainer):
                     "keep": d.keep_mask.int().tolist(),
                     "weights": [round(w, 6) for w in d.weights_per_response.tolist()],
                     "token_weights": _rounded(d.weights_per_token),
-                    "renormalize": d.renormalize,
+                    "renormalize": d.renormalizes,
                     "proportions": strategy.proportions.tolist(),
                 }
             )

@@ -52,16 +52,16 @@ class Recorder:
         self.proportions: list[torch.Tensor] = []
         learn, quota = trainer.learner.learn, trainer.driver.intake.sampler.quota
 
-        def _update(rollout, advantages, weights, mask, kept_mask, step):
+        def _update(rollout, advantages, decision, step):
             self.updates.append(
                 {
                     "response_mask": rollout.response_mask.clone(),
                     "advantages": advantages.clone(),
-                    "weights": weights.clone(),
-                    "mask": mask.clone(),
+                    "weights": decision.weights_per_token.clone(),
+                    "mask": decision.denominator_mask.clone(),
                 }
             )
-            return learn(rollout, advantages, weights, mask, kept_mask, step)
+            return learn(rollout, advantages, decision, step)
 
         def _quota(proportions, n):  # every draw asks the sampler for its quota once
             self.proportions.append(proportions.clone().double())

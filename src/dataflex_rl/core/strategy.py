@@ -70,12 +70,15 @@ class Decision:
     """What a strategy decided for one batch (see docs/concepts.md#the-decision); held per
     response, its [B, T] views are built on first access and cached.
 
+    The loss is `aggregate`: the per-token loss times `weights_per_token`, summed over
+    `denominator_mask` and divided by its token count. A host that computes its own loss
+    reads those two (or, removing whole rows, `loss_rows`); nothing else shapes it.
+
     Attributes:
         keep_mask: [B] bool, responses that take part in the update.
         weights_per_response: [B] float32, mean weight over each row's tokens in the loss;
             0 for dropped, padding and invalid rows and for rows without tokens.
         response_mask: [B, T] bool, the batch's valid tokens (not copied).
-        renormalize: the rows ``select`` dropped leave the loss's denominator.
         advantages_per_response: [B] recomputed advantages, or None to keep the host's.
         proportions: [D] domain proportions for the next batches when an update was due.
         metrics: ``dataflex/...`` scalars.
@@ -85,15 +88,16 @@ class Decision:
         token_scale, token_offset: [B] the normalization of ``token_weights`` (None: 1 and 0).
         token_keep_mask: [B, T] bool, the tokens ``tokens`` kept (None: every valid token of
             a kept row).
-        renormalize_tokens: the loss is averaged over ``loss_mask`` only.
-        selected_mask: [B] bool, the rows ``select`` kept, before ``tokens`` (None:
-            ``keep_mask``).
+        denominator: what the loss is averaged over, as the strategy set it (hosts read
+            `denominator_mask`): None, every valid token (dropped rows and tokens count with
+            weight 0); [B] bool, the valid tokens of these rows (``select.renormalize``: the
+            rows ``select`` kept); [B, T] bool, these valid tokens (``tokens.renormalize``:
+            the kept tokens).
     """
 
     keep_mask: Tensor
     weights_per_response: Tensor
     response_mask: Tensor = field(repr=False)
-    renormalize: bool = False
     advantages_per_response: Tensor | None = None
     proportions: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
@@ -101,8 +105,7 @@ class Decision:
     token_scale: Tensor | None = field(default=None, repr=False)
     token_offset: Tensor | None = field(default=None, repr=False)
     token_keep_mask: Tensor | None = field(default=None, repr=False)
-    renormalize_tokens: bool = False
-    selected_mask: Tensor | None = field(default=None, repr=False)
+    denominator: Tensor | None = field(default=None, repr=False)
 
     @property
     def per_token(self) -> bool:
@@ -117,26 +120,75 @@ class Decision:
 
     @property
     def renormalizes(self) -> bool:
-        """Whether the loss is averaged over `denominator_mask`."""
-        return self.renormalize or self.renormalize_tokens
+        """Whether rows or tokens leave the loss's denominator (`denominator_mask` is not
+        every valid token)."""
+        return self.denominator is not None
+
+    @property
+    def drops_tokens(self) -> bool:
+        """Whether single tokens, not only whole rows, leave the loss's denominator
+        (``tokens.renormalize``): a host that can only remove whole rows refuses it."""
+        return self.denominator is not None and self.denominator.dim() == 2
 
     @property
     def loss_rows(self) -> Tensor:
-        """[B] bool, the rows that stay in the loss's denominator."""
-        if self.renormalize_tokens:
-            return self.keep_mask
-        if self.renormalize:
-            return self.keep_mask if self.selected_mask is None else self.selected_mask
-        return torch.ones_like(self.keep_mask)
+        """[B] bool, the rows that stay in the loss's denominator (what a host that removes
+        whole rows reads; with `drops_tokens`, the rows with a token in it)."""
+        d = self.denominator
+        if d is None:
+            return torch.ones_like(self.keep_mask)
+        return d if d.dim() == 1 else self.denominator_mask.any(1)
 
     @cached_property
     def denominator_mask(self) -> Tensor:
         """[B, T] bool, the tokens the loss is averaged over."""
-        if not self.renormalizes:
+        d = self.denominator
+        if d is None:
             return self.response_mask
-        if self.renormalize_tokens:
-            return self.loss_mask
-        return self.response_mask & self.loss_rows[:, None]
+        if d.dim() == 1:
+            return self.response_mask & d[:, None]
+        return self.loss_mask if d is self.token_keep_mask else self.response_mask & d
+
+    def denominator_tokens(self, rows: Tensor | None = None) -> Tensor:
+        """int64 scalar, the tokens of `denominator_mask` (of ``rows`` only, [B] bool: a
+        host that also leaves rows without a gradient out, the engine's
+        ``informative-token-mean``)."""
+        m = self.denominator_mask
+        return m.sum() if rows is None else m[rows].sum()
+
+    def aggregate(
+        self,
+        per_token_loss: Tensor,
+        rows: Tensor | None = None,
+        num_tokens: Tensor | int | None = None,
+    ) -> Tensor:
+        """The loss: ``sum(per_token_loss x weights_per_token over denominator_mask) /
+        num_tokens`` (0 when nothing is in the denominator), with the graph of
+        ``per_token_loss``.
+
+        Args:
+            per_token_loss: [B, T] the unweighted per-token loss; or, with ``rows``, [R, T']
+                the loss of those rows and their first T' tokens (the rows and tokens left
+                out must have a zero weighted loss: a host that skips rows without a
+                gradient).
+            rows: [R] int64 indices of the rows ``per_token_loss`` holds (None: all).
+            num_tokens: the denominator (default: `denominator_tokens` of the whole batch).
+        """
+        w, m = self.weights_per_token, self.denominator_mask
+        if rows is not None:
+            w, m = w[rows], m[rows]
+        shape = tuple(per_token_loss.shape)
+        if per_token_loss.dim() != 2 or shape[0] != w.shape[0] or shape[1] > w.shape[1]:
+            raise ValueError(
+                f"aggregate: per_token_loss must be [{w.shape[0]}, <= {w.shape[1]}] "
+                f"(the decision's rows{'' if rows is None else ' picked by rows'}), got {shape}"
+            )
+        T = shape[1]
+        values = per_token_loss * w[:, :T].to(per_token_loss)  # its dtype and device
+        mask = m[:, :T].to(values)
+        den = self.denominator_tokens() if num_tokens is None else num_tokens
+        den = torch.as_tensor(den, dtype=values.dtype, device=values.device)
+        return (values * mask).sum() / den.clamp(min=1.0)
 
     @cached_property
     def weights_per_token(self) -> Tensor:
@@ -411,11 +463,15 @@ class Strategy:
         if self._history is not None:
             self.parts["prerollout"][1].observe(batch, self._history)
             self._history.update(batch)
+        denominator = None  # every valid token
+        if renormalize_tokens:
+            denominator = token_keep
+        elif renormalize:
+            denominator = selected if selected is not None else keep
         decision = Decision(
             keep,
             weights.per_response,
             batch.response_mask,
-            renormalize,
             advantages,
             proportions,
             metrics,
@@ -423,8 +479,7 @@ class Strategy:
             weights.token_scale,
             weights.token_offset,
             token_keep,
-            renormalize_tokens,
-            selected,
+            denominator,
         )
         metrics.update(
             step_metrics(

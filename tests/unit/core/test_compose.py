@@ -32,7 +32,7 @@ def test_tokens_are_chosen_among_the_groups_select_kept():
     d = Strategy(DAPO_ENTROPY).decide(batch())
     assert _tokens(d.token_keep_mask) == COMBINED
     assert d.keep_mask.tolist() == [bool(i in (0, 1, 3, 8, 9)) for i in range(12)]
-    assert d.selected_mask.tolist() == [bool(k) for k in DAPO_ROWS]
+    assert d.loss_rows.tolist() == [bool(k) for k in DAPO_ROWS]
     assert d.weights_per_token[d.token_keep_mask].tolist() == [1.0] * 5
     assert float(d.weights_per_token.sum()) == 5.0
     assert d.metrics["dataflex/select/active"] == 1.0
@@ -60,22 +60,67 @@ def test_the_denominator_holds_every_token_of_the_kept_groups():
     # dropped tokens stay, weight 0): the loss is averaged over the 22 tokens of groups 0
     # and 2, rows 2, 10 and 11 included though none of their tokens is kept
     d = Strategy(DAPO_ENTROPY).decide(batch())
-    assert d.renormalize and not d.renormalize_tokens and d.renormalizes
+    assert d.renormalizes and not d.drops_tokens
     assert d.loss_rows.tolist() == [bool(k) for k in DAPO_ROWS]
     assert torch.equal(d.denominator_mask, batch().response_mask & d.loss_rows[:, None])
     assert int(d.denominator_mask.sum()) == 22
 
 
+def test_the_loss_is_the_kept_tokens_over_every_token_of_the_kept_groups():
+    # a per-token loss equal to the entropies: the five kept tokens hold 2 + 1.5 + 3 + 1 + .5
+    # = 8. dapo_entropy averages over the kept groups' 22 tokens: 8 / 22 (the kept tokens
+    # alone, 8 / 5, would be 4.4x that); tokens.renormalize: 8 / 5; renormalizing
+    # nothing: over all 32 valid tokens, 8 / 32
+    b = batch()
+    loss = b.entropies.clone().requires_grad_(True)
+    d = Strategy(DAPO_ENTROPY).decide(b)
+    total = d.aggregate(loss)
+    assert float(total.detach()) == pytest.approx(8 / 22)
+    total.backward()  # the gradient: 1 / 22 on each kept token, 0 elsewhere
+    assert torch.equal(loss.grad, d.token_keep_mask.float() / 22)
+    spec = {**DAPO_ENTROPY, "tokens": {"preset": "high_entropy", "renormalize": True}}
+    assert float(Strategy(spec).decide(b).aggregate(b.entropies)) == pytest.approx(8 / 5)
+    spec = {**DAPO_ENTROPY, "select": {"preset": "dapo", "renormalize": False}}
+    assert float(Strategy(spec).decide(b).aggregate(b.entropies)) == pytest.approx(8 / 32)
+
+
+def test_aggregate_on_some_rows_and_tokens_and_its_own_denominator():
+    # the engine computes the loss on the rows with a gradient only, up to their longest
+    # response: rows 0, 3 and 9 hold the kept tokens (0, 0), (3, 2), (9, 1): 2 + 3 + .5
+    b = batch()
+    d = Strategy(DAPO_ENTROPY).decide(b)
+    rows = torch.tensor([0, 3, 9])
+    part = b.entropies[rows, :3]
+    assert float(d.aggregate(part, rows)) == pytest.approx(5.5 / 22)
+    # informative-token-mean: rows 0-3 and 8-11 hold 10 + 12 tokens; of rows 0 and 1, 6
+    informative = torch.zeros(12, dtype=torch.bool)
+    informative[[0, 1]] = True
+    assert int(d.denominator_tokens(informative)) == 6
+    assert float(d.aggregate(part, rows, d.denominator_tokens(informative))) == pytest.approx(
+        5.5 / 6
+    )
+    with pytest.raises(ValueError, match=r"aggregate: per_token_loss must be \[3, <= 4\]"):
+        d.aggregate(b.entropies, rows)
+    # nothing in the denominator: 0, not NaN
+    empty = Strategy(
+        {"select": {"scorer": "reward", "actuator": {"name": "band", "low": 5, "high": 6}}}
+    )
+    with pytest.warns(UserWarning, match="dropped every response"):
+        e = empty.decide(b)
+    assert float(e.aggregate(b.entropies)) == 0.0
+
+
 def test_renormalized_tokens_leave_the_denominator_too():
     spec = {**DAPO_ENTROPY, "tokens": {"preset": "high_entropy", "renormalize": True}}
     d = Strategy(spec).decide(batch())
-    assert d.renormalize_tokens and d.metrics["dataflex/tokens/renormalize"] == 1.0
+    assert d.drops_tokens and d.metrics["dataflex/tokens/renormalize"] == 1.0
     assert torch.equal(d.denominator_mask, d.loss_mask)
     assert int(d.denominator_mask.sum()) == 5
     # whatever select's flag: the loss is averaged over the kept tokens only
     spec["select"] = {"preset": "dapo", "renormalize": False}
     d = Strategy(spec).decide(batch())
-    assert not d.renormalize and d.renormalizes and int(d.denominator_mask.sum()) == 5
+    assert d.metrics["dataflex/select/renormalize"] == 0.0
+    assert d.drops_tokens and int(d.denominator_mask.sum()) == 5
 
 
 def test_without_renormalizing_the_denominator_is_every_valid_token():

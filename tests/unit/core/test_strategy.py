@@ -201,7 +201,8 @@ def test_difffilter_decision_end_to_end():
     assert d.keep_mask.tolist() == [False] * 5 + [True] * 5 + [False] * 5
     assert torch.equal(d.loss_mask, b.response_mask & d.keep_mask[:, None])
     assert torch.equal(d.weights_per_token, d.loss_mask.float())
-    assert d.renormalize is True and d.advantages is None
+    assert d.renormalizes and not d.drops_tokens and d.advantages is None
+    assert torch.equal(d.denominator_mask, d.loss_mask)  # the kept rows' tokens
     m = d.metrics
     assert m["dataflex/kept_response_fraction"] == pytest.approx(1 / 3)
     assert m["dataflex/kept_group_fraction"] == pytest.approx(1 / 3)
@@ -252,7 +253,7 @@ def test_maxvar_recomputes_advantages_on_the_kept_subset():
     d = Strategy(
         {"select": {"preset": "maxvar", "recompute_advantages": False, "renormalize": False}}
     ).decide(b)
-    assert d.advantages is None and d.renormalize is False
+    assert d.advantages is None and not d.renormalizes
 
 
 def test_reweight_uses_the_recomputed_advantages():

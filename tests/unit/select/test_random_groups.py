@@ -115,7 +115,7 @@ def test_in_a_strategy_the_loss_keeps_the_full_denominator():
     s = Strategy({"name": "harm", "select": {"actuator": "random_groups"}})
     d = s.decide(batch(advantages=[0.7, -0.7, 0, 0, 0, 0, 0.7, -0.7]))
     assert d.keep_mask.tolist() == [False, False, True, True, True, True, True, True]
-    assert d.renormalize is False and d.advantages is None
+    assert not d.renormalizes and d.advantages is None
     assert d.metrics["dataflex/select/renormalize"] == 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("error", StrategyWarning)  # groups without signal stay

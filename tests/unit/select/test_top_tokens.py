@@ -97,7 +97,8 @@ def test_decision_drops_rows_without_kept_tokens_and_zeroes_dropped_tokens():
     assert d.weights_per_response.tolist() == [0.0, 1.0, 1.0]  # weight 1 on kept tokens
     assert d.weights_per_token.tolist() == [[0, 0], [0, 1], [1, 1]]
     assert torch.equal(d.loss_mask, d.token_keep_mask)
-    assert not d.renormalize  # TRL's choice: the other tokens stay in the denominator
+    # TRL's choice: the other tokens stay in the denominator
+    assert not d.renormalizes and d.denominator_mask is d.response_mask
     assert d.metrics["dataflex/kept_token_fraction"] == 0.5
     assert d.metrics["dataflex/kept_response_fraction"] == pytest.approx(2 / 3)
 
@@ -130,7 +131,7 @@ def test_renormalize_averages_over_kept_tokens():
     b = _batch([[1, 2], [3, 4], [5, 6]], [2, 2, 2])
     spec = {"tokens": {**HIGH["tokens"], "renormalize": True}}
     d = Strategy(spec).decide(b)
-    assert d.renormalize_tokens and not d.renormalize
+    assert d.renormalizes and d.drops_tokens
     assert torch.equal(d.denominator_mask, d.loss_mask) and int(d.loss_mask.sum()) == 3
 
 

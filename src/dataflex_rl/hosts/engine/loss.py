@@ -1,5 +1,6 @@
 """GRPO pieces with verl's semantics: response log-probs, the ``vanilla`` clipped policy loss
-(dual clip; per-token weights as verl's ``rollout_is_weights``), ``token-mean``, k3 KL."""
+per token (dual clip; the decision weighs it as verl's ``rollout_is_weights`` and averages it,
+`Decision.aggregate`), ``token-mean``, k3 KL."""
 
 from __future__ import annotations
 
@@ -48,17 +49,17 @@ def policy_loss(
     old_log_probs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    weights: Tensor | None = None,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     clip_ratio_c: float = 3.0,
-    num_tokens: Tensor | int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped-ratio policy loss with per-token weights, token-mean over ``mask``.
+    """Clipped-ratio policy loss per token; the decision weighs and averages it
+    (`Decision.aggregate`).
 
     Per token: ``l = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))``, for
-    ``A < 0`` also ``min(l, -A clip_ratio_c)`` (dual clip), times ``weights``. All tensors
-    [B, T]; returns (loss, metrics: clip and dual-clip fractions, approx KL to the sampler).
+    ``A < 0`` also ``min(l, -A clip_ratio_c)`` (dual clip). All tensors [B, T]; returns (the
+    [B, T] loss, metrics over ``mask``: clip and dual-clip fractions, approx KL to the
+    sampler).
     """
     log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()
@@ -67,9 +68,6 @@ def policy_loss(
     loss1 = torch.maximum(unclipped, clipped)
     loss_dual = torch.minimum(loss1, -advantages * clip_ratio_c)
     per_token = torch.where(advantages < 0, loss_dual, loss1)
-    if weights is not None:
-        per_token = per_token * weights
-    loss = masked_token_mean(per_token, mask, num_tokens)
     with torch.no_grad():
         metrics = {
             "clip_fraction": float(masked_token_mean((clipped > unclipped).float(), mask)),
@@ -78,7 +76,7 @@ def policy_loss(
             ),
             "approx_kl_to_sampler": float(masked_token_mean(-log_ratio, mask)),
         }
-    return loss, metrics
+    return per_token, metrics
 
 
 def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:

@@ -180,13 +180,8 @@ class EmbeddedTrainer:
         decision = self._decide(batch, t_gen, metrics)
         t_strat = time.perf_counter() - t1
         advantages = decision.advantages if decision.advantages is not None else batch.advantages
-        mask = decision.denominator_mask if decision.renormalizes else rollout.response_mask
         t2 = time.perf_counter()
-        metrics.update(
-            self.learner.learn(
-                rollout, advantages, decision.weights_per_token, mask, decision.loss_mask, step
-            )
-        )
+        metrics.update(self.learner.learn(rollout, advantages, decision, step))
         metrics.update(reward_metrics(rewards, domain_idx, rollout, self.domains))
         metrics["engine/tokens_generated"] = generated  # refill groups not trained on too
         metrics.update(

@@ -1,5 +1,5 @@
-"""The engine's policy update: the clipped GRPO loss (`loss`) with a decision's weights and mask,
-plus an optional k3 KL to the initial policy, then an SGD or AdamW step with gradient clipping."""
+"""The engine's policy update: the clipped GRPO loss (`loss`) weighed and averaged by the decision
+(`Decision.aggregate`), plus an optional k3 KL to the initial policy, then an SGD or AdamW step with gradient clipping."""
 
 from __future__ import annotations
 
@@ -7,9 +7,25 @@ import copy
 
 import torch
 
+from dataflex_rl.core.strategy import Decision
 from dataflex_rl.hosts.engine.config import GRPOConfig, OptimConfig
 from dataflex_rl.hosts.engine.loss import kl_k3, masked_token_mean, policy_loss, response_log_probs
 from dataflex_rl.hosts.engine.sampler import Rollout
+
+
+def gradient_rows(
+    decision: Decision, advantages: torch.Tensor, loss_agg: str, kl: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B] bool the rows the update computes the loss on, the loss's denominator): the rows
+    that can have a gradient (a weighted advantage not 0 on a token of the denominator; with
+    a KL term, every kept row); the denominator is `Decision.denominator_tokens`, of the
+    rows with a weighted advantage only under ``informative-token-mean``. The loss of the
+    rows left out is 0, so ``decision.aggregate`` on the others is the whole batch's."""
+    signal = (advantages * decision.weights_per_token != 0) & decision.denominator_mask
+    informative = signal.any(1)
+    rows = informative | (decision.loss_mask.any(1) if kl else False)
+    num_tokens = decision.denominator_tokens(None if loss_agg == "token-mean" else informative)
+    return rows, num_tokens
 
 
 class Learner:
@@ -33,22 +49,17 @@ class Learner:
         )
 
     def learn(
-        self,
-        rollout: Rollout,
-        advantages: torch.Tensor,
-        weights: torch.Tensor,
-        mask: torch.Tensor,
-        kept_mask: torch.Tensor,
-        step: int,
+        self, rollout: Rollout, advantages: torch.Tensor, decision: Decision, step: int
     ) -> dict[str, float]:
         """Policy-gradient update on the rows that can have a gradient (a weighted advantage
-        not 0 somewhere; with a KL term, every kept row). With ``loss_agg: token-mean`` the
-        other rows still count in the denominator (as in verl)."""
+        not 0 somewhere; with a KL term, every kept row); the loss is the decision's
+        (`Decision.aggregate`). With ``loss_agg: token-mean`` the other rows still count in
+        the denominator (as in verl)."""
         g, o = self.grpo, self.optim
-        signal = (advantages * weights != 0) & mask
-        informative = signal.any(1)
-        rows = informative | (kept_mask.any(1) if self.ref_model is not None else False)
-        num_tokens = mask.sum() if g.loss_agg == "token-mean" else mask[informative].sum()
+        mask, kept_mask = decision.denominator_mask, decision.loss_mask
+        rows, num_tokens = gradient_rows(
+            decision, advantages, g.loss_agg, self.ref_model is not None
+        )
         lr = o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
         out = {
             "engine/rows_in_loss_fraction": float(rows.float().mean()),
@@ -68,7 +79,6 @@ class Learner:
             "rmask": rollout.response_mask[idx, :T],
             "old": rollout.old_log_probs[idx, :T],
             "adv": advantages[idx, :T],
-            "w": weights[idx, :T],
             "mask": mask[idx, :T],
             "kept": kept_mask[idx, :T],
         }
@@ -87,17 +97,10 @@ class Learner:
             logp = response_log_probs(
                 self.model, p_ids, p_mask, sub["resp"], sub["rmask"], g.temperature
             )
-            loss, pg = policy_loss(
-                logp,
-                sub["old"],
-                sub["adv"],
-                sub["mask"],
-                sub["w"],
-                g.clip_low,
-                g.clip_high,
-                g.clip_ratio_c,
-                num_tokens=num_tokens,
+            per_token, pg = policy_loss(
+                logp, sub["old"], sub["adv"], sub["mask"], g.clip_low, g.clip_high, g.clip_ratio_c
             )
+            loss = decision.aggregate(per_token, idx, num_tokens)
             total = loss
             if ref_logp is not None:
                 kl = masked_token_mean(

@@ -91,16 +91,15 @@ def apply_decision(
             f"lengths[{rows}] {lengths[rows].tolist()} differ from this rank's loss tokens "
             f"per row {local_len.tolist()}: the decision is not over these rows"
         )
-    if decision.renormalize_tokens:
+    if decision.drops_tokens:
         raise ValueError(
-            "decision.renormalize_tokens: TRL's completion_mask is also the completion's "
+            "decision.drops_tokens: TRL's completion_mask is also the completion's "
             "attention mask, so single tokens cannot leave its denominators"
         )
     valid = torch.ones(N, dtype=torch.bool) if invalid is None else ~invalid.to(torch.bool)
-    if decision.renormalize:
+    stays = valid
+    if decision.renormalizes:  # the rows of `Decision.denominator_mask`, whole
         stays = decision.loss_rows & (lengths > 0) & valid
-    else:
-        stays = valid
     n_stay = int(stays.sum())
     c = N / n_stay if loss_type in ROW_LOSSES and n_stay > 0 else 1.0
 

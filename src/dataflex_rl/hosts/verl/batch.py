@@ -156,8 +156,8 @@ def writeback(
     """The fields that make verl's loss follow ``decision`` (docs/hosts/verl.md).
 
     * ``rollout_is_weights`` = existing (verl's rollout correction) x ours; 0 off the kept tokens.
-    * with ``renormalize`` (or ``renormalize_tokens``): the masks are also zeroed outside
-      ``denominator_mask``, so token-mean divides by those tokens only (unless nothing is
+    * when the decision ``renormalizes``: the masks are also zeroed outside
+      ``denominator_mask``, so verl's token-mean is `Decision.aggregate` (unless nothing is
       kept: 0/0 would be NaN; weights 0 give loss and gradient 0).
     * invalid rows (non-finite reward or advantage) get masks 0 and advantages 0.
     * recomputed advantages replace verl's advantages and returns.

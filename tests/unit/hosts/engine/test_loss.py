@@ -11,13 +11,17 @@ from dataflex_rl.hosts.engine.loss import kl_k3, masked_token_mean, policy_loss,
 from dataflex_rl.hosts.engine.sampler import sample_groups
 
 
-def _loss(adv, log_ratio, weights=None, mask=None, **kw):
+def _loss(adv, log_ratio, weights=None, mask=None, num_tokens=None, **kw):
+    """The per-token loss weighed by ``weights`` and token-meaned over ``mask`` (what
+    `Decision.aggregate` does with it), and the metrics."""
     lp = torch.tensor([log_ratio], dtype=torch.float32)
     old = torch.zeros_like(lp)
     a = torch.tensor([adv], dtype=torch.float32)
     m = torch.ones_like(lp, dtype=torch.bool) if mask is None else torch.tensor([mask])
-    w = None if weights is None else torch.tensor([weights], dtype=torch.float32)
-    return policy_loss(lp, old, a, m, w, **kw)
+    per_token, metrics = policy_loss(lp, old, a, m, **kw)
+    if weights is not None:
+        per_token = per_token * torch.tensor([weights], dtype=torch.float32)
+    return masked_token_mean(per_token, m, num_tokens), metrics
 
 
 @pytest.mark.parametrize(
@@ -40,36 +44,30 @@ def test_policy_loss_clip_and_dual_clip(adv, ratio, expected):
     assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
-def test_policy_loss_weights_multiply_per_token_before_token_mean():
-    # tokens: A = [1, 1, -1], ratio 1 -> per-token losses [-1, -1, 1]
-    # weights [2, 0, 1] -> [-2, 0, 1]; token-mean over 3 tokens = -1/3
-    loss, _ = _loss([1.0, 1.0, -1.0], [0.0, 0.0, 0.0], weights=[2.0, 0.0, 1.0])
-    assert float(loss) == pytest.approx(-1 / 3)
-    # masking the last token: [-2, 0] over 2 tokens = -1
-    loss, _ = _loss(
-        [1.0, 1.0, -1.0], [0.0, 0.0, 0.0], weights=[2.0, 0.0, 1.0], mask=[True, True, False]
+def test_policy_loss_is_per_token():
+    # tokens: A = [1, 1, -1], ratio 1 -> per-token losses [-1, -1, 1] whatever the mask
+    # (the decision weighs and averages them: Decision.aggregate)
+    lp = torch.zeros(1, 3)
+    per_token, _ = policy_loss(
+        lp, lp, torch.tensor([[1.0, 1.0, -1.0]]), torch.tensor([[True, True, False]])
     )
-    assert float(loss) == pytest.approx(-1.0)
+    assert per_token.tolist() == [[-1.0, -1.0, 1.0]]
 
 
-def test_policy_loss_num_tokens_sets_the_denominator():
+def test_masked_token_mean_num_tokens_sets_the_denominator():
     # two tokens with loss -1 each, but the batch had 8 tokens: -2 / 8
     loss, _ = _loss([1.0, 1.0], [0.0, 0.0], num_tokens=8)
     assert float(loss) == pytest.approx(-0.25)
 
 
-def test_policy_loss_gradient_is_advantage_times_weight_over_tokens():
-    # d/d logp of -A w exp(logp - old) at ratio 1 is -A w; token-mean divides by 2
+def test_policy_loss_gradient_is_minus_the_advantage_at_ratio_one():
+    # d/d logp of -A exp(logp - old) at ratio 1 is -A
     lp = torch.zeros(1, 2, requires_grad=True)
-    loss, _ = policy_loss(
-        lp,
-        torch.zeros(1, 2),
-        torch.tensor([[2.0, -1.0]]),
-        torch.ones(1, 2, dtype=torch.bool),
-        torch.tensor([[0.5, 3.0]]),
+    per_token, _ = policy_loss(
+        lp, torch.zeros(1, 2), torch.tensor([[2.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool)
     )
-    loss.backward()
-    torch.testing.assert_close(lp.grad, torch.tensor([[-2 * 0.5 / 2, 1 * 3.0 / 2]]))
+    per_token.sum().backward()
+    torch.testing.assert_close(lp.grad, torch.tensor([[-2.0, 1.0]]))
 
 
 def test_policy_loss_metrics_count_clipped_tokens():

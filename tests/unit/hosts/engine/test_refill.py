@@ -163,11 +163,13 @@ def test_dapo_and_high_entropy_in_one_strategy_refill_then_select_tokens(tasks, 
     assert [m[R + "full"] for m in ms] == [1.0] * 3
     assert [m[R + "discarded"] for m in ms] == [2.0, 1.0, 0.0]
     assert [b.num_groups for b, _ in seen] == [6, 7, 4]
-    for (b, d), (_, adv, weights, mask, _, _), m in zip(seen, learned, ms):
+    for (b, d), (_, adv, learned_d, _), m in zip(seen, learned, ms):
+        assert learned_d is d
+        weights, mask = d.weights_per_token, d.denominator_mask
         groups = b.group_std > 0  # the groups with signal: dapo's
         rows = groups.index_select(0, b.group_ids)
         assert int(groups.sum()) == 4
-        assert torch.equal(d.selected_mask, rows)
+        assert torch.equal(d.loss_rows, rows)
         # the oracle: torch.quantile over the kept groups' valid tokens only
         pool = b.response_mask & rows[:, None]
         threshold = torch.quantile(b.entropies[pool], 0.8)

@@ -8,7 +8,7 @@ import torch
 from dataflex_rl.hosts.engine.batch import grpo_batch, reward_metrics, zero_variance_metrics
 from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.engine.data import tasks_from_config
-from dataflex_rl.hosts.engine.loss import policy_loss, response_log_probs
+from dataflex_rl.hosts.engine.loss import masked_token_mean, policy_loss, response_log_probs
 from dataflex_rl.hosts.engine.noise import derive_seed
 from dataflex_rl.hosts.engine.policy import build_tiny_policy
 from dataflex_rl.hosts.engine.tokenizer import CharTokenizer
@@ -84,9 +84,8 @@ def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
             rollout.response_ids[rows],
             mask[rows],
         )
-        loss, _ = policy_loss(
-            lp, rollout.old_log_probs[rows], adv[rows], mask[rows], w[rows], num_tokens=mask.sum()
-        )
+        per_token, _ = policy_loss(lp, rollout.old_log_probs[rows], adv[rows], mask[rows])
+        loss = masked_token_mean(per_token * w[rows], mask[rows], num_tokens=mask.sum())
         loss.backward()
         return torch.cat([p.grad.flatten() for p in model.parameters()])
 

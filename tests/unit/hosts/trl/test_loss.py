@@ -49,8 +49,8 @@ def _decision(keep, renormalize=True, token_weights=None, adv=None, weights=None
         keep_mask=keep,
         weights_per_response=torch.where(LENGTHS > 0, w * keep, 0.0),
         response_mask=_mask(LENGTHS, 3 if token_weights is None else token_weights.shape[1]).bool(),
-        renormalize=renormalize,
         advantages_per_response=adv,
+        denominator=keep if renormalize else None,
         token_weights=token_weights,
     )
 
@@ -161,10 +161,9 @@ def _selected_then_tokens(renormalize_tokens=False):
         keep_mask=keep,
         weights_per_response=keep.float(),
         response_mask=_mask(LENGTHS, 3).bool(),
-        renormalize=True,
         token_keep_mask=token_keep,
-        renormalize_tokens=renormalize_tokens,
-        selected_mask=torch.tensor([True, True, False, True]),
+        # select's rows, or the kept tokens (tokens.renormalize)
+        denominator=token_keep if renormalize_tokens else torch.tensor([True, True, False, True]),
     )
 
 
@@ -183,7 +182,7 @@ def test_token_selection_after_select_keeps_selects_rows_in_the_denominators():
 
 
 def test_renormalized_tokens_are_refused_on_trl():
-    with pytest.raises(ValueError, match="renormalize_tokens"):
+    with pytest.raises(ValueError, match="drops_tokens: TRL's completion_mask"):
         apply_decision(_out(slice(0, 4)), _selected_then_tokens(True), slice(0, 4), "grpo", LENGTHS)
 
 
@@ -235,7 +234,7 @@ def test_rank_slices_agree_with_one_process(n_ranks, per_rank, data, loss_type, 
         keep_mask=keep,
         weights_per_response=torch.where(keep & (lengths > 0), w, 0.0),
         response_mask=_mask(lengths, 5).bool(),
-        renormalize=renormalize,
+        denominator=keep if renormalize else None,
     )
 
     def run(rows, T):
