@@ -19,7 +19,14 @@ from dataflex_rl.hosts.engine.update import gradient_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 P, G = 4, 4
-SKIPPING = {"greso": ROOT / "configs" / "strategies" / "greso.yaml", "thompson": None}
+#: skip policies as strategy YAML, set to skip a revisited prompt whose group agreed (greso
+#: without exploration always, thompson almost always)
+SKIPPING = {
+    "greso": "name: greso\nprerollout:\n  actuator: {name: greso, explore_prob: 0.0, min_explore: 0.0}\n",
+    # a near-flat prior and a wide band: a group that agreed makes a skip near certain
+    "thompson": "name: thompson\nprerollout:\n  actuator: "
+    "{name: thompson, prior_a: 0.01, prior_b: 0.01, low: 0.3, high: 0.7}\n",
+}
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +89,12 @@ def _signal_rows(rec) -> torch.Tensor:
 def test_every_preset_runs_two_steps_through_the_driver(example, policy, tmp_path, name):
     strategy = name
     if name in SKIPPING:
-        strategy = SKIPPING[name]
-        if strategy is None:
-            strategy = tmp_path / "thompson.yaml"
-            strategy.write_text("name: thompson\nprerollout:\n  actuator: {name: thompson}\n")
+        strategy = tmp_path / f"{name}.yaml"
+        strategy.write_text(SKIPPING[name])
     args = example.Args(
         policy=str(policy),
         strategy=str(strategy),
-        steps=2,
+        steps=3 if name in SKIPPING else 2,
         prompts_per_step=P,
         group_size=G,
         max_new_tokens=8,
@@ -97,7 +102,7 @@ def test_every_preset_runs_two_steps_through_the_driver(example, policy, tmp_pat
         train_size=2 if name in SKIPPING else 16,
     )
     _, history = example.train(args)
-    assert [rec["step"] for rec in history] == [0, 1]
+    assert [rec["step"] for rec in history] == list(range(args.steps))
     spec = parse_strategy(str(strategy))
     mechanisms = spec.mechanisms()
     for rec in history:
@@ -128,7 +133,8 @@ def test_every_preset_runs_two_steps_through_the_driver(example, policy, tmp_pat
         assert sum(rec["metrics"]["dataflex/refill/rounds"] for rec in history) > 0
     if name in SKIPPING:
         skipped = [rec["metrics"]["dataflex/prerollout/candidates_skipped"] for rec in history]
-        assert skipped[0] == 0 and skipped[1] > 0  # unseen prompts are always generated
+        assert skipped[0] == 0  # unseen prompts are always generated
+        assert sum(skipped[1:]) > 0  # revisits of prompts whose groups agreed are skipped
 
 
 def _batch() -> RolloutBatch:
