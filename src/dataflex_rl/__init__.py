@@ -16,7 +16,10 @@ package (or a torch-free part of it, such as ``report``) does not import torch:
   `segment_sum`, `segment_count`, `segment_max`, `segment_min`; per-row reductions of [B, T]
   tensors under a mask `masked_row_sums`, `masked_row_means`;
 - **tasks**: `build_taskset`, the built-in domains (generators and their 0/1 verifiers) that
-  examples/minimal_grpo.py trains on.
+  examples/minimal_grpo.py trains on;
+- **comparing results** (docs/analysis.md, torch-free): `analyze` (a pandas DataFrame of
+  results -> a `Report`: verdicts and statistics as DataFrames, markdown, HTML, Jupyter,
+  ``save``, ``gate``), `tracker_frame` (a tracker store's runs as such a DataFrame).
 """
 
 import importlib
@@ -66,6 +69,7 @@ _WHERE = {
     "Strategy": "dataflex_rl.core.strategy",
     "PRESETS": "dataflex_rl.core.preset",
     "build_taskset": "dataflex_rl.tasks",
+    **dict.fromkeys(("analyze", "tracker_frame", "Report"), "dataflex_rl.harness.reporting.frame"),
 }
 
 
@@ -122,5 +126,9 @@ __all__ = [
     "masked_row_means",
     # tasks
     "build_taskset",
+    # comparing results (docs/analysis.md)
+    "analyze",
+    "tracker_frame",
+    "Report",
     "__version__",
 ]

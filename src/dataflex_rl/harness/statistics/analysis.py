@@ -118,9 +118,10 @@ class Comparison:
     #: "equivalent", "non-inferior", "inferior", "undecided" (`margin_verdict`); TOO_FEW under
     #: 2 pairs; "" without a margin
     margin_verdict: str = ""
-    #: the fewest paired seeds at which "not worse by more than M" is reached with probability
-    #: `power` if the method equals the baseline, at this SD of paired differences (simulated,
-    #: `power.simulated_seeds_needed`, one-sided); None beyond 64 or without a margin
+    #: where undecided, the fewest paired seeds at which "not worse by more than M" is reached
+    #: with probability `power` if the method equals the baseline, at this SD of paired
+    #: differences (simulated, `power.simulated_seeds_needed`, one-sided); None beyond 64,
+    #: where decided, or without a margin
     seeds_for_margin: int | None = None
 
 
@@ -365,6 +366,8 @@ def _margin_tests(comps: list[Comparison], options: StatsOptions) -> None:
             setattr(c, f"{name}_holm", float(p))
     for c in comps:
         c.margin_verdict = margin_verdict(c, options.alpha)
+        if c.margin_verdict != UNDECIDED:
+            continue
         c.seeds_for_margin = power.simulated_seeds_needed(
             c.sd_diff,
             options.margin,

@@ -32,15 +32,19 @@ TABLE_ALPHA, TABLE_POWER = 0.05, 0.8
 TABLE_KEY = f"alpha={TABLE_ALPHA} power={TABLE_POWER} reps={REPS} n_boot={N_BOOT} seed=0"
 TABLE_MAX_M, TABLE_MAX_N = 4, 64
 TABLE_FILE = Path(__file__).with_name("power_table.csv")
+#: sides of the test -> its table (the one-sided test of the margin verdicts: ``sides`` 1)
+TABLE_FILES = {2: TABLE_FILE, 1: TABLE_FILE.with_name("power_table_one_sided.csv")}
 
 
-@lru_cache(maxsize=1)
-def mde_table() -> dict[tuple[int, int], float]:
-    """(m, n) -> the MDE in units of sd at `TABLE_KEY` (``power_table.csv``; empty when the
-    file is missing or was simulated at other settings)."""
-    if not TABLE_FILE.is_file():
+@lru_cache(maxsize=2)
+def mde_table(sides: int = 2) -> dict[tuple[int, int], float]:
+    """(m, n) -> the MDE in units of sd at `TABLE_KEY` (``power_table.csv``, one-sided
+    ``power_table_one_sided.csv``; empty when the file is missing or was simulated at other
+    settings)."""
+    path = TABLE_FILES[sides]
+    if not path.is_file():
         return {}
-    lines = TABLE_FILE.read_text().splitlines()
+    lines = path.read_text().splitlines()
     if not lines or lines[0] != f"# {TABLE_KEY}":
         return {}
     return {(int(m), int(n)): float(v) for m, n, v in (x.split(",") for x in lines[2:])}
@@ -192,15 +196,15 @@ def simulated_mde(
         return math.nan
     if no_verdict(n, m, alpha, sides=sides):
         return math.inf
-    tabled = (alpha, power, reps, n_boot, seed, sides) == _TABLED
-    c = mde_table().get((m, n)) if tabled else None
+    tabled = (alpha, power, reps, n_boot, seed) == _TABLED
+    c = mde_table(sides).get((m, n)) if tabled else None
     if c is None:
         crit = critical_effects(n, m, alpha, reps, n_boot, seed, sides=sides)
         c = float(crit[max(0, math.ceil(power * crit.size) - 1)])
     return math.inf if math.isinf(c) else c * sd
 
 
-_TABLED = (TABLE_ALPHA, TABLE_POWER, REPS, N_BOOT, 0, 2)
+_TABLED = (TABLE_ALPHA, TABLE_POWER, REPS, N_BOOT, 0)
 
 
 def simulated_seeds_needed(

@@ -47,9 +47,9 @@ def test_the_table_is_read_and_the_simulation_runs_off_it(monkeypatch):
     calls = []
     real = power.critical_effects
 
-    def counted(*args):
+    def counted(*args, **kwargs):
         calls.append(args)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(power, "critical_effects", counted)
     assert power.simulated_mde(0.02, 12) == pytest.approx(want, rel=1e-12)
@@ -62,5 +62,5 @@ def test_seeds_needed_from_the_table_equals_the_simulated_search(monkeypatch):
     # sd 0.01, a 1.25-point difference: the MDE in sd units must be <= 1.25, which 8 paired
     # seeds give (1.20) and 7 do not (1.35)
     tabled = power.simulated_seeds_needed(0.01, 0.0125)
-    monkeypatch.setattr(power, "mde_table", lambda: {})
+    monkeypatch.setattr(power, "mde_table", lambda sides=2: {})
     assert power.simulated_seeds_needed(0.01, 0.0125) == tabled == 8
