@@ -38,12 +38,14 @@ from dataflex_rl.harness.reporting.strata import (
     index_document,
     references,
     skip_reason,
+    stratum_inputs,
     write_strata_report,
 )
 from dataflex_rl.harness.statistics.analysis import Analysis, StatsOptions
 from dataflex_rl.harness.statistics.results_table import (
     DESCRIPTIVE,
     ResultsTable,
+    Stratum,
     read_frame,
 )
 
@@ -271,28 +273,23 @@ class Report:
         return gate(done, require, tuple(methods), summary)
 
     # ------------------------------------------------------------------ documents
-    def _parts(self, out: Path, plots: dict | None = None) -> list[ReportParts | None]:
-        """The pieces of each stratum's report under ``out`` (no file written)."""
+    def _parts(self, out: Path) -> list[ReportParts | None]:
+        """The pieces of each stratum's report under ``out``, without plots (no file
+        written)."""
         names = folders(self.table.strata) if self.table.by else [""]
         prov = provenance.current()
         return [
             None
             if a is None
-            else ReportParts(
-                a, Fmt.of(a), dict(plots or {}), self._inputs(s, ref), out / name, prov
-            )
+            else ReportParts(a, Fmt.of(a), {}, self._inputs(s, ref), out / name, prov)
             for s, a, ref, name in zip(self.table.strata, self.analyses, self.references, names)
         ]
 
-    def _inputs(self, stratum, ref: str | None) -> ReportInputs:
-        if not self.table.by:
-            return replace(self.inputs, baseline=ref or "")
-        return replace(
-            self.inputs,
-            baseline=ref or "",
-            title=f"{self.inputs.title} — {stratum.label}",
-            setup=[*self.inputs.setup, f"stratum: {stratum.label} ({len(stratum.rows)} scores)"],
-        )
+    def _inputs(self, s: Stratum, ref: str | None) -> ReportInputs:
+        """The inputs of stratum ``s``'s report (the only one's without ``by``)."""
+        if self.table.by:
+            return stratum_inputs(self.inputs, s, ref)
+        return replace(self.inputs, baseline=ref or "")
 
     def document(self, out: Path = Path(".")) -> Document:
         """The report as a document, without plots (with ``by``: the index of the strata)."""
@@ -312,7 +309,7 @@ class Report:
         if self.table.by:
             return render(self.document())
         with tempfile.TemporaryDirectory() as tmp:
-            inputs = replace(self.inputs, baseline=self.analysis.baseline)
+            inputs = self._inputs(self.table.strata[0], self.references[0])
             return render(report_document(report_parts(self.analysis, tmp, inputs)))
 
     def to_html(self) -> str:
@@ -334,8 +331,9 @@ class Report:
         the index)."""
         out = Path(folder)
         if not self.table.by:
-            inputs = replace(self.inputs, baseline=self.analysis.baseline)
-            render_report(self.analysis, out, inputs)
+            render_report(
+                self.analysis, out, self._inputs(self.table.strata[0], self.references[0])
+            )
         else:
             write_strata_report(
                 self.table, out, self.inputs, self.requested, analyses=self.analyses

@@ -100,13 +100,7 @@ def write_strata_report(
         (
             s.rows,
             out / folder,
-            replace(
-                inputs,
-                baseline=ref,
-                title=f"{inputs.title} — {s.label}",
-                setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
-                params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
-            ),
+            stratum_inputs(inputs, s, ref),
             prov,
             a,
         )
@@ -128,6 +122,18 @@ def write_strata_report(
     atomic_write_text(out / "report.md", markdown(doc))
     atomic_write_text(out / "report.html", html(doc))
     return parts
+
+
+def stratum_inputs(inputs: ReportInputs, s: Stratum, ref: str | None) -> ReportInputs:
+    """The inputs of stratum ``s``'s own report: its reference, title, setup line and
+    tracker parameters."""
+    return replace(
+        inputs,
+        baseline=ref or "",
+        title=f"{inputs.title} — {s.label}",
+        setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
+        params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
+    )
 
 
 def _report_stratum(job: tuple) -> ReportParts:

@@ -63,6 +63,9 @@ def test_save_writes_what_report_writes_for_a_wide_table_by_strata(tmp_path):
         assert (api / f / "statistics.csv").read_bytes() == (
             cli / f / "statistics.csv"
         ).read_bytes()
+    # the index, in markdown and in a notebook, links the folders save wrote
+    assert "| model | campaign | regime | reference |" in r.to_markdown()
+    assert 'href="qwen2.5-math-7b_c2_short/report.html"' in r._repr_html_()
     # the statistics DataFrame is what pandas reads from the file
     pd.testing.assert_frame_equal(r.statistics, pd.read_csv(cli / "statistics.csv"))
     # verdicts: one row per method and stratum on the average; difffilter (+3 points) better
