@@ -72,7 +72,9 @@ def test_too_few_seeds_is_inconclusive_with_the_seeds_needed(tmp_path, capsys):
     (check,) = verdict["checks"]
     assert code == 3 and verdict["outcome"] == "inconclusive" and check["n_pairs"] == 3
     assert check["seeds_needed"] >= 5
-    assert err.splitlines()[-1].endswith(f"about {check['seeds_needed']} paired seeds needed")
+    assert err.splitlines()[-1].endswith(
+        f"about {check['seeds_needed']} paired seeds needed (if the arms are equal)"
+    )
 
 
 def test_better_is_the_two_sided_verdict(tmp_path, capsys):

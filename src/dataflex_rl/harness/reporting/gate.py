@@ -84,7 +84,6 @@ class GateResult:
             f"{c.outcome.upper():<12} {c.method} vs {c.baseline} on '{c.summary}'"
             + (f" [{c.stratum}]" if c.stratum else "")
             + f": {c.text}; {c.n_pairs} paired seeds"
-            + (f"; needs about {c.seeds_needed}" if c.seeds_needed else "")
             for c in self.checks
         ]
         return [*out, self.summary_line()]
@@ -104,6 +103,8 @@ class GateResult:
             need = [c.seeds_needed for c in self.checks if c.outcome == INCONCLUSIVE]
             most = "more than 64" if None in need else f"about {max(need)}"
             line += f"; {counts[INCONCLUSIVE]} inconclusive, {most} paired seeds needed"
+            line += " (to detect the observed Δ)" if self.require == "better" else ""
+            line += " (if the arms are equal)" if self.require != "better" else ""
         return line
 
     def as_json(self) -> dict:
@@ -173,6 +174,10 @@ def _check(label: str, a: Analysis, s: SummaryResult, c: Comparison, require: st
         o = a.options
         m = len(s.comparisons)
         need = power.simulated_seeds_needed(c.sd_diff, c.delta, m=m, alpha=o.alpha, power=o.power)
+        if c.delta <= 0:
+            text += "; Δ ≤ 0: more seeds would not make it better"
+        else:
+            text += f"; {f'about {need}' if need else 'more than 64'} paired seeds to detect Δ"
     elif outcome == INCONCLUSIVE:
         need = c.seeds_for_margin
     return GateCheck(

@@ -99,7 +99,7 @@ def margin_text(c: Comparison, margin: float, fmt: Fmt) -> str:
     out = f"{words.format(m=fmt.amount(margin))} (p {pvalue(getattr(c, p))})"
     if c.margin_verdict == UNDECIDED:
         k = c.seeds_for_margin
-        out += f"; needs {f'about {k}' if k else 'more than 64'} seeds"
+        out += f"; {f'about {k}' if k else 'more than 64'} paired seeds if the arms are equal"
     return out
 
 
