@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +114,23 @@ def test_gate_never_imports_torch(tmp_path):
         """
     )
     assert out.splitlines()[-1] == "3 False"
+
+
+def test_the_docs_show_what_the_gate_prints_on_the_shipped_table(capsys, monkeypatch):
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)
+    doc = (root / "docs" / "analysis.md").read_text()
+    block = re.search(r"On the\nshipped table.*?```\n(.*?)```", doc, re.S).group(1)
+    commands = re.split(r"^\$ ", block, flags=re.M)[1:]
+    codes = []
+    for chunk in commands:
+        command, *shown = chunk.rstrip("\n").split("\n")
+        code = main(shlex.split(command)[1:])
+        out = capsys.readouterr()
+        if "--json -" in command:  # the JSON on stdout is the next block; lines on stderr
+            want = re.search(r"```json\n(.*?)```", doc, re.S).group(1)
+            assert json.loads(out.out) == json.loads(want) and out.err and not shown
+        else:
+            assert out.out.splitlines() == shown
+        codes.append(code)
+    assert codes == [1, 0, 3]
