@@ -116,9 +116,9 @@ def margin_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
         head += f"{fmt.amount(margin)}: {margin_text(c, margin, fmt)}"
         if c.margin_verdict == UNDECIDED:
             head += (
-                f" (if it equals {a.baseline}, {c.seeds_for_margin or 'more than 64'} paired "
-                f"seeds give a non-inferiority verdict with probability {a.options.power:g}, "
-                f"simulated at its SD of paired differences {fmt.amount(c.sd_diff)})"
+                f" (the seeds at which a non-inferiority verdict comes with probability "
+                f"{a.options.power:g}, simulated at its SD of paired differences "
+                f"{fmt.amount(c.sd_diff)})"
             )
         out.append(head + ".")
     return out
@@ -354,19 +354,8 @@ def summary_table(s: SummaryResult, fmt: Fmt, margin: float = 0.0) -> Table:
             )
         )
         verdicts.append(c.verdict)
-    numeric = (
-        False,
-        True,
-        False,
-        False,
-        False,
-        True,
-        True,
-        True,
-        True,
-        False,
-        *(False,) * len(blank),
-    )
+    numeric = (False, True, False, False, False, True, True, True, True, False)
+    numeric += (False,) * len(blank)
     return Table(header, tuple(rows), numeric, tuple(verdicts))
 
 

@@ -249,6 +249,9 @@ def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
 #: possible (``verdict_possible`` False) the interval columns are empty. ``control_passed``
 #: is True/False, empty for an untested control; ``control_status`` says it in words
 #: (`analysis.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
+#: ``seeds_for_verdict``: the fewest paired seeds at which the family can reach a verdict; the
+#: margin columns ``p_noninferior`` ... ``seeds_for_margin`` are empty without a margin
+#: (`analysis.Comparison`, docs/analysis.md).
 STATISTICS_COLUMNS = tuple(
     "summary kind method n mean ci_low ci_high n_pairs delta delta_ci_low delta_ci_high "
     "corrected_level corrected_ci_low corrected_ci_high p p_holm p_holm_floor verdict_possible "
