@@ -30,7 +30,7 @@ from dataflex_rl.harness.statistics.power import simulated_seeds_needed
 from dataflex_rl.harness.statistics.sequential import EQUIVALENT
 
 #: (seeds, methods compared) of the table
-DESIGNS = ((6, 1), (8, 1), (8, 3), (12, 3), (20, 2))
+DESIGNS = ((6, 1), (8, 1), (8, 3), (12, 3))
 
 
 def margin_verdicts(
