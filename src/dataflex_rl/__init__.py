@@ -18,7 +18,10 @@ package (or a torch-free part of it, such as ``report``) does not import torch:
   `segment_sum`, `segment_count`, `segment_max`, `segment_min`; per-row reductions of [B, T]
   tensors under a mask `masked_row_sums`, `masked_row_means`;
 - **tasks**: `build_taskset`, the built-in domains (generators and their 0/1 verifiers) that
-  examples/minimal_grpo.py trains on.
+  examples/minimal_grpo.py trains on;
+- **comparing results** (docs/analysis.md, torch-free): `analyze` (a pandas DataFrame of
+  results -> a `Report`: verdicts and statistics as DataFrames, markdown, HTML, Jupyter,
+  ``save``, ``gate``), `tracker_frame` (a tracker store's runs as such a DataFrame).
 """
 
 import importlib
@@ -70,6 +73,7 @@ _WHERE = {
     "Driver": "dataflex_rl.hosts.common.driver",
     "Intake": "dataflex_rl.hosts.common.intake",
     "build_taskset": "dataflex_rl.tasks",
+    **dict.fromkeys(("analyze", "tracker_frame", "Report"), "dataflex_rl.harness.reporting.frame"),
 }
 
 
@@ -128,5 +132,9 @@ __all__ = [
     "masked_row_means",
     # tasks
     "build_taskset",
+    # comparing results (docs/analysis.md)
+    "analyze",
+    "tracker_frame",
+    "Report",
     "__version__",
 ]

@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "mlflow": ("mlflow-skinny", "mlflow"),
     "sqlalchemy": ("sqlalchemy", "mlflow"),
     "alembic": ("alembic", "mlflow"),
+    "pandas": ("pandas", "analysis"),
 }
 
 

@@ -1,4 +1,4 @@
-"""``dataflex-rl compare``, ``report`` and ``replay``: ``register_commands(subparsers)``."""
+"""``dataflex-rl compare``, ``report``, ``gate`` and ``replay``: ``register_commands(subparsers)``."""
 
 from __future__ import annotations
 
@@ -134,7 +134,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
         write_report_files,
     )
     from dataflex_rl.harness.reporting.strata import references, skip_reason, write_strata_report
-    from dataflex_rl.harness.statistics.analysis import StatsOptions
     from dataflex_rl.harness.statistics.results import read_proportions_csv
     from dataflex_rl.tracking import TrackingConfig, require_backends
 
@@ -151,7 +150,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise ConfigError(f"{table.path}: {skip_reason(table.strata[0], refs[0], requested)}")
     out = Path(args.out or default_out)
     props = read_proportions_csv(args.proportions) if args.proportions else []
-    options = StatsOptions(alpha=args.alpha, power=args.power, n_boot=args.n_boot, seed=args.seed)
+    options = _stats_options(args)
     notes = [*table.notes, *_percent_hint(rows, args.scale)]
     inputs = ReportInputs(
         title=args.title or f"Comparison: {label}",
@@ -177,6 +176,59 @@ def _cmd_report(args: argparse.Namespace) -> int:
             _print_summary(parts, parts.out, end="\n\n")
     print(f"index of {len(table.strata)} strata: {out / 'report.md'}")
     return 0
+
+
+def _stats_options(args: argparse.Namespace):
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+
+    keys = ("alpha", "power", "n_boot", "seed", "margin")
+    return StatsOptions(**{k: getattr(args, k) for k in keys})
+
+
+GATE_HELP = """\
+A check for CI: the statistics of 'report' on the same inputs (--from-csv or --from-tracker,
+--by, --scale, --domains, --baseline), then an exit status: 0 pass, 1 fail, 3 inconclusive
+(2 is a one-line error, as for every command). --require better passes a method called better
+than the baseline and fails one called worse; --require non-inferior --margin M passes one not
+worse by more than M (score units: 0.01 is 1 point of accuracy; one-sided sign-flip test, Holm
+over the methods) and fails one worse by more than M. Otherwise the gate is inconclusive and
+says how many paired seeds would decide it. Every compared method is gated (--method: only
+these) on the average (--summary: another summary); with --by, every stratum. One line per
+check, then a summary line; --json FILE (or - for stdout) writes the verdict for bots.
+Example: dataflex-rl gate --from-csv results.csv --baseline main --require non-inferior
+  --margin 0.01 --json gate.json"""
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    import json
+
+    from dataflex_rl.core.io import atomic_write_text
+    from dataflex_rl.core.registry import ConfigError
+    from dataflex_rl.harness.reporting.gate import gate
+    from dataflex_rl.harness.reporting.strata import references, skip_reason
+    from dataflex_rl.harness.statistics.analysis import analyze
+
+    table, _, _, _ = _report_table(args)
+    requested = args.baseline or ()
+    refs = references(table, requested)
+    if not table.by and skip_reason(table.strata[0], refs[0], requested):
+        raise ConfigError(f"{table.path}: {skip_reason(table.strata[0], refs[0], requested)}")
+    options = _stats_options(args)
+    log = sys.stderr if args.json == "-" else sys.stdout
+    analyses = []
+    for s, ref in zip(table.strata, refs):
+        why = skip_reason(s, ref, requested)
+        if why:
+            print(f"note: {s.label}: not gated, {why}", file=log)
+        else:
+            analyses.append((s.label if table.by else "", analyze(s.rows, ref, options)))
+    result = gate(analyses, args.require, args.method or (), args.summary)
+    print("\n".join(result.lines()), file=log)
+    if args.json == "-":
+        print(json.dumps(result.as_json(), indent=2))
+    elif args.json:
+        atomic_write_text(Path(args.json), json.dumps(result.as_json(), indent=2) + "\n")
+    return result.exit_code
 
 
 def _report_table(args: argparse.Namespace):
@@ -352,6 +404,84 @@ def _tracker_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _input_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``report`` and ``gate`` that say what is compared and how: the results
+    (a CSV or a tracker store), strata, scale, domains, baseline and the statistics."""
+    from dataflex_rl.core.config import field_type, number_type, with_range
+    from dataflex_rl.harness.statistics.analysis import StatsOptions
+
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--from-csv",
+        metavar="FILE",
+        help="long CSV (method, seed, benchmark, score[, domain, step]) or wide CSV (one row "
+        "per run: method, seed, descriptive columns, one numeric column per benchmark)",
+    )
+    source.add_argument(
+        "--from-tracker",
+        metavar="BACKEND:LOCATION",
+        help="a tracker store: mlflow:TRACKING_URI, tensorboard:DIR or wandb:DIR "
+        "(see 'reading a tracker store' below)",
+    )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="FILE is wide (detected when it has no benchmark and score columns)",
+    )
+    p.add_argument(
+        "--by",
+        type=_columns,
+        metavar="COL[,COL]",
+        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime), "
+        "or of these fields of the tracker's runs (a parameter, config key or tag, or the run's "
+        "name, id, group or experiment): a folder each, an index in report.md, every stratum "
+        "in statistics.csv; an empty cell, or a run without the field, is a stratum of its own "
+        "labelled (empty)",
+    )
+    factor = number_type(float, gt=0.0)
+    p.add_argument(
+        "--scale",
+        type=factor,
+        default=1.0,
+        metavar="FACTOR",
+        help=with_range(
+            "multiply every score (0.01: percent scores become accuracies, shown in points)",
+            factor,
+        ),
+    )
+    p.add_argument(
+        "--domains",
+        metavar="FILE",
+        help="benchmark -> domain (YAML 'math: [math500, aime24]' or 'math500: math', or a CSV "
+        "benchmark,domain); groups and selects the benchmarks",
+    )
+    p.add_argument(
+        "--baseline",
+        type=_columns,
+        metavar="METHOD[,METHOD...]",
+        help="reference method; a list: in each stratum the first of them present (e.g. "
+        "baseline,static); a stratum with none is listed, not compared (default 'baseline' "
+        "if present, else the first method)",
+    )
+    # the ranges are the experiment file's 'statistics' declarations
+    for flag, key, default, text in (
+        ("--alpha", "alpha", 0.05, "family-wise error rate (Holm)"),
+        ("--power", "power", 0.8, "power of the MDE"),
+        ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
+        ("--seed", "seed", 0, "seed of the bootstrap"),
+        (
+            "--margin",
+            "margin",
+            0.0,
+            "non-inferiority and equivalence margin in score units (0.01: 1 point of "
+            "accuracy): adds the verdicts 'not worse by more than M' and 'equivalent within "
+            "±M' (one-sided sign-flip tests, Holm); default 0, none",
+        ),
+    ):
+        kind = field_type(StatsOptions, key)
+        p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
+
+
 def _columns(text: str) -> tuple[str, ...]:
     """``--by model,campaign`` -> ("model", "campaign")."""
     cols = tuple(c.strip() for c in text.split(","))
@@ -363,9 +493,8 @@ def _columns(text: str) -> tuple[str, ...]:
 
 
 def register_commands(subparsers) -> None:
-    """Add ``compare``, ``report`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
-    from dataflex_rl.core.config import field_type, number_type, with_range
-    from dataflex_rl.harness.statistics.analysis import StatsOptions
+    """Add ``compare``, ``report``, ``gate`` and ``replay`` to the ``dataflex-rl`` sub-command parsers."""
+    from dataflex_rl.core.config import number_type, with_range
 
     def keys() -> str:
         from dataflex_rl.core.config import help_text
@@ -475,59 +604,7 @@ def register_commands(subparsers) -> None:
         description=REPORT_HELP,
         formatter_class=fmt,
     )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--from-csv",
-        metavar="FILE",
-        help="long CSV (method, seed, benchmark, score[, domain, step]) or wide CSV (one row "
-        "per run: method, seed, descriptive columns, one numeric column per benchmark)",
-    )
-    source.add_argument(
-        "--from-tracker",
-        metavar="BACKEND:LOCATION",
-        help="a tracker store: mlflow:TRACKING_URI, tensorboard:DIR or wandb:DIR "
-        "(see 'reading a tracker store' below)",
-    )
-    p.add_argument(
-        "--wide",
-        action="store_true",
-        help="FILE is wide (detected when it has no benchmark and score columns)",
-    )
-    p.add_argument(
-        "--by",
-        type=_columns,
-        metavar="COL[,COL]",
-        help="one comparison per value of these columns of FILE (e.g. model,campaign,regime), "
-        "or of these fields of the tracker's runs (a parameter, config key or tag, or the run's "
-        "name, id, group or experiment): a folder each, an index in report.md, every stratum "
-        "in statistics.csv; an empty cell, or a run without the field, is a stratum of its own "
-        "labelled (empty)",
-    )
-    factor = number_type(float, gt=0.0)
-    p.add_argument(
-        "--scale",
-        type=factor,
-        default=1.0,
-        metavar="FACTOR",
-        help=with_range(
-            "multiply every score (0.01: percent scores become accuracies, shown in points)",
-            factor,
-        ),
-    )
-    p.add_argument(
-        "--domains",
-        metavar="FILE",
-        help="benchmark -> domain (YAML 'math: [math500, aime24]' or 'math500: math', or a CSV "
-        "benchmark,domain); groups and selects the benchmarks",
-    )
-    p.add_argument(
-        "--baseline",
-        type=_columns,
-        metavar="METHOD[,METHOD...]",
-        help="reference method; a list: in each stratum the first of them present (e.g. "
-        "baseline,static); a stratum with none is listed, not compared (default 'baseline' "
-        "if present, else the first method)",
-    )
+    _input_options(p)
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -540,15 +617,6 @@ def register_commands(subparsers) -> None:
         help="optional proportions.csv (method, seed, step, domain, target, actual)",
     )
     p.add_argument("--title", help="report title")
-    # the ranges are the experiment file's 'statistics' declarations
-    for flag, key, default, text in (
-        ("--alpha", "alpha", 0.05, "family-wise error rate (Holm)"),
-        ("--power", "power", 0.8, "power of the MDE"),
-        ("--n-boot", "n_boot", 10_000, "bootstrap resamples"),
-        ("--seed", "seed", 0, "seed of the bootstrap"),
-    ):
-        kind = field_type(StatsOptions, key)
-        p.add_argument(flag, type=kind, default=default, help=with_range(text, kind))
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument(
         "--track",
@@ -561,6 +629,40 @@ def register_commands(subparsers) -> None:
     p.add_argument("--project", help="W&B project / MLflow experiment of --track")
     _tracker_options(p)
     p.set_defaults(func=_cmd_report)
+
+    p = subparsers.add_parser(
+        "gate",
+        help="a CI check: exit 0 pass, 1 fail, 3 inconclusive (better, or non-inferior "
+        "within a margin) on report's inputs",
+        description=GATE_HELP,
+        formatter_class=fmt,
+    )
+    _input_options(p)
+    p.add_argument(
+        "--require",
+        choices=("better", "non-inferior"),
+        default="better",
+        help="what each gated method must show against the baseline (default better; "
+        "non-inferior needs --margin)",
+    )
+    p.add_argument(
+        "--method",
+        type=_columns,
+        metavar="METHOD[,METHOD...]",
+        help="gate only these methods (default every compared method)",
+    )
+    p.add_argument(
+        "--summary",
+        metavar="NAME",
+        help="gate on this summary, a benchmark or domain (default the average)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the verdict as JSON to FILE ('-': stdout, the lines then go to stderr)",
+    )
+    _tracker_options(p)
+    p.set_defaults(func=_cmd_gate)
 
     p = subparsers.add_parser(
         "replay",

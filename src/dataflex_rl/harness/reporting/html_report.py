@@ -196,10 +196,10 @@ def block_html(b, out: Path) -> str:
     raise TypeError(f"not a block: {type(b).__name__}")
 
 
-def html(doc: Document) -> str:
-    """The whole self-contained page: title, lead, a navigation bar, every section."""
+def page_body(doc: Document) -> str:
+    """The page's ``<main>``: title, lead, a navigation bar, every section (a notebook shows
+    this under the scoped style sheet: `frame.Report._repr_html_`)."""
     nav = "".join(f'<li><a href="#{s.sid}">{escape(s.title)}</a></li>' for s in doc.sections)
-    title = escape(doc.title)
     sections = (
         f'<section id="{s.sid}"><h2>{escape(s.title)}</h2>'
         + "".join(block_html(b, doc.out) for b in s.blocks)
@@ -207,15 +207,22 @@ def html(doc: Document) -> str:
         for s in doc.sections
     )
     return (
+        f"<main><header><h1>{escape(doc.title)}</h1>"
+        f'<p class="headline">{inline(doc.lead)}</p>'
+        f'<nav aria-label="sections"><ul>{nav}</ul></nav></header>\n'
+        + "\n".join(sections)
+        + "\n</main>"
+    )
+
+
+def html(doc: Document) -> str:
+    """The whole self-contained page: title, lead, a navigation bar, every section."""
+    return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="icon" href="data:,">'
-        f"<title>{title}</title><style>{CSS}</style></head>\n"
-        f"<body><main><header><h1>{title}</h1>"
-        f'<p class="headline">{inline(doc.lead)}</p>'
-        f'<nav aria-label="sections"><ul>{nav}</ul></nav></header>\n'
-        + "\n".join(sections)
-        + "\n</main></body></html>\n"
+        f"<title>{escape(doc.title)}</title><style>{CSS}</style></head>\n"
+        f"<body>{page_body(doc)}</body></html>\n"
     )

@@ -13,12 +13,16 @@ from dataflex_rl.harness.reporting.document import BASELINE, Table
 from dataflex_rl.harness.statistics import aggregates
 from dataflex_rl.harness.statistics.analysis import (
     BETTER,
+    INFERIOR,
     NO_DIFF,
+    NONINFERIOR,
     TOO_FEW,
     WORSE,
     Analysis,
+    Comparison,
     SummaryResult,
 )
+from dataflex_rl.harness.statistics.sequential import EQUIVALENT, UNDECIDED
 
 
 class Fmt:
@@ -28,6 +32,11 @@ class Fmt:
         self.scale, self.unit = scale, unit
         #: " (points)" after a label, "" without a unit
         self.paren = f" ({unit})" if unit else ""
+
+    @classmethod
+    def of(cls, a: Analysis) -> Fmt:
+        """Points for accuracies (`Analysis.fractions`), plain numbers otherwise."""
+        return cls(100.0, "points") if a.fractions else cls(1.0, "")
 
     def value(self, v: float, signed: bool = False) -> str:
         if not math.isfinite(v):
@@ -72,6 +81,49 @@ def _mde_text(mde: float, fmt: Fmt) -> str:
     return "none (no verdict is possible)" if math.isinf(mde) else f"{fmt.amount(mde)}"
 
 
+#: margin verdict -> (its words, given the margin's amount; the Holm p it rests on)
+MARGIN_WORDS = {
+    EQUIVALENT: ("equivalent within ±{m}", "p_equivalent_holm"),
+    NONINFERIOR: ("not worse by more than {m}", "p_noninferior_holm"),
+    INFERIOR: ("worse by more than {m}", "p_inferior_holm"),
+    UNDECIDED: ("undecided at {m}", "p_noninferior_holm"),
+}
+
+
+def margin_text(c: Comparison, margin: float, fmt: Fmt) -> str:
+    """A comparison's margin verdict in words with its Holm p, and where it is undecided the
+    seeds a non-inferiority verdict needs: ``not worse by more than 1.0 points (p 0.016)``."""
+    if c.margin_verdict not in MARGIN_WORDS:
+        return c.margin_verdict
+    words, p = MARGIN_WORDS[c.margin_verdict]
+    out = f"{words.format(m=fmt.amount(margin))} (p {pvalue(getattr(c, p))})"
+    if c.margin_verdict == UNDECIDED:
+        k = c.seeds_for_margin
+        out += f"; {f'about {k}' if k else 'more than 64'} paired seeds if the arms are equal"
+    return out
+
+
+def margin_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
+    """One sentence per real comparison of ``s`` at the margin (none without a margin)."""
+    margin = a.options.margin
+    if margin <= 0:
+        return []
+    out = []
+    for c in s.comparisons:
+        if c.margin_verdict == TOO_FEW:
+            continue
+        head = f"**{c.method}** against {a.baseline} on '{s.name}' at the margin ±"
+        head += f"{fmt.amount(margin)}: {margin_text(c, margin, fmt)}"
+        if c.margin_verdict == UNDECIDED:
+            head += (
+                f" (the seeds at which a non-inferiority verdict comes with probability "
+                f"{a.options.power:g}, simulated at its SD of paired differences "
+                f"{fmt.amount(c.sd_diff)})"
+            )
+        out.append(head + ".")
+    return out
+
+
 def headline(a: Analysis, fmt: Fmt) -> list[str]:
     """The opening paragraph: verdict counts, the largest gain against the MDE, power."""
     s = a.primary
@@ -97,6 +149,13 @@ def headline(a: Analysis, fmt: Fmt) -> list[str]:
             f"{_mde_text(s.mde, fmt)} (simulated verdict rule, α = "
             f"{a.options.alpha:g}, power {a.options.power:g}, Holm over {max(1, m)}, "
             f"pooled SD of paired differences {fmt.amount(s.pooled_sd)})."
+        )
+    if a.options.margin > 0:
+        margin = Counter(c.margin_verdict for c in s.comparisons)
+        out.append(
+            f"At the margin ±{fmt.amount(a.options.margin)} (one-sided sign-flip tests, Holm): "
+            + ", ".join(f"**{margin[v]} {v}**" for v in MARGIN_WORDS)
+            + "."
         )
     out.extend(power_sentences(a, fmt))
     return out
@@ -211,7 +270,7 @@ def verdict_sentences(a: Analysis, s: SummaryResult, fmt: Fmt) -> list[str]:
             )
     if not out:
         out.append(f"No method differs detectably from {a.baseline} on '{s.name}'.")
-    return out
+    return out + margin_sentences(a, s, fmt)
 
 
 def sign_changes(a: Analysis) -> list[str]:
@@ -260,18 +319,21 @@ def ranking_sentences(a: Analysis) -> list[str]:
     return out
 
 
-def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
-    """Per method of ``s`` (controls last): mean, paired Δ, intervals, p, MDE, r, verdict."""
+def summary_table(s: SummaryResult, fmt: Fmt, margin: float = 0.0) -> Table:
+    """Per method of ``s`` (controls last): mean, paired Δ, intervals, p, MDE, r, verdict, and
+    with a ``margin`` the margin verdict (`margin_text`)."""
     unit = fmt.paren
     header = ("method", "n", f"mean{unit} [95% CI]", f"Δ{unit} [95% CI]", "corrected CI (level)")
     header += ("p", "p (Holm)", "MDE", "r", "verdict")
+    header += (f"at ±{fmt.amount(margin)}",) if margin > 0 else ()
+    blank = ("",) if margin > 0 else ()
     comps = {c.method: c for c in s.comparisons + s.controls}
     rows, verdicts = [], []
     for m in s.methods + s.control_methods:
         head = (m.method, str(m.n), f"{fmt.value(m.mean)} {fmt.interval(m.low, m.high)}")
         c = comps.get(m.method)
         if c is None:
-            rows.append((*head, "(baseline)", "", "", "", "", "", ""))
+            rows.append((*head, "(baseline)", "", "", "", "", "", "", *blank))
             verdicts.append(BASELINE)
             continue
         level = f" ({100 * (1 - c.level):.1f}%)" if math.isfinite(c.level) else ""
@@ -288,10 +350,12 @@ def summary_table(s: SummaryResult, fmt: Fmt) -> Table:
                 f"{c.verdict}; control ({c.control}): {c.control_status}"
                 if c.control
                 else c.verdict,
+                *((margin_text(c, margin, fmt),) if margin > 0 else ()),
             )
         )
         verdicts.append(c.verdict)
     numeric = (False, True, False, False, False, True, True, True, True, False)
+    numeric += (False,) * len(blank)
     return Table(header, tuple(rows), numeric, tuple(verdicts))
 
 
@@ -347,6 +411,7 @@ def scores_table(a: Analysis, fmt: Fmt) -> Table:
     main = {x.name: {m.method: m.mean for m in x.methods + x.control_methods} for x in a.summaries}
     beside = a.extra_means[a.beside] if a.beside else {}
     comps = {c.method: c for c in s.comparisons + s.controls}
+    margin = a.options.margin
     rows = []
     for m in s.methods + s.control_methods:
         cells = [m.method, *(fmt.value(main[c].get(m.method, math.nan)) for c in cols)]
@@ -359,12 +424,16 @@ def scores_table(a: Analysis, fmt: Fmt) -> Table:
                 verdict += f" [control, must be {c.control}: {c.control_status}]"
             p = f"{c.p_holm:.3f}" if math.isfinite(c.p_holm) else "n/a"
             cells += [fmt.value(c.delta, True), delta_interval(c, fmt, True), p, verdict]
+        if margin > 0:
+            cells.append("" if c is None or c.control else margin_text(c, margin, fmt))
         cells += [fmt.value(beside.get(x, {}).get(m.method, math.nan)) for x in cols if beside]
         rows.append(tuple(cells))
     header = ("method", *cols, "Δ", "corrected CI", "p (Holm)", "verdict")
-    groups = [("", 1), (f"{label} (compared{unit})", len(cols) + 4)]
+    header += (f"at ±{fmt.amount(margin)}",) if margin > 0 else ()
+    groups = [("", 1), (f"{label} (compared{unit})", len(header) - 1)]
     if beside:
         header += tuple(cols)
         groups.append((f"{a.beside} accuracy{unit}", len(cols)))
     numeric = tuple(h not in ("method", "corrected CI", "verdict") for h in header)
+    numeric = tuple(n and not h.startswith("at ±") for n, h in zip(numeric, header))
     return Table(header, tuple(rows), numeric, groups=tuple(groups))

@@ -55,6 +55,13 @@ DEFINITIONS = """\
   smallest Holm-adjusted p the exact test can give there (2/2^N, times up to the family size)
   is above α; no interval is shown (statistics.csv: `verdict_possible` False, interval cells
   empty, the floor in `p_holm_floor`).
+- **at ±M** (a margin M, `--margin`): one-sided sign-flip tests of the paired differences
+  shifted by the margin, each Holm-adjusted over the methods of the summary: "not worse by more
+  than M" (non-inferior) rejects Δ ≤ −M on the differences + M; "worse by more than M"
+  (inferior) rejects Δ ≥ −M; "equivalent within ±M" is TOST, the larger p of Δ ≤ −M and Δ ≥ M
+  (it implies non-inferior); otherwise "undecided", with the paired seeds at which a
+  non-inferiority verdict is reached with probability {power:g} if the method equals the
+  baseline (simulated at its SD of paired differences; the smallest one-sided p is 1/2^n).
 - **MDE**: the smallest true mean difference that this verdict rule (exact sign-flip test,
   Holm over the comparison's family, corrected bootstrap interval) calls "better" with
   probability {power:g} at α = {alpha:g}, simulated at the comparison's paired seeds and observed
@@ -127,7 +134,7 @@ def report_document(parts: ReportParts) -> Document:
         Section(
             "verdicts",
             f"Verdicts on '{s.name}'",
-            (narrative.summary_table(s, fmt), Legend(), sentences(s)),
+            (narrative.summary_table(s, fmt, a.options.margin), Legend(), sentences(s)),
         ),
         *figs("forest"),
         Section(
@@ -142,7 +149,11 @@ def report_document(parts: ReportParts) -> Document:
         body = [
             b
             for x in a.summaries[:-1]
-            for b in (Heading(x.name), narrative.summary_table(x, fmt), sentences(x))
+            for b in (
+                Heading(x.name),
+                narrative.summary_table(x, fmt, a.options.margin),
+                sentences(x),
+            )
         ]
         said = narrative.ranking_sentences(a) + narrative.sign_changes(a)
         ranking = (narrative.ranking_table(a), Paragraph("Kendall's tau-b between rankings:"))
@@ -202,6 +213,7 @@ def provenance_facts(prov: Provenance, o: StatsOptions) -> Facts:
     stats = (
         f"α = {o.alpha:g}, power {o.power:g}, {o.n_boot} bootstrap resamples, "
         f"{o.n_perm} random sign flips above 16 seeds, seed {o.seed}"
+        + (f", margin {o.margin:g} (score units)" if o.margin > 0 else "")
     )
     return Facts((*facts, ("statistics", stats)))
 
@@ -237,15 +249,21 @@ def setup_lines(a: Analysis, inputs: ReportInputs) -> list[str]:
 #: possible (``verdict_possible`` False) the interval columns are empty. ``control_passed``
 #: is True/False, empty for an untested control; ``control_status`` says it in words
 #: (`analysis.control_status`: passed, FAILED or "untested (N seeds: ...; needs M)").
+#: ``seeds_for_verdict``: the fewest paired seeds at which the family can reach a verdict; the
+#: margin columns ``p_noninferior`` ... ``seeds_for_margin`` are empty without a margin
+#: (`analysis.Comparison`, docs/analysis.md).
 STATISTICS_COLUMNS = tuple(
     "summary kind method n mean ci_low ci_high n_pairs delta delta_ci_low delta_ci_high "
     "corrected_level corrected_ci_low corrected_ci_high p p_holm p_holm_floor verdict_possible "
-    "sd_diff mde corr verdict control control_passed control_status".split()
+    "sd_diff mde corr verdict control control_passed control_status seeds_for_verdict "
+    "p_noninferior p_noninferior_holm p_inferior p_inferior_holm p_equivalent p_equivalent_holm "
+    "margin_verdict seeds_for_margin".split()
 )
 #: the `analysis.Comparison` attributes written under their own name
 _SAME = (
     "n_pairs delta p p_holm p_holm_floor verdict_possible sd_diff mde corr verdict control "
-    "control_status".split()
+    "control_status seeds_for_verdict p_noninferior p_noninferior_holm p_inferior "
+    "p_inferior_holm p_equivalent p_equivalent_holm margin_verdict seeds_for_margin".split()
 )
 
 
@@ -303,10 +321,16 @@ class ReportParts:
 def prepare_report(
     rows: list[Row], out_dir: str | Path, inputs: ReportInputs, prov: Provenance | None = None
 ) -> ReportParts:
-    """Analyze ``rows`` (every number the report prints: `analysis.analyze`) and draw the
+    """Analyze ``rows`` (every number the report prints: `analysis_of`) and draw the
     plots under ``out_dir``/plots (`report_parts`; no text files yet)."""
+    return report_parts(analysis_of(rows, inputs), out_dir, inputs, prov)
+
+
+def analysis_of(rows: list[Row], inputs: ReportInputs) -> Analysis:
+    """The analysis a report of ``rows`` prints (`analysis.analyze` with the inputs' baseline,
+    options, controls and proportions, and the seeds a 1-point difference needs)."""
     kw = {"controls": inputs.controls, "proportions": inputs.proportions, "seeds_needed": True}
-    return report_parts(analyze(rows, inputs.baseline, inputs.options, **kw), out_dir, inputs, prov)
+    return analyze(rows, inputs.baseline, inputs.options, **kw)
 
 
 def report_parts(
@@ -316,10 +340,11 @@ def report_parts(
     are written from (``prov`` default: this process)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fmt = Fmt(100.0, "points") if a.fractions else Fmt(1.0, "")
+    fmt = Fmt.of(a)
     files: dict[str, Path] = {}
+    skipped = "plots skipped: matplotlib is not installed (pip install matplotlib)"
     if inputs.plots and importlib.util.find_spec("matplotlib") is None:
-        a.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
+        a.notes += [skipped] if skipped not in a.notes else []  # once, if rendered again
     elif inputs.plots:
         d = out / "plots"
         drawn = {

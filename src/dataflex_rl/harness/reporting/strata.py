@@ -34,11 +34,12 @@ from dataflex_rl.harness.reporting.report import (
     ReportParts,
     closing_sections,
     prepare_report,
+    report_parts,
     statistics_rows,
     write_csv,
     write_report_files,
 )
-from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, WORSE
+from dataflex_rl.harness.statistics.analysis import BETTER, NO_DIFF, WORSE, Analysis
 from dataflex_rl.harness.statistics.results_table import EMPTY, ResultsTable, Stratum, slug
 
 
@@ -84,9 +85,11 @@ def write_strata_report(
     inputs: ReportInputs,
     requested: tuple[str, ...] = (),
     workers: int | None = None,
+    analyses: tuple[Analysis | None, ...] | None = None,
 ) -> list[ReportParts | None]:
     """Write one report per stratum of ``table`` (``workers`` at once) and the index; the
-    `ReportParts` of each stratum, None where not compared (`skip_reason`)."""
+    `ReportParts` of each stratum, None where not compared (`skip_reason`). ``analyses``:
+    each stratum's, already made (`report.analysis_of`; default: made here)."""
     check_strata_inputs(table)
     requested = requested or ((inputs.baseline,) if inputs.baseline else ())
     refs = references(table, requested)
@@ -97,16 +100,13 @@ def write_strata_report(
         (
             s.rows,
             out / folder,
-            replace(
-                inputs,
-                baseline=ref,
-                title=f"{inputs.title} — {s.label}",
-                setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
-                params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
-            ),
+            stratum_inputs(inputs, s, ref),
             prov,
+            a,
         )
-        for s, folder, ref in zip(table.strata, folders(table.strata), refs)
+        for s, folder, ref, a in zip(
+            table.strata, folders(table.strata), refs, analyses or [None] * len(refs)
+        )
         if not skip_reason(s, ref)
     ]
     done = iter(_in_processes(jobs, workers))
@@ -124,9 +124,26 @@ def write_strata_report(
     return parts
 
 
+def stratum_inputs(inputs: ReportInputs, s: Stratum, ref: str | None) -> ReportInputs:
+    """The inputs of stratum ``s``'s own report: its reference, title, setup line and
+    tracker parameters."""
+    return replace(
+        inputs,
+        baseline=ref or "",
+        title=f"{inputs.title} — {s.label}",
+        setup=[*inputs.setup, f"stratum: {s.label} ({len(s.rows)} scores)"],
+        params={**inputs.params, **{f"stratum.{c}": v for c, v in s.key}},
+    )
+
+
 def _report_stratum(job: tuple) -> ReportParts:
-    """One stratum's report (`prepare_report`, then `write_report_files`)."""
-    return write_report_files(prepare_report(*job))
+    """One stratum's report (`prepare_report`, or `report_parts` of its analysis, then
+    `write_report_files`)."""
+    rows, out, inputs, prov, a = job
+    parts = (
+        prepare_report(rows, out, inputs, prov) if a is None else report_parts(a, out, inputs, prov)
+    )
+    return write_report_files(parts)
 
 
 def _in_processes(jobs: list[tuple], workers: int | None) -> list[ReportParts]:
@@ -206,7 +223,7 @@ def index_document(
                 s.label,
                 (
                     Paragraph(" ".join(narrative.headline(a, p.fmt))),
-                    narrative.summary_table(a.primary, p.fmt),
+                    narrative.summary_table(a.primary, p.fmt, a.options.margin),
                     Items(tuple(narrative.verdict_sentences(a, a.primary, p.fmt))),
                     Link("Full report", page),
                 ),

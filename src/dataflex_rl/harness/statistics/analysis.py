@@ -35,11 +35,14 @@ from dataflex_rl.harness.statistics.results import (
     scores_are_fractions,
     seed_sort_key,
 )
+from dataflex_rl.harness.statistics.sequential import EQUIVALENT, UNDECIDED
 
 BETTER, WORSE = "better", "worse"
 NO_DIFF, TOO_FEW = "no detectable difference", "not enough paired seeds"
 #: a control's required outcome -> the verdict it must get
 CONTROL_KINDS = {"same": NO_DIFF, "worse": WORSE}
+#: verdicts at the margin (`Comparison.margin_verdict`), besides EQUIVALENT and UNDECIDED
+NONINFERIOR, INFERIOR = "non-inferior", "inferior"
 
 
 @dataclass
@@ -52,6 +55,12 @@ class StatsOptions(Checked):
     n_boot: int = param(10_000, "bootstrap resamples", ge=100)
     n_perm: int = param(10_000, "random sign flips when a method has more than 16 seeds", ge=100)
     seed: int = param(0, "seed of the bootstrap and random sign flips", ge=0)
+    margin: float = param(
+        0.0,
+        "non-inferiority and equivalence margin in score units (0.01: 1 point of accuracy); "
+        "0: no margin tests",
+        ge=0.0,
+    )
 
 
 @dataclass
@@ -96,6 +105,24 @@ class Comparison:
     control_passed: bool | None = None
     #: a control's outcome in words (`control_status`); "" for a real method
     control_status: str = ""
+    #: with a margin M (`StatsOptions.margin`), one-sided sign-flip p-values, each Holm over
+    #: the family: "not worse by more than M" (H0: Δ ≤ −M, on the differences + M),
+    #: "worse by more than M" (H0: Δ ≥ −M) and "equivalent within ±M" (TOST: the larger of
+    #: the p of H0: Δ ≤ −M and of H0: Δ ≥ M); NaN without a margin or test
+    p_noninferior: float = math.nan
+    p_noninferior_holm: float = math.nan
+    p_inferior: float = math.nan
+    p_inferior_holm: float = math.nan
+    p_equivalent: float = math.nan
+    p_equivalent_holm: float = math.nan
+    #: "equivalent", "non-inferior", "inferior", "undecided" (`margin_verdict`); TOO_FEW under
+    #: 2 pairs; "" without a margin
+    margin_verdict: str = ""
+    #: where undecided, the fewest paired seeds at which "not worse by more than M" is reached
+    #: with probability `power` if the method equals the baseline, at this SD of paired
+    #: differences (simulated, `power.simulated_seeds_needed`, one-sided); None beyond 64,
+    #: where decided, or without a margin
+    seeds_for_margin: int | None = None
 
 
 def control_passed(c: Comparison) -> bool | None:
@@ -285,7 +312,14 @@ def _compare(
     c.sd_diff = float(d.std(ddof=1))
     c.corr = pearson(x[paired], base[paired])
     c.p = stats.sign_flip_pvalue(d, rng, options.n_perm)
-    return c, stats.bootstrap_means(d, rng, options.n_boot)
+    means = stats.bootstrap_means(d, rng, options.n_boot)
+    if options.margin > 0:
+        up, down = d + options.margin, d - options.margin
+        c.p_noninferior = stats.sign_flip_pvalue(up, rng, options.n_perm, alternative="greater")
+        c.p_inferior = stats.sign_flip_pvalue(up, rng, options.n_perm, alternative="less")
+        below = stats.sign_flip_pvalue(down, rng, options.n_perm, alternative="less")
+        c.p_equivalent = max(c.p_noninferior, below)
+    return c, means
 
 
 def _family(
@@ -318,7 +352,45 @@ def _family(
             c.verdict = BETTER
         elif c.p_holm <= options.alpha and c.corrected_ci[1] < 0:
             c.verdict = WORSE
+    if options.margin > 0:
+        _margin_tests(comps, options)
     return comps
+
+
+def _margin_tests(comps: list[Comparison], options: StatsOptions) -> None:
+    """Holm over the family for each margin test, the margin verdicts and the seeds a
+    non-inferiority verdict needs."""
+    for name in ("p_noninferior", "p_inferior", "p_equivalent"):
+        adjusted, _ = stats.holm([getattr(c, name) for c in comps], options.alpha)
+        for c, p in zip(comps, adjusted):
+            setattr(c, f"{name}_holm", float(p))
+    for c in comps:
+        c.margin_verdict = margin_verdict(c, options.alpha)
+        if c.margin_verdict != UNDECIDED:
+            continue
+        c.seeds_for_margin = power.simulated_seeds_needed(
+            c.sd_diff,
+            options.margin,
+            m=len(comps),
+            alpha=options.alpha,
+            power=options.power,
+            sides=1,
+        )
+
+
+def margin_verdict(c: Comparison, alpha: float) -> str:
+    """The verdict at the margin from the Holm-adjusted p-values: equivalent (it implies
+    non-inferior), non-inferior, inferior, else undecided; TOO_FEW under 2 paired seeds."""
+    if c.n_pairs < 2:
+        return TOO_FEW
+    for verdict, p in (
+        (EQUIVALENT, c.p_equivalent_holm),
+        (NONINFERIOR, c.p_noninferior_holm),
+        (INFERIOR, c.p_inferior_holm),
+    ):
+        if p <= alpha:
+            return verdict
+    return UNDECIDED
 
 
 def analyze_summary(

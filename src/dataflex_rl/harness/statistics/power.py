@@ -32,43 +32,53 @@ TABLE_ALPHA, TABLE_POWER = 0.05, 0.8
 TABLE_KEY = f"alpha={TABLE_ALPHA} power={TABLE_POWER} reps={REPS} n_boot={N_BOOT} seed=0"
 TABLE_MAX_M, TABLE_MAX_N = 4, 64
 TABLE_FILE = Path(__file__).with_name("power_table.csv")
+#: sides of the test -> its table (the one-sided test of the margin verdicts: ``sides`` 1)
+TABLE_FILES = {2: TABLE_FILE, 1: TABLE_FILE.with_name("power_table_one_sided.csv")}
 
 
-@lru_cache(maxsize=1)
-def mde_table() -> dict[tuple[int, int], float]:
-    """(m, n) -> the MDE in units of sd at `TABLE_KEY` (``power_table.csv``; empty when the
-    file is missing or was simulated at other settings)."""
-    if not TABLE_FILE.is_file():
+@lru_cache(maxsize=2)
+def mde_table(sides: int = 2) -> dict[tuple[int, int], float]:
+    """(m, n) -> the MDE in units of sd at `TABLE_KEY` (``power_table.csv``, one-sided
+    ``power_table_one_sided.csv``; empty when the file is missing or was simulated at other
+    settings)."""
+    path = TABLE_FILES[sides]
+    if not path.is_file():
         return {}
-    lines = TABLE_FILE.read_text().splitlines()
+    lines = path.read_text().splitlines()
     if not lines or lines[0] != f"# {TABLE_KEY}":
         return {}
     return {(int(m), int(n)): float(v) for m, n, v in (x.split(",") for x in lines[2:])}
 
 
-def no_verdict(n: int, m: int = 1, alpha: float = 0.05, n_perm: int = 10_000) -> bool:
+def no_verdict(
+    n: int, m: int = 1, alpha: float = 0.05, n_perm: int = 10_000, sides: int = 2
+) -> bool:
     """True where no effect can ever be called "better" at ``n`` paired seeds as the first of
-    ``m`` Holm comparisons: fewer than two sign patterns (p = 2/2^n; above 16 seeds one
-    random pattern, p = 1/(1 + n_perm)) fit under α/m. `critical_effects` is then all +inf."""
+    ``m`` Holm comparisons: fewer than ``sides`` sign patterns (two-sided p = 2/2^n, one-sided
+    1/2^n; above 16 seeds one random pattern, p = 1/(1 + n_perm)) fit under α/m.
+    `critical_effects` is then all +inf."""
     level = alpha / m
     if n <= stats.EXACT_MAX_N:
-        return math.floor(level * 2**n * (1 + 1e-12)) < 2
+        return math.floor(level * 2**n * (1 + 1e-12)) < sides
     return math.floor(level * (1 + n_perm) * (1 + 1e-12)) < 1
 
 
-def _pattern_thresholds(z: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+def _pattern_thresholds(z: np.ndarray, patterns: np.ndarray, sides: int = 2) -> np.ndarray:
     """[R, P] effect (sd units) below which pattern s [P, n] is "as extreme" on noise z [R, n].
 
-    With A = Σ s, B = s · z and Z = Σ z: a hit iff e ≤ (B − Z)/(n − A) or e ≤ −(Z + B)/(n + A);
-    the identity and the all-flipped pattern always hit (+inf).
+    With A = Σ s, B = s · z and Z = Σ z: a hit iff e ≤ (B − Z)/(n − A) (Σ s·d ≥ Σ d, the
+    one-sided test, ``sides`` 1) or, two-sided, also e ≤ −(Z + B)/(n + A); the identity (and,
+    two-sided, the all-flipped pattern) always hits (+inf).
     """
     n = z.shape[1]
     a = patterns.sum(axis=1)
     b = z @ patterns.T
     zs = z.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.maximum((b - zs) * (1.0 / (n - a)), -(zs + b) * (1.0 / (n + a)))
-    always = np.abs(a) == n
+        t = (b - zs) * (1.0 / (n - a))
+        if sides == 2:
+            t = np.maximum(t, -(zs + b) * (1.0 / (n + a)))
+    always = (np.abs(a) if sides == 2 else a) == n
     if always.any():
         t[:, always] = np.inf
     return t
@@ -98,9 +108,12 @@ def critical_effects(
     n_boot: int = N_BOOT,
     seed: int = 0,
     n_perm: int = 10_000,
+    sides: int = 2,
 ) -> np.ndarray:
     """[reps] sorted (read-only, cached) smallest effects, in paired-sd units, called "better"
-    with n seeds as the first of m Holm comparisons; +inf where none can be."""
+    with n seeds as the first of m Holm comparisons; +inf where none can be. ``sides`` 1: the
+    smallest effects the one-sided sign-flip test alone (H1: mean > 0) rejects at α/m (the
+    margin tests: `analysis`), no interval."""
     if n < 2:
         raise ValueError(f"critical_effects: n={n}, need at least 2 paired seeds")
     level = alpha / m
@@ -110,8 +123,10 @@ def critical_effects(
         # p = hits / 2^n ≤ level  <=>  hits ≤ floor(level · 2^n). s and −s share a threshold
         # and the identity and its negation always hit: hits = 2 + 2 · (hits among the
         # patterns with last sign + other than the identity)
-        patterns = stats.sign_patterns(n)[1 : 2 ** (n - 1)]
-        k = (math.floor(level * 2**n * (1 + 1e-12)) - 2) // 2
+        # one-sided: every pattern but the identity, hits = 1 + (hits among them)
+        hits = math.floor(level * 2**n * (1 + 1e-12))
+        patterns = stats.sign_patterns(n)[1 : 2 ** (n - 1) if sides == 2 else None]
+        k = (hits - 2) // 2 if sides == 2 else hits - 1
     else:
         patterns = rng.choice(np.array([-1.0, 1.0]), size=(n_perm, n))
         # p = (1 + hits) / (1 + n_perm) ≤ level  <=>  hits ≤ floor(level (1 + n_perm)) - 1
@@ -120,7 +135,12 @@ def critical_effects(
     if k >= 0:
         step = max(1, _CHUNK // patterns.shape[0])
         for i in range(0, reps, step):  # chunks of experiments, bounded memory
-            e_p[i : i + step] = _kth_largest(_pattern_thresholds(z[i : i + step], patterns), k)
+            t = _pattern_thresholds(z[i : i + step], patterns, sides)
+            e_p[i : i + step] = _kth_largest(t, k)
+    if sides == 1:
+        out = np.sort(e_p)
+        out.flags.writeable = False
+        return out
     # the test is two-sided: "better" also needs a positive mean
     e_p = np.maximum(e_p, -z.mean(axis=1))
     # bootstrap: resample counts [n, n_boot] / n, the same resamples for every experiment
@@ -167,16 +187,19 @@ def simulated_mde(
     reps: int = REPS,
     n_boot: int = N_BOOT,
     seed: int = 0,
+    sides: int = 2,
 ) -> float:
-    """Smallest true effect (units of ``sd``) called "better" with probability ``power``; +inf
-    when n seeds allow no verdict, NaN when n < 2 or sd is NaN."""
+    """Smallest true effect (units of ``sd``) called "better" with probability ``power`` (by
+    the one-sided test alone for ``sides`` 1); +inf when n seeds allow no verdict, NaN when
+    n < 2 or sd is NaN."""
     if n < 2 or not math.isfinite(sd):
         return math.nan
-    if no_verdict(n, m, alpha):
+    if no_verdict(n, m, alpha, sides=sides):
         return math.inf
-    c = mde_table().get((m, n)) if (alpha, power, reps, n_boot, seed) == _TABLED else None
+    tabled = (alpha, power, reps, n_boot, seed) == _TABLED
+    c = mde_table(sides).get((m, n)) if tabled else None
     if c is None:
-        crit = critical_effects(n, m, alpha, reps, n_boot, seed)
+        crit = critical_effects(n, m, alpha, reps, n_boot, seed, sides=sides)
         c = float(crit[max(0, math.ceil(power * crit.size) - 1)])
     return math.inf if math.isinf(c) else c * sd
 
@@ -195,19 +218,31 @@ def simulated_seeds_needed(
     reps: int = REPS,
     n_boot: int = N_BOOT,
     seed: int = 0,
+    sides: int = 2,
 ) -> int | None:
-    """Fewest paired seeds at which `simulated_mde` is at most ``effect`` (doubling up from
-    `stats.seeds_for_verdict`, then bisecting); None above ``max_n`` or for non-finite inputs."""
+    """Fewest paired seeds at which `simulated_mde` (``sides``) is at most ``effect`` (doubling
+    up from `stats.seeds_for_verdict`, then bisecting); None above ``max_n`` or for non-finite
+    inputs."""
     if not (math.isfinite(sd) and math.isfinite(effect)) or effect <= 0:
         return None
 
     def ok(k: int) -> bool:
         return (
-            simulated_mde(sd, k, m=m, alpha=alpha, power=power, reps=reps, n_boot=n_boot, seed=seed)
+            simulated_mde(
+                sd,
+                k,
+                m=m,
+                alpha=alpha,
+                power=power,
+                reps=reps,
+                n_boot=n_boot,
+                seed=seed,
+                sides=sides,
+            )
             <= effect
         )
 
-    lo = stats.seeds_for_verdict(m, alpha)
+    lo = stats.seeds_for_verdict(m, alpha, sides=sides)
     if lo is None or lo > max_n:
         return None
     if ok(lo):

@@ -90,7 +90,40 @@ def read_table(
     missing file or column, a bad cell, a duplicate result, no rows."""
     p = Path(path)
     header, records = _read_records(p)
-    by = tuple(by)
+    return _table(p, header, records, wide, tuple(by), scale, domains)
+
+
+def read_frame(
+    frame,
+    *,
+    wide: bool | None = None,
+    by: tuple[str, ...] | list[str] = (),
+    scale: float = 1.0,
+    domains: dict[str, str] | None = None,
+) -> ResultsTable:
+    """`read_table` of a pandas DataFrame in the same layouts, with the same checks: each
+    cell is read as its text (a missing value as an empty cell), and errors name the row by
+    its position (``DataFrame:3`` is ``frame.iloc[3]``)."""
+    header = [str(c).strip() for c in frame.columns]
+    cells = frame.astype(object).where(frame.notna(), "").to_numpy()
+    records = [(i, {h: str(v).strip() for h, v in zip(header, row)}) for i, row in enumerate(cells)]
+    records = [(i, rec) for i, rec in records if any(rec.values())]  # as a CSV's blank lines
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise ConfigError(f"DataFrame: column(s) {', '.join(dup)} appear more than once")
+    return _table("DataFrame", header, records, wide, tuple(by), scale, domains)
+
+
+def _table(
+    p: Path | str,
+    header: list[str],
+    records: list[tuple[int, dict]],
+    wide: bool | None,
+    by: tuple[str, ...],
+    scale: float,
+    domains: dict[str, str] | None,
+) -> ResultsTable:
+    """The strata of ``records`` (line number, {column: text}) under ``header``."""
     layout = _layout(p, header, wide)
     _check_by(p, header, by)
     if not records:
@@ -196,7 +229,7 @@ def _read_records(p: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     return header, records
 
 
-def _layout(p: Path, header: list[str], wide: bool | None) -> str:
+def _layout(p: Path | str, header: list[str], wide: bool | None) -> str:
     long_ok = all(c in header for c in REQUIRED)
     # a benchmark or score column without the other is a long table missing a column
     looks_long = "benchmark" in header or "score" in header
@@ -219,7 +252,7 @@ def _layout(p: Path, header: list[str], wide: bool | None) -> str:
     return WIDE
 
 
-def _check_by(p: Path, header: list[str], by: tuple[str, ...]) -> None:
+def _check_by(p: Path | str, header: list[str], by: tuple[str, ...]) -> None:
     for col in by:
         if col not in header:
             raise ConfigError(
@@ -242,7 +275,7 @@ def _is_number(text: str) -> bool:
 
 
 def _benchmark_columns(
-    p: Path,
+    p: Path | str,
     header: list[str],
     records: list[tuple[int, dict]],
     by: tuple[str, ...],
@@ -288,7 +321,7 @@ def _key(rec: dict, by: tuple[str, ...]) -> StratumKey:
 
 
 def _melt(
-    p: Path,
+    p: Path | str,
     records: list[tuple[int, dict]],
     by: tuple[str, ...],
     benchmarks: list[str],
@@ -314,7 +347,7 @@ def _melt(
 
 
 def _refuse_duplicates(
-    p: Path, cells: list[tuple[int, tuple, Row]], records, by: tuple[str, ...], layout: str
+    p: Path | str, cells: list[tuple[int, tuple, Row]], records, by: tuple[str, ...], layout: str
 ) -> None:
     """Two cells with one (stratum, method, seed, benchmark, step): name both lines and the
     columns in which their rows differ (what ``--by`` may be missing)."""

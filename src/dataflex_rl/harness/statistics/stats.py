@@ -70,44 +70,55 @@ def sign_patterns(n: int) -> np.ndarray:
     return (1 - 2 * bits).astype(np.float64)
 
 
+#: the statistic of each ``alternative`` of `sign_flip_pvalue`, from a mean
+_STATISTIC = {"two-sided": np.abs, "greater": np.positive, "less": np.negative}
+
+
 def sign_flip_pvalue(
     diffs,
     rng: np.random.Generator | None = None,
     n_perm: int = 10_000,
     exact_max_n: int = EXACT_MAX_N,
+    alternative: str = "two-sided",
 ) -> float:
-    """Two-sided paired permutation (sign-flip) p-value of the mean of ``diffs`` [n]: all 2^n
-    patterns up to ``exact_max_n``, above it ``n_perm`` random ones (``rng`` needed only
-    then). NaN when n == 0; all-zero differences give 1."""
+    """Paired permutation (sign-flip) p-value of the mean of ``diffs`` [n]: all 2^n patterns
+    up to ``exact_max_n``, above it ``n_perm`` random ones (``rng`` needed only then).
+    ``alternative``: "two-sided" (|mean|), "greater" (H1: mean > 0) or "less" (H1: mean < 0).
+    NaN when n == 0; all-zero differences give 1."""
     d = _as_1d(diffs, "diffs")
     n = d.size
     if n == 0:
         return math.nan
-    observed = abs(d.mean())
+    stat = _STATISTIC[alternative]
+    observed = stat(d.mean())
     # a flipped mean equal to the observed one up to rounding counts as "as extreme"
     tol = 1e-12 * max(1.0, float(np.abs(d).max()))
     if n <= exact_max_n:
-        flipped = np.abs(sign_patterns(n) @ d) / n
+        flipped = stat(sign_patterns(n) @ d / n)
         return float(np.mean(flipped >= observed - tol))
     if rng is None:
         raise ValueError(f"sign_flip_pvalue: n={n} > {exact_max_n} needs an rng")
     signs = rng.choice(np.array([-1.0, 1.0]), size=(n_perm, n))
-    hits = int(np.sum(np.abs(signs @ d) / n >= observed - tol))
+    hits = int(np.sum(stat(signs @ d / n) >= observed - tol))
     return (1 + hits) / (1 + n_perm)
 
 
-def min_pvalue(n: int) -> float:
-    """Smallest two-sided p-value the exact sign-flip test can reach with n pairs (2 / 2^n)."""
-    return min(1.0, 2.0 / 2**n) if n > 0 else 1.0
+def min_pvalue(n: int, sides: int = 2) -> float:
+    """Smallest p-value the exact sign-flip test can reach with n pairs: 2 / 2^n two-sided,
+    1 / 2^n one-sided (``sides`` 1)."""
+    return min(1.0, sides / 2**n) if n > 0 else 1.0
 
 
-def pvalue_floor(n: int, n_perm: int = 10_000, exact_max_n: int = EXACT_MAX_N) -> float:
-    """Smallest p-value `sign_flip_pvalue` can return with n pairs, whatever the data: 2 / 2^n
-    when it enumerates every pattern, 1 / (1 + n_perm) above ``exact_max_n`` (random flips);
-    1 for fewer than 2 pairs (no test)."""
+def pvalue_floor(
+    n: int, n_perm: int = 10_000, exact_max_n: int = EXACT_MAX_N, sides: int = 2
+) -> float:
+    """Smallest p-value `sign_flip_pvalue` can return with n pairs, whatever the data:
+    `min_pvalue` when it enumerates every pattern, 1 / (1 + n_perm) above ``exact_max_n``
+    (random flips); 1 for fewer than 2 pairs (no test)."""
     if n < 2:
         return 1.0
-    return min_pvalue(n) if n <= exact_max_n else max(min_pvalue(n), 1.0 / (1 + n_perm))
+    floor = min_pvalue(n, sides)
+    return floor if n <= exact_max_n else max(floor, 1.0 / (1 + n_perm))
 
 
 def holm_floors(floors) -> np.ndarray:
@@ -126,12 +137,13 @@ def holm_floors(floors) -> np.ndarray:
 
 
 def seeds_for_verdict(
-    m: int, alpha: float = 0.05, n_perm: int = 10_000, max_n: int = 64
+    m: int, alpha: float = 0.05, n_perm: int = 10_000, max_n: int = 64, sides: int = 2
 ) -> int | None:
     """Fewest paired seeds at which a family of ``m`` comparisons can reach a verdict at all
-    (Holm floor m · 2/2^n ≤ ``alpha``: 6 for one at 0.05, 7 for three); None above ``max_n``."""
+    (Holm floor m · 2/2^n ≤ ``alpha``: 6 for one at 0.05, 7 for three; one-sided tests,
+    ``sides`` 1, m · 1/2^n: 5 and 6); None above ``max_n``."""
     for n in range(2, max_n + 1):
-        if holm_floors([pvalue_floor(n, n_perm)] * max(1, m)).max() <= alpha:
+        if holm_floors([pvalue_floor(n, n_perm, sides=sides)] * max(1, m)).max() <= alpha:
             return n
     return None
 
