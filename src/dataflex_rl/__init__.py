@@ -21,7 +21,9 @@ package (or a torch-free part of it, such as ``report``) does not import torch:
   examples/minimal_grpo.py trains on;
 - **comparing results** (docs/analysis.md, torch-free): `analyze` (a pandas DataFrame of
   results -> a `Report`: verdicts and statistics as DataFrames, markdown, HTML, Jupyter,
-  ``save``, ``gate``), `tracker_frame` (a tracker store's runs as such a DataFrame).
+  ``save``, ``gate``), `tracker_frame` (a tracker store's runs as such a DataFrame);
+- **compare on your own trainer** (docs/extending.md): `Host` (the interface `compare` runs
+  a trainer through) and `HOSTS` (the registry of hosts experiment files name).
 """
 
 import importlib
@@ -74,6 +76,8 @@ _WHERE = {
     "Intake": "dataflex_rl.hosts.common.intake",
     "build_taskset": "dataflex_rl.tasks",
     **dict.fromkeys(("analyze", "tracker_frame", "Report"), "dataflex_rl.harness.reporting.frame"),
+    "Host": "dataflex_rl.hosts.host",
+    "HOSTS": "dataflex_rl.hosts.registry",
 }
 
 
@@ -136,5 +140,8 @@ __all__ = [
     "analyze",
     "tracker_frame",
     "Report",
+    # comparing on a trainer of your own (docs/extending.md#a-host-of-your-own)
+    "Host",
+    "HOSTS",
     "__version__",
 ]
