@@ -78,6 +78,11 @@ def _component_text(kind: str, name: str) -> str:
             )
         elif hasattr(cls, "level") and kind != "selector":
             lines.append(f"- weights at: {cls.level} level")
+            if not getattr(cls, "normalized", True):
+                lines.append(
+                    "- weights: absolute (applied as they are on every kept row, not "
+                    "normalized to mean 1; `normalize` has no effect)"
+                )
         token_selector = kind == "selector" and cls.level == "token"
         for opt in ("renormalize",) if token_selector else ("recompute_advantages", "renormalize"):
             if hasattr(cls, f"{opt}_default"):

@@ -192,6 +192,27 @@ _P = [
             "refill": {"max_rounds": 4, "overdraw": True},
         },
     ),
+    Preset(
+        "ragen_snr",
+        "SNR-aware filtering: keep the fewest groups holding 90% of the batch's reward "
+        "variance (groups in decreasing variance; zero-variance groups never kept)",
+        "Wang et al. 2026, RAGEN-2: Reasoning Collapse in Agentic RL (arXiv 2604.06268), "
+        "SNR-aware filtering (top-p 0.9, the authors' setting)",
+        {
+            "select": {
+                "scorer": "reward_variance",
+                "actuator": {"name": "top_p_mass", "p": 0.9},
+            }
+        },
+    ),
+    Preset(
+        "maxrl",
+        "difficulty-weighted advantages: each group's advantages become (r - mean) / mean "
+        "(about 1/p on a hard prompt's successes; 0 for a group without success)",
+        "Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL, "
+        "arXiv 2602.02710)",
+        {"reweight": {"scorer": "reward", "actuator": {"name": "maxrl"}}},
+    ),
 ]
 
 for _preset in _P:

@@ -134,6 +134,11 @@ class Reweighter(Component):
     #: "response" -> [B] weights; "token" -> [B, T] weights
     level: ClassVar[str] = "response"
     group_based: ClassVar[bool] = False
+    #: whether the strategy normalizes the raw weights to mean 1 (False: they are applied as
+    #: they are, on every kept row; ``maxrl``'s weights turn each advantage into another)
+    normalized: ClassVar[bool] = True
+    #: optional `RolloutBatch` fields the reweighter itself reads (beside its scorer's)
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
         """Raw weights at ``level``: [B] for ``response``, [B, T] for ``token``; finite and

@@ -425,6 +425,7 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
         options = validate(RefillOptions, value["refill"], where_refill)
         refill = RefillSpec(options.max_rounds, options.overdraw)
         check_refill_selector(parts.get("select"), where_refill)
+    check_absolute_reweight(parts, where)
     return StrategySpec(name=name, description=description, refill=refill, **parts)
 
 
@@ -457,6 +458,25 @@ def check_refill_selector(select: MechanismSpec | None, where: str) -> None:
             f"'band'); select has actuator {select.actuator.name!r} with a {level}-level "
             "scorer, which keeps parts of groups or ranks groups against each other"
         )
+
+
+def check_absolute_reweight(parts: dict[str, MechanismSpec], where: str) -> None:
+    """ConfigError when a reweighter whose weights are absolute (``normalized = False``:
+    weights that turn the host's advantages into its own, such as ``maxrl``) follows a
+    ``select`` that recomputes the advantages on the responses it keeps: its target is
+    computed over each whole group, the recomputed advantages over the kept subset."""
+    rw, select = parts.get("reweight"), parts.get("select")
+    if rw is None or select is None or not resolved_option(select, "recompute_advantages"):
+        return
+    rw_cls = MECHANISM_REGISTRIES["reweight"].get(rw.actuator.name)
+    if getattr(rw_cls, "normalized", True):
+        return
+    raise ConfigError(
+        f"{key_path(where, 'reweight')}.actuator: {rw.actuator.name!r} rescales each "
+        "response's advantage to its own value over the whole group, but select "
+        f"({select.actuator.name!r}) recomputes the advantages on the responses it keeps; "
+        "set select.recompute_advantages: false, or use one of the two"
+    )
 
 
 def strategy_label(value: Any) -> str:

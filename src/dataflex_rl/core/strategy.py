@@ -552,6 +552,8 @@ class Strategy:
         metrics["dataflex/reweight/normalization_set"] = float(norm_set.sum())
         scores = broadcast_scores(checked_scores(scorer, batch), scorer.granularity, batch)
         raw = rw.raw_weights(scores, batch, norm_set)
+        if not rw.normalized:  # absolute weights: as they are, on every kept row
+            return Weights(torch.where(kept, raw.to(torch.float32), 0.0))
         return normalized_weights(
             raw, batch, kept, norm_set, f"step {batch.step}: {self.spec.name}"
         )

@@ -12,6 +12,7 @@ from dataflex_rl.core.base import REWEIGHTERS, Reweighter
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.config import param
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.segment import segment_moments
 
 
 @REWEIGHTERS.register("softmax")
@@ -81,3 +82,52 @@ class BandWeight(Reweighter):
         inside = (s >= self.low) & (s <= self.high)
         s = s.to(torch.float64)
         return torch.where(inside, torch.full_like(s, self.inside), torch.ones_like(s))
+
+
+@REWEIGHTERS.register("maxrl")
+@dataclass
+class MaxRL(Reweighter):
+    """``maxrl`` (preset ``maxrl``): weights that make each advantage MaxRL's (r - mean) / mean.
+
+    MaxRL (Tajwar, Zeng et al. 2026) normalizes a group's centred reward by the group's mean
+    instead of its std: A = (r - mean) / mean, about a 1/p weight on the successes of a prompt
+    solved with probability p. The weight of response i is that target over the advantage
+    A_i the host computed, w_i = ((r_i - mean) / mean) / A_i, and the weights are **absolute**
+    (not normalized to mean 1): w_i x A_i is the target, whatever the host's group estimator
+    (GRPO's (r - mean) / (std + eps), without the std, RLOO), and multiplying the per-token
+    clipped loss by w_i >= 0 is the clipped loss of advantage w_i x A_i. The mean is over the
+    group's active responses (those the host's advantages were computed on) and r is the score
+    (scorer ``reward``).
+
+    Edges: a group whose mean is 0 (no success: every reward 0) has advantage 0 (weight 0 on
+    any row the host gave a non-zero advantage), the paper's no-success convention (prime-rl's
+    MaxRL keeps it); a group whose mean is below 0 too (rewards are expected in [0, 1], the
+    paper's binary correctness; (r - mean) / mean would reverse their order). A row whose
+    host advantage is 0 has weight 1 (its policy-gradient term is 0 either way; under GRPO it
+    is a row with r = mean, whose target is 0 too); a row whose host advantage has the other
+    sign than r - mean has weight 0. With a select that recomputes advantages on the responses
+    it keeps it is refused (the target is over the whole group). Exact to float32 rounding of
+    the weight.
+    """
+
+    accepts: ClassVar[frozenset[str]] = frozenset({"response"})
+    group_based: ClassVar[bool] = True
+    normalized: ClassVar[bool] = False
+    requires: ClassVar[tuple[str, ...]] = ("advantages",)
+    default_scorer: ClassVar[str | None] = "reward"
+    paper: ClassVar[str] = (
+        "Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL, "
+        "arXiv 2602.02710)"
+    )
+
+    def raw_weights(self, scores: Tensor, batch: RolloutBatch, norm_mask: Tensor) -> Tensor:
+        active = batch.active_mask
+        mean, _, dev = segment_moments(scores, batch.group_ids, batch.num_groups, active)
+        m = mean.index_select(0, batch.group_ids)
+        target = torch.where(active & (m > 0), dev / torch.where(m > 0, m, 1.0), 0.0)
+        if batch.advantage_per_response is None:
+            raise ValueError("maxrl: the batch has no advantages (it rescales the host's)")
+        host = batch.advantage_per_response.to(torch.float64)
+        nonzero = host != 0
+        ratio = target / torch.where(nonzero, host, 1.0)
+        return torch.where(nonzero, torch.where(ratio > 0, ratio, 0.0), 1.0)

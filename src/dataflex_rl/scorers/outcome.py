@@ -59,6 +59,25 @@ class RewardStd(Scorer):
         return batch.group_std.clone()
 
 
+@SCORERS.register("reward_variance")
+@dataclass
+class RewardVariance(Scorer):
+    """Per group: the unbiased (n - 1) variance of the active responses' rewards (float64).
+
+    The square of ``reward_std``: 0 for groups of fewer than 2 active responses and exactly 0
+    when their rewards are all equal. The default score of ``top_p_mass`` (preset
+    ``ragen_snr``), whose mass it is: RAGEN-2's reward variance (RV) per prompt, with the
+    sample variance (ddof 1) of the authors' reference implementations.
+    """
+
+    granularity: ClassVar[str] = "group"
+    group_based: ClassVar[bool] = True
+    paper: ClassVar[str] = "Wang et al. 2026, RAGEN-2 (arXiv 2604.06268), SNR-aware filtering"
+
+    def score(self, batch: RolloutBatch) -> Tensor:
+        return batch.group_std * batch.group_std
+
+
 @SCORERS.register("response_length")
 @dataclass
 class ResponseLength(Scorer):

@@ -5,5 +5,6 @@ from dataflex_rl.select import (  # noqa: F401  (registers)
     group_subset,
     random_groups,
     top_fraction,
+    top_p_mass,
     top_tokens,
 )
