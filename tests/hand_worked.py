@@ -164,6 +164,14 @@ EXPECTED: dict[str, tuple] = {
         None,
         None,
     ),
+    # reward variances (unbiased) .25, 0, .03: total .28, 90% of it .252; in decreasing
+    # variance group 0 (nothing before it) and group 2 (.25 before it, < .252) are kept, group
+    # 1 (mass 0) never (tests/unit/select/test_top_p_mass.py: at p .8 group 0 alone)
+    "ragen_snr": ([1] * 4 + [0] * 4 + [1] * 4, [1.0] * 4 + [0.0] * 4 + [1.0] * 4, None, None),
+    # (r - mean) / mean over the host's A: group 0 mean .25, targets 3, -1 over A 1.5, -.5: 2;
+    # group 1 A = 0: weight 1; group 2 mean .75, targets +-.2 over A +-.866: .2 / .866;
+    # absolute weights (no mean 1)
+    "maxrl": ([1] * 12, [2.0] * 4 + [1.0] * 4 + [0.2 / A2] * 4, None, None),
     "static": ([1] * 12, [1.0] * 12, None, [1 / 3] * 3),
     # mean rewards .25, 1, .75: gaps .75, 0, .25, softmax at T = .1, floor .05
     "reward_gap": ([1] * 12, [1.0] * 12, None, _softmax_proportions([0.75, 0, 0.25], 0.1, 0.05)),
@@ -186,12 +194,14 @@ COMPONENTS = {
     ("selector", "gfpo"): "gfpo",
     ("selector", "top_fraction"): "topk",
     ("selector", "top_tokens"): "high_entropy",
+    ("selector", "top_p_mass"): "ragen_snr",
     ("selector", "random_groups"): "tests/unit/select/test_random_groups.py::"
     "test_hand_worked_draws_and_decisions",
     ("reweighter", "softmax"): "softmax",
     ("reweighter", "per"): "per",
     ("reweighter", "band_weight"): "diffband",
     ("reweighter", "ar"): "ar",
+    ("reweighter", "maxrl"): "maxrl",
     ("mixer", "static"): "static",
     ("mixer", "reward_gap"): "reward_gap",
     ("mixer", "ucb"): "dump_ucb",
@@ -199,6 +209,7 @@ COMPONENTS = {
     ("scorer", "reward"): "maxvar",
     ("scorer", "solve_rate"): "difffilter",
     ("scorer", "reward_std"): "dapo",
+    ("scorer", "reward_variance"): "ragen_snr",
     ("scorer", "efficiency"): "gfpo",
     ("scorer", "advantage_magnitude"): "topk",
     ("scorer", "token_prob"): "ar",

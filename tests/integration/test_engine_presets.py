@@ -20,8 +20,8 @@ from tests.unit.test_metrics_doc import documented_keys, matches
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = str(ROOT / "configs" / "strategies" / "everything.yaml")
 
-SELECT = {"difffilter", "maxvar", "gfpo", "topk"}
-REWEIGHT = {"softmax", "per", "diffband", "ar"}
+SELECT = {"difffilter", "maxvar", "gfpo", "topk", "ragen_snr"}
+REWEIGHT = {"softmax", "per", "diffband", "ar", "maxrl"}
 MIX = {"static", "reward_gap", "dump_ucb", "tscl"}
 TOKENS = {"high_entropy", "dapo_entropy"}
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
@@ -125,3 +125,39 @@ def test_permuting_groups_permutes_the_weights(b, preset, data):
     w = Strategy(preset).decide(b).weights_per_token
     pw = Strategy(preset).decide(pb).weights_per_token
     assert torch.allclose(pw, w[rows], rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=300)
+@given(rollout_batches(reward_kind="tied"), st.booleans())
+def test_maxrl_weights_equal_the_loop_oracle(b, grpo):
+    # rewards from a few dyadic values (0, .25, .5, 1, 2: the means are exact), the batch's
+    # random advantages (sign mismatches, zeros) or GRPO's; the oracle: per row, the target
+    # (r - mean) / mean (0 where mean <= 0) over the mean advantage of its valid tokens, 0
+    # when negative, 1 where that advantage is 0; 0 for inactive rows and rows without tokens
+    check_hand_worked("maxrl")  # weight 1 everywhere fails there
+    if grpo:  # the host's GRPO advantages over the rows that are active without them
+        b = b.replace(advantages=None)
+        b = b.replace(advantages=grpo_advantages(b, b.active_mask))
+    d = Strategy("maxrl").decide(b)
+    rs = oracles.rows(b)
+    stats = oracles.group_stats(b)
+    expected, target = [], []
+    for r in rs:
+        m = stats["mean"][r["g"]]
+        t = (r["r"] - m) / m if m > 0 else 0.0
+        a = oracles.mean_adv(r) if oracles.active(r) else 0.0
+        target.append(t)
+        if not oracles.active(r) or r["length"] == 0:
+            expected.append(0.0)
+        elif a == 0:
+            expected.append(1.0)
+        else:
+            expected.append(max(t / a, 0.0))
+    w = d.weights_per_response
+    assert w.tolist() == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    assert d.keep_mask.tolist() == [oracles.active(r) for r in rs]
+    if grpo:  # the advantage each response trains with is MaxRL's (rows with tokens)
+        eff = (w.double() * b.advantage_per_response.double()).tolist()
+        trained = [oracles.active(r) and r["length"] > 0 for r in rs]
+        want = [t if k else 0.0 for t, k in zip(target, trained)]
+        assert eff == pytest.approx(want, rel=1e-5, abs=1e-6)

@@ -1,17 +1,26 @@
 """Selectors equal plain-loop oracles; padding is never kept; permuting groups permutes."""
 
 import itertools
+import statistics
 
+import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflex_rl  # noqa: F401
-from dataflex_rl.scorers.outcome import Efficiency, ResponseLength, Reward, SolveRate
+from dataflex_rl.scorers.outcome import (
+    Efficiency,
+    ResponseLength,
+    Reward,
+    RewardVariance,
+    SolveRate,
+)
 from dataflex_rl.scorers.policy import AdvantageMagnitude
 from dataflex_rl.select.band import Band
 from dataflex_rl.select.group_subset import GroupFilter, MaxVariance
 from dataflex_rl.select.top_fraction import TopFraction
+from dataflex_rl.select.top_p_mass import TopPMass
 from tests.hand_worked import check_component
 from tests.property import oracles
 from tests.strategies import permute_groups, rollout_batches
@@ -121,6 +130,39 @@ def test_top_fraction_by_group_equals_the_loop_oracle(b, fraction):
     means = sorted(mean.values())
     if all(b2 - a > 1e-9 for a, b2 in zip(means, means[1:])):  # no near-ties: exact set
         assert kept_groups == set(sorted(groups, key=lambda g: (-mean[g], g))[:k])
+
+
+@settings(max_examples=300)
+@given(rollout_batches(), st.sampled_from([0.05, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0]))
+def test_top_p_mass_equals_the_loop_oracle(b, p):
+    # the oracle: per group its unbiased reward variance (statistics.variance over the active
+    # rows); groups in decreasing mass, ties by group id, added one by one while the mass
+    # before the next is below p x the total (summed in that order) and the next has mass
+    check_component("selector", "top_p_mass")  # a keep-all selector fails there
+    keep, s = _keep(TopPMass(p=p), RewardVariance(), b)
+    rs, members = _members(b)
+    s = s.tolist()
+    mass = {}
+    for g, act in enumerate(members):
+        if not act:
+            continue
+        vals = [rs[i]["r"] for i in act]
+        want = statistics.variance(vals) if len(vals) > 1 else 0.0
+        assert s[act[0]] == pytest.approx(want, rel=1e-9, abs=1e-12)  # the scorer
+        assert (s[act[0]] == 0) == (min(vals) == max(vals))  # zero exactly when all equal
+        mass[g] = s[act[0]]
+    order = sorted(mass, key=lambda g: (-mass[g], g))
+    total = 0.0
+    for g in order:
+        total += mass[g]
+    kept, before = set(), 0.0
+    for g in order:
+        if not (before < p * total and mass[g] > 0):
+            break
+        kept.add(g)
+        before += mass[g]
+    expected = [rs[i]["g"] in kept and oracles.active(rs[i]) for i in range(b.batch_size)]
+    assert keep.tolist() == expected
 
 
 SELECTORS = {

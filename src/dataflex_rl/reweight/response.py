@@ -107,7 +107,7 @@ class MaxRL(Reweighter):
     is a row with r = mean, whose target is 0 too); a row whose host advantage has the other
     sign than r - mean has weight 0. With a select that recomputes advantages on the responses
     it keeps it is refused (the target is over the whole group). Exact to float32 rounding of
-    the weight.
+    the weight (capped at float32's largest value, so every weight is finite).
     """
 
     accepts: ClassVar[frozenset[str]] = frozenset({"response"})
@@ -130,4 +130,5 @@ class MaxRL(Reweighter):
         host = batch.advantage_per_response.to(torch.float64)
         nonzero = host != 0
         ratio = target / torch.where(nonzero, host, 1.0)
-        return torch.where(nonzero, torch.where(ratio > 0, ratio, 0.0), 1.0)
+        big = torch.finfo(torch.float32).max  # a weight stays finite in float32
+        return torch.where(nonzero, torch.where(ratio > 0, ratio.clamp(max=big), 0.0), 1.0)
