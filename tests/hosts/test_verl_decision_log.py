@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("tq_train")
 MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]  # solve rates .5 1 0 .5
 
 
-@pytest.mark.parametrize("strategy", ["difffilter", "softmax"])
+@pytest.mark.parametrize("strategy", ["difffilter", "softmax", "ragen_snr", "maxrl"])
 def test_verl_log_replays_the_applied_decision(tmp_path, strategy):
     trainer = dataflex_trainer(
         f"+dataflex.strategy={strategy}",

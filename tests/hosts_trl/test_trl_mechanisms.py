@@ -115,6 +115,14 @@ def test_every_preset_acts_in_real_steps(tmp_path, monkeypatch, name):
         else:  # mix, pre-rollout and baseline leave TRL's loss alone
             assert torch.equal(out["advantages"], base)
             assert torch.equal(out["completion_mask"].sum(1), lengths)
+    if name == "maxrl":  # TRL trains on MaxRL's (r - mean) / mean (0 without a success)
+        for batch, out in zip(rec.batches, rec.outs):
+            r = batch.rewards.double().view(4, 4)
+            m = r.mean(1, keepdim=True)
+            want = torch.where(m > 0, (r - m) / torch.where(m > 0, m, 1.0), 0.0).view(16)
+            got = out["advantages"].reshape(16, -1)[:, 0].double()
+            has = batch.response_length > 0
+            assert torch.allclose(got[has], want[has], atol=1e-5), (got, want)
     fractions = logged(trainer, "dataflex/kept_response_fraction")
     if name == "high_entropy":  # a fifth of the tokens (ties may keep a few more)
         fractions = logged(trainer, "dataflex/kept_token_fraction")
