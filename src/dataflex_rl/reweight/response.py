@@ -108,6 +108,11 @@ class MaxRL(Reweighter):
     sign than r - mean has weight 0. With a select that recomputes advantages on the responses
     it keeps it is refused (the target is over the whole group). Exact to float32 rounding of
     the weight (capped at float32's largest value, so every weight is finite).
+
+    Stateless (nothing to checkpoint). In the decision log: ``weight`` is the absolute weight,
+    so ``weight`` x ``advantage`` is the advantage trained on; ``decision_advantage`` null;
+    replay re-decides it exactly from the logged rewards and advantages (the first token's,
+    every token's under a group estimator).
     """
 
     accepts: ClassVar[frozenset[str]] = frozenset({"response"})

@@ -67,6 +67,10 @@ class TopPMass(Selector):
     (refilling counts the groups a selector keeps from their own outcomes), as
     ``top_fraction`` is. The paper authors' implementations also take a small
     ``selection_eps`` off the target mass; here the target is exactly ``p`` x total.
+
+    Stateless (nothing to checkpoint). In the decision log: ``keep`` (whole groups),
+    ``weight`` 1 or 0, ``decision_advantage`` null; replay re-decides it exactly from the
+    logged rewards.
     """
 
     accepts: ClassVar[frozenset[str]] = frozenset({"group"})
