@@ -125,7 +125,7 @@ def test_train_strategy_override_runs_that_strategy_alone(monkeypatch, capsys):
 def test_train_unknown_strategy_override_is_refused_before_any_work(override, capsys):
     assert main(["train", QUICKSTART, override]) == 2
     err = capsys.readouterr().err
-    assert "'maxvr'. Did you mean 'maxvar'?" in err and "difffilter" in err
+    assert "'maxvr'. Did you mean 'maxvar'" in err and "difffilter" in err
 
 
 def test_proportions_of_a_misspelt_domain_are_refused_before_any_work(tmp_path, capsys):
