@@ -185,7 +185,12 @@ TOKEN_KEEP = {
 }
 #: presets pinned by hand-worked unit tests over several steps instead (a learning-progress
 #: slope needs rewards that change from step to step)
-ELSEWHERE = {"tscl": "tests/unit/scorers/test_scorers.py::test_learning_progress_known_slope"}
+ELSEWHERE = {
+    "tscl": "tests/unit/scorers/test_scorers.py::test_learning_progress_known_slope",
+    # a curriculum decides nothing on a batch (keep all, weight 1): what it changes is which
+    # prompts are drawn, worked out by hand over a small pool there
+    "nemotron_curriculum": "tests/unit/curriculum/test_target_difficulty.py::test_hand_worked_*",
+}
 #: (kind, registered name) -> the preset that runs the component with its default parameters
 #: (and default scorer), or the unit test that works its values out by hand
 COMPONENTS = {
@@ -221,6 +226,8 @@ COMPONENTS = {
     ("skip policy", "greso"): "tests/unit/prerollout/test_prerollout.py::test_greso_*",
     ("skip policy", "thompson"): "tests/unit/prerollout/test_prerollout.py::test_thompson_*",
     ("skip policy", "probe"): "tests/unit/prerollout/test_probe.py::test_probe_*",
+    ("curriculum", "target_difficulty"): "tests/unit/curriculum/test_target_difficulty.py::"
+    "test_hand_worked_*",
 }
 
 

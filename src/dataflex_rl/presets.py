@@ -206,6 +206,27 @@ _P = [
         },
     ),
     Preset(
+        "nemotron_curriculum",
+        "draw each domain's prompts by a Gaussian (width 0.15) over their estimated pass rate "
+        "whose centre falls linearly from 0.8 to 0.3 over 200 steps; the domain counts follow "
+        "the mix as without it",
+        "NVIDIA 2025, Nemotron 3 Nano technical report (arXiv 2512.20848) sec. 3.2.2, "
+        "per-domain Gaussian sampling over pass rate with a centre that decreases over "
+        "training (centre, width and length here are this library's choice)",
+        {
+            "curriculum": {
+                "actuator": {
+                    "name": "target_difficulty",
+                    "schedule": "linear",
+                    "start": 0.8,
+                    "end": 0.3,
+                    "steps": 200,
+                    "width": 0.15,
+                }
+            }
+        },
+    ),
+    Preset(
         "maxrl",
         "difficulty-weighted advantages: each group's advantages become (r - mean) / mean "
         "(about 1/p on a hard prompt's successes; 0 for a group without success)",

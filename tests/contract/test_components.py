@@ -15,6 +15,7 @@ import torch
 from dataflex_rl import Strategy
 from dataflex_rl.core.base import (
     REGISTRIES,
+    Curriculum,
     DomainScorer,
     Mixer,
     Reweighter,
@@ -83,6 +84,11 @@ def _exercise(kind, comp, seed):
         drawn = torch.bincount(b.domain_ids[b.active_mask], minlength=D)
         return (comp.raw_proportions(values, observed, drawn, prior),)
     history = PromptHistory()
+    if kind == "curriculum":  # the batch's prompts, seen, and one never seen
+        history.update(b)
+        o = history.outcomes(list(b.prompt_keys) + ["unseen"])
+        rate = comp.pass_rate(o)
+        return rate, comp.log_weights(rate, b.step), torch.tensor([comp.target_at(b.step)])
     history.update(b)
     keys = list(b.prompt_keys) + ["unseen"]
     features = None
@@ -107,6 +113,7 @@ def test_builds_from_defaults_and_checks_its_base(kind, name):
         "reweighter": Reweighter,
         "mixer": Mixer,
         "skip policy": SkipPolicy,
+        "curriculum": Curriculum,
     }[kind]
     assert issubclass(cls, base) and issubclass(cls, Component)
     comp = cls()
@@ -158,6 +165,12 @@ def test_output_shapes_dtypes_and_masks(kind, name):
             (p,) = out
             assert p.shape == (D,) and torch.isfinite(p).all() and (p >= 0).all()
             assert float(p.sum()) == pytest.approx(1.0)
+        elif kind == "curriculum":
+            rate, lw, _ = out
+            N = len(b.prompt_keys) + 1
+            assert rate.shape == (N,) and rate.dtype == torch.float64
+            assert ((rate >= 0) & (rate <= 1)).all()
+            assert lw.shape == (N,) and torch.isfinite(lw).all()
         else:
             keep, metrics = out
             assert keep.shape == (len(b.prompt_keys) + 1,) and keep.dtype == torch.bool
@@ -291,7 +304,7 @@ def test_preset_state_round_trip(preset):
     a = Strategy(preset, domains=DOMAINS)
     _decisions(a)
     b = Strategy(preset, domains=DOMAINS)
-    if "mix" in a.parts or "prerollout" in a.parts:  # stateful: the state moved
+    if {"mix", "prerollout", "curriculum"} & set(a.parts):  # stateful: the state moved
         assert_moved(a.state_dict(), b.state_dict(), preset)
     b.load_state_dict(pickle.loads(pickle.dumps(a.state_dict())))
     for da, db in zip(_decisions(a, (3, 4, 5, 6, 7, 8)), _decisions(b, (3, 4, 5, 6, 7, 8))):

@@ -16,7 +16,7 @@ from torch import Tensor
 from dataflex_rl.core.batch import RolloutBatch
 from dataflex_rl.core.component import Component
 from dataflex_rl.core.config import param
-from dataflex_rl.core.history import PromptHistory
+from dataflex_rl.core.history import Outcomes, PromptHistory
 from dataflex_rl.core.registry import Registry
 
 
@@ -228,6 +228,31 @@ class SkipPolicy(Component):
         before ``history`` records them); called before `observe` of the same step."""
 
 
+@dataclass
+class Curriculum(Component):
+    """Prompt history -> how likely each prompt of a domain is to be drawn (the curriculum
+    actuator): the intake draws each domain's quota (the mix's count, unchanged) without
+    replacement with probabilities proportional to ``exp(log_weights)`` over the domain's pool.
+    """
+
+    kind: ClassVar[str] = "curriculum"
+    needs_signal: ClassVar[bool] = False
+
+    def pass_rate(self, outcomes: Outcomes) -> Tensor:
+        """[N] float64 estimated pass rate of N prompts from their remembered ``outcomes``
+        (a prompt never seen: the component's prior)."""
+        raise NotImplementedError
+
+    def target_at(self, step: int) -> float:
+        """The pass rate the draw of step ``step`` aims at."""
+        raise NotImplementedError
+
+    def log_weights(self, pass_rate: Tensor, step: int) -> Tensor:
+        """[N] float64 finite log-weights of prompts with estimated ``pass_rate`` [N] at
+        ``step`` (only differences within a domain matter)."""
+        raise NotImplementedError
+
+
 #: the built-in components register themselves from these packages on a registry's first use
 _BUILTINS = (
     "dataflex_rl.scorers",
@@ -235,12 +260,14 @@ _BUILTINS = (
     "dataflex_rl.reweight",
     "dataflex_rl.mix",
     "dataflex_rl.prerollout",
+    "dataflex_rl.curriculum",
 )
 SCORERS: Registry[type[Scorer]] = Registry("scorer", Scorer, _BUILTINS)
 SELECTORS: Registry[type[Selector]] = Registry("selector", Selector, _BUILTINS)
 REWEIGHTERS: Registry[type[Reweighter]] = Registry("reweighter", Reweighter, _BUILTINS)
 MIXERS: Registry[type[Mixer]] = Registry("mixer", Mixer, _BUILTINS)
 SKIP_POLICIES: Registry[type[SkipPolicy]] = Registry("skip policy", SkipPolicy, _BUILTINS)
+CURRICULA: Registry[type[Curriculum]] = Registry("curriculum", Curriculum, _BUILTINS)
 
 #: mechanism name (a strategy section) -> the registry of its actuators; ``select`` takes
 #: the selectors of level response, ``tokens`` those of level token
@@ -250,6 +277,7 @@ MECHANISM_REGISTRIES: dict[str, Registry] = {
     "reweight": REWEIGHTERS,
     "mix": MIXERS,
     "prerollout": SKIP_POLICIES,
+    "curriculum": CURRICULA,
 }
 #: component kind -> its registry: the scorers and every mechanism's actuators
 REGISTRIES: dict[str, Registry] = {

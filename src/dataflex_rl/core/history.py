@@ -60,6 +60,8 @@ class PromptHistory:
         if int(size) < 1:
             raise ValueError(f"history_size must be >= 1, got {size}")
         self.size = int(size)
+        #: bumped by every `load_state_dict`: rows read before it may name other prompts
+        self.version = 0
         self._slot: dict[Hashable, int] = {}
         self._keys: list = []
         self._data = {f: torch.zeros(0, self.size, dtype=_DTYPES[f]) for f in _FIELDS}
@@ -73,7 +75,12 @@ class PromptHistory:
 
     def outcomes(self, keys: Sequence) -> Outcomes:
         """The remembered outcomes of ``keys`` (unseen prompts: count 0)."""
-        slots = self.slots(keys)
+        return self.rows(self.slots(keys))
+
+    def rows(self, slots: Tensor) -> Outcomes:
+        """The remembered outcomes of the prompts in rows ``slots`` ([N] int64, -1: never
+        seen; count 0), without a key lookup: a reader that maps its own prompts to rows
+        once (`keys_from`) gathers thousands of them in one call."""
         seen = slots >= 0
         rows = slots.clamp(min=0)
         if len(self._keys) == 0:  # nothing to gather from
@@ -102,6 +109,11 @@ class PromptHistory:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def keys_from(self, start: int) -> list:
+        """The prompt keys of rows ``start`` on, in row order (a prompt keeps its row until
+        `load_state_dict` replaces the contents, which bumps `version`)."""
+        return self._keys[start:]
 
     # ------------------------------------------------------------------ writing
     def update(self, batch: RolloutBatch) -> None:
@@ -184,6 +196,11 @@ class PromptHistory:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        version = self.version + 1
+        self._load(state)
+        self.version = version
+
+    def _load(self, state: dict) -> None:
         if "data" in state and "keys" not in state:  # format 1: {key: [outcome, ...]}
             self.__init__(int(state["size"]))
             for key, outcomes in state["data"].items():

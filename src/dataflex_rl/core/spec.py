@@ -20,7 +20,9 @@ from dataflex_rl.core.config import key_path, param, validate
 from dataflex_rl.core.preset import PRESETS
 from dataflex_rl.core.registry import ConfigError, suggest
 
-MECHANISMS = tuple(MECHANISM_REGISTRIES)  # select, tokens, reweight, mix, prerollout
+MECHANISMS = tuple(MECHANISM_REGISTRIES)  # select, tokens, reweight, mix, prerollout, curriculum
+#: group outcomes remembered per prompt when no section sets ``history_size``
+HISTORY_SIZE = 4
 
 
 @dataclass
@@ -99,6 +101,20 @@ class PrerolloutOptions(MechanismOptions):
 
 
 @dataclass
+class CurriculumOptions(MechanismOptions):
+    """The ``curriculum`` section: which prompts of each domain the intake draws (the mix's
+    per-domain counts are unchanged), from the prompt history; before warm-up and on the
+    steps that are not due the intake draws as without it."""
+
+    history_size: int | None = param(
+        None,
+        "group outcomes remembered per prompt (null: prerollout's history_size, else 4; the "
+        "two sections share one prompt history, so both set must agree)",
+        ge=1,
+    )
+
+
+@dataclass
 class RefillOptions:
     """The ``refill`` section: dynamic sampling (DAPO). After generation and scoring, the
     groups the selector drops are replaced by newly drawn prompts (through the intake: the
@@ -123,7 +139,7 @@ _SECTION = "a preset name or a mapping"
 
 @dataclass
 class StrategyFile:
-    """The top level of a strategy file: any subset of the five mechanisms, and refilling."""
+    """The top level of a strategy file: any subset of the six mechanisms, and refilling."""
 
     name: str = param("custom", "strategy name (labels its runs and outputs)")
     description: str = param("", "one line on what the strategy does")
@@ -140,6 +156,11 @@ class StrategyFile:
     prerollout: str | dict | None = param(
         None, "which candidate prompts are generated", expect=_SECTION
     )
+    curriculum: str | dict | None = param(
+        None,
+        "which prompts of each domain are drawn: toward a target pass rate",
+        expect=_SECTION,
+    )
     refill: dict | None = param(
         None,
         "dynamic sampling: replace the groups the selector drops with new draws "
@@ -154,6 +175,7 @@ SECTIONS: dict[str, type[MechanismOptions]] = {
     "reweight": ReweightOptions,
     "mix": MixOptions,
     "prerollout": PrerolloutOptions,
+    "curriculum": CurriculumOptions,
 }
 #: keys of a section that are not options of the built mechanism
 _WHAT = ("preset", "scorer", "actuator")
@@ -221,7 +243,7 @@ class RefillSpec:
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """A whole strategy: any subset of the five mechanisms, and refilling (``refill``: the
+    """A whole strategy: any subset of the six mechanisms, and refilling (``refill``: the
     intake replaces the groups the selector drops; None: off)."""
 
     name: str = "baseline"
@@ -232,10 +254,11 @@ class StrategySpec:
     mix: MechanismSpec | None = None
     prerollout: MechanismSpec | None = None
     refill: RefillSpec | None = None
+    curriculum: MechanismSpec | None = None
 
     def mechanisms(self) -> dict[str, MechanismSpec]:
         """The enabled mechanisms, in step order."""
-        order = ("prerollout", "mix", "select", "tokens", "reweight")
+        order = ("prerollout", "mix", "curriculum", "select", "tokens", "reweight")
         return {m: getattr(self, m) for m in order if getattr(self, m) is not None}
 
     def to_dict(self) -> dict:
@@ -426,7 +449,25 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
         refill = RefillSpec(options.max_rounds, options.overdraw)
         check_refill_selector(parts.get("select"), where_refill)
     check_absolute_reweight(parts, where)
+    history_size(parts, where)
     return StrategySpec(name=name, description=description, refill=refill, **parts)
+
+
+def history_size(parts: Mapping[str, MechanismSpec | None], where: str = "strategy") -> int:
+    """The size of the prompt history that ``prerollout`` and ``curriculum`` share (a
+    `StrategySpec`'s ``parts`` as a mapping): the ``history_size`` they set, `HISTORY_SIZE`
+    when neither does; ConfigError naming ``curriculum.history_size`` when both set it
+    differently."""
+    pre, cur = parts.get("prerollout"), parts.get("curriculum")
+    mine = None if cur is None else cur.options.get("history_size")
+    theirs = None if pre is None else pre.options["history_size"]
+    if mine is not None and theirs is not None and mine != theirs:
+        raise ConfigError(
+            f"{key_path(where, 'curriculum')}.history_size: {mine}, but "
+            f"prerollout.history_size is {theirs} (its default: 4); the two sections read "
+            "one prompt history: give them the same value"
+        )
+    return mine if mine is not None else theirs if theirs is not None else HISTORY_SIZE
 
 
 def drops_whole_groups(scorer: Scorer | None, selector: Component) -> bool:

@@ -19,7 +19,7 @@ from dataflex_rl.core.advantages import grpo_advantages_per_response
 from dataflex_rl.core.base import Mixer, Scorer, check_score_shape, checked_scores
 from dataflex_rl.core.batch import TOKEN_FIELDS, RolloutBatch, informative_mask, token_mask
 from dataflex_rl.core.component import Component
-from dataflex_rl.core.history import PromptHistory
+from dataflex_rl.core.history import Outcomes, PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
@@ -27,6 +27,7 @@ from dataflex_rl.core.rowops import masked_row_sums, row_chunks
 from dataflex_rl.core.spec import (
     MechanismSpec,
     StrategySpec,
+    history_size,
     parse_strategy,
     resolve_mechanism,
     resolved_option,
@@ -301,14 +302,53 @@ class Strategy:
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
             self._drawn_last = torch.zeros_like(self._drawn)
-        if "prerollout" in self.parts:
-            self._history = PromptHistory(self.spec.prerollout.options["history_size"])
+        if "prerollout" in self.parts or "curriculum" in self.parts:
+            self._history = PromptHistory(history_size(self.spec.mechanisms()))
 
     # ------------------------------------------------------------------ before generation
     @property
     def history(self):
-        """The pre-rollout `PromptHistory` (None without ``prerollout``); read-only use."""
+        """The `PromptHistory` that ``prerollout`` and ``curriculum`` read (None without
+        either); read-only use."""
         return self._history
+
+    def prompt_log_weights(self, outcomes: Outcomes, step: int) -> tuple[Tensor, Tensor] | None:
+        """Curriculum: ([N] float64 log-weights, [N] estimated pass rates) of N prompts whose
+        remembered outcomes are ``outcomes`` (`PromptHistory.rows`), for the draw of step
+        ``step``: the intake draws each domain's count with probabilities proportional to
+        exp(log-weight) over the domain's pool. None without ``curriculum`` or when it is not
+        due at ``step`` (the intake then draws as without one)."""
+        if "curriculum" not in self.parts:
+            return None
+        mspec = self.spec.curriculum
+        if not _due(step, mspec.warmup_steps, mspec.every):
+            return None
+        curriculum = self.parts["curriculum"][1]
+        rate = curriculum.pass_rate(outcomes)
+        lw = curriculum.log_weights(rate, step)
+        n = outcomes.count.shape[0]
+        for what, t in (("pass_rate", rate), ("log_weights", lw)):
+            if (
+                not isinstance(t, Tensor)
+                or tuple(t.shape) != (n,)
+                or not bool(torch.isfinite(t).all())
+            ):
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(
+                    f"curriculum {type(curriculum).__qualname__}.{what} must return {n} "
+                    f"finite values (one per prompt), got {got}"
+                )
+        return lw.to(torch.float64), rate.to(torch.float64)
+
+    def curriculum_target(self, step: int) -> float | None:
+        """The pass rate the curriculum aims at in the draw of ``step`` (None: no
+        curriculum, or it is not due)."""
+        if "curriculum" not in self.parts:
+            return None
+        mspec = self.spec.curriculum
+        if not _due(step, mspec.warmup_steps, mspec.every):
+            return None
+        return float(self.parts["curriculum"][1].target_at(step))
 
     @property
     def signal(self) -> Tensor | None:
@@ -367,7 +407,7 @@ class Strategy:
         """The outcomes of audited prompts: the skip policy learns from them and the prompt
         history records them; no decision is made. Returns ``audit_groups`` and
         ``audit_informative`` (groups whose rewards were not all equal: false skips)."""
-        if self._history is None or batch.batch_size == 0:
+        if "prerollout" not in self.parts or batch.batch_size == 0:
             return {}
         batch = detach_batch(batch)
         self.parts["prerollout"][1].observe_audit(batch, self._history)
@@ -461,7 +501,8 @@ class Strategy:
         if "mix" in self.parts:
             proportions = self._mix(batch, metrics)
         if self._history is not None:
-            self.parts["prerollout"][1].observe(batch, self._history)
+            if "prerollout" in self.parts:
+                self.parts["prerollout"][1].observe(batch, self._history)
             self._history.update(batch)
         denominator = None  # every valid token
         if renormalize_tokens:

@@ -3,7 +3,14 @@
 import pytest
 
 from dataflex_rl.cli import main
-from dataflex_rl.core.base import MIXERS, REWEIGHTERS, SCORERS, SELECTORS, SKIP_POLICIES
+from dataflex_rl.core.base import (
+    CURRICULA,
+    MIXERS,
+    REWEIGHTERS,
+    SCORERS,
+    SELECTORS,
+    SKIP_POLICIES,
+)
 from dataflex_rl.presets import PRESETS
 
 
@@ -25,6 +32,7 @@ def test_list_shows_every_preset_and_component(capsys):
         ("reweighter", REWEIGHTERS),
         ("mixer", MIXERS),
         ("skip policy", SKIP_POLICIES),
+        ("curriculum", CURRICULA),
     ):
         expected += [[kind, n] for n in reg.names()]
     assert rows == expected

@@ -144,8 +144,8 @@ class HostConfig(Checked):
     )
     proportions: list[float] | dict[str, float] | None = param(
         None,
-        "intake proportions when the strategy pre-filters but does not mix (default: "
-        "the training set's own)",
+        "intake proportions when the strategy pre-filters or has a curriculum but does not "
+        "mix (default: the training set's own)",
         ge=0.0,
     )
     candidate_factor: float = shared_param("candidate_factor")
@@ -193,8 +193,8 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
 
 
 def uses_intake(spec: StrategySpec) -> bool:
-    """Whether the strategy acts before generation (mix or prerollout)."""
-    return spec.mix is not None or spec.prerollout is not None
+    """Whether the strategy acts before generation (mix, prerollout or curriculum)."""
+    return spec.mix is not None or spec.prerollout is not None or spec.curriculum is not None
 
 
 def acts_on_loss(spec: StrategySpec) -> bool:
@@ -221,11 +221,13 @@ def placeholder_domains(host: HostConfig, spec: StrategySpec) -> tuple[str, ...]
 
 
 def check_proportions(host: HostConfig, spec: StrategySpec) -> None:
-    """``proportions`` is only read by a strategy that pre-filters without mixing."""
-    if host.proportions is not None and not (spec.prerollout is not None and spec.mix is None):
+    """``proportions`` is only read by a strategy that pre-filters or has a curriculum,
+    without mixing."""
+    draws = spec.prerollout is not None or spec.curriculum is not None
+    if host.proportions is not None and not (draws and spec.mix is None):
         raise ConfigError(
-            "dataflex.proportions: only used by a strategy that pre-filters "
-            "without mixing; a mixing strategy sets its own prior "
+            "dataflex.proportions: only used by a strategy that pre-filters or has a "
+            "curriculum, without mixing; a mixing strategy sets its own prior "
             "(strategy.mix.prior)"
         )
 

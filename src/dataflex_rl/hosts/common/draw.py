@@ -67,14 +67,15 @@ def draw_batch(
     *,
     features_of: FeaturesOf | None = None,
     audit: list[tuple[int, int]] | None = None,
+    take: Callable[[Tensor], list[tuple[int, int]]] | None = None,
 ) -> tuple[list[tuple[int, int]], dict[str, float]]:
     """The ``n`` prompts of one step, at ``proportions``, with the strategy's pre-rollout skipping.
 
-    The per-domain quota is `DomainSampler.quota`. With pre-rollout, each round draws
-    ``candidate_factor`` x the still-missing prompts of every domain and takes, per domain, the
-    first candidates the skip policy keeps, until the quota is filled or ``max_rounds`` rounds
-    ran; then skipped candidates fill what is missing (``forced``; never an audited one), then
-    plain draws. The batch always holds the quota, on every host (docs/architecture.md).
+    The per-domain quota is `DomainSampler.quota`; ``take`` picks the prompts of each domain.
+    With pre-rollout, each round draws ``candidate_factor`` x the still-missing prompts of
+    every domain and takes, per domain, the first candidates the skip policy keeps, until the
+    quota is filled or ``max_rounds`` rounds ran; then skipped candidates fill what is
+    missing (``forced``; never an audited one), then plain draws. The batch always holds the quota, on every host (docs/architecture.md).
 
     Args:
         key_of: the prompt key of a drawn (domain, item) (what the prompt history knows).
@@ -86,6 +87,10 @@ def draw_batch(
         audit: a list that receives the skipped candidates of the plain batch the policy
             audits (generated apart, not trained on; ``audited`` counts them); None: no audit
             (verl and TRL, which generate only the batch they train on).
+        take: which prompts of each domain a count draws, ``take(counts) -> [(domain,
+            item)]`` with exactly ``counts[d]`` of domain d (a curriculum's weighted draw,
+            `Intake`); None: `DomainSampler.take`, the pools' seeded walk. The counts are the
+            quota either way.
 
     Returns:
         (drawn (domain, item) pairs, metrics): with pre-rollout, the plain-batch counts of
@@ -95,9 +100,10 @@ def draw_batch(
     """
     quota = sampler.quota(proportions, n)
     D = quota.shape[0]
+    draw_items = sampler.take if take is None else take
     metrics: dict[str, float] = {}
     if "prerollout" not in strategy.parts:
-        drawn = sampler.take(quota)
+        drawn = draw_items(quota)
     else:
         left = quota.to(torch.int64).clone()
         items: list[tuple[int, int]] = []
@@ -107,7 +113,7 @@ def draw_batch(
         while int(left.sum()) > 0 and rounds < max_rounds:
             rounds += 1
             want = torch.ceil(left.to(torch.float64) * candidate_factor).to(torch.int64)
-            cands = sampler.take(want)  # candidates do not count toward the mix's quotas
+            cands = draw_items(want)  # candidates do not count toward the mix's quotas
             if not cands:
                 break
             r_keys = [key_of(d, i) for d, i in cands]
@@ -162,7 +168,7 @@ def draw_batch(
         metrics[PREFIX + "rounds"] = float(rounds)
         drawn = [items[i] for i in generated.nonzero().squeeze(1).tolist()]
         if int(left.sum()) > 0:  # the policy skipped too few more: plain draws
-            drawn += sampler.take(left)
+            drawn += draw_items(left)
     counts = torch.bincount(torch.tensor([d for d, _ in drawn], dtype=torch.int64), minlength=D)
     metrics.update(draw_metrics(sampler.domains, proportions, counts, sampler.available()))
     return drawn, metrics

@@ -80,6 +80,40 @@ def apportion(
     return counts, owed - counts.to(torch.float64)
 
 
+def weighted_draw(
+    log_weights: Tensor,
+    k: int,
+    generator: torch.Generator | None,
+    last: Tensor | None = None,
+) -> Tensor:
+    """[k] int64 indices of ``k`` of N items drawn without replacement, each next one with
+    probability proportional to exp(``log_weights``) among those not yet drawn (successive
+    sampling), in draw order: the k largest ``log_weights`` + Gumbel noise, one float64
+    uniform per item from ``generator`` (Gumbel-top-k; ties: the lower index). ``last`` ([N]
+    bool): items that come after every other one (each group in that order). ``k`` > N:
+    whole passes in that order, then its first ``k`` mod N. Two sorts, no loop over items."""
+    lw = log_weights.to(torch.float64)
+    N = lw.shape[0]
+    if k <= 0 or N == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    u = torch.rand(N, dtype=torch.float64, generator=generator)
+    keys = lw - torch.log(-torch.log(u))  # u = 0: -inf, drawn last
+    fresh = N if last is None else N - int(last.sum())
+    if k <= fresh and k * 8 < N:  # a few of many: the top k without a full sort
+        if last is not None:
+            keys = keys.masked_fill(last, -torch.inf)
+        top = torch.topk(keys, k + 1)  # k + 1 <= N
+        v = top.values
+        if bool(torch.isfinite(v[:k]).all()) and bool((v[:-1] > v[1:]).all()):
+            return top.indices[:k]  # no tie: the stable sort's first k
+    order = torch.sort(keys, descending=True, stable=True).indices
+    if last is not None:
+        order = order[torch.sort(last[order].to(torch.int8), stable=True).indices]
+    if k <= N:
+        return order[:k]
+    return torch.cat([order.repeat(k // N), order[: k % N]])
+
+
 def interleave(domain_ids: Tensor) -> Tensor:
     """[N] int64 order of a draw's prompts (``domain_ids`` [N], any order) that spreads each
     domain over the draw: position by position, the next prompt comes from the domain whose
