@@ -197,3 +197,36 @@ def test_generation_seconds_are_this_batchs_share_of_verls_gen_timer():
     assert seconds(t) == 2.5
     t.global_steps, t.timing_raw = 4, {"gen": 4.0}  # a new step starts a new timer
     assert seconds(t) == 4.0
+
+
+def test_curriculum_draws_away_from_solved_prompts_at_the_mixs_counts(tmp_path):
+    # target 0 at width .05: a prompt seen all-solved (pass rate 1) weighs e^-200, one never
+    # seen (the prior .5) e^-50: the solved ones are not drawn while others are left; the
+    # per-domain counts are the plain intake's; the state file carries the history
+    cur = [
+        "+dataflex.strategy.curriculum.actuator.name=target_difficulty",
+        "+dataflex.strategy.curriculum.actuator.target=0.0",
+        "+dataflex.strategy.curriculum.actuator.width=0.05",
+    ]
+    trainer = intake_trainer(tmp_path, cur, batch_size=4)
+    plain = intake_trainer(tmp_path, static("{math:0.5,logic:0.25,science:0.25}"), batch_size=4)
+    first = trainer._next_train_batch()
+    assert sorted(first["domain"]) == sorted(plain._next_train_batch()["domain"])
+    rows = [trainer._prompts[u][0] for u in first["uid"]]
+    keys = tuple(r for r in rows for _ in range(2))
+    trainer.driver.strategy.decide(
+        from_lists([1.0] * 8, [g for g in range(4) for _ in range(2)], prompt_keys=keys, step=0)
+    )
+    trainer.global_steps = 2
+    path = save_state(tmp_path / "dataflex_state.safetensors", trainer.driver.state_dict())
+    later = []
+    for step in range(2, 6):
+        trainer.global_steps = step
+        batch = trainer._next_train_batch()
+        assert sorted(batch["domain"]) == sorted(plain._next_train_batch()["domain"])
+        later += [trainer._prompts[u][0] for u in batch["uid"]]
+    assert len(later) == 16 and not set(later) & set(rows)
+    assert trainer.driver.pending["dataflex/curriculum/target"] == 0.0
+    resumed = intake_trainer(tmp_path, cur, batch_size=4)
+    resumed.driver.load_state_dict(load_state(path))
+    assert len(resumed.driver.strategy.history) == 4

@@ -137,3 +137,34 @@ def test_probe_reads_the_trl_policys_prompt_representation(tmp_path):
         assert prompts == [ds[r]["prompt"] for r in rows for _ in range(4)]
     probe_state = trainer.driver.strategy.parts["prerollout"][1]
     assert probe_state._observed == 12  # 3 steps x 4 prompts, all learned from
+
+
+def test_curriculum_draws_toward_its_target_at_the_mixs_counts(tmp_path):
+    # target 0 at width .1: after a prompt's first group, the ones that failed are drawn
+    # before the others; the per-domain counts are the plain draw's (the training set's own
+    # shares), only which prompts of a domain differs
+    from dataflex_rl.hosts.common.sampler import DomainSampler
+
+    seen: list = []
+    ds = tiny_dataset(per_domain=3)
+    spec = {"curriculum": {"actuator": {"name": "target_difficulty", "target": 0.0, "width": 0.1}}}
+    trainer = dataflex_trainer(tmp_path, spec, reward=scoring(seen), dataset=ds, max_steps=4)
+    assert trainer.driver.intake is not None
+    rec = Recorder(trainer)
+    trainer.train()
+    plain = DomainSampler([3, 3, 3], ("easy", "hard", "mid"))
+    for prompts, (rows, doms, _) in zip(seen, rec.draws):  # TRL generated the drawn only
+        assert prompts == [ds[r]["prompt"] for r in rows for _ in range(4)]
+        counts = torch.bincount(torch.tensor(doms), minlength=3).tolist()
+        assert counts == plain.quota(torch.ones(3, dtype=torch.float64) / 3, 4).tolist()
+        assert len(set(rows)) == len(rows)
+    assert logged(trainer, "dataflex/curriculum/target") == [0.0] * 4
+    drawn = logged(trainer, "dataflex/curriculum/drawn_pass_rate")
+    pool = logged(trainer, "dataflex/curriculum/pool_pass_rate")
+    assert drawn[0] == pool[0] == 0.5  # nothing seen yet: every prompt at the prior
+    assert all(d < p for d, p in zip(drawn[1:], pool[1:]))
+    # the history the curriculum read is the batches' outcomes, keyed by row
+    history = trainer.driver.strategy.history
+    for batch, (rows, _, _) in zip(rec.batches, rec.draws):
+        assert set(batch.prompt_keys) == set(rows)
+    assert len(history) == len({r for rows, _, _ in rec.draws for r in rows})
