@@ -256,6 +256,29 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
                 else ""
             )
         )
+    logged_cur = isinstance(log.strategy, dict) and log.strategy.get("curriculum") is not None
+    if "curriculum" in strategy.parts or logged_cur:
+        name = (
+            strategy.spec.curriculum.actuator.name
+            if "curriculum" in strategy.parts
+            else "the logged run's curriculum"
+        )
+        by = (
+            f" (the log was written by {log.strategy.get('name', '?')!r}, which had a "
+            "curriculum: its batches over-represent prompts whose estimated pass rate was near "
+            "its target)"
+            if logged_cur
+            else ""
+        )
+        notes.append(
+            f"curriculum: {name} chooses which prompts of each domain are drawn, before "
+            "generation; replay cannot redo draws: it re-decides on the prompts the logged "
+            "run drew and generated (which prompts a curriculum would have drawn needs new "
+            "generations), so only the strategy's other mechanisms are replayed, and its "
+            "prompt history learns from the logged batches. The logged run's targets and "
+            "drawn prompts' mean estimated pass rates are steps.curriculum_target and "
+            "steps.curriculum_drawn_pass_rate" + by
+        )
     full = bool(log.settings.get("full_tokens"))
     c = log.columns
     for mech, (scorer, actuator) in strategy.parts.items():

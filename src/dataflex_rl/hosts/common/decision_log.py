@@ -48,6 +48,10 @@ PREROLLOUT_COUNTS = (
     "audit_informative",
 )
 
+#: curriculum figures of the step's draws copied from the host's step metrics
+#: (``dataflex/curriculum/<name>``; NaN without a curriculum, or before it acts)
+CURRICULUM_FIGURES = ("target", "drawn_pass_rate", "drawn_unseen")
+
 
 def part_name(first_step: int) -> str:
     """File name of the part whose first step is ``first_step`` (sorts by step)."""
@@ -318,6 +322,8 @@ class DecisionLog:
             row[f"next_{name}"] = float(nxt[d])
         for key in PREROLLOUT_COUNTS:
             row[f"prerollout_{key}"] = float(metrics.get(f"dataflex/prerollout/{key}", math.nan))
+        for key in CURRICULUM_FIGURES:
+            row[f"curriculum_{key}"] = float(metrics.get(f"dataflex/curriculum/{key}", math.nan))
         return row
 
     # ------------------------------------------------------------------ files

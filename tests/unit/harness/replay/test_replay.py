@@ -101,9 +101,9 @@ def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
     res = replay(read_log(tmp_path), [name])
     assert res.overall[name]["exact_steps"] == steps
     # a refilling preset's decisions replay exactly; the refill itself is what replay says
-    # it cannot redo
-    refills = "refill" in PRESETS[name].spec
-    assert [n.split(":")[0] for n in res.notes[name]] == (["refill"] if refills else [])
+    # it cannot redo, and so are a curriculum's draws
+    cannot = [m for m in ("curriculum", "refill") if m in PRESETS[name].spec]
+    assert [n.split(":")[0] for n in res.notes[name]] == cannot
     if name in MIX:
         assert sum(r["mix_updated"] for r in res.rows) >= 2
 
@@ -346,3 +346,31 @@ def test_replaying_token_selection_on_a_log_without_entropies_is_refused(tmp_pat
     write_log(tmp_path, "topk", 2, batch_kwargs={"entropies": False})
     with pytest.raises(ConfigError, match="'high_entropy' reads per-token entropies"):
         replay(read_log(tmp_path), ["topk", "high_entropy"])
+
+
+def test_a_curriculum_is_replayed_on_the_logged_draws_and_says_it_cannot_redo_them(tmp_path):
+    # the log's steps table holds the draws' curriculum figures (NaN where none acted)
+    from dataflex_rl.hosts.common.decision_log import DecisionLog
+
+    st = Strategy("nemotron_curriculum", domains=DOMAINS)
+    log = DecisionLog(tmp_path, domains=DOMAINS, strategy_spec=st.spec.to_dict(), host="test")
+    for s in range(3):
+        b = make_batch(s)
+        figures = {"dataflex/curriculum/target": 0.8 - 0.0025 * s}
+        if s:
+            figures["dataflex/curriculum/drawn_pass_rate"] = 0.25
+        log.record(b, st.decide(b), metrics=figures)
+    log.close()
+    data = read_log(tmp_path)
+    assert data.steps["curriculum_target"].tolist() == pytest.approx([0.8, 0.7975, 0.795])
+    drawn = data.steps["curriculum_drawn_pass_rate"]
+    assert math.isnan(drawn[0]) and drawn[1:].tolist() == [0.25, 0.25]
+    assert np.isnan(data.steps["curriculum_drawn_unseen"]).all()
+    for name in ("nemotron_curriculum", "baseline"):  # replayed, or replaying another
+        res = replay(read_log(tmp_path), [name])
+        if name == "nemotron_curriculum":  # its own decisions: exact
+            assert res.overall[name]["exact_steps"] == 3
+        (note,) = res.notes[name]
+        assert note.startswith("curriculum: ") and "cannot redo draws" in note
+        assert "steps.curriculum_target" in note
+        assert ("over-represent prompts" in note) and ("'nemotron_curriculum'" in note)
