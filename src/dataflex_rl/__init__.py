@@ -10,9 +10,9 @@ package (or a torch-free part of it, such as ``report``) does not import torch:
   pre-rollout skipping, refill, decide; examples/minimal_grpo.py), `StrategySpec` /
   `parse_strategy`, `PRESETS`, `ConfigError`;
 - **write a component** (docs/extending.md): the bases `Scorer`, `DomainScorer`, `Selector`,
-  `Reweighter`, `Mixer`, `SkipPolicy`; `param` for hyperparameters; the registries
-  `SCORERS`, `SELECTORS`, `REWEIGHTERS`, `MIXERS`, `SKIP_POLICIES` (``register(name, cls)``);
-  `PromptHistory` (what a skip policy reads); `from_lists` (a small batch for tests);
+  `Reweighter`, `Mixer`, `SkipPolicy`, `Curriculum`; `param` for hyperparameters; the
+  registries `SCORERS`, `SELECTORS`, `REWEIGHTERS`, `MIXERS`, `SKIP_POLICIES`, `CURRICULA`
+  (``register(name, cls)``); `PromptHistory` (what a skip policy and a curriculum read); `from_lists` (a small batch for tests);
 - **vectorized helpers** a component computes with: per-batch `clean_rewards`,
   `informative_mask`, `group_successes`, `rank_in_group`, `group_domain`; per-segment
   `segment_sum`, `segment_count`, `segment_max`, `segment_min`; per-row reductions of [B, T]
@@ -37,6 +37,8 @@ _WHERE = {
             "SCORERS",
             "SELECTORS",
             "SKIP_POLICIES",
+            "CURRICULA",
+            "Curriculum",
             "DomainScorer",
             "Mixer",
             "Reweighter",
@@ -113,6 +115,7 @@ __all__ = [
     "Reweighter",
     "Mixer",
     "SkipPolicy",
+    "Curriculum",
     "param",
     "Registry",
     "SCORERS",
@@ -120,6 +123,7 @@ __all__ = [
     "REWEIGHTERS",
     "MIXERS",
     "SKIP_POLICIES",
+    "CURRICULA",
     "PromptHistory",
     "from_lists",
     # vectorized helpers

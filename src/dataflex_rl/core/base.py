@@ -233,6 +233,8 @@ class Curriculum(Component):
     """Prompt history -> how likely each prompt of a domain is to be drawn (the curriculum
     actuator): the intake draws each domain's quota (the mix's count, unchanged) without
     replacement with probabilities proportional to ``exp(log_weights)`` over the domain's pool.
+    A prompt's weight reads its own remembered outcomes only (every prompt never seen weighs
+    the same: the intake computes it once for them all).
     """
 
     kind: ClassVar[str] = "curriculum"
