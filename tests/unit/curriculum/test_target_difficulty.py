@@ -282,3 +282,15 @@ def test_the_strategy_records_outcomes_and_saves_them():
     assert t.history.get("a") == [(0, 0.5, False, 2)]
     d = s.decide(_groups([("a", [1.0, 0])], step=1))  # the decision itself: keep all, weight 1
     assert d.keep_mask.all() and (d.weights_per_response == 1).all()
+
+
+def test_a_host_builds_its_intake_for_a_curriculum_and_takes_its_proportions():
+    from dataflex_rl.core.spec import parse_strategy
+    from dataflex_rl.hosts.common.config import HostConfig, check_proportions, uses_intake
+
+    spec = parse_strategy("nemotron_curriculum")
+    assert uses_intake(spec)
+    check_proportions(HostConfig(proportions=[0.5, 0.5]), spec)  # no mix: the intake's own
+    mixing = parse_strategy({"name": "m", "mix": "static", "curriculum": "nemotron_curriculum"})
+    with pytest.raises(ConfigError, match=r"dataflex\.proportions: only used by"):
+        check_proportions(HostConfig(proportions=[0.5, 0.5]), mixing)
