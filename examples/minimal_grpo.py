@@ -4,7 +4,8 @@ Read it top to bottom. Each step the `Driver` (what every host runs: the embedde
 verl) draws the prompts: per domain at the strategy's proportions, without the ones its skip
 policy predicts carry no signal. The loop samples a group of responses per prompt, verifies
 them and computes group-normalized advantages; a strategy that refills (``dapo``) gets new
-groups for the ones its selector drops. The driver's decision then shapes the loss:
+groups for the ones its selector drops (the driver's step: the loop writes only how it
+generates and which rows a chosen group is). The driver's decision then shapes the loss:
 ``decision.aggregate`` weighs the per-token loss (the keep mask, the weights) and averages it
 over the decision's denominator. The policy is a Hugging Face causal LM, the loss a few lines
 of torch.
@@ -32,7 +33,7 @@ from operator import attrgetter
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dataflex_rl import Driver, Intake, RolloutBatch, Strategy, build_taskset
+from dataflex_rl import Driver, Generation, Intake, RolloutBatch, Strategy, build_taskset
 
 #: the `RolloutBatch` fields this loop fills (entropies when the strategy reads them)
 FIELDS = ("advantages", "old_log_probs", "entropies", "prompt_keys", "step")
@@ -133,14 +134,6 @@ def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
     }
 
 
-def first_groups(part: dict, n: int, G: int) -> dict:
-    """A generation's first ``n`` groups (what a refill round gives the step)."""
-    return {
-        k: v[: n * G] if isinstance(v, torch.Tensor) else v[:n] if isinstance(v, list) else v
-        for k, v in part.items()
-    }
-
-
 def cat_right(tensors: list[torch.Tensor]) -> torch.Tensor:
     """[B_i, T_i] tensors -> [sum B_i, max T_i], each right-padded with zeros."""
     T = max(t.shape[1] for t in tensors)
@@ -166,24 +159,50 @@ def batch_of(parts: list[dict], domains, step: int, G: int) -> RolloutBatch:
     )
 
 
-def generate_step(driver, model, tok, tasks, args, step):
-    """Draw, generate and score the step's prompts, with the strategy's refill rounds:
-    (the generations the step trains on, their `RolloutBatch`)."""
-    P, G, domains = args.prompts_per_step, args.group_size, tasks.domains
-    entropies = "entropies" in driver.strategy.requires  # the strategy declares what it reads
-    problems, domain_ids, _ = driver.draw(P, step)  # mixing and skipping happen here
-    parts = [rollout(model, tok, tasks, problems, domain_ids, args, entropies)]
-    batch = batch_of(parts, domains, step, G)
-    if driver.strategy.refill_rounds:  # dynamic sampling: new groups for the dropped ones
+class Loop:
+    """What this loop gives the driver's step (`dataflex_rl.StepHost`): how it generates and
+    scores a list of prompts, and how it takes chosen groups out of its generations. The
+    driver does the rest: draws, refill rounds, which groups the step trains on, the
+    decision, and what the strategy learns from."""
 
-        def generate(items, doms, _round):
-            parts.append(rollout(model, tok, tasks, items, doms, args, entropies))
-            return batch_of(parts[-1:], domains, step, G)
+    def __init__(self, model, tok, tasks, args, step, entropies):
+        self.model, self.tok, self.tasks, self.args = model, tok, tasks, args
+        self.step, self.entropies = step, entropies
 
-        _, taken, _ = driver.refill(P, step, batch, generate)
-        parts = parts[:1] + [first_groups(p, n, G) for p, n in zip(parts[1:], taken)]
-        batch = batch_of(parts, domains, step, G)
-    return parts, batch
+    def generate(self, items, domain_ids, round):
+        part = rollout(
+            self.model, self.tok, self.tasks, items, domain_ids, self.args, self.entropies
+        )
+        batch = batch_of([part], self.tasks.domains, self.step, self.args.group_size)
+        return Generation(batch, rows=part, tokens=float(part["response_mask"].sum()))
+
+    def assemble(self, generations, groups, items, domain_ids):
+        """The generations' groups ``groups`` (indices over all of them, in order): one
+        part per run of groups from one generation, and their `RolloutBatch`."""
+        G = self.args.group_size
+        sizes = torch.tensor([g.batch.num_groups for g in generations])
+        gen_of = torch.repeat_interleave(torch.arange(len(generations)), sizes)[groups]
+        within = groups - (sizes.cumsum(0) - sizes)[gen_of]
+        runs, counts = torch.unique_consecutive(gen_of, return_counts=True)
+        parts = [
+            take_groups(generations[int(g)].rows, idx, G)
+            for g, idx in zip(runs, within.split(counts.tolist()))
+        ]
+        return parts, batch_of(parts, self.tasks.domains, self.step, G)
+
+
+def take_groups(part: dict, groups: torch.Tensor, G: int) -> dict:
+    """The groups ``groups`` of one generation's dict (rows i*G .. i*G+G-1 are group i)."""
+    rows = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)
+    picked = groups.tolist()
+    return {
+        k: v[rows]
+        if isinstance(v, torch.Tensor)
+        else [v[i] for i in picked]
+        if isinstance(v, list)
+        else v
+        for k, v in part.items()
+    }
 
 
 def policy_loss(decision, log_probs, old_log_probs, advantages, clip):
@@ -215,6 +234,7 @@ def train(args: Args):
         pools, tasks.domains, uniform, seeds=(args.seed, args.seed), key=attrgetter("key")
     )
     driver = Driver(strategy, intake, host="minimal_grpo")
+    entropies = "entropies" in strategy.requires  # the strategy declares what it reads
 
     tok = AutoTokenizer.from_pretrained(args.policy)
     model = AutoModelForCausalLM.from_pretrained(args.policy)
@@ -222,11 +242,13 @@ def train(args: Args):
     history = []
     for step in range(args.steps):
         proportions = intake.target(strategy)
-        # 1-4. prompts, G responses each, rewards, advantages (and refills)
-        parts, batch = generate_step(driver, model, tok, tasks, args, step)
-
-        # 5. the strategy decides: which responses (tokens) count, how much, over what
-        decision, metrics = driver.decide(batch)
+        # 1-5. the driver's step: prompts drawn (mixed, skipped), G responses each, rewards
+        # and advantages (the loop's `generate`), refill rounds, the groups the step trains
+        # on (the loop's `assemble`), and the strategy's decision: which responses (tokens)
+        # count, how much, over what
+        loop = Loop(model, tok, tasks, args, step, entropies)
+        out = driver.step(loop, args.prompts_per_step, step)
+        parts, batch, decision, metrics = out.rows, out.batch, out.decision, out.metrics
         advantages = batch.advantages if decision.advantages is None else decision.advantages
 
         # 6. the loss on every generation the step trains on, one policy update

@@ -115,7 +115,7 @@ def test_evaluation_passes_through_untouched(tmp_path):
     )
     calls = []
     decide = trainer.driver.strategy.decide
-    trainer.driver.strategy.decide = lambda b: calls.append(b.batch_size) or decide(b)
+    trainer.driver.strategy.decide = lambda b, o=None: calls.append(b.batch_size) or decide(b, o)
     metrics = trainer.evaluate()
     assert calls == [] and trainer.driver.decisions == 0
     assert not [k for k in metrics if "dataflex" in k] and "eval_reward" in metrics

@@ -74,8 +74,8 @@ class Recorder:
         strategy = trainer.driver.strategy
         decide = strategy.decide
 
-        def recorded_decide(batch):
-            decision = decide(batch)
+        def recorded_decide(batch, observed=None):
+            decision = decide(batch, observed)
             self.batches.append(batch)
             self.decisions.append(decision)
             return decision

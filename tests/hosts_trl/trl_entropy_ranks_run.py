@@ -49,8 +49,8 @@ class RecordingTrainer(DataflexGRPOTrainer):
         strategy = self.driver.strategy
         decide = strategy.decide
 
-        def recording_decide(batch):
-            d = decide(batch)
+        def recording_decide(batch, observed=None):
+            d = decide(batch, observed)
             self._decisions.append((d, batch.micro_batch_ids.clone()))
             return d
 

@@ -59,8 +59,8 @@ class RecordingTrainer(DataflexGRPOTrainer):
         strategy = self.driver.strategy
         decide = strategy.decide
 
-        def recording_decide(batch):
-            d = decide(batch)
+        def recording_decide(batch, observed=None):
+            d = decide(batch, observed)
             self._last_decision = d
             self._last_batch_advantages = batch.response_advantages
             self.views.append(

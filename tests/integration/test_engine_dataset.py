@@ -67,7 +67,7 @@ def test_rewards_come_from_the_declared_verifiers(data_dir):
     cfg = load_config(data_dir / "cfg.yaml")
     tr = EmbeddedTrainer(cfg, "baseline")
     problems, _, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
-    rollout, rewards, _, _ = tr._rollout(problems, 0)
+    rollout, rewards, _, _ = tr.generation(0).rollout(problems)
     texts = [tr.policy.tokenizer.decode(r) for r in rollout.response_ids.tolist()]
     checks = {d: build_verifier(spec) for d, spec in VERIFIERS.items()}
     rows = [problems[i] for i in rollout.prompt_index.tolist()]

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dataflex_rl.core.batch import from_lists
+from dataflex_rl.hosts.engine import generation as generation_module
 from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
 
@@ -86,13 +87,13 @@ def test_skipped_and_tokens_saved():
 def _generated(tr: EmbeddedTrainer, monkeypatch) -> list[list]:
     """The prompt keys of every generation call of the trainer (the audit's last)."""
     calls: list[list] = []
-    rollout = tr._rollout
+    rollout = generation_module.EngineGeneration.rollout
 
-    def spy(problems, step, **kw):
+    def spy(self, problems, before=()):
         calls.append([p.key for p in problems])
-        return rollout(problems, step, **kw)
+        return rollout(self, problems, before)
 
-    monkeypatch.setattr(tr, "_rollout", spy)
+    monkeypatch.setattr(generation_module.EngineGeneration, "rollout", spy)
     return calls
 
 
@@ -135,8 +136,6 @@ def test_the_audit_generates_skipped_prompts_apart_and_others_fill_the_batch(mon
 def test_refill_rounds_audit_too_and_every_audit_counted_is_generated(monkeypatch):
     """Every draw of a step audits, refill rounds included, and the engine generates every
     audited prompt once the step's draws are done: counted == generated."""
-    import dataflex_rl.hosts.engine.trainer as trainer_module
-
     tr = _trainer(32, 1.0, rounds=2, audit=1.0, select="dapo", refill={"max_rounds": 1})
     keys = _candidates(tr, 32)
     for k in keys:  # every prompt is skippable: each draw's plain batch is audited whole
@@ -148,7 +147,7 @@ def test_refill_rounds_audit_too_and_every_audit_counted_is_generated(monkeypatc
         first = len(calls) == 1
         return (first & (row // G < 2) & (row % 2 == 1)).to(torch.float32)
 
-    monkeypatch.setattr(trainer_module, "score", score)
+    monkeypatch.setattr(generation_module, "score", score)
     calls = _generated(tr, monkeypatch)
     m = tr.train_step()
     # the first draw audits its plain batch (keys 0-3) and is filled with keys 4-7; the
@@ -187,18 +186,16 @@ def test_a_second_round_replaces_the_skipped_prompts():
 
 
 def test_zero_variance_through_is_the_share_of_generated_zero_variance_groups(monkeypatch):
-    import dataflex_rl.hosts.engine.trainer as trainer_module
-
     tr = _trainer(train_size=4, factor=1.0)
     seen = {}
-    orig = trainer_module.grpo_batch
+    orig = generation_module.grpo_batch
 
     def spy(*args, **kwargs):
         b = orig(*args, **kwargs)
         seen["share"] = float((b.group_std == 0).float().mean())
         return b
 
-    monkeypatch.setattr(trainer_module, "grpo_batch", spy)
+    monkeypatch.setattr(generation_module, "grpo_batch", spy)
     m = tr.train_step()
     assert m[P + "zero_variance_through"] == seen["share"]
     assert m[P + "skipped"] == 0.0 and m[P + "tokens_saved_est"] == 0.0

@@ -450,18 +450,26 @@ class Strategy:
         return kept & present
 
     # ------------------------------------------------------------------ after advantages
-    def decide(self, batch: RolloutBatch) -> Decision:
-        """Select and reweight this batch; update mixing signals and prompt histories.
+    def decide(self, batch: RolloutBatch, observed: RolloutBatch | None = None) -> Decision:
+        """Decide on ``batch`` (select, tokens, reweight: what the loss trains on) and learn
+        from ``observed`` (mixing signals, drawn counts, the skip policy and the prompt
+        history).
 
+        **Observe vs decide, the one rule** (docs/concepts.md#observe-and-decide): a host
+        passes as ``observed`` every group its step generated, the groups a selector dropped
+        and refill groups it does not train on included, and as ``batch`` the groups its
+        update trains on (`dataflex_rl.hosts.common.step`); None: they are the same.
         Inputs are detached once, so no part of the `Decision` carries gradients; components
         see ``batch.reading(self.reads)``. Runs with ``threads`` torch threads.
         """
         with intra_op_threads(self.threads):
-            return self._decide(batch)
+            return self._decide(batch, batch if observed is None else observed)
 
-    def _decide(self, batch: RolloutBatch) -> Decision:
+    def _decide(self, batch: RolloutBatch, observed: RolloutBatch) -> Decision:
         t0 = time.perf_counter()
+        same = observed is batch
         batch = detach_batch(batch).reading(self.reads)
+        observed = batch if same else detach_batch(observed).reading(self.reads)
         metrics: dict[str, float] = {}
         active = batch.active_mask
         keep = active.clone()
@@ -499,11 +507,11 @@ class Strategy:
             weights = self._reweight(work, keep, metrics)
         proportions = None
         if "mix" in self.parts:
-            proportions = self._mix(batch, metrics)
+            proportions = self._mix(observed, metrics)
         if self._history is not None:
             if "prerollout" in self.parts:
-                self.parts["prerollout"][1].observe(batch, self._history)
-            self._history.update(batch)
+                self.parts["prerollout"][1].observe(observed, self._history)
+            self._history.update(observed)
         denominator = None  # every valid token
         if renormalize_tokens:
             denominator = token_keep

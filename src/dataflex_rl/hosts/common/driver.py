@@ -6,6 +6,7 @@ and the `Decision` back into its loss (docs/architecture.md). Knows no framework
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,9 +22,17 @@ from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
 from dataflex_rl.hosts.common.config import HostConfig, HostSettings
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
-from dataflex_rl.hosts.common.refill import Generate, run_refill
+from dataflex_rl.hosts.common.refill import REFILL, run_refill
 from dataflex_rl.hosts.common.sampler import interleave
 from dataflex_rl.hosts.common.state import load_state, save_state
+from dataflex_rl.hosts.common.step import (
+    AUDIT,
+    Generation,
+    StepHost,
+    StepResult,
+    assemble_groups,
+    concat_batches,
+)
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
     from dataflex_rl.hosts.common.decision_log import DecisionLog
@@ -65,8 +74,8 @@ class Driver:
         self._drawn: tuple[int, Tensor, dict[str, float]] | None = None
         # (step, metrics) of that step's audit outcomes until decided (logged with it)
         self._audit: tuple[int, dict[str, float]] | None = None
-        # (step, its generations: the first, then each refill round's) until decided (logged)
-        self._generations: tuple[int, list[RolloutBatch]] | None = None
+        # warning categories already shown (a strategy's warning shows once per run)
+        self._warned: set[type] = set()
 
     @classmethod
     def for_dataset(
@@ -128,6 +137,91 @@ class Driver:
         return driver
 
     # ------------------------------------------------------------------ each step
+    def step(
+        self,
+        host: StepHost,
+        n: int,
+        step: int,
+        *,
+        given: tuple[list, list[int] | None] | None = None,
+        granule: int = 1,
+    ) -> StepResult:
+        """One step's data lifecycle, the same on every host (`dataflex_rl.hosts.common.step`):
+        draw ``n`` prompts (pre-rollout skips and audits happen in the draw), generate them,
+        refill rounds until the step holds ``n`` kept groups, generate the audited prompts
+        (the skip policy observes them), assemble the groups the update trains on
+        (`assemble_groups`), then decide on them while observing every generated group
+        (`Strategy.decide`), and log the step.
+
+        Args:
+            host: the host's generation and row layout (`StepHost`).
+            n: prompts (groups) per step.
+            step: the training step (the draws' and the decision's clock).
+            given: (items, domain ids or None) the host's own prompts for the step, when
+                the driver has no intake (the strategy neither mixes, pre-filters nor
+                refills: the host keeps its data order).
+            granule: each refill round draws a multiple of this many prompts (a host whose
+                processes must generate equal shares).
+        """
+        if self.intake is not None:
+            items, domain_ids, _ = self.draw(n, step)
+        elif given is not None:
+            items, domain_ids = given
+        else:
+            raise ValueError("Driver.step: without an intake the host gives the prompts")
+        first = _generated(host, items, domain_ids, 0)
+        generations = [first]
+        taken: list[int] = []
+        if self.strategy.refill_rounds:
+            if self.intake is None:
+                raise ValueError("Driver.step: refill rounds draw from an intake")
+
+            def draw(k: int) -> tuple[list, list[int]]:  # interleaved: a round cut short
+                got, doms, _ = self.draw(k, step)  # leaves out every domain alike
+                order = interleave(torch.tensor(doms, dtype=torch.int64)).tolist()
+                return [got[i] for i in order], [doms[i] for i in order]
+
+            def generate(got: list, doms: list[int], rnd: int) -> RolloutBatch:
+                generations.append(_generated(host, got, doms, rnd))
+                return generations[-1].batch
+
+            _, taken, refill = run_refill(self.strategy, draw, n, first.batch, generate, granule)
+            if self._drawn is not None and self._drawn[0] == step:
+                self._drawn[2].update(refill)
+        audit = None
+        audited, audited_domains = self.take_audited(step)
+        if audited:
+            audit = _generated(host, audited, audited_domains, AUDIT)
+            self.observe_audit(audit.batch)
+        if len(generations) == 1:
+            groups = torch.arange(first.batch.num_groups)
+            items, domain_ids = first.items, first.domain_ids
+        else:
+            kept = [self.strategy.groups_kept(g.batch) for g in generations]
+            groups = assemble_groups(kept, taken)
+            every = [i for g in generations for i in g.items]
+            items = [every[i] for i in groups.tolist()]
+            if first.domain_ids is not None:
+                doms = [d for g in generations for d in g.domain_ids]
+                domain_ids = [doms[i] for i in groups.tolist()]
+        rows, batch = host.assemble(generations, groups, items, domain_ids)
+        if self.strategy.refill_rounds and self._drawn is not None and self._drawn[0] == step:
+            # generated, observed, not trained on: dropped groups a refill group replaced and
+            # refill groups past the last one needed (the decision log's ``discarded``)
+            present = sum(int((g.batch.group_size > 0).sum()) for g in generations)
+            self._drawn[2][REFILL + "discarded"] = float(
+                present - int((batch.group_size > 0).sum())
+            )
+        observed = None if len(generations) == 1 else concat_batches([g.batch for g in generations])
+        decision, metrics = self._decide(
+            batch,
+            sum(g.seconds for g in generations),
+            observed,
+            None if observed is None else [g.batch for g in generations],
+            groups,
+        )
+        return StepResult(rows, batch, decision, metrics, generations, groups, audit)
+
     @property
     def pending(self) -> dict[str, float]:
         """The draw figures of the step drawn and not yet decided (counts summed over its
@@ -146,24 +240,6 @@ class Driver:
         self._drawn = (step, target, add_counts(dict(before), metrics))
         return items, domain_ids, metrics
 
-    def refill(
-        self, n: int, step: int, first: RolloutBatch, generate: Generate, granule: int = 1
-    ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
-        """Refill rounds for ``step`` (`run_refill`, drawing from the intake, each round's
-        prompts in `interleave` order); the metrics also go with the step's decision. The host then decides once on every group the step
-        uses."""
-
-        def draw(k: int) -> tuple[list, list[int]]:  # interleaved: a round cut short
-            items, domain_ids, _ = self.draw(k, step)  # leaves out every domain alike
-            order = interleave(torch.tensor(domain_ids, dtype=torch.int64)).tolist()
-            return [items[i] for i in order], [domain_ids[i] for i in order]
-
-        batches, taken, metrics = run_refill(self.strategy, draw, n, first, generate, granule)
-        if self._drawn is not None and self._drawn[0] == step:
-            self._drawn[2].update(metrics)
-        self._generations = (step, [first, *batches])
-        return batches, taken, metrics
-
     def take_audited(self, step: int) -> tuple[list, list[int]]:
         """(items, domain ids) of the prompts every draw of ``step`` audited, refill rounds
         included (`Intake.take_audited`): skipped, to be generated anyway and not trained on
@@ -179,33 +255,52 @@ class Driver:
         return metrics
 
     def decide(
-        self,
-        batch: RolloutBatch,
-        generate_seconds: float | None = None,
-        groups: Tensor | None = None,
+        self, batch: RolloutBatch, generate_seconds: float | None = None
     ) -> tuple[Decision, dict[str, float]]:
         """Decide on a step's batch (its ``step`` names the draws it came from) and record it
-        in the decision log, with every group the step's refill rounds generated and the
-        batch does not hold (``discarded``); ``generate_seconds`` (None: not measured) feeds
-        the seconds saved estimate. ``groups``: [G] for each group of ``batch``, its index
-        among the step's generated groups (its generations' groups in order, `refill`); None:
-        the first G (the engine, which trains on what it generated up to the last group it
-        needs). Returns (the `Decision`, its metrics with the step's draw figures and, with
-        pre-rollout, `generation_metrics`)."""
+        in the decision log, for a host that runs its own step (verl: its ``filter_groups``
+        refill); `step` decides for every other host. ``generate_seconds`` (None: not
+        measured) feeds the seconds saved estimate. Returns (the `Decision`, its metrics
+        with the step's draw figures, ``dataflex/strategy_warnings`` and, with pre-rollout,
+        `generation_metrics`)."""
+        return self._decide(batch, generate_seconds)
+
+    def _decide(
+        self,
+        batch: RolloutBatch,
+        generate_seconds: float | None,
+        observed: RolloutBatch | None = None,
+        generations: list[RolloutBatch] | None = None,
+        groups: Tensor | None = None,
+    ) -> tuple[Decision, dict[str, float]]:
+        """`decide`, observing ``observed`` (`Strategy.decide`); ``generations`` / ``groups``:
+        the step's generated batches and the generated group each of ``batch``'s is, for the
+        decision log (the groups not in ``batch`` are logged as ``discarded``)."""
         drawn = self._drawn if self._drawn is not None and self._drawn[0] == batch.step else None
         self._drawn = None
-        gens = self._generations
-        self._generations = None
-        gens = gens[1] if gens is not None and gens[0] == batch.step else None
         target, draw_metrics = (None, {}) if drawn is None else drawn[1:]
         if self._audit is not None and self._audit[0] == batch.step:
             draw_metrics = {**draw_metrics, **self._audit[1]}
         self._audit = None
-        decision = self.strategy.decide(batch)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            decision = self.strategy.decide(batch, observed)
         self.decisions += 1
         metrics = {**decision.metrics, **draw_metrics}
+        metrics["dataflex/strategy_warnings"] = float(len(caught))
+        for w in caught:  # each kind once per run, counted every step
+            if w.category not in self._warned:
+                self._warned.add(w.category)
+                warnings.warn(
+                    f"{w.message} (shown once per run; counted in the metric "
+                    "dataflex/strategy_warnings)",
+                    w.category,
+                    stacklevel=3,
+                )
         if self.log is not None:
-            rounds, discarded = (None, ()) if gens is None else _sources(batch, gens, groups)
+            rounds, discarded = (
+                (None, ()) if generations is None else _sources(batch, generations, groups)
+            )
             self.log.record(
                 batch,
                 decision,
@@ -301,3 +396,10 @@ def _sources(
     left[src] = False
     parts = left.split(sizes.tolist())
     return round_of[src], [(r, g, w) for r, (g, w) in enumerate(zip(generations, parts))]
+
+
+def _generated(host: StepHost, items: list, domain_ids: list[int] | None, rnd: int) -> Generation:
+    """``host.generate`` of ``items``, which the `Generation` then carries."""
+    gen = host.generate(items, domain_ids, rnd)
+    gen.items, gen.domain_ids = list(items), None if domain_ids is None else list(domain_ids)
+    return gen

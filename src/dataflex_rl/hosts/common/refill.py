@@ -2,8 +2,9 @@
 
 Each round draws as many prompts as kept groups are missing through the driver's intake,
 the host generates and scores them, until the step holds ``n`` kept groups or
-``refill.max_rounds`` ran. The host decides once, on every group it generated in the step.
-Needs no host library.
+``refill.max_rounds`` ran. `Driver.step` runs the rounds, assembles the groups the update
+trains on and observes every group generated (`dataflex_rl.hosts.common.step`). Needs no host
+library.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataflex_rl.core.batch import RolloutBatch
 
 REFILL = "dataflex/refill/"
 
-#: a host's generation for a refill round: (items, their domain ids, round >= 1) -> the
-#: round's scored `RolloutBatch` (its groups are the items, in order)
+#: a generation for a refill round: (items, their domain ids, round >= 1) -> the round's
+#: scored `RolloutBatch` (its groups are the items, in order)
 Generate = Callable[[list, list[int], int], RolloutBatch]
 
 
@@ -36,23 +37,24 @@ def run_refill(
 ) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
     """The refill rounds of one step.
 
-    Each round draws ``n - kept`` prompts (with ``refill.overdraw``: ``ceil(missing x
-    generated / kept)``, at most ``n``), rounded up to a multiple of ``granule``. A round that
-    fills the step is used up to its ``n``-th kept group; the rest is ``discarded``.
+        Each round draws ``n - kept`` prompts (with ``refill.overdraw``: ``ceil(missing x
+        generated / kept)``, at most ``n``), rounded up to a multiple of ``granule``. A round that
+        fills the step is used up to its ``n``-th kept group (`Driver.step` reports the groups
+    generated and not trained on as ``dataflex/refill/discarded``).
 
-    Args:
-        strategy: the `Strategy` (``refill_rounds`` > 0; its ``groups_kept``).
-        draw: ``draw(k) -> (items, domain ids)``, k new prompts from the intake (the host's
-            `Driver.draw` for this step); fewer (or none) when the intake has no more.
-        n: kept groups the step wants (``prompts_per_step``).
-        first: the step's first generation, scored.
-        generate: the host's generation of a round (`Generate`).
-        granule: each round draws a multiple of this many prompts (a host whose processes
-            must generate equal shares).
+        Args:
+            strategy: the `Strategy` (``refill_rounds`` > 0; its ``groups_kept``).
+            draw: ``draw(k) -> (items, domain ids)``, k new prompts from the intake (the host's
+                `Driver.draw` for this step); fewer (or none) when the intake has no more.
+            n: kept groups the step wants (``prompts_per_step``).
+            first: the step's first generation, scored.
+            generate: the host's generation of a round (`Generate`).
+            granule: each round draws a multiple of this many prompts (a host whose processes
+                must generate equal shares).
 
-    Returns:
-        (the refill rounds' batches, in order; how many leading groups of each the step
-        trains on; the ``dataflex/refill/`` metrics, docs/metrics.md).
+        Returns:
+            (the refill rounds' batches, in order; how many leading groups of each the step
+            trains on; the ``dataflex/refill/`` metrics, docs/metrics.md).
     """
     kept_first = strategy.groups_kept(first)
     kept = int(kept_first.sum())
@@ -60,7 +62,7 @@ def run_refill(
     zero, groups = zero_variance(first)
     batches: list[RolloutBatch] = []
     taken: list[int] = []
-    drawn = discarded = 0
+    drawn = 0
     while kept < n and len(batches) < strategy.refill_rounds:
         missing = n - kept
         want = missing
@@ -79,7 +81,6 @@ def run_refill(
         taken.append(use)
         drawn += len(items)
         present = batch.group_size > 0
-        discarded += int(present[use:].sum())
         kept += int(k.sum())
         signal += int((k & (batch.group_std[:use] > 0)).sum())
         groups += int(present.sum())
@@ -90,7 +91,6 @@ def run_refill(
         REFILL + "missing": float(max(n - kept, 0)),
         REFILL + "full": float(kept >= n),
         REFILL + "groups_generated": float(groups),
-        REFILL + "discarded": float(discarded),
         REFILL + "overgeneration": groups / n if n else 0.0,
         REFILL + "zero_variance_before": zero / max(int((first.group_size > 0).sum()), 1),
         REFILL + "zero_variance_after": 1.0 - min(signal, n) / n if n else 0.0,

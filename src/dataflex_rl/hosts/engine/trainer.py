@@ -4,14 +4,13 @@ host; this module generates, scores and learns (docs/architecture.md, one traini
 from __future__ import annotations
 
 import time
-import warnings
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import group_domain
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.driver import Driver
@@ -19,7 +18,6 @@ from dataflex_rl.hosts.common.intake import Intake
 from dataflex_rl.hosts.common.representation import prompt_representation
 from dataflex_rl.hosts.engine.batch import (
     ENGINE_FIELDS,
-    grpo_batch,
     reward_metrics,
     zero_variance_metrics,
 )
@@ -37,10 +35,10 @@ from dataflex_rl.hosts.engine.data import (
     vocabulary,
 )
 from dataflex_rl.hosts.engine.evaluation import evaluate
-from dataflex_rl.hosts.engine.noise import derive_seed, row_keys
+from dataflex_rl.hosts.engine.generation import EngineGeneration
+from dataflex_rl.hosts.engine.noise import derive_seed
 from dataflex_rl.hosts.engine.policy import Policy, load_policy, parameter_hash
-from dataflex_rl.hosts.engine.sampler import Rollout, concat_rollouts, first_groups, sample_groups
-from dataflex_rl.hosts.engine.taskio import dataset_identity, score
+from dataflex_rl.hosts.engine.taskio import dataset_identity
 from dataflex_rl.hosts.engine.update import Learner
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -103,7 +101,6 @@ class EmbeddedTrainer:
         self.step = 0
         #: generation cost so far, in tokens (`engine/generation_cost_tokens_total`)
         self.cost_tokens = 0.0
-        self._warned: set[type] = set()
 
     def _intake(self) -> Intake:
         """The training problems, drawn at the strategy's or ``tasks.proportions``; the engine
@@ -147,153 +144,60 @@ class EmbeddedTrainer:
             settings={"prerollout_seed": derive_seed(self.seed, "prerollout")},
         )
 
+    def generation(self, step: int) -> EngineGeneration:
+        """The engine's generation and row layout for ``step`` (`Driver.step`'s host)."""
+        return EngineGeneration(
+            self.policy,
+            self.taskset,
+            self.config.grpo,
+            self.domains,
+            self.noise_base,
+            step,
+            entropies="entropies" in self.driver.strategy.reads,
+        )
+
     def train_step(self) -> dict[str, float]:
-        """Run one GRPO step (draw, generate and score, refill rounds, decide, learn); returns
-        its metrics (``step`` is the step just taken)."""
+        """Run one GRPO step: the driver's step (draw, generate and score, refill rounds,
+        audits, assemble, decide: `Driver.step`) on the engine's generation, then learn;
+        returns its metrics (``step`` is the step just taken)."""
         t0 = time.perf_counter()
         step = self.step
-        problems, domain_idx, metrics = self.driver.draw(self.config.grpo.prompts_per_step, step)
-        metrics["step"] = step
-        if "prerollout" in self.driver.strategy.parts:
-            candidates = metrics["dataflex/prerollout/candidates"]
-            metrics["engine/prompts_skipped"] = candidates - len(problems)
-        metrics["engine/prompts_generated"] = float(len(problems))
-        probe_tokens = metrics.get("dataflex/prerollout/probe_tokens", 0.0)
-        rollout, rewards, t_gen, t_rew = self._rollout(problems, step)
         g = self.config.grpo
-        batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
-        generated = float(rollout.num_tokens)
-        if self.driver.strategy.refill_rounds:
-            (rollout, rewards, problems, domain_idx, batch, generated, t_more) = self._refill(
-                step, rollout, rewards, problems, domain_idx, batch, metrics
-            )
-            t_gen, t_rew = t_gen + t_more[0], t_rew + t_more[1]
-            # the refill draws' probe passes too (their counts add up in the driver)
-            probe_tokens = self.driver.pending.get("dataflex/prerollout/probe_tokens", 0.0)
-        audit_tokens = self._audit(step, metrics)  # every draw's audits, refill rounds' too
-        cost = generated + audit_tokens + probe_tokens  # the step's cost (docs/metrics.md)
+        strategy = self.driver.strategy
+        out = self.driver.step(self.generation(step), g.prompts_per_step, step)
+        rows, batch, decision = out.rows, out.batch, out.decision
+        metrics: dict[str, float] = {"step": step}
+        if "prerollout" in strategy.parts:  # over the step's draws, refill rounds' too
+            candidates = out.metrics["dataflex/prerollout/candidates"]
+            metrics["engine/prompts_skipped"] = candidates - out.prompts_generated
+        metrics["engine/prompts_generated"] = float(out.prompts_generated)
+        if out.audit is not None:
+            metrics["engine/tokens_audit"] = out.audit_tokens
+        # the step's cost (docs/metrics.md): every generation, audits and probe passes
+        probe_tokens = out.metrics.get("dataflex/prerollout/probe_tokens", 0.0)
+        cost = out.tokens + out.audit_tokens + probe_tokens
         self.cost_tokens += cost
         metrics["engine/generation_cost_tokens"] = cost
         metrics["engine/generation_cost_tokens_total"] = self.cost_tokens
         metrics.update(zero_variance_metrics(batch))
-        t1 = time.perf_counter()
-        decision = self._decide(batch, t_gen, metrics)
-        t_strat = time.perf_counter() - t1
+        metrics.update(out.metrics)
         advantages = decision.advantages if decision.advantages is not None else batch.advantages
         t2 = time.perf_counter()
-        metrics.update(self.learner.learn(rollout, advantages, decision, step))
-        metrics.update(reward_metrics(rewards, domain_idx, rollout, self.domains))
-        metrics["engine/tokens_generated"] = generated  # refill groups not trained on too
+        metrics.update(self.learner.learn(rows.rollout, advantages, decision, step))
+        domain_idx = group_domain(batch).tolist()
+        metrics.update(reward_metrics(rows.rewards, domain_idx, rows.rollout, self.domains))
+        metrics["engine/tokens_generated"] = out.tokens  # refill groups not trained on too
         metrics.update(
             {
-                "time/generate_s": t_gen,
-                "time/reward_s": t_rew,
-                "time/strategy_s": t_strat,
+                "time/generate_s": sum(x.seconds for x in out.generations),
+                "time/reward_s": sum(x.score_seconds for x in out.generations),
+                "time/strategy_s": out.metrics["dataflex/time_ms"] / 1e3,
                 "time/update_s": time.perf_counter() - t2,
                 "time/step_s": time.perf_counter() - t0,
             }
         )
         self.step += 1
         return metrics
-
-    def _refill(self, step, rollout, rewards, problems, domain_idx, batch, metrics):
-        """Refill rounds (`Driver.refill`): the step's rollout, rewards, problems, domain ids
-        and batch over every round (but groups past the last needed one), the generated tokens
-        of every round, and the rounds' (generate, reward) seconds."""
-        g = self.config.grpo
-        rounds: list[tuple] = []
-        seconds = [0.0, 0.0]
-        before = list(problems)
-
-        def generate(items: list, doms: list[int], _round: int) -> RolloutBatch:
-            r, rew, t_gen, t_rew = self._rollout(items, step, before=before)
-            seconds[0] += t_gen
-            seconds[1] += t_rew
-            rounds.append((r, rew, items, doms))
-            before.extend(items)
-            return grpo_batch(r, rew, items, doms, self.domains, step, g)
-
-        _, taken, refill = self.driver.refill(g.prompts_per_step, step, batch, generate)
-        metrics.update(refill)
-        tokens = float(rollout.num_tokens) + sum(float(r.num_tokens) for r, *_ in rounds)
-        if not rounds:
-            return rollout, rewards, problems, domain_idx, batch, tokens, seconds
-        parts, rews = [rollout], [rewards]
-        problems, domain_idx = list(problems), list(domain_idx)
-        for (r, rew, items, doms), use in zip(rounds, taken):
-            parts.append(first_groups(r, use))
-            rews.append(rew[: use * g.group_size])
-            problems += items[:use]
-            domain_idx += doms[:use]
-        rollout = concat_rollouts(parts, self.policy.tokenizer.pad_id)
-        rewards = torch.cat(rews)
-        batch = grpo_batch(rollout, rewards, problems, domain_idx, self.domains, step, g)
-        metrics["engine/prompts_generated"] = float(len(before))
-        return rollout, rewards, problems, domain_idx, batch, tokens, seconds
-
-    def _audit(self, step: int, metrics: dict) -> float:
-        """Generate the prompts the step's draws audited, refill rounds' included (skipped,
-        generated anyway, not trained on) and let the skip policy learn from them; returns
-        their generated tokens."""
-        items, domain_idx = self.driver.take_audited(step)
-        if not items:
-            return 0.0
-        rollout, rewards, _, _ = self._rollout(items, step)
-        batch = grpo_batch(
-            rollout, rewards, items, domain_idx, self.domains, step, self.config.grpo
-        )
-        metrics.update(self.driver.observe_audit(batch))
-        metrics["engine/tokens_audit"] = float(rollout.num_tokens)
-        return float(rollout.num_tokens)
-
-    def _decide(self, batch: RolloutBatch, generate_seconds: float, metrics: dict):
-        """The driver's decision (its metrics into ``metrics``); the strategy's warnings are
-        counted per step and shown once per run."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            decision, decided = self.driver.decide(batch, generate_seconds)
-        metrics["engine/strategy_warnings"] = float(len(caught))
-        metrics.update(decided)
-        for w in caught:
-            if w.category not in self._warned:
-                self._warned.add(w.category)
-                warnings.warn(
-                    f"{w.message} (shown once per run; counted in the metric "
-                    "engine/strategy_warnings)",
-                    w.category,
-                    stacklevel=3,
-                )
-        return decision
-
-    def _rollout(
-        self, problems: list, step: int, before: list = ()
-    ) -> tuple[Rollout, torch.Tensor, float, float]:
-        """Generate G responses per problem (keyed noise) and score them. ``before``: the
-        problems generated earlier in the step (refill rounds): a prompt drawn again gets
-        the noise of its next occurrence."""
-        g = self.config.grpo
-        tok = self.policy.tokenizer
-        t0 = time.perf_counter()
-        ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
-        keys = row_keys(self.noise_base, step, [p.key for p in [*before, *problems]], g.group_size)[
-            len(before) * g.group_size :
-        ]
-        rollout = sample_groups(
-            self.policy.model,
-            ids,
-            g.group_size,
-            g.max_new_tokens,
-            eos_id=tok.eos_id,
-            pad_id=tok.pad_id,
-            temperature=g.temperature,
-            noise_keys=keys,
-            entropies="entropies" in self.driver.strategy.reads,
-        )
-        t1 = time.perf_counter()
-        texts = [tok.decode(row) for row in rollout.response_ids.tolist()]
-        per_row = [problems[i] for i in rollout.prompt_index.tolist()]
-        rewards = score(self.taskset, per_row, texts)
-        return rollout, rewards, t1 - t0, time.perf_counter() - t1
 
     def evaluate(self) -> dict[str, float]:
         """Held-out accuracy per domain, greedy and sampled; the noise is keyed by the seed

@@ -1,8 +1,9 @@
-"""Refill on TRL: a generation batch whose dropped groups are replaced by refill rounds.
+"""The layout of TRL's generation rows across a step's generations (refill rounds).
 
 Every rank generates an equal share of each round's prompts with TRL's own generation; the
-rounds' rows are gathered and the generation batch is assembled the same way on every rank
-(`slot_rows`: dropped slots take the rounds' kept groups in order). Text only. Needs no TRL.
+rounds' rows are gathered and the groups `Driver.step` assembled are taken out the same way
+on every rank (`dataflex_rl.hosts.common.step.assemble_groups` decides which). Text only.
+Needs no TRL.
 """
 
 from __future__ import annotations
@@ -70,20 +71,6 @@ def cat_rows(parts: Sequence[dict[str, Tensor]], pad_id: int) -> dict[str, Tenso
             ]
         )
     return out
-
-
-def slot_rows(kept_first: Tensor, kept_refill: Tensor, group_size: int) -> Tensor:
-    """[N] indices into the rows of the first generation followed by the refill rounds' used
-    groups: the assembled generation batch. Slot g keeps its group when ``kept_first[g]``;
-    the k-th dropped slot takes the k-th kept refill group (``kept_refill``) while there are
-    any; the rest keep their dropped group."""
-    S = kept_first.shape[0]
-    group = torch.arange(S)
-    dropped = (~kept_first).nonzero().squeeze(1)
-    refills = S + kept_refill.nonzero().squeeze(1)
-    k = min(dropped.numel(), refills.numel())
-    group[dropped[:k]] = refills[:k]
-    return (group[:, None] * group_size + torch.arange(group_size)[None, :]).reshape(-1)
 
 
 def take(rows: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:

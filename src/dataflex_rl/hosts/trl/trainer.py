@@ -27,10 +27,11 @@ from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.config import HostConfig, acts_on_loss, uses_intake
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import read_row_domains
+from dataflex_rl.hosts.common.step import Generation
 from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, refill_domains, trl_rewards
 from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
-from dataflex_rl.hosts.trl.refill import cat_rows, check_refillable, cpu_rows, slot_rows, take
+from dataflex_rl.hosts.trl.refill import cat_rows, check_refillable, cpu_rows, take
 from dataflex_rl.hosts.trl.tensors import (
     ROW_KEY,
     check_micro_batch,
@@ -120,154 +121,71 @@ class DataflexGRPOTrainer(GRPOTrainer):
         if not self.model.training:  # evaluation: TRL's own path, untouched
             return super()._generate_and_score_completions(inputs)
         t0 = time.perf_counter()
-        step = self.driver.decisions
-        drawn = None
-        if self.driver.intake is not None:
-            inputs, drawn = self._intake(inputs, step)
-        self._dataflex_rewards = None
+        driver = self.driver
+        acc = self.accelerator
+        P, G, n = acc.num_processes, self.num_generations, len(inputs)
         self._dataflex_kl_scale = 1.0
-        t1 = time.perf_counter()
-        out = super()._generate_and_score_completions(inputs)
-        sources = None
-        if self.driver.strategy.refill_rounds:
-            out, drawn, sources = self._refill(out, inputs, step, drawn)
-        t2 = time.perf_counter()
-        metrics = self._decide_and_apply(out, len(inputs), step, drawn, t2 - t1, sources)
-        metrics["dataflex/host_time_ms"] = (t1 - t0 + time.perf_counter() - t2) * 1e3
+        out = driver.step(
+            _TRLStep(self, inputs),
+            n * P // G,
+            driver.decisions,
+            given=None if driver.intake is not None else (inputs, None),
+            granule=P // math.gcd(G, P),
+        )
+        metrics = dict(out.metrics)
+        rows = out.rows.out
+        if acts_on_loss(driver.strategy.spec):
+            p = acc.process_index
+            metrics.update(
+                apply_decision(
+                    rows,
+                    out.decision,
+                    rows=slice(p * n, (p + 1) * n),
+                    loss_type=self.args.loss_type,
+                    lengths=out.batch.response_length,
+                    invalid=out.batch.invalid_mask,
+                )
+            )
+            # row-count losses average the kept rows' KL over N rows: beta x c keeps it
+            self._dataflex_kl_scale = metrics["dataflex/trl/advantage_scale"]
+        seconds = sum(g.seconds for g in out.generations)
+        metrics["dataflex/host_time_ms"] = (time.perf_counter() - t0 - seconds) * 1e3
         train = self._metrics["train"]
         for key, value in metrics.items():
             train[key].append(float(value))
-        return out
+        return rows
 
-    # ------------------------------------------------------------------ intake
-    def _intake(self, inputs: list[dict], step: int):
-        """Replace the dataloader's rows by the strategy's draw of N / G prompts, each G times:
-        (this rank's slice of the N rows, (global rows [N], global domain ids [N]))."""
-        n, G = len(inputs), self.num_generations
-        rows, doms, _ = self.driver.draw(n * self.accelerator.num_processes // G, step)
-        rows_global = torch.tensor(rows, dtype=torch.int64).repeat_interleave(G)
-        doms_global = torch.tensor(doms, dtype=torch.int64).repeat_interleave(G)
-        p = self.accelerator.process_index
-        local = rows_global[p * n : (p + 1) * n].tolist()
-        keys = list(inputs[0]) if inputs else None
-        return dataset_rows(self.train_dataset, local, keys), (rows_global, doms_global)
-
-    # ------------------------------------------------------------------ refill
-    def _round_batch(self, out, rewards, step, drawn):
-        """The global `RolloutBatch` of one generation round (what the selector reads)."""
-        acc = self.accelerator
-        mask = out["completion_mask"]
-        local = torch.stack([out["advantages"].float(), mask.sum(1).float()], 1)
-        both = acc.gather(local).cpu()
-        return build_batch(
-            rewards=trl_rewards(rewards, self.reward_weights),
-            advantages=both[:, 0],
-            lengths=both[:, 1].round().to(torch.int64),
-            group_size=self.num_generations,
-            step=step,
-            domains=self.driver.intake.domains,
-            domain_ids=drawn[1],
-            prompt_keys=drawn[0].tolist(),
-        )
-
-    def _refill(self, out, inputs, step, drawn):
-        """Refill rounds (`Driver.refill`, `dataflex_rl.hosts.trl.refill`): (this rank's rows
-        of the assembled generation batch, (its global rows, domain ids), [N / G] the step's
-        generated group each of its groups is, for the decision log; None without rounds)."""
-        check_refillable(out)
-        acc = self.accelerator
-        P, p, G = acc.num_processes, acc.process_index, self.num_generations
-        n = len(inputs)
-        first_rewards = self._dataflex_rewards
-        first = self._round_batch(out, first_rewards, step, drawn)
-        keys = list(inputs[0]) if inputs else None
-        rounds: list[tuple] = []
-
-        def generate(items: list, doms: list[int], _round: int):
-            rows_g = torch.tensor(items, dtype=torch.int64).repeat_interleave(G)
-            doms_g = torch.tensor(doms, dtype=torch.int64).repeat_interleave(G)
-            m = rows_g.shape[0] // P
-            local_rows = rows_g[p * m : (p + 1) * m].tolist()
-            self._dataflex_rewards = None
-            o = super(DataflexGRPOTrainer, self)._generate_and_score_completions(
-                dataset_rows(self.train_dataset, local_rows, keys)
-            )
-            check_refillable(o)
-            batch = self._round_batch(o, self._dataflex_rewards, step, (rows_g, doms_g))
-            rounds.append((o, self._dataflex_rewards.cpu(), rows_g, doms_g, batch))
-            return batch
-
-        strategy = self.driver.strategy
-        _, taken, _ = self.driver.refill(
-            n * P // G, step, first, generate, granule=P // math.gcd(G, P)
-        )
-        self._dataflex_rewards = first_rewards
-        if not rounds:
-            return out, drawn, None
-        pad = getattr(self.processing_class, "pad_token_id", None) or 0
-
-        def global_rows(o: dict) -> dict:
-            return cat_rows(gather_object([cpu_rows(o)]), pad)
-
-        used = [torch.arange(t * G) for t in taken]
-        table = cat_rows(
-            [global_rows(out)]
-            + [take(global_rows(r[0]), u) for r, u in zip(rounds, used, strict=True)],
-            pad,
-        )
-        kept_refill = torch.cat(
-            [strategy.groups_kept(r[4])[:t] for r, t in zip(rounds, taken, strict=True)]
-        )
-        index = slot_rows(strategy.groups_kept(first), kept_refill, G)
-        rewards = torch.cat([first_rewards.cpu()] + [r[1][u] for r, u in zip(rounds, used)])
-        rows = torch.cat([drawn[0]] + [r[2][u] for r, u in zip(rounds, used)])
-        doms = torch.cat([drawn[1]] + [r[3][u] for r, u in zip(rounds, used)])
-        mine = take(table, index[p * n : (p + 1) * n])
-        device = out["advantages"].device
-        new = {k: v.to(device) for k, v in mine.items()}
-        items = out.get("num_items_in_batch")
-        new["num_items_in_batch"] = torch.tensor(
-            int(table["completion_mask"].index_select(0, index).sum()),
-            dtype=items.dtype if isinstance(items, torch.Tensor) else torch.int64,
-            device=device,
-        )
-        self._dataflex_rewards = rewards.index_select(0, index).to(first_rewards.device)
-        # only a step's last round is cut short: the used groups lead the generated ones
-        sources = index[::G] // G
-        return new, (rows.index_select(0, index), doms.index_select(0, index)), sources
-
-    # ------------------------------------------------------------------ select / reweight
-    def _decide_and_apply(self, out, n, step, drawn, gen_seconds, sources=None) -> dict[str, float]:
-        """Build the global batch, decide (identically on every rank), apply to this rank
-        (``sources``: `_refill`'s, for the decision log)."""
+    def _batch_of(self, out, rewards, step, drawn, micro: bool):
+        """The global `RolloutBatch` of a generation output ``out`` (this rank's rows; its
+        gathered [N, F] ``rewards``; ``drawn``: (global rows [N], domain ids [N]) or None):
+        advantages and loss lengths gathered, the token fields the strategy reads, and with
+        ``micro`` the loss micro-batch of each row as TRL will shuffle them."""
         acc = self.accelerator
         mask = out["completion_mask"]
         loss_mask = mask if out.get("tool_mask") is None else mask * out["tool_mask"]
         local = torch.stack([out["advantages"].float(), loss_mask.sum(1).float()], 1)
         both = acc.gather(local).cpu()  # one collective: [N, 2]
-        advantages, lengths = both[:, 0], both[:, 1].round().to(torch.int64)
-        token_mask = old_logps = entropies = micro = None
+        token_mask = old_logps = entropies = micro_ids = None
         strategy = self.driver.strategy
         if {"old_log_probs", "entropies"} & strategy.reads:
             token_mask, old_logps, entropies = gather_token_fields(
                 self, out, loss_mask, entropies="entropies" in strategy.reads
             )
-        if "micro_batch_ids" in strategy.requires:  # after TRL's shuffle, which rows meet
-            local = predicted_micro_batches(self, n)
-            self._dataflex_micro = local
+        if micro and "micro_batch_ids" in strategy.requires:  # after TRL's shuffle
+            n = mask.shape[0]
+            mine = predicted_micro_batches(self, n)
+            self._dataflex_micro = mine
             out[ROW_KEY] = torch.arange(n, device=mask.device)
-            micro = acc.gather(local.to(acc.device)).cpu()
-        rewards = self._dataflex_rewards
+            micro_ids = acc.gather(mine.to(acc.device)).cpu()
         if rewards is None:
             raise RuntimeError(
                 "dataflex: GRPOTrainer did not call _calculate_rewards for this generation "
                 "(a rollout path this host does not know)"
             )
-        self._dataflex_rewards = None
-        batch = build_batch(
+        return build_batch(
             rewards=trl_rewards(rewards, self.reward_weights),
-            advantages=advantages,
-            lengths=lengths,
+            advantages=both[:, 0],
+            lengths=both[:, 1].round().to(torch.int64),
             group_size=self.num_generations,
             step=step,
             domains=self.driver.intake.domains if drawn is not None else None,
@@ -276,24 +194,8 @@ class DataflexGRPOTrainer(GRPOTrainer):
             response_mask=token_mask,
             old_log_probs=old_logps if "old_log_probs" in strategy.reads else None,
             entropies=entropies,
-            micro_batch_ids=micro,
+            micro_batch_ids=micro_ids,
         )
-        decision, metrics = self.driver.decide(batch, gen_seconds, groups=sources)
-        if acts_on_loss(strategy.spec):
-            p = acc.process_index
-            metrics.update(
-                apply_decision(
-                    out,
-                    decision,
-                    rows=slice(p * n, (p + 1) * n),
-                    loss_type=self.args.loss_type,
-                    lengths=lengths,
-                    invalid=batch.invalid_mask,
-                )
-            )
-            # row-count losses average the kept rows' KL over N rows: beta x c keeps it
-            self._dataflex_kl_scale = metrics["dataflex/trl/advantage_scale"]
-        return metrics
 
     def _compute_loss(self, model, inputs):
         """TRL's loss, with ``beta x c`` after a drop under a row-count ``loss_type``
@@ -331,3 +233,73 @@ class DataflexGRPOTrainer(GRPOTrainer):
             return super().train(*args, **kwargs)
         finally:
             self.driver.close()
+
+
+@dataclass
+class _Rows:
+    """A generation's rows on this rank: TRL's output, its gathered [N, F] rewards and the
+    global (dataset rows [N], domain ids [N]) drawn (None: the dataloader's own rows)."""
+
+    out: dict
+    rewards: torch.Tensor
+    drawn: tuple[torch.Tensor, torch.Tensor] | None
+
+
+class _TRLStep:
+    """The TRL host's part of `Driver.step` for one generation batch: TRL's own generation
+    and scoring of this rank's share of the prompts, and the layout of its rows."""
+
+    def __init__(self, trainer: DataflexGRPOTrainer, inputs: list[dict]) -> None:
+        self.trainer = trainer
+        self.keys = list(inputs[0]) if inputs else None
+        self.step = trainer.driver.decisions
+
+    def generate(self, items, domain_ids, round):
+        tr = self.trainer
+        acc = tr.accelerator
+        refills = tr.driver.strategy.refill_rounds > 0
+        drawn = None
+        local = items  # no intake: the dataloader's rows, as they are
+        if tr.driver.intake is not None:  # dataset rows: every rank generates its share
+            G, P, p = tr.num_generations, acc.num_processes, acc.process_index
+            rows = torch.tensor(items, dtype=torch.int64).repeat_interleave(G)
+            doms = torch.tensor(domain_ids, dtype=torch.int64).repeat_interleave(G)
+            m = rows.shape[0] // P
+            local = dataset_rows(tr.train_dataset, rows[p * m : (p + 1) * m].tolist(), self.keys)
+            drawn = (rows, doms)
+        t0 = time.perf_counter()
+        tr._dataflex_rewards = None
+        out = GRPOTrainer._generate_and_score_completions(tr, local)
+        seconds = time.perf_counter() - t0
+        rewards, tr._dataflex_rewards = tr._dataflex_rewards, None
+        if refills:
+            check_refillable(out)
+        batch = tr._batch_of(out, rewards, self.step, drawn, micro=not refills)
+        return Generation(batch, _Rows(out, rewards, drawn), seconds=seconds)
+
+    def assemble(self, generations, groups, items, domain_ids):
+        first = generations[0]
+        if len(generations) == 1 and torch.equal(groups, torch.arange(first.batch.num_groups)):
+            return first.rows, first.batch
+        tr = self.trainer
+        acc = tr.accelerator
+        G, p = tr.num_generations, acc.process_index
+        n = first.rows.out["completion_mask"].shape[0]
+        pad = getattr(tr.processing_class, "pad_token_id", None) or 0
+        every = [g.rows for g in generations]
+        table = cat_rows([cat_rows(gather_object([cpu_rows(r.out)]), pad) for r in every], pad)
+        index = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)
+        mine = take(table, index[p * n : (p + 1) * n])
+        device = first.rows.out["advantages"].device
+        out = {k: v.to(device) for k, v in mine.items()}
+        total = first.rows.out.get("num_items_in_batch")
+        out["num_items_in_batch"] = torch.tensor(
+            int(table["completion_mask"].index_select(0, index).sum()),
+            dtype=total.dtype if isinstance(total, torch.Tensor) else torch.int64,
+            device=device,
+        )
+        rewards = torch.cat([r.rewards.cpu() for r in every]).index_select(0, index)
+        rewards = rewards.to(first.rows.rewards.device)
+        drawn = tuple(torch.cat([r.drawn[i] for r in every]).index_select(0, index) for i in (0, 1))
+        batch = tr._batch_of(out, rewards, self.step, drawn, micro=True)
+        return _Rows(out, rewards, drawn), batch

@@ -13,6 +13,7 @@ from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import Intake
 from dataflex_rl.hosts.common.refill import REFILL, run_refill
+from dataflex_rl.hosts.common.step import Generation
 
 R = REFILL
 ROWS = ["a"] * 8 + ["b"] * 4  # static proportions 2/3, 1/3 (the pools' sizes)
@@ -64,7 +65,6 @@ def test_round_two_draws_exactly_the_dropped_groups_and_the_limit_stops_it():
         R + "missing": 1.0,
         R + "full": 0.0,
         R + "groups_generated": 8.0,
-        R + "discarded": 0.0,
         R + "overgeneration": 2.0,  # 8 groups generated for 4
         R + "zero_variance_before": 0.5,
         R + "zero_variance_after": 0.25,  # 1 slot of 4 holds no group with signal
@@ -87,9 +87,9 @@ def test_a_granule_rounds_each_draw_up_and_the_step_ends_at_its_last_kept_group(
     s = Strategy(dapo(2))
     first = groups([True, False, False, False])
     asked, (_, taken), m = loop(s, 4, first, [[True, False, True, True]], granule=2)
-    assert asked == [4] and taken == [4] and m[R + "discarded"] == 0.0
+    assert asked == [4] and taken == [4]
     asked, (_, taken), m = loop(s, 4, first, [[True, True, True]], granule=2)
-    assert asked == [4] and taken == [3] and m[R + "discarded"] == 1.0
+    assert asked == [4] and taken == [3]
     assert m[R + "groups_kept"] == 4.0 and m[R + "full"] == 1.0 and m[R + "groups_generated"] == 8
 
 
@@ -99,7 +99,7 @@ def test_overdraw_draws_the_count_expected_to_fill_the_step():
     s = Strategy({"select": "dapo", "refill": {"max_rounds": 2, "overdraw": True}})
     first = groups([True, True] + [False] * 6)
     asked, _, m = loop(s, 8, first, [[True, True], [True] * 8])
-    assert asked == [8, 8] and m[R + "full"] == 1.0 and m[R + "discarded"] == 4.0
+    assert asked == [8, 8] and m[R + "full"] == 1.0
     # nothing kept yet: a whole batch
     asked, _, _ = loop(s, 4, groups([False] * 4), [[True] * 4])
     assert asked == [4]
@@ -163,19 +163,24 @@ def test_the_driver_refills_through_the_intake_with_the_mix_and_the_skip_policy(
             step=0,
         )
     )
-    first_rows, _, _ = d.draw(3, step=1)
     seen = []
 
-    def generate(items, doms, rnd):
-        seen.append((list(items), list(doms)))
-        return groups([False] * len(items), step=1)
+    class Host:  # every group zero-variance: two refill rounds of 3, none kept
+        def generate(self, items, doms, rnd):
+            seen.append((list(items), list(doms)))
+            return Generation(groups([False] * len(items), step=1, keys=items))
 
-    _, _, m = d.refill(3, 1, groups([False] * len(first_rows), step=1), generate)
-    assert m[R + "rounds"] == 2.0 and [len(i) for i, _ in seen] == [3, 3]
-    drawn = first_rows + [r for items, _ in seen for r in items]
+        def assemble(self, generations, picked, items, doms):
+            assert picked.tolist() == [0, 1, 2]  # nothing kept: the first generation's slots
+            return None, generations[0].batch
+
+    out = d.step(Host(), 3, 1)
+    m = out.metrics
+    assert m[R + "rounds"] == 2.0 and [len(i) for i, _ in seen] == [3, 3, 3]
+    drawn = [r for items, _ in seen for r in items]
     assert not set(drawn) & set(solved)
-    assert all(sorted(doms) == [0, 0, 1] for _, doms in seen)  # 2/3, 1/3 of 3
-    # the refill draws' pre-rollout counts add up with the first draw's, and the refill
-    # figures wait for the step's decision
-    assert d.pending[R + "rounds"] == 2.0
-    assert d.pending["dataflex/prerollout/candidates"] >= 9
+    assert all(sorted(doms) == [0, 0, 1] for _, doms in seen[1:])  # 2/3, 1/3 of 3
+    # the refill draws' pre-rollout counts add up with the first draw's; the 6 refill groups
+    # are generated and not trained on
+    assert m[R + "discarded"] == 6.0
+    assert m["dataflex/prerollout/candidates"] >= 9

@@ -65,8 +65,10 @@ def test_engine_batch_carries_entropies_only_when_read(tasks):  # noqa: F811
     seen = []
     for strategy in ("baseline", "high_entropy"):
         t = make_trainer(tasks, strategy)
-        decide = t.driver.decide
-        t.driver.decide = lambda b, s, decide=decide: (seen.append(b), decide(b, s))[1]
+        decide = t.driver.strategy.decide
+        t.driver.strategy.decide = lambda b, o=None, decide=decide: (seen.append(b), decide(b, o))[
+            1
+        ]
         m = t.train_step()
         b = seen[-1]
         assert b.micro_batch_ids is not None and not b.micro_batch_ids.any()  # one pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dataflex_rl.hosts.engine import trainer as trainer_module
+from dataflex_rl.hosts.engine import generation as generation_module
 from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.engine.data import tasks_from_config
 
@@ -42,7 +42,7 @@ def test_round_two_draws_exactly_the_zero_variance_groups_and_the_limit_stops_it
     # 4 prompts: 2 with signal; round 1 draws 2 (1 with signal), rounds 2 and 3 draw 1 each
     # (none): the limit (3) leaves the step one group short
     score, calls = planted([2, 1])
-    monkeypatch.setattr(trainer_module, "score", score)
+    monkeypatch.setattr(generation_module, "score", score)
     tr = make_trainer(tasks, {"name": "d", "select": "dapo", "refill": {"max_rounds": 3}})
     draws = []
     draw = tr.driver.draw
@@ -53,8 +53,10 @@ def test_round_two_draws_exactly_the_zero_variance_groups_and_the_limit_stops_it
     assert m[R + "groups_kept"] == 3.0 and m[R + "missing"] == 1.0 and m[R + "full"] == 0.0
     assert m[R + "overgeneration"] == 2.0 and m["engine/prompts_generated"] == 8.0
     assert m[R + "zero_variance_before"] == 0.5 and m[R + "zero_variance_after"] == 0.25
-    # the decision covers every generated group; 3 kept of 8 (12 of 32 rows)
-    assert m["dataflex/kept_group_fraction"] == pytest.approx(3 / 8)
+    # the decision covers the 4 assembled groups: the first generation's 2 kept, round 1's
+    # kept group in the first dropped slot, the last slot's dropped group: 3 kept of 4
+    assert m["dataflex/kept_group_fraction"] == pytest.approx(3 / 4)
+    assert m[R + "discarded"] == 4.0  # one replaced slot and rounds 1-3's 3 dropped groups
     assert m["engine/groups_effective"] == 3.0
     # every round's tokens are generation cost (what budget.generated_tokens counts)
     assert m["engine/generation_cost_tokens"] == m["engine/tokens_generated"] > 0
@@ -63,7 +65,7 @@ def test_round_two_draws_exactly_the_zero_variance_groups_and_the_limit_stops_it
 
 def test_a_full_first_round_draws_nothing_more(tasks, monkeypatch):
     score, calls = planted([4])
-    monkeypatch.setattr(trainer_module, "score", score)
+    monkeypatch.setattr(generation_module, "score", score)
     m = make_trainer(tasks, "dapo").train_step()
     assert len(calls) == 1 and m[R + "rounds"] == 0.0 and m[R + "full"] == 1.0
 
@@ -75,7 +77,7 @@ def _text_parity(taskset, problems, texts):
 
 @pytest.mark.parametrize("preset", ["dapo", "dapo_entropy"])
 def test_state_round_trip_continues_identically(tasks, monkeypatch, preset):
-    monkeypatch.setattr(trainer_module, "score", _text_parity)
+    monkeypatch.setattr(generation_module, "score", _text_parity)
     a = make_trainer(tasks, preset)
     for _ in range(2):
         a.train_step()
@@ -93,7 +95,7 @@ def test_state_round_trip_continues_identically(tasks, monkeypatch, preset):
 def test_refill_composes_with_mixing_and_prerollout(tasks, monkeypatch):
     # dapo + a static mix + greso: refill draws follow the mix and pass the skip policy;
     # the step's prerollout counts add up over its draws
-    monkeypatch.setattr(trainer_module, "score", _text_parity)
+    monkeypatch.setattr(generation_module, "score", _text_parity)
     spec = {
         "name": "mixed",
         "select": "dapo",
@@ -122,38 +124,39 @@ def test_refill_composes_with_mixing_and_prerollout(tasks, monkeypatch):
 
 def test_overdraw_trains_on_the_groups_up_to_the_last_needed_one(tasks, monkeypatch):
     # 4 prompts, 1 with signal: overdraw asks 3 x 4 / 1 = 12, at most 4; all 4 have signal,
-    # the step needs 3: it trains on 4 + 3 groups, the 4th refill group is generated only
+    # the step needs 3: they take the 3 dropped slots, so it trains on 4 groups; the 3
+    # replaced groups and the 4th refill group are generated (and observed) only
     score, calls = planted([1, 4])
-    monkeypatch.setattr(trainer_module, "score", score)
+    monkeypatch.setattr(generation_module, "score", score)
     spec = {"name": "o", "select": "dapo", "refill": {"max_rounds": 3, "overdraw": True}}
     tr = make_trainer(tasks, spec)
     seen = []
     decide = tr.driver.strategy.decide
-    tr.driver.strategy.decide = lambda b: seen.append(b.num_groups) or decide(b)
+    tr.driver.strategy.decide = lambda b, o=None: seen.append(b.num_groups) or decide(b, o)
     m = tr.train_step()
-    assert [len(c) for c in calls] == [16, 16] and seen == [7]
-    assert m[R + "discarded"] == 1.0 and m[R + "full"] == 1.0 and m[R + "groups_kept"] == 4.0
+    assert [len(c) for c in calls] == [16, 16] and seen == [4]
+    assert m[R + "discarded"] == 4.0 and m[R + "full"] == 1.0 and m[R + "groups_kept"] == 4.0
     assert m["engine/prompts_generated"] == 8.0
     # the discarded group's tokens are generation cost all the same
     assert m["engine/generation_cost_tokens"] == m["engine/tokens_generated"]
-    # (4 discarded rows of >= 1 token each beyond the 28 trained rows)
-    assert m["engine/tokens_generated"] >= m["train/response_length"] * 28 + 4 - 1e-3
+    # (16 discarded rows of >= 1 token each beyond the 16 trained rows)
+    assert m["engine/tokens_generated"] >= m["train/response_length"] * 16 + 16 - 1e-3
 
 
 def test_dapo_and_high_entropy_in_one_strategy_refill_then_select_tokens(tasks, monkeypatch):
     # preset dapo_entropy over three steps (4 prompts of 4 responses each): step 0's first
-    # generation has 2 groups with signal, its overdraw round draws 2 x 4 / 2 = 4 and keeps 2
-    # (the last 2 generated, not trained on); step 1 has 1, draws min(3 x 4 / 1, 4) = 4 and
-    # takes 3 of them; step 2 is full at once. Each step then keeps the top 20% of the
+    # generation has 2 groups with signal, its overdraw round draws 2 x 4 / 2 = 4 and its 2
+    # kept groups take the 2 dropped slots (the other 2 generated, not trained on); step 1
+    # has 1, draws min(3 x 4 / 1, 4) = 4 and takes 3 of them; step 2 is full at once. Each step then keeps the top 20% of the
     # kept groups' tokens by the sampler's entropy, and the loss is averaged over every
     # token of the kept groups (the engine's informative-token-mean: of the responses that
     # carry a gradient)
     score, calls = planted([2, 2, 1, 4, 4])
-    monkeypatch.setattr(trainer_module, "score", score)
+    monkeypatch.setattr(generation_module, "score", score)
     tr = make_trainer(tasks, "dapo_entropy")
     seen = []
     decide = tr.driver.strategy.decide
-    tr.driver.strategy.decide = lambda b: seen.append((b, decide(b))) or seen[-1][1]
+    tr.driver.strategy.decide = lambda b, o=None: seen.append((b, decide(b, o))) or seen[-1][1]
     learned = []
     learn = tr.learner.learn
     tr.learner.learn = lambda *a: learned.append(a) or learn(*a)
@@ -161,8 +164,8 @@ def test_dapo_and_high_entropy_in_one_strategy_refill_then_select_tokens(tasks, 
     assert [len(c) for c in calls] == [16, 16, 16, 16, 16]
     assert [m[R + "rounds"] for m in ms] == [1.0, 1.0, 0.0]
     assert [m[R + "full"] for m in ms] == [1.0] * 3
-    assert [m[R + "discarded"] for m in ms] == [2.0, 1.0, 0.0]
-    assert [b.num_groups for b, _ in seen] == [6, 7, 4]
+    assert [m[R + "discarded"] for m in ms] == [4.0, 4.0, 0.0]
+    assert [b.num_groups for b, _ in seen] == [4, 4, 4]
     for (b, d), (_, adv, learned_d, _), m in zip(seen, learned, ms):
         assert learned_d is d
         weights, mask = d.weights_per_token, d.denominator_mask
@@ -189,8 +192,9 @@ def test_dapo_and_high_entropy_in_one_strategy_refill_then_select_tokens(tasks, 
 def test_the_decision_log_holds_every_generated_group_and_the_cost_reconciles(
     tasks, monkeypatch, tmp_path
 ):
-    # step 0 as above: 4 generated (1 with signal), an overdraw round of 4 (all with signal):
-    # 4 + 3 decided, the round's 4th group discarded; step 1 is full at once
+    # step 0 as above: 4 generated (1 with signal), an overdraw round of 4 (all with signal)
+    # whose first 3 take the 3 dropped slots: 4 decided, the 3 replaced groups and the
+    # round's 4th discarded; step 1 is full at once
     import pyarrow.parquet as pq
 
     from dataflex_rl.hosts.engine.policy import build_tiny_policy
@@ -200,7 +204,7 @@ def test_the_decision_log_holds_every_generated_group_and_the_cost_reconciles(
     from .conftest import SMALL_ARCH
 
     score, calls = planted([1, 4, 4])
-    monkeypatch.setattr(trainer_module, "score", score)
+    monkeypatch.setattr(generation_module, "score", score)
     spec = {"name": "o", "select": "dapo", "refill": {"max_rounds": 3, "overdraw": True}}
     config = load_config(
         {
@@ -223,23 +227,27 @@ def test_the_decision_log_holds_every_generated_group_and_the_cost_reconciles(
     tokens = sum(n for n, r in zip(resp["length"], real) if r)
     assert tokens == sum(m["engine/tokens_generated"] for m in ms)
     assert len(resp["step"]) == 12 * 4
-    # step 0: groups 0-3 of the first generation, 4-6 of the refill round, 7 discarded
+    # step 0: decided groups 0 (the first generation's) and 1-3 (the round's); discarded 4-6
+    # (the replaced groups of the first generation) and 7 (the round's 4th)
     rows0 = [i for i, s in enumerate(resp["step"]) if s == 0]
     by_group = {resp["group"][i]: (resp["refill_round"][i], resp["discarded"][i]) for i in rows0}
-    assert by_group == {g: (0 if g < 4 else 1, g == 7) for g in range(8)}
+    assert by_group == {
+        0: (0, False), 1: (1, False), 2: (1, False), 3: (1, False),
+        4: (0, True), 5: (0, True), 6: (0, True), 7: (1, True),
+    }  # fmt: skip
     gone = [i for i in rows0 if resp["discarded"][i]]
-    assert len(gone) == 4 and not any(resp["keep"][i] for i in gone)
+    assert len(gone) == 16 and not any(resp["keep"][i] for i in gone)
     assert all(resp["weight"][i] == 0.0 and resp["kept_tokens"][i] == 0 for i in gone)
     assert all(resp["decision_advantage"][i] is None for i in gone)
-    assert steps["groups"] == [7, 4] and steps["discarded_groups"] == [1, 0]
-    assert steps["discarded_responses"] == [4, 0]
+    assert steps["groups"] == [4, 4] and steps["discarded_groups"] == [4, 0]
+    assert steps["discarded_responses"] == [16, 0]
     assert steps["tokens"][0] + steps["discarded_tokens"][0] == ms[0]["engine/tokens_generated"]
-    assert ms[0][R + "discarded"] == 1.0
+    assert ms[0][R + "discarded"] == 4.0
     # replay reads the decided rows only and says what it leaves out
     from dataflex_rl.harness.replay.replay import read_log, signal_notes
 
     replayed = read_log(log)
-    assert len(replayed.columns["keep"]) == (7 + 4) * 4
-    assert replayed.batch(0).num_groups == 7
+    assert len(replayed.columns["keep"]) == (4 + 4) * 4
+    assert replayed.batch(0).num_groups == 4
     notes = " ".join(signal_notes(tr.driver.strategy, replayed))
-    assert "1 discarded groups" in notes and "carry no decision" in notes
+    assert "4 discarded groups" in notes and "carry no decision" in notes

@@ -46,7 +46,7 @@ def test_batch_passes_the_exact_per_response_advantages(tasks):
     # lengths) so decisions read B values; the token tensor (for the loss) holds the same value
     tr = make_trainer(tasks, "softmax")
     problems, domain_idx, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
-    rollout, rewards, _, _ = tr._rollout(problems, 0)
+    rollout, rewards, _, _ = tr.generation(0).rollout(problems)
     batch = grpo_batch(rollout, rewards, problems, domain_idx, tr.domains, 0, tr.config.grpo)
     mask = rollout.response_mask
     assert torch.equal(batch.response_lengths, mask.sum(1))
@@ -66,7 +66,7 @@ def test_skipping_zero_signal_rows_gives_the_full_batch_gradient(tasks):
     tr = make_trainer(tasks)
     model = tr.policy.model
     problems, _, _ = tr.driver.draw(tr.config.grpo.prompts_per_step, 0)
-    rollout, _, _, _ = tr._rollout(problems, 0)
+    rollout, _, _, _ = tr.generation(0).rollout(problems)
     B = rollout.response_ids.shape[0]
     adv = torch.zeros(B, rollout.response_ids.shape[1])
     adv[::3] = 1.0  # only every third row has a signal
