@@ -244,6 +244,10 @@ def wandb_store(tmp_path_factory, offline):
     run.log({"val/math/acc": 0.5}, step=3)
     run.summary["val/final"] = 0.75
     run.finish()
+    # finish() can return before W&B's service has written a run's last blocks (a busy
+    # machine read 64 KiB of the 70 KB run's log: its config cut short); shutting the service
+    # down waits for every log to be written, as a training process's exit does
+    wandb.teardown()
     return root
 
 
