@@ -66,10 +66,9 @@ class Scripted:
     def __init__(self, signal, step):
         self.signal, self.step, self.calls = signal, step, []
 
-    def generate(self, items, doms, rnd):
-        self.calls.append((rnd, list(items)))
+    def batch(self, items, doms):
         rewards = [r for i in items for r in ((1.0, 0.0) if self.signal(i) else (1.0, 1.0))]
-        batch = from_lists(
+        return from_lists(
             rewards,
             [g for g in range(len(items)) for _ in range(2)],
             advantages=[a for i in items for a in ((1.0, -1.0) if self.signal(i) else (0, 0))],
@@ -78,21 +77,15 @@ class Scripted:
             domains=("a", "b"),
             step=self.step,
         )
-        return Generation(batch, rows=list(items), tokens=8.0 * len(items))
+
+    def generate(self, items, doms, rnd):
+        self.calls.append((rnd, list(items)))
+        return Generation(self.batch(items, doms), rows=list(items), tokens=8.0 * len(items))
 
     def assemble(self, generations, groups, items, doms):
         every = [i for g in generations for i in g.rows]
         assert items == [every[g] for g in groups.tolist()]
-        rewards = [r for i in items for r in ((1.0, 0.0) if self.signal(i) else (1.0, 1.0))]
-        return items, from_lists(
-            rewards,
-            [g for g in range(len(items)) for _ in range(2)],
-            advantages=[a for i in items for a in ((1.0, -1.0) if self.signal(i) else (0, 0))],
-            prompt_keys=tuple(i for i in items for _ in range(2)),
-            domain_ids=torch.tensor([d for d in doms for _ in range(2)]),
-            domains=("a", "b"),
-            step=self.step,
-        )
+        return items, self.batch(items, doms)
 
 
 def test_the_step_trains_on_n_assembled_groups_and_observes_every_generated_one():
