@@ -172,6 +172,7 @@ class Driver:
         first = _generated(host, items, domain_ids, 0)
         generations = [first]
         taken: list[int] = []
+        kept: list[Tensor] = []
         if self.strategy.refill_rounds:
             if self.intake is None:
                 raise ValueError("Driver.step: refill rounds draw from an intake")
@@ -185,7 +186,9 @@ class Driver:
                 generations.append(_generated(host, got, doms, rnd))
                 return generations[-1].batch
 
-            _, taken, refill = run_refill(self.strategy, draw, n, first.batch, generate, granule)
+            _, taken, kept, refill = run_refill(
+                self.strategy, draw, n, first.batch, generate, granule
+            )
             if self._drawn is not None and self._drawn[0] == step:
                 self._drawn[2].update(refill)
         audit = None
@@ -197,8 +200,7 @@ class Driver:
             groups = torch.arange(first.batch.num_groups)
             items, domain_ids = first.items, first.domain_ids
         else:
-            kept = [self.strategy.groups_kept(g.batch) for g in generations]
-            groups = assemble_groups(kept, taken)
+            groups = assemble_groups(kept, taken)  # the selector's masks of the rounds
             every = [i for g in generations for i in g.items]
             items = [every[i] for i in groups.tolist()]
             if first.domain_ids is not None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from torch import Tensor
+
 from dataflex_rl.core.batch import RolloutBatch
 
 REFILL = "dataflex/refill/"
@@ -34,7 +36,7 @@ def run_refill(
     first: RolloutBatch,
     generate: Generate,
     granule: int = 1,
-) -> tuple[list[RolloutBatch], list[int], dict[str, float]]:
+) -> tuple[list[RolloutBatch], list[int], list[Tensor], dict[str, float]]:
     """The refill rounds of one step.
 
         Each round draws ``n - kept`` prompts (with ``refill.overdraw``: ``ceil(missing x
@@ -57,6 +59,7 @@ def run_refill(
             trains on; the ``dataflex/refill/`` metrics, docs/metrics.md).
     """
     kept_first = strategy.groups_kept(first)
+    masks = [kept_first]
     kept = int(kept_first.sum())
     signal = int((kept_first & (first.group_std > 0)).sum())
     zero, groups = zero_variance(first)
@@ -73,6 +76,7 @@ def run_refill(
             break
         batch = generate(items, domain_ids, len(batches) + 1)
         k = strategy.groups_kept(batch)
+        masks.append(k)
         use = int(k.shape[0])
         if int(k.sum()) >= missing:  # the missing-th kept group ends what the step uses
             use = int((k.cumsum(0) == missing).nonzero()[0]) + 1
@@ -95,4 +99,4 @@ def run_refill(
         REFILL + "zero_variance_before": zero / max(int((first.group_size > 0).sum()), 1),
         REFILL + "zero_variance_after": 1.0 - min(signal, n) / n if n else 0.0,
     }
-    return batches, taken, metrics
+    return batches, taken, masks, metrics

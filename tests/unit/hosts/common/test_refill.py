@@ -48,7 +48,7 @@ def loop(strategy, n, first, outcomes, granule=1):
         signal = (outcomes[rnd - 1] + [False] * len(items))[: len(items)]
         return groups(signal)
 
-    batches, taken, metrics = run_refill(strategy, draw, n, first, generate, granule)
+    batches, taken, _, metrics = run_refill(strategy, draw, n, first, generate, granule)
     return asked, (batches, taken), metrics
 
 
