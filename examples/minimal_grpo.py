@@ -79,12 +79,20 @@ def forward(model, seq, attention_mask, prompt_len, response_mask, temperature, 
     return out, (-(logp.exp() * logp).sum(-1)).masked_fill(~response_mask, 0.0)
 
 
-def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
-    """Sample G responses per problem (rows i*G .. i*G+G-1 are problem i's group), verify
-    them, GRPO advantages and old log-probs: one generation's tensors, as a dict."""
+def rollout(model, tok, tasks, problems, domain_ids, args, entropies, counts=None):
+    """Sample G responses per problem (``counts``: counts[i] of problem i; each problem's
+    rows together, in order), verify them, and their old log-probs: one generation's
+    tensors, as a dict with one entry per response row."""
     G = args.group_size
+    n = [G] * len(problems) if counts is None else counts.tolist()
+    rows = [p for p, k in zip(problems, n, strict=True) for _ in range(k)]
     model.eval()
-    enc = tok([p.prompt for p in problems], return_tensors="pt", padding=True)
+    # one prompt per problem and G samples each, or (uneven counts) one prompt per row
+    enc = tok(
+        [p.prompt for p in (problems if counts is None else rows)],
+        return_tensors="pt",
+        padding=True,
+    )
     with torch.no_grad():
         seq = model.generate(
             **enc,
@@ -93,7 +101,7 @@ def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
             top_k=0,  # sample from the full distribution
             top_p=1.0,
             max_new_tokens=args.max_new_tokens,
-            num_return_sequences=G,
+            num_return_sequences=G if counts is None else 1,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
         )
@@ -102,9 +110,8 @@ def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
         # a response's tokens run up to and including its first EOS
         is_eos = (response == tok.eos_token_id).long()
         response_mask = (is_eos.cumsum(1) - is_eos) == 0  # [B, T] bool
-        full_mask = torch.cat(
-            [enc["attention_mask"].repeat_interleave(G, 0), response_mask.long()], 1
-        )
+        attention = enc["attention_mask"].repeat_interleave(G if counts is None else 1, 0)
+        full_mask = torch.cat([attention, response_mask.long()], 1)
         old, ent = forward(
             model, seq, full_mask, prompt_len, response_mask, args.temperature, entropies
         )
@@ -113,22 +120,19 @@ def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
     texts = tok.batch_decode(
         response.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True
     )
-    rows = [p for p in problems for _ in range(G)]
     rewards = torch.tensor(
         [tasks.verify(p, t) for p, t in zip(rows, texts, strict=True)], dtype=torch.float32
     )
-    # GRPO advantages: standardize rewards within each group
-    by_group = rewards.view(-1, G)
-    adv = (by_group - by_group.mean(1, keepdim=True)) / (by_group.std(1, keepdim=True) + 1e-6)
+    doms = [d for d, k in zip(domain_ids, n, strict=True) for _ in range(k)]
     return {
-        "problems": list(problems),
-        "domain_ids": list(domain_ids),
+        "problems": rows,
+        "domain_ids": doms,
+        "group_ids": torch.arange(len(problems)).repeat_interleave(torch.tensor(n)),
         "seq": seq,
         "attention_mask": full_mask,
         "prompt_len": prompt_len,
         "response_mask": response_mask,
         "rewards": rewards,
-        "advantages": adv.reshape(-1, 1) * response_mask,  # [B, T], constant over a response
         "old_log_probs": old,
         "entropies": ent,
     }
@@ -140,61 +144,74 @@ def cat_right(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([torch.cat([t, t.new_zeros(t.shape[0], T - t.shape[1])], 1) for t in tensors])
 
 
-def batch_of(parts: list[dict], domains, step: int, G: int) -> RolloutBatch:
-    """The `RolloutBatch` of a step's generations (the strategy's view of them)."""
+def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """[B] GRPO advantages: each reward standardized within its group (any group sizes)."""
+    G = int(group_ids.max()) + 1
+    count = torch.zeros(G).index_add_(0, group_ids, torch.ones_like(rewards))
+    mean = torch.zeros(G).index_add_(0, group_ids, rewards) / count
+    dev = rewards - mean[group_ids]
+    std = (torch.zeros(G).index_add_(0, group_ids, dev**2) / (count - 1)).sqrt()
+    return dev / (std[group_ids] + 1e-6)
+
+
+def batch_of(parts: list[dict], group_ids: torch.Tensor, domains, step: int) -> RolloutBatch:
+    """The `RolloutBatch` of response rows (``parts``, in order; ``group_ids`` their groups):
+    the strategy's view of them, with GRPO advantages per group."""
     problems = [p for part in parts for p in part["problems"]]
-    domain_ids = [d for part in parts for d in part["domain_ids"]]
+    rewards = torch.cat([part["rewards"] for part in parts])
+    response_mask = cat_right([part["response_mask"] for part in parts])
     entropies = parts[0]["entropies"] is not None
     return RolloutBatch(
-        rewards=torch.cat([part["rewards"] for part in parts]),
-        response_mask=cat_right([part["response_mask"] for part in parts]),
-        group_ids=torch.arange(len(problems)).repeat_interleave(G),
-        domain_ids=torch.tensor(domain_ids).repeat_interleave(G),
+        rewards=rewards,
+        response_mask=response_mask,
+        group_ids=group_ids,
+        domain_ids=torch.tensor([d for part in parts for d in part["domain_ids"]]),
         domains=domains,
-        advantages=cat_right([part["advantages"] for part in parts]),
+        # constant over a response's tokens
+        advantages=grpo_advantages(rewards, group_ids)[:, None] * response_mask,
         old_log_probs=cat_right([part["old_log_probs"] for part in parts]),
         entropies=cat_right([part["entropies"] for part in parts]) if entropies else None,
-        prompt_keys=tuple(p.key for p in problems for _ in range(G)),
+        prompt_keys=tuple(p.key for p in problems),
         step=step,
     )
 
 
 class Loop:
     """What this loop gives the driver's step (`dataflex_rl.StepHost`): how it generates and
-    scores a list of prompts, and how it takes chosen groups out of its generations. The
-    driver does the rest: draws, refill rounds, which groups the step trains on, the
-    decision, and what the strategy learns from."""
+    scores a list of prompts, and how it takes chosen responses out of its generations. The
+    driver does the rest: draws, refill rounds and per-prompt budgets, which responses the
+    step trains on, the decision, and what the strategy learns from."""
 
     def __init__(self, model, tok, tasks, args, step, entropies):
         self.model, self.tok, self.tasks, self.args = model, tok, tasks, args
         self.step, self.entropies = step, entropies
+        self.group_size = args.group_size
 
-    def generate(self, items, domain_ids, round):
+    def generate(self, items, domain_ids, round, counts=None):
         part = rollout(
-            self.model, self.tok, self.tasks, items, domain_ids, self.args, self.entropies
+            self.model, self.tok, self.tasks, items, domain_ids, self.args, self.entropies, counts
         )
-        batch = batch_of([part], self.tasks.domains, self.step, self.args.group_size)
+        batch = batch_of([part], part["group_ids"], self.tasks.domains, self.step)
         return Generation(batch, rows=part, tokens=float(part["response_mask"].sum()))
 
-    def assemble(self, generations, groups, items, domain_ids):
-        """The generations' groups ``groups`` (indices over all of them, in order): one
-        part per run of groups from one generation, and their `RolloutBatch`."""
-        G = self.args.group_size
-        sizes = torch.tensor([g.batch.num_groups for g in generations])
-        gen_of = torch.repeat_interleave(torch.arange(len(generations)), sizes)[groups]
-        within = groups - (sizes.cumsum(0) - sizes)[gen_of]
+    def assemble(self, generations, rows, group_ids, items, domain_ids):
+        """The generations' response rows ``rows`` (indices over all of them, in order) as
+        the groups ``group_ids``: one part per run of rows from one generation, and their
+        `RolloutBatch` (advantages computed over the assembled groups)."""
+        sizes = torch.tensor([g.batch.batch_size for g in generations])
+        gen_of = torch.repeat_interleave(torch.arange(len(generations)), sizes)[rows]
+        within = rows - (sizes.cumsum(0) - sizes)[gen_of]
         runs, counts = torch.unique_consecutive(gen_of, return_counts=True)
         parts = [
-            take_groups(generations[int(g)].rows, idx, G)
+            take_rows(generations[int(g)].rows, idx)
             for g, idx in zip(runs, within.split(counts.tolist()))
         ]
-        return parts, batch_of(parts, self.tasks.domains, self.step, G)
+        return parts, batch_of(parts, group_ids, self.tasks.domains, self.step)
 
 
-def take_groups(part: dict, groups: torch.Tensor, G: int) -> dict:
-    """The groups ``groups`` of one generation's dict (rows i*G .. i*G+G-1 are group i)."""
-    rows = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)
-    picked = groups.tolist()
+def take_rows(part: dict, rows: torch.Tensor) -> dict:
+    """The response rows ``rows`` of one generation's dict."""
+    picked = rows.tolist()
     return {
         k: v[rows]
         if isinstance(v, torch.Tensor)

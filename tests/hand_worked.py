@@ -190,6 +190,10 @@ ELSEWHERE = {
     # a curriculum decides nothing on a batch (keep all, weight 1): what it changes is which
     # prompts are drawn, worked out by hand over a small pool there
     "nemotron_curriculum": "tests/unit/curriculum/test_target_difficulty.py::test_hand_worked_*",
+    # per-prompt budgets decide nothing on a batch either: what they change is how many
+    # responses each prompt gets, worked out by hand there
+    "reinforce_ada": "tests/unit/core/test_rollouts.py::test_hand_worked_*",
+    "knapsack_rl": "tests/unit/core/test_rollouts.py::test_hand_worked_*",
 }
 #: (kind, registered name) -> the preset that runs the component with its default parameters
 #: (and default scorer), or the unit test that works its values out by hand

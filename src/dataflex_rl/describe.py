@@ -10,8 +10,13 @@ import inspect
 import yaml
 
 from dataflex_rl.core.base import MECHANISM_REGISTRIES, REGISTRIES
+from dataflex_rl.core.config import field_rows
 from dataflex_rl.core.registry import UnknownNameError, suggest
+from dataflex_rl.core.spec import RefillOptions, RolloutsOptions
 from dataflex_rl.presets import PRESETS
+
+#: the strategy sections that are options, not a registry's components
+SECTIONS_OF = {"refill": RefillOptions, "rollouts": RolloutsOptions}
 
 #: actuator kind -> the mechanism (strategy section) it acts in (a selector: `mechanism_of`)
 MECHANISM_OF = {reg.kind: mechanism for mechanism, reg in MECHANISM_REGISTRIES.items()}
@@ -27,7 +32,7 @@ def mechanism_of(kind: str, cls: type) -> str:
 
 def all_names() -> list[str]:
     """Every preset and component name (sorted, unique)."""
-    names = set(PRESETS)
+    names = set(PRESETS) | set(SECTIONS_OF)
     for reg in REGISTRIES.values():
         names.update(reg.names())
     return sorted(names)
@@ -93,8 +98,12 @@ def _component_text(kind: str, name: str) -> str:
     )
     if cls.paper:
         lines.append(f"- paper: {cls.paper}")
-    params = cls.parameters()
-    lines += ["", "| parameter | type | default | range | meaning |", "|---|---|---|---|---|"]
+    lines += ["", _param_table(cls.parameters())]
+    return "\n".join(lines)
+
+
+def _param_table(params: list[dict]) -> str:
+    lines = ["| parameter | type | default | range | meaning |", "|---|---|---|---|---|"]
     if not params:
         lines.append("| (none) | | | | |")
     for p in params:
@@ -103,6 +112,13 @@ def _component_text(kind: str, name: str) -> str:
             f"{_cell(p['range'])} | {_cell(p['doc'])} |"
         )
     return "\n".join(lines)
+
+
+def _section_text(name: str) -> str:
+    """A strategy section that is not a registry's (``refill``, ``rollouts``): its options."""
+    cls = SECTIONS_OF[name]
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    return "\n".join([f"## strategy section `{name}`", "", doc, "", _param_table(field_rows(cls))])
 
 
 def _cell(text) -> str:
@@ -153,6 +169,8 @@ def describe(name: str) -> str:
     parts = []
     if name in PRESETS:
         parts.append(_preset_text(name))
+    if name in SECTIONS_OF:
+        parts.append(_section_text(name))
     for kind, reg in REGISTRIES.items():
         if name in reg:
             parts.append(_component_text(kind, name))

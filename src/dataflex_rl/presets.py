@@ -234,6 +234,35 @@ _P = [
         "arXiv 2602.02710)",
         {"reweight": {"scorer": "reward", "actuator": {"name": "maxrl"}}},
     ),
+    Preset(
+        "reinforce_ada",
+        "per-prompt rollouts until signal: a prompt whose responses all score alike is "
+        "sampled again, G more per round, up to 3 extra rounds; the update trains on a "
+        "balanced subset of G responses per prompt (half above its mean reward)",
+        "Xiong et al. 2025, Reinforce-Ada: an adaptive sampling framework for "
+        "Reinforce-style LLM training (arXiv 2510.04996), sequential sampling until a "
+        "prompt's group holds both outcomes, then a balanced fixed-size group (the round "
+        "count is this library's choice)",
+        {"rollouts": {"mode": "until_signal", "max_rounds": 3}},
+    ),
+    Preset(
+        "knapsack_rl",
+        "per-prompt rollout allocation: the step's G x prompts responses are shared among "
+        "its prompts (2 to 32 each) by a greedy knapsack on each prompt's estimated pass "
+        "rate p, value (1 - p^n - (1-p)^n) p (1-p)^2; groups of uneven size",
+        "Li et al. 2025, Knapsack RL: unlocking exploration of LLMs via optimizing budget "
+        "allocation (arXiv 2509.25849), task value = P(non-zero gradient) x InfoGain, "
+        "InfoGain ~ p(1-p)^2 (bounds and the domain-rate prior are this library's choice)",
+        {
+            "rollouts": {
+                "mode": "allocate",
+                "min_responses": 2,
+                "max_responses": 32,
+                "value": "knapsack",
+                "prior_weight": 4.0,
+            }
+        },
+    ),
 ]
 
 for _preset in _P:

@@ -59,12 +59,13 @@ class Script:
     def solve_prob(self, prompt: str) -> float:
         return SOLVE[random.Random(f"{self.seed}|p|{prompt}").randrange(len(SOLVE))]
 
-    def outcome(self, prompt: str) -> Outcome:
+    def outcome(self, prompt: str, responses: int | None = None) -> Outcome:
+        """The next generation of ``prompt``: ``group_size`` responses (or ``responses``)."""
         n = self.seen[prompt]
         self.seen[prompt] += 1
         rng = random.Random(f"{self.seed}|o|{prompt}|{n}")
         p = self.solve_prob(prompt)
-        G, T = self.group_size, self.max_len
+        G, T = responses or self.group_size, self.max_len
         rewards = [float(rng.random() < p) for _ in range(G)]
         lengths = [rng.randint(self.min_len, T) for _ in range(G)]
         # values on a 1/64 grid: float32 holds them exactly on every host
@@ -112,6 +113,11 @@ FIGURES = (
     "dataflex/refill/groups_generated",
     "dataflex/refill/discarded",
     "dataflex/refill/full",
+    "dataflex/rollouts/rounds",
+    "dataflex/rollouts/prompts_resampled",
+    "dataflex/rollouts/generated",
+    "dataflex/rollouts/trained",
+    "dataflex/rollouts/per_prompt_max",
     "dataflex/kept_group_fraction",
     "dataflex/kept_response_fraction",
     "dataflex/kept_token_fraction",
@@ -157,6 +163,8 @@ class Recorder:
 
 
 def _trained_items(out) -> list:
+    if out.groups is None:  # per-prompt budgets: a group per prompt of the first generation
+        return list(out.generations[0].items)
     every = [i for g in out.generations for i in g.items]
     return [every[i] for i in out.groups.tolist()]
 
@@ -209,11 +217,12 @@ def script_engine(monkeypatch, script: Script) -> None:
     from dataflex_rl.hosts.engine import generation
     from dataflex_rl.hosts.engine.sampler import Rollout, left_pad
 
-    def rollout(self, problems, before=()):
+    def rollout(self, problems, before=(), counts=None):
         tok = self.policy.tokenizer
         G, T = self.grpo.group_size, self.grpo.max_new_tokens
         assert G == script.group_size and T >= script.max_len
-        outs = [script.outcome(p.prompt) for p in problems]
+        n = [G] * len(problems) if counts is None else counts.tolist()
+        outs = [script.outcome(p.prompt, k) for p, k in zip(problems, n)]
         lengths = torch.tensor([n for o in outs for n in o.lengths])
         mask = torch.arange(T)[None, :] < lengths[:, None]
         ids = torch.where(mask, tok.encode("1")[0], tok.pad_id)
@@ -227,7 +236,7 @@ def script_engine(monkeypatch, script: Script) -> None:
             response_ids=ids,
             response_mask=mask,
             old_log_probs=padded([r for o in outs for r in o.log_probs], T),
-            prompt_index=torch.arange(len(problems)).repeat_interleave(G),
+            prompt_index=torch.arange(len(problems)).repeat_interleave(torch.tensor(n)),
             finished=torch.ones(len(lengths), dtype=torch.bool),
             entropies=padded([r for o in outs for r in o.entropies], T) if self.entropies else None,
         )
@@ -270,13 +279,14 @@ def script_example(monkeypatch, example, script: Script) -> None:
     state: dict[str, Any] = {}
     real_rollout, real_forward, real_build = example.rollout, example.forward, example.build_taskset
 
-    def rollout(model, tok, tasks, problems, domain_ids, args, entropies):
-        state["outs"] = [script.outcome(p.prompt) for p in problems]
+    def rollout(model, tok, tasks, problems, domain_ids, args, entropies, counts=None):
+        n = [args.group_size] * len(problems) if counts is None else counts.tolist()
+        state["outs"] = [script.outcome(p.prompt, k) for p, k in zip(problems, n)]
         state["rewards"] = iter([r for o in state["outs"] for r in o.rewards])
         if not getattr(model, "_scripted", False):
             model._scripted = True
             model.generate = lambda **kw: _example_generate(state, tok, **kw)
-        return real_rollout(model, tok, tasks, problems, domain_ids, args, entropies)
+        return real_rollout(model, tok, tasks, problems, domain_ids, args, entropies, counts)
 
     def forward(
         model, seq, attention_mask, prompt_len, response_mask, temperature, entropies=False

@@ -131,6 +131,12 @@ def test_the_engine_and_the_example_run_the_same_step(example, policy, tmp_path,
         loop = example_trace(mp, example, policy, name, tmp_path, size)
     assert len(engine) == STEPS and engine[0].rounds[0]  # something ran
     assert compare(engine, loop) == []
+    if name == "reinforce_ada":  # prompts without signal were sampled again
+        assert sum(len(t.rounds) - 1 for t in engine) > 0
+        assert sum(t.figures["dataflex/rollouts/prompts_resampled"] for t in engine) > 0
+    if name == "knapsack_rl":  # uneven groups once the domain rates differ
+        sizes = [t.figures["dataflex/rollouts/per_prompt_max"] for t in engine]
+        assert max(sizes) > G
 
 
 def test_the_kit_names_the_column_that_differs(monkeypatch, tmp_path):

@@ -134,6 +134,54 @@ class RefillOptions:
     )
 
 
+#: the modes of the ``rollouts`` section and the keys only each reads
+ROLLOUT_MODES = {
+    "until_signal": ("max_rounds",),
+    "allocate": ("min_responses", "max_responses", "value", "prior_weight"),
+}
+
+
+@dataclass
+class RolloutsOptions:
+    """The ``rollouts`` section: per-prompt rollout budgets, how many responses each prompt
+    gets within the step (docs/concepts.md#per-prompt-rollout-budgets).
+
+    ``until_signal`` (Reinforce-Ada): after the step's first generation (G responses per
+    prompt, the host's group size), each prompt whose responses all score alike is sampled
+    again, G more per round, until its responses hold two outcomes or ``max_rounds`` ran;
+    the update trains on a balanced subset of G responses per prompt. ``allocate`` (Knapsack
+    RL): the step's G x prompts responses are shared among its prompts before generation,
+    each getting between ``min_responses`` and ``max_responses``, by the greedy knapsack on
+    each prompt's estimated pass rate; groups of uneven size, baselines per group."""
+
+    mode: str = param(
+        "until_signal",
+        "until_signal (sample until a group has two outcomes, train on a balanced G) or "
+        "allocate (share the step's responses among its prompts by estimated value)",
+        choices=tuple(ROLLOUT_MODES),
+    )
+    max_rounds: int = param(
+        3, "until_signal: extra rounds of G responses a prompt gets at most (>= 1)", ge=1
+    )
+    min_responses: int = param(
+        2, "allocate: fewest responses a prompt gets (>= 2: each group has a baseline)", ge=2
+    )
+    max_responses: int = param(32, "allocate: most responses a prompt gets", ge=2, le=100_000)
+    value: str = param(
+        "knapsack",
+        "allocate: what a prompt's n responses are worth, from its pass rate p: signal "
+        "(1 - p^n - (1-p)^n, the chance of two outcomes) or knapsack (that x p(1-p)^2)",
+        choices=("signal", "knapsack"),
+    )
+    prior_weight: float = param(
+        4.0,
+        "allocate: pseudo-responses at its domain's pass rate added to a prompt's own "
+        "remembered responses (a prompt never seen: its domain's rate)",
+        ge=0.0,
+        le=1e6,
+    )
+
+
 _SECTION = "a preset name or a mapping"
 
 
@@ -165,6 +213,11 @@ class StrategyFile:
         None,
         "dynamic sampling: replace the groups the selector drops with new draws "
         "(a mapping: max_rounds, overdraw)",
+    )
+    rollouts: dict | None = param(
+        None,
+        "per-prompt rollout budgets: how many responses each prompt gets (a mapping: mode, "
+        "and that mode's keys)",
     )
 
 
@@ -242,6 +295,21 @@ class RefillSpec:
 
 
 @dataclass(frozen=True)
+class RolloutsSpec:
+    """The ``rollouts`` section, validated (`RolloutsOptions`; the options of its mode)."""
+
+    mode: str = "until_signal"
+    max_rounds: int = 3
+    min_responses: int = 2
+    max_responses: int = 32
+    value: str = "knapsack"
+    prior_weight: float = 4.0
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, **{k: getattr(self, k) for k in ROLLOUT_MODES[self.mode]}}
+
+
+@dataclass(frozen=True)
 class StrategySpec:
     """A whole strategy: any subset of the six mechanisms, and refilling (``refill``: the
     intake replaces the groups the selector drops; None: off)."""
@@ -255,6 +323,7 @@ class StrategySpec:
     prerollout: MechanismSpec | None = None
     refill: RefillSpec | None = None
     curriculum: MechanismSpec | None = None
+    rollouts: RolloutsSpec | None = None
 
     def mechanisms(self) -> dict[str, MechanismSpec]:
         """The enabled mechanisms, in step order."""
@@ -270,6 +339,8 @@ class StrategySpec:
                 out[m] = getattr(self, m).to_dict()
         if self.refill is not None:
             out["refill"] = self.refill.to_dict()
+        if self.rollouts is not None:
+            out["rollouts"] = self.rollouts.to_dict()
         return out
 
 
@@ -448,9 +519,47 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
         options = validate(RefillOptions, value["refill"], where_refill)
         refill = RefillSpec(options.max_rounds, options.overdraw)
         check_refill_selector(parts.get("select"), where_refill)
+    rollouts = None
+    if value.get("rollouts") is not None:
+        rollouts = parse_rollouts(value["rollouts"], key_path(where, "rollouts"))
+        if refill is not None:
+            raise ConfigError(
+                f"{key_path(where, 'rollouts')}: per-prompt budgets and refill both decide "
+                "what the step generates after its first generation (until_signal samples "
+                "the prompts without signal again; refill replaces them); use one of the two"
+            )
     check_absolute_reweight(parts, where)
     history_size(parts, where)
-    return StrategySpec(name=name, description=description, refill=refill, **parts)
+    return StrategySpec(
+        name=name, description=description, refill=refill, rollouts=rollouts, **parts
+    )
+
+
+def parse_rollouts(value: Any, where: str) -> RolloutsSpec:
+    """The ``rollouts`` section (`RolloutsOptions`); ConfigError naming a key that the
+    section's mode does not read, or ``max_responses`` below ``min_responses``."""
+    options = validate(RolloutsOptions, value, where)
+    other = sorted(
+        k for m, keys in ROLLOUT_MODES.items() if m != options.mode for k in keys if k in value
+    )
+    if other:
+        raise ConfigError(
+            f"{key_path(where, other[0])}: not read by mode {options.mode!r} (its keys: "
+            f"{', '.join(['mode', *ROLLOUT_MODES[options.mode]])})"
+        )
+    if options.max_responses < options.min_responses:
+        raise ConfigError(
+            f"{key_path(where, 'max_responses')}: {options.max_responses} is below "
+            f"min_responses ({options.min_responses})"
+        )
+    return RolloutsSpec(
+        options.mode,
+        options.max_rounds,
+        options.min_responses,
+        options.max_responses,
+        options.value,
+        float(options.prior_weight),
+    )
 
 
 def history_size(parts: Mapping[str, MechanismSpec | None], where: str = "strategy") -> int:

@@ -23,9 +23,11 @@ from dataflex_rl.core.history import Outcomes, PromptHistory
 from dataflex_rl.core.metrics import check_domain_names, step_metrics
 from dataflex_rl.core.proportions import apply_floor, normalize_proportions
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.rollouts import ResponseBudget, allocate_counts
 from dataflex_rl.core.rowops import masked_row_sums, row_chunks
 from dataflex_rl.core.spec import (
     MechanismSpec,
+    RolloutsSpec,
     StrategySpec,
     history_size,
     parse_strategy,
@@ -302,8 +304,14 @@ class Strategy:
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
             self._drawn_last = torch.zeros_like(self._drawn)
-        if "prerollout" in self.parts or "curriculum" in self.parts:
+        allocate = self.spec.rollouts is not None and self.spec.rollouts.mode == "allocate"
+        if "prerollout" in self.parts or "curriculum" in self.parts or allocate:
             self._history = PromptHistory(history_size(self.spec.mechanisms()))
+        self._rollouts = (
+            None
+            if self.spec.rollouts is None
+            else ResponseBudget(self.spec.rollouts, len(self.domains or ()))
+        )
 
     # ------------------------------------------------------------------ before generation
     @property
@@ -425,6 +433,22 @@ class Strategy:
         return 0 if self.spec.refill is None else self.spec.refill.max_rounds
 
     @property
+    def rollouts(self) -> RolloutsSpec | None:
+        """The per-prompt rollout budget (``rollouts``; None: every prompt gets the host's
+        group size)."""
+        return self.spec.rollouts
+
+    def response_counts(self, keys: Sequence, domain_ids: Sequence[int], total: int) -> Tensor:
+        """``allocate``: [N] int64 responses for each of N prompts (``keys``, their
+        ``domain_ids``), ``total`` in all (`allocate_counts` on `ResponseBudget.pass_rates`
+        from the prompt history); pure."""
+        r = self.spec.rollouts
+        if r is None or r.mode != "allocate":
+            raise ValueError("response_counts: the strategy has no rollouts.mode allocate")
+        rates = self._rollouts.pass_rates(self._history.outcomes(list(keys)), domain_ids)
+        return allocate_counts(rates, total, r.min_responses, r.max_responses, r.value)
+
+    @property
     def refill_overdraw(self) -> bool:
         """Whether refill rounds draw the expected count that fills the step
         (``refill.overdraw``) rather than exactly the missing groups."""
@@ -512,6 +536,8 @@ class Strategy:
             if "prerollout" in self.parts:
                 self.parts["prerollout"][1].observe(observed, self._history)
             self._history.update(observed)
+        if self._rollouts is not None:
+            self._rollouts.observe(observed)
         denominator = None  # every valid token
         if renormalize_tokens:
             denominator = token_keep
@@ -655,6 +681,7 @@ class Strategy:
             "proportions": None if self._proportions is None else self._proportions.clone(),
             "signal": None if self._signal is None else self._signal.clone(),
             "history": None if self._history is None else self._history.state_dict(),
+            "rollouts": None if self._rollouts is None else self._rollouts.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -673,6 +700,8 @@ class Strategy:
             setattr(self, f"_{key}", None if v is None else v.clone())
         if self._history is not None:
             self._history.load_state_dict(state["history"])
+        if self._rollouts is not None:
+            self._rollouts.load_state_dict(state["rollouts"])
 
 
 def _checked_token_keep(selector, mask, batch: RolloutBatch) -> Tensor:

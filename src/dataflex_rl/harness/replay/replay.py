@@ -279,6 +279,26 @@ def signal_notes(strategy: Strategy, log: DecisionLogData) -> list[str]:
             "drawn prompts' mean estimated pass rates are steps.curriculum_target and "
             "steps.curriculum_drawn_pass_rate" + by
         )
+    logged_rollouts = isinstance(log.strategy, dict) and log.strategy.get("rollouts") is not None
+    if strategy.rollouts is not None or logged_rollouts:
+        mode = (
+            strategy.rollouts.mode
+            if strategy.rollouts is not None
+            else log.strategy["rollouts"].get("mode", "?")
+        )
+        by = (
+            f" (the log was written by {log.strategy.get('name', '?')!r}, whose per-prompt "
+            "budgets chose the responses it logged)"
+            if logged_rollouts
+            else ""
+        )
+        notes.append(
+            f"rollouts: {mode} sets how many responses each prompt gets, during generation; "
+            "replay cannot redo it (more responses of a prompt need new generations): it "
+            "re-decides on the responses the logged run trained on, so only the strategy's "
+            "other mechanisms are replayed. The logged run's rounds and responses per prompt "
+            "are steps.rollouts_*" + by
+        )
     full = bool(log.settings.get("full_tokens"))
     c = log.columns
     for mech, (scorer, actuator) in strategy.parts.items():

@@ -179,6 +179,17 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
         available_fields=host.fields,
     )
     check_proportions(block, spec)
+    if host.name == "verl" and spec.rollouts is not None:
+        raise ConfigError(
+            "dataflex.strategy.rollouts: per-prompt budgets need generation per prompt, which "
+            "verl does not give its plugin: every prompt is repeated actor_rollout_ref."
+            "rollout.n times before generation (RayPPOTrainer.fit: batch.repeat(repeat_times="
+            "rollout.n, interleave=True); the V1 trainer's _compute_advantage passes "
+            "num_repeat=rollout.n), and its DAPO refill (filter_groups) replaces whole "
+            "groups by uid. GRPO advantages by uid (compute_grpo_outcome_advantage) would "
+            "take uneven groups, but the plugin cannot ask the rollout for more completions "
+            "of one prompt. Use it on the embedded engine or TRL (until_signal)"
+        )
     if host.name == "verl" and spec.prerollout is not None:
         name = spec.prerollout.actuator.name
         if SKIP_POLICIES.get(name).reads_features:

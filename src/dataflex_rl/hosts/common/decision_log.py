@@ -51,6 +51,16 @@ PREROLLOUT_COUNTS = (
 #: curriculum figures of the step's draws copied from the host's step metrics
 #: (``dataflex/curriculum/<name>``; NaN without a curriculum, or before it acts)
 CURRICULUM_FIGURES = ("target", "drawn_pass_rate", "drawn_unseen")
+#: per-prompt budget figures of the step copied from the host's step metrics
+#: (``dataflex/rollouts/<name>``; NaN without a ``rollouts`` section)
+ROLLOUT_FIGURES = (
+    "rounds",
+    "prompts_resampled",
+    "generated",
+    "trained",
+    "per_prompt_min",
+    "per_prompt_max",
+)
 
 
 def part_name(first_step: int) -> str:
@@ -324,6 +334,8 @@ class DecisionLog:
             row[f"prerollout_{key}"] = float(metrics.get(f"dataflex/prerollout/{key}", math.nan))
         for key in CURRICULUM_FIGURES:
             row[f"curriculum_{key}"] = float(metrics.get(f"dataflex/curriculum/{key}", math.nan))
+        for key in ROLLOUT_FIGURES:
+            row[f"rollouts_{key}"] = float(metrics.get(f"dataflex/rollouts/{key}", math.nan))
         return row
 
     # ------------------------------------------------------------------ files

@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.core.batch import RolloutBatch, clean_rewards
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.spec import StrategySpec
+from dataflex_rl.core.rollouts import ROLLOUTS, balanced_subset, uniform_pools
+from dataflex_rl.core.spec import RolloutsSpec, StrategySpec
 from dataflex_rl.core.strategy import Decision, Strategy
 from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
 from dataflex_rl.hosts.common.config import HostConfig, HostSettings
 from dataflex_rl.hosts.common.draw import add_counts
 from dataflex_rl.hosts.common.intake import Intake, intake_for
-from dataflex_rl.hosts.common.refill import REFILL, run_refill
+from dataflex_rl.hosts.common.refill import REFILL, run_refill, zero_variance
 from dataflex_rl.hosts.common.sampler import interleave
 from dataflex_rl.hosts.common.state import load_state, save_state
 from dataflex_rl.hosts.common.step import (
@@ -32,6 +33,8 @@ from dataflex_rl.hosts.common.step import (
     StepResult,
     assemble_groups,
     concat_batches,
+    group_rows,
+    take_rows,
 )
 
 if TYPE_CHECKING:  # decision logs need pyarrow (the tasks extra): imported when one is opened
@@ -169,7 +172,14 @@ class Driver:
             items, domain_ids = given
         else:
             raise ValueError("Driver.step: without an intake the host gives the prompts")
-        first = _generated(host, items, domain_ids, 0)
+        budget = self.strategy.rollouts
+        if budget is not None and self.intake is None:
+            raise ValueError("Driver.step: per-prompt budgets (rollouts) draw from an intake")
+        counts = None
+        if budget is not None and budget.mode == "allocate":
+            keys = [i if self.intake.key is None else self.intake.key(i) for i in items]
+            counts = self.strategy.response_counts(keys, domain_ids, len(items) * host.group_size)
+        first = _generated(host, items, domain_ids, 0, counts)
         generations = [first]
         taken: list[int] = []
         kept: list[Tensor] = []
@@ -191,22 +201,34 @@ class Driver:
             )
             if self._drawn is not None and self._drawn[0] == step:
                 self._drawn[2].update(refill)
+        pooled = None
+        if budget is not None:
+            pools, rows, group_ids, pooled, figures = _budget_rounds(host, first, budget)
+            generations += pools
+            if self._drawn is not None and self._drawn[0] == step:
+                self._drawn[2].update(figures)
         audit = None
         audited, audited_domains = self.take_audited(step)
         if audited:
             audit = _generated(host, audited, audited_domains, AUDIT)
             self.observe_audit(audit.batch)
-        if len(generations) == 1:
+        groups = None
+        if pooled is not None:  # the pools' rows, the first generation's prompts
+            items, domain_ids = first.items, first.domain_ids
+        elif len(generations) == 1:
             groups = torch.arange(first.batch.num_groups)
+            rows = torch.arange(first.batch.batch_size)
+            group_ids = first.batch.group_ids
             items, domain_ids = first.items, first.domain_ids
         else:
             groups = assemble_groups(kept, taken)  # the selector's masks of the rounds
+            rows, group_ids = group_rows([g.batch for g in generations], groups)
             every = [i for g in generations for i in g.items]
             items = [every[i] for i in groups.tolist()]
             if first.domain_ids is not None:
                 doms = [d for g in generations for d in g.domain_ids]
                 domain_ids = [doms[i] for i in groups.tolist()]
-        rows, batch = host.assemble(generations, groups, items, domain_ids)
+        rows_out, batch = host.assemble(generations, rows, group_ids, items, domain_ids)
         if self.strategy.refill_rounds and self._drawn is not None and self._drawn[0] == step:
             # generated, observed, not trained on: dropped groups a refill group replaced and
             # refill groups past the last one needed (the decision log's ``discarded``)
@@ -214,15 +236,17 @@ class Driver:
             self._drawn[2][REFILL + "discarded"] = float(
                 present - int((batch.group_size > 0).sum())
             )
-        observed = None if len(generations) == 1 else concat_batches([g.batch for g in generations])
+        if pooled is not None:  # every response, one group per prompt
+            observed, logged = pooled, None
+        elif len(generations) == 1:
+            observed = logged = None
+        else:
+            logged = [g.batch for g in generations]
+            observed = concat_batches(logged)
         decision, metrics = self._decide(
-            batch,
-            sum(g.seconds for g in generations),
-            observed,
-            None if observed is None else [g.batch for g in generations],
-            groups,
+            batch, sum(g.seconds for g in generations), observed, logged, groups
         )
-        return StepResult(rows, batch, decision, metrics, generations, groups, audit)
+        return StepResult(rows_out, batch, decision, metrics, generations, groups, audit)
 
     @property
     def pending(self) -> dict[str, float]:
@@ -400,8 +424,85 @@ def _sources(
     return round_of[src], [(r, g, w) for r, (g, w) in enumerate(zip(generations, parts))]
 
 
-def _generated(host: StepHost, items: list, domain_ids: list[int] | None, rnd: int) -> Generation:
+def _generated(
+    host: StepHost,
+    items: list,
+    domain_ids: list[int] | None,
+    rnd: int,
+    counts: Tensor | None = None,
+) -> Generation:
     """``host.generate`` of ``items``, which the `Generation` then carries."""
-    gen = host.generate(items, domain_ids, rnd)
+    gen = (
+        host.generate(items, domain_ids, rnd)
+        if counts is None
+        else host.generate(items, domain_ids, rnd, counts)
+    )
     gen.items, gen.domain_ids = list(items), None if domain_ids is None else list(domain_ids)
     return gen
+
+
+def _budget_rounds(
+    host: StepHost, first: Generation, budget: RolloutsSpec
+) -> tuple[list[Generation], Tensor, Tensor, RolloutBatch, dict[str, float]]:
+    """A per-prompt budget's rounds after the step's first generation (``until_signal``:
+    the prompts whose pooled responses all score alike, again, until they hold two outcomes
+    or ``max_rounds`` ran; ``allocate``: none) and what the step trains on: (the rounds'
+    generations, the assembled rows and group ids (`StepHost.assemble`; ``until_signal``: a
+    balanced subset of ``group_size`` per prompt, `balanced_subset`; ``allocate``: every
+    response), every response pooled by prompt (what the strategy observes), and the
+    ``dataflex/rollouts/`` figures)."""
+    P = first.batch.num_groups
+    items, doms = first.items, first.domain_ids
+    generations: list[Generation] = []
+    pool = [first.batch.group_ids]
+    rounds = 0
+    resampled = torch.zeros(P, dtype=torch.bool)
+    if budget.mode == "until_signal":
+        while rounds < budget.max_rounds:
+            every = [first, *generations]
+            rewards = torch.cat([clean_rewards(g.batch) for g in every])
+            active = torch.cat([g.batch.active_mask for g in every])
+            need = uniform_pools(rewards, active, torch.cat(pool), P)
+            need &= first.batch.group_size > 0
+            idx = need.nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
+            rounds += 1
+            resampled |= need
+            sub = idx.tolist()
+            gen = _generated(
+                host,
+                [items[i] for i in sub],
+                None if doms is None else [doms[i] for i in sub],
+                rounds,
+            )
+            generations.append(gen)
+            pool.append(idx[gen.batch.group_ids])
+    every = [first, *generations]
+    whole = concat_batches([g.batch for g in every])
+    of_row = torch.cat(pool)
+    order = torch.sort(of_row, stable=True).indices  # pooled by prompt, in round order
+    pooled = take_rows(whole, order, of_row[order])
+    if budget.mode == "until_signal":
+        pick = balanced_subset(clean_rewards(whole), whole.active_mask, of_row, P, host.group_size)
+        idx = pick.nonzero().squeeze(1)
+        rows = idx[torch.sort(of_row[idx], stable=True).indices]
+    else:
+        rows = torch.arange(whole.batch_size)
+    group_ids = of_row[rows]
+    sizes = pooled.group_size[first.batch.group_size > 0].to(torch.float64)
+    zero_first, present = zero_variance(first.batch)
+    figures = {
+        ROLLOUTS + "rounds": float(rounds),
+        ROLLOUTS + "prompts_resampled": float(resampled.sum()),
+        ROLLOUTS + "generated": float(pooled.active_mask.sum()),
+        ROLLOUTS + "trained": float(rows.numel()),
+        ROLLOUTS + "per_prompt_mean": float(sizes.mean()) if sizes.numel() else 0.0,
+        ROLLOUTS + "per_prompt_min": float(sizes.min()) if sizes.numel() else 0.0,
+        ROLLOUTS + "per_prompt_max": float(sizes.max()) if sizes.numel() else 0.0,
+        ROLLOUTS + "zero_variance_first": zero_first / max(present, 1),
+        ROLLOUTS + "zero_variance_pooled": (
+            int(((pooled.group_std == 0) & (pooled.group_size > 0)).sum()) / max(present, 1)
+        ),
+    }
+    return generations, rows, group_ids, pooled, figures

@@ -55,25 +55,44 @@ class Generation:
 
 
 class StepHost(Protocol):
-    """What a host writes for `Driver.step`: generation and the layout of its rows."""
+    """What a host writes for `Driver.step`: generation and the layout of its rows.
 
-    def generate(self, items: list, domain_ids: list[int] | None, round: int) -> Generation:
-        """Generate and score ``items`` (0: the step's first generation, r >= 1: refill
-        round r, `AUDIT`: audited prompts). Returns the `Generation` (its ``batch`` holds one
-        group per item, in order)."""
+    ``group_size``: the responses a prompt gets (G; what ``rollouts.mode: allocate``
+    shares out, G x prompts in all, and the size of ``until_signal``'s balanced subsets).
+    """
+
+    group_size: int
+
+    def generate(
+        self,
+        items: list,
+        domain_ids: list[int] | None,
+        round: int,
+        counts: Tensor | None = None,
+    ) -> Generation:
+        """Generate and score ``items`` (0: the step's first generation, r >= 1: refill or
+        ``until_signal`` round r, `AUDIT`: audited prompts); ``counts`` [len(items)] the
+        responses each item gets (None: ``group_size`` each; only with ``rollouts.mode:
+        allocate``: a host that cannot generate uneven groups refuses that mode up front).
+        Returns the `Generation` (its ``batch`` holds one group per item, in order; a
+        prompt generated again in the step gets new samples)."""
         ...
 
     def assemble(
         self,
         generations: Sequence[Generation],
-        groups: Tensor,
+        rows: Tensor,
+        group_ids: Tensor,
         items: list,
         domain_ids: list[int] | None,
     ) -> tuple[Any, RolloutBatch]:
         """The rows the update trains on and the `RolloutBatch` the strategy decides on:
-        ``groups`` [n] indexes the step's generated groups (its generations' groups in
-        order); ``items`` / ``domain_ids``: those groups' prompts. With one generation and
-        ``groups`` every group in order, the generation's rows as they are."""
+        ``rows`` [R] indexes the step's generated responses (its generations' batch rows, in
+        order), ``group_ids`` [R] the assembled group of each (0..n-1, each group's rows
+        together, groups in order; a group may mix rounds); ``items`` / ``domain_ids``: the
+        n groups' prompts. The host recomputes each assembled group's advantages as it
+        computes them. With one generation and ``rows`` all of its rows in order, the
+        generation's rows as they are."""
         ...
 
 
@@ -141,6 +160,47 @@ def assemble_groups(kept: Sequence[Tensor], taken: Sequence[int]) -> Tensor:
     k = min(dropped.numel(), fill.numel())
     group[dropped[:k]] = fill[:k]
     return torch.cat([group, fill[k:]])
+
+
+def group_rows(batches: Sequence[RolloutBatch], groups: Tensor) -> tuple[Tensor, Tensor]:
+    """(rows [R], group_ids [R]) of `StepHost.assemble` for whole generated groups: the rows
+    of ``groups`` (distinct indices over the ``batches``' groups in order) in that order,
+    each group's rows in row order, as indices over the batches' rows in order."""
+    offsets = torch.tensor([0] + [b.num_groups for b in batches[:-1]]).cumsum(0).tolist()
+    gid = torch.cat([b.group_ids + o for b, o in zip(batches, offsets)])
+    total = sum(b.num_groups for b in batches)
+    pos = torch.full((total,), -1, dtype=torch.int64)
+    pos[groups] = torch.arange(groups.numel())
+    of_row = pos[gid]
+    idx = (of_row >= 0).nonzero().squeeze(1)
+    rows = idx[torch.sort(of_row[idx], stable=True).indices]
+    return rows, of_row[rows]
+
+
+def take_rows(batch: RolloutBatch, rows: Tensor, group_ids: Tensor) -> RolloutBatch:
+    """The rows ``rows`` of ``batch`` as a batch whose groups are ``group_ids`` (dense); each
+    row keeps its fields as they are (its advantages too), micro-batch ids are dropped."""
+
+    def pick(name: str):
+        v = getattr(batch, name)
+        return None if v is None else v[rows]
+
+    keys = batch.prompt_keys
+    return RolloutBatch(
+        rewards=batch.rewards[rows],
+        response_mask=batch.response_mask[rows],
+        group_ids=group_ids,
+        domain_ids=pick("domain_ids"),
+        domains=batch.domains,
+        advantages=pick("advantages"),
+        old_log_probs=pick("old_log_probs"),
+        prompt_keys=None if keys is None else tuple(keys[i] for i in rows.tolist()),
+        is_padding=pick("is_padding"),
+        step=batch.step,
+        response_advantages=pick("response_advantages"),
+        response_lengths=pick("response_lengths"),
+        entropies=pick("entropies"),
+    )
 
 
 def concat_batches(batches: Sequence[RolloutBatch]) -> RolloutBatch:

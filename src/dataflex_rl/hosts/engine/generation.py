@@ -57,11 +57,24 @@ class EngineGeneration:
         self.entropies = entropies
         self._before: list = []  # the problems generated for training so far this step
 
-    def generate(self, items: list, domain_ids: list[int] | None, round: int) -> Generation:
+    @property
+    def group_size(self) -> int:
+        return self.grpo.group_size
+
+    def generate(
+        self,
+        items: list,
+        domain_ids: list[int] | None,
+        round: int,
+        counts: Tensor | None = None,
+    ) -> Generation:
         before = [] if round == AUDIT else self._before
-        rollout, rewards, t_gen, t_rew = self.rollout(items, before)
-        if round != AUDIT:
-            self._before = [*self._before, *items]
+        rollout, rewards, t_gen, t_rew = self.rollout(items, before, counts)
+        if round != AUDIT:  # a problem given n responses used ceil(n / G) occurrences
+            blocks = (
+                [1] * len(items) if counts is None else (-(-counts // self.group_size)).tolist()
+            )
+            self._before = [*self._before, *(p for p, b in zip(items, blocks) for _ in range(b))]
         batch = grpo_batch(rollout, rewards, items, domain_ids, self.domains, self.step, self.grpo)
         return Generation(
             batch,
@@ -74,23 +87,26 @@ class EngineGeneration:
     def assemble(
         self,
         generations: Sequence[Generation],
-        groups: Tensor,
+        rows: Tensor,
+        group_ids: Tensor,
         items: list,
         domain_ids: list[int] | None,
     ) -> tuple[Rows, RolloutBatch]:
-        if len(generations) == 1 and torch.equal(groups, torch.arange(len(items))):
-            return generations[0].rows, generations[0].batch
-        G = self.grpo.group_size
+        first = generations[0]
+        if len(generations) == 1 and torch.equal(rows, torch.arange(first.batch.batch_size)):
+            return first.rows, first.batch
         pad = self.policy.tokenizer.pad_id
         whole = concat_rollouts([g.rows.rollout for g in generations], pad)
-        rows = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)
+        starts = torch.ones_like(group_ids, dtype=torch.bool)
+        starts[1:] = group_ids[1:] != group_ids[:-1]
+        prompts = whole.prompt_index[rows[starts]]  # each assembled group's prompt row
         rollout = Rollout(
-            prompt_ids=whole.prompt_ids[groups],
-            prompt_mask=whole.prompt_mask[groups],
+            prompt_ids=whole.prompt_ids[prompts],
+            prompt_mask=whole.prompt_mask[prompts],
             response_ids=whole.response_ids[rows],
             response_mask=whole.response_mask[rows],
             old_log_probs=whole.old_log_probs[rows],
-            prompt_index=torch.arange(len(groups)).repeat_interleave(G),
+            prompt_index=group_ids.clone(),
             finished=whole.finished[rows],
             entropies=None if whole.entropies is None else whole.entropies[rows],
         )
@@ -98,21 +114,62 @@ class EngineGeneration:
         batch = grpo_batch(rollout, rewards, items, domain_ids, self.domains, self.step, self.grpo)
         return Rows(rollout, rewards), batch
 
-    def rollout(self, problems: list, before: list = ()) -> tuple[Rollout, Tensor, float, float]:
-        """Generate G responses per problem (keyed noise) and score them: (the rollout, its
-        rewards, generation seconds, scoring seconds). ``before``: the problems generated
-        earlier in the step: a prompt drawn again gets the noise of its next occurrence."""
+    def rollout(
+        self, problems: list, before: list = (), counts: Tensor | None = None
+    ) -> tuple[Rollout, Tensor, float, float]:
+        """Generate G responses per problem (``counts``: that many of each) with keyed noise
+        and score them: (the rollout, its rewards, generation seconds, scoring seconds).
+        ``before``: the problems generated earlier in the step: a prompt drawn again gets
+        the noise of its next occurrence. Response j of a problem has the noise of sample
+        j mod G of its (j div G)-th next occurrence, so its first G responses are those a
+        plain group would get (common random numbers across arms)."""
         g = self.grpo
+        G = g.group_size
         tok = self.policy.tokenizer
         t0 = time.perf_counter()
         ids = [[tok.bos_id] + tok.encode(p.prompt) for p in problems]
-        keys = row_keys(
-            self.noise_base, self.step, [p.key for p in [*before, *problems]], g.group_size
-        )[len(before) * g.group_size :]
-        rollout = sample_groups(
+        if counts is None:
+            keys = row_keys(self.noise_base, self.step, [p.key for p in [*before, *problems]], G)
+            keys = keys[len(before) * G :]
+            rollout = self._sample(ids, G, keys)
+        else:
+            counts = counts.to(torch.int64)
+            blocks = (counts + G - 1) // G  # occurrences each problem uses
+            each = [p.key for p, b in zip(problems, blocks.tolist()) for _ in range(b)]
+            keys = row_keys(self.noise_base, self.step, [p.key for p in before] + each, G)
+            keys = keys[len(before) * G :].view(-1, G)
+            first = torch.cumsum(blocks, 0) - blocks  # each problem's first block
+            j = torch.arange(int(counts.sum())) - torch.repeat_interleave(
+                torch.cumsum(counts, 0) - counts, counts
+            )  # response index within its problem
+            block = torch.repeat_interleave(first, counts) + j // G
+            keys = keys[block, j % G]
+            which = torch.repeat_interleave(torch.arange(len(problems)), counts)
+            one = self._sample([ids[i] for i in which.tolist()], 1, keys)
+            starts = torch.cumsum(counts, 0) - counts
+            rollout = Rollout(
+                prompt_ids=one.prompt_ids[starts],
+                prompt_mask=one.prompt_mask[starts],
+                response_ids=one.response_ids,
+                response_mask=one.response_mask,
+                old_log_probs=one.old_log_probs,
+                prompt_index=which,
+                finished=one.finished,
+                entropies=one.entropies,
+            )
+        t1 = time.perf_counter()
+        texts = [tok.decode(row) for row in rollout.response_ids.tolist()]
+        per_row = [problems[i] for i in rollout.prompt_index.tolist()]
+        rewards = score(self.taskset, per_row, texts)
+        return rollout, rewards, t1 - t0, time.perf_counter() - t1
+
+    def _sample(self, ids: list, group_size: int, keys: Tensor) -> Rollout:
+        g = self.grpo
+        tok = self.policy.tokenizer
+        return sample_groups(
             self.policy.model,
             ids,
-            g.group_size,
+            group_size,
             g.max_new_tokens,
             eos_id=tok.eos_id,
             pad_id=tok.pad_id,
@@ -120,8 +177,3 @@ class EngineGeneration:
             noise_keys=keys,
             entropies=self.entropies,
         )
-        t1 = time.perf_counter()
-        texts = [tok.decode(row) for row in rollout.response_ids.tolist()]
-        per_row = [problems[i] for i in rollout.prompt_index.tolist()]
-        rewards = score(self.taskset, per_row, texts)
-        return rollout, rewards, t1 - t0, time.perf_counter() - t1

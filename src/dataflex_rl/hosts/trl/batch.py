@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from dataflex_rl.core.advantages import group_advantages
 from dataflex_rl.core.batch import RolloutBatch
+from dataflex_rl.hosts.trl.config import TRL_ADV_EPS
 
 
 def trl_rewards(rewards_per_func: Tensor, reward_weights: Tensor) -> Tensor:
@@ -21,6 +23,24 @@ def trl_rewards(rewards_per_func: Tensor, reward_weights: Tensor) -> Tensor:
     w = reward_weights.detach().to("cpu", torch.float32)
     rewards = (r * w[None, :]).nansum(1)
     return torch.where(torch.isnan(r).all(1), torch.full_like(rewards, float("nan")), rewards)
+
+
+def group_advantages_trl(rewards: Tensor, group_ids: Tensor, scale: bool) -> Tensor:
+    """[N] float32 advantages of TRL 1.16's ``sum_then_normalize`` over the groups
+    ``group_ids`` [N] (any sizes): reward minus its group's mean, divided by the group's
+    unbiased std + 1e-4 when ``scale`` (``scale_rewards`` 'group'), NaN rewards (unscorable)
+    left out of the baseline and given 0, as ``GRPOTrainer._generate_and_score_completions``
+    computes them for groups of ``num_generations``."""
+    ok = ~torch.isnan(rewards)
+    G = int(group_ids.max()) + 1 if group_ids.numel() else 0
+    return group_advantages(
+        torch.where(ok, rewards, 0.0),
+        group_ids,
+        G,
+        ok,
+        norm_by_std=scale,
+        eps=TRL_ADV_EPS,
+    )
 
 
 def dataset_rows(dataset, rows: Sequence[int], keys: Sequence[str] | None) -> list[dict]:

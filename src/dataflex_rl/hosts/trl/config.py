@@ -111,6 +111,26 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
             f"loss_type: {loss_type!r} is not one the dataflex TRL host can renormalize "
             f"(trl 1.16); use one of {', '.join(sorted(LOSS_TYPES))}"
         )
+    if spec.rollouts is not None:
+        where = "dataflex.strategy.rollouts.mode"
+        if spec.rollouts.mode == "allocate":
+            raise ConfigError(
+                f"{where}: 'allocate' gives prompts uneven numbers of completions, but TRL "
+                "1.16's GRPOTrainer generates num_generations for every prompt (RepeatSampler "
+                "repeats each prompt num_generations times, and "
+                "_generate_and_score_completions groups rewards by view(-1, num_generations)); "
+                "use mode 'until_signal' on TRL, or 'allocate' on the embedded engine"
+            )
+        scale = str(getattr(args, "scale_rewards", "group"))
+        aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
+        if scale == "batch" or aggregation != "sum_then_normalize":
+            raise ConfigError(
+                f"{where}: 'until_signal' trains on a balanced subset of each prompt's "
+                "completions and recomputes TRL's group advantages over it, but TRL "
+                f"normalizes over the batch (scale_rewards={scale!r}, "
+                f"multi_objective_aggregation={aggregation!r}); use scale_rewards 'group' or "
+                "'none' with 'sum_then_normalize'"
+            )
     if recomputes_advantages(spec):
         where = f"{spec.name}.select.recompute_advantages"
         scale = str(getattr(args, "scale_rewards", "group"))

@@ -28,7 +28,13 @@ from dataflex_rl.hosts.common.config import HostConfig, acts_on_loss, uses_intak
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import read_row_domains
 from dataflex_rl.hosts.common.step import Generation
-from dataflex_rl.hosts.trl.batch import build_batch, dataset_rows, refill_domains, trl_rewards
+from dataflex_rl.hosts.trl.batch import (
+    build_batch,
+    dataset_rows,
+    group_advantages_trl,
+    refill_domains,
+    trl_rewards,
+)
 from dataflex_rl.hosts.trl.config import check, host_settings, parse_block
 from dataflex_rl.hosts.trl.loss import apply_decision
 from dataflex_rl.hosts.trl.refill import cat_rows, check_refillable, cpu_rows, take
@@ -254,10 +260,17 @@ class _TRLStep:
         self.keys = list(inputs[0]) if inputs else None
         self.step = trainer.driver.decisions
 
-    def generate(self, items, domain_ids, round):
+    @property
+    def group_size(self) -> int:
+        return self.trainer.num_generations
+
+    def generate(self, items, domain_ids, round, counts=None):
+        if counts is not None:  # refused up front (check_host_fit)
+            raise ValueError("dataflex: TRL generates num_generations per prompt")
         tr = self.trainer
         acc = tr.accelerator
-        refills = tr.driver.strategy.refill_rounds > 0
+        strategy = tr.driver.strategy
+        refills = strategy.refill_rounds > 0 or strategy.rollouts is not None
         drawn = None
         local = items  # no intake: the dataloader's rows, as they are
         if tr.driver.intake is not None:  # dataset rows: every rank generates its share
@@ -277,29 +290,37 @@ class _TRLStep:
         batch = tr._batch_of(out, rewards, self.step, drawn, micro=not refills)
         return Generation(batch, _Rows(out, rewards, drawn), seconds=seconds)
 
-    def assemble(self, generations, groups, items, domain_ids):
+    def assemble(self, generations, rows, group_ids, items, domain_ids):
         first = generations[0]
-        if len(generations) == 1 and torch.equal(groups, torch.arange(first.batch.num_groups)):
+        if len(generations) == 1 and torch.equal(rows, torch.arange(first.batch.batch_size)):
             return first.rows, first.batch
         tr = self.trainer
         acc = tr.accelerator
-        G, p = tr.num_generations, acc.process_index
+        P, p = acc.num_processes, acc.process_index
         n = first.rows.out["completion_mask"].shape[0]
+        if rows.numel() != P * n:
+            raise RuntimeError(
+                f"dataflex: the step assembled {rows.numel()} completions, but TRL's "
+                f"generation batch holds {P * n} (a prompt's completions left too few scored)"
+            )
         pad = getattr(tr.processing_class, "pad_token_id", None) or 0
         every = [g.rows for g in generations]
         table = cat_rows([cat_rows(gather_object([cpu_rows(r.out)]), pad) for r in every], pad)
-        index = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)
-        mine = take(table, index[p * n : (p + 1) * n])
+        mine = take(table, rows[p * n : (p + 1) * n])
         device = first.rows.out["advantages"].device
         out = {k: v.to(device) for k, v in mine.items()}
         total = first.rows.out.get("num_items_in_batch")
         out["num_items_in_batch"] = torch.tensor(
-            int(table["completion_mask"].index_select(0, index).sum()),
+            int(table["completion_mask"].index_select(0, rows).sum()),
             dtype=total.dtype if isinstance(total, torch.Tensor) else torch.int64,
             device=device,
         )
-        rewards = torch.cat([r.rewards.cpu() for r in every]).index_select(0, index)
+        rewards = torch.cat([r.rewards.cpu() for r in every]).index_select(0, rows)
+        if tr.driver.strategy.rollouts is not None:  # groups mix rounds: TRL's advantages anew
+            out["advantages"] = group_advantages_trl(
+                trl_rewards(rewards, tr.reward_weights), group_ids, tr.scale_rewards != "none"
+            )[p * n : (p + 1) * n].to(device)
         rewards = rewards.to(first.rows.rewards.device)
-        drawn = tuple(torch.cat([r.drawn[i] for r in every]).index_select(0, index) for i in (0, 1))
+        drawn = tuple(torch.cat([r.drawn[i] for r in every]).index_select(0, rows) for i in (0, 1))
         batch = tr._batch_of(out, rewards, self.step, drawn, micro=True)
         return _Rows(out, rewards, drawn), batch

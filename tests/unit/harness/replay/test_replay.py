@@ -101,8 +101,8 @@ def test_replaying_the_logged_preset_reproduces_every_decision(tmp_path, name):
     res = replay(read_log(tmp_path), [name])
     assert res.overall[name]["exact_steps"] == steps
     # a refilling preset's decisions replay exactly; the refill itself is what replay says
-    # it cannot redo, and so are a curriculum's draws
-    cannot = [m for m in ("curriculum", "refill") if m in PRESETS[name].spec]
+    # it cannot redo, and so are a curriculum's draws and per-prompt budgets
+    cannot = [m for m in ("refill", "curriculum", "rollouts") if m in PRESETS[name].spec]
     assert [n.split(":")[0] for n in res.notes[name]] == cannot
     if name in MIX:
         assert sum(r["mix_updated"] for r in res.rows) >= 2

@@ -170,8 +170,9 @@ def test_the_driver_refills_through_the_intake_with_the_mix_and_the_skip_policy(
             seen.append((list(items), list(doms)))
             return Generation(groups([False] * len(items), step=1, keys=items))
 
-        def assemble(self, generations, picked, items, doms):
-            assert picked.tolist() == [0, 1, 2]  # nothing kept: the first generation's slots
+        def assemble(self, generations, rows, group_ids, items, doms):
+            # nothing kept: the first generation's slots
+            assert rows.tolist() == list(range(generations[0].batch.batch_size))
             return None, generations[0].batch
 
     out = d.step(Host(), 3, 1)

@@ -82,9 +82,12 @@ class Scripted:
         self.calls.append((rnd, list(items)))
         return Generation(self.batch(items, doms), rows=list(items), tokens=8.0 * len(items))
 
-    def assemble(self, generations, groups, items, doms):
-        every = [i for g in generations for i in g.rows]
-        assert items == [every[g] for g in groups.tolist()]
+    group_size = 2
+
+    def assemble(self, generations, rows, group_ids, items, doms):
+        every = [i for g in generations for i in g.rows for _ in range(2)]  # per response
+        assert items == [every[r] for r in rows[::2].tolist()]
+        assert group_ids.tolist() == [g for g in range(len(items)) for _ in range(2)]
         return items, self.batch(items, doms)
 
 
