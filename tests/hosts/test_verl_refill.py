@@ -73,6 +73,14 @@ def test_dapo_with_token_selection_maps_onto_filter_groups_beside_top_tokens():
             ["+dataflex.strategy.select.preset=dapo", "+dataflex.strategy.refill.max_rounds=0"],
             r"refill\.max_rounds: must be >= 1",
         ),
+        (
+            ["+dataflex.strategy=reinforce_ada"],
+            r"dataflex\.strategy\.rollouts: per-prompt budgets.*rollout\.n.*batch\.repeat",
+        ),
+        (
+            ["+dataflex.strategy=knapsack_rl"],
+            r"dataflex\.strategy\.rollouts: per-prompt budgets.*compute_grpo_outcome_advantage",
+        ),
     ],
 )
 def test_a_refill_verl_cannot_carry_is_refused_naming_the_key(overrides, message):

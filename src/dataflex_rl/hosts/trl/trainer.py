@@ -95,11 +95,12 @@ class DataflexGRPOTrainer(GRPOTrainer):
         spec = check(self.dataflex, grpo_args)
         row_domains = None
         train_dataset = bound.get("train_dataset")
-        if uses_intake(spec) or spec.refill is not None and self.dataflex.domain_key:
+        draws = spec.refill is not None or spec.rollouts is not None  # through the intake
+        if uses_intake(spec) or draws and self.dataflex.domain_key:
             row_domains = read_row_domains(
                 train_dataset, self.dataflex.domain_key, train_dataset, logger
             )
-        elif spec.refill is not None:  # refills are drawn by the intake: one domain unless named
+        elif draws:  # refill and per-prompt budgets draw by the intake: one domain unless named
             row_domains = refill_domains(train_dataset)
         self.driver: Driver | None = None
         self._dataflex_rewards = None  # the gathered [N, F] rewards of this generation
