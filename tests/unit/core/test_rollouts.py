@@ -210,6 +210,19 @@ def test_until_signal_samples_the_uniform_prompts_again_and_trains_on_a_balanced
     assert m[R + "zero_variance_pooled"] == pytest.approx(1 / 3)
 
 
+def test_a_round_is_rounded_up_to_equal_shares_by_repeating_its_prompts():
+    # granule 2 (two processes): p1 alone is uniform, so round 1 generates p1 twice; its
+    # pool then holds 12 responses (one right) and the step trains on a balanced 4
+    script = {0: [[1, 0, 1, 0]], 1: [[0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]]}
+    strategy = Strategy({"name": "u", "rollouts": {"mode": "until_signal"}}, domains=("a",))
+    intake = Intake([[0, 1]], ("a",), torch.tensor([1.0]), seeds=(1, 1))
+    host = Scripted(script)
+    out = Driver(strategy, intake).step(host, 2, 0, granule=2)
+    assert [(r, sorted(i)) for r, i in host.calls] == [(0, [0, 1]), (1, [1, 1])]
+    assert out.metrics[R + "per_prompt_max"] == 12.0 and out.metrics[R + "rounds"] == 1.0
+    assert sorted(k for p, k in out.rows if p == 1) == [0, 1, 1, 2]  # the right one: #1
+
+
 def test_allocate_gives_the_host_counts_from_the_estimated_pass_rates():
     class Counting(Scripted):
         def generate(self, items, doms, rnd, counts=None):

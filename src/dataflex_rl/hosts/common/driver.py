@@ -163,7 +163,8 @@ class Driver:
             given: (items, domain ids or None) the host's own prompts for the step, when
                 the driver has no intake (the strategy neither mixes, pre-filters nor
                 refills: the host keeps its data order).
-            granule: each refill round draws a multiple of this many prompts (a host whose
+            granule: each refill round draws, and each ``until_signal`` round generates, a
+                multiple of this many prompts (a host whose
                 processes must generate equal shares).
         """
         if self.intake is not None:
@@ -203,7 +204,7 @@ class Driver:
                 self._drawn[2].update(refill)
         pooled = None
         if budget is not None:
-            pools, rows, group_ids, pooled, figures = _budget_rounds(host, first, budget)
+            pools, rows, group_ids, pooled, figures = _budget_rounds(host, first, budget, granule)
             generations += pools
             if self._drawn is not None and self._drawn[0] == step:
                 self._drawn[2].update(figures)
@@ -442,11 +443,12 @@ def _generated(
 
 
 def _budget_rounds(
-    host: StepHost, first: Generation, budget: RolloutsSpec
+    host: StepHost, first: Generation, budget: RolloutsSpec, granule: int = 1
 ) -> tuple[list[Generation], Tensor, Tensor, RolloutBatch, dict[str, float]]:
     """A per-prompt budget's rounds after the step's first generation (``until_signal``:
     the prompts whose pooled responses all score alike, again, until they hold two outcomes
-    or ``max_rounds`` ran; ``allocate``: none) and what the step trains on: (the rounds'
+    or ``max_rounds`` ran, each round rounded up to a multiple of ``granule`` prompts by
+    repeating its first ones; ``allocate``: none) and what the step trains on: (the rounds'
     generations, the assembled rows and group ids (`StepHost.assemble`; ``until_signal``: a
     balanced subset of ``group_size`` per prompt, `balanced_subset`; ``allocate``: every
     response), every response pooled by prompt (what the strategy observes), and the
@@ -469,6 +471,8 @@ def _budget_rounds(
                 break
             rounds += 1
             resampled |= need
+            short = -idx.numel() % granule  # equal shares per process: repeat the first ones
+            idx = torch.cat([idx, idx.repeat(short // idx.numel() + 1)[:short]])
             sub = idx.tolist()
             gen = _generated(
                 host,
