@@ -54,6 +54,7 @@ TENSOR_FIELDS = (
     "response_lengths",
     "entropies",
     "micro_batch_ids",
+    "staleness",
 )
 
 
@@ -111,6 +112,9 @@ class RolloutBatch:
             at each response token.
         micro_batch_ids: [B] int64 >= 0, optional: the loss micro-batch of each row, counted
             over processes (None: one, the whole batch).
+        staleness: [B] int64 >= 0, optional: how many updates the policy has taken since the
+            one that generated each row (asynchronous training; the same within a group;
+            None: every row is on-policy, 0).
 
     Attributes (derived when the batch is built; `replace` derives them again):
         num_groups: G.
@@ -141,6 +145,7 @@ class RolloutBatch:
     response_lengths: Tensor | None = None
     entropies: Tensor | None = None
     micro_batch_ids: Tensor | None = None
+    staleness: Tensor | None = None
     num_groups: int = field(init=False, repr=False)
     response_length: Tensor = field(init=False, repr=False)
     advantage_per_response: Tensor | None = field(init=False, repr=False)
@@ -241,6 +246,13 @@ class RolloutBatch:
                 f"micro_batch_ids must be an int64 tensor [B] with B={B}, got {_describe(mb)}",
             )
             _check(B == 0 or int(mb.min()) >= 0, "micro_batch_ids must be >= 0")
+        st = self.staleness
+        if st is not None:
+            _check(
+                isinstance(st, Tensor) and st.shape == (B,) and st.dtype == torch.int64,
+                f"staleness must be an int64 tensor [B] with B={B}, got {_describe(st)}",
+            )
+            _check(B == 0 or int(st.min()) >= 0, "staleness must be >= 0")
 
     def _derive(self) -> None:
         """The row and group facts (see the class doc), one pass over each per-token field."""

@@ -200,6 +200,7 @@ def take_rows(batch: RolloutBatch, rows: Tensor, group_ids: Tensor) -> RolloutBa
         response_advantages=pick("response_advantages"),
         response_lengths=pick("response_lengths"),
         entropies=pick("entropies"),
+        staleness=pick("staleness"),
     )
 
 
@@ -248,4 +249,5 @@ def concat_batches(batches: Sequence[RolloutBatch]) -> RolloutBatch:
         response_advantages=joined("response_advantages"),
         response_lengths=joined("response_lengths"),
         entropies=joined("entropies", True),
+        staleness=joined("staleness"),
     )

@@ -32,10 +32,10 @@ from dataflex_rl.core.statefile import (
 CHECKPOINTS_DIR = "checkpoints"
 MANIFEST = "MANIFEST.json"
 META = "meta.json"
-SCHEMA = 2
+SCHEMA = 3
 KEEP = 2
 # parts of `EmbeddedTrainer.state_dict` stored as state files; the rest goes to meta.json
-PARTS = ("model", "optimizer", "dataflex", "rng")
+PARTS = ("model", "optimizer", "dataflex", "rng", "pipeline")
 
 
 class CheckpointError(ConfigError):

@@ -177,3 +177,46 @@ class EngineGeneration:
             noise_keys=keys,
             entropies=self.entropies,
         )
+
+
+#: the `Rollout` fields a queued generation keeps in a checkpoint
+ROLLOUT_FIELDS = (
+    "prompt_ids",
+    "prompt_mask",
+    "response_ids",
+    "response_mask",
+    "old_log_probs",
+    "prompt_index",
+    "finished",
+    "entropies",
+)
+
+
+def encode_generation(gen: Generation) -> dict:
+    """An engine generation as checkpoint data (asynchronous training's queue): its
+    rollout, rewards and problems (by key)."""
+    r = gen.rows.rollout
+    return {
+        "rollout": {f: getattr(r, f) for f in ROLLOUT_FIELDS},
+        "rewards": gen.rows.rewards,
+        "keys": [p.key for p in gen.items],
+    }
+
+
+def decode_generation(
+    data: dict,
+    version: int,
+    domain_ids: list,
+    problems: dict,
+    domains: Sequence[str],
+    grpo: GRPOConfig,
+) -> Generation:
+    """`encode_generation`'s output as the `Generation` again (``problems``: key ->
+    problem of the training pools; its batch rebuilt at step ``version``)."""
+    rollout = Rollout(**{f: data["rollout"][f] for f in ROLLOUT_FIELDS})
+    items = [problems[k] for k in data["keys"]]
+    rewards = data["rewards"]
+    batch = grpo_batch(rollout, rewards, items, domain_ids, domains, version, grpo)
+    gen = Generation(batch, Rows(rollout, rewards))
+    gen.items, gen.domain_ids = items, list(domain_ids)
+    return gen

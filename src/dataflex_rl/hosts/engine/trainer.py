@@ -12,9 +12,11 @@ import torch
 
 from dataflex_rl.core.batch import group_domain
 from dataflex_rl.core.proportions import normalize_proportions
+from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import Intake
+from dataflex_rl.hosts.common.pipeline import GenerationQueue
 from dataflex_rl.hosts.common.representation import prompt_representation
 from dataflex_rl.hosts.engine.batch import (
     ENGINE_FIELDS,
@@ -35,7 +37,11 @@ from dataflex_rl.hosts.engine.data import (
     vocabulary,
 )
 from dataflex_rl.hosts.engine.evaluation import evaluate
-from dataflex_rl.hosts.engine.generation import EngineGeneration
+from dataflex_rl.hosts.engine.generation import (
+    EngineGeneration,
+    decode_generation,
+    encode_generation,
+)
 from dataflex_rl.hosts.engine.noise import derive_seed
 from dataflex_rl.hosts.engine.policy import Policy, load_policy, parameter_hash
 from dataflex_rl.hosts.engine.taskio import dataset_identity
@@ -84,7 +90,10 @@ class EmbeddedTrainer:
             self.taskset, self.data_report = fit_loaded(self.taskset, self.policy, g.max_new_tokens)
         else:
             check_generated(self.taskset, self.policy, config)
-        self.learner = Learner(self.policy.model, g, config.optim)
+        a = config.asynchronous
+        self.learner = Learner(
+            self.policy.model, g, config.optim, a.is_cap if a.staleness else None
+        )
         spec = config.strategy if strategy is None else strategy
         if not isinstance(spec, Strategy):
             spec = Strategy(
@@ -96,6 +105,16 @@ class EmbeddedTrainer:
                 adv_eps=g.adv_eps,
             )
         self.driver = Driver(spec, self._intake(), self._decision_log(spec, out_dir))
+        #: asynchronous training's queue of generated groups (None: synchronous)
+        self.queue = GenerationQueue(a.staleness, g.max_new_tokens) if a.staleness else None
+        if self.queue is not None and (
+            self.driver.strategy.refill_rounds or self.driver.strategy.rollouts is not None
+        ):
+            raise ConfigError(
+                f"asynchronous.staleness: {a.staleness}, but strategy "
+                f"{self.driver.strategy.spec.name!r} refills or sets per-prompt budgets, "
+                "which the engine runs synchronously only (set asynchronous.staleness: 0)"
+            )
         # common random numbers across strategies run with one seed (engine/noise.py)
         self.noise_base = derive_seed(self.seed, f"rollout:{config.sampling_stream}")
         self.step = 0
@@ -164,7 +183,7 @@ class EmbeddedTrainer:
         step = self.step
         g = self.config.grpo
         strategy = self.driver.strategy
-        out = self.driver.step(self.generation(step), g.prompts_per_step, step)
+        out = self.driver.step(self.generation(step), g.prompts_per_step, step, queue=self.queue)
         rows, batch, decision = out.rows, out.batch, out.decision
         metrics: dict[str, float] = {"step": step}
         if "prerollout" in strategy.parts:  # over the step's draws, refill rounds' too
@@ -228,6 +247,8 @@ class EmbeddedTrainer:
             "optimizer": self.learner.optimizer.state_dict(),
             "dataflex": self.driver.checkpoint(),
             "rng": global_rng_state(),
+            # asynchronous training: the generated groups not yet trained on
+            "pipeline": {} if self.queue is None else self.queue.state_dict(encode_generation),
             "parameter_sha256": self.parameter_hash(),
             "dataset": self.dataset,
             "vocabulary": vocabulary(self.policy),
@@ -261,6 +282,14 @@ class EmbeddedTrainer:
         self.step = int(state["step"])
         self.cost_tokens = float(state["generation_cost_tokens"])
         self.driver.resume(state["dataflex"], self.step)
+        if self.queue is not None:
+            problems = {p.key: p for d in self.domains for p in self.taskset.train[d]}
+            self.queue.load_state_dict(
+                state["pipeline"],
+                lambda data, version, doms: decode_generation(
+                    data, version, doms, problems, self.domains, self.config.grpo
+                ),
+            )
         set_global_rng_state(state["rng"])
         if self.parameter_hash() != state["parameter_sha256"]:
             raise ValueError("checkpoint parameters do not match their recorded hash")

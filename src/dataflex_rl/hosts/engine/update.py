@@ -32,10 +32,18 @@ class Learner:
     """The policy's model (trained in place), its optimizer and (with ``kl_coef > 0``) a frozen
     copy as KL reference."""
 
-    def __init__(self, model: torch.nn.Module, grpo: GRPOConfig, optim: OptimConfig) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        grpo: GRPOConfig,
+        optim: OptimConfig,
+        is_cap: float | None = None,
+    ) -> None:
         self.model = model
         self.grpo = grpo
         self.optim = optim
+        #: asynchronous training's truncated importance-sampling cap (None: synchronous)
+        self.is_cap = is_cap
         self.ref_model = None
         if grpo.kl_coef > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -93,10 +101,12 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        for _ in range(g.ppo_epochs):
+        for epoch in range(g.ppo_epochs):
             logp = response_log_probs(
                 self.model, p_ids, p_mask, sub["resp"], sub["rmask"], g.temperature
             )
+            if self.is_cap is not None and epoch == 0:
+                out.update(self._off_policy(sub, logp.detach()))
             per_token, pg = policy_loss(
                 logp, sub["old"], sub["adv"], sub["mask"], g.clip_low, g.clip_high, g.clip_ratio_c
             )
@@ -124,3 +134,21 @@ class Learner:
             }
         )
         return out
+
+    def _off_policy(self, sub: dict, prox: torch.Tensor) -> dict[str, float]:
+        """Asynchronous training's correction, in place on ``sub``: the rows were generated
+        by an older policy (``sub["old"]``, the sampling log-probs), so the PPO ratio is
+        taken against the current, proximal policy (``prox``: the first epoch's log-probs,
+        no extra forward pass) and each token's advantage is weighed by the truncated
+        importance ratio min(pi_prox / pi_old, ``is_cap``)."""
+        tokens = sub["rmask"]
+        w = torch.exp(prox - sub["old"]).masked_fill(~tokens, 1.0)
+        clipped = (w > self.is_cap) & tokens
+        w = w.clamp(max=self.is_cap)
+        sub["adv"] = sub["adv"] * w
+        sub["old"] = prox
+        n = tokens.sum().clamp(min=1)
+        return {
+            "engine/async_is_weight_mean": float((w * tokens).sum() / n),
+            "engine/async_is_clipped_fraction": float(clipped.sum() / n),
+        }
