@@ -182,6 +182,29 @@ class RolloutsOptions:
     )
 
 
+@dataclass
+class AdmissionOptions:
+    """The ``admission`` section: which queued groups enter the update under asynchronous
+    training (docs/admission.md). A group is past its limit when its staleness (updates
+    since the policy that generated it) exceeds ``max_staleness`` (one number, or one per
+    domain); ``past: drop`` drops it and draws its prompt again, ``past: pace`` trains on it
+    first and stops drawing its domain until the domain's queue is back within the limit
+    (the domain's share is owed and made up once it is drawn again)."""
+
+    max_staleness: int | dict[str, int] = param(
+        2,
+        "updates a group may lag the policy it is trained by: a number, or a mapping domain "
+        "-> number (every domain named)",
+        ge=0,
+    )
+    past: str = param(
+        "drop",
+        "a group past its limit: drop (not trained on; its prompt drawn again) or pace "
+        "(trained on first; its domain not drawn until its queue is within the limit)",
+        choices=("drop", "pace"),
+    )
+
+
 _SECTION = "a preset name or a mapping"
 
 
@@ -213,6 +236,11 @@ class StrategyFile:
         None,
         "dynamic sampling: replace the groups the selector drops with new draws "
         "(a mapping: max_rounds, overdraw)",
+    )
+    admission: dict | None = param(
+        None,
+        "asynchronous training: which queued groups enter the update (a mapping: "
+        "max_staleness, past)",
     )
     rollouts: dict | None = param(
         None,
@@ -310,6 +338,25 @@ class RolloutsSpec:
 
 
 @dataclass(frozen=True)
+class AdmissionSpec:
+    """The ``admission`` section, validated (`AdmissionOptions`)."""
+
+    max_staleness: int | tuple[tuple[str, int], ...] = 2
+    past: str = "drop"
+
+    def limits(self, domains) -> list[int]:
+        """The limit of each of ``domains`` (in order)."""
+        if isinstance(self.max_staleness, int):
+            return [self.max_staleness] * len(domains)
+        table = dict(self.max_staleness)
+        return [table[d] for d in domains]
+
+    def to_dict(self) -> dict:
+        m = self.max_staleness
+        return {"max_staleness": m if isinstance(m, int) else dict(m), "past": self.past}
+
+
+@dataclass(frozen=True)
 class StrategySpec:
     """A whole strategy: any subset of the six mechanisms, and refilling (``refill``: the
     intake replaces the groups the selector drops; None: off)."""
@@ -324,6 +371,7 @@ class StrategySpec:
     refill: RefillSpec | None = None
     curriculum: MechanismSpec | None = None
     rollouts: RolloutsSpec | None = None
+    admission: AdmissionSpec | None = None
 
     def mechanisms(self) -> dict[str, MechanismSpec]:
         """The enabled mechanisms, in step order."""
@@ -341,6 +389,8 @@ class StrategySpec:
             out["refill"] = self.refill.to_dict()
         if self.rollouts is not None:
             out["rollouts"] = self.rollouts.to_dict()
+        if self.admission is not None:
+            out["admission"] = self.admission.to_dict()
         return out
 
 
@@ -528,11 +578,39 @@ def parse_strategy(value: Any, where: str = "strategy") -> StrategySpec:
                 "what the step generates after its first generation (until_signal samples "
                 "the prompts without signal again; refill replaces them); use one of the two"
             )
+    admission = None
+    if value.get("admission") is not None:
+        admission = parse_admission(value["admission"], key_path(where, "admission"))
+        if refill is not None or rollouts is not None:
+            raise ConfigError(
+                f"{key_path(where, 'admission')}: admission acts under asynchronous training, "
+                "which runs neither refill nor per-prompt budgets; use one or the other"
+            )
     check_absolute_reweight(parts, where)
     history_size(parts, where)
     return StrategySpec(
-        name=name, description=description, refill=refill, rollouts=rollouts, **parts
+        name=name,
+        description=description,
+        refill=refill,
+        rollouts=rollouts,
+        admission=admission,
+        **parts,
     )
+
+
+def parse_admission(value: Any, where: str) -> AdmissionSpec:
+    """The ``admission`` section (`AdmissionOptions`); a per-domain ``max_staleness`` needs
+    an integer >= 0 for each domain it names (which domains: `Strategy` checks them)."""
+    options = validate(AdmissionOptions, value, where)
+    m = options.max_staleness
+    if isinstance(m, dict):
+        for d, v in m.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(
+                    f"{key_path(where, 'max_staleness')}.{d}: expected an integer >= 0, got {v!r}"
+                )
+        m = tuple(sorted(m.items()))
+    return AdmissionSpec(m, options.past)
 
 
 def parse_rollouts(value: Any, where: str) -> RolloutsSpec:

@@ -304,6 +304,18 @@ class Strategy:
             self._proportions = apply_floor(self._initial, mixer.floor)
             self._drawn = torch.zeros(len(self.domains), dtype=torch.int64)
             self._drawn_last = torch.zeros_like(self._drawn)
+        adm = self.spec.admission
+        if adm is not None and not isinstance(adm.max_staleness, int) and self.domains:
+            named = {d for d, _ in adm.max_staleness}
+            missing, unknown = sorted(set(self.domains) - named), sorted(named - set(self.domains))
+            if missing or unknown:
+                raise ConfigError(
+                    f"{self.spec.name}.admission.max_staleness: a per-domain limit names every "
+                    f"domain ({', '.join(self.domains)}); "
+                    + (f"missing {', '.join(missing)}" if missing else "")
+                    + ("; " if missing and unknown else "")
+                    + (f"unknown {', '.join(unknown)}" if unknown else "")
+                )
         allocate = self.spec.rollouts is not None and self.spec.rollouts.mode == "allocate"
         if "prerollout" in self.parts or "curriculum" in self.parts or allocate:
             self._history = PromptHistory(history_size(self.spec.mechanisms()))

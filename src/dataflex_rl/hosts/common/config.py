@@ -179,6 +179,18 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
         available_fields=host.fields,
     )
     check_proportions(block, spec)
+    if host.name in ("verl", "trl") and spec.admission is not None:
+        where = {
+            "verl": "the plugin runs verl's sync mode (trainer.mode dataflex: PPOTrainerSync, "
+            "parameter_sync_step 1); colocate_async and separate_async are not extended",
+            "trl": "DataflexGRPOTrainer extends GRPOTrainer, which generates with the "
+            "current policy; AsyncGRPOTrainer is not extended",
+        }[host.name]
+        raise ConfigError(
+            "dataflex.strategy.admission: admission acts under asynchronous training, where "
+            f"groups wait in a queue, but {where}. Use it on the embedded engine with "
+            "asynchronous.staleness >= 1"
+        )
     if host.name == "verl" and spec.rollouts is not None:
         raise ConfigError(
             "dataflex.strategy.rollouts: per-prompt budgets need generation per prompt, which "

@@ -29,8 +29,9 @@ from torch import Tensor
 from dataflex_rl.core.rowops import first_valid_values, masked_row_sums
 
 #: version of the columns above; readers refuse a newer major version (2: every generated
-#: group, ``refill_round`` and ``discarded``)
-SCHEMA_VERSION = 2
+#: group, ``refill_round`` and ``discarded``; 3: ``staleness``, the steps' ``curriculum_*``,
+#: ``rollouts_*`` and ``async_*`` columns)
+SCHEMA_VERSION = 3
 RESPONSES, STEPS = "responses", "steps"
 #: prefix of the metadata keys in every file's schema
 META_PREFIX = "dataflex."
@@ -257,6 +258,10 @@ class DecisionLog:
             "is_padding": batch.is_padding.cpu().numpy(),
             "reward": batch.rewards.detach().cpu().numpy(),
             "length": n.cpu().numpy(),
+            # updates since the policy that generated the row (asynchronous training; 0)
+            "staleness": (
+                np.zeros(B, np.int64) if batch.staleness is None else batch.staleness.cpu().numpy()
+            ),
         }
         if batch.response_advantages is not None:  # the host's per-response values: exact,
             # and no [B, T] read
@@ -336,6 +341,11 @@ class DecisionLog:
             row[f"curriculum_{key}"] = float(metrics.get(f"dataflex/curriculum/{key}", math.nan))
         for key in ROLLOUT_FIGURES:
             row[f"rollouts_{key}"] = float(metrics.get(f"dataflex/rollouts/{key}", math.nan))
+        st = batch.staleness
+        row["async_staleness_mean"] = (
+            0.0 if st is None else float(st.float().mean()) if len(st) else 0.0
+        )
+        row["async_staleness_max"] = 0.0 if st is None else float(st.max()) if len(st) else 0.0
         return row
 
     # ------------------------------------------------------------------ files

@@ -68,6 +68,7 @@ def draw_batch(
     features_of: FeaturesOf | None = None,
     audit: list[tuple[int, int]] | None = None,
     take: Callable[[Tensor], list[tuple[int, int]]] | None = None,
+    paused: Tensor | None = None,
 ) -> tuple[list[tuple[int, int]], dict[str, float]]:
     """The ``n`` prompts of one step, at ``proportions``, with the strategy's pre-rollout skipping.
 
@@ -91,6 +92,7 @@ def draw_batch(
             item)]`` with exactly ``counts[d]`` of domain d (a curriculum's weighted draw,
             `Intake`); None: `DomainSampler.take`, the pools' seeded walk. The counts are the
             quota either way.
+        paused: [D] bool domains this draw leaves out (`DomainSampler.quota`).
 
     Returns:
         (drawn (domain, item) pairs, metrics): with pre-rollout, the plain-batch counts of
@@ -98,7 +100,7 @@ def draw_batch(
         ``skipped_hard`` (all rounds), ``forced`` and ``rounds``; and the per-domain
         `draw_metrics` (target: ``proportions``; actual: the drawn prompts).
     """
-    quota = sampler.quota(proportions, n)
+    quota = sampler.quota(proportions, n, paused)
     D = quota.shape[0]
     draw_items = sampler.take if take is None else take
     metrics: dict[str, float] = {}

@@ -129,9 +129,11 @@ class Intake:
         props = strategy.proportions
         return self.static if props is None else props
 
-    def draw(self, n: int, strategy: Strategy, step: int) -> tuple[list, list[int], dict]:
+    def draw(
+        self, n: int, strategy: Strategy, step: int, paused: Tensor | None = None
+    ) -> tuple[list, list[int], dict]:
         """``n`` prompts for step ``step`` (`draw_batch` at `target`): (items, their domain
-        ids, metrics)."""
+        ids, metrics); ``paused``: [D] bool domains left out, their share owed to them."""
         key = self.key
 
         def key_of(d: int, i: int) -> Hashable:
@@ -164,6 +166,7 @@ class Intake:
             features_of=features_of,
             audit=audit,
             take=take,
+            paused=paused,
         )
         if "curriculum" in strategy.parts:
             metrics.update(self._curriculum_metrics(strategy, step, drawn, rate))

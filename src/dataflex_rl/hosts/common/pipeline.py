@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -48,6 +49,11 @@ class GenerationQueue:
         self.max_tokens = int(max_tokens)
         self.batches: list[Queued] = []
         self.clock = 0  # batches generated so far
+        #: (item, domain id) of the prompts admission dropped, drawn again first
+        self.requeue: list[tuple] = []
+        #: [D] groups trained on per domain so far, and the last step each had one (-1: never)
+        self.admitted = torch.zeros(0, dtype=torch.int64)
+        self.last = torch.zeros(0, dtype=torch.int64)
 
     @property
     def groups(self) -> int:
@@ -71,34 +77,98 @@ class GenerationQueue:
         self.clock += 1
         return q
 
-    def take(self, n: int) -> list[tuple[Queued, int]]:
-        """The (batch, group) of the ``n`` queued groups that finished first (ties: the
-        earlier batch, then the group's order), marked taken, in that order."""
-        if not self.batches:
-            return []
+    def _free(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The queued groups not taken, in (batch, group) order: ([F] finish, [F] owner
+        batch index, [F] group, [F] version, [F] domain id (0 without domains))."""
         finish = torch.cat([q.finish for q in self.batches])
         free = ~torch.cat([q.taken for q in self.batches])
         owner = torch.cat(
             [torch.full_like(q.taken, i, dtype=torch.int64) for i, q in enumerate(self.batches)]
         )
         group = torch.cat([torch.arange(q.taken.numel()) for q in self.batches])
-        idx = free.nonzero().squeeze(1)  # in (batch, group) order: a stable sort keeps it
-        idx = idx[torch.sort(finish[idx], stable=True).indices][:n]
-        out = [(self.batches[i], g) for i, g in zip(owner[idx].tolist(), group[idx].tolist())]
-        for q, g in out:
-            q.taken[g] = True
+        version = torch.cat(
+            [torch.full_like(q.taken, q.version, dtype=torch.int64) for q in self.batches]
+        )
+        dom = torch.cat(
+            [
+                torch.tensor(q.generation.domain_ids or [0] * q.taken.numel(), dtype=torch.int64)
+                for q in self.batches
+            ]
+        )
+        idx = free.nonzero().squeeze(1)
+        return finish[idx], owner[idx], group[idx], version[idx], dom[idx]
+
+    def stale_domains(self, step: int, limits: Tensor) -> Tensor:
+        """[D] bool: the domains with a queued group past its limit at ``step`` (staleness
+        step - version > ``limits`` [D])."""
+        out = torch.zeros(limits.shape[0], dtype=torch.bool)
+        if self.batches:
+            _, _, _, version, dom = self._free()
+            stale = (step - version) > limits[dom]
+            out[dom[stale]] = True
         return out
+
+    def take(
+        self,
+        n: int,
+        step: int | None = None,
+        limits: Tensor | None = None,
+        past: str = "drop",
+    ) -> tuple[list[tuple[Queued, int]], list[tuple[Queued, int]]]:
+        """(taken, dropped): the (batch, group) of the ``n`` queued groups that finished
+        first (ties: the earlier batch, then the group's order), marked taken, in that
+        order. With ``limits`` ([D] per domain; admission) a group whose staleness at
+        ``step`` exceeds its domain's limit is, with ``past`` ``drop``, dropped (marked
+        taken, returned as dropped; every such group in the queue), with ``pace`` taken
+        before the others."""
+        if not self.batches:
+            return [], []
+        finish, owner, group, version, dom = self._free()
+        order = torch.sort(finish, stable=True).indices  # (batch, group) order breaks ties
+        drop = torch.zeros(0, dtype=torch.int64)
+        if limits is not None:
+            stale = ((step - version) > limits[dom])[order]
+            if past == "drop":
+                drop, order = order[stale], order[~stale]
+            else:  # pace: the stale ones first, each side in finish order
+                order = torch.cat([order[stale], order[~stale]])
+        pick = order[:n]
+
+        def pairs(idx: Tensor) -> list[tuple[Queued, int]]:
+            out = [(self.batches[i], g) for i, g in zip(owner[idx].tolist(), group[idx].tolist())]
+            for q, g in out:
+                q.taken[g] = True
+            return out
+
+        return pairs(pick), pairs(drop)
+
+    def count(self, domain_ids: Tensor, step: int, num_domains: int) -> Tensor:
+        """Count the groups trained on at ``step`` (``domain_ids`` [n]); returns [D] their
+        count per domain."""
+        if self.admitted.numel() != num_domains:
+            self.admitted = torch.zeros(num_domains, dtype=torch.int64)
+            self.last = torch.full((num_domains,), -1, dtype=torch.int64)
+        counts = torch.bincount(domain_ids, minlength=num_domains)
+        self.admitted += counts
+        self.last = torch.where(counts > 0, torch.full_like(self.last, step), self.last)
+        return counts
 
     def drop_done(self) -> None:
         """Forget the batches whose every group is taken."""
         self.batches = [q for q in self.batches if not bool(q.taken.all())]
 
     # ------------------------------------------------------------------ state
-    def state_dict(self, encode: Callable[[Generation], dict]) -> dict:
-        """The queue, its generations written by the host's ``encode`` (its rows, items)."""
+    def state_dict(
+        self, encode: Callable[[Generation], dict], encode_item: Callable[[Any], Any]
+    ) -> dict:
+        """The queue, its generations written by the host's ``encode`` (its rows, items)
+        and the prompts to draw again by ``encode_item``."""
         return {
             "depth": self.depth,
             "clock": self.clock,
+            "requeue": [[encode_item(i), int(d)] for i, d in self.requeue],
+            "admitted": self.admitted.clone(),
+            "last": self.last.clone(),
             "batches": [
                 {
                     "version": q.version,
@@ -115,14 +185,22 @@ class GenerationQueue:
             ],
         }
 
-    def load_state_dict(self, state: dict, decode: Callable[[dict, int, list], Generation]) -> None:
+    def load_state_dict(
+        self,
+        state: dict,
+        decode: Callable[[dict, int, list], Generation],
+        decode_item: Callable[[Any], Any],
+    ) -> None:
         """Restore `state_dict` output; ``decode(encoded, version, domain_ids)`` rebuilds a
-        generation (its items and domain ids set)."""
+        generation (its items and domain ids set), ``decode_item`` a prompt."""
         if int(state["depth"]) != self.depth:
             raise ValueError(
                 f"checkpoint queue has staleness {state['depth']}, this run {self.depth}"
             )
         self.clock = int(state["clock"])
+        self.requeue = [(decode_item(i), int(d)) for i, d in state["requeue"]]
+        self.admitted = state["admitted"].to(torch.int64).clone()
+        self.last = state["last"].to(torch.int64).clone()
         self.batches = []
         for b in state["batches"]:
             gen = decode(b["generation"], int(b["version"]), list(b["domain_ids"]))

@@ -184,12 +184,23 @@ class DomainSampler:
             return torch.tensor([n if s > 0 else 0 for s in self.pool_sizes], dtype=torch.int64)
         return self.available()
 
-    def quota(self, proportions: Tensor, n: int) -> Tensor:
+    def quota(self, proportions: Tensor, n: int, paused: Tensor | None = None) -> Tensor:
         """[D] int64 prompts per domain for a draw of ``n`` at ``proportions`` within
         `capacity`, the deficit carried from the earlier draws made up (`apportion`; the
         draw's own rounding carries to the next); RuntimeError when every domain is
-        exhausted."""
-        counts, deficit = apportion(proportions, n, self.capacity(n), self._deficit)
+        exhausted. ``paused`` [D] bool: domains not drawn this time (admission's pacing):
+        the others share the draw, and what a paused domain would have got is owed to it
+        (its deficit grows), to be made up once it is drawn again."""
+        cap = self.capacity(n)
+        if paused is not None and bool(paused.any()):
+            # every domain is owed its share of the draw as if none were paused; the ones
+            # drawn take the paused ones' prompts now and owe them back later
+            full = draw_mass(proportions, n, cap.to(torch.int64))
+            counts, _ = apportion(proportions, n, cap.masked_fill(paused, 0), self._deficit)
+            owed = torch.round((self._deficit.to(torch.float64) + full) * GRID) / GRID
+            self._deficit = torch.where(cap > 0, owed - counts.to(torch.float64), 0.0)
+            return counts
+        counts, deficit = apportion(proportions, n, cap, self._deficit)
         if n > 0 and int(counts.sum()) == 0:
             raise RuntimeError(
                 f"every domain is exhausted ({dict(zip(self.domains, self.pool_sizes))})"

@@ -107,6 +107,13 @@ class EmbeddedTrainer:
         self.driver = Driver(spec, self._intake(), self._decision_log(spec, out_dir))
         #: asynchronous training's queue of generated groups (None: synchronous)
         self.queue = GenerationQueue(a.staleness, g.max_new_tokens) if a.staleness else None
+        if self.queue is None and self.driver.strategy.spec.admission is not None:
+            raise ConfigError(
+                f"strategy {self.driver.strategy.spec.name!r}: admission acts under "
+                "asynchronous training, where groups wait in a queue; set "
+                "asynchronous.staleness >= 1 (it is 0: every group is trained on by the "
+                "policy that generated it)"
+            )
         if self.queue is not None and (
             self.driver.strategy.refill_rounds or self.driver.strategy.rollouts is not None
         ):
@@ -248,7 +255,11 @@ class EmbeddedTrainer:
             "dataflex": self.driver.checkpoint(),
             "rng": global_rng_state(),
             # asynchronous training: the generated groups not yet trained on
-            "pipeline": {} if self.queue is None else self.queue.state_dict(encode_generation),
+            "pipeline": (
+                {}
+                if self.queue is None
+                else self.queue.state_dict(encode_generation, attrgetter("key"))
+            ),
             "parameter_sha256": self.parameter_hash(),
             "dataset": self.dataset,
             "vocabulary": vocabulary(self.policy),
@@ -289,6 +300,7 @@ class EmbeddedTrainer:
                 lambda data, version, doms: decode_generation(
                     data, version, doms, problems, self.domains, self.config.grpo
                 ),
+                problems.__getitem__,
             )
         set_global_rng_state(state["rng"])
         if self.parameter_hash() != state["parameter_sha256"]:

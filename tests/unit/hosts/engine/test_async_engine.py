@@ -9,8 +9,6 @@ import pytest
 import torch
 
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.hosts.common.pipeline import GenerationQueue
-from dataflex_rl.hosts.common.step import Generation
 from dataflex_rl.hosts.engine.checkpoint import load_checkpoint, save_checkpoint
 from dataflex_rl.hosts.engine.config import load_config
 from dataflex_rl.hosts.engine.data import tasks_from_config
@@ -26,27 +24,8 @@ def tasks():
     return tasks_from_config(load_config({"tasks": {"train_size": 30, "eval_size": 5}}))
 
 
-def test_the_queue_hands_out_the_groups_that_finished_first():
-    from dataflex_rl.core.batch import from_lists
-
-    def gen(lengths):  # one response per group, its length given
-        B = len(lengths)
-        b = from_lists([1.0] * B, list(range(B)), lengths)
-        return Generation(b)
-
-    q = GenerationQueue(depth=2, max_tokens=10)
-    a = q.push(gen([10, 2, 5]), version=0)  # finish 0 + 2 x (1, .2, .5) = 2, .4, 1
-    b = q.push(gen([1, 10]), version=0)  # clock 1: 1.2, 3
-    assert a.finish.tolist() == pytest.approx([2.0, 0.4, 1.0])
-    assert b.finish.tolist() == pytest.approx([1.2, 3.0])
-    got = q.take(3)
-    assert [(x is a, g) for x, g in got] == [(True, 1), (True, 2), (False, 0)]
-    assert q.groups == 2
-    c = q.push(gen([1]), version=1)  # clock 2: 2.2
-    got = q.take(2)
-    assert [(x is a, x is c, g) for x, g in got] == [(True, False, 0), (False, True, 0)]
-    q.drop_done()
-    assert len(q.batches) == 1 and q.groups == 1  # b's long group waits
+def whole_groups(trainer):
+    return trainer.queue.groups
 
 
 def _run(trainer, n):
@@ -80,9 +59,20 @@ def test_refill_and_budgets_are_refused_under_asynchronous_training(tasks):
         make_trainer(tasks, "reinforce_ada", asynchronous={"staleness": 1})
 
 
-@pytest.mark.parametrize("name", ["baseline", "difffilter", "dump_ucb"])
-def test_resume_after_3_steps_equals_the_uninterrupted_run(tasks, tmp_path, name):
+@pytest.mark.parametrize(
+    "name,admission",
+    [("baseline", None), ("difffilter", "drop"), ("dump_ucb", "pace")],
+)
+def test_resume_after_3_steps_equals_the_uninterrupted_run(tasks, tmp_path, name, admission):
     cfg = {"asynchronous": {"staleness": 2}}
+    if admission is not None:  # a tight limit: drops (prompts to draw again) or pauses
+        name = {"name": name, "select": name, "admission": {"max_staleness": 1, "past": admission}}
+        if admission == "pace":
+            name = {
+                "name": "p",
+                "mix": "dump_ucb",
+                "admission": {"max_staleness": 1, "past": "pace"},
+            }
     whole = make_trainer(tasks, name, **cfg)
     ref = _run(whole, 6)
     first = make_trainer(tasks, name, **cfg)
@@ -90,7 +80,7 @@ def test_resume_after_3_steps_equals_the_uninterrupted_run(tasks, tmp_path, name
     save_checkpoint(tmp_path, first.state_dict())
     resumed = make_trainer(tasks, name, **cfg)
     resumed.load_state_dict(load_checkpoint(tmp_path))
-    assert resumed.queue.groups == 8
+    assert resumed.queue.groups == whole_groups(first)
     tail = _run(resumed, 3)
     assert head + tail == ref
     assert resumed.parameter_hash() == whole.parameter_hash()
