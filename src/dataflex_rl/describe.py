@@ -12,11 +12,15 @@ import yaml
 from dataflex_rl.core.base import MECHANISM_REGISTRIES, REGISTRIES
 from dataflex_rl.core.config import field_rows
 from dataflex_rl.core.registry import UnknownNameError, suggest
-from dataflex_rl.core.spec import RefillOptions, RolloutsOptions
+from dataflex_rl.core.spec import AdmissionOptions, RefillOptions, RolloutsOptions
 from dataflex_rl.presets import PRESETS
 
 #: the strategy sections that are options, not a registry's components
-SECTIONS_OF = {"refill": RefillOptions, "rollouts": RolloutsOptions}
+SECTIONS_OF = {
+    "admission": AdmissionOptions,
+    "refill": RefillOptions,
+    "rollouts": RolloutsOptions,
+}
 
 #: actuator kind -> the mechanism (strategy section) it acts in (a selector: `mechanism_of`)
 MECHANISM_OF = {reg.kind: mechanism for mechanism, reg in MECHANISM_REGISTRIES.items()}
