@@ -269,11 +269,12 @@ class Driver:
         them and observe them (late signals: a group is observed when it is trained on)."""
         if self.intake is None:
             raise ValueError("Driver.step: asynchronous training draws from an intake")
-        if self.strategy.refill_rounds or self.strategy.rollouts is not None:
+        if self.strategy.rollouts is not None:
             raise ValueError(
-                "Driver.step: refill and per-prompt budgets under asynchronous training are "
-                "refused before the run (asynchronous.staleness)"
+                "Driver.step: per-prompt budgets under asynchronous training are refused "
+                "before the run (asynchronous.staleness)"
             )
+        refill = self.strategy.refill_rounds
         domains = self.intake.domains
         D = len(domains)
         adm = self.strategy.spec.admission
@@ -294,7 +295,7 @@ class Driver:
                     return
                 gen = _generated(host, items, domain_ids, 0)
                 generated.append(gen)
-                queue.push(gen, step)
+                queue.push(gen, step, self.strategy.groups_kept(gen.batch) if refill else None)
 
         fill((queue.depth + 1) * n, paused)
         if queue.groups < n:  # every domain paused: the update still needs n groups
@@ -304,16 +305,24 @@ class Driver:
         if audited:
             audit = _generated(host, audited, audited_domains, AUDIT)
             self.observe_audit(audit.batch)
-        picks, dropped = queue.take(n, step, limits, adm.past if adm is not None else "drop")
+        past = adm.past if adm is not None else "drop"
+        picks, dropped, discarded = queue.take(n, step, limits, past)
+        rounds = 0
+        while len(picks) < n and rounds < refill:  # asynchronous refill: generate on
+            rounds += 1
+            fill(queue.groups + n, paused)
+            more = queue.take(n - len(picks), step, limits, past)
+            picks, dropped, discarded = picks + more[0], dropped + more[1], discarded + more[2]
         queue.requeue += [(q.generation.items[g], q.generation.domain_ids[g]) for q, g in dropped]
         owners: list = []
-        for q, _ in picks:
+        for q, _ in picks + discarded:
             if all(q is not o for o in owners):
                 owners.append(q)
         offsets = torch.tensor([0] + [o.generation.batch.num_groups for o in owners[:-1]])
         where = {id(o): off for o, off in zip(owners, offsets.cumsum(0).tolist())}
         groups = torch.tensor([where[id(q)] + g for q, g in picks], dtype=torch.int64)
-        rows, group_ids = group_rows([o.generation.batch for o in owners], groups)
+        batches = [o.generation.batch for o in owners]
+        rows, group_ids = group_rows(batches, groups)
         items = [q.generation.items[g] for q, g in picks]
         domain_ids = [q.generation.domain_ids[g] for q, g in picks]
         rows_out, batch = host.assemble(
@@ -330,7 +339,27 @@ class Driver:
             figures[ADMISSION + "dropped"] = float(len(dropped))
             figures[ADMISSION + "requeued"] = float(len(queue.requeue))
             figures[ADMISSION + "paused_domains"] = 0.0 if paused is None else float(paused.sum())
-        decision, metrics = self._decide(batch, sum(g.seconds for g in generated))
+        observed = None
+        if discarded:  # refill: the groups the selector dropped are observed too
+            gone = torch.tensor([where[id(q)] + g for q, g in discarded], dtype=torch.int64)
+            rows_d, ids_d = group_rows(batches, gone)
+            dropped_batch = take_rows(concat_batches(batches), rows_d, ids_d)
+            dropped_batch = dropped_batch.replace(
+                step=batch.step,
+                staleness=torch.tensor([step - q.version for q, _ in discarded])[ids_d],
+            )
+            observed = concat_batches([batch, dropped_batch])
+        if refill:
+            figures.update(
+                {
+                    REFILL + "rounds": float(rounds),
+                    REFILL + "groups_kept": float(len(picks)),
+                    REFILL + "missing": float(max(n - len(picks), 0)),
+                    REFILL + "full": float(len(picks) >= n),
+                    REFILL + "discarded": float(len(discarded)),
+                }
+            )
+        decision, metrics = self._decide(batch, sum(g.seconds for g in generated), observed)
         metrics.update(figures)
         return StepResult(rows_out, batch, decision, metrics, generated, None, audit)
 

@@ -34,6 +34,7 @@ class Queued:
     clock: int
     finish: Tensor  # [G] float64
     taken: Tensor  # [G] bool
+    kept: Tensor | None = None  # [G] bool the groups a refilling selector keeps (None: all)
 
 
 class GenerationQueue:
@@ -60,9 +61,9 @@ class GenerationQueue:
         """Queued groups not yet taken."""
         return sum(int((~q.taken).sum()) for q in self.batches)
 
-    def push(self, generation: Generation, version: int) -> Queued:
+    def push(self, generation: Generation, version: int, kept: Tensor | None = None) -> Queued:
         """Queue a generated batch of policy ``version``; its groups' finish times follow
-        their longest response."""
+        their longest response; ``kept``: [G] the groups a refilling selector keeps."""
         b = generation.batch
         longest = segment_max(
             (b.response_length * b.active_mask).to(torch.float64),
@@ -72,7 +73,7 @@ class GenerationQueue:
         )
         finish = self.clock + self.depth * longest.clamp(max=self.max_tokens) / self.max_tokens
         taken = torch.zeros(finish.shape, dtype=torch.bool)
-        q = Queued(generation, int(version), self.clock, finish, taken)
+        q = Queued(generation, int(version), self.clock, finish, taken, kept)
         self.batches.append(q)
         self.clock += 1
         return q
@@ -95,15 +96,18 @@ class GenerationQueue:
                 for q in self.batches
             ]
         )
+        kept = torch.cat(
+            [torch.ones_like(q.taken) if q.kept is None else q.kept for q in self.batches]
+        )
         idx = free.nonzero().squeeze(1)
-        return finish[idx], owner[idx], group[idx], version[idx], dom[idx]
+        return finish[idx], owner[idx], group[idx], version[idx], dom[idx], kept[idx]
 
     def stale_domains(self, step: int, limits: Tensor) -> Tensor:
         """[D] bool: the domains with a queued group past its limit at ``step`` (staleness
         step - version > ``limits`` [D])."""
         out = torch.zeros(limits.shape[0], dtype=torch.bool)
         if self.batches:
-            _, _, _, version, dom = self._free()
+            _, _, _, version, dom, _ = self._free()
             stale = (step - version) > limits[dom]
             out[dom[stale]] = True
         return out
@@ -114,16 +118,18 @@ class GenerationQueue:
         step: int | None = None,
         limits: Tensor | None = None,
         past: str = "drop",
-    ) -> tuple[list[tuple[Queued, int]], list[tuple[Queued, int]]]:
-        """(taken, dropped): the (batch, group) of the ``n`` queued groups that finished
-        first (ties: the earlier batch, then the group's order), marked taken, in that
-        order. With ``limits`` ([D] per domain; admission) a group whose staleness at
+    ) -> tuple[list[tuple[Queued, int]], list[tuple[Queued, int]], list[tuple[Queued, int]]]:
+        """(taken, dropped, discarded): the (batch, group) of the ``n`` queued groups that
+        finished first (ties: the earlier batch, then the group's order), marked taken, in
+        that order. With ``limits`` ([D] per domain; admission) a group whose staleness at
         ``step`` exceeds its domain's limit is, with ``past`` ``drop``, dropped (marked
         taken, returned as dropped; every such group in the queue), with ``pace`` taken
-        before the others."""
+        before the others. Groups a refilling selector drops (``kept`` at `push`) that
+        finished before the ``n``-th kept one are discarded (marked taken: observed, not
+        trained on)."""
         if not self.batches:
-            return [], []
-        finish, owner, group, version, dom = self._free()
+            return [], [], []
+        finish, owner, group, version, dom, kept = self._free()
         order = torch.sort(finish, stable=True).indices  # (batch, group) order breaks ties
         drop = torch.zeros(0, dtype=torch.int64)
         if limits is not None:
@@ -132,7 +138,13 @@ class GenerationQueue:
                 drop, order = order[stale], order[~stale]
             else:  # pace: the stale ones first, each side in finish order
                 order = torch.cat([order[stale], order[~stale]])
-        pick = order[:n]
+        k = kept[order]
+        cum = k.cumsum(0)
+        cut = int((cum >= n).nonzero()[0]) + 1 if n > 0 and int(cum[-1:].sum()) >= n else len(order)
+        if n == 0:
+            cut = 0
+        head = order[:cut]
+        pick, gone = head[k[:cut]], head[~k[:cut]]
 
         def pairs(idx: Tensor) -> list[tuple[Queued, int]]:
             out = [(self.batches[i], g) for i, g in zip(owner[idx].tolist(), group[idx].tolist())]
@@ -140,7 +152,7 @@ class GenerationQueue:
                 q.taken[g] = True
             return out
 
-        return pairs(pick), pairs(drop)
+        return pairs(pick), pairs(drop), pairs(gone)
 
     def count(self, domain_ids: Tensor, step: int, num_domains: int) -> Tensor:
         """Count the groups trained on at ``step`` (``domain_ids`` [n]); returns [D] their
@@ -175,6 +187,7 @@ class GenerationQueue:
                     "clock": q.clock,
                     "finish": q.finish.clone(),
                     "taken": q.taken.clone(),
+                    "kept": None if q.kept is None else q.kept.clone(),
                     "tokens": float(q.generation.tokens),
                     "seconds": float(q.generation.seconds),
                     "score_seconds": float(q.generation.score_seconds),
@@ -213,5 +226,6 @@ class GenerationQueue:
                     int(b["clock"]),
                     b["finish"].clone(),
                     b["taken"].clone().to(torch.bool),
+                    None if b["kept"] is None else b["kept"].clone().to(torch.bool),
                 )
             )

@@ -114,13 +114,12 @@ class EmbeddedTrainer:
                 "asynchronous.staleness >= 1 (it is 0: every group is trained on by the "
                 "policy that generated it)"
             )
-        if self.queue is not None and (
-            self.driver.strategy.refill_rounds or self.driver.strategy.rollouts is not None
-        ):
+        if self.queue is not None and self.driver.strategy.rollouts is not None:
             raise ConfigError(
                 f"asynchronous.staleness: {a.staleness}, but strategy "
-                f"{self.driver.strategy.spec.name!r} refills or sets per-prompt budgets, "
-                "which the engine runs synchronously only (set asynchronous.staleness: 0)"
+                f"{self.driver.strategy.spec.name!r} sets per-prompt budgets (rollouts), "
+                "whose rounds generate within one step for that step's own prompts; the "
+                "engine runs them synchronously only (set asynchronous.staleness: 0)"
             )
         # common random numbers across strategies run with one seed (engine/noise.py)
         self.noise_base = derive_seed(self.seed, f"rollout:{config.sampling_stream}")

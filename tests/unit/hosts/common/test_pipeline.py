@@ -34,11 +34,11 @@ def test_the_queue_hands_out_the_groups_that_finished_first():
     b = q.push(gen([1, 10]), version=0)  # clock 1: 1.2, 3
     assert a.finish.tolist() == pytest.approx([2.0, 0.4, 1.0])
     assert b.finish.tolist() == pytest.approx([1.2, 3.0])
-    got, dropped = q.take(3)
+    got, dropped, _ = q.take(3)
     assert [(x is a, g) for x, g in got] == [(True, 1), (True, 2), (False, 0)] and not dropped
     assert q.groups == 2
     c = q.push(gen([1]), version=1)  # clock 2: 2.2
-    got, _ = q.take(2)
+    got, _, _ = q.take(2)
     assert [(x is a, x is c, g) for x, g in got] == [(True, False, 0), (False, True, 0)]
     q.drop_done()
     assert len(q.batches) == 1 and q.groups == 1  # b's long group waits
@@ -55,12 +55,20 @@ def test_admission_drops_every_group_past_its_domains_limit_or_trains_it_first()
     # at step 3 batch 0's domain-0 group is 3 old: past its limit
     q = queue()
     assert q.stale_domains(3, limits).tolist() == [True, False]
-    got, dropped = q.take(2, 3, limits, "drop")
+    got, dropped, _ = q.take(2, 3, limits, "drop")
     assert [(x.version, g) for x, g in dropped] == [(0, 0)]
     assert [(x.version, g) for x, g in got] == [(0, 1), (2, 0)]
     q = queue()
-    got, dropped = q.take(2, 3, limits, "pace")
+    got, dropped, _ = q.take(2, 3, limits, "pace")
     assert not dropped and [(x.version, g) for x, g in got] == [(0, 0), (0, 1)]
+
+
+def test_refill_discards_the_dropped_groups_that_finished_before_the_nth_kept_one():
+    q = GenerationQueue(depth=1, max_tokens=10)
+    q.push(gen([1, 2, 3, 4, 5]), 0, kept=torch.tensor([False, True, False, True, True]))
+    got, dropped, gone = q.take(2)
+    assert [g for _, g in got] == [1, 3] and [g for _, g in gone] == [0, 2] and not dropped
+    assert q.groups == 1  # group 4 waits
 
 
 def test_a_paused_domain_is_owed_its_share():

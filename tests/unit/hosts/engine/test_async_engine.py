@@ -30,7 +30,8 @@ def whole_groups(trainer):
 
 def _run(trainer, n):
     keys = ("train/reward", A + "staleness_mean", A + "staleness_max")
-    return [tuple(m.get(k) for k in keys) for m in (trainer.train_step() for _ in range(n))]
+    steps = (trainer.train_step() for _ in range(n))
+    return [tuple(repr(m.get(k)) for k in keys) for m in steps]  # nan == nan as text
 
 
 def test_staleness_follows_k_and_the_update_is_corrected(tasks):
@@ -52,16 +53,32 @@ def test_staleness_follows_k_and_the_update_is_corrected(tasks):
         assert w and all(0 < v <= 2.0 for v in w)  # steps with a gradient
 
 
-def test_refill_and_budgets_are_refused_under_asynchronous_training(tasks):
-    with pytest.raises(ConfigError, match=r"asynchronous\.staleness: 2, but strategy 'dapo'"):
-        make_trainer(tasks, "dapo", asynchronous={"staleness": 2})
-    with pytest.raises(ConfigError, match="asynchronous.staleness"):
+def test_budgets_are_refused_and_refill_admits_kept_groups_under_asynchronous_training(tasks):
+    from dataflex_rl.hosts.engine.trainer import EmbeddedTrainer
+
+    with pytest.raises(ConfigError, match=r"asynchronous\.staleness: 1, but strategy 'reinforce"):
         make_trainer(tasks, "reinforce_ada", asynchronous={"staleness": 1})
+    # dapo at k = 2: the update takes queued groups in finish order, discarding the ones its
+    # selector drops (observed, not trained on), until it holds 16 kept groups
+    tr = EmbeddedTrainer(load_config({"asynchronous": {"staleness": 2}}), "dapo")
+    seen = []
+    decide = tr.driver.strategy.decide
+    tr.driver.strategy.decide = lambda b, o=None: seen.append((b, o)) or decide(b, o)
+    ms = [tr.train_step() for _ in range(5)]
+    assert all(m["dataflex/refill/groups_kept"] == 16.0 for m in ms)
+    assert all(m["engine/groups_effective"] == 16.0 for m in ms)
+    assert sum(m["dataflex/refill/discarded"] for m in ms) > 0
+    for (batch, observed), m in zip(seen, ms):
+        extra = int(m["dataflex/refill/discarded"])
+        assert (observed is None) == (extra == 0)
+        if observed is not None:  # the discarded groups observed after the trained ones
+            assert observed.num_groups == 16 + extra
+            assert bool((observed.group_std[16:] == 0).all())
 
 
 @pytest.mark.parametrize(
     "name,admission",
-    [("baseline", None), ("difffilter", "drop"), ("dump_ucb", "pace")],
+    [("baseline", None), ("difffilter", "drop"), ("dump_ucb", "pace"), ("dapo", None)],
 )
 def test_resume_after_3_steps_equals_the_uninterrupted_run(tasks, tmp_path, name, admission):
     cfg = {"asynchronous": {"staleness": 2}}
