@@ -313,14 +313,15 @@ PINNED_HOSTS = {
 #: TRL's when the sampling stream got one name on every host (noise_stream -> sampling_stream)
 #: and TRL's learning rate became trl.lr (issue 30); the engine's again when every run's identity
 #: began to name its host, the engine's included (issue 30's pre-release compatibility removed),
-#: and when its domain column became tasks.domain_key, null by default, as on verl and TRL
+#: and when its domain column became tasks.domain_key, null by default, as on verl and TRL;
+#: and when the engine config gained its asynchronous section (issue 40)
 PINNED = {
     "engine": {
-        "baseline": "29cbfcddf9336fea",
-        "aa_control": "5753ecd51d2f9154",
-        "no_update_control": "d56b2bd2c09a08b9",
-        "half_lr_control": "bf08fdbf333ea0b4",
-        "drop_half_control": "a73551b174738856",
+        "baseline": "c1a73a855a8775c8",
+        "aa_control": "1430ebcf108525b9",
+        "no_update_control": "68bca55f6c9423c9",
+        "half_lr_control": "901460a52d4ca9c2",
+        "drop_half_control": "a2615df9c0e3d552",
     },
     "trl": {
         "baseline": "41c8660cdf69ae57",
