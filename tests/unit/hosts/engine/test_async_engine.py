@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dataflex_rl import PRESETS
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.engine.checkpoint import load_checkpoint, save_checkpoint
 from dataflex_rl.hosts.engine.config import load_config
@@ -68,7 +69,7 @@ def test_budgets_are_refused_and_refill_admits_kept_groups_under_asynchronous_tr
     assert all(m["dataflex/refill/groups_kept"] == 16.0 for m in ms)
     assert all(m["engine/groups_effective"] == 16.0 for m in ms)
     assert sum(m["dataflex/refill/discarded"] for m in ms) > 0
-    for (batch, observed), m in zip(seen, ms):
+    for (_batch, observed), m in zip(seen, ms):
         extra = int(m["dataflex/refill/discarded"])
         assert (observed is None) == (extra == 0)
         if observed is not None:  # the discarded groups observed after the trained ones
@@ -105,3 +106,14 @@ def test_resume_after_3_steps_equals_the_uninterrupted_run(tasks, tmp_path, name
         torch.tensor([q.version for q in resumed.queue.batches]),
         torch.tensor([q.version for q in whole.queue.batches]),
     )
+
+
+@pytest.mark.parametrize("name", [n for n in PRESETS if "rollouts" not in PRESETS[n].spec])
+def test_every_preset_trains_asynchronously(tasks, name):
+    # select, tokens, reweight on the trained groups; mixing, skip policies and curricula on
+    # late signals; refill through the queue
+    tr = make_trainer(tasks, name, asynchronous={"staleness": 2})
+    ms = [tr.train_step() for _ in range(4)]
+    assert all(m[A + "staleness_max"] <= 3 for m in ms)
+    last = ms[-1]  # the update trains on older groups (refill: when its selector kept any)
+    assert last[A + "staleness_mean"] >= 1.0 or last.get("dataflex/refill/groups_kept") == 0
