@@ -43,7 +43,7 @@ group figures):
   cost above), and that rate's ratio to plain GRPO's in the same regime (pooled; the range of
   the per-seed paired ratios beside it);
 - responses per prompt (per generated group: its non-padding responses in the log) as mean,
-  min, max and a histogram, and the mean over steps of every ``dataflex/responses/...`` metric
+  min, max and a histogram, and the mean over steps of every ``dataflex/rollouts/...`` metric
   the runs logged (the per-prompt budget presets' own figures);
 - steps and generation cost per run (mean), and runs of the equal-tokens regime that stopped at
   the step cap before the token budget (flagged: not at equal tokens).
@@ -87,7 +87,7 @@ BASELINE = "baseline"
 #: the arms, each against plain GRPO (presets; issue 41 items 1-4)
 ARMS = ("ragen_snr", "maxrl", "nemotron_curriculum", "reinforce_ada", "knapsack_rl")
 #: the metrics the per-prompt budget presets log (printed for any arm that logs them)
-RESPONSES_PREFIX = "dataflex/responses/"
+RESPONSES_PREFIX = "dataflex/rollouts/"
 REGIMES = ("steps", "tokens")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "next_strategies"
 #: the TRL smoke run's settings: examples/experiments/trl_quick.yaml's
@@ -150,7 +150,7 @@ def experiment(
 
 def run_figures(run_dir: str | Path) -> dict:
     """One engine run's figures from its folder: ``metrics.jsonl`` (steps, generation cost,
-    the ``dataflex/responses/...`` metrics) and the decision log (groups and responses)."""
+    the ``dataflex/rollouts/...`` metrics) and the decision log (groups and responses)."""
     import pandas as pd
 
     from dataflex_rl.hosts.common.decision_log import RESPONSES
@@ -394,7 +394,7 @@ def effect_text(r: dict) -> str:
 
 def render(rows: list[dict], header: list[str]) -> str:
     """The markdown: ``header`` lines, then one table per host (engine: the group figures
-    too), then the responses-per-prompt histograms and ``dataflex/responses/`` metrics."""
+    too), then the responses-per-prompt histograms and ``dataflex/rollouts/`` metrics."""
     md = [*header, ""]
     engine = [r for r in rows if r["host"] == "engine"]
     if engine:
@@ -548,7 +548,13 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
         rows += arm_rows(res, exp, "engine", f"tokens {tokens}", figures)
         header.append(_regime_line(f"equal tokens ({tokens}: {how}; step cap {cap})", res, wall))
     if args.trl:
-        data = trl_experiment(arms, args.trl_seeds, args.trl_steps, args.trl_per_domain)
+        from dataflex_rl.core.spec import parse_strategy
+
+        # TRL refuses uneven groups up front (rollouts.mode allocate): those arms are left out
+        trl_arms = [
+            a for a in arms if getattr(parse_strategy(a).rollouts, "mode", "") != "allocate"
+        ]
+        data = trl_experiment(trl_arms, args.trl_seeds, args.trl_steps, args.trl_per_domain)
         exp, res, _, wall = run_regime(
             data, TRL_EXPERIMENT.parent, out / f"trl-{args.trl_steps}", args.workers, args.progress
         )

@@ -53,8 +53,8 @@ def test_run_figures_by_hand(tmp_path):
             (1, 2, [1, 0, 1, 1], False, True),
         ],
         [
-            {"engine/generation_cost_tokens": 120.0, "dataflex/responses/per_prompt_max": 6},
-            {"engine/generation_cost_tokens": 80.0, "dataflex/responses/per_prompt_max": 4},
+            {"engine/generation_cost_tokens": 120.0, "dataflex/rollouts/per_prompt_max": 6},
+            {"engine/generation_cost_tokens": 80.0, "dataflex/rollouts/per_prompt_max": 4},
         ],
     )
     f = ns.run_figures(tmp_path)
@@ -63,7 +63,7 @@ def test_run_figures_by_hand(tmp_path):
     assert (f["groups_generated"], f["zero_generated"]) == (6, 2)
     assert (f["groups_trained"], f["zero_trained"], f["effective"]) == (4, 2, 2)
     assert f["responses"] == {4: 3, 2: 2, 6: 1}
-    assert f["responses_metrics"] == {"dataflex/responses/per_prompt_max": 5.0}
+    assert f["responses_metrics"] == {"dataflex/rollouts/per_prompt_max": 5.0}
 
 
 def _figures(effective, cost, steps=10, responses=None):
