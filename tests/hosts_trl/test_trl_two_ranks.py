@@ -22,7 +22,7 @@ pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def torchrun(script: str, out: Path) -> None:
+def torchrun(script: str, out: Path, *args: str) -> None:
     """Both ranks of ``script`` under ``torchrun --standalone --nproc_per_node 2`` (CPU, gloo).
 
     Each rank ends with ``tiny.end_rank`` (barrier, flush, ``os._exit(0)``) once its file is
@@ -38,7 +38,7 @@ def torchrun(script: str, out: Path) -> None:
     }
     torchrun = Path(sys.executable).with_name("torchrun")
     path = ROOT / "tests" / "hosts_trl" / script
-    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(path), str(out)]
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(path), str(out), *args]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
 
@@ -138,3 +138,17 @@ def test_micro_batch_masks_equal_trls_gathered_over_both_ranks(tmp_path):
     assert all(c["equal"] for c in calls), calls
     kept, tokens = sum(c["kept"] for c in calls), sum(c["tokens"] for c in calls)
     assert 0.15 < kept / tokens < 0.5
+
+
+def test_until_signal_rounds_are_shared_by_both_ranks(tmp_path):
+    # G = 3 over 2 ranks: each until_signal round's prompts are rounded up to an even number
+    # (one share per rank); both ranks assemble the same balanced groups and take their rows
+    torchrun("trl_ranks_run.py", tmp_path, "grpo", "rollouts")
+    views = [json.loads((tmp_path / f"rank{p}.json").read_text())["views"] for p in (0, 1)]
+    assert len(views[0]) == len(views[1]) == 2
+    assert sum(v["rollouts_rounds"] for v in views[0]) > 0
+    for a, b in zip(*views):
+        for key in ("N", "rewards", "prompt_keys", "keep", "weights", "rollouts_generated"):
+            assert a[key] == b[key], key
+        assert a["N"] == 6 and [a["rows"], b["rows"]] == [[0, 3], [3, 6]]
+        assert a["applied_matches_weights"] and b["applied_matches_weights"]

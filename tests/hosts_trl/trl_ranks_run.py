@@ -3,6 +3,10 @@
 Run by ``tests/hosts_trl/test_trl_two_ranks.py`` as::
 
     torchrun --standalone --nproc_per_node 2 tests/hosts_trl/trl_ranks_run.py OUT [LOSS_TYPE=grpo]
+        [VARIANT=all]
+
+(VARIANT ``rollouts``: `ROLLOUTS` with 3 completions per prompt, so each round's prompts are
+rounded up to a multiple of 2, one share per rank.)
 
 (CPU, gloo). Every rank writes ``OUT/rank<p>.json``: per generation batch, the global view it
 decided on (N, the keep mask, the weights per response and per token, the proportions, the
@@ -45,6 +49,11 @@ STRATEGY = {
 }
 
 
+#: per-prompt rollouts until signal with G = 3 over 2 ranks: an until_signal round of an odd
+#: number of prompts is rounded up to an even one (its first prompts repeated)
+ROLLOUTS = {"name": "ranks_rollouts", "rollouts": {"mode": "until_signal", "max_rounds": 3}}
+
+
 def _rounded(weights: torch.Tensor) -> list:
     """[rows, T] weights as nested lists, rounded so the JSON compares exactly."""
     return [[round(w, 6) for w in row] for row in weights.tolist()]
@@ -74,7 +83,9 @@ class RecordingTrainer(DataflexGRPOTrainer):
                     "weights": [round(w, 6) for w in d.weights_per_response.tolist()],
                     "token_weights": _rounded(d.weights_per_token),
                     "renormalize": d.renormalizes,
-                    "proportions": strategy.proportions.tolist(),
+                    "proportions": None
+                    if strategy.proportions is None
+                    else strategy.proportions.tolist(),
                 }
             )
             return d
@@ -91,8 +102,12 @@ class RecordingTrainer(DataflexGRPOTrainer):
             # advantages TRL's loss reads, divided back by (TRL's advantage x c) on loss tokens
             w_local = self._last_decision.weights_per_token[p * n : (p + 1) * n]
             base = self._last_batch_advantages[p * n : (p + 1) * n]
-            c = train["dataflex/trl/advantage_scale"][-1]
+            # 1 when the strategy leaves the loss alone (rollouts only: no decision applied)
+            c = (train.get("dataflex/trl/advantage_scale") or [1.0])[-1]
             adv, mask = out["advantages"].detach(), out["completion_mask"].bool()
+            per_token = adv.dim() == 2
+            if not per_token:  # TRL's own [n] advantages: the strategy left the loss alone
+                adv = adv[:, None].expand(mask.shape)
             T = adv.shape[1]
             expect = base[:, None] * w_local[:, :T] * c
             applied = torch.where(mask, adv, torch.zeros_like(adv))
@@ -107,22 +122,34 @@ class RecordingTrainer(DataflexGRPOTrainer):
                     "local_kept_rows": int(out["completion_mask"].any(1).sum()),
                     "local_loss_rows": out["completion_mask"].any(1).int().tolist(),
                     "num_items_in_batch": int(out["num_items_in_batch"]),
-                    "advantage_scale": train["dataflex/trl/advantage_scale"][-1],
-                    "per_token_advantages": out["advantages"].dim() == 2,
-                    "kept_response_fraction": train["dataflex/kept_response_fraction"][-1],
-                    "refill_rounds": train["dataflex/refill/rounds"][-1],
-                    "refill_groups_kept": train["dataflex/refill/groups_kept"][-1],
+                    "advantage_scale": c,
+                    "per_token_advantages": per_token,
+                    "kept_response_fraction": (
+                        train.get("dataflex/kept_response_fraction") or [1.0]
+                    )[-1],
+                    **{
+                        name: train[key][-1]
+                        for name, key in (
+                            ("refill_rounds", "dataflex/refill/rounds"),
+                            ("refill_groups_kept", "dataflex/refill/groups_kept"),
+                            ("rollouts_rounds", "dataflex/rollouts/rounds"),
+                            ("rollouts_generated", "dataflex/rollouts/generated"),
+                            ("rollouts_per_prompt_max", "dataflex/rollouts/per_prompt_max"),
+                        )
+                        if train.get(key)
+                    },
                 }
             )
         return out
 
 
-def main(out_dir: str, loss_type: str = "grpo") -> None:
+def main(out_dir: str, loss_type: str = "grpo", variant: str = "all") -> None:
     tok = tiny_tokenizer()
+    rollouts = variant == "rollouts"
     args = DataflexGRPOConfig(
         output_dir=os.path.join(out_dir, "run"),
-        per_device_train_batch_size=8,
-        num_generations=4,
+        per_device_train_batch_size=3 if rollouts else 8,
+        num_generations=3 if rollouts else 4,
         gradient_accumulation_steps=1,
         max_completion_length=8,
         max_steps=2,
@@ -134,7 +161,7 @@ def main(out_dir: str, loss_type: str = "grpo") -> None:
         gradient_checkpointing=False,
         loss_type=loss_type,
         seed=0,
-        dataflex={"strategy": STRATEGY, "seed": 0},
+        dataflex={"strategy": ROLLOUTS if rollouts else STRATEGY, "seed": 0},
     )
     trainer = RecordingTrainer(
         model=tiny_model(tok),
