@@ -329,7 +329,8 @@ class Driver:
             [o.generation for o in owners], rows, group_ids, items, domain_ids
         )
         age = torch.tensor([step - q.version for q, _ in picks], dtype=torch.int64)
-        batch = batch.replace(staleness=age[batch.group_ids])
+        # the decision's step (a host may hand back a queued generation's own batch whole)
+        batch = batch.replace(step=step, staleness=age[batch.group_ids])
         queue.drop_done()
         counts = queue.count(torch.tensor(domain_ids, dtype=torch.int64), step, D)
         figures = _async_figures(
