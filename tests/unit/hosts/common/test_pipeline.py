@@ -152,3 +152,19 @@ def test_admission_is_refused_where_nothing_waits():
             check_block(block, HostSettings(host, "grpo", True, ()))
     with pytest.raises(ConfigError, match="admission acts under asynchronous training"):
         Strategy({"name": "x", "select": "dapo", "refill": {}, "admission": {}})
+
+
+def test_the_decided_batch_carries_the_step_it_is_decided_at():
+    # a host that hands back a queued generation's own batch (stamped with its step 0)
+    class Whole(Host):
+        def assemble(self, generations, rows, group_ids, items, doms):
+            return None, generations[0].batch
+
+    lengths = {i: 5 for i in range(20)}
+    strategy = Strategy({"name": "b"}, domains=("a", "b"))
+    intake = Intake([list(range(10)), list(range(10, 20))], ("a", "b"),
+                    torch.tensor([0.5, 0.5]), seeds=(1, 1))  # fmt: skip
+    d, q = Driver(strategy, intake), GenerationQueue(depth=1, max_tokens=10)
+    for s in range(3):
+        out = d.step(Whole(lengths), 2, s, queue=q)
+        assert out.batch.step == s
