@@ -89,9 +89,9 @@ def _generated(tr: EmbeddedTrainer, monkeypatch) -> list[list]:
     calls: list[list] = []
     rollout = generation_module.EngineGeneration.rollout
 
-    def spy(self, problems, before=()):
+    def spy(self, problems, before=(), counts=None):
         calls.append([p.key for p in problems])
-        return rollout(self, problems, before)
+        return rollout(self, problems, before, counts)
 
     monkeypatch.setattr(generation_module.EngineGeneration, "rollout", spy)
     return calls

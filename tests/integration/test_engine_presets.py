@@ -63,9 +63,9 @@ class Recorder:
             )
             return learn(rollout, advantages, decision, step)
 
-        def _quota(proportions, n):  # every draw asks the sampler for its quota once
+        def _quota(proportions, n, paused=None):  # every draw asks the sampler for its quota once
             self.proportions.append(proportions.clone().double())
-            return quota(proportions, n)
+            return quota(proportions, n, paused)
 
         trainer.learner.learn = _update
         trainer.driver.intake.sampler.quota = _quota
