@@ -37,7 +37,11 @@ SKIPS = {
     "greso": {"name": "greso", "explore_prob": 0.0, "min_explore": 0.0},
     "thompson": {"name": "thompson", "low": 0.3, "high": 0.7},
 }
-NAMES = sorted(PRESETS.names() if hasattr(PRESETS, "names") else PRESETS) + sorted(SKIPS)
+#: per-prompt budgets: TRL refuses allocate up front, and until_signal's rounds are more
+#: generations a step (both: tests/hosts_trl/test_trl_rollouts.py)
+REFUSED = {n for n in PRESETS if "rollouts" in PRESETS[n].spec}
+NAMES = sorted(set(PRESETS.names() if hasattr(PRESETS, "names") else PRESETS) - REFUSED)
+NAMES += sorted(SKIPS)
 
 
 def _parts(name):

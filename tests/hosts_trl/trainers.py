@@ -85,9 +85,9 @@ class Recorder:
         if intake is not None:
             draw = intake.draw
 
-            def recorded_draw(n, strat, step):
+            def recorded_draw(n, strat, step, paused=None):
                 props = strat.proportions
-                rows, doms, metrics = draw(n, strat, step)
+                rows, doms, metrics = draw(n, strat, step, paused)
                 self.draws.append((list(rows), list(doms), props))
                 return rows, doms, metrics
 
