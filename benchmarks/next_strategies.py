@@ -4,7 +4,8 @@ equal generated tokens (issue 41, item 6).
 Arms (`ARMS`, each a preset, against plain GRPO, preset ``baseline``): ``ragen_snr`` (top-p
 reward-variance selection), ``maxrl`` (difficulty-weighted advantages),
 ``nemotron_curriculum`` (target-difficulty curriculum), and the per-prompt rollout budgets
-``reinforce_ada`` (rollouts until signal) and ``knapsack_rl`` (per-prompt allocation). A
+``reinforce_ada`` (rollouts until signal), ``knapsack_rl`` (per-prompt allocation) and
+``adaptive_rollout`` (sequential rounds within the step's responses). A
 preset this checkout does not register is refused before any run, with the registered ones
 listed (``--arms`` picks a subset).
 
@@ -85,7 +86,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 BASELINE = "baseline"
 #: the arms, each against plain GRPO (presets; issue 41 items 1-4)
-ARMS = ("ragen_snr", "maxrl", "nemotron_curriculum", "reinforce_ada", "knapsack_rl")
+ARMS = (
+    "ragen_snr",
+    "maxrl",
+    "nemotron_curriculum",
+    "reinforce_ada",
+    "knapsack_rl",
+    "adaptive_rollout",
+)
 #: the metrics the per-prompt budget presets log (printed for any arm that logs them)
 RESPONSES_PREFIX = "dataflex/rollouts/"
 REGIMES = ("steps", "tokens")
@@ -550,9 +558,11 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
     if args.trl:
         from dataflex_rl.core.spec import parse_strategy
 
-        # TRL refuses uneven groups up front (rollouts.mode allocate): those arms are left out
+        # TRL refuses uneven groups up front (rollouts.mode allocate, sequential): those arms
+        # are left out
+        uneven = ("allocate", "sequential")
         trl_arms = [
-            a for a in arms if getattr(parse_strategy(a).rollouts, "mode", "") != "allocate"
+            a for a in arms if getattr(parse_strategy(a).rollouts, "mode", "") not in uneven
         ]
         data = trl_experiment(trl_arms, args.trl_seeds, args.trl_steps, args.trl_per_domain)
         exp, res, _, wall = run_regime(

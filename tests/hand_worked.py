@@ -194,6 +194,7 @@ ELSEWHERE = {
     # responses each prompt gets, worked out by hand there
     "reinforce_ada": "tests/unit/core/test_rollouts.py::test_hand_worked_*",
     "knapsack_rl": "tests/unit/core/test_rollouts.py::test_hand_worked_*",
+    "adaptive_rollout": "tests/unit/core/test_rollouts.py::test_hand_worked_sequential_rounds",
 }
 #: (kind, registered name) -> the preset that runs the component with its default parameters
 #: (and default scorer), or the unit test that works its values out by hand

@@ -263,6 +263,18 @@ _P = [
             }
         },
     ),
+    Preset(
+        "adaptive_rollout",
+        "per-prompt rollouts within the step's budget: 2 responses each, then 2 more per "
+        "round to every prompt whose responses all score alike (fewest first), until the "
+        "step's G x prompts responses are spent or 6 rounds ran; the update trains on every "
+        "response, groups of uneven size",
+        "Zhang et al. 2025, Improving Sampling Efficiency in RLVR through Adaptive Rollout "
+        "and Response Reuse (AR3PO, arXiv 2509.25808): more responses for prompts without "
+        "signal, sampled in stages (the fixed per-step budget, the stopping rule -- both "
+        "outcomes -- and the round sizes are this library's choice; no response reuse)",
+        {"rollouts": {"mode": "sequential", "first": 2, "per_round": 2, "max_rounds": 6}},
+    ),
 ]
 
 for _preset in _P:

@@ -217,7 +217,7 @@ def script_engine(monkeypatch, script: Script) -> None:
     from dataflex_rl.hosts.engine import generation
     from dataflex_rl.hosts.engine.sampler import Rollout, left_pad
 
-    def rollout(self, problems, before=(), counts=None):
+    def rollout(self, problems, before=(), counts=None, offsets=None):
         tok = self.policy.tokenizer
         G, T = self.grpo.group_size, self.grpo.max_new_tokens
         assert G == script.group_size and T >= script.max_len

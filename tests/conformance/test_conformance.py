@@ -137,6 +137,9 @@ def test_the_engine_and_the_example_run_the_same_step(example, policy, tmp_path,
     if name == "knapsack_rl":  # uneven groups once the domain rates differ
         sizes = [t.figures["dataflex/rollouts/per_prompt_max"] for t in engine]
         assert max(sizes) > G
+    if name == "adaptive_rollout":  # rounds of 2 for prompts without signal, uneven groups
+        assert sum(len(t.rounds) - 1 for t in engine) > 0
+        assert max(t.figures["dataflex/rollouts/per_prompt_max"] for t in engine) > 2
 
 
 def test_the_kit_names_the_column_that_differs(monkeypatch, tmp_path):

@@ -42,7 +42,11 @@ SKIPPING = {
     },
 }
 #: presets TRL refuses up front: uneven groups (tests/hosts_trl/test_trl_rollouts.py)
-REFUSED = [n for n in PRESETS if getattr(parse_strategy(n).rollouts, "mode", None) == "allocate"]
+REFUSED = [
+    n
+    for n in PRESETS
+    if getattr(parse_strategy(n).rollouts, "mode", None) in ("allocate", "sequential")
+]
 NAMES = [
     n for n in PRESETS if not Strategy(n, domains=DOMAINS).feature_layer and n not in REFUSED
 ] + list(SKIPPING)

@@ -26,6 +26,8 @@ def test_allocate_and_batch_advantages_are_refused_before_anything_is_built(tmp_
     # the trainer checks the block against the args before GRPOTrainer builds anything
     with pytest.raises(ConfigError, match=r"rollouts\.mode: 'allocate'.*RepeatSampler"):
         dataflex_trainer(tmp_path, "knapsack_rl")
+    with pytest.raises(ConfigError, match=r"rollouts\.mode: 'sequential'.*RepeatSampler"):
+        dataflex_trainer(tmp_path, "adaptive_rollout")
     with pytest.raises(ConfigError, match=r"rollouts\.mode: 'until_signal'.*'batch'"):
         dataflex_trainer(tmp_path, "reinforce_ada", scale_rewards="batch")
 

@@ -89,9 +89,9 @@ def _generated(tr: EmbeddedTrainer, monkeypatch) -> list[list]:
     calls: list[list] = []
     rollout = generation_module.EngineGeneration.rollout
 
-    def spy(self, problems, before=(), counts=None):
+    def spy(self, problems, before=(), counts=None, offsets=None):
         calls.append([p.key for p in problems])
-        return rollout(self, problems, before, counts)
+        return rollout(self, problems, before, counts, offsets)
 
     monkeypatch.setattr(generation_module.EngineGeneration, "rollout", spy)
     return calls

@@ -1,6 +1,7 @@
 """Per-prompt budgets against plain-loop references on 300 random cases each: the knapsack
 allocation (one response at a time to the best marginal value; and, on small cases, the
-best of every allocation), the balanced subset and the uniform pools."""
+best of every allocation), the balanced subset, the uniform pools and the sequential
+rounds (`Driver.step` on scripted response streams)."""
 
 from __future__ import annotations
 
@@ -123,3 +124,99 @@ def test_balanced_subsets_and_uniform_pools_equal_their_plain_loops():
             len({rewards[i] for i in range(R) if pool[i] == k and active[i]}) <= 1 for k in range(P)
         ]
         assert uniform_pools(r, a, q, P).tolist() == uniform
+
+
+def plain_sequential(
+    streams: list[list[float]], G: int, first: int, per_round: int, max_rounds: int
+) -> tuple[list[int], list[list[int]]]:
+    """The sequential rule as a loop: (responses each prompt ends with, each round's counts).
+    Every prompt takes ``first`` of its stream; then per round, the prompts whose responses so
+    far all agree, fewest first (then the earlier one), take ``per_round`` more while the
+    step's G x prompts responses last."""
+    n = [first] * len(streams)
+    left = G * len(streams) - sum(n)
+    rounds = []
+    for _ in range(max_rounds):
+        if left <= 0:
+            break
+        need = [i for i in range(len(streams)) if len(set(streams[i][: n[i]])) == 1]
+        need.sort(key=lambda i: (n[i], i))
+        give = [0] * len(streams)
+        for i in need:
+            k = min(per_round, left)
+            give[i], left = k, left - k
+        if not any(give):
+            break
+        rounds.append(give)
+        n = [a + b for a, b in zip(n, give)]
+    return n, rounds
+
+
+def test_sequential_rounds_equal_their_plain_loop():
+    from dataflex_rl.core.batch import from_lists
+    from dataflex_rl.core.strategy import Strategy
+    from dataflex_rl.hosts.common.driver import Driver
+    from dataflex_rl.hosts.common.intake import Intake
+    from dataflex_rl.hosts.common.step import Generation
+
+    class Streams:
+        """Prompt i's k-th response scores ``streams[i][k]``."""
+
+        def __init__(self, streams, G):
+            self.streams, self.group_size = streams, G
+            self.used = [0] * len(streams)
+            self.calls = []
+
+        def generate(self, items, doms, rnd, counts=None):
+            n = counts.tolist()
+            self.calls.append(dict(zip(items, n)))
+            rewards, groups = [], []
+            for g, (i, c) in enumerate(zip(items, n)):
+                rewards += self.streams[i][self.used[i] : self.used[i] + c]
+                groups += [g] * c
+                self.used[i] += c
+            batch = from_lists(
+                rewards,
+                groups,
+                prompt_keys=tuple(items[g] for g in groups),
+                domain_ids=torch.zeros(len(groups), dtype=torch.int64),
+                domains=("a",),
+                step=0,
+            )
+            return Generation(batch, rows=None)
+
+        def assemble(self, generations, rows, group_ids, items, doms):
+            rewards = torch.cat([g.batch.rewards for g in generations])[rows]
+            return None, from_lists(rewards.tolist(), group_ids.tolist(), domains=("a",), step=0)
+
+    rng = random.Random(17)
+    for _ in range(CASES):
+        P, G = rng.randint(1, 6), rng.randint(2, 8)
+        first = rng.randint(2, G)
+        per_round, max_rounds = rng.randint(1, 4), rng.randint(1, 6)
+        rates = random_rates(rng, P)
+        streams = [[float(rng.random() < p) for _ in range(G * P)] for p in rates]
+        strategy = Strategy(
+            {
+                "name": "s",
+                "rollouts": {
+                    "mode": "sequential",
+                    "first": first,
+                    "per_round": per_round,
+                    "max_rounds": max_rounds,
+                },
+            },
+            domains=("a",),
+        )
+        host = Streams(streams, G)
+        Driver(strategy, Intake([list(range(P))], ("a",), torch.tensor([1.0]), seeds=(1, 1))).step(
+            host, P, 0
+        )
+        drawn = list(host.calls[0])  # the step's prompt order (ties go to the earlier)
+        assert sorted(drawn) == list(range(P))
+        want_n, want_rounds = plain_sequential(
+            [streams[i] for i in drawn], G, first, per_round, max_rounds
+        )
+        assert [host.used[i] for i in drawn] == want_n
+        got_rounds = [[c.get(i, 0) for i in drawn] for c in host.calls[1:]]
+        assert got_rounds == want_rounds

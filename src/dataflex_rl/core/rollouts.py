@@ -5,7 +5,10 @@ prompt of a step gets (docs/concepts.md#per-prompt-rollout-budgets).
 again (`uniform_pools`), then the update trains on a balanced subset of each prompt's pool
 (`balanced_subset`). ``allocate`` (Knapsack RL): the step's responses are shared among its
 prompts before generation (`allocate_counts`) from each prompt's estimated pass rate
-(`ResponseBudget.pass_rates`). Pure tensor functions, and one small stateful estimator.
+(`ResponseBudget.pass_rates`). ``sequential`` (adaptive rollout within the step's budget): a
+few responses each, then rounds of more for the prompts without signal yet, fewest first
+(`sequential_counts`), until the step's responses are spent. Pure tensor functions, and one
+small stateful estimator.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from torch import Tensor
 
 from dataflex_rl.core.batch import RolloutBatch, clean_rewards
 from dataflex_rl.core.history import Outcomes
+from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.core.segment import segment_count, segment_max, segment_min, segment_sum
 from dataflex_rl.core.spec import RolloutsSpec
 
@@ -63,6 +67,30 @@ def allocate_counts(p: Tensor, total: int, lo: int, hi: int, value: str) -> Tens
     )  # [K, N]: count-major, so a stable sort breaks ties by count, then by prompt
     order = torch.sort(-gain.reshape(-1), stable=True).indices[:extra]
     return base + torch.bincount(order % N, minlength=N)
+
+
+def sequential_counts(n: Tensor, need: Tensor, per_round: int, remaining: int) -> Tensor:
+    """[P] int64 responses each prompt gets in a ``sequential`` round: ``per_round`` to each
+    prompt with ``need`` [P] bool, in order of fewest responses so far ``n`` [P] (then the
+    earlier prompt), while ``remaining`` lasts (the last one served gets what is left)."""
+    P = int(n.shape[0])
+    order = torch.sort(torch.where(need, n, torch.iinfo(torch.int64).max), stable=True).indices
+    before = torch.arange(P, dtype=torch.int64) * per_round  # given to the ones served first
+    give = (remaining - before).clamp(min=0, max=per_round)
+    out = torch.zeros(P, dtype=torch.int64)
+    out[order] = give
+    return torch.where(need, out, 0)
+
+
+def check_sequential(spec: RolloutsSpec, group_size: int) -> None:
+    """ConfigError naming ``rollouts.first`` when it is above the host's group size G (the
+    step's budget is G responses per prompt)."""
+    if spec.mode == "sequential" and spec.first > group_size:
+        raise ConfigError(
+            f"strategy.rollouts.first: {spec.first} is above the group size {group_size}; "
+            "the sequential mode spends the step's group size x prompts responses, so every "
+            "prompt's first ones must fit in its share"
+        )
 
 
 def uniform_pools(batch_rewards: Tensor, active: Tensor, pool: Tensor, P: int) -> Tensor:

@@ -138,6 +138,7 @@ class RefillOptions:
 ROLLOUT_MODES = {
     "until_signal": ("max_rounds",),
     "allocate": ("min_responses", "max_responses", "value", "prior_weight"),
+    "sequential": ("first", "per_round", "max_rounds"),
 }
 
 
@@ -152,16 +153,35 @@ class RolloutsOptions:
     the update trains on a balanced subset of G responses per prompt. ``allocate`` (Knapsack
     RL): the step's G x prompts responses are shared among its prompts before generation,
     each getting between ``min_responses`` and ``max_responses``, by the greedy knapsack on
-    each prompt's estimated pass rate; groups of uneven size, baselines per group."""
+    each prompt's estimated pass rate; groups of uneven size, baselines per group.
+    ``sequential`` (adaptive rollout within the step's budget): every prompt first gets
+    ``first`` responses, then each round gives ``per_round`` more to every prompt whose
+    responses all score alike (fewest responses first) until the step's G x prompts
+    responses are spent or ``max_rounds`` ran; the update trains on every response (groups
+    of uneven size, baselines per group)."""
 
     mode: str = param(
         "until_signal",
-        "until_signal (sample until a group has two outcomes, train on a balanced G) or "
-        "allocate (share the step's responses among its prompts by estimated value)",
+        "until_signal (sample until a group has two outcomes, train on a balanced G), "
+        "allocate (share the step's responses among its prompts by estimated value) or "
+        "sequential (a few responses each, then more to prompts without signal, within the "
+        "step's responses)",
         choices=tuple(ROLLOUT_MODES),
     )
     max_rounds: int = param(
-        3, "until_signal: extra rounds of G responses a prompt gets at most (>= 1)", ge=1
+        3,
+        "until_signal: extra rounds of G responses a prompt gets at most; sequential: rounds "
+        "after the first (>= 1)",
+        ge=1,
+    )
+    first: int = param(
+        2,
+        "sequential: responses every prompt gets first (>= 2: a group with two outcomes "
+        "has a baseline; at most the group size G)",
+        ge=2,
+    )
+    per_round: int = param(
+        2, "sequential: more responses a prompt without signal gets per round", ge=1
     )
     min_responses: int = param(
         2, "allocate: fewest responses a prompt gets (>= 2: each group has a baseline)", ge=2
@@ -332,6 +352,8 @@ class RolloutsSpec:
     max_responses: int = 32
     value: str = "knapsack"
     prior_weight: float = 4.0
+    first: int = 2
+    per_round: int = 2
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, **{k: getattr(self, k) for k in ROLLOUT_MODES[self.mode]}}
@@ -617,8 +639,9 @@ def parse_rollouts(value: Any, where: str) -> RolloutsSpec:
     """The ``rollouts`` section (`RolloutsOptions`); ConfigError naming a key that the
     section's mode does not read, or ``max_responses`` below ``min_responses``."""
     options = validate(RolloutsOptions, value, where)
+    mine = ROLLOUT_MODES[options.mode]
     other = sorted(
-        k for m, keys in ROLLOUT_MODES.items() if m != options.mode for k in keys if k in value
+        {k for m, keys in ROLLOUT_MODES.items() for k in keys if k in value and k not in mine}
     )
     if other:
         raise ConfigError(
@@ -637,6 +660,8 @@ def parse_rollouts(value: Any, where: str) -> RolloutsSpec:
         options.max_responses,
         options.value,
         float(options.prior_weight),
+        options.first,
+        options.per_round,
     )
 
 

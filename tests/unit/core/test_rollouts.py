@@ -16,7 +16,9 @@ from dataflex_rl.core.rollouts import (
     ResponseBudget,
     allocate_counts,
     balanced_subset,
+    check_sequential,
     response_value,
+    sequential_counts,
     uniform_pools,
 )
 from dataflex_rl.core.spec import RolloutsSpec
@@ -70,6 +72,17 @@ def test_hand_worked_balanced_subsets():
     assert take.nonzero().squeeze(1).tolist() == [0, 1, 2, 3, 6]
 
 
+def test_hand_worked_sequential_rounds():
+    # needing: prompts 0, 2, 3 (counts 4, 2, 2); fewest first, then the earlier prompt:
+    # 2, 3, 0 get 3 each while 7 responses last: 3, 3, then the 1 left
+    n = torch.tensor([4, 2, 2, 2])
+    need = torch.tensor([True, False, True, True])
+    assert sequential_counts(n, need, 3, 7).tolist() == [1, 0, 3, 3]
+    assert sequential_counts(n, need, 3, 100).tolist() == [3, 0, 3, 3]
+    assert sequential_counts(n, need, 3, 0).tolist() == [0, 0, 0, 0]
+    assert sequential_counts(n, torch.zeros(4, dtype=torch.bool), 3, 9).tolist() == [0] * 4
+
+
 def test_hand_worked_uniform_pools():
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 7.0])
     pool = torch.tensor([0, 0, 1, 1, 2, 2, 3])
@@ -118,6 +131,22 @@ def test_the_section_refuses_what_it_does_not_read():
         Strategy({"name": "x", "rollouts": {"mod": "allocate"}})
     with pytest.raises(ConfigError, match="use one of the two"):
         Strategy({"name": "x", "select": "dapo", "refill": {}, "rollouts": {}})
+    with pytest.raises(ConfigError, match=r"rollouts\.first: not read by mode 'until_signal'"):
+        Strategy({"name": "x", "rollouts": {"first": 2}})
+    with pytest.raises(ConfigError, match=r"rollouts\.first: must be >= 2"):
+        Strategy({"name": "x", "rollouts": {"mode": "sequential", "first": 1}})
+    # max_rounds is read by two modes: accepted by both
+    seq = Strategy({"name": "x", "rollouts": {"mode": "sequential", "max_rounds": 9}})
+    assert seq.spec.to_dict()["rollouts"] == {
+        "mode": "sequential",
+        "first": 2,
+        "per_round": 2,
+        "max_rounds": 9,
+    }
+    # the first responses must fit in the step's budget of G per prompt
+    check_sequential(seq.rollouts, 2)
+    with pytest.raises(ConfigError, match=r"rollouts\.first: 3 is above the group size 2"):
+        check_sequential(RolloutsSpec("sequential", first=3), 2)
     # and the spec round-trips with its mode's keys only
     spec = Strategy("knapsack_rl").spec.to_dict()["rollouts"]
     assert spec == {
@@ -268,3 +297,52 @@ def test_allocate_gives_the_host_counts_from_the_estimated_pass_rates():
         .values,
         torch.tensor(sorted(counts)),
     )
+
+
+def test_sequential_gives_more_to_prompts_without_signal_within_the_steps_responses():
+    class Counting(Scripted):
+        """Prompt i answers ``counts`` responses: the next ones of ``script[i]``."""
+
+        def generate(self, items, doms, rnd, counts=None):
+            n = counts.tolist()
+            self.calls.append((rnd, list(items), n))
+            rewards = [self.script[i].pop(0) for i, c in zip(items, n) for _ in range(c)]
+            groups = [g for g, c in enumerate(n) for _ in range(c)]
+            batch = from_lists(
+                rewards,
+                groups,
+                prompt_keys=tuple(items[g] for g in groups),
+                domain_ids=torch.tensor([doms[g] for g in groups]),
+                domains=("a",),
+                step=0,
+            )
+            return Generation(batch, rows=[(items[g], rnd) for g in groups])
+
+    # G = 4, 3 prompts: 12 responses. first 2 each (6), then 2 per round to the uniform ones:
+    # round 1: p1 (0, 0) and p2 (1, 1) get 2 each (10 spent); p1 now mixed (0 0 1 0);
+    # round 2: p2 (1 1 1 1) gets the 2 left; spent: p2 holds 1 1 1 1 0 1, mixed
+    script = {0: [1, 0], 1: [0, 0, 1, 0], 2: [1, 1, 1, 1, 0, 1]}
+    strategy = Strategy(
+        {"name": "s", "rollouts": {"mode": "sequential", "first": 2, "per_round": 2}},
+        domains=("a",),
+    )
+    intake = Intake([[0, 1, 2]], ("a",), torch.tensor([1.0]), seeds=(1, 1))
+    host = Counting(script)
+    seen = []
+    decide = strategy.decide
+    strategy.decide = lambda b, o=None: seen.append((b, o)) or decide(b, o)
+    out = Driver(strategy, intake).step(host, 3, 0)
+    drawn = host.calls[0][1]
+    assert host.calls[0][2] == [2, 2, 2]
+    assert [(r, sorted(i), c) for r, i, c in host.calls[1:]] == [(1, [1, 2], [2, 2]), (2, [2], [2])]
+    assert all(v == [] for v in host.script.values())  # every scripted response generated
+    # trained on: every response, pooled by prompt in the first generation's order
+    assert [p for p, _ in out.rows] == [p for p in drawn for _ in range({0: 2, 1: 4, 2: 6}[p])]
+    batch, observed = seen[0]
+    assert batch.batch_size == 12 and sorted(batch.group_size.tolist()) == [2, 4, 6]
+    assert int((batch.group_std > 0).sum()) == 3  # every group carries signal
+    m = out.metrics
+    assert m[R + "rounds"] == 2.0 and m[R + "prompts_resampled"] == 2.0
+    assert m[R + "generated"] == 12.0 and m[R + "trained"] == 12.0
+    assert m[R + "zero_variance_first"] == pytest.approx(2 / 3)
+    assert m[R + "zero_variance_pooled"] == 0.0

@@ -17,7 +17,13 @@ from torch import Tensor
 from dataflex_rl.core.batch import RolloutBatch, clean_rewards
 from dataflex_rl.core.metrics import metric_domain
 from dataflex_rl.core.registry import ConfigError
-from dataflex_rl.core.rollouts import ROLLOUTS, balanced_subset, uniform_pools
+from dataflex_rl.core.rollouts import (
+    ROLLOUTS,
+    balanced_subset,
+    check_sequential,
+    sequential_counts,
+    uniform_pools,
+)
 from dataflex_rl.core.spec import RolloutsSpec, StrategySpec
 from dataflex_rl.core.strategy import Decision, Strategy
 from dataflex_rl.hosts.common.accounting import PREFIX, generation_metrics
@@ -191,6 +197,9 @@ class Driver:
         if budget is not None and budget.mode == "allocate":
             keys = [i if self.intake.key is None else self.intake.key(i) for i in items]
             counts = self.strategy.response_counts(keys, domain_ids, len(items) * host.group_size)
+        elif budget is not None and budget.mode == "sequential":
+            check_sequential(budget, host.group_size)
+            counts = torch.full((len(items),), budget.first, dtype=torch.int64)
         first = _generated(host, items, domain_ids, 0, counts)
         generations = [first]
         taken: list[int] = []
@@ -566,10 +575,12 @@ def _budget_rounds(
     """A per-prompt budget's rounds after the step's first generation (``until_signal``:
     the prompts whose pooled responses all score alike, again, until they hold two outcomes
     or ``max_rounds`` ran, each round rounded up to a multiple of ``granule`` prompts by
-    repeating its first ones; ``allocate``: none) and what the step trains on: (the rounds'
-    generations, the assembled rows and group ids (`StepHost.assemble`; ``until_signal``: a
-    balanced subset of ``group_size`` per prompt, `balanced_subset`; ``allocate``: every
-    response), every response pooled by prompt (what the strategy observes), and the
+    repeating its first ones; ``sequential``: ``per_round`` more to the prompts whose
+    responses all score alike, fewest first, until the step's ``group_size`` x prompts
+    responses are spent or ``max_rounds`` ran (`sequential_counts`); ``allocate``: none) and
+    what the step trains on: (the rounds' generations, the assembled rows and group ids
+    (`StepHost.assemble`; ``until_signal``: a balanced subset of ``group_size`` per prompt,
+    `balanced_subset`; ``allocate`` and ``sequential``: every response), every response pooled by prompt (what the strategy observes), and the
     ``dataflex/rollouts/`` figures)."""
     P = first.batch.num_groups
     items, doms = first.items, first.domain_ids
@@ -577,6 +588,33 @@ def _budget_rounds(
     pool = [first.batch.group_ids]
     rounds = 0
     resampled = torch.zeros(P, dtype=torch.bool)
+    if budget.mode == "sequential":
+        n = first.batch.group_size.to(torch.int64).clone()  # responses each prompt has
+        present = n > 0
+        remaining = int(present.sum()) * host.group_size - int(n.sum())
+        while rounds < budget.max_rounds and remaining > 0:
+            every = [first, *generations]
+            rewards = torch.cat([clean_rewards(g.batch) for g in every])
+            active = torch.cat([g.batch.active_mask for g in every])
+            need = uniform_pools(rewards, active, torch.cat(pool), P) & present
+            give = sequential_counts(n, need, budget.per_round, remaining)
+            idx = give.nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
+            rounds += 1
+            resampled |= need
+            sub = idx.tolist()
+            gen = _generated(
+                host,
+                [items[i] for i in sub],
+                None if doms is None else [doms[i] for i in sub],
+                rounds,
+                give[idx],
+            )
+            generations.append(gen)
+            pool.append(idx[gen.batch.group_ids])
+            n += give
+            remaining -= int(give.sum())
     if budget.mode == "until_signal":
         while rounds < budget.max_rounds:
             every = [first, *generations]
@@ -609,8 +647,8 @@ def _budget_rounds(
         pick = balanced_subset(clean_rewards(whole), whole.active_mask, of_row, P, host.group_size)
         idx = pick.nonzero().squeeze(1)
         rows = idx[torch.sort(of_row[idx], stable=True).indices]
-    else:
-        rows = torch.arange(whole.batch_size)
+    else:  # every response, pooled by prompt in round order
+        rows = order
     group_ids = of_row[rows]
     sizes = pooled.group_size[first.batch.group_size > 0].to(torch.float64)
     zero_first, present = zero_variance(first.batch)

@@ -56,6 +56,9 @@ class EngineGeneration:
         self.step = step
         self.entropies = entropies
         self._before: list = []  # the problems generated for training so far this step
+        #: responses used of each problem's last noise block, where a ``counts`` generation
+        #: ended inside one (the problem's next ``counts`` generation goes on from there)
+        self._partial: dict[str, int] = {}
 
     @property
     def group_size(self) -> int:
@@ -68,13 +71,22 @@ class EngineGeneration:
         round: int,
         counts: Tensor | None = None,
     ) -> Generation:
+        G = self.group_size
         before = [] if round == AUDIT else self._before
-        rollout, rewards, t_gen, t_rew = self.rollout(items, before, counts)
-        if round != AUDIT:  # a problem given n responses used ceil(n / G) occurrences
-            blocks = (
-                [1] * len(items) if counts is None else (-(-counts // self.group_size)).tolist()
-            )
+        offsets = None
+        if counts is not None and round != AUDIT:
+            offsets = torch.tensor([self._partial.get(p.key, 0) for p in items], dtype=torch.int64)
+        rollout, rewards, t_gen, t_rew = self.rollout(items, before, counts, offsets)
+        if round != AUDIT:  # occurrences (blocks of G noise keys) each problem began
+            if counts is None:
+                blocks, ends = [1] * len(items), [0] * len(items)
+            else:
+                end = offsets + counts.to(torch.int64)
+                blocks = (-(-end // G) - (offsets > 0).to(torch.int64)).tolist()
+                ends = (end % G).tolist()
             self._before = [*self._before, *(p for p, b in zip(items, blocks) for _ in range(b))]
+            for p, e in zip(items, ends):
+                self._partial[p.key] = e
         batch = grpo_batch(rollout, rewards, items, domain_ids, self.domains, self.step, self.grpo)
         return Generation(
             batch,
@@ -115,14 +127,22 @@ class EngineGeneration:
         return Rows(rollout, rewards), batch
 
     def rollout(
-        self, problems: list, before: list = (), counts: Tensor | None = None
+        self,
+        problems: list,
+        before: list = (),
+        counts: Tensor | None = None,
+        offsets: Tensor | None = None,
     ) -> tuple[Rollout, Tensor, float, float]:
         """Generate G responses per problem (``counts``: that many of each) with keyed noise
         and score them: (the rollout, its rewards, generation seconds, scoring seconds).
         ``before``: the problems generated earlier in the step: a prompt drawn again gets
         the noise of its next occurrence. Response j of a problem has the noise of sample
         j mod G of its (j div G)-th next occurrence, so its first G responses are those a
-        plain group would get (common random numbers across arms)."""
+        plain group would get (common random numbers across arms); with ``offsets`` (a
+        problem's earlier ``counts`` generation this step ended o responses into its last
+        occurrence, which ``before`` holds), response j has the noise of response o + j
+        counted from that occurrence: responses given a few at a time are those one
+        generation of them all would get."""
         g = self.grpo
         G = g.group_size
         tok = self.policy.tokenizer
@@ -134,14 +154,22 @@ class EngineGeneration:
             rollout = self._sample(ids, G, keys)
         else:
             counts = counts.to(torch.int64)
-            blocks = (counts + G - 1) // G  # occurrences each problem uses
+            off = torch.zeros_like(counts) if offsets is None else offsets.to(torch.int64)
+            blocks = (off + counts + G - 1) // G  # occurrences each problem uses
             each = [p.key for p, b in zip(problems, blocks.tolist()) for _ in range(b)]
-            keys = row_keys(self.noise_base, self.step, [p.key for p in before] + each, G)
-            keys = keys[len(before) * G :].view(-1, G)
+            earlier = [p.key for p in before]
+            for p, o in zip(problems, off.tolist()):  # a partly used occurrence goes on
+                if o > 0:
+                    earlier.remove(p.key)
+            keys = row_keys(self.noise_base, self.step, earlier + each, G)
+            keys = keys[len(earlier) * G :].view(-1, G)
             first = torch.cumsum(blocks, 0) - blocks  # each problem's first block
-            j = torch.arange(int(counts.sum())) - torch.repeat_interleave(
-                torch.cumsum(counts, 0) - counts, counts
-            )  # response index within its problem
+            j = (
+                torch.repeat_interleave(off, counts)
+                + torch.arange(int(counts.sum()))
+                - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+            )
+            # response index within its problem, counted from its first block
             block = torch.repeat_interleave(first, counts) + j // G
             keys = keys[block, j % G]
             which = torch.repeat_interleave(torch.arange(len(problems)), counts)

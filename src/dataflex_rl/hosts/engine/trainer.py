@@ -13,6 +13,7 @@ import torch
 from dataflex_rl.core.batch import group_domain
 from dataflex_rl.core.proportions import normalize_proportions
 from dataflex_rl.core.registry import ConfigError
+from dataflex_rl.core.rollouts import check_sequential
 from dataflex_rl.core.strategy import Strategy
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import Intake
@@ -114,6 +115,8 @@ class EmbeddedTrainer:
                 "asynchronous.staleness >= 1 (it is 0: every group is trained on by the "
                 "policy that generated it)"
             )
+        if self.driver.strategy.rollouts is not None:
+            check_sequential(self.driver.strategy.rollouts, g.group_size)
         if self.queue is not None and self.driver.strategy.rollouts is not None:
             raise ConfigError(
                 f"asynchronous.staleness: {a.staleness}, but strategy "

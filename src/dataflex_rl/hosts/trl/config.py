@@ -113,13 +113,14 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
         )
     if spec.rollouts is not None:
         where = "dataflex.strategy.rollouts.mode"
-        if spec.rollouts.mode == "allocate":
+        if spec.rollouts.mode in ("allocate", "sequential"):
             raise ConfigError(
-                f"{where}: 'allocate' gives prompts uneven numbers of completions, but TRL "
+                f"{where}: {spec.rollouts.mode!r} gives prompts uneven numbers of "
+                "completions, but TRL "
                 "1.16's GRPOTrainer generates num_generations for every prompt (RepeatSampler "
                 "repeats each prompt num_generations times, and "
                 "_generate_and_score_completions groups rewards by view(-1, num_generations)); "
-                "use mode 'until_signal' on TRL, or 'allocate' on the embedded engine"
+                "use mode 'until_signal' on TRL, or this mode on the embedded engine"
             )
         scale = str(getattr(args, "scale_rewards", "group"))
         aggregation = str(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
