@@ -38,7 +38,7 @@ def run(policy_dir, tmp_path, monkeypatch, dataflex, *, steps=3, burst=6, **extr
     worker = StandInWorker(
         tiny_model(tok), tok, data, hashed_reward, G=G, max_new_tokens=6, burst=burst
     )
-    args = DataflexAsyncGRPOConfig(
+    settings = dict(
         output_dir=str(tmp_path / "out"),
         max_steps=steps,
         per_device_train_batch_size=BATCH,
@@ -51,8 +51,8 @@ def run(policy_dir, tmp_path, monkeypatch, dataflex, *, steps=3, burst=6, **extr
         learning_rate=1e-3,
         seed=0,
         dataflex=dataflex,
-        **extra,
     )
+    args = DataflexAsyncGRPOConfig(**{**settings, **extra})
     trainer = DataflexAsyncGRPOTrainer(
         model=policy_dir,
         reward_funcs=hashed_reward,
@@ -91,7 +91,11 @@ def test_plain_grpo_trains_and_records_staleness(policy_dir, tmp_path, monkeypat
 
     passed = spy(monkeypatch)
     block = {"strategy": "baseline", "decision_log": {"enabled": True}}
-    trainer, worker = run(policy_dir, tmp_path, monkeypatch, block, steps=4)
+    trainer, worker = run(
+        policy_dir, tmp_path, monkeypatch, block, steps=4, save_strategy="steps", save_steps=2
+    )
+    # the driver's state rides in TRL's checkpoints
+    assert (tmp_path / "out" / "checkpoint-2" / "dataflex_state.safetensors").is_file()
     entries = logs(trainer)
     assert len(entries) == 4 and any(h["grad_norm"] > 0 for h in entries)
     # the worker's bursts of 6 groups outlive weight syncs: the later groups are stale

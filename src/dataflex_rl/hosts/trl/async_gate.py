@@ -228,11 +228,11 @@ def apply_decision_async(samples: Sequence, decision, batch: RolloutBatch) -> tu
     stays = valid
     if decision.renormalizes:
         stays = decision.loss_rows & (lengths > 0) & valid
-    base = (
-        batch.response_advantages
+    base = (  # the worker's own values, as it wrote them (float64), unless recomputed
+        torch.tensor([float(s.advantage) for s in samples], dtype=torch.float64)
         if decision.advantages_per_response is None
-        else decision.advantages_per_response
-    ).to(torch.float64)
+        else decision.advantages_per_response.to(torch.float64)
+    )
     w = decision.weights_per_response.to(torch.float64)
     adv = torch.where(w > 0, base * w, torch.zeros_like(base))
     kept = [
