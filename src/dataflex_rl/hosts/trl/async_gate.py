@@ -95,6 +95,7 @@ class GroupGate:
         self.ready: deque = deque()  # decided samples, in order
         self._dropped = 0  # groups admission dropped since the last update
         self._dropped_trl = 0  # groups past TRL's max_staleness since the last update
+        self._waited = 0.0  # seconds this update waited on the worker's queue
 
     # ------------------------------------------------------------------ the queue
     def get(self, timeout: float | None = None):
@@ -108,12 +109,16 @@ class GroupGate:
 
     # ------------------------------------------------------------------ groups
     def _sample(self):
-        while True:
-            try:
-                return self.inner.get(timeout=self.poll_s)
-            except queue.Empty:
-                if self.check_health is not None:
-                    self.check_health(self.stale_after_s)
+        t0 = time.perf_counter()
+        try:
+            while True:
+                try:
+                    return self.inner.get(timeout=self.poll_s)
+                except queue.Empty:
+                    if self.check_health is not None:
+                        self.check_health(self.stale_after_s)
+        finally:
+            self._waited += time.perf_counter() - t0
 
     def _next_group(self) -> _Group:
         """The next complete group that is not past a staleness limit (those are dropped)."""
@@ -149,6 +154,7 @@ class GroupGate:
     def _update(self) -> None:
         """One `Driver.step` over the next groups; its kept samples go to ``ready``."""
         t0 = time.perf_counter()
+        self._waited = 0.0
         driver = self.driver
         out = driver.step(_AsyncStep(self), self.n, driver.decisions, source=self._source)
         samples: Sequence = out.rows
@@ -166,7 +172,8 @@ class GroupGate:
             kept, figures = apply_decision_async(samples, out.decision, batch)
             metrics.update(figures)
         metrics[TRL_ASYNC + "samples_passed"] = float(len(kept))
-        metrics["dataflex/host_time_ms"] = (time.perf_counter() - t0) * 1e3
+        # the gate's own time: the waits on the worker's queue are TRL's perf/rollout_wait_s
+        metrics["dataflex/host_time_ms"] = (time.perf_counter() - t0 - self._waited) * 1e3
         for key, value in metrics.items():
             self.sink[key].append(float(value))
         self.ready.extend(kept)
