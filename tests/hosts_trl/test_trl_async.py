@@ -104,6 +104,12 @@ def test_plain_grpo_trains_and_records_staleness(policy_dir, tmp_path, monkeypat
     # every sample passes unchanged (baseline acts on nothing), whole groups in queue order
     gids = [s.group_id for s in passed]
     assert gids == sorted(gids) and all(gids.count(g) == G for g in set(gids[:-G]))
+    rewards = {gid: r for gid, _, r in worker.records}
+    for k in range(0, len(passed) - G + 1, G):
+        r = torch.tensor(rewards[passed[k].group_id], dtype=torch.float64)
+        want = (r - r.mean()) / (r.std(unbiased=False) + 1e-8)
+        got = torch.tensor([s.advantage for s in passed[k : k + G]], dtype=torch.float64)
+        assert torch.allclose(got, want, atol=1e-6)
     # the staleness the strategy saw is the one TRL measures itself, per sample, at yield time
     for h in entries:
         assert h["dataflex/async/staleness_mean"] == pytest.approx(h["sample/staleness_mean"])
