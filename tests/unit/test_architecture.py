@@ -30,6 +30,7 @@ NEEDS_TRL = {
     "dataflex_rl.hosts.trl.run",
     "dataflex_rl.hosts.trl.check",
     "dataflex_rl.hosts.trl.tensors",
+    "dataflex_rl.hosts.trl.async_trainer",
 }
 
 

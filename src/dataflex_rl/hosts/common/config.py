@@ -184,12 +184,16 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
             "verl": "the plugin runs verl's sync mode (trainer.mode dataflex: PPOTrainerSync, "
             "parameter_sync_step 1); colocate_async and separate_async are not extended",
             "trl": "DataflexGRPOTrainer extends GRPOTrainer, which generates with the "
-            "current policy; AsyncGRPOTrainer is not extended",
+            "current policy",
+        }[host.name]
+        use = {
+            "verl": "",
+            "trl": " or in TRL's AsyncGRPOTrainer through DataflexAsyncGRPOTrainer (past: drop)",
         }[host.name]
         raise ConfigError(
             "dataflex.strategy.admission: admission acts under asynchronous training, where "
             f"groups wait in a queue, but {where}. Use it on the embedded engine with "
-            "asynchronous.staleness >= 1"
+            f"asynchronous.staleness >= 1{use}"
         )
     if host.name == "verl" and spec.rollouts is not None:
         raise ConfigError(

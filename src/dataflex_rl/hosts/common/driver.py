@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,6 +160,7 @@ class Driver:
         given: tuple[list, list[int] | None] | None = None,
         granule: int = 1,
         queue: GenerationQueue | None = None,
+        source: Callable[[int], tuple[list, list[int] | None]] | None = None,
     ) -> StepResult:
         """One step's data lifecycle, the same on every host (`dataflex_rl.hosts.common.step`):
         draw ``n`` prompts (pre-rollout skips and audits happen in the draw), generate them,
@@ -181,10 +182,17 @@ class Driver:
             queue: asynchronous training (`GenerationQueue`, staleness k >= 1): the step
                 generates until the queue holds (k + 1) x ``n`` groups (with the policy of
                 this step) and trains on the ``n`` that finished first (`_step_async`).
+            source: a host whose groups come from its own stream, generated before the step
+                sees them (TRL's ``AsyncGRPOTrainer``: groups buffered from its rollout queue):
+                ``source(k)`` -> (k items, domain ids or None), the step's first ``n`` and each
+                refill round's; the host's ``generate`` then only scores what it was given.
         """
         if queue is not None:
             return self._step_async(host, n, step, queue)
-        if self.intake is not None:
+        if source is not None:
+            items, domain_ids = source(n)
+            self._drawn = (step, None, {})  # the step's figures (refill) gather here
+        elif self.intake is not None:
             items, domain_ids, _ = self.draw(n, step)
         elif given is not None:
             items, domain_ids = given
@@ -205,10 +213,12 @@ class Driver:
         taken: list[int] = []
         kept: list[Tensor] = []
         if self.strategy.refill_rounds:
-            if self.intake is None:
+            if self.intake is None and source is None:
                 raise ValueError("Driver.step: refill rounds draw from an intake")
 
             def draw(k: int) -> tuple[list, list[int]]:  # interleaved: a round cut short
+                if source is not None:  # the stream's next groups, as they come
+                    return source(k)
                 got, doms, _ = self.draw(k, step)  # leaves out every domain alike
                 order = interleave(torch.tensor(doms, dtype=torch.int64)).tolist()
                 return [got[i] for i in order], [doms[i] for i in order]

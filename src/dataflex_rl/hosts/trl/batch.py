@@ -91,6 +91,7 @@ def build_batch(
     old_log_probs: Tensor | None = None,
     entropies: Tensor | None = None,
     micro_batch_ids: Tensor | None = None,
+    staleness: Tensor | None = None,
 ) -> RolloutBatch:
     """A `RolloutBatch` of the N global completions, in TRL's global row order.
 
@@ -103,6 +104,8 @@ def build_batch(
             ``lengths[i]`` tokens (enough when no component reads token tensors).
         old_log_probs, entropies: [N, T] aligned with ``response_mask``, or None.
         micro_batch_ids: [N] the loss micro-batch of each row (counted over ranks), or None.
+        staleness: [N] policy versions each completion lags the trainer's (asynchronous
+            training: TRL's ``AsyncGRPOTrainer``), or None.
     """
     N = int(rewards.shape[0])
     if N % group_size:
@@ -124,5 +127,6 @@ def build_batch(
         response_lengths=lengths,
         entropies=None if entropies is None else entropies.to("cpu", torch.float32),
         micro_batch_ids=None if micro_batch_ids is None else micro_batch_ids.to("cpu", torch.int64),
+        staleness=None if staleness is None else staleness.to("cpu", torch.int64),
         **kwargs,
     )

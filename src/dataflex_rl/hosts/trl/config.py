@@ -160,3 +160,126 @@ def check_host_fit(spec: StrategySpec, args: Any) -> None:
             spg,
             ga,
         )
+
+
+# ---------------------------------------------------------------------- AsyncGRPOTrainer
+#: where TRL 1.16's asynchronous GRPO lives (the refusals below name its code)
+ASYNC_WORKER = "trl/experimental/async_grpo/async_rollout_worker.py"
+ASYNC_PACKING = "trl/experimental/async_grpo/packing.py"
+#: what the asynchronous host fills: a `RolloutSample` holds the completion's tokens and
+#: mask, its reward (``metrics['reward']``), its advantage and the policy version it came from
+ASYNC_FIELDS = (
+    "rewards",
+    "response_mask",
+    "group_ids",
+    "advantages",
+    "response_advantages",
+    "response_lengths",
+    "step",
+    "prompt_keys",
+    "staleness",
+)
+#: what `AsyncRolloutWorker._score_group` adds to a group's (population) std
+ASYNC_ADV_EPS = 1e-8
+
+
+def async_host_settings() -> HostSettings:
+    """The asynchronous TRL host for the driver: the rollout worker's GRPO advantages and
+    the fields `ASYNC_FIELDS`."""
+    return HostSettings("trl_async", "grpo", True, ASYNC_FIELDS, adv_eps=ASYNC_ADV_EPS)
+
+
+def check_async(block: HostConfig, args: Any, *, tools: Any = None, environment: Any = None):
+    """The block's strategy, checked for ``DataflexAsyncGRPOTrainer`` (TRL 1.16's
+    ``AsyncGRPOTrainer``, ``args`` read by attribute) before the model is built: what cannot
+    act there is a `ConfigError` naming the setting and the TRL code that stops it."""
+    from dataflex_rl.core.base import REWEIGHTERS
+    from dataflex_rl.core.spec import parse_strategy
+
+    spec = parse_strategy(block.strategy, where="dataflex.strategy")
+    draws = (
+        f"the rollout worker draws the prompts itself ({ASYNC_WORKER}: "
+        "AsyncRolloutWorker._repeat_iterator walks the training set in order, cycling, and "
+        "a custom rollout_worker draws its own), so the trainer never chooses a prompt"
+    )
+    for section, what in (
+        ("mix", "domain proportions"),
+        ("prerollout", "skipping prompts before generation"),
+        ("curriculum", "choosing which prompts are drawn"),
+    ):
+        if getattr(spec, section) is not None:
+            raise ConfigError(
+                f"dataflex.strategy.{section}: {what} cannot act in AsyncGRPOTrainer: {draws}. "
+                "Use it with DataflexGRPOTrainer or the embedded engine"
+            )
+    for key in ("domain_key", "domains", "proportions"):
+        if getattr(block, key) is not None:
+            raise ConfigError(
+                f"dataflex.{key}: AsyncGRPOTrainer's samples carry no dataset row or domain "
+                f"(RolloutSample in {ASYNC_WORKER}) and {draws}; leave it unset"
+            )
+    if spec.rollouts is not None:
+        raise ConfigError(
+            "dataflex.strategy.rollouts: per-prompt budgets need more completions of chosen "
+            f"prompts, but {ASYNC_WORKER}: AsyncRolloutWorker._repeat_iterator gives every "
+            "prompt num_generations completions and _score_group scores the group once they "
+            "are in. Use it with DataflexGRPOTrainer (until_signal) or the embedded engine"
+        )
+    adm = spec.admission
+    if adm is not None and adm.past == "pace":
+        raise ConfigError(
+            "dataflex.strategy.admission.past: 'pace' stops drawing a domain while its queued "
+            f"groups are past the limit, but {draws}. Use past: drop (a stale group is dropped "
+            "before the strategy sees it)"
+        )
+    if adm is not None and not isinstance(adm.max_staleness, int):
+        raise ConfigError(
+            "dataflex.strategy.admission.max_staleness: a per-domain limit needs each group's "
+            f"domain, which AsyncGRPOTrainer's samples do not carry (RolloutSample in "
+            f"{ASYNC_WORKER}); give one number"
+        )
+    per_sample = (
+        f"AsyncGRPOTrainer trains each sample with one advantage for all of its tokens "
+        f"({ASYNC_PACKING}: TreeRow.pack repeats sample['advantage'] over the sample's "
+        "loss tokens; RolloutQueueDataset yields a scalar 'advantage')"
+    )
+    if spec.tokens is not None:
+        raise ConfigError(
+            f"dataflex.strategy.tokens: a token-level selection needs per-token weights, but "
+            f"{per_sample}. Use it with DataflexGRPOTrainer"
+        )
+    if spec.reweight is not None:
+        name = spec.reweight.actuator.name
+        if getattr(REWEIGHTERS.get(name), "level", "response") == "token":
+            raise ConfigError(
+                f"dataflex.strategy.reweight.actuator: {name!r} weighs single tokens, but "
+                f"{per_sample}. Use a response-level reweighter, or DataflexGRPOTrainer"
+            )
+    if recomputes_advantages(spec):
+        raise ConfigError(
+            f"{spec.name}.select.recompute_advantages: the rollout worker computes GRPO "
+            f"advantages as (r - mean) / (population std + 1e-8) ({ASYNC_WORKER}: "
+            "AsyncRolloutWorker._score_group), which the strategy's recomputation on the kept "
+            f"subset (unbiased std) does not reproduce. Set {spec.name}.select."
+            "recompute_advantages: false (the kept responses keep the worker's advantages)"
+        )
+    for name, given in (("tools", tools), ("environment_factory", environment)):
+        if given:
+            raise ConfigError(
+                f"{name}: with tools or environments a conversation can fork into several "
+                f"training rows ({ASYNC_WORKER}: AsyncRolloutWorker._score_group stamps one "
+                "advantage on every row of completions_sequences), so a group is not "
+                "num_generations samples and the dataflex host cannot tell when it is complete"
+            )
+    spec = check_block(block, async_host_settings())
+    G = int(getattr(args, "num_generations", 8))
+    per_update = int(getattr(args, "per_device_train_batch_size", 8)) * int(
+        getattr(args, "gradient_accumulation_steps", 1)
+    )
+    if per_update % G:
+        raise ConfigError(
+            f"per_device_train_batch_size x gradient_accumulation_steps ({per_update}) must "
+            f"be a multiple of num_generations ({G}): the dataflex host decides on the whole "
+            "groups of one update"
+        )
+    return spec
