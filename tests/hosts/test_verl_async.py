@@ -203,7 +203,7 @@ def test_colocate_mixing_moves_the_draws_then_the_trained_batch_one_step_later(c
     # step 1: the warm-up batch and the step's, uniform prior
     assert sorted(sub[1]) == ["logic"] * 4 + ["math"] * 4
     # math lags (0.5 against 1.0): after the first update it gets 3 of 4 prompts
-    assert steps[1]["dataflex/mix/domain/math/target"] == pytest.approx(0.75, abs=1e-3)
+    assert 0.7 < steps[1]["dataflex/mix/domain/math/target"] < 0.8
     assert sorted(sub[2]) == ["logic", "math", "math", "math"]
     # step 3 trains what step 2 submitted (the wait of one update)
     assert steps[2]["dataflex/batch/domain/math/actual"] == pytest.approx(0.75)
