@@ -17,6 +17,7 @@ Four runs (about 1.5 min each on 2 cores):
 Refusals (no Ray: the constructors only) name the mode and verl's code.
 """
 
+import json
 import logging
 
 import pytest
@@ -99,7 +100,28 @@ def _run(tmp_path_factory, model, tag, mode, strategy, rows, steps, extra=()):
 
 @pytest.fixture(scope="module")
 def colocate(tmp_path_factory, model):
-    return _run(tmp_path_factory, model, "colocate", COLOCATE, COMBINED, ROWS, 3)
+    """2 steps with checkpoints, then a 3rd resumed from the step-2 checkpoint (the groups
+    then waiting in TransferQueue, which verl restores, decided after the resume): (work,
+    the 3 steps' metrics, the first run's record, the resumed run's)."""
+    save = ["trainer.save_freq=1"]
+    work, first, record = _run(
+        tmp_path_factory, model, "colocate", COLOCATE, COMBINED, ROWS, 2, save
+    )
+    resumed, record2 = run(
+        work,
+        work / "train.parquet",
+        model,
+        3,
+        [
+            f"+dataflex.strategy={work / 'strategy.yaml'}",
+            *DECISION_LOG,
+            *save,
+            "trainer.resume_mode=auto",
+        ],
+        "colocate_resume",
+        mode=COLOCATE,
+    )
+    return work, first + resumed, record, record2
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +165,7 @@ def group_rates(frame: pd.DataFrame) -> pd.Series:
 
 # ---------------------------------------------------------------- colocate_async
 def test_colocate_difffilter_keeps_exactly_the_groups_inside_its_band(colocate):
-    work, steps, _ = colocate
+    work, steps, _, _ = colocate
     log = responses(work)
     assert sorted(log["step"].unique()) == [0, 1, 2]  # one update a step
     rate = group_rates(log)
@@ -158,7 +180,7 @@ def test_colocate_difffilter_keeps_exactly_the_groups_inside_its_band(colocate):
 
 
 def test_colocate_softmax_weighs_the_rare_outcome_of_a_kept_group_more(colocate):
-    work, _, record = colocate
+    work, _, _, record = colocate
     log = responses(work)
     kept = log[log["keep"]]
     assert (log.loc[~log["keep"], "weight"] == 0).all()
@@ -167,8 +189,8 @@ def test_colocate_softmax_weighs_the_rare_outcome_of_a_kept_group_more(colocate)
         assert rare.sum() == 1  # 1 of 4 solved, or 3 of 4
         assert g.loc[rare, "weight"].iloc[0] > g.loc[~rare, "weight"].max()
     assert kept.groupby("step")["weight"].mean().tolist() == pytest.approx([1.0] * 3, abs=1e-4)
-    # what the actor got: verl's weights x ours, ours per response (rollout correction off:
-    # exactly the decision's weights)
+    # what the actor got at step 3 (after the resume): verl's weights x ours, ours per
+    # response (rollout correction off: exactly the decision's weights)
     actor = torch.load(record / "actor_step3.pt", weights_only=True)
     mask = actor["response_mask"].bool()
     per_response = (actor["rollout_is_weights"] * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -180,7 +202,7 @@ def test_colocate_softmax_weighs_the_rare_outcome_of_a_kept_group_more(colocate)
 def test_colocate_staleness_is_the_wait_in_the_buffer(colocate):
     # one warm-up batch: step 1 trains groups of the policy it starts from, every later step
     # the groups submitted one step before (the buffer takes the oldest first)
-    work, steps, _ = colocate
+    work, steps, _, _ = colocate
     log = responses(work)
     assert log.groupby("step")["staleness"].agg(["min", "max"]).values.tolist() == [
         [0, 0],
@@ -198,15 +220,39 @@ def test_colocate_staleness_is_the_wait_in_the_buffer(colocate):
 
 
 def test_colocate_mixing_moves_the_draws_then_the_trained_batch_one_step_later(colocate):
-    _, steps, record = colocate
+    _, steps, record, _ = colocate
     sub = submitted(record)
     # step 1: the warm-up batch and the step's, uniform prior
     assert sorted(sub[1]) == ["logic"] * 4 + ["math"] * 4
     # math lags (0.5 against 1.0): after the first update it gets 3 of 4 prompts
     assert 0.7 < steps[1]["dataflex/mix/domain/math/target"] < 0.8
     assert sorted(sub[2]) == ["logic", "math", "math", "math"]
-    # step 3 trains what step 2 submitted (the wait of one update)
+    # step 3 trains what step 2 submitted (the wait of one update), after the resume: the
+    # groups verl restored keep the domains the intake drew them with
     assert steps[2]["dataflex/batch/domain/math/actual"] == pytest.approx(0.75)
+
+
+def test_colocate_resume_restores_the_strategy_and_the_waiting_groups(colocate):
+    from dataflex_rl.harness.replay.replay import read_log, replay
+
+    work, steps, _, record2 = colocate
+    folder = work / "ckpt" / "global_step_2"
+    assert (folder / "transfer_queue").exists()  # verl's own, asynchronous modes
+    waiting = json.loads((folder / "dataflex_prompts.json").read_text())
+    assert len(waiting) == 4  # what step 2 submitted, not yet trained on
+    assert sorted(v[1] for v in waiting.values()) == [0, 1, 1, 1]  # domains: logic, math
+    text = (work / "log_colocate_resume.txt").read_text()
+    assert "restored strategy state from" in text
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    # the mix's proportions were restored (a fresh strategy starts from the uniform prior)
+    assert steps[2]["dataflex/mix/domain/math/target"] > 0.7
+    assert "submitted.txt" not in {p.name for p in record2.iterdir()} or all(
+        s >= 3 for s in submitted(record2)
+    )
+    log = read_log(work / "ckpt" / "decisions")
+    assert log.steps["step"].tolist() == [0, 1, 2]
+    res = replay(log, [log.strategy])
+    assert res.overall["async_combined"]["exact_steps"] == 3
 
 
 # ---------------------------------------------------------------- separate_async
