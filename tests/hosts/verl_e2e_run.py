@@ -170,7 +170,10 @@ def run(
     env = {
         **os.environ,
         **CPU_ENV,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        # this checkout's package first (a worktree beside an editable install of another)
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
         "VERL_USE_EXTERNAL_MODULES": SHIMS,
         "VERL_FILE_LOGGER_PATH": str(metrics_path),
         "DATAFLEX_TEST_RECORD": str(record),
