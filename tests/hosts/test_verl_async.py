@@ -327,6 +327,15 @@ def test_the_async_modes_are_verls_own_trainers_with_the_hooks():
     assert s.trainer_mode == "separate_async" and s.parameter_sync_step == 4
     s.global_steps, s.local_trigger_step = 3, 2
     assert s._strategy_step() == 10  # (3 - 1) x 4 + 2: one strategy step per update
+    # the step's own batch is drawn before its updates: at its first update's strategy step
+    from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode
+
+    seen = []
+    s.current_mode = HybridEngineMode.TRAINER
+    s._add_batch_to_generate = lambda: seen.append(s._strategy_step())
+    s.local_trigger_step = 3  # left by step 2's last update
+    s.prepare_step()
+    assert seen == [8]
 
 
 def test_admission_maps_onto_verls_stale_group_eviction():

@@ -178,6 +178,12 @@ class DataflexHooks:
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return batch
 
+    def prepare_step(self) -> dict:
+        # verl submits the step's batch before its updates set local_trigger_step: the draw
+        # belongs to the step's first update, not to the previous step's last
+        self.local_trigger_step = 0
+        return super().prepare_step()
+
     def _strategy_step(self) -> int:
         """Strategy steps count updates from 0 like the engine's; verl's global steps from 1,
         each ``parameter_sync_step`` updates (``local_trigger_step``: the one running)."""
