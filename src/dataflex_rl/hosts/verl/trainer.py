@@ -299,6 +299,9 @@ class DataflexHooks:
         if self.asynchronous:
             for u in set(decided):
                 self._prompts.pop(u, None)
+            if self._prompts:  # and those verl evicted (stale, zero-variance, failed)
+                waiting = _waiting_uids()
+                self._prompts = {u: v for u, v in self._prompts.items() if u in waiting}
             return
         self._prompts = {u: v for u, v in self._prompts.items() if v[2] >= step - 1}
 
@@ -335,6 +338,12 @@ class DataflexHooks:
         if t.resume_mode == "resume_path" and t.resume_from_path:
             return os.path.abspath(t.resume_from_path)
         return None
+
+
+def _waiting_uids(partition: str = "train") -> set[str]:
+    """The prompt groups in TransferQueue (submitted, not yet handed to an update)."""
+    listing = tq.kv_list(partition) or {}
+    return {k for k, tag in listing.get(partition, {}).items() if tag.get("is_prompt", False)}
 
 
 #: the intake's records of the prompts waiting in TransferQueue, in an asynchronous
