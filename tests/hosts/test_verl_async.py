@@ -338,6 +338,18 @@ def test_the_async_modes_are_verls_own_trainers_with_the_hooks():
     assert seen == [8]
 
 
+def test_staleness_is_verls_version_lag_of_the_oldest_generating_weights():
+    t = DataflexColocateAsyncTrainer(
+        verl_config(f"trainer.v1.trainer_mode={COLOCATE}", "+dataflex.strategy=difffilter")
+    )
+    t.global_steps = 4  # the weights before step 4's update: version 3
+    tags = [{"min_global_steps": 1, "max_global_steps": 2}, {"min_global_steps": 3}, {}]
+    assert t._staleness(tags) == [2, 0, 0]  # no version (padding): 0
+    sync = DataflexTrainer(verl_config("+dataflex.strategy=difffilter"))
+    sync.global_steps = 4
+    assert sync._staleness(tags) is None  # the sync mode fills none
+
+
 def test_admission_maps_onto_verls_stale_group_eviction():
     t = DataflexColocateAsyncTrainer(
         verl_config(
