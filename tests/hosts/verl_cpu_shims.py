@@ -127,15 +127,37 @@ _distributed.initialize_global_process_group_ray = _gloo_group
 
 # heavier verl modules only after the platform exists (some resolve it at import)
 from verl.checkpoint_engine import CheckpointEngineManager  # noqa: E402
+from verl.checkpoint_engine.base import (  # noqa: E402
+    CheckpointEngineRegistry,
+    ColocatedCheckpointEngine,
+)
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
+from verl.utils.ray_utils import auto_await  # noqa: E402
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry  # noqa: E402
 
 
 class _NoServer(RolloutReplica):
-    """Registered so verl's config checks pass; never instantiated (no hybrid replicas)."""
+    """Registered so verl's config checks pass. No hybrid replicas are built; separate_async's
+    standalone replicas (`PPOTrainerSeparateAsync._setup`) are this, serving nothing: the
+    scripted agent loop never calls a server."""
+
+    async def init_standalone(self):
+        self._server_address = f"cpu_test:{self.replica_rank}"
+        self._server_handle = None
+
+    async def launch_servers(self):
+        raise NotImplementedError("cpu_test replicas launch no server")
 
 
 RolloutReplicaRegistry.register("cpu_test", lambda: _NoServer)
+
+
+@CheckpointEngineRegistry.register("cpu_test")
+class _NoSync(ColocatedCheckpointEngine):
+    """separate_async refuses the ``naive`` backend (its standalone rollout is not colocated);
+    the CPU runs have nothing to sync (`CheckpointEngineManager.update_weights` is a no-op)."""
+
+
 PPOTrainer._enable_hybrid_replicas = False  # no inference engine on the "GPU"
 
 
@@ -143,15 +165,24 @@ async def _no_op(self, *args, **kwargs):
     return {}
 
 
-CheckpointEngineManager.update_weights = _no_op  # nothing to sync: no replicas
-CheckpointEngineManager.sleep_replicas = _no_op
+# nothing to sync: no replicas (auto_await as verl's own: callable from sync and async code;
+# separate_async reads update_weights' result as a dict of metrics)
+CheckpointEngineManager.update_weights = auto_await(_no_op)
+CheckpointEngineManager.sleep_replicas = auto_await(_no_op)
 
 
 def _recorder(name: str, method):
     """Wrap a trainer method to save the TransferQueue fields of its returned batch."""
     import transfer_queue as tq
 
-    fields = ("rollout_is_weights", "response_mask", "loss_mask", "advantages", "entropy")
+    fields = (
+        "rollout_is_weights",
+        "response_mask",
+        "loss_mask",
+        "advantages",
+        "entropy",
+        "rm_scores",
+    )
 
     def wrapped(self, batch, metrics):
         out = method(self, batch, metrics)
@@ -160,9 +191,13 @@ def _recorder(name: str, method):
         record = {f: data[f].to_padded_tensor(0.0) for f in present}
         record["keys"] = list(out.keys)
         record["padding"] = [bool(t.get("is_padding", False)) for t in out.tags]
+        local = int(getattr(self, "local_trigger_step", 0) or 0)  # separate_async's updates
+        suffix = f"_{local}" if local else ""
         torch.save(
             record,
-            os.path.join(os.environ["DATAFLEX_TEST_RECORD"], f"{name}_step{self.global_steps}.pt"),
+            os.path.join(
+                os.environ["DATAFLEX_TEST_RECORD"], f"{name}_step{self.global_steps}{suffix}.pt"
+            ),
         )
         return out
 

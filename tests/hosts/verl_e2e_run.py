@@ -128,10 +128,12 @@ CPU_ENV = {
 SHIMS = "tests.hosts.verl_cpu_shims"
 
 
-def overrides(work: Path, data: Path, model: Path, steps: int, extra: list[str]) -> list[str]:
+def overrides(
+    work: Path, data: Path, model: Path, steps: int, extra: list[str], mode: str = "dataflex"
+) -> list[str]:
     return [
         *base_overrides(work),
-        "trainer.v1.trainer_mode=dataflex",
+        f"trainer.v1.trainer_mode={mode}",
         f"data.train_files={data}",
         f"data.val_files={data}",
         "data.train_batch_size=4",
@@ -156,25 +158,33 @@ def run(
     extra: list[str],
     tag: str,
     timeout: float = 480,
+    *,
+    mode: str = "dataflex",
+    env: dict[str, str] | None = None,
 ) -> tuple[list[dict], Path]:
-    """Run the pipeline; returns (per-step logged metrics, record dir)."""
+    """Run the pipeline in trainer mode ``mode`` (``env``: more environment); returns
+    (per-step logged metrics, record dir)."""
     record = work / f"record_{tag}"
     record.mkdir(parents=True, exist_ok=True)
     metrics_path = work / f"metrics_{tag}.jsonl"
     env = {
         **os.environ,
         **CPU_ENV,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        # this checkout's package first (a worktree beside an editable install of another)
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
         "VERL_USE_EXTERNAL_MODULES": SHIMS,
         "VERL_FILE_LOGGER_PATH": str(metrics_path),
         "DATAFLEX_TEST_RECORD": str(record),
         "RAY_ADDRESS": "local",
+        **(env or {}),
     }  # a fresh cluster even if the test process runs one
     cmd = [
         sys.executable,
         "-m",
         "verl.trainer.main_ppo",
-        *overrides(work, data, model, steps, extra),
+        *overrides(work, data, model, steps, extra, mode),
     ]
     log = work / f"log_{tag}.txt"
     with open(log, "w") as f:

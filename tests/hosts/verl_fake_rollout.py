@@ -26,7 +26,7 @@ class ScriptedAgentLoop(AgentLoopBase):
         )
         info = kwargs.get("extra_info") or {}
         truth = str(kwargs["reward_model"]["ground_truth"])
-        step = int(kwargs["global_steps"])  # weights version, as verl's LLM client records it
+        step = int(kwargs["global_steps"])  # the step that submitted the prompt
         solved = int(kwargs["session_id"]) < int(info.get("solved_by", 0))
         answer = truth if solved and step >= int(info.get("solved_from", 0)) else "x"
         response_ids = self.tokenizer.encode(f"{answer} ok") + [self.tokenizer.eos_token_id]
@@ -42,8 +42,11 @@ class ScriptedAgentLoop(AgentLoopBase):
             extra_fields={
                 "turn_scores": [],
                 "tool_rewards": [],
-                "min_global_steps": step,
-                "max_global_steps": step,
+                # the weights' version as verl's LLM server records it: the global step of
+                # their last sync (the step before the one that submitted the prompt; verl's
+                # trajectory_staleness is then 0 in sync mode, the wait in async ones)
+                "min_global_steps": step - 1,
+                "max_global_steps": step - 1,
             },
         )
 

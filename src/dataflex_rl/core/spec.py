@@ -209,7 +209,15 @@ class AdmissionOptions:
     since the policy that generated it) exceeds ``max_staleness`` (one number, or one per
     domain); ``past: drop`` drops it and draws its prompt again, ``past: pace`` trains on it
     first and stops drawing its domain until the domain's queue is back within the limit
-    (the domain's share is owed and made up once it is drawn again)."""
+    (the domain's share is owed and made up once it is drawn again).
+
+    Where it acts: the embedded engine with ``asynchronous.staleness`` >= 1 (everything
+    above), and verl's asynchronous modes (``trainer.v1.trainer_mode`` =
+    ``dataflex_colocate_async`` / ``dataflex_separate_async``), where ``past: drop`` with one
+    limit is verl's own eviction of stale groups (``max_off_policy_threshold`` =
+    ``max_staleness`` + 1; the evicted prompt is replaced by a new draw) and ``pace`` or
+    per-domain limits are refused (docs/hosts/verl.md#asynchronous-modes). Refused where
+    nothing waits: the engine with staleness 0, verl's sync mode, TRL."""
 
     max_staleness: int | dict[str, int] = param(
         2,

@@ -166,6 +166,9 @@ class HostSettings:
     norm_adv_by_std: bool
     fields: tuple[str, ...]
     adv_eps: float = 1e-6
+    #: the host's asynchronous mode (verl: ``colocate_async``, ``separate_async``), where
+    #: finished groups wait for an update and ``admission`` can act; None: synchronous
+    asynchronous: str | None = None
 
 
 def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
@@ -179,10 +182,11 @@ def check_block(block: HostConfig, host: HostSettings) -> StrategySpec:
         available_fields=host.fields,
     )
     check_proportions(block, spec)
-    if host.name in ("verl", "trl") and spec.admission is not None:
+    if host.name in ("verl", "trl") and spec.admission is not None and not host.asynchronous:
         where = {
-            "verl": "the plugin runs verl's sync mode (trainer.mode dataflex: PPOTrainerSync, "
-            "parameter_sync_step 1); colocate_async and separate_async are not extended",
+            "verl": "trainer.v1.trainer_mode=dataflex runs verl's sync mode (PPOTrainerSync, "
+            "parameter_sync_step 1); use trainer.v1.trainer_mode=dataflex_colocate_async or "
+            "dataflex_separate_async (docs/hosts/verl.md#asynchronous-modes)",
             "trl": "DataflexGRPOTrainer extends GRPOTrainer, which generates with the "
             "current policy",
         }[host.name]

@@ -426,8 +426,12 @@ class Driver:
         refill); `step` decides for every other host. ``generate_seconds`` (None: not
         measured) feeds the seconds saved estimate. Returns (the `Decision`, its metrics
         with the step's draw figures, ``dataflex/strategy_warnings`` and, with pre-rollout,
-        `generation_metrics`)."""
-        return self._decide(batch, generate_seconds)
+        `generation_metrics`; with the batch's ``staleness``, asynchronous training's
+        ``dataflex/async/staleness_mean`` / ``_max`` over its groups)."""
+        decision, metrics = self._decide(batch, generate_seconds)
+        if batch.staleness is not None:
+            metrics.update(staleness_figures(batch))
+        return decision, metrics
 
     def _decide(
         self,
@@ -676,6 +680,25 @@ def _budget_rounds(
         ),
     }
     return generations, rows, group_ids, pooled, figures
+
+
+def staleness_figures(batch: RolloutBatch) -> dict[str, float]:
+    """``dataflex/async/staleness_mean`` / ``_max`` over the batch's groups (a group's
+    staleness: its most stale response's; padding rows left out), for a host whose asynchronous
+    step is its own (verl)."""
+    act = ~batch.is_padding if batch.is_padding is not None else None
+    st, gid = batch.staleness, batch.group_ids
+    if act is not None:
+        st, gid = st[act], gid[act]
+    if st.numel() == 0:
+        return {ASYNC + "staleness_mean": 0.0, ASYNC + "staleness_max": 0.0}
+    per_group = torch.full((batch.num_groups,), -1, dtype=torch.int64)
+    per_group = per_group.scatter_reduce(0, gid, st, "amax")
+    per_group = per_group[per_group >= 0]
+    return {
+        ASYNC + "staleness_mean": float(per_group.float().mean()),
+        ASYNC + "staleness_max": float(per_group.max()),
+    }
 
 
 def _async_figures(

@@ -186,7 +186,14 @@ ASYNC_ADV_EPS = 1e-8
 def async_host_settings() -> HostSettings:
     """The asynchronous TRL host for the driver: the rollout worker's GRPO advantages and
     the fields `ASYNC_FIELDS`."""
-    return HostSettings("trl_async", "grpo", True, ASYNC_FIELDS, adv_eps=ASYNC_ADV_EPS)
+    return HostSettings(
+        "trl_async",
+        "grpo",
+        True,
+        ASYNC_FIELDS,
+        adv_eps=ASYNC_ADV_EPS,
+        asynchronous="AsyncGRPOTrainer",
+    )
 
 
 def check_async(block: HostConfig, args: Any, *, tools: Any = None, environment: Any = None):

@@ -77,6 +77,7 @@ def build_batch(
     domain_of_uid: Callable[[str], int] | None = None,
     prompt_of_uid: Callable[[str], object] | None = None,
     per_response_advantages: bool = False,
+    staleness: Sequence[int] | None = None,
 ) -> tuple[RolloutBatch, Sessions]:
     """A `RolloutBatch` of the sessions' final outputs.
 
@@ -90,6 +91,8 @@ def build_batch(
         per_response_advantages: the estimator gives one advantage per response
             (`PER_RESPONSE_ESTIMATORS`): the batch also carries ``response_advantages``
             (each row's first valid token's) and ``response_lengths``.
+        staleness: per trajectory (B), updates since the oldest policy that generated it
+            (verl's asynchronous modes; padding rows 0); None: synchronous, not set.
     """
     sessions = sessions_of(keys)
     sel = sessions.final_rows
@@ -107,6 +110,11 @@ def build_batch(
         kwargs["prompt_keys"] = tuple(x if p else prompt_of_uid(x) for x, p in zip(u, pad.tolist()))
     mask = pick(response_mask).bool()
     adv = pick(advantages).to(torch.float32)
+    if staleness is not None:
+        kwargs["staleness"] = torch.tensor(
+            [0 if p else max(int(staleness[r]), 0) for r, p in zip(rows, pad.tolist())],
+            dtype=torch.int64,
+        )
     if per_response_advantages:
         lengths = pick(response_mask).sum(-1).to(torch.int64)
         kwargs["response_lengths"] = lengths

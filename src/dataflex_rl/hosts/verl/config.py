@@ -93,24 +93,75 @@ def parse_host_config(block: Any) -> VerlHostConfig:
     return validate(VerlHostConfig, block, "dataflex")
 
 
-def host_settings(config: Mapping) -> HostSettings:
+#: the plugin's trainer modes -> the verl 0.9.1 mode each extends (`trainer.py`)
+TRAINER_MODES = {
+    "dataflex": "sync",
+    "dataflex_colocate_async": "colocate_async",
+    "dataflex_separate_async": "separate_async",
+}
+#: verl's asynchronous modes (finished groups wait in TransferQueue for an update)
+ASYNC_MODES = ("colocate_async", "separate_async")
+#: where verl 0.9.1 drops stale groups, named in messages and docs
+VERL_STALE_DROP = (
+    "verl/trainer/ppo/v1/replay_buffer.py (ReplayBufferAsync._stale_terminal_keys evicts a "
+    "finished group when global_steps - its prompt's global_steps + 1 > "
+    "trainer.v1.sampler.max_off_policy_threshold, one threshold for every group, with "
+    "max_off_policy_strategy=drop; wait_for_sampleable replaces it through refill_fn)"
+)
+
+
+def host_settings(config: Mapping, mode: str = "sync") -> HostSettings:
     """The verl host for the driver: verl's advantage estimator and std normalization (read
-    from its settings, verl's defaults where unset), and the fields `HOST_FIELDS`."""
+    from its settings, verl's defaults where unset), the fields `HOST_FIELDS`, and verl's
+    mode (``mode``: one of `TRAINER_MODES`' values; an asynchronous one admits ``admission``)."""
     return HostSettings(
         "verl",
         str(get_path(config, "algorithm.adv_estimator", "gae")),
         bool(get_path(config, "algorithm.norm_adv_by_std_in_grpo", True)),
         HOST_FIELDS,
         adv_eps=1e-6,  # verl's group estimators' epsilon (core_algos, not a setting)
+        asynchronous=mode if mode in ASYNC_MODES else None,
     )
 
 
-def check(host: VerlHostConfig, config: Mapping) -> StrategySpec:
+def check(host: VerlHostConfig, config: Mapping, mode: str = "sync") -> StrategySpec:
     """The block's strategy, checked against verl's settings (plain containers,
-    `trainer.host_view`) before anything is built (`check_block`, `check_host_fit`)."""
-    spec = check_block(host, host_settings(config))
+    `trainer.host_view`) and verl's ``mode`` before anything is built (`check_block`,
+    `check_host_fit`, `admission_overrides`)."""
+    spec = check_block(host, host_settings(config, mode))
     check_host_fit(spec, config)
+    admission_overrides(spec, mode)
     return spec
+
+
+def admission_overrides(spec: StrategySpec, mode: str) -> dict[str, Any]:
+    """verl's settings that carry the strategy's ``admission`` in an asynchronous ``mode``
+    (empty without one): verl's own stale-group eviction (`VERL_STALE_DROP`) with
+    ``max_off_policy_threshold`` = ``max_staleness`` + 1 (verl counts the versions a group
+    spans, the step it was submitted in included: a group submitted at step p and trained at
+    step s has staleness s - p at most) and ``max_off_policy_strategy`` = drop. Raises
+    `ConfigError` for what verl's buffer cannot do: ``past: pace`` and per-domain limits."""
+    adm = spec.admission
+    if adm is None:
+        return {}
+    where = f"dataflex.strategy.admission (verl {mode})"
+    if adm.past != "drop":
+        raise ConfigError(
+            f"{where}.past: 'pace' trains stale groups first and stops drawing their domain, "
+            "but verl's replay buffer picks the oldest finished groups itself and only drops "
+            f"or waits for stale ones ({VERL_STALE_DROP}; 'wait' blocks sampling until the "
+            "stale in-flight groups finish: ReplayBufferAsync._has_enough_samples); use "
+            "past: drop, or pace on the embedded engine"
+        )
+    if not isinstance(adm.max_staleness, int):
+        raise ConfigError(
+            f"{where}.max_staleness: one limit per domain, but verl's replay buffer has one "
+            f"threshold for every group ({VERL_STALE_DROP}); give one number"
+        )
+    return {
+        "trainer.v1.sampler.max_off_policy_threshold": adm.max_staleness + 1,
+        "trainer.v1.sampler.max_off_policy_strategy": "drop",
+    }
 
 
 def check_host_fit(spec: StrategySpec, config: Mapping) -> None:
@@ -174,6 +225,15 @@ VERL_FILTER_GROUPS = (
     "replaced through refill_fn, the trainer's _add_prompts_to_generate)"
 )
 
+
+#: what a verl run of a refilling strategy warns in an asynchronous mode (logged once)
+REFILL_LIMITATION_ASYNC = (
+    "dataflex: strategy %r refills through verl's algorithm.filter_groups (metric 'reward') "
+    "in verl's %s mode: the asynchronous replay buffer evicts each finished zero-variance "
+    "group and submits one new prompt for it (ReplayBufferAsync.wait_for_sampleable), until "
+    "the update holds its groups, so refill.max_rounds (%d) and refill.overdraw are not "
+    "honoured"
+)
 
 #: what a verl run of a refilling strategy warns (the trainer logs it once)
 REFILL_LIMITATION = (

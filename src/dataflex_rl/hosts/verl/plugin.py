@@ -63,17 +63,19 @@ def register() -> None:
     """
     installed = _installed_verl()
     try:
-        from dataflex_rl.hosts.verl import trainer  # registers on import
+        from dataflex_rl.hosts.verl import trainer  # noqa: F401  (registers on import)
+        from dataflex_rl.hosts.verl.config import TRAINER_MODES
     except Exception:
         logger.exception(
-            "dataflex-rl: FAILED to register verl trainer mode 'dataflex' (verl "
-            "%s); trainer.v1.trainer_mode=dataflex will not be found",
+            "dataflex-rl: FAILED to register verl trainer mode 'dataflex' (nor "
+            "'dataflex_colocate_async', 'dataflex_separate_async'; verl %s); "
+            "trainer.v1.trainer_mode=dataflex will not be found",
             installed,
         )
         raise
     logger.info(
-        "dataflex-rl: registered verl trainer mode %r (verl %s, pid %d)",
-        trainer.TRAINER_MODE,
+        "dataflex-rl: registered verl trainer modes %s (verl %s, pid %d)",
+        ", ".join(repr(m) for m in TRAINER_MODES),
         installed,
         os.getpid(),
     )

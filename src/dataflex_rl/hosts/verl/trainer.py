@@ -1,10 +1,15 @@
-"""The ``dataflex`` trainer mode: verl 0.9.x's sync PPO trainer with a data strategy in the loop.
+"""The ``dataflex`` trainer modes: verl 0.9.x's PPO trainers with a data strategy in the loop.
 
-Hooks (docs/hosts/verl.md#what-happens-in-a-step): ``_next_train_batch`` draws from the
-intake, ``_compute_advantage`` decides and writes back, ``_save_checkpoint`` /
-``_load_checkpoint`` save and restore the driver. Registered under
-``trainer.v1.trainer_mode=dataflex`` by `dataflex_rl.hosts.verl.plugin`; the mode is
-switched to ``"sync"`` before the replay buffer is built (verl treats others as async).
+``dataflex`` is verl's sync trainer (`PPOTrainerSync`), ``dataflex_colocate_async`` and
+``dataflex_separate_async`` its asynchronous ones (`PPOTrainerColocateAsync`,
+`PPOTrainerSeparateAsync`), each with the same hooks (`DataflexHooks`;
+docs/hosts/verl.md#what-happens-in-a-step): ``_next_train_batch`` draws from the intake
+(every batch verl submits: the step's, the asynchronous warm-up and every refill),
+``_compute_advantage`` decides on the groups the replay buffer handed over for an update
+and writes back, ``_save_checkpoint`` / ``_load_checkpoint`` save and restore the driver.
+Registered by `dataflex_rl.hosts.verl.plugin`; the mode is switched to verl's own
+(`TRAINER_MODES`) before the replay buffer is built (verl reads the mode's name there and in
+its checkpoints).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
@@ -31,8 +38,11 @@ from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.common.intake import read_row_domains
 from dataflex_rl.hosts.verl.batch import build_batch, writeback
 from dataflex_rl.hosts.verl.config import (
+    ASYNC_MODES,
     PER_RESPONSE_ESTIMATORS,
     REFILL_LIMITATION,
+    REFILL_LIMITATION_ASYNC,
+    admission_overrides,
     check,
     host_settings,
     parse_host_config,
@@ -41,7 +51,7 @@ from dataflex_rl.hosts.verl.config import (
 
 logger = logging.getLogger("dataflex_rl.hosts.verl")
 
-TRAINER_MODE = "dataflex"
+TRAINER_MODE = "dataflex"  # the sync one; every mode: `TRAINER_MODES`
 #: verl settings the strategy checks read
 _VIEW_KEYS = (
     "trainer.use_v1",
@@ -70,21 +80,48 @@ def host_view(config: DictConfig) -> dict:
     return view
 
 
-@register_trainer(TRAINER_MODE)
-class DataflexTrainer(PPOTrainerSync):
-    """verl's sync trainer plus a dataflex `Strategy` (the ``dataflex`` block), run by a
-    `Driver`: checked before anything starts, built once the training set is loaded."""
+class DataflexHooks:
+    """A dataflex `Strategy` (the ``dataflex`` block) inside one of verl's v1 trainers (the
+    class it is mixed into, `VERL_MODE`), run by a `Driver`: checked before anything
+    starts, built once the training set is loaded.
+
+    Strategy steps count updates from 0: ``(global_steps - 1) x parameter_sync_step +``
+    the update's index within the step (sync and colocate_async: one update a step). In the
+    asynchronous modes each trained response's ``staleness`` is the policy versions between
+    the oldest weights that generated it and the weights it updates (verl's
+    ``min_global_steps`` tag: ``global_steps - 1 - min_global_steps``, verl's
+    ``trajectory_staleness_worst``)."""
+
+    #: the verl mode this trainer extends (`TRAINER_MODES`)
+    VERL_MODE = "sync"
 
     def __init__(self, config: DictConfig) -> None:
         block = config.get("dataflex", None)
         block = OmegaConf.to_container(block, resolve=True) if block is not None else None
         self.dataflex = parse_host_config(block)
         view = host_view(config)
-        self._host = host_settings(view)
-        self._spec = check(self.dataflex, view)  # fail before workers start
+        self._host = host_settings(view, self.VERL_MODE)
+        self._spec = check(self.dataflex, view, self.VERL_MODE)  # fail before workers start
         overrides = refill_overrides(self._spec, view)  # refill: verl's own filter_groups
         if overrides:
-            logger.warning(REFILL_LIMITATION, self._spec.name, self._spec.refill.max_rounds)
+            if self.VERL_MODE in ASYNC_MODES:
+                logger.warning(
+                    REFILL_LIMITATION_ASYNC,
+                    self._spec.name,
+                    self.VERL_MODE,
+                    self._spec.refill.max_rounds,
+                )
+            else:
+                logger.warning(REFILL_LIMITATION, self._spec.name, self._spec.refill.max_rounds)
+        admitted = admission_overrides(self._spec, self.VERL_MODE)
+        if admitted:
+            logger.info(
+                "dataflex: admission max_staleness %d, past: drop -> verl's %s",
+                self._spec.admission.max_staleness,
+                ", ".join(f"{k}={v}" for k, v in admitted.items()),
+            )
+        overrides.update(admitted)
+        if overrides:
             with open_dict(config):
                 for key, value in overrides.items():
                     OmegaConf.update(config, key, value, force_add=True)
@@ -93,9 +130,18 @@ class DataflexTrainer(PPOTrainerSync):
         self._gen_mark: tuple[int, float] = (-1, 0.0)  # (global step, gen seconds so far)
         super().__init__(config)
 
+    @property
+    def asynchronous(self) -> bool:
+        return self.VERL_MODE in ASYNC_MODES
+
     # ------------------------------------------------------------------ set-up
     def _build_replay_buffer(self):
-        self.trainer_mode = "sync"  # verl tests == "sync" in five places
+        # verl read its mode's settings under this trainer's own name (none there): it tests
+        # trainer_mode == "sync" in five places and reads trainer.v1.<mode> for the buffer,
+        # parameter_sync_step and checkpoints
+        self.trainer_mode = self.VERL_MODE
+        mode_config = self.config.trainer.v1.get(self.VERL_MODE, {}) or {}
+        self.parameter_sync_step = int(mode_config.get("parameter_sync_step", 1))
         buffer = super()._build_replay_buffer()
         if self.dataflex.poll_interval is not None and hasattr(buffer, "poll_interval"):
             buffer.poll_interval = self.dataflex.poll_interval
@@ -132,9 +178,31 @@ class DataflexTrainer(PPOTrainerSync):
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return batch
 
+    def prepare_step(self) -> dict:
+        # verl submits the step's batch before its updates set local_trigger_step: the draw
+        # belongs to the step's first update, not to the previous step's last
+        self.local_trigger_step = 0
+        return super().prepare_step()
+
     def _strategy_step(self) -> int:
-        """Strategy steps count from 0 like the engine's; verl's global steps from 1."""
-        return max(int(self.global_steps) - 1, 0)
+        """Strategy steps count updates from 0 like the engine's; verl's global steps from 1,
+        each ``parameter_sync_step`` updates (``local_trigger_step``: the one running)."""
+        sync = int(getattr(self, "parameter_sync_step", 1) or 1)
+        local = int(getattr(self, "local_trigger_step", 0) or 0)
+        return max(int(self.global_steps) - 1, 0) * sync + local
+
+    def _staleness(self, tags: list[dict]) -> list[int] | None:
+        """Per trajectory, policy versions between its oldest generating weights and the
+        weights this update trains (asynchronous modes; None in sync). verl's server records
+        the weights' version (``global_steps`` of their last sync) as ``min_global_steps``."""
+        if not self.asynchronous:
+            return None
+        now = int(self.global_steps) - 1  # the weights before this step's updates
+        out = []
+        for t in tags:
+            version = t.get("min_global_steps", t.get("max_global_steps"))
+            out.append(0 if version is None else max(now - int(version), 0))
+        return out
 
     # ------------------------------------------------------------------ select / reweight
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -179,10 +247,11 @@ class DataflexTrainer(PPOTrainerSync):
             domain_of_uid=(lambda u: self._submitted(u)[1]) if intake is not None else None,
             prompt_of_uid=(lambda u: self._submitted(u)[0]) if intake is not None else None,
             per_response_advantages=self._host.advantage_estimator in PER_RESPONSE_ESTIMATORS,
+            staleness=self._staleness(batch.tags),
         )
         decision, decided = self.driver.decide(rb, self._generation_seconds())
         metrics.update(decided)
-        self._forget_prompts(step)
+        self._forget_prompts(step, uids)
         if not acts_on_loss(self._spec):
             return batch
         wb = writeback(
@@ -223,8 +292,17 @@ class DataflexTrainer(PPOTrainerSync):
                 "(was it generated by another path?)"
             ) from None
 
-    def _forget_prompts(self, step: int) -> None:
-        """Drop intake records older than the previous step (e.g. groups DAPO evicted)."""
+    def _forget_prompts(self, step: int, decided: list[str]) -> None:
+        """Drop intake records no decision needs again: sync, those older than the previous
+        step (e.g. groups DAPO evicted); asynchronous, the groups just decided (the others
+        may wait in the buffer for any number of updates)."""
+        if self.asynchronous:
+            for u in set(decided):
+                self._prompts.pop(u, None)
+            if self._prompts:  # and those verl evicted (stale, zero-variance, failed)
+                waiting = _waiting_uids()
+                self._prompts = {u: v for u, v in self._prompts.items() if u in waiting}
+            return
         self._prompts = {u: v for u, v in self._prompts.items() if v[2] >= step - 1}
 
     def fit(self, *args, **kwargs):
@@ -239,12 +317,18 @@ class DataflexTrainer(PPOTrainerSync):
             self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
         )
         self.driver.save(folder)
+        if self.asynchronous and self.driver.intake is not None:
+            # the groups waiting in TransferQueue (verl saves it in asynchronous modes) were
+            # drawn by the intake: their rows and domains, for the decisions after a resume
+            _save_prompts(folder, self._prompts)
         super()._save_checkpoint()  # writes latest_checkpointed_iteration.txt last
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()
         folder = self._resumed_folder() if self.global_steps > 0 else None
-        self.driver.restore(folder, max(int(self.global_steps), 0))
+        self.driver.restore(folder, max(int(self.global_steps), 0) * self.parameter_sync_step)
+        if folder is not None and self.asynchronous and self.driver.intake is not None:
+            self._prompts.update(_load_prompts(folder))
 
     def _resumed_folder(self) -> str | None:
         """The ``global_step_N`` folder verl's `_load_checkpoint` resumed from."""
@@ -254,3 +338,63 @@ class DataflexTrainer(PPOTrainerSync):
         if t.resume_mode == "resume_path" and t.resume_from_path:
             return os.path.abspath(t.resume_from_path)
         return None
+
+
+def _waiting_uids(partition: str = "train") -> set[str]:
+    """The prompt groups in TransferQueue (submitted, not yet handed to an update)."""
+    listing = tq.kv_list(partition) or {}
+    return {k for k, tag in listing.get(partition, {}).items() if tag.get("is_prompt", False)}
+
+
+#: the intake's records of the prompts waiting in TransferQueue, in an asynchronous
+#: checkpoint folder (JSON: uid -> [dataset row, domain id, strategy step])
+PROMPTS_FILE = "dataflex_prompts.json"
+
+
+def _save_prompts(folder: str, prompts: dict[str, tuple[int, int, int]]) -> None:
+    import json
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, PROMPTS_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({u: list(v) for u, v in prompts.items()}, f)
+    os.replace(tmp, path)
+
+
+def _load_prompts(folder: str) -> dict[str, tuple[int, int, int]]:
+    import json
+
+    path = os.path.join(folder, PROMPTS_FILE)
+    if not os.path.exists(path):
+        logger.warning(
+            "dataflex: %s has no %s; waiting groups lose their domains", folder, PROMPTS_FILE
+        )
+        return {}
+    with open(path) as f:
+        return {u: tuple(int(x) for x in v) for u, v in json.load(f).items()}
+
+
+@register_trainer("dataflex")
+class DataflexTrainer(DataflexHooks, PPOTrainerSync):
+    """verl's sync trainer plus a dataflex strategy (``trainer.v1.trainer_mode=dataflex``)."""
+
+    VERL_MODE = "sync"
+
+
+@register_trainer("dataflex_colocate_async")
+class DataflexColocateAsyncTrainer(DataflexHooks, PPOTrainerColocateAsync):
+    """verl's colocate_async trainer plus a dataflex strategy
+    (``trainer.v1.trainer_mode=dataflex_colocate_async``; settings under
+    ``trainer.v1.colocate_async``)."""
+
+    VERL_MODE = "colocate_async"
+
+
+@register_trainer("dataflex_separate_async")
+class DataflexSeparateAsyncTrainer(DataflexHooks, PPOTrainerSeparateAsync):
+    """verl's separate_async trainer plus a dataflex strategy
+    (``trainer.v1.trainer_mode=dataflex_separate_async``; settings under
+    ``trainer.v1.separate_async``)."""
+
+    VERL_MODE = "separate_async"

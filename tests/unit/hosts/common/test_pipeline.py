@@ -168,3 +168,27 @@ def test_the_decided_batch_carries_the_step_it_is_decided_at():
     for s in range(3):
         out = d.step(Whole(lengths), 2, s, queue=q)
         assert out.batch.step == s
+
+
+def test_a_host_whose_asynchronous_step_is_its_own_reports_the_batch_staleness():
+    # verl's asynchronous modes: the host fills RolloutBatch.staleness and calls decide; the
+    # driver reports it over groups (a group: its most stale response; padding left out)
+    from dataflex_rl.hosts.common.driver import staleness_figures
+
+    batch = from_lists(
+        [1.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+        [0, 0, 1, 1, 2, 2],
+        staleness=torch.tensor([1, 2, 0, 0, 5, 5]),
+        is_padding=torch.tensor([False, False, False, False, True, True]),
+    )
+    assert staleness_figures(batch) == {
+        "dataflex/async/staleness_mean": 1.0,  # groups 0 and 1: 2 and 0
+        "dataflex/async/staleness_max": 2.0,
+    }
+    _, metrics = Driver(Strategy({"name": "b"})).decide(batch)
+    assert metrics["dataflex/async/staleness_max"] == 2.0
+    _, metrics = Driver(Strategy({"name": "b"})).decide(batch.replace(staleness=None))
+    assert "dataflex/async/staleness_max" not in metrics  # synchronous: nothing to report
+    # admission passes the shared check in an asynchronous host mode (verl's own checks next)
+    block = HostConfig(strategy={"name": "x", "admission": {"max_staleness": 1}})
+    check_block(block, HostSettings("verl", "grpo", True, (), asynchronous="colocate_async"))
