@@ -594,64 +594,59 @@ def _budget_rounds(
     responses are spent or ``max_rounds`` ran (`sequential_counts`); ``allocate``: none) and
     what the step trains on: (the rounds' generations, the assembled rows and group ids
     (`StepHost.assemble`; ``until_signal``: a balanced subset of ``group_size`` per prompt,
-    `balanced_subset`; ``allocate`` and ``sequential``: every response), every response pooled by prompt (what the strategy observes), and the
-    ``dataflex/rollouts/`` figures)."""
+    `balanced_subset`; ``allocate`` and ``sequential``: every response), every response
+    pooled by prompt (what the strategy observes), and the ``dataflex/rollouts/``
+    figures)."""
     P = first.batch.num_groups
     items, doms = first.items, first.domain_ids
     generations: list[Generation] = []
     pool = [first.batch.group_ids]
     rounds = 0
     resampled = torch.zeros(P, dtype=torch.bool)
+    present = first.batch.group_size > 0
+
+    def without_signal() -> Tensor:  # [P] the prompts whose responses so far all agree
+        every = [first, *generations]
+        rewards = torch.cat([clean_rewards(g.batch) for g in every])
+        active = torch.cat([g.batch.active_mask for g in every])
+        return uniform_pools(rewards, active, torch.cat(pool), P) & present
+
+    def generate(idx: Tensor, counts: Tensor | None) -> None:  # round ``rounds``
+        sub = idx.tolist()
+        gen = _generated(
+            host,
+            [items[i] for i in sub],
+            None if doms is None else [doms[i] for i in sub],
+            rounds,
+            counts,
+        )
+        generations.append(gen)
+        pool.append(idx[gen.batch.group_ids])
+
     if budget.mode == "sequential":
         n = first.batch.group_size.to(torch.int64).clone()  # responses each prompt has
-        present = n > 0
         remaining = int(present.sum()) * host.group_size - int(n.sum())
         while rounds < budget.max_rounds and remaining > 0:
-            every = [first, *generations]
-            rewards = torch.cat([clean_rewards(g.batch) for g in every])
-            active = torch.cat([g.batch.active_mask for g in every])
-            need = uniform_pools(rewards, active, torch.cat(pool), P) & present
+            need = without_signal()
             give = sequential_counts(n, need, budget.per_round, remaining)
             idx = give.nonzero().squeeze(1)
             if idx.numel() == 0:
                 break
             rounds += 1
             resampled |= need
-            sub = idx.tolist()
-            gen = _generated(
-                host,
-                [items[i] for i in sub],
-                None if doms is None else [doms[i] for i in sub],
-                rounds,
-                give[idx],
-            )
-            generations.append(gen)
-            pool.append(idx[gen.batch.group_ids])
+            generate(idx, give[idx])
             n += give
             remaining -= int(give.sum())
     if budget.mode == "until_signal":
         while rounds < budget.max_rounds:
-            every = [first, *generations]
-            rewards = torch.cat([clean_rewards(g.batch) for g in every])
-            active = torch.cat([g.batch.active_mask for g in every])
-            need = uniform_pools(rewards, active, torch.cat(pool), P)
-            need &= first.batch.group_size > 0
+            need = without_signal()
             idx = need.nonzero().squeeze(1)
             if idx.numel() == 0:
                 break
             rounds += 1
             resampled |= need
             short = -idx.numel() % granule  # equal shares per process: repeat the first ones
-            idx = torch.cat([idx, idx.repeat(short // idx.numel() + 1)[:short]])
-            sub = idx.tolist()
-            gen = _generated(
-                host,
-                [items[i] for i in sub],
-                None if doms is None else [doms[i] for i in sub],
-                rounds,
-            )
-            generations.append(gen)
-            pool.append(idx[gen.batch.group_ids])
+            generate(torch.cat([idx, idx.repeat(short // idx.numel() + 1)[:short]]), None)
     every = [first, *generations]
     whole = concat_batches([g.batch for g in every])
     of_row = torch.cat(pool)

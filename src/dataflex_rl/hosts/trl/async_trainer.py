@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 from dataclasses import dataclass, field
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from dataflex_rl.core.registry import ConfigError
 from dataflex_rl.hosts.common.driver import Driver
 from dataflex_rl.hosts.trl.async_gate import GroupGate
 from dataflex_rl.hosts.trl.config import async_host_settings, check_async, parse_block
+from dataflex_rl.hosts.trl.trainer import DriverCheckpoints
 
 logger = logging.getLogger("dataflex_rl.hosts.trl")
 
@@ -49,7 +48,7 @@ class DataflexAsyncGRPOConfig(AsyncGRPOConfig):
         check_async(parse_block(self.dataflex), self)  # errors now, naming the key
 
 
-class DataflexAsyncGRPOTrainer(AsyncGRPOTrainer):
+class DataflexAsyncGRPOTrainer(DriverCheckpoints, AsyncGRPOTrainer):
     """``AsyncGRPOTrainer`` plus a dataflex `Strategy`, run by a `Driver` on its rollout queue.
 
     ``dataflex``: the block (mapping or YAML path), when ``args`` is not a
@@ -106,23 +105,3 @@ class DataflexAsyncGRPOTrainer(AsyncGRPOTrainer):
             )
             # RolloutQueueDataset (get_train_dataloader) reads self.rollout_queue
             self.rollout_queue = self.gate
-
-    # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, model, trial):
-        if self.args.should_save:  # before TRL's files: trainer_state.json comes last
-            folder = os.path.join(
-                self._get_output_dir(trial=trial),
-                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
-            )
-            self.driver.save(folder)
-        super()._save_checkpoint(model, trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        self.driver.restore(checkpoint)
-
-    def train(self, *args, **kwargs):
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            self.driver.close()

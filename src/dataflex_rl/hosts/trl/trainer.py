@@ -72,7 +72,32 @@ def _bound_args(args: tuple, kwargs: dict) -> dict:
     return sig.bind(None, *args, **kwargs).arguments
 
 
-class DataflexGRPOTrainer(GRPOTrainer):
+class DriverCheckpoints:
+    """A TRL trainer's `Driver` saved and restored with its checkpoints (the strategy's state
+    before TRL's files, since trainer_state.json comes last) and closed when training ends;
+    mixed in before the TRL trainer class."""
+
+    def _save_checkpoint(self, model, trial):
+        if self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial),
+                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
+            )
+            self.driver.save(folder)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        self.driver.restore(checkpoint)
+
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.driver.close()
+
+
+class DataflexGRPOTrainer(DriverCheckpoints, GRPOTrainer):
     """``GRPOTrainer`` plus a dataflex `Strategy`, run by a `Driver`.
 
     ``dataflex``: the block (mapping or YAML path), when ``args`` is not a
@@ -220,26 +245,6 @@ class DataflexGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, inputs)
         finally:
             self.beta = beta
-
-    # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, model, trial):
-        if self.args.should_save:  # before TRL's files: trainer_state.json comes last
-            folder = os.path.join(
-                self._get_output_dir(trial=trial),
-                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
-            )
-            self.driver.save(folder)
-        super()._save_checkpoint(model, trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        self.driver.restore(checkpoint)
-
-    def train(self, *args, **kwargs):
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            self.driver.close()
 
 
 @dataclass
