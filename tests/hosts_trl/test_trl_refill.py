@@ -115,17 +115,19 @@ def test_a_round_limit_leaves_the_step_short_and_says_so(tmp_path):
 
     trainer = dataflex_trainer(tmp_path, dapo(rounds=2), reward=flat, max_steps=1)
     trl_saw = []
-    generate = type(trainer).__mro__[1]._generate_and_score_completions
+    from trl import GRPOTrainer  # TRL's own generation, which the host's step calls
+
+    generate = GRPOTrainer._generate_and_score_completions
 
     def count(self, inputs):
         trl_saw.append(len(inputs))
         return generate(self, inputs)
 
-    type(trainer).__mro__[1]._generate_and_score_completions = count
+    GRPOTrainer._generate_and_score_completions = count
     try:
         trainer.train()
     finally:
-        type(trainer).__mro__[1]._generate_and_score_completions = generate
+        GRPOTrainer._generate_and_score_completions = generate
     # first generation 16 rows, then 2 rounds of the 4 missing prompts x G
     assert trl_saw == [16, 16, 16]
     assert logged(trainer, R + "rounds") == [2.0] and logged(trainer, R + "missing") == [4.0]
