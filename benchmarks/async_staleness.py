@@ -68,16 +68,16 @@ minimum) bring the floor to 0.023. A benchmark, not a test.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import math
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common as bc  # noqa: E402
+from bench_common import ROOT, effect_text, num, shown  # noqa: E402
 
 BASELINE = "baseline"
 KS = (0, 1, 2, 4)
@@ -278,11 +278,6 @@ def run_figures(run_dir: str | Path) -> dict:
     return out
 
 
-def _mean(xs) -> float:
-    xs = [x for x in xs if isinstance(x, int | float) and math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else math.nan
-
-
 def pooled(figures: list[dict], tokens: int | None) -> dict:
     """The figures of an arm's runs (`run_figures` of each seed) pooled: means over runs,
     the largest staleness and starvation, dropped groups per run, runs stopped at the step
@@ -292,21 +287,21 @@ def pooled(figures: list[dict], tokens: int | None) -> dict:
     if not figures:
         return {}
     out: dict = {
-        "steps_mean": _mean([f["steps"] for f in figures]),
-        "cost_mean": _mean([f["cost"] for f in figures]),
+        "steps_mean": bc.mean([f["steps"] for f in figures]),
+        "cost_mean": bc.mean([f["cost"] for f in figures]),
         "steps_capped": sum(1 for f in figures if tokens is not None and f["cost"] < tokens),
         "staleness_max": max((f["staleness_max"] for f in figures), default=math.nan),
-        "dropped_per_run": _mean([f["dropped"] for f in figures]),
-        "requeued_last_mean": _mean([f["requeued_last"] for f in figures]),
+        "dropped_per_run": bc.mean([f["dropped"] for f in figures]),
+        "requeued_last_mean": bc.mean([f["requeued_last"] for f in figures]),
     }
     for name in STEP_MEANS:
-        out[name] = _mean([f[name] for f in figures])
+        out[name] = bc.mean([f[name] for f in figures])
     domains = list(dict.fromkeys(d for f in figures for d in f["shares"]))
     gaps = []
     for d in domains:
         runs = [f for f in figures if d in f["shares"] and d in f["targets"]]
-        out[f"share_{d}"] = _mean([f["shares"][d] for f in runs])
-        out[f"target_{d}"] = _mean([f["targets"][d] for f in runs])
+        out[f"share_{d}"] = bc.mean([f["shares"][d] for f in runs])
+        out[f"target_{d}"] = bc.mean([f["targets"][d] for f in runs])
         gap = max((100 * abs(f["shares"][d] - f["targets"][d]) for f in runs), default=math.nan)
         out[f"gap_{d}"] = gap
         gaps.append(gap)
@@ -320,33 +315,11 @@ def pooled(figures: list[dict], tokens: int | None) -> dict:
 # ------------------------------------------------------------------ verdicts
 
 
-def comparison_cells(c, scale: float) -> dict:
-    """One comparison as the harness's report words it: effect and corrected interval
-    (``scale``: points for accuracies), Holm p, the verdict (where the seeds allow none:
-    "not enough paired seeds (n; needs m)", the report's "n/a (n seeds)")."""
-    from dataflex_rl.harness.statistics.analysis import TOO_FEW
-
-    if c.verdict_possible:
-        verdict = c.verdict
-    else:
-        need = c.seeds_for_verdict
-        verdict = f"{TOO_FEW} ({c.n_pairs}; needs {need if need is not None else '> 64'})"
-    return {
-        "delta": c.delta * scale,
-        "ci_low": c.corrected_ci[0] * scale,
-        "ci_high": c.corrected_ci[1] * scale,
-        "ci_level": 1 - c.level if math.isfinite(c.level) else math.nan,
-        "p_holm": c.p_holm,
-        "verdict": verdict,
-        "verdict_possible": c.verdict_possible,
-    }
-
-
 def family_verdicts(rows, members: dict[str, tuple], reference: str, options) -> dict[str, dict]:
     """The harness's verdicts within families of arms: ``members`` maps an arm's label to
     ``(family, name)``; in each family every name is compared with ``reference`` (Holm over
     the family), on ``rows`` (the compare's results rows, relabelled). Returns {label:
-    `comparison_cells`} for the arms compared (not the reference's, not a family without
+    `bench_common.comparison_cells`} for the arms compared (not the reference's, not a family without
     the reference's runs)."""
     from dataflex_rl.harness.statistics.analysis import analyze
     from dataflex_rl.harness.statistics.results import scores_are_fractions
@@ -361,7 +334,7 @@ def family_verdicts(rows, members: dict[str, tuple], reference: str, options) ->
         comps = {c.method: c for c in analyze(sub, reference, options).primary.comparisons}
         for lab, n in names.items():
             if n in comps:
-                out[lab] = comparison_cells(comps[n], scale)
+                out[lab] = bc.comparison_cells(comps[n], scale)
     return out
 
 
@@ -416,10 +389,10 @@ def _arm_common(res, exp, lab: str, figures: dict) -> dict:
         "runs": len(runs),
         "seeds": " ".join(str(r["seed"]) for r in runs),
         "score_mean": means.get(lab, math.nan) * fmt.scale,
-        "cpu_seconds_mean": _mean(
+        "cpu_seconds_mean": bc.mean(
             [r["summary"]["cpu_seconds"] for r in runs if "cpu_seconds" in r["summary"]]
         ),
-        "wall_seconds_mean": _mean([r["wall_seconds"] for r in runs]),
+        "wall_seconds_mean": bc.mean([r["wall_seconds"] for r in runs]),
         "failed": "; ".join(
             f"seed {r['seed']}: {r['error'].splitlines()[0][:200]}"
             for r in res.execution.failed
@@ -458,32 +431,28 @@ def cost_rows(cpu: dict, wall: dict, ks, steady_from: int, load=(math.nan, math.
         first = [per_step(cpu[k, s], 0, steady_from) for s in have]
         walls = [per_step(wall[k, s], steady_from, None) for s in have if (k, s) in wall]
         seed_ratios = [
-            _ratio(rate([steady[s]]), rate([base[s]])) for s in have if s in base and base[s][1]
+            bc.ratio(rate([steady[s]]), rate([base[s]])) for s in have if s in base and base[s][1]
         ]
         r = rate(steady.values())
         out.append(
             {
                 "k": k,
                 "seeds": " ".join(map(str, have)),
-                "steps": _mean([len(cpu[k, s]) for s in have]),
+                "steps": bc.mean([len(cpu[k, s]) for s in have]),
                 "steady_from": steady_from,
                 "steady_cpu_ms": 1000 * r,
-                "ratio": _ratio(r, b),
+                "ratio": bc.ratio(r, b),
                 "ratio_seed_min": min(seed_ratios, default=math.nan),
                 "ratio_seed_max": max(seed_ratios, default=math.nan),
                 "first_cpu_ms": 1000 * rate(first),
-                "first_ratio": _ratio(rate(first), bf),
+                "first_ratio": bc.ratio(rate(first), bf),
                 "steady_wall_ms": 1000 * rate(walls),
-                "wall_ratio": _ratio(rate(walls), bw),
+                "wall_ratio": bc.ratio(rate(walls), bw),
                 "load_before": load[0],
                 "load_after": load[1],
             }
         )
     return out
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b and math.isfinite(b) else math.nan
 
 
 def measure_cost(exp, ks, seeds, steps: int, progress: bool = True) -> tuple[dict, dict]:
@@ -527,32 +496,6 @@ def measure_cost(exp, ks, seeds, steps: int, progress: bool = True) -> tuple[dic
 # ------------------------------------------------------------------ rendering
 
 
-def _num(v, digits: int = 1, signed: bool = False) -> str:
-    if v is None or v == "" or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
-
-
-def effect_text(r: dict, prefix: str) -> str:
-    """``+0.4 [-1.2, +2.0]`` (points, the corrected interval), ``+0.4 n/a`` where the seeds
-    allow no verdict, "" where there is no comparison."""
-    if prefix + "delta" not in r:
-        return ""
-    if r.get(prefix + "verdict_possible"):
-        lo, hi = r[prefix + "ci_low"], r[prefix + "ci_high"]
-        ci = f"[{_num(lo, signed=True)}, {_num(hi, signed=True)}]"
-    else:
-        ci = "n/a"
-    return f"{_num(r[prefix + 'delta'], signed=True)} {ci}"
-
-
-def _p(r: dict, prefix: str) -> str:
-    from dataflex_rl.harness.reporting.narrative import pvalue
-
-    v = r.get(prefix + "p_holm")
-    return pvalue(v) if isinstance(v, float) and math.isfinite(v) else ""
-
-
 def render_grid(rows: list[dict]) -> list[str]:
     md = [
         "| strategy | k | runs | steps | gen. tokens | score | staleness mean (max) "
@@ -561,24 +504,24 @@ def render_grid(rows: list[dict]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---|---|---:|---|---:|",
     ]
     for r in rows:
-        steps = _num(r.get("steps_mean"), 1)
+        steps = num(r.get("steps_mean"), 1)
         if r.get("steps_capped"):
             steps += f" ({r['steps_capped']} capped)"
         stale = "—" if r["k"] == 0 else _stale(r)
         md.append(
-            f"| {r['strategy']} | {r['k']} | {r['runs']} | {steps} | {_num(r.get('cost_mean'), 0)} "
-            f"| {_num(r.get('score_mean'))} | {stale} "
-            f"| {'—' if r['k'] == 0 else _num(r.get('is_weight_mean'), 3)} "
-            f"| {effect_text(r, 'vs_k0_')} | {_p(r, 'vs_k0_')} | {r.get('vs_k0_verdict', '')} "
-            f"| {effect_text(r, 'vs_baseline_')} | {_p(r, 'vs_baseline_')} "
-            f"| {r.get('vs_baseline_verdict', '')} | {_num(r.get('cpu_seconds_mean'), 0)} |"
+            f"| {r['strategy']} | {r['k']} | {r['runs']} | {steps} | {num(r.get('cost_mean'), 0)} "
+            f"| {num(r.get('score_mean'))} | {stale} "
+            f"| {'—' if r['k'] == 0 else num(r.get('is_weight_mean'), 3)} "
+            f"| {effect_text(r, 'vs_k0_')} | {r.get('vs_k0_p_text', '')} | {r.get('vs_k0_verdict', '')} "
+            f"| {effect_text(r, 'vs_baseline_')} | {r.get('vs_baseline_p_text', '')} "
+            f"| {r.get('vs_baseline_verdict', '')} | {num(r.get('cpu_seconds_mean'), 0)} |"
         )
     failed = [f"- {r['label']}: {r['failed']}" for r in rows if r.get("failed")]
     return md + ([""] + ["Failed runs:", *failed] if failed else [])
 
 
 def _stale(r: dict) -> str:
-    return f"{_num(r.get('staleness_mean'), 2)} ({_num(r.get('staleness_max'), 0)})"
+    return f"{num(r.get('staleness_mean'), 2)} ({num(r.get('staleness_max'), 0)})"
 
 
 def render_admission(rows: list[dict]) -> list[str]:
@@ -595,15 +538,15 @@ def render_admission(rows: list[dict]) -> list[str]:
             r["arm"] if r["arm"] == "none" else f"{r['arm']} (max_staleness {r['max_staleness']})"
         )
         shares = "".join(
-            f"| {_num(r.get(f'share_{d}'), 3)} ({_num(r.get(f'target_{d}'), 3)}) " for d in domains
+            f"| {num(r.get(f'share_{d}'), 3)} ({num(r.get(f'target_{d}'), 3)}) " for d in domains
         )
         md.append(
-            f"| {what} | {r['runs']} | {_num(r.get('steps_mean'), 1)} "
-            f"| {_num(r.get('cost_mean'), 0)} | {_num(r.get('score_mean'))} | {_stale(r)} "
-            f"| {_num(r.get('trained_length'), 2)} / {_num(r.get('generated_length'), 2)} "
-            f"| {_num(r.get('trained_solve_rate'), 3)} / {_num(r.get('generated_solve_rate'), 3)} "
-            f"{shares}| {_num(r.get('max_gap_points'), 2)} | {_num(r.get('starved_max'), 0)} "
-            f"| {_num(r.get('dropped_per_run'), 1)} |"
+            f"| {what} | {r['runs']} | {num(r.get('steps_mean'), 1)} "
+            f"| {num(r.get('cost_mean'), 0)} | {num(r.get('score_mean'))} | {_stale(r)} "
+            f"| {num(r.get('trained_length'), 2)} / {num(r.get('generated_length'), 2)} "
+            f"| {num(r.get('trained_solve_rate'), 3)} / {num(r.get('generated_solve_rate'), 3)} "
+            f"{shares}| {num(r.get('max_gap_points'), 2)} | {num(r.get('starved_max'), 0)} "
+            f"| {num(r.get('dropped_per_run'), 1)} |"
         )
     failed = [f"- {r['label']}: {r['failed']}" for r in rows if r.get("failed")]
     return md + ([""] + ["Failed runs:", *failed] if failed else [])
@@ -616,42 +559,18 @@ def render_cost(rows: list[dict]) -> list[str]:
         "|---:|---|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        ratio = _num(r["ratio"], 3)
+        ratio = num(r["ratio"], 3)
         if r["k"] != 0 and math.isfinite(r["ratio_seed_min"]):
             ratio += f" ({r['ratio_seed_min']:.3f}–{r['ratio_seed_max']:.3f})"
         md.append(
-            f"| {r['k']} | {r['seeds']} | {_num(r['steps'], 0)} | {_num(r['steady_cpu_ms'], 1)} "
-            f"| {ratio} | {_num(r['first_cpu_ms'], 1)} | {_num(r['first_ratio'], 2)} "
-            f"| {_num(r['wall_ratio'], 3)} |"
+            f"| {r['k']} | {r['seeds']} | {num(r['steps'], 0)} | {num(r['steady_cpu_ms'], 1)} "
+            f"| {ratio} | {num(r['first_cpu_ms'], 1)} | {num(r['first_ratio'], 2)} "
+            f"| {num(r['wall_ratio'], 3)} |"
         )
     return md
 
 
-def write_csv(rows: list[dict], columns: list[str], path: Path) -> None:
-    """``rows`` under ``columns`` (empty cells where a row has no value)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in columns})
-
-
 # ------------------------------------------------------------------ the benchmark
-
-
-def _shown(path: Path) -> Path:
-    try:
-        return path.resolve().relative_to(ROOT)
-    except ValueError:
-        return path
-
-
-def _load() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return math.nan
 
 
 def benchmark(args) -> tuple[dict[str, list[dict]], list[str]]:
@@ -671,12 +590,12 @@ def benchmark(args) -> tuple[dict[str, list[dict]], list[str]]:
     header = ["# Data strategies under asynchronous training", ""]
     if "grid" in parts or "admission" in parts:
         header.append(
-            f"- instrument: `{_shown(Path(args.experiment))}`, every run stopped at "
+            f"- instrument: `{shown(Path(args.experiment))}`, every run stopped at "
             f"{args.tokens} generated tokens (step cap {args.max_steps}); held-out {metric} "
             "accuracy in points at the end"
         )
     else:
-        header.append(f"- instrument: `{_shown(Path(args.experiment))}`")
+        header.append(f"- instrument: `{shown(Path(args.experiment))}`")
     result: dict[str, list[dict]] = {}
     if "cost" in parts:
         data = experiment_data(
@@ -684,9 +603,9 @@ def benchmark(args) -> tuple[dict[str, list[dict]], list[str]]:
             args.cost_steps, args.per_domain,
         )  # fmt: skip
         exp = build_experiment(data, {label(BASELINE, 0): 0}, folder)
-        load0, t0 = _load(), time.perf_counter()
+        load0, t0 = bc.load_average(), time.perf_counter()
         cpu, wall = measure_cost(exp, ks, args.cost_seeds, args.cost_steps, args.progress)
-        load = (load0, _load())
+        load = (load0, bc.load_average())
         steady_from = max(ks) + 1
         result["cost"] = cost_rows(cpu, wall, ks, steady_from, load)
         header.append(
@@ -720,7 +639,7 @@ def benchmark(args) -> tuple[dict[str, list[dict]], list[str]]:
             f"- runs: {len(ex.done)} done ({ex.skipped} reused), {len(ex.failed)} failed; "
             f"{wall / 60:.1f} min wall for this invocation, {cpu_min:.1f} CPU-min in the runs "
             f"(`cpu_seconds`; a reused run counts its own); seeds "
-            f"{' '.join(map(str, args.seeds))}; harness report `{_shown(res.out_dir)}/report.md`; "
+            f"{' '.join(map(str, args.seeds))}; harness report `{shown(res.out_dir)}/report.md`; "
             f"{pairing_check(ex)}"
         )
         if "grid" in parts:
@@ -807,31 +726,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dataflex_rl.core.registry import ConfigError
-
     args = parse_args(argv)
+    return bc.config_errors(lambda: write(args))
+
+
+def write(args) -> int:
+    """Run the benchmark (`benchmark`), print its tables and write them under ``--out``."""
     t0 = time.perf_counter()
-    try:
-        result, header = benchmark(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    result, header = benchmark(args)
     header.append(f"- total wall {(time.perf_counter() - t0) / 60:.1f} min")
     text = render(result, header)
     out = Path(args.out)
     written = []
     if "grid" in result:
-        write_csv(result["grid"], GRID_COLUMNS, out / "async_staleness_grid.csv")
+        bc.write_csv(result["grid"], GRID_COLUMNS, out / "async_staleness_grid.csv")
         written.append(out / "async_staleness_grid.csv")
     if "admission" in result:
         domains = list(dict.fromkeys(d for r in result["admission"] for d in r.get("domains", [])))
         columns = ADMISSION_COLUMNS + [
             f"{w}_{d}" for d in domains for w in ("share", "target", "gap")
         ]
-        write_csv(result["admission"], columns, out / "async_staleness_admission.csv")
+        bc.write_csv(result["admission"], columns, out / "async_staleness_admission.csv")
         written.append(out / "async_staleness_admission.csv")
     if "cost" in result:
-        write_csv(result["cost"], COST_COLUMNS, out / "async_staleness_cost.csv")
+        bc.write_csv(result["cost"], COST_COLUMNS, out / "async_staleness_cost.csv")
         written.append(out / "async_staleness_cost.csv")
     out.mkdir(parents=True, exist_ok=True)
     (out / "async_staleness.md").write_text(text + "\n")

@@ -75,14 +75,15 @@ benchmark, not a test.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common as bc  # noqa: E402
+from bench_common import ROOT, effect_text, num, shown  # noqa: E402
 
 BASELINE = "baseline"
 #: the arms, each against plain GRPO (presets; issue 41 items 1-4)
@@ -201,37 +202,9 @@ def run_figures(run_dir: str | Path) -> dict:
     }
 
 
-def _ratio(a: float, b: float) -> float:
-    return a / b if b else math.nan
-
-
 def _histogram(counts: Counter) -> str:
     """``"8:3200"`` or ``"2:10 4:300 8:12"``: responses per prompt -> generated groups."""
     return " ".join(f"{k}:{counts[k]}" for k in sorted(counts))
-
-
-def comparison_cells(c, fmt) -> dict:
-    """One arm's comparison as the harness's report words it: effect and corrected interval in
-    points, Holm p, the verdict (where the seeds allow none: "not enough paired seeds (n;
-    needs m)", the report's "n/a (n seeds)")."""
-    from dataflex_rl.harness.reporting.narrative import pvalue
-    from dataflex_rl.harness.statistics.analysis import TOO_FEW
-
-    if c.verdict_possible:
-        verdict = c.verdict
-    else:
-        need = c.seeds_for_verdict
-        verdict = f"{TOO_FEW} ({c.n_pairs}; needs {need if need is not None else '> 64'})"
-    return {
-        "delta": c.delta * fmt.scale,
-        "ci_low": c.corrected_ci[0] * fmt.scale,
-        "ci_high": c.corrected_ci[1] * fmt.scale,
-        "ci_level": 1 - c.level if math.isfinite(c.level) else math.nan,
-        "p_holm": c.p_holm,
-        "p_text": pvalue(c.p_holm),
-        "verdict": verdict,
-        "verdict_possible": c.verdict_possible,
-    }
 
 
 def arm_rows(result, exp, host: str, regime: str, figures: dict | None) -> list[dict]:
@@ -251,7 +224,7 @@ def arm_rows(result, exp, host: str, regime: str, figures: dict | None) -> list[
         for s in exp.seeds:
             f = figures.get((BASELINE, s))
             if f is not None:
-                base_rate[s] = _ratio(f["effective"], f["cost"])
+                base_rate[s] = bc.ratio(f["effective"], f["cost"])
     rows = []
     for label in exp.labels:
         runs = [done[label, s] for s in exp.seeds if (label, s) in done]
@@ -262,10 +235,10 @@ def arm_rows(result, exp, host: str, regime: str, figures: dict | None) -> list[
             "runs": len(runs),
             "seeds": " ".join(str(r["seed"]) for r in runs),
             "score_mean": means.get(label, math.nan) * fmt.scale,
-            "cpu_seconds_mean": _mean(
+            "cpu_seconds_mean": bc.mean(
                 [r["summary"]["cpu_seconds"] for r in runs if "cpu_seconds" in r["summary"]]
             ),
-            "wall_seconds_mean": _mean([r["wall_seconds"] for r in runs]),
+            "wall_seconds_mean": bc.mean([r["wall_seconds"] for r in runs]),
             "failed": "; ".join(
                 f"seed {r['seed']}: {r['error'].splitlines()[0][:200]}"
                 for r in failed
@@ -273,17 +246,13 @@ def arm_rows(result, exp, host: str, regime: str, figures: dict | None) -> list[
             ),
         }
         if label in comps:
-            row.update(comparison_cells(comps[label], fmt))
+            row.update(bc.comparison_cells(comps[label], fmt.scale))
         elif label == BASELINE and runs:
             row["verdict"] = "(baseline)"
         if figures:
             row.update(_pooled(label, exp, figures, base_rate))
         rows.append(row)
     return rows
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else math.nan
 
 
 def _pooled(label: str, exp, figures: dict, base_rate: dict) -> dict:
@@ -306,14 +275,14 @@ def _pooled(label: str, exp, figures: dict, base_rate: dict) -> dict:
     for f in fs.values():
         counts.update(f["responses"])
     n = sum(counts.values())
-    rate = _ratio(tot["effective"], tot["cost"])
+    rate = bc.ratio(tot["effective"], tot["cost"])
     paired = [s for s in fs if (BASELINE, s) in figures]
-    base = _ratio(
+    base = bc.ratio(
         sum(figures[BASELINE, s]["effective"] for s in paired),
         sum(figures[BASELINE, s]["cost"] for s in paired),
     )
     seed_ratios = [
-        _ratio(_ratio(f["effective"], f["cost"]), base_rate[s])
+        bc.ratio(bc.ratio(f["effective"], f["cost"]), base_rate[s])
         for s, f in fs.items()
         if s in base_rate
     ]
@@ -329,24 +298,24 @@ def _pooled(label: str, exp, figures: dict, base_rate: dict) -> dict:
         else 0
     )
     return {
-        "steps_mean": _mean(steps),
+        "steps_mean": bc.mean(steps),
         "steps_capped": capped,
         "cost_mean": tot["cost"] / len(fs),
-        "zv_share_trained": _ratio(tot["zero_trained"], tot["groups_trained"]),
-        "zv_share_generated": _ratio(tot["zero_generated"], tot["groups_generated"]),
+        "zv_share_trained": bc.ratio(tot["zero_trained"], tot["groups_trained"]),
+        "zv_share_generated": bc.ratio(tot["zero_generated"], tot["groups_generated"]),
         "groups_generated": tot["groups_generated"],
         "groups_trained": tot["groups_trained"],
         "groups_effective": tot["effective"],
-        "tokens_per_effective": _ratio(tot["cost"], tot["effective"]),
+        "tokens_per_effective": bc.ratio(tot["cost"], tot["effective"]),
         "effective_per_1k": 1000 * rate,
-        "effective_per_1k_ratio": _ratio(rate, base),
+        "effective_per_1k_ratio": bc.ratio(rate, base),
         "ratio_seed_min": min(seed_ratios, default=math.nan),
         "ratio_seed_max": max(seed_ratios, default=math.nan),
-        "responses_per_prompt_mean": _ratio(sum(k * v for k, v in counts.items()), n),
+        "responses_per_prompt_mean": bc.ratio(sum(k * v for k, v in counts.items()), n),
         "responses_per_prompt_min": min(counts, default=math.nan),
         "responses_per_prompt_max": max(counts, default=math.nan),
         "responses_histogram": _histogram(counts),
-        "responses_metrics": " ".join(f"{k}={_mean(v):.3g}" for k, v in sorted(metrics.items())),
+        "responses_metrics": " ".join(f"{k}={bc.mean(v):.3g}" for k, v in sorted(metrics.items())),
     }
 
 
@@ -382,24 +351,6 @@ def run_regime(data: dict, base: Path, out: Path, workers: int, progress: bool):
     return exp, res, figures, wall
 
 
-def _num(v, digits: int = 1, signed: bool = False) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
-
-
-def effect_text(r: dict) -> str:
-    """``+0.4 [-1.2, +2.0]`` (points, the corrected interval), ``+0.4 n/a`` where the seeds
-    allow no verdict (no interval is computed there)."""
-    if "delta" not in r:
-        return ""
-    if r.get("verdict_possible"):
-        ci = f"[{_num(r['ci_low'], signed=True)}, {_num(r['ci_high'], signed=True)}]"
-    else:
-        ci = "n/a"
-    return f"{_num(r['delta'], signed=True)} {ci}"
-
-
 def render(rows: list[dict], header: list[str]) -> str:
     """The markdown: ``header`` lines, then one table per host (engine: the group figures
     too), then the responses-per-prompt histograms and ``dataflex/rollouts/`` metrics."""
@@ -414,22 +365,22 @@ def render(rows: list[dict], header: list[str]) -> str:
             "|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|---|",
         ]
         for r in engine:
-            ratio = _num(r.get("effective_per_1k_ratio"), 2)
+            ratio = num(r.get("effective_per_1k_ratio"), 2)
             if math.isfinite(r.get("ratio_seed_min", math.nan)) and r["arm"] != BASELINE:
                 ratio += f" ({r['ratio_seed_min']:.2f}–{r['ratio_seed_max']:.2f})"
-            steps = _num(r.get("steps_mean"), 1)
+            steps = num(r.get("steps_mean"), 1)
             if r.get("steps_capped"):
                 steps += f" ({r['steps_capped']} capped)"
             md.append(
                 f"| {r['regime']} | {r['arm']} | {r['runs']} | {steps} "
-                f"| {_num(r.get('cost_mean'), 0)} | {_num(r.get('score_mean'))} "
+                f"| {num(r.get('cost_mean'), 0)} | {num(r.get('score_mean'))} "
                 f"| {effect_text(r)} | {r.get('p_text', '')} | {r.get('verdict', '')} "
-                f"| {_num(r.get('zv_share_trained'), 3)} "
-                f"| {_num(r.get('zv_share_generated'), 3)} "
-                f"| {_num(r.get('tokens_per_effective'))} | {_num(r.get('effective_per_1k'), 2)} "
-                f"| {ratio} | {_num(r.get('responses_per_prompt_mean'), 2)} "
-                f"[{_num(r.get('responses_per_prompt_min'), 0)}, "
-                f"{_num(r.get('responses_per_prompt_max'), 0)}] |"
+                f"| {num(r.get('zv_share_trained'), 3)} "
+                f"| {num(r.get('zv_share_generated'), 3)} "
+                f"| {num(r.get('tokens_per_effective'))} | {num(r.get('effective_per_1k'), 2)} "
+                f"| {ratio} | {num(r.get('responses_per_prompt_mean'), 2)} "
+                f"[{num(r.get('responses_per_prompt_min'), 0)}, "
+                f"{num(r.get('responses_per_prompt_max'), 0)}] |"
             )
         md.append("")
         uneven = [
@@ -460,23 +411,13 @@ def render(rows: list[dict], header: list[str]) -> str:
             "|---|---:|---:|---|---:|---|---:|---|",
         ]
         md += [
-            f"| {r['arm']} | {r['runs']} | {_num(r.get('score_mean'))} | {effect_text(r)} "
+            f"| {r['arm']} | {r['runs']} | {num(r.get('score_mean'))} | {effect_text(r)} "
             f"| {r.get('p_text', '')} | {r.get('verdict', '')} "
-            f"| {_num(r.get('wall_seconds_mean'), 0)} | {r.get('failed', '')} |"
+            f"| {num(r.get('wall_seconds_mean'), 0)} | {r.get('failed', '')} |"
             for r in trl
         ]
         md.append("")
     return "\n".join(md)
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    """``rows`` under `COLUMNS` (empty cells where a row has no value)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in COLUMNS})
 
 
 def trl_experiment(arms: list[str], seeds: int, steps: int, per_domain: int | None) -> dict:
@@ -510,7 +451,7 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
     header = ["# Next strategies against plain GRPO", ""]
     if args.regimes:
         header.append(
-            f"- engine: `{_shown(Path(args.experiment))}`, arms {', '.join(arms)} against "
+            f"- engine: `{shown(Path(args.experiment))}`, arms {', '.join(arms)} against "
             f"`{BASELINE}`, seeds {' '.join(map(str, args.seeds))}; held-out {metric} "
             "accuracy in points at the end; verdicts: the harness's (Holm over the arms, "
             "corrected interval)"
@@ -533,7 +474,7 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
         )
         if "steps" in args.regimes:
             rows += arm_rows(res, exp, "engine", f"steps {args.steps}", steps_figures)
-            header.append(_regime_line(f"equal steps ({args.steps})", res, wall))
+            header.append(bc.compare_line(f"equal steps ({args.steps})", res, wall))
     if "tokens" in args.regimes:
         tokens = args.tokens
         how = "given"
@@ -554,7 +495,7 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
             data, folder, out / f"equal_tokens-{tokens}", args.workers, args.progress
         )
         rows += arm_rows(res, exp, "engine", f"tokens {tokens}", figures)
-        header.append(_regime_line(f"equal tokens ({tokens}: {how}; step cap {cap})", res, wall))
+        header.append(bc.compare_line(f"equal tokens ({tokens}: {how}; step cap {cap})", res, wall))
     if args.trl:
         from dataflex_rl.core.spec import parse_strategy
 
@@ -570,7 +511,7 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
         )
         rows += arm_rows(res, exp, "trl", f"steps {args.trl_steps}", None)
         header.append(
-            _regime_line(
+            bc.compare_line(
                 f"TRL smoke run ({args.trl_seeds} seeds x {args.trl_steps} steps, "
                 f"{TRL_EXPERIMENT.relative_to(ROOT)}'s settings)",
                 res,
@@ -578,31 +519,6 @@ def benchmark(args) -> tuple[list[dict], list[str]]:
             )
         )
     return rows, header
-
-
-def _shown(path: Path) -> Path:
-    """``path`` relative to the repository when inside it."""
-    try:
-        return path.resolve().relative_to(ROOT)
-    except ValueError:
-        return path
-
-
-def _regime_line(what: str, res, wall: float) -> str:
-    from dataflex_rl.harness.running.compare import pairing_check
-
-    ex = res.execution
-    cpu = [r["summary"]["cpu_seconds"] for r in ex.done if "cpu_seconds" in r["summary"]]
-    cpu_text = (
-        f", {sum(cpu) / 60:.1f} CPU-min in the runs (`cpu_seconds`; a reused run counts its own)"
-        if cpu
-        else ""
-    )
-    return (
-        f"- {what}: {len(ex.done)} runs done ({ex.skipped} reused), {len(ex.failed)} failed; "
-        f"{wall / 60:.1f} min wall for this invocation{cpu_text}; harness report "
-        f"`{_shown(res.out_dir)}/report.md`; {pairing_check(ex)}"
-    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -639,19 +555,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dataflex_rl.core.registry import ConfigError
-
     args = parse_args(argv)
+    return bc.config_errors(lambda: write(args))
+
+
+def write(args) -> int:
+    """Run the benchmark (`benchmark`), print its table and write it under ``--out``."""
     t0 = time.perf_counter()
-    try:
-        rows, header = benchmark(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    rows, header = benchmark(args)
     header.append(f"- total wall {(time.perf_counter() - t0) / 60:.1f} min")
     text = render(rows, header)
     out = Path(args.out)
-    write_csv(rows, out / "next_strategies.csv")
+    bc.write_csv(rows, COLUMNS, out / "next_strategies.csv")
     (out / "next_strategies.md").write_text(text + "\n")
     print(text)
     print(f"written: {out / 'next_strategies.csv'}, {out / 'next_strategies.md'}")
