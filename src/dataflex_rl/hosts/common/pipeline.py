@@ -78,9 +78,10 @@ class GenerationQueue:
         self.clock += 1
         return q
 
-    def _free(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def _free(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The queued groups not taken, in (batch, group) order: ([F] finish, [F] owner
-        batch index, [F] group, [F] version, [F] domain id (0 without domains))."""
+        batch index, [F] group, [F] version, [F] domain id (0 without domains), [F] kept by
+        a refilling selector)."""
         finish = torch.cat([q.finish for q in self.batches])
         free = ~torch.cat([q.taken for q in self.batches])
         owner = torch.cat(
