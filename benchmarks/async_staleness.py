@@ -106,7 +106,7 @@ STEP_MEANS = {
     "paused_domains": ADMISSION + "paused_domains",
 }
 
-VERDICT_CELLS = "delta ci_low ci_high ci_level p_holm verdict verdict_possible".split()
+VERDICT_CELLS = "delta ci_low ci_high ci_level p p_holm p_holm_all verdict verdict_possible".split()
 #: async_staleness_grid.csv's columns, in order
 GRID_COLUMNS = (
     "strategy k label runs seeds steps_mean steps_capped cost_mean score_mean staleness_mean "
@@ -361,7 +361,38 @@ def grid_rows(res, exp, strategies, ks, figures: dict) -> list[dict]:
             if s == BASELINE:
                 row["vs_baseline_verdict"] = "(reference)"
             out.append(row)
+    for prefix in ("vs_k0_", "vs_baseline_"):
+        holm_across(out, prefix)
     return out
+
+
+def holm_across(rows: list[dict], prefix: str) -> None:
+    """Holm over every comparison under ``prefix`` in ``rows`` at once (all families
+    together, on the raw ``<prefix>p``), written as ``<prefix>p_holm_all``: what a reader who
+    counts every comparison of the table as one family would apply."""
+    from dataflex_rl.harness.statistics.stats import holm
+
+    have = [r for r in rows if isinstance(r.get(prefix + "p"), float)]
+    if not have:
+        return
+    adjusted, _ = holm([r[prefix + "p"] for r in have])
+    for r, a in zip(have, adjusted.tolist()):
+        r[prefix + "p_holm_all"] = a
+
+
+def _smallest_across(rows: list[dict], prefix: str, what: str) -> str:
+    """The comparison under ``prefix`` with the smallest raw p, with its Holm p over the whole
+    column (`holm_across`), in words; "" where there is none."""
+    from dataflex_rl.harness.reporting.narrative import pvalue
+
+    have = [r for r in rows if math.isfinite(r.get(prefix + "p_holm_all", math.nan))]
+    if not have:
+        return ""
+    r = min(have, key=lambda r: r[prefix + "p"])
+    return (
+        f"{what} ({len(have)} comparisons): smallest raw p {r['strategy']} at k = {r['k']}, "
+        f"{pvalue(r[prefix + 'p'])}, Holm over all {len(have)} {pvalue(r[prefix + 'p_holm_all'])}"
+    )
 
 
 def admission_rows(res, exp, admission_k: int, max_staleness: int, figures: dict) -> list[dict]:
@@ -516,6 +547,16 @@ def render_grid(rows: list[dict]) -> list[str]:
             f"| {effect_text(r, 'vs_baseline_')} | {r.get('vs_baseline_p_text', '')} "
             f"| {r.get('vs_baseline_verdict', '')} | {num(r.get('cpu_seconds_mean'), 0)} |"
         )
+    across = [
+        line
+        for line in (
+            _smallest_across(rows, "vs_k0_", "against k = 0"),
+            _smallest_across(rows, "vs_baseline_", "against plain GRPO"),
+        )
+        if line
+    ]
+    if across:
+        md += ["", "Every family together (Holm over the whole column): " + "; ".join(across) + "."]
     failed = [f"- {r['label']}: {r['failed']}" for r in rows if r.get("failed")]
     return md + ([""] + ["Failed runs:", *failed] if failed else [])
 

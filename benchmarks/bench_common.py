@@ -55,7 +55,8 @@ def num(v, digits: int = 1, signed: bool = False) -> str:
 
 def comparison_cells(c, scale: float) -> dict:
     """One comparison (`analysis.Comparison`) as the harness's report words it: effect and
-    corrected interval times ``scale`` (100: points for accuracies), Holm p and its text, the
+    corrected interval times ``scale`` (100: points for accuracies), raw and Holm p and the
+    latter's text, the
     verdict (where the seeds allow none: "not enough paired seeds (n; needs m)", the report's
     "n/a (n seeds)")."""
     from dataflex_rl.harness.reporting.narrative import pvalue
@@ -71,6 +72,7 @@ def comparison_cells(c, scale: float) -> dict:
         "ci_low": c.corrected_ci[0] * scale,
         "ci_high": c.corrected_ci[1] * scale,
         "ci_level": 1 - c.level if math.isfinite(c.level) else math.nan,
+        "p": c.p,
         "p_holm": c.p_holm,
         "p_text": pvalue(c.p_holm),
         "verdict": verdict,

@@ -196,6 +196,25 @@ def test_family_verdicts_compare_within_each_family_only():
     assert not c["verdict_possible"]
 
 
+def test_holm_across_every_family_by_hand():
+    # raw p 0.01, 0.04, 0.03 and one row without the comparison: Holm over the 3 gives
+    # 3 x 0.01 = 0.03, then max(0.03, 2 x 0.03) = 0.06 twice (the 0.04 one: max(0.06, 0.04))
+    rows = [
+        {"strategy": "dapo", "k": 1, "vs_k0_p": 0.01},
+        {"strategy": "dapo", "k": 2, "vs_k0_p": 0.04},
+        {"strategy": "dapo", "k": 4, "vs_k0_p": 0.03},
+        {"strategy": "dapo", "k": 0},
+    ]
+    ab.holm_across(rows, "vs_k0_")
+    assert [r.get("vs_k0_p_holm_all") for r in rows] == pytest.approx([0.03, 0.06, 0.06, None])
+    ab.holm_across(rows, "vs_baseline_")  # no such comparison: nothing written
+    assert not any("vs_baseline_p_holm_all" in r for r in rows)
+    line = ab._smallest_across(rows, "vs_k0_", "against k = 0")
+    assert line == "against k = 0 (3 comparisons): smallest raw p dapo at k = 1, 0.010, " + (
+        "Holm over all 3 0.030"
+    )
+
+
 def test_arms_carry_their_staleness_as_engine_overrides(tmp_path):
     arms, k_of = ab.arms_of(["baseline", "dapo"], [0, 4], ["grid", "admission"], 4, 2)
     labels = [lab for lab, _ in arms]

@@ -31,6 +31,7 @@ def _comparison(possible: bool):
         delta=0.012,
         corrected_ci=(-0.004, 0.031),
         level=0.05,
+        p=0.0117,
         p_holm=0.0234,
     )
 
@@ -38,7 +39,7 @@ def _comparison(possible: bool):
 def test_comparison_cells_and_effect_text():
     c = bc.comparison_cells(_comparison(True), 100.0)
     assert math.isclose(c["delta"], 1.2) and math.isclose(c["ci_high"], 3.1)
-    assert c["verdict"] == "better" and c["p_text"] == "0.023"
+    assert c["verdict"] == "better" and c["p_text"] == "0.023" and c["p"] == 0.0117
     assert math.isclose(c["ci_level"], 0.95)
     assert bc.effect_text(c) == "+1.2 [-0.4, +3.1]"
     row = {f"vs_k0_{k}": v for k, v in c.items()}
