@@ -252,21 +252,27 @@ def test_a_round_is_rounded_up_to_equal_shares_by_repeating_its_prompts():
     assert sorted(k for p, k in out.rows if p == 1) == [0, 1, 1, 2]  # the right one: #1
 
 
+def _counted_batch(rewards, items, doms, counts, domains):
+    """A step-0 batch of prompt g's ``counts[g]`` responses in a row (``rewards`` in that
+    order), and each response's group."""
+    groups = [g for g, c in enumerate(counts.tolist()) for _ in range(c)]
+    batch = from_lists(
+        rewards,
+        groups,
+        prompt_keys=tuple(items[g] for g in groups),
+        domain_ids=torch.tensor([doms[g] for g in groups]),
+        domains=domains,
+        step=0,
+    )
+    return batch, groups
+
+
 def test_allocate_gives_the_host_counts_from_the_estimated_pass_rates():
     class Counting(Scripted):
         def generate(self, items, doms, rnd, counts=None):
             self.calls.append((rnd, list(items), counts.tolist()))
-            n = counts.tolist()
-            rewards = [float(k % 2) for c in n for k in range(c)]
-            groups = [g for g, c in enumerate(n) for _ in range(c)]
-            batch = from_lists(
-                rewards,
-                groups,
-                prompt_keys=tuple(items[g] for g in groups),
-                domain_ids=torch.tensor([doms[g] for g in groups]),
-                domains=("easy", "hard"),
-                step=0,
-            )
+            rewards = [float(k % 2) for c in counts.tolist() for k in range(c)]
+            batch, _ = _counted_batch(rewards, items, doms, counts, ("easy", "hard"))
             return Generation(batch, rows=None)
 
         def assemble(self, generations, rows, group_ids, items, doms):
@@ -307,15 +313,7 @@ def test_sequential_gives_more_to_prompts_without_signal_within_the_steps_respon
             n = counts.tolist()
             self.calls.append((rnd, list(items), n))
             rewards = [self.script[i].pop(0) for i, c in zip(items, n) for _ in range(c)]
-            groups = [g for g, c in enumerate(n) for _ in range(c)]
-            batch = from_lists(
-                rewards,
-                groups,
-                prompt_keys=tuple(items[g] for g in groups),
-                domain_ids=torch.tensor([doms[g] for g in groups]),
-                domains=("a",),
-                step=0,
-            )
+            batch, groups = _counted_batch(rewards, items, doms, counts, ("a",))
             return Generation(batch, rows=[(items[g], rnd) for g in groups])
 
     # G = 4, 3 prompts: 12 responses. first 2 each (6), then 2 per round to the uniform ones:
